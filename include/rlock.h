@@ -1,0 +1,238 @@
+/*
+ * rlock — Redisson-compatible distributed locks for C.
+ *
+ * A C program using rlock and a Java program using Redisson can guard one
+ * resource with the same lock name: both use the same Redis hash, hash field
+ * (`<client-uuid>:<thread-id>`), pub/sub channel and Lua semantics.
+ *
+ * Threading: every function in this header is thread-safe unless its comment
+ * says otherwise. A client owns one libuv loop thread and two Redis
+ * connections (commands and pub/sub); calls from any number of threads are
+ * queued to that thread and pipelined on the command connection. Blocking
+ * calls must not be made from the client's own loop thread (for example from
+ * an `on_lock_lost` callback): they return RLOCK_EDEADLK instead.
+ *
+ * Errors: functions return 0 (or 1/0 for yes/no answers, or a count) on
+ * success and a negative RLOCK_E* code on failure. rlock_strerror() and
+ * rlock_err_name() describe a code; rlock_last_error() gives the detail of
+ * the calling thread's last failure (e.g. the server's own error text).
+ */
+#ifndef RLOCK_H
+#define RLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define RLOCK_EXTERN __declspec(dllexport)
+#elif defined(__GNUC__) || defined(__clang__)
+#define RLOCK_EXTERN __attribute__((visibility("default")))
+#else
+#define RLOCK_EXTERN
+#endif
+
+#define RLOCK_VERSION_MAJOR 0
+#define RLOCK_VERSION_MINOR 1
+#define RLOCK_VERSION_PATCH 0
+#define RLOCK_VERSION_STRING "0.1.0"
+
+/* Longest lock name accepted, in bytes. Longer names give RLOCK_ENAMETOOLONG. */
+#define RLOCK_NAME_MAX 65535
+
+/* Length of rlock_client_id(), without the terminating NUL. */
+#define RLOCK_ID_LEN 36
+
+/*
+ * The error table: X(name, value, message). Values are stable.
+ */
+#define RLOCK_ERRNO_MAP(X)                                                     \
+  X(EINVAL, -1, "invalid argument")                                            \
+  X(ENOMEM, -2, "out of memory")                                               \
+  X(EURI, -3, "invalid Redis URI")                                             \
+  X(ECONN, -4, "connection to Redis failed or was lost")                       \
+  X(ETIMEDOUT, -5, "Redis command timed out")                                  \
+  X(ECLOSED, -6, "client is closed")                                           \
+  X(ECANCELED, -7, "operation canceled")                                       \
+  X(EDEADLK, -8, "blocking call made on the client's own loop thread")         \
+  X(ENOTOWNER, -9, "lock is not held by this owner")                           \
+  X(ELOCKLOST, -10, "lock was lost (expired or deleted) while held")           \
+  X(ESERVER, -11, "Redis replied with an error")                               \
+  X(EWRONGTYPE, -12, "lock key holds a value that is not a lock (WRONGTYPE)")  \
+  X(ENOPERM, -13, "Redis user lacks permission (NOPERM)")                      \
+  X(EAUTH, -14, "Redis authentication failed")                                 \
+  X(EOOM, -15, "Redis is out of memory (OOM)")                                 \
+  X(EREADONLY, -16, "Redis server is a read-only replica")                     \
+  X(EPROTO, -17, "unexpected reply from Redis")                                \
+  X(ENAMETOOLONG, -18, "lock name longer than RLOCK_NAME_MAX")                 \
+  X(ESYS, -19, "system resource error (thread, loop or socket setup)")
+
+typedef enum rlock_errno {
+#define RLOCK__ERR_ENUM(name, value, msg) RLOCK_##name = (value),
+  RLOCK_ERRNO_MAP(RLOCK__ERR_ENUM)
+#undef RLOCK__ERR_ENUM
+} rlock_errno;
+
+/* Message for an error code; never NULL ("unknown error" for unknown codes). */
+RLOCK_EXTERN const char *rlock_strerror(int err);
+
+/* Symbolic name of an error code, e.g. "RLOCK_ENOTOWNER"; never NULL. */
+RLOCK_EXTERN const char *rlock_err_name(int err);
+
+/*
+ * Detail of the calling thread's most recent failed rlock call: the server's
+ * error text (e.g. "WRONGTYPE Operation against a key holding the wrong kind
+ * of value") or a sentence naming what was wrong. Empty string when the last
+ * call on this thread succeeded. Valid until the next rlock call on this
+ * thread. Thread-local; thread-safe.
+ */
+RLOCK_EXTERN const char *rlock_last_error(void);
+
+/* Opaque handles. */
+typedef struct rlock_client rlock_client;
+typedef struct rlock rlock;
+
+/*
+ * Called on the client's loop thread when the watchdog finds that a lock it
+ * was renewing is no longer held by its owner (it expired or was deleted).
+ * `name` is the lock name, `owner` the owner string
+ * (`<client-uuid>:<thread-id>`). Must not block and must not make blocking
+ * rlock calls (they return RLOCK_EDEADLK).
+ */
+typedef void (*rlock_lock_lost_cb)(const char *name, const char *owner,
+                                   void *data);
+
+/* Client options. Always fill with rlock_options_init() first. */
+typedef struct rlock_options {
+  /* redis://[[user]:password@]host[:port][/db] or unix:///path[?db=N].
+   * NULL: $REDIS_URL, else redis://127.0.0.1:6379. Copied at open. */
+  const char *uri;
+  /* CLIENT SETNAME for both connections; NULL: none. Copied at open.
+   * Must be 1..64 characters without spaces. */
+  const char *client_name;
+  /* Lease used, and renewed every third of it, for locks taken without a
+   * lease. Default 30000. Range 300..2^31-1. */
+  int64_t watchdog_timeout_ms;
+  /* Time a command may wait for its reply. Default 3000. Range 10..2^31-1. */
+  int64_t command_timeout_ms;
+  /* Time a waiter may wait for its SUBSCRIBE confirmation. Default 7500.
+   * Range 10..2^31-1. */
+  int64_t subscribe_timeout_ms;
+  /* Times an idempotent command (unlock, renewal, queries) is re-sent after
+   * a timeout or connection loss. Default 3. Range 0..100. */
+  int retry_attempts;
+  /* Delay before such a retry, and the reconnect back-off base.
+   * Default 1500. Range 0..2^31-1. */
+  int64_t retry_interval_ms;
+  /* Use SPUBLISH/SSUBSCRIBE (sharded pub/sub, as Java Redisson does against a
+   * Redis 7+ cluster). Default 0 (PUBLISH/SUBSCRIBE). */
+  int sharded_pubsub;
+  /* See rlock_lock_lost_cb. Default NULL. */
+  rlock_lock_lost_cb on_lock_lost;
+  void *on_lock_lost_data;
+} rlock_options;
+
+/* Fills `o` with the defaults above. Thread-safe. */
+RLOCK_EXTERN void rlock_options_init(rlock_options *o);
+
+/*
+ * Opens a client: validates `o` (NULL = defaults), starts the loop thread and
+ * connects both connections, authenticating and selecting the database.
+ * On success *client is set and 0 returned. On failure nothing is left
+ * running and *client is NULL: RLOCK_EINVAL (bad option), RLOCK_EURI,
+ * RLOCK_ECONN (server unreachable), RLOCK_EAUTH, RLOCK_ETIMEDOUT,
+ * RLOCK_ENOMEM, RLOCK_ESYS.
+ */
+RLOCK_EXTERN int rlock_client_open(rlock_client **client,
+                                   const rlock_options *o);
+
+/*
+ * Closes the client: blocked and pending calls on it return RLOCK_ECLOSED
+ * promptly, the watchdog stops (locks it renewed expire within the watchdog
+ * timeout; they are not deleted, as in Redisson), both connections and the
+ * loop thread end. Lock handles stay valid to free; any other call on them
+ * returns RLOCK_ECLOSED. NULL is accepted. May be called from any thread,
+ * including the loop thread (a callback), but only once per client.
+ */
+RLOCK_EXTERN void rlock_client_close(rlock_client *client);
+
+/* The client's random UUID (36 lowercase chars), made once at open. Valid
+ * until the client and all its lock handles are freed. */
+RLOCK_EXTERN const char *rlock_client_id(const rlock_client *client);
+
+/*
+ * The calling thread's id as used in lock owners: a decimal 64-bit integer,
+ * unique within the process for its whole life (never reused). Thread-safe.
+ */
+RLOCK_EXTERN uint64_t rlock_thread_id(void);
+
+/*
+ * Creates a handle for the lock `name` (like Redisson's getLock(name)). The
+ * name is the Redis key, used exactly as given. Cheap; sends nothing.
+ * Errors: RLOCK_EINVAL (NULL client/lock or NULL/empty name),
+ * RLOCK_ENAMETOOLONG, RLOCK_ECLOSED, RLOCK_ENOMEM.
+ * A handle may be shared by any number of threads.
+ */
+RLOCK_EXTERN int rlock_get(rlock_client *client, const char *name,
+                           rlock **lock);
+
+/* Frees a handle (does not unlock). NULL is accepted. Must not race with
+ * calls using the same handle. */
+RLOCK_EXTERN void rlock_free(rlock *lock);
+
+/* The lock's name, as given to rlock_get(). */
+RLOCK_EXTERN const char *rlock_name(const rlock *lock);
+
+/*
+ * Acquires the lock for the calling thread, waiting as long as it takes.
+ * Re-entrant. lease_ms > 0: the lock expires after lease_ms unless unlocked
+ * (no renewal). lease_ms < 0: watchdog mode (held until unlocked, renewed).
+ * lease_ms == 0 is RLOCK_EINVAL. Returns 0 or a negative error.
+ */
+RLOCK_EXTERN int rlock_lock(rlock *lock, int64_t lease_ms);
+
+/*
+ * Tries to acquire the lock within wait_ms (0: one attempt; < 0: wait as long
+ * as it takes). Lease as for rlock_lock(). Returns 1 acquired, 0 not acquired
+ * within wait_ms, or a negative error.
+ */
+RLOCK_EXTERN int rlock_try_lock(rlock *lock, int64_t wait_ms, int64_t lease_ms);
+
+/*
+ * Releases one hold of the calling thread; the last one deletes the key and
+ * publishes "0" on the lock channel, waking one waiter (Java or C).
+ * Returns 0 when still held (re-entered), 1 when released.
+ * RLOCK_ENOTOWNER: the calling thread does not hold the lock.
+ * RLOCK_ELOCKLOST: this thread held it, but it expired or was deleted before
+ * this unlock (the hold is forgotten; nothing is changed in Redis).
+ */
+RLOCK_EXTERN int rlock_unlock(rlock *lock);
+
+/* Deletes the lock whoever holds it and wakes a waiter. Returns 1 if it was
+ * locked, 0 if not, or a negative error. */
+RLOCK_EXTERN int rlock_force_unlock(rlock *lock);
+
+/* 1 if anyone holds the lock, 0 if not, or a negative error. */
+RLOCK_EXTERN int rlock_is_locked(rlock *lock);
+
+/* 1 if the calling thread holds the lock, 0 if not, or a negative error. */
+RLOCK_EXTERN int rlock_is_held_by_current_thread(rlock *lock);
+
+/* The calling thread's re-entry count (0 if it does not hold the lock), or a
+ * negative error. */
+RLOCK_EXTERN int64_t rlock_hold_count(rlock *lock);
+
+/*
+ * Stores the lock key's remaining time to live in *ttl_ms: milliseconds,
+ * -2 if the lock is not held (no key), -1 if the key has no TTL.
+ * Returns 0 or a negative error.
+ */
+RLOCK_EXTERN int rlock_remain_ttl(rlock *lock, int64_t *ttl_ms);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RLOCK_H */

@@ -1,0 +1,393 @@
+/* The two hiredis connections (commands, subscriber): connect, handshake,
+ * reconnect with back-off; and command records with libuv-timer timeouts,
+ * since hiredis 0.14 has no async timeout. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/adapters/libuv.h>
+
+#include "client-private.h"
+
+/* ---- reconnect ---- */
+
+static void reconnect_fire(rlock_client *c, rlock__timed *t) {
+  (void)c;
+  rlock__conn *conn = (rlock__conn *)((char *)t - offsetof(rlock__conn, reconnect));
+  rlock__conn_start(conn);
+}
+
+/* Back-off: the first attempt at once (a killed connection usually comes back
+ * straight away), then 50 ms doubling, capped at retry_interval_ms. */
+static void schedule_reconnect(rlock__conn *conn) {
+  rlock_client *c = conn->client;
+  if (c->closing || rlock__timed_active(&conn->reconnect))
+    return;
+  int64_t delay = 0;
+  if (conn->backoff_attempt > 0) {
+    int shift = conn->backoff_attempt > 16 ? 16 : conn->backoff_attempt - 1;
+    delay = (int64_t)50 << shift;
+    if (delay > c->opts.retry_interval_ms)
+      delay = c->opts.retry_interval_ms;
+  }
+  conn->backoff_attempt++;
+  conn->reconnect.fire = reconnect_fire;
+  rlock__timed_start(c, &conn->reconnect, rlock__now_ms() + delay);
+}
+
+static void conn_down(rlock__conn *conn) {
+  conn->ac = NULL;
+  conn->state = RLOCK__CONN_DOWN;
+  if (conn->is_sub)
+    rlock__pubsub_on_disconnect(conn->client);
+  schedule_reconnect(conn);
+}
+
+static void connect_cb(const redisAsyncContext *ac, int status) {
+  rlock__conn *conn = ac->data;
+  if (status == REDIS_OK)
+    return;
+  /* hiredis frees the context after this callback and then fails the
+   * pending commands with NULL replies. */
+  rlock_client *c = conn->client;
+  rlock__open_progress(c, RLOCK_ECONN, ac->errstr);
+  if (!c->closing && conn->ac == ac)
+    conn_down(conn);
+}
+
+static void disconnect_cb(const redisAsyncContext *ac, int status) {
+  (void)status;
+  rlock__conn *conn = ac->data;
+  rlock_client *c = conn->client;
+  if (conn->ac != ac)
+    return;
+  conn->ac = NULL;
+  if (c->closing)
+    return;
+  rlock__open_progress(c, RLOCK_ECONN, ac->errstr[0] ? ac->errstr
+                                                      : "connection closed");
+  conn_down(conn);
+}
+
+/* ---- handshake: AUTH, SELECT, CLIENT SETNAME, then PING ---- */
+
+static void handshake_cb(redisAsyncContext *ac, void *r, void *privdata) {
+  rlock__conn *conn = privdata;
+  redisReply *reply = r;
+  if (conn->ac != ac || reply == NULL || reply->type != REDIS_REPLY_ERROR ||
+      conn->hs_err != 0)
+    return;
+  conn->hs_err = rlock__reply_error(reply);
+  snprintf(conn->hs_detail, sizeof(conn->hs_detail), "%.*s",
+           (int)reply->len, reply->str);
+}
+
+static void ready_cb(redisAsyncContext *ac, void *r, void *privdata) {
+  rlock__conn *conn = privdata;
+  redisReply *reply = r;
+  rlock_client *c = conn->client;
+  if (conn->ac != ac || c->closing)
+    return;
+  if (reply == NULL)
+    return; /* connection failed; connect_cb / disconnect_cb handle it */
+  if (conn->hs_err == 0 && reply->type == REDIS_REPLY_ERROR) {
+    conn->hs_err = rlock__reply_error(reply);
+    snprintf(conn->hs_detail, sizeof(conn->hs_detail), "%.*s",
+             (int)reply->len, reply->str);
+  }
+  if (conn->hs_err != 0) {
+    rlock__open_progress(c, conn->hs_err, conn->hs_detail);
+    /* A connection that cannot authenticate is useless: drop it and try
+     * again later (the password may be fixed on the server). */
+    redisAsyncDisconnect(conn->ac);
+    return;
+  }
+  conn->state = RLOCK__CONN_UP;
+  conn->backoff_attempt = 0;
+  conn->connects++;
+  rlock__open_progress(c, 0, NULL);
+}
+
+static void send_now(rlock__cmd *cmd);
+
+int rlock__conn_start(rlock__conn *conn) {
+  rlock_client *c = conn->client;
+  const rlock__uri *u = &c->uri;
+  redisAsyncContext *ac = u->is_unix ? redisAsyncConnectUnix(u->path)
+                                     : redisAsyncConnect(u->host, u->port);
+  if (ac == NULL) {
+    rlock__open_progress(c, RLOCK_ENOMEM, "out of memory");
+    schedule_reconnect(conn);
+    return RLOCK_ENOMEM;
+  }
+  if (ac->err) {
+    rlock__open_progress(c, RLOCK_ECONN, ac->errstr);
+    redisAsyncFree(ac);
+    schedule_reconnect(conn);
+    return RLOCK_ECONN;
+  }
+  ac->data = conn;
+  if (redisLibuvAttach(ac, &c->loop) != REDIS_OK) {
+    rlock__open_progress(c, RLOCK_ESYS, "cannot attach to the event loop");
+    redisAsyncFree(ac);
+    schedule_reconnect(conn);
+    return RLOCK_ESYS;
+  }
+  redisAsyncSetConnectCallback(ac, connect_cb);
+  redisAsyncSetDisconnectCallback(ac, disconnect_cb);
+  conn->ac = ac;
+  conn->state = RLOCK__CONN_CONNECTING;
+  conn->hs_err = 0;
+  conn->hs_detail[0] = '\0';
+
+  /* hiredis buffers commands until the socket connects, so the handshake
+   * and whatever waited for this connection are pipelined at once. */
+  if (u->password != NULL) {
+    if (u->user != NULL && u->user[0] != '\0')
+      redisAsyncCommand(ac, handshake_cb, conn, "AUTH %s %s", u->user,
+                        u->password);
+    else
+      redisAsyncCommand(ac, handshake_cb, conn, "AUTH %s", u->password);
+  }
+  if (!conn->is_sub && u->db != 0)
+    redisAsyncCommand(ac, handshake_cb, conn, "SELECT %d", u->db);
+  if (c->client_name != NULL)
+    redisAsyncCommand(ac, handshake_cb, conn, "CLIENT SETNAME %s",
+                      c->client_name);
+  redisAsyncCommand(ac, ready_cb, conn, "PING");
+
+  if (conn->is_sub) {
+    rlock__pubsub_on_connect(c);
+  } else {
+    rlock__cmd *pending = conn->pending_head;
+    conn->pending_head = conn->pending_tail = NULL;
+    while (pending != NULL) {
+      rlock__cmd *next = pending->pending_next;
+      pending->pending_next = NULL;
+      send_now(pending);
+      pending = next;
+    }
+  }
+  return 0;
+}
+
+void rlock__conn_shutdown(rlock__conn *conn) {
+  rlock_client *c = conn->client;
+  rlock__timed_stop(c, &conn->reconnect);
+  if (conn->ac != NULL) {
+    redisAsyncContext *ac = conn->ac;
+    conn->ac = NULL;
+    /* Fails every pending callback with a NULL reply, synchronously. */
+    redisAsyncFree(ac);
+  }
+  conn->state = RLOCK__CONN_DOWN;
+}
+
+int rlock__reply_error(const redisReply *r) {
+  return rlock__err_from_server(r->str, r->len);
+}
+
+/* ---- command records ---- */
+
+static void cmd_free_if_idle(rlock__cmd *cmd) {
+  if (cmd->state != RLOCK__CMD_DONE || cmd->inflight > 0)
+    return;
+  rlock_client *c = cmd->client;
+  if (cmd->all_prev != NULL)
+    cmd->all_prev->all_next = cmd->all_next;
+  else
+    c->cmd_all = cmd->all_next;
+  if (cmd->all_next != NULL)
+    cmd->all_next->all_prev = cmd->all_prev;
+  free(cmd);
+}
+
+static void pending_remove(rlock__cmd *cmd) {
+  rlock__conn *conn = &cmd->client->cmd;
+  rlock__cmd **slot = &conn->pending_head, *prev = NULL;
+  while (*slot != NULL && *slot != cmd) {
+    prev = *slot;
+    slot = &(*slot)->pending_next;
+  }
+  if (*slot == NULL)
+    return;
+  *slot = cmd->pending_next;
+  if (conn->pending_tail == cmd)
+    conn->pending_tail = prev;
+  cmd->pending_next = NULL;
+}
+
+static void complete(rlock__cmd *cmd, redisReply *reply, int err) {
+  rlock_client *c = cmd->client;
+  rlock__timed_stop(c, &cmd->timer);
+  cmd->state = RLOCK__CMD_DONE;
+  rlock__reply_cb cb = cmd->cb;
+  cmd->cb = NULL;
+  if (cb != NULL)
+    cb(c, reply, err, cmd->data);
+  cmd_free_if_idle(cmd);
+}
+
+static void dispatch(rlock__cmd *cmd);
+
+static void cmd_timer_fire(rlock_client *c, rlock__timed *t) {
+  rlock__cmd *cmd = (rlock__cmd *)((char *)t - offsetof(rlock__cmd, timer));
+  if (cmd->state == RLOCK__CMD_WAIT_RETRY) {
+    dispatch(cmd);
+    return;
+  }
+  /* Reply deadline passed. A reply that still comes is ignored (inflight
+   * keeps the record alive until hiredis hands it back). */
+  if (cmd->inflight == 0)
+    pending_remove(cmd);
+  if (cmd->retries_left > 0) {
+    cmd->retries_left--;
+    cmd->state = RLOCK__CMD_WAIT_RETRY;
+    rlock__timed_start(c, &cmd->timer,
+                       rlock__now_ms() + c->opts.retry_interval_ms);
+    return;
+  }
+  complete(cmd, NULL, RLOCK_ETIMEDOUT);
+}
+
+static void cmd_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
+  (void)ac;
+  rlock__cmd *cmd = privdata;
+  rlock_client *c = cmd->client;
+  redisReply *reply = r;
+  cmd->inflight--;
+  /* Replies on one connection come in order, so only the reply to the latest
+   * send (inflight back to 0) answers a record that is still waiting. */
+  if (cmd->state != RLOCK__CMD_WAIT_REPLY || cmd->inflight > 0) {
+    cmd_free_if_idle(cmd);
+    return;
+  }
+  if (reply == NULL) {
+    if (c->closing) {
+      complete(cmd, NULL, RLOCK_ECLOSED);
+    } else if (cmd->retries_left > 0) {
+      cmd->retries_left--;
+      cmd->state = RLOCK__CMD_WAIT_RETRY;
+      rlock__timed_start(c, &cmd->timer,
+                         rlock__now_ms() + c->opts.retry_interval_ms);
+    } else {
+      complete(cmd, NULL, RLOCK_ECONN);
+    }
+    return;
+  }
+  if (reply->type == REDIS_REPLY_ERROR && cmd->script != NULL &&
+      !cmd->use_eval && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
+    cmd->use_eval = true; /* EVAL also caches it for the next EVALSHA */
+    send_now(cmd);
+    return;
+  }
+  complete(cmd, reply, 0);
+}
+
+static void send_now(rlock__cmd *cmd) {
+  rlock__conn *conn = &cmd->client->cmd;
+  int off = 2;
+  if (cmd->script != NULL) {
+    off = 0;
+    cmd->argv[0] = cmd->use_eval ? "EVAL" : "EVALSHA";
+    cmd->argvlen[0] = strlen(cmd->argv[0]);
+    cmd->argv[1] = cmd->use_eval ? cmd->script->body : cmd->script->sha;
+    cmd->argvlen[1] = strlen(cmd->argv[1]);
+  }
+  if (redisAsyncCommandArgv(conn->ac, cmd_reply_cb, cmd, cmd->argc + 2 - off,
+                            cmd->argv + off, cmd->argvlen + off) != REDIS_OK) {
+    /* The context is disconnecting: wait for the next connection. */
+    cmd->pending_next = NULL;
+    if (conn->pending_tail != NULL)
+      conn->pending_tail->pending_next = cmd;
+    else
+      conn->pending_head = cmd;
+    conn->pending_tail = cmd;
+    return;
+  }
+  cmd->inflight++;
+}
+
+static void dispatch(rlock__cmd *cmd) {
+  rlock_client *c = cmd->client;
+  rlock__conn *conn = &c->cmd;
+  cmd->state = RLOCK__CMD_WAIT_REPLY;
+  cmd->timer.fire = cmd_timer_fire;
+  rlock__timed_start(c, &cmd->timer,
+                     rlock__now_ms() + c->opts.command_timeout_ms);
+  if (conn->ac == NULL) {
+    cmd->pending_next = NULL;
+    if (conn->pending_tail != NULL)
+      conn->pending_tail->pending_next = cmd;
+    else
+      conn->pending_head = cmd;
+    conn->pending_tail = cmd;
+    return;
+  }
+  send_now(cmd);
+}
+
+rlock__cmd *rlock__cmd_send(rlock_client *c, const rlock__script *script,
+                            int argc, const char **argv, const size_t *argvlen,
+                            int retries, rlock__reply_cb cb, void *data) {
+  size_t bytes = 0;
+  for (int i = 0; i < argc; i++)
+    bytes += argvlen[i] + 1;
+  size_t slots = (size_t)argc + 2;
+  size_t head = sizeof(rlock__cmd) + slots * sizeof(char *) +
+                slots * sizeof(size_t);
+  rlock__cmd *cmd = malloc(head + bytes);
+  if (cmd == NULL)
+    return NULL;
+  memset(cmd, 0, sizeof(*cmd));
+  cmd->client = c;
+  cmd->cb = cb;
+  cmd->data = data;
+  cmd->retries_left = retries;
+  cmd->script = script;
+  cmd->argc = argc;
+  cmd->argv = (const char **)(void *)(cmd + 1);
+  cmd->argvlen = (size_t *)(void *)(cmd->argv + slots);
+  char *p = (char *)(cmd->argvlen + slots);
+  for (int i = 0; i < argc; i++) {
+    memcpy(p, argv[i], argvlen[i]);
+    p[argvlen[i]] = '\0';
+    cmd->argv[i + 2] = p;
+    cmd->argvlen[i + 2] = argvlen[i];
+    p += argvlen[i] + 1;
+  }
+  cmd->all_next = c->cmd_all;
+  if (c->cmd_all != NULL)
+    c->cmd_all->all_prev = cmd;
+  c->cmd_all = cmd;
+  dispatch(cmd);
+  return cmd;
+}
+
+void rlock__cmd_abandon(rlock__cmd *cmd) {
+  if (cmd == NULL)
+    return;
+  cmd->cb = NULL;
+  if (cmd->state != RLOCK__CMD_DONE) {
+    rlock__timed_stop(cmd->client, &cmd->timer);
+    if (cmd->inflight == 0)
+      pending_remove(cmd);
+    cmd->state = RLOCK__CMD_DONE;
+  }
+  cmd_free_if_idle(cmd);
+}
+
+/* Called at shutdown after both connections are freed: nothing is in flight
+ * any more, so every record left (waiting for a retry or a connection) is
+ * failed and freed. */
+void rlock__cmd_shutdown_all(rlock_client *c) {
+  while (c->cmd_all != NULL) {
+    rlock__cmd *cmd = c->cmd_all;
+    cmd->inflight = 0;
+    if (cmd->state != RLOCK__CMD_DONE) {
+      pending_remove(cmd);
+      complete(cmd, NULL, RLOCK_ECLOSED);
+    } else {
+      cmd_free_if_idle(cmd);
+    }
+  }
+}

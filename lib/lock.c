@@ -1,0 +1,460 @@
+/* The reentrant lock: operations as state machines on the loop thread
+ * (rlock__op), and the blocking public API as a thin facade over them. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client-private.h"
+
+/* Leases up to ~34 years; beyond that a caller almost surely passed a
+ * garbage value, and PEXPIRE arithmetic would overflow on the server. */
+#define LEASE_MAX_MS (INT64_C(1) << 40)
+
+/* ---- op bookkeeping ---- */
+
+static void active_add(rlock_client *c, rlock__op *op) {
+  op->active_prev = NULL;
+  op->active_next = c->active_head;
+  if (c->active_head != NULL)
+    c->active_head->active_prev = op;
+  c->active_head = op;
+}
+
+static void active_remove(rlock_client *c, rlock__op *op) {
+  if (op->active_prev != NULL)
+    op->active_prev->active_next = op->active_next;
+  else
+    c->active_head = op->active_next;
+  if (op->active_next != NULL)
+    op->active_next->active_prev = op->active_prev;
+  op->active_prev = op->active_next = NULL;
+}
+
+static void set_detail(rlock__op *op, const char *fmt, ...)
+    RLOCK__PRINTF(2, 3);
+static void set_detail(rlock__op *op, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(op->detail, sizeof(op->detail), fmt, ap);
+  va_end(ap);
+}
+
+void rlock__op_finish(rlock__op *op, int result) {
+  if (op->state == RLOCK__ST_DONE)
+    return;
+  rlock_client *c = op->lock->client;
+  rlock__cmd_abandon(op->cmd);
+  op->cmd = NULL;
+  rlock__sub_leave(op);
+  rlock__timed_stop(c, &op->timer);
+  active_remove(c, op);
+  free(op->latch);
+  op->latch = NULL;
+  op->state = RLOCK__ST_DONE;
+  op->result = result;
+  if (result < 0 && op->detail[0] == '\0') {
+    if (result == RLOCK_ETIMEDOUT)
+      set_detail(op, "no reply from Redis within command_timeout_ms (%" PRId64
+                     " ms)", c->opts.command_timeout_ms);
+    else
+      set_detail(op, "%s", rlock_strerror(result));
+  }
+  op->done(op);
+}
+
+/* Common handling of a reply that is a transport error or an error reply.
+ * Returns true when the op was finished. */
+static bool failed(rlock__op *op, redisReply *reply, int err) {
+  if (err != 0) {
+    rlock__op_finish(op, err);
+    return true;
+  }
+  if (reply->type == REDIS_REPLY_ERROR) {
+    set_detail(op, "%.*s", (int)reply->len, reply->str);
+    rlock__op_finish(op, rlock__reply_error(reply));
+    return true;
+  }
+  return false;
+}
+
+static void send_cmd(rlock__op *op, const rlock__script *script, int argc,
+                     const char **argv, const size_t *lens, int retries,
+                     rlock__reply_cb cb) {
+  rlock_client *c = op->lock->client;
+  op->state = RLOCK__ST_CMD;
+  op->cmd = rlock__cmd_send(c, script, argc, argv, lens, retries, cb, op);
+  if (op->cmd == NULL)
+    rlock__op_finish(op, RLOCK_ENOMEM);
+}
+
+static int64_t effective_lease(rlock_client *c, int64_t lease_ms) {
+  return lease_ms < 0 ? c->opts.watchdog_timeout_ms : lease_ms;
+}
+
+/* ---- acquire ---- */
+
+static void send_try(rlock__op *op);
+
+static void try_reply(rlock_client *c, redisReply *reply, int err,
+                      void *data) {
+  rlock__op *op = data;
+  rlock *lock = op->lock;
+  op->cmd = NULL;
+  if (failed(op, reply, err))
+    return;
+  if (reply->type == REDIS_REPLY_NIL) {
+    int rc = rlock__hold_add(c, lock->name, op->owner, op->lease_ms);
+    rlock__op_finish(op, rc < 0 ? rc : 1);
+    return;
+  }
+  if (reply->type != REDIS_REPLY_INTEGER) {
+    set_detail(op, "acquire script replied type %d", reply->type);
+    rlock__op_finish(op, RLOCK_EPROTO);
+    return;
+  }
+  int64_t ttl = reply->integer;
+  if (op->wait_ms == 0) {
+    rlock__op_finish(op, 0);
+    return;
+  }
+  int64_t now = rlock__now_ms();
+  if (op->wait_ms > 0 && now >= op->deadline) {
+    rlock__op_finish(op, 0);
+    return;
+  }
+  if (op->sub == NULL) {
+    int joined = rlock__sub_join(c, op, lock->channel, lock->channel_len);
+    if (joined < 0) {
+      rlock__op_finish(op, joined);
+      return;
+    }
+    if (joined == 0)
+      return; /* pubsub calls rlock__op_retry once subscribed */
+    /* Already subscribed. If the subscription was live before this try was
+     * sent, any release after the try is heard, so sleep now; otherwise try
+     * once more (PROTOCOL.md: subscribe before the re-try). */
+    if (op->seen_epoch == 0 ||
+        op->seen_epoch !=
+            rlock__sub_epoch(c, lock->channel, lock->channel_len)) {
+      send_try(op);
+      return;
+    }
+  }
+  /* Sleep until a release message, bounded by the holder's TTL (so a lost
+   * message costs one TTL, never a hang) and by our own deadline. A key
+   * without TTL (-1) is re-checked every watchdog timeout. */
+  int64_t sleep_ms = ttl >= 0 ? ttl : c->opts.watchdog_timeout_ms;
+  if (op->wait_ms > 0 && op->deadline - now < sleep_ms)
+    sleep_ms = op->deadline - now;
+  rlock__sub_wait(op, sleep_ms);
+}
+
+static void send_try(rlock__op *op) {
+  rlock *lock = op->lock;
+  rlock_client *c = lock->client;
+  char lease[24];
+  snprintf(lease, sizeof(lease), "%" PRId64, effective_lease(c, op->lease_ms));
+  const char *argv[4] = {"1", lock->name, lease, op->owner};
+  size_t lens[4] = {1, lock->name_len, strlen(lease), strlen(op->owner)};
+  op->seen_epoch = rlock__sub_epoch(c, lock->channel, lock->channel_len);
+  /* Not re-sent on a timeout: a second HINCRBY after a lost reply would
+   * count one acquisition twice. */
+  send_cmd(op, rlock__script_get(RLOCK__SCRIPT_ACQUIRE), 4, argv, lens, 0,
+           try_reply);
+}
+
+void rlock__op_retry(rlock__op *op) { send_try(op); }
+
+void rlock__op_sub_timeout(rlock__op *op) {
+  if (op->wait_ms >= 0 && rlock__now_ms() >= op->deadline) {
+    rlock__op_finish(op, 0);
+    return;
+  }
+  set_detail(op, "SUBSCRIBE to %s not confirmed within subscribe_timeout_ms",
+             op->lock->channel);
+  rlock__op_finish(op, RLOCK_ETIMEDOUT);
+}
+
+/* ---- release ---- */
+
+static void release_reply(rlock_client *c, redisReply *reply, int err,
+                          void *data) {
+  rlock__op *op = data;
+  op->cmd = NULL;
+  if (failed(op, reply, err))
+    return;
+  rlock__hold *h = rlock__hold_find(c, op->lock->name, op->owner);
+  if (reply->type == REDIS_REPLY_NIL) {
+    if (h != NULL) {
+      /* We held it, the server says we don't: it expired or was deleted. */
+      set_detail(op, "lock '%s' expired or was deleted before this unlock",
+                 op->lock->name);
+      rlock__hold_drop(c, h);
+      rlock__op_finish(op, RLOCK_ELOCKLOST);
+    } else {
+      set_detail(op, "lock '%s' is not held by %s", op->lock->name, op->owner);
+      rlock__op_finish(op, RLOCK_ENOTOWNER);
+    }
+    return;
+  }
+  if (reply->type != REDIS_REPLY_INTEGER ||
+      (reply->integer != 0 && reply->integer != 1)) {
+    set_detail(op, "release script replied an unexpected value");
+    rlock__op_finish(op, RLOCK_EPROTO);
+    return;
+  }
+  /* The latch did its job once this reply arrived; Java deletes it too. */
+  const char *argv[2] = {"DEL", op->latch};
+  size_t lens[2] = {3, strlen(op->latch)};
+  rlock__cmd_send(c, NULL, 2, argv, lens, 0, NULL, NULL);
+  if (h != NULL) {
+    if (reply->integer == 1) {
+      rlock__hold_drop(c, h);
+    } else {
+      /* Still held: which kind of hold ended is unknown, so renewal goes on
+       * while any watchdog hold may remain (as Redisson does). */
+      if (h->count > 1)
+        h->count--;
+      if (h->watchdog_count > h->count)
+        h->watchdog_count = h->count;
+    }
+  }
+  rlock__op_finish(op, (int)reply->integer);
+}
+
+static void start_release(rlock__op *op) {
+  rlock *lock = op->lock;
+  rlock_client *c = lock->client;
+  char hex[33];
+  if (rlock__random_hex(hex, 16) != 0) {
+    rlock__op_finish(op, RLOCK_ESYS);
+    return;
+  }
+  /* redisson_unlock_latch:{name}:<32 hex>, a fresh request id per unlock
+   * call; re-sends of this call reuse it. */
+  size_t latch_len = 22 + lock->braced_len + 1 + 32;
+  op->latch = malloc(latch_len + 1);
+  if (op->latch == NULL) {
+    rlock__op_finish(op, RLOCK_ENOMEM);
+    return;
+  }
+  snprintf(op->latch, latch_len + 1, "redisson_unlock_latch:%s:%s",
+           lock->braced, hex);
+  rlock__hold *h = rlock__hold_find(c, lock->name, op->owner);
+  int64_t lease = c->opts.watchdog_timeout_ms;
+  if (h != NULL && h->watchdog_count == 0 && h->lease_ms > 0)
+    lease = h->lease_ms;
+  char lease_s[24], latch_ttl[24];
+  snprintf(lease_s, sizeof(lease_s), "%" PRId64, lease);
+  /* The latch must outlive every re-send of this unlock. */
+  int64_t ttl = (int64_t)(c->opts.retry_attempts + 1) *
+                (c->opts.command_timeout_ms + c->opts.retry_interval_ms);
+  snprintf(latch_ttl, sizeof(latch_ttl), "%" PRId64, ttl);
+  const char *publish = c->opts.sharded_pubsub ? "SPUBLISH" : "PUBLISH";
+  const char *argv[9] = {"3",     lock->name, lock->channel, op->latch, "0",
+                         lease_s, op->owner,  publish,       latch_ttl};
+  size_t lens[9];
+  for (int i = 0; i < 9; i++)
+    lens[i] = strlen(argv[i]);
+  lens[1] = lock->name_len;
+  send_cmd(op, rlock__script_get(RLOCK__SCRIPT_RELEASE), 9, argv, lens,
+           c->opts.retry_attempts, release_reply);
+}
+
+/* ---- force unlock and queries ---- */
+
+static void int_reply(rlock_client *c, redisReply *reply, int err,
+                      void *data) {
+  (void)c;
+  rlock__op *op = data;
+  op->cmd = NULL;
+  if (failed(op, reply, err))
+    return;
+  if (op->kind == RLOCK__OP_HOLD_COUNT) {
+    if (reply->type == REDIS_REPLY_NIL) {
+      op->value = 0;
+      rlock__op_finish(op, 0);
+      return;
+    }
+    if (reply->type == REDIS_REPLY_STRING) {
+      char *end = NULL;
+      op->value = strtoll(reply->str, &end, 10);
+      rlock__op_finish(op, end != reply->str ? 0 : RLOCK_EPROTO);
+      return;
+    }
+  }
+  if (reply->type != REDIS_REPLY_INTEGER) {
+    set_detail(op, "unexpected reply type %d", reply->type);
+    rlock__op_finish(op, RLOCK_EPROTO);
+    return;
+  }
+  op->value = reply->integer;
+  if (op->kind == RLOCK__OP_TTL)
+    rlock__op_finish(op, 0);
+  else
+    rlock__op_finish(op, reply->integer != 0 ? 1 : 0);
+}
+
+void rlock__op_start(rlock_client *c, rlock__op *op) {
+  rlock *lock = op->lock;
+  active_add(c, op);
+  int retries = c->opts.retry_attempts;
+  switch (op->kind) {
+  case RLOCK__OP_ACQUIRE:
+    send_try(op);
+    return;
+  case RLOCK__OP_RELEASE:
+    start_release(op);
+    return;
+  case RLOCK__OP_FORCE_UNLOCK: {
+    const char *publish = c->opts.sharded_pubsub ? "SPUBLISH" : "PUBLISH";
+    const char *argv[5] = {"2", lock->name, lock->channel, "0", publish};
+    size_t lens[5] = {1, lock->name_len, lock->channel_len, 1,
+                      strlen(publish)};
+    send_cmd(op, rlock__script_get(RLOCK__SCRIPT_FORCE), 5, argv, lens,
+             retries, int_reply);
+    return;
+  }
+  case RLOCK__OP_IS_LOCKED: {
+    const char *argv[2] = {"EXISTS", lock->name};
+    size_t lens[2] = {6, lock->name_len};
+    send_cmd(op, NULL, 2, argv, lens, retries, int_reply);
+    return;
+  }
+  case RLOCK__OP_IS_HELD:
+  case RLOCK__OP_HOLD_COUNT: {
+    bool held = op->kind == RLOCK__OP_IS_HELD;
+    const char *argv[3] = {held ? "HEXISTS" : "HGET", lock->name, op->owner};
+    size_t lens[3] = {held ? 7u : 4u, lock->name_len, strlen(op->owner)};
+    send_cmd(op, NULL, 3, argv, lens, retries, int_reply);
+    return;
+  }
+  case RLOCK__OP_TTL: {
+    const char *argv[2] = {"PTTL", lock->name};
+    size_t lens[2] = {4, lock->name_len};
+    send_cmd(op, NULL, 2, argv, lens, retries, int_reply);
+    return;
+  }
+  }
+}
+
+/* ---- blocking facade ---- */
+
+static void sync_done(rlock__op *op) { uv_sem_post((uv_sem_t *)op->data); }
+
+static void op_init(rlock__op *op, rlock *lock, rlock__op_kind kind) {
+  memset(op, 0, sizeof(*op));
+  op->kind = kind;
+  op->lock = lock;
+  op->state = RLOCK__ST_NEW;
+  op->wait_ms = -1;
+  op->lease_ms = -1;
+  snprintf(op->owner, sizeof(op->owner), "%s:%" PRIu64, lock->client->id,
+           rlock_thread_id());
+}
+
+static int run_sync(rlock *lock, rlock__op *op) {
+  rlock_client *c = lock->client;
+  if (rlock__on_loop_thread(c)) {
+    rlock__set_last_error("blocking rlock call made on the client's loop "
+                          "thread (e.g. inside on_lock_lost)");
+    return RLOCK_EDEADLK;
+  }
+  uv_sem_t sem;
+  if (uv_sem_init(&sem, 0) != 0) {
+    rlock__set_last_error("uv_sem_init failed");
+    return RLOCK_ESYS;
+  }
+  op->done = sync_done;
+  op->data = &sem;
+  int rc = rlock__loop_submit(c, op);
+  if (rc == 0) {
+    uv_sem_wait(&sem);
+    rc = op->result;
+  } else {
+    snprintf(op->detail, sizeof(op->detail), "client is closed");
+  }
+  uv_sem_destroy(&sem);
+  if (rc < 0)
+    rlock__set_last_error("%s", op->detail[0] ? op->detail
+                                              : rlock_strerror(rc));
+  else
+    rlock__clear_last_error();
+  return rc;
+}
+
+static int bad_arg(const char *what) {
+  rlock__set_last_error("%s", what);
+  return RLOCK_EINVAL;
+}
+
+static int check_lease(int64_t lease_ms) {
+  if (lease_ms == 0)
+    return bad_arg("lease_ms must be > 0, or < 0 for watchdog mode");
+  if (lease_ms > LEASE_MAX_MS)
+    return bad_arg("lease_ms is too large (max 2^40 ms)");
+  return 0;
+}
+
+static int acquire(rlock *lock, int64_t wait_ms, int64_t lease_ms) {
+  if (lock == NULL)
+    return bad_arg("lock is NULL");
+  int rc = check_lease(lease_ms);
+  if (rc != 0)
+    return rc;
+  rlock__op op;
+  op_init(&op, lock, RLOCK__OP_ACQUIRE);
+  /* A wait too long to add to the clock is as good as forever. */
+  op.wait_ms = (wait_ms > LEASE_MAX_MS) ? -1 : wait_ms;
+  op.lease_ms = lease_ms;
+  if (op.wait_ms > 0)
+    op.deadline = rlock__now_ms() + op.wait_ms;
+  return run_sync(lock, &op);
+}
+
+int rlock_lock(rlock *lock, int64_t lease_ms) {
+  int rc = acquire(lock, -1, lease_ms);
+  return rc == 1 ? 0 : (rc == 0 ? RLOCK_EPROTO : rc);
+}
+
+int rlock_try_lock(rlock *lock, int64_t wait_ms, int64_t lease_ms) {
+  return acquire(lock, wait_ms, lease_ms);
+}
+
+static int simple(rlock *lock, rlock__op_kind kind, int64_t *value) {
+  if (lock == NULL)
+    return bad_arg("lock is NULL");
+  rlock__op op;
+  op_init(&op, lock, kind);
+  int rc = run_sync(lock, &op);
+  if (value != NULL && rc >= 0)
+    *value = op.value;
+  return rc;
+}
+
+int rlock_unlock(rlock *lock) { return simple(lock, RLOCK__OP_RELEASE, NULL); }
+
+int rlock_force_unlock(rlock *lock) {
+  return simple(lock, RLOCK__OP_FORCE_UNLOCK, NULL);
+}
+
+int rlock_is_locked(rlock *lock) {
+  return simple(lock, RLOCK__OP_IS_LOCKED, NULL);
+}
+
+int rlock_is_held_by_current_thread(rlock *lock) {
+  return simple(lock, RLOCK__OP_IS_HELD, NULL);
+}
+
+int64_t rlock_hold_count(rlock *lock) {
+  int64_t count = 0;
+  int rc = simple(lock, RLOCK__OP_HOLD_COUNT, &count);
+  return rc < 0 ? rc : count;
+}
+
+int rlock_remain_ttl(rlock *lock, int64_t *ttl_ms) {
+  if (ttl_ms == NULL)
+    return bad_arg("ttl_ms is NULL");
+  return simple(lock, RLOCK__OP_TTL, ttl_ms);
+}

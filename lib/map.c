@@ -1,0 +1,132 @@
+#include "map.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "rlock.h"
+
+/* FNV-1a: short keys (lock names, channels), no adversarial input concerns
+ * beyond what the application itself chooses as names. */
+static uint64_t hash_bytes(const char *key, size_t len) {
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; i < len; i++) {
+    h ^= (unsigned char)key[i];
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+void rlock__map_init(rlock__map *m) {
+  m->buckets = NULL;
+  m->nbuckets = 0;
+  m->count = 0;
+}
+
+void rlock__map_destroy(rlock__map *m) {
+  for (size_t i = 0; i < m->nbuckets; i++) {
+    rlock__map_node *n = m->buckets[i];
+    while (n != NULL) {
+      rlock__map_node *next = n->next;
+      free(n);
+      n = next;
+    }
+  }
+  free(m->buckets);
+  rlock__map_init(m);
+}
+
+static rlock__map_node **find(const rlock__map *m, const char *key,
+                              size_t len, uint64_t h) {
+  if (m->nbuckets == 0)
+    return NULL;
+  rlock__map_node **slot = &m->buckets[h & (m->nbuckets - 1)];
+  while (*slot != NULL) {
+    rlock__map_node *n = *slot;
+    if (n->hash == h && n->key_len == len && memcmp(n->key, key, len) == 0)
+      return slot;
+    slot = &n->next;
+  }
+  return slot;
+}
+
+void *rlock__map_get(const rlock__map *m, const char *key, size_t len) {
+  rlock__map_node **slot = find(m, key, len, hash_bytes(key, len));
+  return (slot != NULL && *slot != NULL) ? (*slot)->value : NULL;
+}
+
+static int grow(rlock__map *m) {
+  size_t n = m->nbuckets ? m->nbuckets * 2 : 16;
+  rlock__map_node **b = calloc(n, sizeof(*b));
+  if (b == NULL)
+    return RLOCK_ENOMEM;
+  for (size_t i = 0; i < m->nbuckets; i++) {
+    rlock__map_node *node = m->buckets[i];
+    while (node != NULL) {
+      rlock__map_node *next = node->next;
+      size_t j = node->hash & (n - 1);
+      node->next = b[j];
+      b[j] = node;
+      node = next;
+    }
+  }
+  free(m->buckets);
+  m->buckets = b;
+  m->nbuckets = n;
+  return 0;
+}
+
+int rlock__map_put(rlock__map *m, const char *key, size_t len, void *value) {
+  uint64_t h = hash_bytes(key, len);
+  if (m->count + 1 > m->nbuckets * 3 / 4) {
+    int err = grow(m);
+    if (err)
+      return err;
+  }
+  rlock__map_node **slot = find(m, key, len, h);
+  if (*slot != NULL) {
+    (*slot)->value = value;
+    return 0;
+  }
+  rlock__map_node *n = malloc(sizeof(*n) + len + 1);
+  if (n == NULL)
+    return RLOCK_ENOMEM;
+  n->next = NULL;
+  n->hash = h;
+  n->value = value;
+  n->key_len = len;
+  memcpy(n->key, key, len);
+  n->key[len] = '\0';
+  *slot = n;
+  m->count++;
+  return 0;
+}
+
+void *rlock__map_remove(rlock__map *m, const char *key, size_t len) {
+  rlock__map_node **slot = find(m, key, len, hash_bytes(key, len));
+  if (slot == NULL || *slot == NULL)
+    return NULL;
+  rlock__map_node *n = *slot;
+  void *value = n->value;
+  *slot = n->next;
+  free(n);
+  m->count--;
+  return value;
+}
+
+void rlock__map_iter_init(rlock__map_iter *it, const rlock__map *m) {
+  it->m = m;
+  it->bucket = 0;
+  it->next = NULL;
+  while (it->bucket < m->nbuckets && it->next == NULL)
+    it->next = m->buckets[it->bucket++];
+}
+
+rlock__map_node *rlock__map_next(rlock__map_iter *it) {
+  rlock__map_node *cur = it->next;
+  if (cur == NULL)
+    return NULL;
+  it->next = cur->next;
+  while (it->next == NULL && it->bucket < it->m->nbuckets)
+    it->next = it->m->buckets[it->bucket++];
+  return cur;
+}

@@ -1,0 +1,112 @@
+/* Client option defaults and validation. */
+#include <stdint.h>
+#include <string.h>
+
+#include "util.h"
+
+#define RLOCK__MS_MAX INT64_C(2147483647) /* 2^31-1, as documented in rlock.h  \
+                                           */
+#define RLOCK__CLIENT_NAME_MAX 64
+
+void rlock_options_init(rlock_options *o) {
+  if (o == NULL)
+    return;
+  memset(o, 0, sizeof(*o));
+  o->uri = NULL;
+  o->client_name = NULL;
+  o->watchdog_timeout_ms = 30000;
+  o->command_timeout_ms = 3000;
+  o->subscribe_timeout_ms = 7500;
+  o->retry_attempts = 3;
+  o->retry_interval_ms = 1500;
+  o->sharded_pubsub = 0;
+  o->on_lock_lost = NULL;
+  o->on_lock_lost_data = NULL;
+}
+
+static int rlock__check_ms(const char *field, int64_t value, int64_t min) {
+  if (value < min || value > RLOCK__MS_MAX) {
+    rlock__set_last_error("rlock_options.%s is %lld; it must be in %lld..%lld",
+                          field, (long long)value, (long long)min,
+                          (long long)RLOCK__MS_MAX);
+    return RLOCK_EINVAL;
+  }
+  return 0;
+}
+
+/* Redis refuses CLIENT SETNAME with any byte outside '!'..'~' ("Client names
+ * cannot contain spaces, newlines or special characters"). Checking the same
+ * set here turns what would be a connect-time server error into an option
+ * error that names the field. */
+static int rlock__check_client_name(const char *name) {
+  size_t len = strlen(name);
+  size_t i;
+
+  if (len == 0 || len > RLOCK__CLIENT_NAME_MAX) {
+    rlock__set_last_error("rlock_options.client_name is %zu characters long; "
+                          "it must be 1..%d",
+                          len, RLOCK__CLIENT_NAME_MAX);
+    return RLOCK_EINVAL;
+  }
+  for (i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)name[i];
+    if (c < '!' || c > '~') {
+      rlock__set_last_error("rlock_options.client_name contains byte 0x%02x at "
+                            "offset %zu; only printable ASCII without spaces "
+                            "or newlines is allowed",
+                            c, i);
+      return RLOCK_EINVAL;
+    }
+  }
+  return 0;
+}
+
+int rlock__options_validate(const rlock_options *o) {
+  rlock__uri uri;
+  int rc;
+
+  /* NULL means "all defaults" everywhere options are taken, and the
+   * defaults are valid. */
+  if (o == NULL)
+    return 0;
+
+  if (o->client_name != NULL) {
+    rc = rlock__check_client_name(o->client_name);
+    if (rc != 0)
+      return rc;
+  }
+  rc = rlock__check_ms("watchdog_timeout_ms", o->watchdog_timeout_ms, 300);
+  if (rc != 0)
+    return rc;
+  rc = rlock__check_ms("command_timeout_ms", o->command_timeout_ms, 10);
+  if (rc != 0)
+    return rc;
+  rc = rlock__check_ms("subscribe_timeout_ms", o->subscribe_timeout_ms, 10);
+  if (rc != 0)
+    return rc;
+  if (o->retry_attempts < 0 || o->retry_attempts > 100) {
+    rlock__set_last_error("rlock_options.retry_attempts is %d; it must be in "
+                          "0..100",
+                          o->retry_attempts);
+    return RLOCK_EINVAL;
+  }
+  rc = rlock__check_ms("retry_interval_ms", o->retry_interval_ms, 0);
+  if (rc != 0)
+    return rc;
+  if (o->sharded_pubsub != 0 && o->sharded_pubsub != 1) {
+    rlock__set_last_error("rlock_options.sharded_pubsub is %d; it must be 0 "
+                          "or 1",
+                          o->sharded_pubsub);
+    return RLOCK_EINVAL;
+  }
+
+  /* Only the syntax is checked here; the client resolves $REDIS_URL and the
+   * default itself when uri is NULL. */
+  if (o->uri != NULL) {
+    rc = rlock__uri_parse(o->uri, &uri);
+    if (rc != 0)
+      return rc;
+    rlock__uri_free(&uri);
+  }
+  return 0;
+}

@@ -1,0 +1,322 @@
+/* The pub/sub registry: one entry per lock channel, shared by every op of
+ * the client that waits on that lock. The first waiter SUBSCRIBEs, the last
+ * one to leave UNSUBSCRIBEs. A message "0" wakes one waiter, "1" wakes all;
+ * a wake-up that finds nobody waiting is kept as a permit (as Java's
+ * semaphore does), because the op it was meant for may be between a failed
+ * try and its wait: the try's reply and the message arrive on different
+ * connections in no fixed order. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client-private.h"
+
+/* ---- op lists (confirm / wait), doubly linked through op->sub_* ---- */
+
+static void list_append(rlock__op **head, rlock__op **tail, rlock__op *op) {
+  op->sub_next = NULL;
+  op->sub_prev = *tail;
+  if (*tail != NULL)
+    (*tail)->sub_next = op;
+  else
+    *head = op;
+  *tail = op;
+}
+
+static void list_remove(rlock__op **head, rlock__op **tail, rlock__op *op) {
+  if (op->sub_prev != NULL)
+    op->sub_prev->sub_next = op->sub_next;
+  else
+    *head = op->sub_next;
+  if (op->sub_next != NULL)
+    op->sub_next->sub_prev = op->sub_prev;
+  else
+    *tail = op->sub_prev;
+  op->sub_prev = op->sub_next = NULL;
+}
+
+/* ---- entries ---- */
+
+static void entry_free(rlock_client *c, rlock__sub *e) {
+  rlock__map_remove(&c->subs, e->channel, e->channel_len);
+  free(e->channel);
+  free(e);
+}
+
+static void sub_cb(redisAsyncContext *ac, void *r, void *privdata);
+
+static void send_subscribe(rlock_client *c, rlock__sub *e) {
+  redisAsyncContext *ac = c->sub.ac;
+  e->resubscribe = false;
+  if (ac == NULL) {
+    e->state = RLOCK__SUB_NONE; /* rlock__pubsub_on_connect subscribes */
+    return;
+  }
+  const char *argv[2] = {"SUBSCRIBE", e->channel};
+  size_t lens[2] = {9, e->channel_len};
+  if (redisAsyncCommandArgv(ac, sub_cb, c, 2, argv, lens) != REDIS_OK) {
+    e->state = RLOCK__SUB_NONE;
+    return;
+  }
+  e->state = RLOCK__SUB_SUBSCRIBING;
+}
+
+/* The entry has no ops left. hiredis 0.14 keeps one callback per channel
+ * and drops it when an "unsubscribe" reply arrives, so a SUBSCRIBE sent
+ * while an UNSUBSCRIBE is in flight would lose its callback: a new SUBSCRIBE
+ * waits for the UNSUBSCRIBE's reply instead (e->resubscribe). */
+static void entry_idle(rlock_client *c, rlock__sub *e) {
+  e->permits = 0;
+  switch (e->state) {
+  case RLOCK__SUB_NONE:
+    entry_free(c, e);
+    break;
+  case RLOCK__SUB_SUBSCRIBING: /* unsubscribed when confirmed */
+    break;
+  case RLOCK__SUB_UNSUBSCRIBING:
+    e->resubscribe = false;
+    break;
+  case RLOCK__SUB_SUBSCRIBED: {
+    redisAsyncContext *ac = c->sub.ac;
+    const char *argv[2] = {"UNSUBSCRIBE", e->channel};
+    size_t lens[2] = {11, e->channel_len};
+    if (ac != NULL &&
+        redisAsyncCommandArgv(ac, NULL, NULL, 2, argv, lens) == REDIS_OK) {
+      e->state = RLOCK__SUB_UNSUBSCRIBING;
+    } else {
+      entry_free(c, e);
+    }
+    break;
+  }
+  }
+}
+
+static void op_timer_fire(rlock_client *c, rlock__timed *t) {
+  (void)c;
+  rlock__op *op = (rlock__op *)((char *)t - offsetof(rlock__op, timer));
+  rlock__sub *e = op->sub;
+  if (op->state == RLOCK__ST_AWAIT_SUB) {
+    list_remove(&e->confirm_head, &e->confirm_tail, op);
+    rlock__op_sub_timeout(op);
+  } else if (op->state == RLOCK__ST_WAITING) {
+    list_remove(&e->wait_head, &e->wait_tail, op);
+    rlock__op_retry(op);
+  }
+}
+
+static void wake(rlock__op *op) {
+  rlock__sub *e = op->sub;
+  rlock__timed_stop(e->client, &op->timer);
+  list_remove(&e->wait_head, &e->wait_tail, op);
+  rlock__op_retry(op);
+}
+
+int rlock__sub_join(rlock_client *c, rlock__op *op, const char *channel,
+                    size_t len) {
+  rlock__sub *e = rlock__map_get(&c->subs, channel, len);
+  if (e == NULL) {
+    e = calloc(1, sizeof(*e));
+    if (e == NULL)
+      return RLOCK_ENOMEM;
+    e->channel = malloc(len + 1);
+    if (e->channel == NULL || rlock__map_put(&c->subs, channel, len, e) != 0) {
+      free(e->channel);
+      free(e);
+      return RLOCK_ENOMEM;
+    }
+    memcpy(e->channel, channel, len);
+    e->channel[len] = '\0';
+    e->channel_len = len;
+    e->client = c;
+    e->state = RLOCK__SUB_NONE;
+  }
+  e->refs++;
+  op->sub = e;
+  if (e->state == RLOCK__SUB_SUBSCRIBED)
+    return 1;
+  if (e->state == RLOCK__SUB_NONE)
+    send_subscribe(c, e);
+  else if (e->state == RLOCK__SUB_UNSUBSCRIBING)
+    e->resubscribe = true;
+  op->state = RLOCK__ST_AWAIT_SUB;
+  list_append(&e->confirm_head, &e->confirm_tail, op);
+  int64_t at = rlock__now_ms() + c->opts.subscribe_timeout_ms;
+  if (op->wait_ms >= 0 && op->deadline < at)
+    at = op->deadline;
+  op->timer.fire = op_timer_fire;
+  rlock__timed_start(c, &op->timer, at);
+  return 0;
+}
+
+void rlock__sub_unwait(rlock__op *op) {
+  rlock__sub *e = op->sub;
+  if (e == NULL)
+    return;
+  rlock__timed_stop(e->client, &op->timer);
+  if (op->state == RLOCK__ST_AWAIT_SUB)
+    list_remove(&e->confirm_head, &e->confirm_tail, op);
+  else if (op->state == RLOCK__ST_WAITING)
+    list_remove(&e->wait_head, &e->wait_tail, op);
+}
+
+void rlock__sub_leave(rlock__op *op) {
+  rlock__sub *e = op->sub;
+  if (e == NULL)
+    return;
+  rlock__sub_unwait(op);
+  op->sub = NULL;
+  if (--e->refs == 0)
+    entry_idle(e->client, e);
+  else if (e->permits > e->refs)
+    e->permits = e->refs;
+}
+
+uint64_t rlock__sub_epoch(rlock_client *c, const char *channel, size_t len) {
+  rlock__sub *e = rlock__map_get(&c->subs, channel, len);
+  return (e != NULL && e->state == RLOCK__SUB_SUBSCRIBED) ? e->epoch : 0;
+}
+
+void rlock__sub_wait(rlock__op *op, int64_t wait_ms) {
+  rlock__sub *e = op->sub;
+  if (e->permits > 0) {
+    e->permits--;
+    rlock__op_retry(op);
+    return;
+  }
+  op->state = RLOCK__ST_WAITING;
+  list_append(&e->wait_head, &e->wait_tail, op);
+  op->timer.fire = op_timer_fire;
+  rlock__timed_start(e->client, &op->timer, rlock__now_ms() + wait_ms);
+}
+
+/* ---- subscriber connection events ---- */
+
+/* Wakes every sleeper. Waking may free the entry (its last op leaves), so
+ * the list is detached first. */
+static void wake_all(rlock_client *c, rlock__sub *e) {
+  rlock__op *op = e->wait_head;
+  e->wait_head = e->wait_tail = NULL;
+  while (op != NULL) {
+    rlock__op *next = op->sub_next;
+    op->sub_prev = op->sub_next = NULL;
+    rlock__timed_stop(c, &op->timer);
+    rlock__op_retry(op);
+    op = next;
+  }
+}
+
+static void confirmed(rlock_client *c, rlock__sub *e) {
+  e->state = RLOCK__SUB_SUBSCRIBED;
+  e->epoch = ++c->next_epoch;
+  if (e->refs == 0) {
+    entry_idle(c, e);
+    return;
+  }
+  /* Every op that waited for this subscription tries again now that no
+   * release can go unheard. */
+  while (e->confirm_head != NULL) {
+    rlock__op *op = e->confirm_head;
+    rlock__timed_stop(c, &op->timer);
+    list_remove(&e->confirm_head, &e->confirm_tail, op);
+    rlock__op_retry(op);
+    if (rlock__map_get(&c->subs, e->channel, e->channel_len) != e)
+      return; /* the entry went away with its last op */
+  }
+  /* After a reconnect, messages may have been missed while unsubscribed:
+   * let every sleeper try once more rather than sleep out its TTL. */
+  if (e->missed) {
+    e->missed = false;
+    wake_all(c, e);
+  }
+}
+
+static void on_message(rlock_client *c, rlock__sub *e, const char *payload,
+                       size_t len) {
+  (void)c;
+  if (len != 1 || (payload[0] != '0' && payload[0] != '1'))
+    return; /* other payloads are not lock messages (PROTOCOL.md) */
+  if (payload[0] == '0') {
+    if (e->wait_head != NULL)
+      wake(e->wait_head);
+    else if (e->permits < e->refs)
+      e->permits++;
+    return;
+  }
+  if (e->wait_head == NULL) {
+    e->permits = e->refs;
+    return;
+  }
+  wake_all(c, e);
+}
+
+static void sub_cb(redisAsyncContext *ac, void *r, void *privdata) {
+  rlock_client *c = privdata;
+  redisReply *reply = r;
+  if (reply == NULL || c->closing || ac != c->sub.ac)
+    return;
+  if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 3 ||
+      reply->element[0]->type != REDIS_REPLY_STRING ||
+      reply->element[1]->type != REDIS_REPLY_STRING)
+    return;
+  const redisReply *kind = reply->element[0], *chan = reply->element[1];
+  rlock__sub *e = rlock__map_get(&c->subs, chan->str, chan->len);
+  if (e == NULL)
+    return;
+  if (strcmp(kind->str, "message") == 0) {
+    if (e->state == RLOCK__SUB_SUBSCRIBED &&
+        reply->element[2]->type == REDIS_REPLY_STRING)
+      on_message(c, e, reply->element[2]->str, reply->element[2]->len);
+  } else if (strcmp(kind->str, "subscribe") == 0) {
+    if (e->state == RLOCK__SUB_SUBSCRIBING)
+      confirmed(c, e);
+  } else if (strcmp(kind->str, "unsubscribe") == 0) {
+    if (e->state == RLOCK__SUB_UNSUBSCRIBING) {
+      e->state = RLOCK__SUB_NONE;
+      if (e->refs > 0)
+        send_subscribe(c, e);
+      else
+        entry_free(c, e);
+    }
+  }
+}
+
+void rlock__pubsub_on_connect(rlock_client *c) {
+  rlock__map_iter it;
+  rlock__map_node *n;
+  rlock__map_iter_init(&it, &c->subs);
+  while ((n = rlock__map_next(&it)) != NULL) {
+    rlock__sub *e = n->value;
+    if (e->state != RLOCK__SUB_NONE)
+      continue;
+    if (e->refs > 0)
+      send_subscribe(c, e);
+    else
+      entry_free(c, e);
+  }
+}
+
+void rlock__pubsub_on_disconnect(rlock_client *c) {
+  rlock__map_iter it;
+  rlock__map_node *n;
+  rlock__map_iter_init(&it, &c->subs);
+  while ((n = rlock__map_next(&it)) != NULL) {
+    rlock__sub *e = n->value;
+    e->state = RLOCK__SUB_NONE;
+    if (e->refs == 0) {
+      entry_free(c, e);
+      continue;
+    }
+    /* Sleepers keep their TTL-bounded timers; they also get one retry when
+     * the subscription is back (see confirmed()). */
+    e->permits = 0;
+    e->missed = true;
+  }
+}
+
+void rlock__pubsub_shutdown(rlock_client *c) {
+  rlock__map_iter it;
+  rlock__map_node *n;
+  rlock__map_iter_init(&it, &c->subs);
+  while ((n = rlock__map_next(&it)) != NULL)
+    entry_free(c, n->value);
+  rlock__map_destroy(&c->subs);
+}

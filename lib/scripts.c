@@ -1,0 +1,79 @@
+/* The Lua scripts, written from ../shared/PROTOCOL.md (Redisson's wire
+ * behaviour). Each is sent as EVALSHA, falling back to EVAL on NOSCRIPT. */
+#include <string.h>
+
+#include "client-private.h"
+
+/* KEYS[1] lock key; ARGV[1] lease ms, ARGV[2] owner.
+ * nil = acquired (or re-entered); otherwise the holder's PTTL. */
+static const char acquire_lua[] =
+    "if (redis.call('exists', KEYS[1]) == 0) or "
+    "(redis.call('hexists', KEYS[1], ARGV[2]) == 1) then "
+    "redis.call('hincrby', KEYS[1], ARGV[2], 1); "
+    "redis.call('pexpire', KEYS[1], ARGV[1]); "
+    "return nil; "
+    "end; "
+    "return redis.call('pttl', KEYS[1]);";
+
+/* KEYS[1] lock key, KEYS[2] lock channel, KEYS[3] unlock latch key;
+ * ARGV[1] message "0", ARGV[2] lease ms to re-apply, ARGV[3] owner,
+ * ARGV[4] PUBLISH or SPUBLISH, ARGV[5] latch ttl ms.
+ * The latch makes a re-sent unlock (after a lost reply) answer what the
+ * first one did instead of releasing a second hold.
+ * nil = not held by owner; 0 = still held; 1 = released. */
+static const char release_lua[] =
+    "local latch = redis.call('get', KEYS[3]); "
+    "if latch ~= false then return tonumber(latch); end; "
+    "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil; end; "
+    "local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); "
+    "if (counter > 0) then "
+    "redis.call('pexpire', KEYS[1], ARGV[2]); "
+    "redis.call('set', KEYS[3], 0, 'px', ARGV[5]); "
+    "return 0; "
+    "end; "
+    "redis.call('del', KEYS[1]); "
+    "redis.call(ARGV[4], KEYS[2], ARGV[1]); "
+    "redis.call('set', KEYS[3], 1, 'px', ARGV[5]); "
+    "return 1;";
+
+/* KEYS[1] lock key, KEYS[2] channel; ARGV[1] message "0", ARGV[2] publish
+ * command. 1 = deleted (and published), 0 = was not locked. */
+static const char force_lua[] =
+    "if (redis.call('del', KEYS[1]) == 1) then "
+    "redis.call(ARGV[2], KEYS[2], ARGV[1]); "
+    "return 1; "
+    "end; "
+    "return 0;";
+
+/* KEYS = lock keys; ARGV[1] watchdog timeout ms, ARGV[1+i] owner of KEYS[i].
+ * Reply: array with 1 (renewed) or 0 (owner no longer holds it) per key. */
+static const char renew_lua[] =
+    "local result = {}; "
+    "for i = 1, #KEYS do "
+    "if (redis.call('hexists', KEYS[i], ARGV[i + 1]) == 1) then "
+    "redis.call('pexpire', KEYS[i], ARGV[1]); "
+    "result[i] = 1; "
+    "else "
+    "result[i] = 0; "
+    "end; "
+    "end; "
+    "return result;";
+
+static rlock__script scripts[RLOCK__SCRIPT_COUNT] = {
+    {"acquire", acquire_lua, ""},
+    {"release", release_lua, ""},
+    {"force_unlock", force_lua, ""},
+    {"renew", renew_lua, ""},
+};
+
+static uv_once_t sha_once = UV_ONCE_INIT;
+
+static void compute_shas(void) {
+  for (int i = 0; i < RLOCK__SCRIPT_COUNT; i++)
+    rlock__sha1_hex(scripts[i].body, strlen(scripts[i].body), scripts[i].sha);
+}
+
+const rlock__script *rlock__script_get(int id) {
+  uv_once(&sha_once, compute_shas);
+  return &scripts[id];
+}

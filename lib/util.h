@@ -1,0 +1,70 @@
+/* Small self-contained helpers: errors, URI/options, SHA-1, random ids.
+ * Internal; never installed. */
+#ifndef RLOCK_UTIL_H
+#define RLOCK_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rlock.h"
+
+#if defined(__GNUC__) || defined(__clang__)
+#define RLOCK__PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define RLOCK__PRINTF(a, b)
+#endif
+
+/* ---- errors.c ---- */
+
+/* Sets the calling thread's rlock_last_error() text (truncated to 511
+ * bytes). */
+void rlock__set_last_error(const char *fmt, ...) RLOCK__PRINTF(1, 2);
+/* Makes rlock_last_error() return "" on the calling thread. */
+void rlock__clear_last_error(void);
+/* Maps a Redis error reply text (e.g. "WRONGTYPE ...", "NOPERM ...",
+ * "NOAUTH ...", "WRONGPASS ...", "OOM ...", "READONLY ...") to an RLOCK_E*
+ * code; anything unrecognised is RLOCK_ESERVER. */
+int rlock__err_from_server(const char *text, size_t len);
+
+/* ---- uri.c ---- */
+
+typedef struct rlock__uri {
+  int is_unix;    /* 1 for unix:///path */
+  char *host;     /* TCP host, without IPv6 brackets; NULL for unix */
+  int port;       /* 1..65535 (default 6379); 0 for unix */
+  char *path;     /* unix socket path; NULL for TCP */
+  char *user;     /* NULL when absent (percent-decoded) */
+  char *password; /* NULL when absent (percent-decoded) */
+  int db;         /* 0..INT_MAX, default 0 */
+} rlock__uri;
+
+/* Parses redis://[[user]:password@]host[:port][/db] and
+ * unix:///path[?db=N]. On success fills *out (strings malloc'd) and returns
+ * 0. On failure returns RLOCK_EURI (or RLOCK_ENOMEM), sets the thread's last
+ * error to a sentence naming the problem, and leaves *out zeroed. */
+int rlock__uri_parse(const char *uri, rlock__uri *out);
+void rlock__uri_free(rlock__uri *u); /* frees fields, zeroes; NULL ok */
+
+/* ---- options.c ---- */
+
+/* Checks every field's range (see rlock.h) and the URI's syntax. Returns 0 or
+ * RLOCK_EINVAL / RLOCK_EURI with rlock_last_error() set. */
+int rlock__options_validate(const rlock_options *o);
+
+/* ---- sha1.c ---- */
+
+/* Lowercase hex SHA-1 of data (40 chars + NUL). */
+void rlock__sha1_hex(const void *data, size_t len, char out[41]);
+
+/* ---- random.c ---- */
+
+/* Fills buf with n cryptographically random bytes (getrandom, falling back
+ * to /dev/urandom). Returns 0 or RLOCK_ESYS. Thread-safe. */
+int rlock__random_bytes(void *buf, size_t n);
+/* Random version-4 UUID, 36 lowercase chars + NUL. Returns 0 or RLOCK_ESYS. */
+int rlock__uuid4(char out[RLOCK_ID_LEN + 1]);
+/* 2*nbytes lowercase hex chars + NUL from random bytes. 0 or RLOCK_ESYS. */
+int rlock__random_hex(char *out, size_t nbytes);
+
+#endif

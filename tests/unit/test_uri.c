@@ -1,0 +1,405 @@
+/* URI parsing and client option defaults/validation. */
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <string.h>
+
+#include "rlock.h"
+#include "util.h"
+
+struct good_uri {
+  const char *uri;
+  int is_unix;
+  const char *host;
+  int port;
+  const char *path;
+  const char *user;
+  const char *password;
+  int db;
+};
+
+static const struct good_uri good_uris[] = {
+    {"redis://localhost", 0, "localhost", 6379, NULL, NULL, NULL, 0},
+    {"redis://127.0.0.1:6380", 0, "127.0.0.1", 6380, NULL, NULL, NULL, 0},
+    {"redis://h:6379/0", 0, "h", 6379, NULL, NULL, NULL, 0},
+    {"redis://h/5", 0, "h", 6379, NULL, NULL, NULL, 5},
+    {"redis://h/", 0, "h", 6379, NULL, NULL, NULL, 0},
+    {"redis://h:7000/", 0, "h", 7000, NULL, NULL, NULL, 0},
+    {"redis://h:1/2147483647", 0, "h", 1, NULL, NULL, NULL, INT_MAX},
+    {"redis://h:65535/007", 0, "h", 65535, NULL, NULL, NULL, 7},
+    {"redis://h:06380", 0, "h", 6380, NULL, NULL, NULL, 0},
+    {"redis://:secret@h", 0, "h", 6379, NULL, NULL, "secret", 0},
+    {"redis://alice:secret@h:7000/3", 0, "h", 7000, NULL, "alice", "secret", 3},
+    {"redis://al%69ce:p%40ss%3Aw%2Fd%20x@h", 0, "h", 6379, NULL, "alice",
+     "p@ss:w/d x", 0},
+    {"redis://u%3Ax:%c3%a9t%C3%A9@h", 0, "h", 6379, NULL, "u:x",
+     "\xc3\xa9t\xc3\xa9", 0},
+    {"redis://user:p@ss@h:6390", 0, "h", 6390, NULL, "user", "p@ss", 0},
+    {"redis://user:a:b@h", 0, "h", 6379, NULL, "user", "a:b", 0},
+    {"redis://[::1]:6380", 0, "::1", 6380, NULL, NULL, NULL, 0},
+    {"redis://[::1]", 0, "::1", 6379, NULL, NULL, NULL, 0},
+    {"redis://[2001:DB8::1]/4", 0, "2001:DB8::1", 6379, NULL, NULL, NULL, 4},
+    {"redis://:pw@[::ffff:127.0.0.1]:6379/1", 0, "::ffff:127.0.0.1", 6379, NULL,
+     NULL, "pw", 1},
+    {"REDIS://Host.Example.COM:65535", 0, "Host.Example.COM", 65535, NULL, NULL,
+     NULL, 0},
+    {"Redis://my_host-1", 0, "my_host-1", 6379, NULL, NULL, NULL, 0},
+    {"unix:///tmp/redis.sock", 1, NULL, 0, "/tmp/redis.sock", NULL, NULL, 0},
+    {"unix:///var/run/redis/redis.sock?db=2", 1, NULL, 0,
+     "/var/run/redis/redis.sock", NULL, NULL, 2},
+    {"UNIX:///s?db=0", 1, NULL, 0, "/s", NULL, NULL, 0},
+    {"unix:///s?db=2147483647", 1, NULL, 0, "/s", NULL, NULL, INT_MAX},
+    {"unix://:pw@/tmp/r.sock?db=1", 1, NULL, 0, "/tmp/r.sock", NULL, "pw", 1},
+    {"unix://u:p%26w@/tmp/r.sock", 1, NULL, 0, "/tmp/r.sock", "u", "p&w", 0},
+};
+
+static void assert_str_or_null(const char *got, const char *want,
+                               const char *uri, const char *field) {
+  if (want == NULL)
+    cr_assert_null(got, "%s: %s should be NULL, got '%s'", uri, field, got);
+  else {
+    cr_assert_not_null(got, "%s: %s is NULL", uri, field);
+    cr_assert_str_eq(got, want, "%s: %s", uri, field);
+  }
+}
+
+Test(uri, good) {
+  size_t i;
+
+  for (i = 0; i < sizeof(good_uris) / sizeof(good_uris[0]); i++) {
+    const struct good_uri *g = &good_uris[i];
+    rlock__uri u;
+    int rc = rlock__uri_parse(g->uri, &u);
+
+    cr_assert_eq(rc, 0, "%s: rc %d (%s)", g->uri, rc, rlock_last_error());
+    cr_assert_eq(u.is_unix, g->is_unix, "%s: is_unix", g->uri);
+    assert_str_or_null(u.host, g->host, g->uri, "host");
+    cr_assert_eq(u.port, g->port, "%s: port %d", g->uri, u.port);
+    assert_str_or_null(u.path, g->path, g->uri, "path");
+    assert_str_or_null(u.user, g->user, g->uri, "user");
+    assert_str_or_null(u.password, g->password, g->uri, "password");
+    cr_assert_eq(u.db, g->db, "%s: db %d", g->uri, u.db);
+
+    rlock__uri_free(&u);
+    cr_assert_null(u.host);
+    cr_assert_null(u.path);
+    cr_assert_null(u.user);
+    cr_assert_null(u.password);
+    cr_assert_eq(u.port, 0);
+    cr_assert_eq(u.db, 0);
+  }
+}
+
+static const char *const bad_uris[] = {
+    "",
+    "localhost",
+    "localhost:6379",
+    "http://h",
+    "rediss://h",
+    "REDISS://h:6380",
+    "redis-sentinel://h",
+    "://h",
+    "redis:/h",
+    "redis:h",
+    "redis://",
+    "redis:///0",
+    "redis://:6379",
+    "redis://user:pw@",
+    "redis://user:pw@:6379",
+    "redis://h:0",
+    "redis://h:00000",
+    "redis://h:65536",
+    "redis://h:99999999999999999999999",
+    "redis://h:abc",
+    "redis://h:",
+    "redis://h:-1",
+    "redis://h:+1",
+    "redis://h:6379x",
+    "redis://h: 6379",
+    "redis://h/x",
+    "redis://h/-1",
+    "redis://h/+1",
+    "redis://h/ 1",
+    "redis://h/1 ",
+    "redis://h/0x1",
+    "redis://h/2147483648",
+    "redis://h/99999999999999999999",
+    "redis://h/1/",
+    "redis://h/1/2",
+    "redis://h//",
+    "redis://h?db=1",
+    "redis://u:pa/ss@h",
+    "redis://u:pa?ss@h",
+    "redis://u:pa#ss@h",
+    "redis:///db@h",
+    "redis://h/1?x=y",
+    "redis://h#frag",
+    "redis://h/1#frag",
+    "redis://h h",
+    "redis://h\n",
+    "redis://h%41",
+    "redis://user@h",
+    "redis://user:@h",
+    "redis://:@h",
+    "redis://u:%zz@h",
+    "redis://u:%4@h",
+    "redis://u:pw%@h",
+    "redis://u:%00@h",
+    "redis://%00:pw@h",
+    "redis://::1:6379",
+    "redis://[::1",
+    "redis://[::1]x",
+    "redis://[::1]:",
+    "redis://[::1]:0",
+    "redis://[]",
+    "redis://[abc]",
+    "redis://[127.0.0.1]",
+    "redis://[::g]",
+    "redis://[fe80::1%25eth0]",
+    "unix://",
+    "unix:///",
+    "unix:///tmp/s/",
+    "unix://relative/path",
+    "unix://host/tmp/s",
+    "unix://?db=1",
+    "unix://u@/tmp/s",
+    "unix://u:p/w@/tmp/s",
+    "unix://u:@/tmp/s",
+    "unix:///tmp/s?",
+    "unix:///tmp/s?db",
+    "unix:///tmp/s?db=",
+    "unix:///tmp/s?db=x",
+    "unix:///tmp/s?db=-1",
+    "unix:///tmp/s?db=2147483648",
+    "unix:///tmp/s?foo=1",
+    "unix:///tmp/s?DB=1",
+    "unix:///tmp/s?db=1&foo=2",
+    "unix:///tmp/s?db=1&db=2",
+    "unix:///tmp/s?db=1&",
+    "unix:///tmp/s#x",
+    "unix:relative",
+    "1redis://h",
+    "re dis://h",
+};
+
+Test(uri, bad) {
+  size_t i;
+
+  for (i = 0; i < sizeof(bad_uris) / sizeof(bad_uris[0]); i++) {
+    rlock__uri u;
+    int rc;
+
+    rlock__clear_last_error();
+    memset(&u, 0xa5, sizeof(u));
+    rc = rlock__uri_parse(bad_uris[i], &u);
+    cr_assert_eq(rc, RLOCK_EURI, "'%s' gave %s (%s)", bad_uris[i],
+                 rlock_err_name(rc), rlock_last_error());
+    cr_assert_str_neq(rlock_last_error(), "", "'%s': no last error",
+                      bad_uris[i]);
+    /* Left zeroed, so freeing it (or not) is safe. */
+    cr_assert_eq(u.is_unix, 0);
+    cr_assert_null(u.host);
+    cr_assert_null(u.path);
+    cr_assert_null(u.user);
+    cr_assert_null(u.password);
+    cr_assert_eq(u.port, 0);
+    cr_assert_eq(u.db, 0);
+    rlock__uri_free(&u);
+  }
+}
+
+Test(uri, null_uri) {
+  rlock__uri u;
+
+  rlock__clear_last_error();
+  cr_assert_eq(rlock__uri_parse(NULL, &u), RLOCK_EURI);
+  cr_assert_str_neq(rlock_last_error(), "");
+  cr_assert_null(u.host);
+}
+
+static void assert_bad_with(const char *uri, const char *fragment) {
+  rlock__uri u;
+
+  rlock__clear_last_error();
+  cr_assert_eq(rlock__uri_parse(uri, &u), RLOCK_EURI, "%s", uri);
+  cr_assert_not_null(strstr(rlock_last_error(), fragment),
+                     "%s: '%s' does not mention '%s'", uri, rlock_last_error(),
+                     fragment);
+}
+
+Test(uri, error_sentences_name_the_problem) {
+  assert_bad_with("rediss://h", "TLS");
+  assert_bad_with("http://h", "scheme 'http'");
+  assert_bad_with("", "empty");
+  assert_bad_with("redis://:6379", "no host");
+  assert_bad_with("redis://h:0", "port");
+  assert_bad_with("redis://h:65536", "1..65535");
+  assert_bad_with("redis://h:x1", "not a decimal number");
+  assert_bad_with("redis://h/-1", "non-negative decimal integer");
+  assert_bad_with("redis://h/2147483648", "too large");
+  assert_bad_with("redis://::1", "brackets");
+  assert_bad_with("unix://", "empty");
+  assert_bad_with("unix://relative/path", "absolute");
+  assert_bad_with("unix:///s?foo=1", "unknown URI query parameter 'foo' ");
+  assert_bad_with("redis://h?db=1", "query parameters are not supported");
+  assert_bad_with("redis://u:%zz@h", "percent-encoding");
+}
+
+Test(uri, errors_do_not_quote_passwords) {
+  static const char *const leaky[] = {
+      "redis://u:se/cret99@h:6379",
+      "redis://u:se?cret99@h",
+      "unix://u:se/cret99@/tmp/s",
+      "u:secret99@h:6379",
+      "u:secret99@h:6379/0",
+      "u:secret99@h://x",
+      "unix:///tmp/s?password=secret99",
+  };
+  size_t i;
+
+  for (i = 0; i < sizeof(leaky) / sizeof(leaky[0]); i++) {
+    rlock__uri u;
+
+    rlock__clear_last_error();
+    cr_assert_eq(rlock__uri_parse(leaky[i], &u), RLOCK_EURI, "%s", leaky[i]);
+    cr_assert_str_neq(rlock_last_error(), "");
+    cr_assert_null(strstr(rlock_last_error(), "cret99"), "%s: '%s'", leaky[i],
+                   rlock_last_error());
+  }
+  assert_bad_with("redis://u:pa/ss@h", "percent-encode");
+  assert_bad_with("unix://u:p/w@/tmp/s", "absolute");
+}
+
+Test(uri, free_null_and_twice) {
+  rlock__uri u;
+
+  rlock__uri_free(NULL);
+  cr_assert_eq(rlock__uri_parse("redis://:pw@h", &u), 0);
+  rlock__uri_free(&u);
+  rlock__uri_free(&u);
+  cr_assert_null(u.password);
+}
+
+/* ---- options ---- */
+
+Test(options, defaults) {
+  rlock_options o;
+
+  memset(&o, 0x5a, sizeof(o));
+  rlock_options_init(&o);
+  cr_assert_null(o.uri);
+  cr_assert_null(o.client_name);
+  cr_assert_eq(o.watchdog_timeout_ms, 30000);
+  cr_assert_eq(o.command_timeout_ms, 3000);
+  cr_assert_eq(o.subscribe_timeout_ms, 7500);
+  cr_assert_eq(o.retry_attempts, 3);
+  cr_assert_eq(o.retry_interval_ms, 1500);
+  cr_assert_eq(o.sharded_pubsub, 0);
+  cr_assert_null(o.on_lock_lost);
+  cr_assert_null(o.on_lock_lost_data);
+  cr_assert_eq(rlock__options_validate(&o), 0);
+  cr_assert_eq(rlock__options_validate(NULL), 0);
+}
+
+#define MS_MAX INT64_C(2147483647)
+
+/* Each row changes one field of the defaults. */
+struct option_case {
+  const char *label;
+  void (*apply)(rlock_options *o);
+  int want;
+  const char *field; /* must appear in the last error when want != 0 */
+};
+
+#define OPTION_CASE(label, stmt, want, field)                                  \
+  static void apply_##label(rlock_options *o) { stmt; }
+#define OPTION_CASES(X)                                                        \
+  X(watchdog_min, o->watchdog_timeout_ms = 300, 0, NULL)                       \
+  X(watchdog_max, o->watchdog_timeout_ms = MS_MAX, 0, NULL)                    \
+  X(watchdog_low, o->watchdog_timeout_ms = 299, RLOCK_EINVAL,                  \
+    "watchdog_timeout_ms")                                                     \
+  X(watchdog_zero, o->watchdog_timeout_ms = 0, RLOCK_EINVAL,                   \
+    "watchdog_timeout_ms")                                                     \
+  X(watchdog_neg, o->watchdog_timeout_ms = -1, RLOCK_EINVAL,                   \
+    "watchdog_timeout_ms")                                                     \
+  X(watchdog_high, o->watchdog_timeout_ms = MS_MAX + 1, RLOCK_EINVAL,          \
+    "watchdog_timeout_ms")                                                     \
+  X(command_min, o->command_timeout_ms = 10, 0, NULL)                          \
+  X(command_max, o->command_timeout_ms = MS_MAX, 0, NULL)                      \
+  X(command_low, o->command_timeout_ms = 9, RLOCK_EINVAL,                      \
+    "command_timeout_ms")                                                      \
+  X(command_high, o->command_timeout_ms = INT64_MAX, RLOCK_EINVAL,             \
+    "command_timeout_ms")                                                      \
+  X(subscribe_min, o->subscribe_timeout_ms = 10, 0, NULL)                      \
+  X(subscribe_max, o->subscribe_timeout_ms = MS_MAX, 0, NULL)                  \
+  X(subscribe_low, o->subscribe_timeout_ms = 9, RLOCK_EINVAL,                  \
+    "subscribe_timeout_ms")                                                    \
+  X(subscribe_high, o->subscribe_timeout_ms = MS_MAX + 1, RLOCK_EINVAL,        \
+    "subscribe_timeout_ms")                                                    \
+  X(retry_attempts_min, o->retry_attempts = 0, 0, NULL)                        \
+  X(retry_attempts_max, o->retry_attempts = 100, 0, NULL)                      \
+  X(retry_attempts_neg, o->retry_attempts = -1, RLOCK_EINVAL,                  \
+    "retry_attempts")                                                          \
+  X(retry_attempts_high, o->retry_attempts = 101, RLOCK_EINVAL,                \
+    "retry_attempts")                                                          \
+  X(retry_interval_min, o->retry_interval_ms = 0, 0, NULL)                     \
+  X(retry_interval_max, o->retry_interval_ms = MS_MAX, 0, NULL)                \
+  X(retry_interval_neg, o->retry_interval_ms = -1, RLOCK_EINVAL,               \
+    "retry_interval_ms")                                                       \
+  X(retry_interval_high, o->retry_interval_ms = MS_MAX + 1, RLOCK_EINVAL,      \
+    "retry_interval_ms")                                                       \
+  X(sharded_on, o->sharded_pubsub = 1, 0, NULL)                                \
+  X(sharded_two, o->sharded_pubsub = 2, RLOCK_EINVAL, "sharded_pubsub")        \
+  X(sharded_neg, o->sharded_pubsub = -1, RLOCK_EINVAL, "sharded_pubsub")       \
+  X(name_one, o->client_name = "a", 0, NULL)                                   \
+  X(name_64, o->client_name = NAME_64, 0, NULL)                                \
+  X(name_punct, o->client_name = "my-app:worker_1/2", 0, NULL)                 \
+  X(name_empty, o->client_name = "", RLOCK_EINVAL, "client_name")              \
+  X(name_65, o->client_name = NAME_64 "x", RLOCK_EINVAL, "client_name")        \
+  X(name_space, o->client_name = "my app", RLOCK_EINVAL, "client_name")        \
+  X(name_newline, o->client_name = "app\n", RLOCK_EINVAL, "client_name")       \
+  X(name_cr, o->client_name = "app\r", RLOCK_EINVAL, "client_name")            \
+  X(name_tab, o->client_name = "a\tb", RLOCK_EINVAL, "client_name")            \
+  X(name_del, o->client_name = "a\x7f", RLOCK_EINVAL, "client_name")           \
+  X(name_utf8, o->client_name = "caf\xc3\xa9", RLOCK_EINVAL, "client_name")    \
+  X(uri_good, o->uri = "redis://:pw@localhost:6380/2", 0, NULL)                \
+  X(uri_unix, o->uri = "unix:///tmp/redis.sock?db=1", 0, NULL)                 \
+  X(uri_bad_port, o->uri = "redis://h:0", RLOCK_EURI, "port")                  \
+  X(uri_tls, o->uri = "rediss://h", RLOCK_EURI, "TLS")                         \
+  X(uri_empty, o->uri = "", RLOCK_EURI, "empty")
+
+#define NAME_64                                                                \
+  "0123456789012345678901234567890123456789012345678901234567890123"
+
+OPTION_CASES(OPTION_CASE)
+#undef OPTION_CASE
+
+static const struct option_case option_cases[] = {
+#define OPTION_ROW(label, stmt, want, field)                                   \
+  {#label, apply_##label, want, field},
+    OPTION_CASES(OPTION_ROW)
+#undef OPTION_ROW
+};
+
+Test(options, each_field_range) {
+  size_t i;
+
+  cr_assert_eq(strlen(NAME_64), 64);
+  for (i = 0; i < sizeof(option_cases) / sizeof(option_cases[0]); i++) {
+    const struct option_case *c = &option_cases[i];
+    rlock_options o;
+    int rc;
+
+    rlock_options_init(&o);
+    c->apply(&o);
+    rlock__clear_last_error();
+    rc = rlock__options_validate(&o);
+    cr_assert_eq(rc, c->want, "%s: got %s, want %s (%s)", c->label,
+                 rlock_err_name(rc), rlock_err_name(c->want),
+                 rlock_last_error());
+    if (c->want != 0) {
+      cr_assert_not_null(strstr(rlock_last_error(), c->field),
+                         "%s: '%s' does not name '%s'", c->label,
+                         rlock_last_error(), c->field);
+    }
+  }
+}

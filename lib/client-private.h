@@ -7,8 +7,8 @@
 #ifndef RLOCK_CLIENT_PRIVATE_H
 #define RLOCK_CLIENT_PRIVATE_H
 
-#include <hiredis/async.h>
-#include <hiredis/hiredis.h>
+#include <async.h>
+#include <hiredis.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <uv.h>
@@ -48,7 +48,7 @@ typedef struct rlock__script {
 } rlock__script;
 
 enum { RLOCK__SCRIPT_ACQUIRE, RLOCK__SCRIPT_RELEASE, RLOCK__SCRIPT_FORCE,
-       RLOCK__SCRIPT_RENEW, RLOCK__SCRIPT_COUNT };
+       RLOCK__SCRIPT_RENEW, RLOCK__SCRIPT_TRIM, RLOCK__SCRIPT_COUNT };
 /* The script table; SHA-1s are computed once (thread-safe, idempotent). */
 const rlock__script *rlock__script_get(int id);
 
@@ -168,6 +168,21 @@ int rlock__hold_add(rlock_client *c, const char *name, const char *owner,
                     int64_t lease_ms);
 void rlock__hold_drop(rlock_client *c, rlock__hold *h);
 void rlock__watchdog_start(rlock_client *c);
+
+/* ---- reconcile.c: repairing holds after lost replies ---- */
+
+int64_t rlock__hold_count_known(rlock_client *c, const char *name,
+                                const char *owner);
+/* After a trim that found `server_before` holds and asked for `want`. */
+void rlock__hold_trimmed(rlock_client *c, const char *name, const char *owner,
+                         int64_t server_before, int64_t want);
+rlock__cmd *rlock__send_trim(rlock_client *c, const char *name,
+                             size_t name_len, const char *channel,
+                             size_t channel_len, const char *owner,
+                             int64_t want, rlock__reply_cb cb, void *data);
+void rlock__suspect_add(rlock_client *c, const rlock *lock, const char *owner);
+void rlock__suspects_run(rlock_client *c);
+void rlock__suspects_shutdown(rlock_client *c);
 void rlock__watchdog_shutdown(rlock_client *c);
 
 /* ---- lock.c: operations ---- */
@@ -209,6 +224,9 @@ struct rlock__op {
   rlock__op *sub_prev, *sub_next; /* in sub's confirm or wait list */
   uint64_t seen_epoch;    /* subscription epoch when the try was sent */
   char *latch;            /* unlock latch key (request id), heap */
+  int lost_err;           /* first transport error of an acquire, or 0 */
+  int64_t outage_until;   /* how long a deadline-less op rides out errors */
+  int64_t trim_want;      /* count sent with the op's trim */
 };
 
 /* Runs an op on the loop thread (called from rlock__loop_submit's drain). */
@@ -263,6 +281,7 @@ struct rlock_client {
   size_t heap_len, heap_cap;
   rlock__map subs;  /* channel -> rlock__sub */
   rlock__map holds; /* name '\0' owner -> rlock__hold */
+  rlock__map suspects; /* name '\0' owner: holds to re-check (reconcile.c) */
   rlock__op *active_head;
   rlock__cmd *cmd_all;
   uint64_t next_epoch;

@@ -117,6 +117,7 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
   }
   rlock__map_init(&c->subs);
   rlock__map_init(&c->holds);
+  rlock__map_init(&c->suspects);
   c->cmd.client = c;
   c->sub.client = c;
   c->sub.is_sub = true;

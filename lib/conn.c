@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <hiredis/adapters/libuv.h>
+#include "uv_adapter.h"
 
 #include "client-private.h"
 
@@ -105,6 +105,8 @@ static void ready_cb(redisAsyncContext *ac, void *r, void *privdata) {
   conn->backoff_attempt = 0;
   conn->connects++;
   rlock__open_progress(c, 0, NULL);
+  if (!conn->is_sub)
+    rlock__suspects_run(c);
 }
 
 static void send_now(rlock__cmd *cmd);
@@ -126,7 +128,7 @@ int rlock__conn_start(rlock__conn *conn) {
     return RLOCK_ECONN;
   }
   ac->data = conn;
-  if (redisLibuvAttach(ac, &c->loop) != REDIS_OK) {
+  if (rlock__uv_attach(ac, &c->loop) != REDIS_OK) {
     rlock__open_progress(c, RLOCK_ESYS, "cannot attach to the event loop");
     redisAsyncFree(ac);
     schedule_reconnect(conn);

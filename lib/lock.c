@@ -60,7 +60,8 @@ void rlock__op_finish(rlock__op *op, int result) {
     else
       set_detail(op, "%s", rlock_strerror(result));
   }
-  op->done(op);
+  op->done(op); /* op may be gone after this (a blocking caller returned) */
+  rlock__suspects_run(c);
 }
 
 /* Common handling of a reply that is a transport error or an error reply.
@@ -96,13 +97,105 @@ static int64_t effective_lease(rlock_client *c, int64_t lease_ms) {
 
 static void send_try(rlock__op *op);
 
+static bool transient(int err) {
+  return err == RLOCK_ETIMEDOUT || err == RLOCK_ECONN;
+}
+
+/* Whether an op may ride out a connection problem a little longer: until its
+ * deadline, or, without one, for as long as an unlock keeps re-sending
+ * ((retry_attempts + 1) x (command_timeout + retry_interval)) - after that a
+ * dead server is reported, not waited for. */
+static bool has_time(rlock__op *op) {
+  rlock_client *c = op->lock->client;
+  if (c->closing || op->wait_ms == 0)
+    return false;
+  int64_t now = rlock__now_ms();
+  if (op->wait_ms > 0)
+    return now < op->deadline;
+  if (op->outage_until == 0)
+    op->outage_until =
+        now + (int64_t)(c->opts.retry_attempts + 1) *
+                  (c->opts.command_timeout_ms + c->opts.retry_interval_ms);
+  return now < op->outage_until;
+}
+
+static void start_trim(rlock__op *op);
+
+static void trim_timer_fire(rlock_client *c, rlock__timed *t) {
+  (void)c;
+  start_trim((rlock__op *)((char *)t - offsetof(rlock__op, timer)));
+}
+
+/* Gives up on an acquire whose outcome is unknown: the caller gets the
+ * transport error and the client trims this owner's field in the
+ * background (reconcile.c), so no hold it doesn't know of survives. */
+static void give_up(rlock__op *op) {
+  rlock__suspect_add(op->lock->client, op->lock, op->owner);
+  rlock__op_finish(op, op->lost_err);
+}
+
+static void trim_reply(rlock_client *c, redisReply *reply, int err,
+                       void *data) {
+  rlock__op *op = data;
+  op->cmd = NULL;
+  if (err == 0 && reply->type == REDIS_REPLY_ERROR) {
+    failed(op, reply, err);
+    return;
+  }
+  if (err != 0 || reply->type != REDIS_REPLY_INTEGER) {
+    if (!has_time(op)) {
+      give_up(op);
+      return;
+    }
+    op->state = RLOCK__ST_CMD;
+    op->timer.fire = trim_timer_fire;
+    rlock__timed_start(c, &op->timer,
+                       rlock__now_ms() + c->opts.retry_interval_ms);
+    return;
+  }
+  rlock__hold_trimmed(c, op->lock->name, op->owner, reply->integer,
+                      op->trim_want);
+  if (has_time(op))
+    send_try(op);
+  else
+    rlock__op_finish(op, op->lost_err);
+}
+
+static void start_trim(rlock__op *op) {
+  rlock *lock = op->lock;
+  rlock_client *c = lock->client;
+  op->trim_want = rlock__hold_count_known(c, lock->name, op->owner);
+  op->state = RLOCK__ST_CMD;
+  op->cmd = rlock__send_trim(c, lock->name, lock->name_len, lock->channel,
+                             lock->channel_len, op->owner, op->trim_want,
+                             trim_reply, op);
+  if (op->cmd == NULL)
+    give_up(op);
+}
+
+/* The reply to an acquire never came: it may or may not have run. */
+static void lost_acquire(rlock__op *op, int err) {
+  if (op->lost_err == 0)
+    op->lost_err = err;
+  if (has_time(op))
+    start_trim(op);
+  else
+    give_up(op);
+}
+
 static void try_reply(rlock_client *c, redisReply *reply, int err,
                       void *data) {
   rlock__op *op = data;
   rlock *lock = op->lock;
   op->cmd = NULL;
+  if (transient(err)) {
+    lost_acquire(op, err);
+    return;
+  }
   if (failed(op, reply, err))
     return;
+  op->lost_err = 0;
+  op->outage_until = 0;
   if (reply->type == REDIS_REPLY_NIL) {
     int rc = rlock__hold_add(c, lock->name, op->owner, op->lease_ms);
     rlock__op_finish(op, rc < 0 ? rc : 1);
@@ -182,9 +275,23 @@ static void release_reply(rlock_client *c, redisReply *reply, int err,
                           void *data) {
   rlock__op *op = data;
   op->cmd = NULL;
+  rlock__hold *h = rlock__hold_find(c, op->lock->name, op->owner);
+  if (transient(err)) {
+    /* Every re-send (same latch) went unanswered. The caller asked to give
+     * up one hold, so the client now counts one fewer and trims the
+     * server's count down to that once it answers. */
+    if (h != NULL) {
+      if (--h->count <= 0)
+        rlock__hold_drop(c, h);
+      else if (h->watchdog_count > h->count)
+        h->watchdog_count = h->count;
+    }
+    rlock__suspect_add(c, op->lock, op->owner);
+    rlock__op_finish(op, err);
+    return;
+  }
   if (failed(op, reply, err))
     return;
-  rlock__hold *h = rlock__hold_find(c, op->lock->name, op->owner);
   if (reply->type == REDIS_REPLY_NIL) {
     if (h != NULL) {
       /* We held it, the server says we don't: it expired or was deleted. */

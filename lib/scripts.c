@@ -59,11 +59,34 @@ static const char renew_lua[] =
     "end; "
     "return result;";
 
+/* rlock's own repair script (not a Redisson one; it only ever touches this
+ * client's own owner field). KEYS[1] lock key, KEYS[2] channel; ARGV[1]
+ * owner, ARGV[2] the hold count this client knows it has, ARGV[3] PUBLISH
+ * or SPUBLISH, ARGV[4] message "0". After a lost acquire or unlock reply the
+ * server may count more holds than the client knows of; this sets the field
+ * back to what the client knows (deleting it, and the key with a release
+ * message, at 0). Reply: the server's count before the repair. */
+static const char trim_lua[] =
+    "local n = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0'); "
+    "local want = tonumber(ARGV[2]); "
+    "if n <= want then return n; end; "
+    "if want > 0 then "
+    "redis.call('hset', KEYS[1], ARGV[1], want); "
+    "return n; "
+    "end; "
+    "redis.call('hdel', KEYS[1], ARGV[1]); "
+    "if redis.call('hlen', KEYS[1]) == 0 then "
+    "redis.call('del', KEYS[1]); "
+    "redis.call(ARGV[3], KEYS[2], ARGV[4]); "
+    "end; "
+    "return n;";
+
 static rlock__script scripts[RLOCK__SCRIPT_COUNT] = {
     {"acquire", acquire_lua, ""},
     {"release", release_lua, ""},
     {"force_unlock", force_lua, ""},
     {"renew", renew_lua, ""},
+    {"trim", trim_lua, ""},
 };
 
 static uv_once_t sha_once = UV_ONCE_INIT;

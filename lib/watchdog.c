@@ -145,6 +145,7 @@ static void send_batch(rlock_client *c, renew_batch *b, const char *timeout) {
 
 static void watchdog_tick(uv_timer_t *timer) {
   rlock_client *c = timer->data;
+  rlock__suspects_run(c);
   if (c->closing || c->renew_inflight > 0)
     return; /* the previous round is still retrying: don't pile up */
   char timeout[24];

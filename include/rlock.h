@@ -179,8 +179,9 @@ RLOCK_EXTERN uint64_t rlock_thread_id(void);
 RLOCK_EXTERN int rlock_get(rlock_client *client, const char *name,
                            rlock **lock);
 
-/* Frees a handle (does not unlock). NULL is accepted. Must not race with
- * calls using the same handle. */
+/* Releases a handle (does not unlock). NULL is accepted. Async operations
+ * still pending on it keep it alive until their callbacks have run; a
+ * blocking call on it must not race with this. */
 RLOCK_EXTERN void rlock_free(rlock *lock);
 
 /* The lock's name, as given to rlock_get(). */
@@ -231,6 +232,101 @@ RLOCK_EXTERN int64_t rlock_hold_count(rlock *lock);
  * Returns 0 or a negative error.
  */
 RLOCK_EXTERN int rlock_remain_ttl(rlock *lock, int64_t *ttl_ms);
+
+/* ------------------------------------------------------------------------
+ * Explicit owners
+ *
+ * A lock is held by an owner: by default the calling thread
+ * (rlock_thread_id()). Programs whose logical owners are not OS threads
+ * (event loops, coroutines, thread pools) pass an owner id instead: any
+ * thread may then lock, unlock and query on behalf of that owner, e.g. lock
+ * on one thread and unlock on another. Owner ids live in the same space as
+ * thread ids; rlock_owner_new() hands out ids that no thread and no other
+ * rlock_owner_new() call will ever use. One owner should not run two
+ * operations on the same lock at the same time (as one Java thread can't).
+ * ---------------------------------------------------------------------- */
+
+/* A fresh owner id, never equal to any thread id or earlier result.
+ * Thread-safe. */
+RLOCK_EXTERN uint64_t rlock_owner_new(void);
+
+/* rlock_lock() / rlock_try_lock() / rlock_unlock() /
+ * rlock_is_held_by_current_thread() / rlock_hold_count() for `owner`
+ * instead of the calling thread. Same returns and errors. */
+RLOCK_EXTERN int rlock_lock_owner(rlock *lock, uint64_t owner,
+                                  int64_t lease_ms);
+RLOCK_EXTERN int rlock_try_lock_owner(rlock *lock, uint64_t owner,
+                                      int64_t wait_ms, int64_t lease_ms);
+RLOCK_EXTERN int rlock_unlock_owner(rlock *lock, uint64_t owner);
+RLOCK_EXTERN int rlock_is_held_by_owner(rlock *lock, uint64_t owner);
+RLOCK_EXTERN int64_t rlock_hold_count_owner(rlock *lock, uint64_t owner);
+
+/*
+ * Interrupts every acquire (blocking or async) that `owner` (a thread id or
+ * an explicit owner id) is running on `client`, like Java's
+ * Thread.interrupt() on lockInterruptibly(): the blocked call returns, or
+ * the callback fires with, RLOCK_ECANCELED. The interrupted acquire leaves
+ * no hold and no renewal behind. Returns how many acquires were interrupted
+ * (0 if none was running), or RLOCK_ECLOSED / RLOCK_EINVAL. Any thread,
+ * including the loop thread.
+ */
+RLOCK_EXTERN int rlock_interrupt(rlock_client *client, uint64_t owner);
+
+/* ------------------------------------------------------------------------
+ * Asynchronous API
+ *
+ * Each call queues the operation and returns at once. Contract (as libuv):
+ * if the call returns an error, the callback never fires; otherwise it fires
+ * exactly once, on the client's loop thread - with RLOCK_ECANCELED after
+ * rlock_cancel()/rlock_interrupt(), with RLOCK_ECLOSED when the client is
+ * closed first. Callbacks must not block and must not make blocking rlock
+ * calls (RLOCK_EDEADLK); they may start other async calls, cancel, and close
+ * the client.
+ *
+ * `status` is what the blocking call would return (acquire: 1 acquired,
+ * 0 not within wait_ms; unlock: 1 released, 0 still held; queries: 1/0), or
+ * a negative RLOCK_E* code. `value` carries the hold count
+ * (rlock_hold_count_async) or the TTL (rlock_remain_ttl_async), else 0.
+ *
+ * When `req` is not NULL it receives a handle to the operation, for
+ * rlock_cancel(); the caller then owns it and must release it with
+ * rlock_req_free() (before or after the callback).
+ * ---------------------------------------------------------------------- */
+
+typedef struct rlock_req rlock_req;
+typedef void (*rlock_cb)(int status, int64_t value, void *data);
+
+/* Acquire for `owner`: wait_ms and lease_ms as for rlock_try_lock()
+ * (wait_ms < 0: until acquired). */
+RLOCK_EXTERN int rlock_lock_async(rlock *lock, uint64_t owner,
+                                  int64_t wait_ms, int64_t lease_ms,
+                                  rlock_cb cb, void *data, rlock_req **req);
+RLOCK_EXTERN int rlock_unlock_async(rlock *lock, uint64_t owner, rlock_cb cb,
+                                    void *data, rlock_req **req);
+RLOCK_EXTERN int rlock_force_unlock_async(rlock *lock, rlock_cb cb,
+                                          void *data, rlock_req **req);
+RLOCK_EXTERN int rlock_is_locked_async(rlock *lock, rlock_cb cb, void *data,
+                                       rlock_req **req);
+RLOCK_EXTERN int rlock_is_held_async(rlock *lock, uint64_t owner, rlock_cb cb,
+                                     void *data, rlock_req **req);
+RLOCK_EXTERN int rlock_hold_count_async(rlock *lock, uint64_t owner,
+                                        rlock_cb cb, void *data,
+                                        rlock_req **req);
+RLOCK_EXTERN int rlock_remain_ttl_async(rlock *lock, rlock_cb cb, void *data,
+                                        rlock_req **req);
+
+/*
+ * Cancels a pending acquire from any thread: its callback fires with
+ * RLOCK_ECANCELED (unless it already fired or fires first with its own
+ * result - exactly once either way), and it leaves no hold or renewal behind.
+ * Returns 0, or RLOCK_EINVAL when req is NULL or not an acquire,
+ * RLOCK_ECLOSED when the client is closed.
+ */
+RLOCK_EXTERN int rlock_cancel(rlock_req *req);
+
+/* Releases the caller's handle to an operation (it does not cancel it).
+ * NULL is accepted. */
+RLOCK_EXTERN void rlock_req_free(rlock_req *req);
 
 #ifdef __cplusplus
 }

@@ -195,6 +195,8 @@ typedef enum rlock__op_kind {
   RLOCK__OP_IS_HELD,
   RLOCK__OP_HOLD_COUNT,
   RLOCK__OP_TTL,
+  RLOCK__OP_CANCEL,    /* control: cancel `target` */
+  RLOCK__OP_INTERRUPT, /* control: cancel acquires of owner_id */
 } rlock__op_kind;
 
 enum { RLOCK__ST_NEW, RLOCK__ST_CMD, RLOCK__ST_AWAIT_SUB, RLOCK__ST_WAITING,
@@ -205,7 +207,11 @@ struct rlock__op {
   rlock__op *active_prev, *active_next;
   rlock__op_kind kind;
   rlock *lock;
+  rlock_client *client;
+  uint64_t owner_id;
   char owner[RLOCK_ID_LEN + 1 + 21];
+  rlock__op *target; /* RLOCK__OP_CANCEL */
+  bool canceled;     /* canceled before it started */
   int64_t wait_ms;  /* < 0: no deadline */
   int64_t lease_ms; /* < 0: watchdog */
   int64_t deadline; /* rlock__now_ms() based; valid when wait_ms >= 0 */
@@ -243,6 +249,7 @@ void rlock__op_sub_timeout(rlock__op *op);
 /* ---- client.c / loop.c ---- */
 
 struct rlock {
+  atomic_int refs; /* the user's handle + pending async ops */
   rlock_client *client;
   char *name;
   size_t name_len;
@@ -300,6 +307,8 @@ struct rlock_client {
 /* Queues op for the loop thread. Returns 0, or RLOCK_ECLOSED (op untouched). */
 int rlock__loop_submit(rlock_client *c, rlock__op *op);
 bool rlock__on_loop_thread(rlock_client *c);
+/* Next id from the counter shared by thread ids and rlock_owner_new(). */
+uint64_t rlock__id_next(void);
 int rlock__loop_start(rlock_client *c);
 void rlock__client_release(rlock_client *c);
 /* Called by conn.c when a connection's handshake PING answered (err 0) or

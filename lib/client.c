@@ -11,9 +11,13 @@
 static atomic_uint_fast64_t next_thread_id = 1;
 static _Thread_local uint64_t this_thread_id;
 
+uint64_t rlock__id_next(void) {
+  return (uint64_t)atomic_fetch_add(&next_thread_id, 1);
+}
+
 uint64_t rlock_thread_id(void) {
   if (this_thread_id == 0)
-    this_thread_id = (uint64_t)atomic_fetch_add(&next_thread_id, 1);
+    this_thread_id = rlock__id_next();
   return this_thread_id;
 }
 
@@ -206,6 +210,7 @@ int rlock_get(rlock_client *c, const char *name, rlock **out) {
   snprintf(lock->channel, lock->channel_len + 1, "redisson_lock__channel:%s",
            lock->braced);
   lock->client = c;
+  atomic_init(&lock->refs, 1);
   atomic_fetch_add(&c->refs, 1);
   rlock__clear_last_error();
   *out = lock;
@@ -219,17 +224,6 @@ nomem:
   }
   rlock__set_last_error("out of memory");
   return RLOCK_ENOMEM;
-}
-
-void rlock_free(rlock *lock) {
-  if (lock == NULL)
-    return;
-  rlock_client *c = lock->client;
-  free(lock->name);
-  free(lock->braced);
-  free(lock->channel);
-  free(lock);
-  rlock__client_release(c);
 }
 
 const char *rlock_name(const rlock *lock) {

@@ -403,9 +403,59 @@ static void int_reply(rlock_client *c, redisReply *reply, int err,
     rlock__op_finish(op, reply->integer != 0 ? 1 : 0);
 }
 
+/* ---- cancellation ---- */
+
+/* Ends an active acquire with RLOCK_ECANCELED. A try or trim still in
+ * flight may run on the server after all; the pair then becomes a suspect,
+ * whose trim is sent right away - behind that command on the same
+ * connection - so a cancelled acquire leaves no hold and no renewal. */
+static void cancel_acquire(rlock__op *op) {
+  if (op->cmd != NULL)
+    rlock__suspect_add(op->client, op->lock, op->owner);
+  set_detail(op, "acquire of '%s' was canceled", op->lock->name);
+  rlock__op_finish(op, RLOCK_ECANCELED);
+}
+
+static void run_control(rlock_client *c, rlock__op *op) {
+  int count = 0;
+  if (op->kind == RLOCK__OP_CANCEL) {
+    rlock__op *target = op->target;
+    if (target->state != RLOCK__ST_DONE && target->state != RLOCK__ST_NEW)
+      cancel_acquire(target);
+  } else {
+    /* Collect first: finishing ops edits the active list. */
+    rlock__op *hit = NULL;
+    for (rlock__op *a = c->active_head; a != NULL; a = a->active_next) {
+      if (a->kind == RLOCK__OP_ACQUIRE && a->owner_id == op->owner_id) {
+        a->target = hit;
+        hit = a;
+        count++;
+      }
+    }
+    while (hit != NULL) {
+      rlock__op *next = hit->target;
+      hit->target = NULL;
+      cancel_acquire(hit);
+      hit = next;
+    }
+  }
+  op->result = count;
+  op->state = RLOCK__ST_DONE;
+  op->done(op);
+}
+
 void rlock__op_start(rlock_client *c, rlock__op *op) {
+  if (op->kind == RLOCK__OP_CANCEL || op->kind == RLOCK__OP_INTERRUPT) {
+    run_control(c, op);
+    return;
+  }
   rlock *lock = op->lock;
   active_add(c, op);
+  if (op->canceled) {
+    set_detail(op, "acquire of '%s' was canceled", lock->name);
+    rlock__op_finish(op, RLOCK_ECANCELED);
+    return;
+  }
   int retries = c->opts.retry_attempts;
   switch (op->kind) {
   case RLOCK__OP_ACQUIRE:
@@ -443,29 +493,57 @@ void rlock__op_start(rlock_client *c, rlock__op *op) {
     send_cmd(op, NULL, 2, argv, lens, retries, int_reply);
     return;
   }
+  case RLOCK__OP_CANCEL:
+  case RLOCK__OP_INTERRUPT:
+    return; /* handled above */
   }
+}
+
+/* ---- argument checks ---- */
+
+static int bad_arg(const char *what) {
+  rlock__set_last_error("%s", what);
+  return RLOCK_EINVAL;
+}
+
+static int check_lease(int64_t lease_ms) {
+  if (lease_ms == 0)
+    return bad_arg("lease_ms must be > 0, or < 0 for watchdog mode");
+  if (lease_ms > LEASE_MAX_MS)
+    return bad_arg("lease_ms is too large (max 2^40 ms)");
+  return 0;
+}
+
+static void op_init(rlock__op *op, rlock *lock, rlock__op_kind kind,
+                    uint64_t owner) {
+  memset(op, 0, sizeof(*op));
+  op->kind = kind;
+  op->lock = lock;
+  op->client = lock->client;
+  op->state = RLOCK__ST_NEW;
+  op->wait_ms = -1;
+  op->lease_ms = -1;
+  op->owner_id = owner;
+  snprintf(op->owner, sizeof(op->owner), "%s:%" PRIu64, lock->client->id,
+           owner);
+}
+
+static void set_wait(rlock__op *op, int64_t wait_ms, int64_t lease_ms) {
+  /* A wait too long to add to the clock is as good as forever. */
+  op->wait_ms = (wait_ms > LEASE_MAX_MS) ? -1 : wait_ms;
+  op->lease_ms = lease_ms;
+  if (op->wait_ms > 0)
+    op->deadline = rlock__now_ms() + op->wait_ms;
 }
 
 /* ---- blocking facade ---- */
 
 static void sync_done(rlock__op *op) { uv_sem_post((uv_sem_t *)op->data); }
 
-static void op_init(rlock__op *op, rlock *lock, rlock__op_kind kind) {
-  memset(op, 0, sizeof(*op));
-  op->kind = kind;
-  op->lock = lock;
-  op->state = RLOCK__ST_NEW;
-  op->wait_ms = -1;
-  op->lease_ms = -1;
-  snprintf(op->owner, sizeof(op->owner), "%s:%" PRIu64, lock->client->id,
-           rlock_thread_id());
-}
-
-static int run_sync(rlock *lock, rlock__op *op) {
-  rlock_client *c = lock->client;
+static int run_sync(rlock_client *c, rlock__op *op) {
   if (rlock__on_loop_thread(c)) {
     rlock__set_last_error("blocking rlock call made on the client's loop "
-                          "thread (e.g. inside on_lock_lost)");
+                          "thread (e.g. inside a callback)");
     return RLOCK_EDEADLK;
   }
   uv_sem_t sem;
@@ -491,77 +569,283 @@ static int run_sync(rlock *lock, rlock__op *op) {
   return rc;
 }
 
-static int bad_arg(const char *what) {
-  rlock__set_last_error("%s", what);
-  return RLOCK_EINVAL;
-}
-
-static int check_lease(int64_t lease_ms) {
-  if (lease_ms == 0)
-    return bad_arg("lease_ms must be > 0, or < 0 for watchdog mode");
-  if (lease_ms > LEASE_MAX_MS)
-    return bad_arg("lease_ms is too large (max 2^40 ms)");
-  return 0;
-}
-
-static int acquire(rlock *lock, int64_t wait_ms, int64_t lease_ms) {
+static int acquire(rlock *lock, uint64_t owner, int64_t wait_ms,
+                   int64_t lease_ms) {
   if (lock == NULL)
     return bad_arg("lock is NULL");
   int rc = check_lease(lease_ms);
   if (rc != 0)
     return rc;
   rlock__op op;
-  op_init(&op, lock, RLOCK__OP_ACQUIRE);
-  /* A wait too long to add to the clock is as good as forever. */
-  op.wait_ms = (wait_ms > LEASE_MAX_MS) ? -1 : wait_ms;
-  op.lease_ms = lease_ms;
-  if (op.wait_ms > 0)
-    op.deadline = rlock__now_ms() + op.wait_ms;
-  return run_sync(lock, &op);
+  op_init(&op, lock, RLOCK__OP_ACQUIRE, owner);
+  set_wait(&op, wait_ms, lease_ms);
+  return run_sync(lock->client, &op);
 }
 
-int rlock_lock(rlock *lock, int64_t lease_ms) {
-  int rc = acquire(lock, -1, lease_ms);
-  return rc == 1 ? 0 : (rc == 0 ? RLOCK_EPROTO : rc);
-}
-
-int rlock_try_lock(rlock *lock, int64_t wait_ms, int64_t lease_ms) {
-  return acquire(lock, wait_ms, lease_ms);
-}
-
-static int simple(rlock *lock, rlock__op_kind kind, int64_t *value) {
+static int simple(rlock *lock, rlock__op_kind kind, uint64_t owner,
+                  int64_t *value) {
   if (lock == NULL)
     return bad_arg("lock is NULL");
   rlock__op op;
-  op_init(&op, lock, kind);
-  int rc = run_sync(lock, &op);
+  op_init(&op, lock, kind, owner);
+  int rc = run_sync(lock->client, &op);
   if (value != NULL && rc >= 0)
     *value = op.value;
   return rc;
 }
 
-int rlock_unlock(rlock *lock) { return simple(lock, RLOCK__OP_RELEASE, NULL); }
+int rlock_lock_owner(rlock *lock, uint64_t owner, int64_t lease_ms) {
+  int rc = acquire(lock, owner, -1, lease_ms);
+  return rc == 1 ? 0 : (rc == 0 ? RLOCK_EPROTO : rc);
+}
+
+int rlock_try_lock_owner(rlock *lock, uint64_t owner, int64_t wait_ms,
+                         int64_t lease_ms) {
+  return acquire(lock, owner, wait_ms, lease_ms);
+}
+
+int rlock_unlock_owner(rlock *lock, uint64_t owner) {
+  return simple(lock, RLOCK__OP_RELEASE, owner, NULL);
+}
+
+int rlock_is_held_by_owner(rlock *lock, uint64_t owner) {
+  return simple(lock, RLOCK__OP_IS_HELD, owner, NULL);
+}
+
+int64_t rlock_hold_count_owner(rlock *lock, uint64_t owner) {
+  int64_t count = 0;
+  int rc = simple(lock, RLOCK__OP_HOLD_COUNT, owner, &count);
+  return rc < 0 ? rc : count;
+}
+
+int rlock_lock(rlock *lock, int64_t lease_ms) {
+  return rlock_lock_owner(lock, rlock_thread_id(), lease_ms);
+}
+
+int rlock_try_lock(rlock *lock, int64_t wait_ms, int64_t lease_ms) {
+  return acquire(lock, rlock_thread_id(), wait_ms, lease_ms);
+}
+
+int rlock_unlock(rlock *lock) {
+  return rlock_unlock_owner(lock, rlock_thread_id());
+}
 
 int rlock_force_unlock(rlock *lock) {
-  return simple(lock, RLOCK__OP_FORCE_UNLOCK, NULL);
+  return simple(lock, RLOCK__OP_FORCE_UNLOCK, 0, NULL);
 }
 
 int rlock_is_locked(rlock *lock) {
-  return simple(lock, RLOCK__OP_IS_LOCKED, NULL);
+  return simple(lock, RLOCK__OP_IS_LOCKED, 0, NULL);
 }
 
 int rlock_is_held_by_current_thread(rlock *lock) {
-  return simple(lock, RLOCK__OP_IS_HELD, NULL);
+  return rlock_is_held_by_owner(lock, rlock_thread_id());
 }
 
 int64_t rlock_hold_count(rlock *lock) {
-  int64_t count = 0;
-  int rc = simple(lock, RLOCK__OP_HOLD_COUNT, &count);
-  return rc < 0 ? rc : count;
+  return rlock_hold_count_owner(lock, rlock_thread_id());
 }
 
 int rlock_remain_ttl(rlock *lock, int64_t *ttl_ms) {
   if (ttl_ms == NULL)
     return bad_arg("ttl_ms is NULL");
-  return simple(lock, RLOCK__OP_TTL, ttl_ms);
+  return simple(lock, RLOCK__OP_TTL, 0, ttl_ms);
 }
+
+static void noop_done(rlock__op *op) { (void)op; }
+
+static void interrupt_done(rlock__op *op) {
+  uv_sem_post((uv_sem_t *)op->data);
+}
+
+int rlock_interrupt(rlock_client *c, uint64_t owner) {
+  if (c == NULL)
+    return bad_arg("client is NULL");
+  rlock__op op;
+  memset(&op, 0, sizeof(op));
+  op.kind = RLOCK__OP_INTERRUPT;
+  op.client = c;
+  op.owner_id = owner;
+  if (rlock__on_loop_thread(c)) { /* from a callback: act right here */
+    op.done = noop_done;
+    run_control(c, &op);
+    return op.result;
+  }
+  uv_sem_t sem;
+  if (uv_sem_init(&sem, 0) != 0)
+    return RLOCK_ESYS;
+  op.done = interrupt_done;
+  op.data = &sem;
+  int rc = rlock__loop_submit(c, &op);
+  if (rc == 0) {
+    uv_sem_wait(&sem);
+    rc = op.result;
+  } else {
+    rlock__set_last_error("client is closed");
+  }
+  uv_sem_destroy(&sem);
+  return rc;
+}
+
+/* ---- asynchronous API ---- */
+
+/* Two references: the caller's (rlock_req_free) and the loop's (dropped
+ * after the callback), so rlock_cancel() never touches freed memory. */
+struct rlock_req {
+  atomic_int refs;
+  rlock_cb cb;
+  void *data;
+  rlock__op op;
+};
+
+static void lock_release(rlock *lock);
+
+static void req_release(rlock_req *req) {
+  if (atomic_fetch_sub(&req->refs, 1) != 1)
+    return;
+  rlock *lock = req->op.lock;
+  free(req);
+  lock_release(lock);
+}
+
+static void async_done(rlock__op *op) {
+  rlock_req *req = (rlock_req *)((char *)op - offsetof(rlock_req, op));
+  if (req->cb != NULL)
+    req->cb(op->result, op->value, req->data);
+  req_release(req);
+}
+
+static int submit_async(rlock *lock, rlock__op_kind kind, uint64_t owner,
+                        int64_t wait_ms, int64_t lease_ms, rlock_cb cb,
+                        void *data, rlock_req **out) {
+  if (out != NULL)
+    *out = NULL;
+  if (lock == NULL)
+    return bad_arg("lock is NULL");
+  if (kind == RLOCK__OP_ACQUIRE) {
+    int rc = check_lease(lease_ms);
+    if (rc != 0)
+      return rc;
+  }
+  rlock_req *req = malloc(sizeof(*req));
+  if (req == NULL) {
+    rlock__set_last_error("out of memory");
+    return RLOCK_ENOMEM;
+  }
+  atomic_init(&req->refs, out != NULL ? 2 : 1);
+  req->cb = cb;
+  req->data = data;
+  op_init(&req->op, lock, kind, owner);
+  if (kind == RLOCK__OP_ACQUIRE)
+    set_wait(&req->op, wait_ms, lease_ms);
+  req->op.done = async_done;
+  atomic_fetch_add(&lock->refs, 1);
+  if (out != NULL)
+    *out = req;
+  int rc = rlock__loop_submit(lock->client, &req->op);
+  if (rc != 0) {
+    if (out != NULL)
+      *out = NULL;
+    atomic_fetch_sub(&lock->refs, 1);
+    free(req);
+    rlock__set_last_error("client is closed");
+    return rc;
+  }
+  rlock__clear_last_error();
+  return 0;
+}
+
+int rlock_lock_async(rlock *lock, uint64_t owner, int64_t wait_ms,
+                     int64_t lease_ms, rlock_cb cb, void *data,
+                     rlock_req **req) {
+  return submit_async(lock, RLOCK__OP_ACQUIRE, owner, wait_ms, lease_ms, cb,
+                      data, req);
+}
+
+int rlock_unlock_async(rlock *lock, uint64_t owner, rlock_cb cb, void *data,
+                       rlock_req **req) {
+  return submit_async(lock, RLOCK__OP_RELEASE, owner, 0, 0, cb, data, req);
+}
+
+int rlock_force_unlock_async(rlock *lock, rlock_cb cb, void *data,
+                             rlock_req **req) {
+  return submit_async(lock, RLOCK__OP_FORCE_UNLOCK, 0, 0, 0, cb, data, req);
+}
+
+int rlock_is_locked_async(rlock *lock, rlock_cb cb, void *data,
+                          rlock_req **req) {
+  return submit_async(lock, RLOCK__OP_IS_LOCKED, 0, 0, 0, cb, data, req);
+}
+
+int rlock_is_held_async(rlock *lock, uint64_t owner, rlock_cb cb, void *data,
+                        rlock_req **req) {
+  return submit_async(lock, RLOCK__OP_IS_HELD, owner, 0, 0, cb, data, req);
+}
+
+int rlock_hold_count_async(rlock *lock, uint64_t owner, rlock_cb cb,
+                           void *data, rlock_req **req) {
+  return submit_async(lock, RLOCK__OP_HOLD_COUNT, owner, 0, 0, cb, data, req);
+}
+
+int rlock_remain_ttl_async(rlock *lock, rlock_cb cb, void *data,
+                           rlock_req **req) {
+  return submit_async(lock, RLOCK__OP_TTL, 0, 0, 0, cb, data, req);
+}
+
+static void cancel_done(rlock__op *op) {
+  rlock_req *target =
+      (rlock_req *)((char *)op->target - offsetof(rlock_req, op));
+  free(op);
+  req_release(target);
+}
+
+int rlock_cancel(rlock_req *req) {
+  if (req == NULL || req->op.kind != RLOCK__OP_ACQUIRE)
+    return bad_arg("rlock_cancel takes an acquire request");
+  rlock_client *c = req->op.client;
+  if (rlock__on_loop_thread(c)) {
+    if (req->op.state == RLOCK__ST_NEW)
+      req->op.canceled = true; /* still queued: ends as soon as it starts */
+    else if (req->op.state != RLOCK__ST_DONE)
+      cancel_acquire(&req->op);
+    return 0;
+  }
+  rlock__op *op = calloc(1, sizeof(*op));
+  if (op == NULL)
+    return RLOCK_ENOMEM;
+  op->kind = RLOCK__OP_CANCEL;
+  op->client = c;
+  op->target = &req->op;
+  op->done = cancel_done;
+  atomic_fetch_add(&req->refs, 1); /* the target stays valid until then */
+  int rc = rlock__loop_submit(c, op);
+  if (rc != 0) {
+    atomic_fetch_sub(&req->refs, 1);
+    free(op);
+    rlock__set_last_error("client is closed");
+  }
+  return rc;
+}
+
+void rlock_req_free(rlock_req *req) {
+  if (req != NULL)
+    req_release(req);
+}
+
+static void lock_release(rlock *lock) {
+  if (atomic_fetch_sub(&lock->refs, 1) != 1)
+    return;
+  rlock_client *c = lock->client;
+  free(lock->name);
+  free(lock->braced);
+  free(lock->channel);
+  free(lock);
+  rlock__client_release(c);
+}
+
+void rlock_free(rlock *lock) {
+  if (lock != NULL)
+    lock_release(lock);
+}
+
+uint64_t rlock_owner_new(void) { return rlock__id_next(); }

@@ -67,6 +67,7 @@ typedef struct rlock__conn {
   rlock__cmd *pending_head, *pending_tail;
   uint64_t connects; /* completed handshakes, for tests/diagnostics */
   int hs_err;        /* first error of the current handshake */
+  int hs_expect;     /* subscriber: handshake replies still to come */
   char hs_detail[200];
 } rlock__conn;
 
@@ -110,6 +111,9 @@ void rlock__cmd_abandon(rlock__cmd *cmd);
 void rlock__cmd_shutdown_all(rlock_client *c);
 
 int rlock__conn_start(rlock__conn *conn); /* connect (or reconnect) now */
+/* Appends a command to the subscriber connection. 0 or RLOCK_ECONN/ENOMEM. */
+int rlock__sub_append(rlock__conn *conn, int argc, const char **argv,
+                      const size_t *lens);
 void rlock__conn_shutdown(rlock__conn *conn);
 /* Error code for an error reply, with its text put in op-visible detail. */
 int rlock__reply_error(const redisReply *r);
@@ -146,7 +150,8 @@ void rlock__sub_unwait(rlock__op *op);
 void rlock__pubsub_on_connect(rlock_client *c);
 void rlock__pubsub_on_disconnect(rlock_client *c);
 void rlock__pubsub_shutdown(rlock_client *c);
-void rlock__pubsub_message(rlock_client *c, redisReply *reply);
+/* Every reply on the subscriber connection after its handshake. */
+void rlock__pubsub_reply(rlock_client *c, const redisReply *reply);
 
 /* ---- watchdog.c: what this client believes it holds ---- */
 

@@ -68,10 +68,6 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
   int rc = rlock__options_validate(o);
   if (rc != 0)
     return rc;
-  if (o->sharded_pubsub) {
-    rlock__set_last_error("sharded_pubsub is not supported yet");
-    return RLOCK_EINVAL;
-  }
   const char *uri = o->uri;
   if (uri == NULL) {
     uri = getenv("REDIS_URL");

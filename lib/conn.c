@@ -70,30 +70,24 @@ static void disconnect_cb(const redisAsyncContext *ac, int status) {
 
 /* ---- handshake: AUTH, SELECT, CLIENT SETNAME, then PING ---- */
 
-static void handshake_cb(redisAsyncContext *ac, void *r, void *privdata) {
-  rlock__conn *conn = privdata;
-  redisReply *reply = r;
-  if (conn->ac != ac || reply == NULL || reply->type != REDIS_REPLY_ERROR ||
-      conn->hs_err != 0)
-    return;
-  conn->hs_err = rlock__reply_error(reply);
-  snprintf(conn->hs_detail, sizeof(conn->hs_detail), "%.*s",
-           (int)reply->len, reply->str);
-}
-
-static void ready_cb(redisAsyncContext *ac, void *r, void *privdata) {
-  rlock__conn *conn = privdata;
-  redisReply *reply = r;
-  rlock_client *c = conn->client;
-  if (conn->ac != ac || c->closing)
-    return;
-  if (reply == NULL)
-    return; /* connection failed; connect_cb / disconnect_cb handle it */
-  if (conn->hs_err == 0 && reply->type == REDIS_REPLY_ERROR) {
+static void hs_record(rlock__conn *conn, const redisReply *reply) {
+  if (reply->type == REDIS_REPLY_ERROR && conn->hs_err == 0) {
     conn->hs_err = rlock__reply_error(reply);
     snprintf(conn->hs_detail, sizeof(conn->hs_detail), "%.*s",
              (int)reply->len, reply->str);
   }
+}
+
+static void handshake_cb(redisAsyncContext *ac, void *r, void *privdata) {
+  rlock__conn *conn = privdata;
+  if (conn->ac == ac && r != NULL)
+    hs_record(conn, r);
+}
+
+static void conn_ready(rlock__conn *conn) {
+  rlock_client *c = conn->client;
+  if (c->closing)
+    return;
   if (conn->hs_err != 0) {
     rlock__open_progress(c, conn->hs_err, conn->hs_detail);
     /* A connection that cannot authenticate is useless: drop it and try
@@ -109,7 +103,78 @@ static void ready_cb(redisAsyncContext *ac, void *r, void *privdata) {
     rlock__suspects_run(c);
 }
 
+static void ready_cb(redisAsyncContext *ac, void *r, void *privdata) {
+  rlock__conn *conn = privdata;
+  redisReply *reply = r;
+  if (conn->ac != ac || reply == NULL)
+    return; /* connection failed; connect_cb / disconnect_cb handle it */
+  handshake_cb(ac, r, privdata);
+  conn_ready(conn);
+}
+
+/* Sends one handshake command (AUTH, SELECT, CLIENT SETNAME). */
+static void handshake(rlock__conn *conn, int argc, const char **argv) {
+  size_t lens[3];
+  for (int i = 0; i < argc; i++)
+    lens[i] = strlen(argv[i]);
+  if (conn->is_sub) {
+    if (rlock__sub_append(conn, argc, argv, lens) == 0)
+      conn->hs_expect++;
+  } else {
+    redisAsyncCommandArgv(conn->ac, handshake_cb, conn, argc, argv, lens);
+  }
+}
+
 static void send_now(rlock__cmd *cmd);
+
+/* ---- the subscriber connection ----
+ *
+ * rlock routes every reply on this connection itself: hiredis connects,
+ * writes and parses, but its pub/sub bookkeeping is bypassed. hiredis 0.14
+ * knows neither SSUBSCRIBE nor "smessage" (Java's sharded pub/sub), and it
+ * drops a channel's callback when an "unsubscribe" reply crosses a new
+ * SUBSCRIBE. Commands are appended straight to the output buffer; replies
+ * are taken off the reader in order: first the handshake's, then
+ * subscription confirmations and messages. */
+
+int rlock__sub_append(rlock__conn *conn, int argc, const char **argv,
+                      const size_t *lens) {
+  redisAsyncContext *ac = conn->ac;
+  if (ac == NULL || (ac->c.flags & (REDIS_DISCONNECTING | REDIS_FREEING)))
+    return RLOCK_ECONN;
+  if (redisAppendCommandArgv(&ac->c, argc, argv, lens) != REDIS_OK)
+    return RLOCK_ENOMEM;
+  if (ac->ev.addWrite != NULL)
+    ac->ev.addWrite(ac->ev.data);
+  return 0;
+}
+
+static void sub_read(redisAsyncContext *ac) {
+  rlock__conn *conn = ac->data;
+  rlock_client *c = conn->client;
+  if (redisBufferRead(&ac->c) != REDIS_OK) {
+    redisAsyncDisconnect(ac); /* no callbacks pending: frees it now */
+    return;
+  }
+  void *r = NULL;
+  while (conn->ac == ac) {
+    if (redisGetReplyFromReader(&ac->c, &r) != REDIS_OK) {
+      redisAsyncDisconnect(ac);
+      return;
+    }
+    if (r == NULL)
+      break;
+    redisReply *reply = r;
+    if (conn->hs_expect > 0) {
+      hs_record(conn, reply);
+      if (--conn->hs_expect == 0)
+        conn_ready(conn);
+    } else if (!c->closing) {
+      rlock__pubsub_reply(c, reply);
+    }
+    freeReplyObject(reply);
+  }
+}
 
 int rlock__conn_start(rlock__conn *conn) {
   rlock_client *c = conn->client;
@@ -139,23 +204,45 @@ int rlock__conn_start(rlock__conn *conn) {
   conn->ac = ac;
   conn->state = RLOCK__CONN_CONNECTING;
   conn->hs_err = 0;
+  conn->hs_expect = 0;
   conn->hs_detail[0] = '\0';
+  if (conn->is_sub)
+    rlock__uv_set_read_hook(ac, sub_read);
 
   /* hiredis buffers commands until the socket connects, so the handshake
    * and whatever waited for this connection are pipelined at once. */
+  const char *argv[3];
+  size_t lens[3];
   if (u->password != NULL) {
+    int n = 0;
+    argv[n++] = "AUTH";
     if (u->user != NULL && u->user[0] != '\0')
-      redisAsyncCommand(ac, handshake_cb, conn, "AUTH %s %s", u->user,
-                        u->password);
-    else
-      redisAsyncCommand(ac, handshake_cb, conn, "AUTH %s", u->password);
+      argv[n++] = u->user;
+    argv[n++] = u->password;
+    handshake(conn, n, argv);
   }
-  if (!conn->is_sub && u->db != 0)
-    redisAsyncCommand(ac, handshake_cb, conn, "SELECT %d", u->db);
-  if (c->client_name != NULL)
-    redisAsyncCommand(ac, handshake_cb, conn, "CLIENT SETNAME %s",
-                      c->client_name);
-  redisAsyncCommand(ac, ready_cb, conn, "PING");
+  if (!conn->is_sub && u->db != 0) {
+    char db[16];
+    snprintf(db, sizeof(db), "%d", u->db);
+    argv[0] = "SELECT";
+    argv[1] = db;
+    handshake(conn, 2, argv);
+  }
+  if (c->client_name != NULL) {
+    argv[0] = "CLIENT";
+    argv[1] = "SETNAME";
+    argv[2] = c->client_name;
+    handshake(conn, 3, argv);
+  }
+  argv[0] = "PING";
+  (void)lens;
+  if (conn->is_sub) {
+    lens[0] = 4;
+    rlock__sub_append(conn, 1, argv, lens);
+    conn->hs_expect++;
+  } else {
+    redisAsyncCommand(ac, ready_cb, conn, "PING");
+  }
 
   if (conn->is_sub) {
     rlock__pubsub_on_connect(c);

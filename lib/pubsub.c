@@ -42,28 +42,28 @@ static void entry_free(rlock_client *c, rlock__sub *e) {
   free(e);
 }
 
-static void sub_cb(redisAsyncContext *ac, void *r, void *privdata);
-
-static void send_subscribe(rlock_client *c, rlock__sub *e) {
-  redisAsyncContext *ac = c->sub.ac;
-  e->resubscribe = false;
-  if (ac == NULL) {
-    e->state = RLOCK__SUB_NONE; /* rlock__pubsub_on_connect subscribes */
-    return;
-  }
-  const char *argv[2] = {"SUBSCRIBE", e->channel};
-  size_t lens[2] = {9, e->channel_len};
-  if (redisAsyncCommandArgv(ac, sub_cb, c, 2, argv, lens) != REDIS_OK) {
-    e->state = RLOCK__SUB_NONE;
-    return;
-  }
-  e->state = RLOCK__SUB_SUBSCRIBING;
+/* SUBSCRIBE/UNSUBSCRIBE, or their sharded forms (as Java uses against a
+ * Redis 7 cluster). */
+static int send_sub_cmd(rlock_client *c, rlock__sub *e, bool subscribe) {
+  const char *cmd = c->opts.sharded_pubsub
+                        ? (subscribe ? "SSUBSCRIBE" : "SUNSUBSCRIBE")
+                        : (subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE");
+  const char *argv[2] = {cmd, e->channel};
+  size_t lens[2] = {strlen(cmd), e->channel_len};
+  return rlock__sub_append(&c->sub, 2, argv, lens);
 }
 
-/* The entry has no ops left. hiredis 0.14 keeps one callback per channel
- * and drops it when an "unsubscribe" reply arrives, so a SUBSCRIBE sent
- * while an UNSUBSCRIBE is in flight would lose its callback: a new SUBSCRIBE
- * waits for the UNSUBSCRIBE's reply instead (e->resubscribe). */
+static void send_subscribe(rlock_client *c, rlock__sub *e) {
+  e->resubscribe = false;
+  /* Without a connection, rlock__pubsub_on_connect subscribes later. */
+  e->state = send_sub_cmd(c, e, true) == 0 ? RLOCK__SUB_SUBSCRIBING
+                                           : RLOCK__SUB_NONE;
+}
+
+/* The entry has no ops left. A new SUBSCRIBE for a channel whose
+ * UNSUBSCRIBE is still in flight waits for that reply (e->resubscribe), so
+ * each entry has at most one request in flight and replies map to states
+ * one to one. */
 static void entry_idle(rlock_client *c, rlock__sub *e) {
   e->permits = 0;
   switch (e->state) {
@@ -75,18 +75,12 @@ static void entry_idle(rlock_client *c, rlock__sub *e) {
   case RLOCK__SUB_UNSUBSCRIBING:
     e->resubscribe = false;
     break;
-  case RLOCK__SUB_SUBSCRIBED: {
-    redisAsyncContext *ac = c->sub.ac;
-    const char *argv[2] = {"UNSUBSCRIBE", e->channel};
-    size_t lens[2] = {11, e->channel_len};
-    if (ac != NULL &&
-        redisAsyncCommandArgv(ac, NULL, NULL, 2, argv, lens) == REDIS_OK) {
+  case RLOCK__SUB_SUBSCRIBED:
+    if (send_sub_cmd(c, e, false) == 0)
       e->state = RLOCK__SUB_UNSUBSCRIBING;
-    } else {
+    else
       entry_free(c, e);
-    }
     break;
-  }
   }
 }
 
@@ -248,11 +242,15 @@ static void on_message(rlock_client *c, rlock__sub *e, const char *payload,
   wake_all(c, e);
 }
 
-static void sub_cb(redisAsyncContext *ac, void *r, void *privdata) {
-  rlock_client *c = privdata;
-  redisReply *reply = r;
-  if (reply == NULL || c->closing || ac != c->sub.ac)
-    return;
+/* Reply kinds are matched with and without the sharded "s" prefix. */
+static bool kind_is(const redisReply *kind, const char *what) {
+  const char *k = kind->str;
+  if (k[0] == 's' && strcmp(k + 1, what) == 0)
+    return true;
+  return strcmp(k, what) == 0;
+}
+
+void rlock__pubsub_reply(rlock_client *c, const redisReply *reply) {
   if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 3 ||
       reply->element[0]->type != REDIS_REPLY_STRING ||
       reply->element[1]->type != REDIS_REPLY_STRING)
@@ -261,14 +259,14 @@ static void sub_cb(redisAsyncContext *ac, void *r, void *privdata) {
   rlock__sub *e = rlock__map_get(&c->subs, chan->str, chan->len);
   if (e == NULL)
     return;
-  if (strcmp(kind->str, "message") == 0) {
+  if (kind_is(kind, "message")) {
     if (e->state == RLOCK__SUB_SUBSCRIBED &&
         reply->element[2]->type == REDIS_REPLY_STRING)
       on_message(c, e, reply->element[2]->str, reply->element[2]->len);
-  } else if (strcmp(kind->str, "subscribe") == 0) {
+  } else if (kind_is(kind, "subscribe")) {
     if (e->state == RLOCK__SUB_SUBSCRIBING)
       confirmed(c, e);
-  } else if (strcmp(kind->str, "unsubscribe") == 0) {
+  } else if (kind_is(kind, "unsubscribe")) {
     if (e->state == RLOCK__SUB_UNSUBSCRIBING) {
       e->state = RLOCK__SUB_NONE;
       if (e->refs > 0)

@@ -14,13 +14,19 @@ typedef struct uv_io {
   redisAsyncContext *ac; /* NULL once hiredis let go of the context */
   uv_poll_t poll;
   int events;
+  void (*read_hook)(redisAsyncContext *ac);
 } uv_io;
 
 static void poll_cb(uv_poll_t *handle, int status, int events) {
   uv_io *io = handle->data;
   int ready = status < 0 ? io->events : events;
-  if (io->ac != NULL && (ready & UV_READABLE))
-    redisAsyncHandleRead(io->ac);
+  if (io->ac != NULL && (ready & UV_READABLE)) {
+    /* Until connected, hiredis completes the connect itself. */
+    if (io->read_hook != NULL && (io->ac->c.flags & REDIS_CONNECTED))
+      io->read_hook(io->ac);
+    else
+      redisAsyncHandleRead(io->ac);
+  }
   /* reading may have freed the context (cleanup cleared io->ac) */
   if (io->ac != NULL && (ready & UV_WRITABLE))
     redisAsyncHandleWrite(io->ac);
@@ -66,4 +72,10 @@ int rlock__uv_attach(redisAsyncContext *ac, uv_loop_t *loop) {
   ac->ev.delWrite = del_write;
   ac->ev.cleanup = cleanup;
   return REDIS_OK;
+}
+
+void rlock__uv_set_read_hook(redisAsyncContext *ac,
+                             void (*hook)(redisAsyncContext *ac)) {
+  uv_io *io = ac->ev.data;
+  io->read_hook = hook;
 }

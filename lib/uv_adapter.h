@@ -9,4 +9,9 @@
 /* Returns REDIS_OK, or REDIS_ERR (nothing attached, nothing leaked). */
 int rlock__uv_attach(redisAsyncContext *ac, uv_loop_t *loop);
 
+/* Once connected, readable events call `hook` instead of hiredis's own
+ * reply dispatch (used by the subscriber connection, see conn.c). */
+void rlock__uv_set_read_hook(redisAsyncContext *ac,
+                             void (*hook)(redisAsyncContext *ac));
+
 #endif

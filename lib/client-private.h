@@ -187,6 +187,8 @@ rlock__cmd *rlock__send_trim(rlock_client *c, const char *name,
                              int64_t want, rlock__reply_cb cb, void *data);
 void rlock__suspect_add(rlock_client *c, const rlock *lock, const char *owner);
 void rlock__suspects_run(rlock_client *c);
+/* At close: sends every pending trim now. Returns how many were sent. */
+int rlock__suspects_flush(rlock_client *c);
 void rlock__suspects_shutdown(rlock_client *c);
 void rlock__watchdog_shutdown(rlock_client *c);
 
@@ -277,6 +279,9 @@ struct rlock_client {
   uv_async_t wakeup;
   uv_timer_t heap_timer;
   uv_timer_t watchdog_timer;
+  uv_timer_t drain_timer; /* bounds the graceful close of the command conn */
+  bool shutdown_done;
+  int trims_draining; /* trims sent at close, still unanswered */
   int64_t heap_timer_at; /* when heap_timer is armed for, or -1 */
 
   /* request queue: the only state user threads write */
@@ -316,6 +321,8 @@ bool rlock__on_loop_thread(rlock_client *c);
 uint64_t rlock__id_next(void);
 int rlock__loop_start(rlock_client *c);
 void rlock__client_release(rlock_client *c);
+/* The command connection finished closing during close (conn.c). */
+void rlock__loop_drained(rlock_client *c);
 /* Called by conn.c when a connection's handshake PING answered (err 0) or
  * failed, while open() waits. */
 void rlock__open_progress(rlock_client *c, int err, const char *detail);

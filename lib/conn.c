@@ -1,6 +1,7 @@
 /* The two hiredis connections (commands, subscriber): connect, handshake,
  * reconnect with back-off; and command records with libuv-timer timeouts,
  * since hiredis 0.14 has no async timeout. */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,8 +62,11 @@ static void disconnect_cb(const redisAsyncContext *ac, int status) {
   if (conn->ac != ac)
     return;
   conn->ac = NULL;
-  if (c->closing)
+  if (c->closing) {
+    if (!conn->is_sub)
+      rlock__loop_drained(c);
     return;
+  }
   rlock__open_progress(c, RLOCK_ECONN, ac->errstr[0] ? ac->errstr
                                                       : "connection closed");
   conn_down(conn);
@@ -193,6 +197,11 @@ int rlock__conn_start(rlock__conn *conn) {
     return RLOCK_ECONN;
   }
   ac->data = conn;
+  /* Children a program forks and execs must not inherit Redis sockets
+   * (they would keep the connection and its subscriptions open). */
+  int fd_flags = fcntl(ac->c.fd, F_GETFD);
+  if (fd_flags >= 0)
+    fcntl(ac->c.fd, F_SETFD, fd_flags | FD_CLOEXEC);
   if (rlock__uv_attach(ac, &c->loop) != REDIS_OK) {
     rlock__open_progress(c, RLOCK_ESYS, "cannot attach to the event loop");
     redisAsyncFree(ac);

@@ -1,5 +1,7 @@
 /* The client's loop thread, the cross-thread request queue and the timed
  * events heap. */
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,10 +141,12 @@ bool rlock__on_loop_thread(rlock_client *c) {
 
 static void close_handle_cb(uv_handle_t *h) { (void)h; }
 
-static void shutdown_loop(rlock_client *c) {
-  c->closing = true;
-  while (c->active_head != NULL)
-    rlock__op_finish(c->active_head, RLOCK_ECLOSED);
+/* Close, second half: drop everything and let the loop run dry. */
+static void shutdown_final(rlock_client *c) {
+  if (c->shutdown_done)
+    return;
+  c->shutdown_done = true;
+  uv_close((uv_handle_t *)&c->drain_timer, close_handle_cb);
   rlock__watchdog_shutdown(c);
   rlock__conn_shutdown(&c->sub);
   rlock__conn_shutdown(&c->cmd);
@@ -153,6 +157,40 @@ static void shutdown_loop(rlock_client *c) {
   c->heap_len = 0;
   uv_close((uv_handle_t *)&c->heap_timer, close_handle_cb);
   uv_close((uv_handle_t *)&c->wakeup, close_handle_cb);
+}
+
+static void drain_timer_cb(uv_timer_t *timer) { shutdown_final(timer->data); }
+
+void rlock__loop_drained(rlock_client *c) {
+  /* Called from inside hiredis callbacks: finish outside them. */
+  if (c->closing && !c->shutdown_done)
+    uv_timer_start(&c->drain_timer, drain_timer_cb, 0, 0);
+}
+
+/* Close, first half. Every call still running ends with RLOCK_ECLOSED. An
+ * acquire whose command is already on its way may still take the lock on
+ * the server, so its (name, owner) is trimmed back first (reconcile.c), and
+ * the command connection stays up until those trims have answered (at most
+ * command_timeout_ms): close never leaves a hold nobody knows of while the
+ * server answers. (hiredis 0.14's redisAsyncDisconnect cannot be used for
+ * this: it drops replies still on their way once its write buffer is
+ * empty.) */
+static void shutdown_loop(rlock_client *c) {
+  c->closing = true;
+  while (c->active_head != NULL) {
+    rlock__op *op = c->active_head;
+    if (op->kind == RLOCK__OP_ACQUIRE && op->cmd != NULL)
+      rlock__suspect_add(c, op->lock, op->owner);
+    rlock__op_finish(op, RLOCK_ECLOSED);
+  }
+  uv_timer_stop(&c->watchdog_timer);
+  rlock__conn_shutdown(&c->sub);
+  if (c->cmd.ac != NULL && rlock__suspects_flush(c) > 0) {
+    uv_timer_start(&c->drain_timer, drain_timer_cb,
+                   (uint64_t)c->opts.command_timeout_ms, 0);
+    return; /* rlock__loop_drained() when the last trim answers */
+  }
+  shutdown_final(c);
 }
 
 static void wakeup_cb(uv_async_t *async) {
@@ -188,6 +226,19 @@ static void open_timeout(rlock_client *c, rlock__timed *t) {
 
 static void loop_main(void *arg) {
   rlock_client *c = arg;
+  /* Process signals belong to the application's threads. Blocking them
+   * here also turns a write to a closed socket into EPIPE instead of a
+   * SIGPIPE that would kill a program that never asked for one (all Redis
+   * I/O happens on this thread). Faults stay deliverable. */
+  sigset_t mask;
+  sigfillset(&mask);
+  sigdelset(&mask, SIGSEGV);
+  sigdelset(&mask, SIGBUS);
+  sigdelset(&mask, SIGFPE);
+  sigdelset(&mask, SIGILL);
+  sigdelset(&mask, SIGABRT);
+  sigdelset(&mask, SIGTRAP);
+  pthread_sigmask(SIG_BLOCK, &mask, NULL);
   c->open_timer.fire = open_timeout;
   rlock__timed_start(c, &c->open_timer,
                      rlock__now_ms() + c->opts.command_timeout_ms);
@@ -216,12 +267,15 @@ int rlock__loop_start(rlock_client *c) {
   c->heap_timer_at = -1;
   uv_timer_init(&c->loop, &c->watchdog_timer);
   c->watchdog_timer.data = c;
+  uv_timer_init(&c->loop, &c->drain_timer);
+  c->drain_timer.data = c;
   atomic_fetch_add(&c->refs, 1); /* the loop thread's own reference */
   if (uv_thread_create(&c->thread, loop_main, c) != 0) {
     atomic_fetch_sub(&c->refs, 1);
     uv_close((uv_handle_t *)&c->wakeup, NULL);
     uv_close((uv_handle_t *)&c->heap_timer, NULL);
     uv_close((uv_handle_t *)&c->watchdog_timer, NULL);
+    uv_close((uv_handle_t *)&c->drain_timer, NULL);
     uv_run(&c->loop, UV_RUN_DEFAULT);
     uv_loop_close(&c->loop);
     return RLOCK_ESYS;

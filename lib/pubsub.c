@@ -293,6 +293,7 @@ void rlock__pubsub_on_connect(rlock_client *c) {
 }
 
 void rlock__pubsub_on_disconnect(rlock_client *c) {
+  rlock__op *wake_list = NULL;
   rlock__map_iter it;
   rlock__map_node *n;
   rlock__map_iter_init(&it, &c->subs);
@@ -307,6 +308,22 @@ void rlock__pubsub_on_disconnect(rlock_client *c) {
      * the subscription is back (see confirmed()). */
     e->permits = 0;
     e->missed = true;
+    /* Nothing can wake the sleepers now: let each try once at once, so a
+     * dead server is noticed now rather than after the holder's TTL. */
+    while (e->wait_head != NULL) {
+      rlock__op *op = e->wait_head;
+      rlock__timed_stop(c, &op->timer);
+      list_remove(&e->wait_head, &e->wait_tail, op);
+      op->sub_next = wake_list;
+      wake_list = op;
+    }
+  }
+  /* Retried after the walk: a retry may end an op and free its entry. */
+  while (wake_list != NULL) {
+    rlock__op *op = wake_list;
+    wake_list = op->sub_next;
+    op->sub_next = NULL;
+    rlock__op_retry(op);
   }
 }
 

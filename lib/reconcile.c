@@ -21,6 +21,7 @@ typedef struct suspect {
   size_t name_len, channel_len;
   int64_t want; /* count sent with the trim in flight */
   bool inflight;
+  bool at_close; /* sent by rlock__suspects_flush: close waits for it */
 } suspect;
 
 int64_t rlock__hold_count_known(rlock_client *c, const char *name,
@@ -70,8 +71,11 @@ static void suspect_reply(rlock_client *c, redisReply *reply, int err,
                           void *data) {
   suspect *s = data;
   s->inflight = false;
-  if (c->closing)
+  if (c->closing) {
+    if (s->at_close && --c->trims_draining == 0)
+      rlock__loop_drained(c);
     return;
+  }
   if (err != 0 || reply->type != REDIS_REPLY_INTEGER)
     return; /* tried again on the next watchdog tick or reconnect */
   rlock__hold_trimmed(c, s->name, s->owner, reply->integer, s->want);
@@ -88,9 +92,8 @@ static bool owner_busy(rlock_client *c, const suspect *s) {
   return false;
 }
 
-void rlock__suspects_run(rlock_client *c) {
-  if (c->closing || c->suspects.count == 0)
-    return;
+static int run(rlock_client *c) {
+  int sent = 0;
   rlock__map_iter it;
   rlock__map_node *n;
   rlock__map_iter_init(&it, &c->suspects);
@@ -100,9 +103,23 @@ void rlock__suspects_run(rlock_client *c) {
       continue;
     s->want = rlock__hold_count_known(c, s->name, s->owner);
     if (rlock__send_trim(c, s->name, s->name_len, s->channel, s->channel_len,
-                         s->owner, s->want, suspect_reply, s) != NULL)
+                         s->owner, s->want, suspect_reply, s) != NULL) {
       s->inflight = true;
+      s->at_close = c->closing;
+      sent++;
+    }
   }
+  return sent;
+}
+
+void rlock__suspects_run(rlock_client *c) {
+  if (!c->closing && c->suspects.count > 0)
+    run(c);
+}
+
+int rlock__suspects_flush(rlock_client *c) {
+  c->trims_draining = c->suspects.count > 0 ? run(c) : 0;
+  return c->trims_draining;
 }
 
 void rlock__suspect_add(rlock_client *c, const rlock *lock,

@@ -1,0 +1,1095 @@
+/* The `cli` suite: the rlock command-line tool, run as a real process
+ * ($RLOCK_CLI, set by tests/cli/meson.build) against a private
+ * redis-server per test (tests/redis/harness.h). Each test checks exit
+ * codes, what the tool printed, and what is really in Redis. */
+#include <criterion/criterion.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <regex.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define MAX_ARGS 32
+#define MAX_PROCS 16
+/* How long any single rlock run may take before the test gives up on it. */
+#define RUN_BOUND_MS 15000
+/* "At once": process start, two connections and one script, on a loaded
+ * 2-core machine. Far below every wait the tests would otherwise see. */
+#define PROMPT_MS 2000
+
+/* Per-test scratch directory, "/tmp/rlock-cli-test.XXXXXX"; file paths in
+ * it fit in PATH_LEN. */
+static char g_dir[64];
+#define PATH_LEN 192
+
+typedef struct cli_proc {
+  pid_t pid;
+  bool reaped;
+  int exit_code; /* as a shell reports it: status, or 128+signal */
+  int64_t started_ms, ended_ms;
+  char out_path[PATH_LEN];
+  char err_path[PATH_LEN];
+} cli_proc;
+
+/* Processes started and not yet reaped, killed at teardown. Pids, not
+ * cli_proc pointers: those live on test functions' stacks. */
+static pid_t g_pids[MAX_PROCS];
+static int g_npids;
+
+static void forget_pid(pid_t pid) {
+  for (int i = 0; i < g_npids; i++) {
+    if (g_pids[i] == pid) {
+      g_pids[i] = g_pids[--g_npids];
+      return;
+    }
+  }
+}
+
+/* ---- fixture ---- */
+
+static void cli_setup(void) {
+  rt_server_start();
+  snprintf(g_dir, sizeof g_dir, "/tmp/rlock-cli-test.XXXXXX");
+  cr_assert(mkdtemp(g_dir) != NULL, "mkdtemp: %s", strerror(errno));
+  /* Every rlock run below uses the test's server unless it says -u. */
+  cr_assert(setenv("REDIS_URL", rt_uri(), 1) == 0);
+  cr_assert(getenv("RLOCK_CLI") != NULL,
+            "RLOCK_CLI is not set (run through meson test)");
+}
+
+static void remove_tree(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d == NULL)
+    return;
+  struct dirent *de;
+  char path[PATH_LEN + 256];
+  while ((de = readdir(d)) != NULL) {
+    if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+      continue;
+    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    unlink(path);
+  }
+  closedir(d);
+  rmdir(dir);
+}
+
+static void cli_teardown(void) {
+  /* Each rlock leads its own process group, which its COMMAND is in too:
+   * a failed test leaves neither behind. */
+  for (int i = 0; i < g_npids; i++) {
+    if (kill(-g_pids[i], SIGKILL) != 0)
+      kill(g_pids[i], SIGKILL);
+    waitpid(g_pids[i], NULL, 0);
+  }
+  g_npids = 0;
+  if (g_dir[0] != '\0')
+    remove_tree(g_dir);
+  rt_server_stop();
+}
+
+TestSuite(cli, .init = cli_setup, .fini = cli_teardown, .timeout = 90);
+
+/* ---- files ---- */
+
+static void path_in(char *buf, size_t n, const char *file) {
+  snprintf(buf, n, "%s/%s", g_dir, file);
+}
+
+/* Whole file as a malloc'd string ("" if missing). */
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  size_t cap = 4096, len = 0;
+  char *buf = malloc(cap);
+  cr_assert(buf != NULL);
+  if (f != NULL) {
+    size_t n;
+    while ((n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+      len += n;
+      if (len + 1 == cap) {
+        cap *= 2;
+        buf = realloc(buf, cap);
+        cr_assert(buf != NULL);
+      }
+    }
+    fclose(f);
+  }
+  buf[len] = '\0';
+  return buf;
+}
+
+static char *slurp_in(const char *file) {
+  char path[PATH_LEN];
+  path_in(path, sizeof path, file);
+  return slurp(path);
+}
+
+static bool exists_in(const char *file) {
+  char path[PATH_LEN];
+  path_in(path, sizeof path, file);
+  return access(path, F_OK) == 0;
+}
+
+static void touch_in(const char *file) {
+  char path[PATH_LEN];
+  path_in(path, sizeof path, file);
+  int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  cr_assert(fd >= 0, "create %s: %s", path, strerror(errno));
+  close(fd);
+}
+
+/* The first line of a file, without its newline. */
+static char *first_line_in(const char *file) {
+  char *s = slurp_in(file);
+  s[strcspn(s, "\n")] = '\0';
+  return s;
+}
+
+/* ---- processes ---- */
+
+/* Starts $RLOCK_CLI with the NULL-terminated args, in g_dir, stdout and
+ * stderr to files, stdin /dev/null, default signal handling, no
+ * descriptors beyond 0-2 (so the tool's own descriptor handling is what
+ * the tests see), in a process group of its own (for the teardown). */
+static void cli_start(cli_proc *p, const char *const *args) {
+  cr_assert(g_npids < MAX_PROCS);
+  memset(p, 0, sizeof *p);
+  static unsigned seq;
+  seq++;
+  snprintf(p->out_path, sizeof p->out_path, "%s/out.%u", g_dir, seq);
+  snprintf(p->err_path, sizeof p->err_path, "%s/err.%u", g_dir, seq);
+  const char *argv[MAX_ARGS + 2];
+  int argc = 0;
+  argv[argc++] = getenv("RLOCK_CLI");
+  for (int i = 0; args[i] != NULL; i++) {
+    cr_assert(argc < MAX_ARGS);
+    argv[argc++] = args[i];
+  }
+  argv[argc] = NULL;
+  pid_t parent = getpid();
+  p->started_ms = rt_now_ms();
+  pid_t pid = fork();
+  cr_assert(pid >= 0, "fork: %s", strerror(errno));
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+      _exit(120);
+    setpgid(0, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1,
+                        SIGUSR2, SIGPIPE, SIGCHLD};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+      signal(sigs[i], SIG_DFL);
+    int in = open("/dev/null", O_RDONLY);
+    int out = open(p->out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int err = open(p->err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (in < 0 || out < 0 || err < 0 || chdir(g_dir) != 0)
+      _exit(121);
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    for (int fd = 3; fd < 1024; fd++)
+      close(fd);
+    execv(argv[0], (char *const *)argv);
+    _exit(122);
+  }
+  setpgid(pid, pid); /* also here: the teardown may come before the child */
+  p->pid = pid;
+  g_pids[g_npids++] = pid;
+}
+
+static bool cli_poll(cli_proc *p) {
+  if (p->reaped)
+    return true;
+  int status;
+  pid_t r = waitpid(p->pid, &status, WNOHANG);
+  if (r != p->pid)
+    return false;
+  p->reaped = true;
+  p->ended_ms = rt_now_ms();
+  forget_pid(p->pid);
+  p->exit_code = WIFEXITED(status) ? WEXITSTATUS(status)
+                                   : 128 + WTERMSIG(status);
+  return true;
+}
+
+static bool cli_poll_cond(void *arg) { return cli_poll(arg); }
+
+/* Waits for the process to end; returns its exit code. */
+static int cli_wait(cli_proc *p, int64_t bound_ms) {
+  bool ended = rt_poll_until(cli_poll_cond, p, bound_ms);
+  if (!ended) {
+    char *err = slurp(p->err_path);
+    cr_assert_fail("rlock (pid %d) still runs after %" PRId64
+                   " ms; stderr: %s",
+                   (int)p->pid, bound_ms, err);
+  }
+  cr_assert(p->exit_code != 120 && p->exit_code != 121 &&
+                p->exit_code != 122,
+            "could not start rlock (code %d)", p->exit_code);
+  return p->exit_code;
+}
+
+static int64_t cli_elapsed(const cli_proc *p) {
+  return p->ended_ms - p->started_ms;
+}
+
+static bool cli_running(cli_proc *p) { return !cli_poll(p); }
+
+/* Runs to completion: returns the exit code. */
+static int cli_run(cli_proc *p, const char *const *args) {
+  cli_start(p, args);
+  return cli_wait(p, RUN_BOUND_MS);
+}
+
+static char *cli_out(const cli_proc *p) { return slurp(p->out_path); }
+static char *cli_err(const cli_proc *p) { return slurp(p->err_path); }
+
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* ---- conditions ---- */
+
+static bool key_exists(void *key) { return rt_exists(key) == 1; }
+static bool key_gone(void *key) { return rt_exists(key) == 0; }
+static bool file_exists(void *file) { return exists_in(file); }
+
+typedef struct numsub_arg {
+  const char *channel;
+  long long want;
+} numsub_arg;
+
+static bool numsub_is(void *arg) {
+  numsub_arg *a = arg;
+  return rt_numsub(a->channel) == a->want;
+}
+
+static void wait_numsub(const char *channel, long long want) {
+  numsub_arg a = {channel, want};
+  rt_wait_until_what(numsub_is, &a, 10000, channel);
+}
+
+typedef struct contains_arg {
+  const char *path;
+  const char *needle;
+} contains_arg;
+
+static bool file_contains(void *arg) {
+  contains_arg *a = arg;
+  char *s = slurp(a->path);
+  bool found = strstr(s, a->needle) != NULL;
+  free(s);
+  return found;
+}
+
+/* An owner (hash field) as Redisson writes it: <uuid v4>:<thread id>. */
+static bool is_owner(const char *s) {
+  regex_t re;
+  int rc = regcomp(&re,
+                   "^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-"
+                   "[0-9a-f]{12}:[0-9]+$",
+                   REG_EXTENDED | REG_NOSUB);
+  cr_assert_eq(rc, 0);
+  bool ok = regexec(&re, s, 0, NULL, 0) == 0;
+  regfree(&re);
+  return ok;
+}
+
+/* A lock held by the test itself, through the library. */
+typedef struct held {
+  rlock_client *client;
+  rlock *lock;
+  char owner[96];
+} held;
+
+static void hold(held *h, const char *name) {
+  h->client = rt_client();
+  h->lock = rt_lock(h->client, name);
+  int rc = rlock_lock(h->lock, -1);
+  cr_assert_eq(rc, 0, "rlock_lock: %s", rlock_err_name(rc));
+  rt_owner(h->owner, sizeof h->owner, h->client, rlock_thread_id());
+}
+
+static void unhold(held *h) {
+  if (h->lock != NULL) {
+    int rc = rlock_unlock(h->lock);
+    cr_assert_eq(rc, 1, "rlock_unlock: %d", rc);
+  }
+  rlock_free(h->lock);
+  rlock_client_close(h->client);
+  h->lock = NULL;
+  h->client = NULL;
+}
+
+/* ---- help, version, usage ---- */
+
+Test(cli, version_prints_name_and_version) {
+  const char *flags[] = {"--version", "-V"};
+  for (int i = 0; i < 2; i++) {
+    cli_proc p;
+    cr_assert_eq(cli_run(&p, ARGS(flags[i])), 0);
+    char *out = cli_out(&p), *err = cli_err(&p);
+    cr_assert_str_eq(out, "rlock " RLOCK_VERSION_STRING "\n");
+    cr_assert_str_eq(err, "");
+    free(out);
+    free(err);
+  }
+}
+
+Test(cli, help_lists_every_option_and_exit_code) {
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("--help")), 0);
+  char *out = cli_out(&p), *err = cli_err(&p);
+  const char *must[] = {
+      "Usage:",         "-u, --uri",        "-n, --nonblock",
+      "-w, --wait",     "--timeout",        "-E, --conflict-exit-code",
+      "-l, --lease",    "--watchdog",       "--on-lost=warn|kill",
+      "--kill-after",   "-c, --command",    "-v, --verbose",
+      "-h, --help",     "-V, --version",    "rlock status",
+      "--json",         "unlock --force",   "REDIS_URL",
+      "RLOCK_OWNER",    "Exit status:",     "128+N",
+      "  1 ",           "  64 ",            "  69 ",
+      "  70 ",          "  71 ",            "  75 ",
+      "  79 ",          "  126 ",           "  127 ",
+  };
+  for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
+    cr_expect(strstr(out, must[i]) != NULL, "--help lacks \"%s\"", must[i]);
+  cr_assert_str_eq(err, "");
+  free(out);
+  free(err);
+  /* status and unlock have --help too */
+  cli_proc q;
+  cr_assert_eq(cli_run(&q, ARGS("status", "--help")), 0);
+  out = cli_out(&q);
+  cr_assert(strstr(out, "Usage:") != NULL);
+  free(out);
+}
+
+Test(cli, usage_errors_exit_64_with_one_message) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:usage");
+  const char *const *cases[] = {
+      ARGS("--no-such-option"),
+      ARGS("-x", key, "--", "touch", "ran"),
+      ARGS("-w"),
+      ARGS("-w", "soon", key, "--", "touch", "ran"),
+      ARGS("-w", "-5", key, "--", "touch", "ran"),
+      ARGS("-E", "256", key, "--", "touch", "ran"),
+      ARGS("-l", "0", key, "--", "touch", "ran"),
+      ARGS("--on-lost=maybe", key, "--", "touch", "ran"),
+      ARGS("--watchdog", "100", key, "--", "touch", "ran"),
+      ARGS("--nonblock=1", key, "--", "touch", "ran"),
+      ARGS(key),
+      ARGS(key, "--"),
+      ARGS(key, "-c"),
+      ARGS(key, "-c", "touch ran", "extra"),
+      ARGS("-u", "http://127.0.0.1:1", key, "--", "touch", "ran"),
+      ARGS("-u", "redis://127.0.0.1:99999", key, "--", "touch", "ran"),
+      ARGS("status"),
+      ARGS("status", "--bogus", key),
+      ARGS("unlock", key),
+      ARGS("unlock", "--force"),
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cli_proc p;
+    int code = cli_run(&p, cases[i]);
+    char *err = cli_err(&p), *out = cli_out(&p);
+    cr_expect_eq(code, 64, "case %zu (%s ...): exit %d, stderr: %s", i,
+                 cases[i][0], code, err);
+    cr_expect(strncmp(err, "rlock: ", 7) == 0,
+              "case %zu: stderr does not start with 'rlock: ': %s", i, err);
+    /* one message line, plus at most the "Try 'rlock --help'" hint */
+    char *second = strchr(err, '\n');
+    cr_expect(second != NULL, "case %zu: no newline", i);
+    if (second != NULL && second[1] != '\0')
+      cr_expect(strncmp(second + 1, "Try 'rlock --help'", 18) == 0,
+                "case %zu: more than one message: %s", i, err);
+    cr_expect_str_eq(out, "", "case %zu: stdout: %s", i, out);
+    free(err);
+    free(out);
+  }
+  cr_assert(!exists_in("ran"), "a command ran despite a usage error");
+  cr_assert_eq(rt_exists(key), 0);
+}
+
+/* ---- exit status ---- */
+
+Test(cli, exit_status_of_command_passes_through) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:status");
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS(key, "--", "true")), 0);
+  cr_assert_eq(cli_run(&p, ARGS(key, "--", "sh", "-c", "exit 7")), 7);
+  cr_assert_eq(cli_run(&p, ARGS(key, "sh", "-c", "exit 200")), 200,
+               "the -- before COMMAND is optional");
+  cr_assert_eq(cli_run(&p, ARGS(key, "-c", "exit 42")), 42);
+  /* COMMAND's stdout is COMMAND's: the tool adds nothing to it */
+  cr_assert_eq(cli_run(&p, ARGS(key, "--", "echo", "hello")), 0);
+  char *out = cli_out(&p), *err = cli_err(&p);
+  cr_assert_str_eq(out, "hello\n");
+  cr_assert_str_eq(err, "");
+  free(out);
+  free(err);
+  cr_assert_eq(rt_exists(key), 0, "lock left behind");
+}
+
+Test(cli, command_killed_by_signal_gives_128_plus_signal) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:sig");
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS(key, "-c", "kill -TERM $$")), 128 + SIGTERM);
+  cr_assert_eq(cli_run(&p, ARGS(key, "-c", "kill -KILL $$")), 128 + SIGKILL);
+  cr_assert_eq(cli_run(&p, ARGS(key, "-c", "kill -SEGV $$")), 128 + SIGSEGV);
+  cr_assert_eq(rt_exists(key), 0, "lock left behind");
+}
+
+Test(cli, command_not_found_127_not_executable_126) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:exec");
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS(key, "--", "rlock-no-such-command-here")),
+               127);
+  char *err = cli_err(&p);
+  cr_assert(strncmp(err, "rlock: cannot run 'rlock-no-such-command-here'",
+                    46) == 0,
+            "stderr: %s", err);
+  cr_assert(strstr(err, "No such file") != NULL, "stderr: %s", err);
+  free(err);
+  cr_assert_eq(cli_run(&p, ARGS(key, "--", "/nonexistent/dir/cmd")), 127);
+
+  touch_in("not-executable"); /* mode 0644 */
+  char path[PATH_LEN];
+  path_in(path, sizeof path, "not-executable");
+  cr_assert_eq(cli_run(&p, ARGS(key, "--", path)), 126);
+  err = cli_err(&p);
+  cr_assert(strstr(err, "Permission denied") != NULL, "stderr: %s", err);
+  free(err);
+  cr_assert_eq(rt_exists(key), 0, "lock left behind after exec failure");
+}
+
+/* ---- the lock itself ---- */
+
+Test(cli, lock_is_held_while_command_runs_and_gone_after) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:held");
+  cli_proc p;
+  cli_start(&p, ARGS(key, "--", "sh", "-c",
+                     "echo \"$RLOCK_NAME\" > name;"
+                     " echo \"$RLOCK_OWNER\" > owner.tmp && mv owner.tmp owner;"
+                     " while [ ! -e go ]; do sleep 0.02; done; exit 3"));
+  rt_wait_until_what(file_exists, "owner", 10000, "COMMAND started");
+  char *owner = first_line_in("owner");
+  char *name = first_line_in("name");
+  cr_assert_str_eq(name, key, "RLOCK_NAME");
+  cr_assert(is_owner(owner), "RLOCK_OWNER '%s' is not <uuid>:<thread-id>",
+            owner);
+
+  /* Exactly one field, the owner, count 1, with a watchdog TTL. */
+  cr_assert_eq(rt_exists(key), 1, "COMMAND runs but the lock is not held");
+  char *type = rt_type(key);
+  cr_assert_str_eq(type, "hash");
+  cr_assert_eq(rt_hlen(key), 1);
+  char *count = rt_hget(key, owner);
+  cr_assert(count != NULL, "field %s missing", owner);
+  cr_assert_str_eq(count, "1");
+  long long ttl = rt_pttl(key);
+  cr_assert(ttl > 20000 && ttl <= 30000, "watchdog TTL %lld", ttl);
+  cr_assert(cli_running(&p));
+
+  touch_in("go");
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 3);
+  /* rlock exits only after the release: nothing left at that moment */
+  cr_assert_eq(rt_exists(key), 0, "lock still held after rlock exited");
+  free(owner);
+  free(name);
+  free(type);
+  free(count);
+}
+
+Test(cli, lease_sets_the_ttl_and_is_not_renewed) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:lease");
+  cli_proc p;
+  cli_start(&p, ARGS("-l", "20s", key, "--", "sh", "-c",
+                     "touch started; while [ ! -e go ]; do sleep 0.02; done"));
+  rt_wait_until_what(file_exists, "started", 10000, "COMMAND started");
+  long long ttl = rt_pttl(key);
+  cr_assert(ttl > 15000 && ttl <= 20000, "lease TTL %lld", ttl);
+  touch_in("go");
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 0);
+  char *err = cli_err(&p);
+  cr_assert_str_eq(err, "", "no warning when COMMAND ends within the lease");
+  free(err);
+  cr_assert_eq(rt_exists(key), 0);
+}
+
+Test(cli, fds_of_rlock_are_not_inherited_by_command) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:fds");
+  cli_proc p;
+  /* COMMAND lists its descriptors: 0-2 and whatever ls opens itself,
+   * but none of rlock's Redis sockets or pipes. */
+  cr_assert_eq(cli_run(&p, ARGS(key, "--", "sh", "-c",
+                                "ls -l /proc/$$/fd > fds")),
+               0);
+  char *fds = slurp_in("fds");
+  cr_assert(strstr(fds, "socket:") == NULL, "COMMAND inherited a socket:\n%s",
+            fds);
+  cr_assert(strstr(fds, "pipe:") == NULL, "COMMAND inherited a pipe:\n%s",
+            fds);
+  free(fds);
+}
+
+Test(cli, release_publishes_the_unlock_message_redisson_waits_for) {
+  /* A Java Redisson waiter sleeps on the lock channel until it hears "0":
+   * listen there like one and see the tool's release say it. */
+  char key[64], channel[128];
+  rt_key(key, sizeof key, "cli:pub");
+  rt_lock_channel(channel, sizeof channel, key);
+  redisContext *sub = rt_redis_new(5000);
+  redisReply *r = redisCommand(sub, "SUBSCRIBE %s", channel);
+  cr_assert(r != NULL && r->type == REDIS_REPLY_ARRAY);
+  freeReplyObject(r);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS(key, "--", "true")), 0);
+  void *msg = NULL;
+  cr_assert_eq(redisGetReply(sub, &msg), REDIS_OK, "no unlock message");
+  r = msg;
+  cr_assert(r->type == REDIS_REPLY_ARRAY && r->elements == 3);
+  cr_assert_str_eq(r->element[0]->str, "message");
+  cr_assert_str_eq(r->element[1]->str, channel);
+  cr_assert_str_eq(r->element[2]->str, "0");
+  freeReplyObject(r);
+  redisFree(sub);
+}
+
+/* ---- busy locks: -n, -w, -E ---- */
+
+Test(cli, nonblock_when_busy_exits_1_at_once) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:nb");
+  held h;
+  hold(&h, key);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("-n", key, "--", "touch", "ran")), 1);
+  cr_assert(cli_elapsed(&p) < PROMPT_MS, "-n took %" PRId64 " ms",
+            cli_elapsed(&p));
+  char *err = cli_err(&p);
+  cr_assert_str_eq(err, "", "busy is not an error: silent, like flock");
+  free(err);
+  cr_assert(!exists_in("ran"), "COMMAND ran without the lock");
+  /* -v says why; the holder is untouched */
+  cr_assert_eq(cli_run(&p, ARGS("-v", "--nonblock", key, "--", "true")), 1);
+  err = cli_err(&p);
+  cr_assert(strstr(err, "is busy") != NULL, "stderr: %s", err);
+  free(err);
+  cr_assert_eq(rt_hlen(key), 1);
+  char *count = rt_hget(key, h.owner);
+  cr_assert(count != NULL && strcmp(count, "1") == 0);
+  free(count);
+  unhold(&h);
+}
+
+Test(cli, wait_timeout_exits_1_after_the_wait) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:wait");
+  held h;
+  hold(&h, key);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("-w", "800", key, "--", "touch", "ran")), 1);
+  int64_t took = cli_elapsed(&p);
+  cr_assert(took >= 800 && took < 800 + PROMPT_MS,
+            "-w 800 gave up after %" PRId64 " ms", took);
+  cr_assert(!exists_in("ran"));
+  /* units: 0.6s */
+  cr_assert_eq(cli_run(&p, ARGS("--timeout=0.6s", key, "--", "touch", "ran")),
+               1);
+  took = cli_elapsed(&p);
+  cr_assert(took >= 600 && took < 600 + PROMPT_MS, "0.6s: %" PRId64 " ms",
+            took);
+  cr_assert(!exists_in("ran"));
+  /* the waiter unsubscribed when it gave up */
+  char channel[128];
+  rt_lock_channel(channel, sizeof channel, key);
+  cr_assert_eq(rt_numsub(channel), 0);
+  unhold(&h);
+}
+
+Test(cli, conflict_exit_code_changes_1) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:E");
+  held h;
+  hold(&h, key);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("-E", "42", "-n", key, "--", "true")), 42);
+  cr_assert_eq(cli_run(&p, ARGS("--conflict-exit-code=7", "-w", "200", key,
+                                "--", "true")),
+               7);
+  /* -E only concerns conflicts: COMMAND's status is still its own */
+  unhold(&h);
+  cr_assert_eq(cli_run(&p, ARGS("-E", "42", "-n", key, "-c", "exit 3")), 3);
+}
+
+Test(cli, waiter_runs_as_soon_as_the_lock_is_released) {
+  char key[64], channel[128];
+  rt_key(key, sizeof key, "cli:wake");
+  rt_lock_channel(channel, sizeof channel, key);
+  held h;
+  hold(&h, key);
+  cli_proc p;
+  cli_start(&p, ARGS(key, "--", "touch", "ran")); /* no -w: waits forever */
+  wait_numsub(channel, 1);
+  rt_sleep_ms(300); /* a waiter that did not wait would have run by now */
+  cr_assert(cli_running(&p));
+  cr_assert(!exists_in("ran"), "COMMAND ran while the lock was held");
+  int64_t released = rt_now_ms();
+  unhold(&h);
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 0);
+  /* woken by the unlock message, not by the 30 s TTL running out */
+  cr_assert(p.ended_ms - released < PROMPT_MS,
+            "waiter ran %" PRId64 " ms after the release",
+            p.ended_ms - released);
+  cr_assert(exists_in("ran"));
+  cr_assert_eq(rt_exists(key), 0);
+  cr_assert_eq(rt_numsub(channel), 0);
+}
+
+/* ---- signals ---- */
+
+Test(cli, signals_are_forwarded_and_the_lock_released) {
+  const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1};
+  const char *names[] = {"TERM", "INT", "HUP", "QUIT", "USR1"};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+    char key[64], script[256], got[32];
+    rt_key(key, sizeof key, "cli:fwd");
+    snprintf(got, sizeof got, "got-%s", names[i]);
+    /* COMMAND says which signal it got, then exits 3: the tool's status
+     * is then COMMAND's own, proving the signal reached COMMAND. */
+    snprintf(script, sizeof script,
+             "trap 'echo %s > %s; exit 3' %s; touch ready-%s;"
+             " while :; do sleep 0.02; done",
+             names[i], got, names[i], names[i]);
+    char ready[32];
+    snprintf(ready, sizeof ready, "ready-%s", names[i]);
+    cli_proc p;
+    cli_start(&p, ARGS(key, "--", "sh", "-c", script));
+    rt_wait_until_what(file_exists, ready, 10000, "COMMAND started");
+    cr_assert_eq(rt_exists(key), 1);
+    cr_assert_eq(kill(p.pid, sigs[i]), 0);
+    cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 3, "SIG%s", names[i]);
+    char *line = first_line_in(got);
+    cr_assert_str_eq(line, names[i], "COMMAND did not get SIG%s", names[i]);
+    free(line);
+    cr_assert_eq(rt_exists(key), 0, "lock left after SIG%s", names[i]);
+  }
+}
+
+Test(cli, sigterm_kills_command_and_rlock_exits_143) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:term");
+  cli_proc p;
+  cli_start(&p, ARGS(key, "--", "sh", "-c", "touch ready; exec sleep 30"));
+  rt_wait_until_what(file_exists, "ready", 10000, "COMMAND started");
+  kill(p.pid, SIGTERM);
+  cr_assert_eq(cli_wait(&p, PROMPT_MS + 1000), 128 + SIGTERM);
+  cr_assert_eq(rt_exists(key), 0);
+}
+
+Test(cli, lock_released_when_command_is_sigkilled) {
+  char key[64], channel[128];
+  rt_key(key, sizeof key, "cli:sigkill");
+  rt_lock_channel(channel, sizeof channel, key);
+  cli_proc p, waiter;
+  cli_start(&p, ARGS(key, "--", "sh", "-c",
+                     "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 30"));
+  rt_wait_until_what(file_exists, "pid", 10000, "COMMAND started");
+  cli_start(&waiter, ARGS(key, "--", "touch", "waiter-ran"));
+  wait_numsub(channel, 1);
+  char *pid_text = first_line_in("pid");
+  pid_t child = (pid_t)atoi(pid_text);
+  free(pid_text);
+  cr_assert(child > 1);
+  int64_t killed = rt_now_ms();
+  cr_assert_eq(kill(child, SIGKILL), 0);
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 128 + SIGKILL);
+  /* released at once, and the waiter got it */
+  cr_assert_eq(cli_wait(&waiter, RUN_BOUND_MS), 0);
+  cr_assert(waiter.ended_ms - killed < PROMPT_MS,
+            "waiter ran %" PRId64 " ms after the kill",
+            waiter.ended_ms - killed);
+  cr_assert(exists_in("waiter-ran"));
+  cr_assert_eq(rt_exists(key), 0);
+}
+
+Test(cli, signal_while_waiting_gives_up_without_running) {
+  char key[64], channel[128];
+  rt_key(key, sizeof key, "cli:intr");
+  rt_lock_channel(channel, sizeof channel, key);
+  held h;
+  hold(&h, key);
+  cli_proc p;
+  cli_start(&p, ARGS(key, "--", "touch", "ran"));
+  wait_numsub(channel, 1);
+  int64_t sent = rt_now_ms();
+  kill(p.pid, SIGINT);
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 128 + SIGINT);
+  cr_assert(p.ended_ms - sent < PROMPT_MS, "took %" PRId64 " ms",
+            p.ended_ms - sent);
+  cr_assert(!exists_in("ran"));
+  cr_assert_eq(rt_numsub(channel), 0, "waiter still subscribed");
+  /* the holder was not disturbed */
+  char *count = rt_hget(key, h.owner);
+  cr_assert(count != NULL && strcmp(count, "1") == 0);
+  free(count);
+  unhold(&h);
+}
+
+/* Gone, or a zombie waiting for its (new) parent to reap it. */
+static bool process_ended(void *arg) {
+  pid_t pid = *(pid_t *)arg;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  char *stat = slurp(path);
+  const char *state = strrchr(stat, ')');
+  bool ended = stat[0] == '\0' || (state != NULL && state[1] == ' ' &&
+                                   (state[2] == 'Z' || state[2] == 'X'));
+  free(stat);
+  return ended;
+}
+
+Test(cli, rlock_sigkilled_lock_expires_and_kill_mode_stops_command) {
+  for (int kill_mode = 0; kill_mode <= 1; kill_mode++) {
+    char key[64];
+    rt_key(key, sizeof key, "cli:rlockkilled");
+    cli_proc p;
+    cli_start(&p, ARGS("--watchdog", "900",
+                       kill_mode ? "--on-lost=kill" : "--on-lost=warn", key,
+                       "--", "sh", "-c",
+                       "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 30"));
+    rt_wait_until_what(file_exists, "pid", 10000, "COMMAND started");
+    char *pid_text = first_line_in("pid");
+    pid_t child = (pid_t)atoi(pid_text);
+    free(pid_text);
+    char pid_path[PATH_LEN];
+    path_in(pid_path, sizeof pid_path, "pid");
+    unlink(pid_path);
+    cr_assert_eq(kill(p.pid, SIGKILL), 0);
+    cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 128 + SIGKILL);
+    /* nobody released it: it expires after the watchdog lease */
+    cr_assert_eq(rt_exists(key), 1);
+    rt_wait_until_what(key_gone, key, 900 + PROMPT_MS, "lock expired");
+    if (kill_mode) {
+      rt_wait_until_what(process_ended, &child, PROMPT_MS,
+                         "COMMAND stopped when rlock died");
+    } else {
+      cr_assert(!process_ended(&child), "COMMAND stopped in warn mode");
+      kill(child, SIGKILL);
+    }
+  }
+}
+
+/* ---- lost locks ---- */
+
+Test(cli, on_lost_kill_stops_command_and_exits_79) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:lostkill");
+  cli_proc p;
+  /* watchdog 900 ms: renewal, and so loss detection, every 300 ms */
+  cli_start(&p, ARGS("--watchdog", "900", "--on-lost=kill", key, "--", "sh",
+                     "-c", "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 30"));
+  rt_wait_until_what(file_exists, "pid", 10000, "COMMAND started");
+  rt_wait_until_what(key_exists, key, 10000, "lock held");
+  char *pid_text = first_line_in("pid");
+  pid_t child = (pid_t)atoi(pid_text);
+  free(pid_text);
+  int64_t deleted = rt_now_ms();
+  cr_assert_eq(rt_int("DEL %s", key), 1);
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 79);
+  cr_assert(p.ended_ms - deleted < 300 + PROMPT_MS,
+            "noticed after %" PRId64 " ms", p.ended_ms - deleted);
+  char *err = cli_err(&p);
+  cr_assert(strstr(err, "rlock: lost the lock") != NULL, "stderr: %s", err);
+  free(err);
+  cr_assert(kill(child, 0) != 0 && errno == ESRCH, "COMMAND still runs");
+}
+
+Test(cli, on_lost_warn_is_the_default_and_command_goes_on) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:lostwarn");
+  cli_proc p;
+  cli_start(&p, ARGS("--watchdog", "900", key, "--", "sh", "-c",
+                     "touch ready; while [ ! -e go ]; do sleep 0.02; done;"
+                     " exit 5"));
+  rt_wait_until_what(file_exists, "ready", 10000, "COMMAND started");
+  rt_wait_until_what(key_exists, key, 10000, "lock held");
+  cr_assert_eq(rt_int("DEL %s", key), 1);
+  contains_arg warned = {p.err_path, "warning: lost the lock"};
+  rt_wait_until_what(file_contains, &warned, 300 + PROMPT_MS, "warning");
+  cr_assert(cli_running(&p), "COMMAND was stopped in warn mode");
+  touch_in("go");
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 5, "COMMAND's own status");
+  char *err = cli_err(&p);
+  /* one warning, not a second one at release */
+  char *first = strstr(err, "lost the lock");
+  cr_assert(first != NULL && strstr(first + 1, "lost the lock") == NULL &&
+                strstr(err, "expired or was deleted") == NULL,
+            "stderr: %s", err);
+  free(err);
+}
+
+Test(cli, lease_running_out_counts_as_lost) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:leaselost");
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("-l", "600", "--on-lost=kill", key, "--",
+                                "sleep", "30")),
+               79);
+  int64_t took = cli_elapsed(&p);
+  cr_assert(took >= 600 && took < 600 + PROMPT_MS, "took %" PRId64 " ms",
+            took);
+  char *err = cli_err(&p);
+  cr_assert(strstr(err, "lease of 600 ms ran out") != NULL, "stderr: %s",
+            err);
+  free(err);
+  cr_assert_eq(rt_exists(key), 0);
+}
+
+Test(cli, kill_escalates_to_sigkill_after_the_grace) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:escalate");
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("-l", "300", "--on-lost=kill", "--kill-after",
+                                "500", key, "--", "sh", "-c",
+                                "trap '' TERM; while :; do sleep 0.02; done")),
+               79);
+  int64_t took = cli_elapsed(&p);
+  cr_assert(took >= 800 && took < 800 + PROMPT_MS, "took %" PRId64 " ms",
+            took);
+  char *err = cli_err(&p);
+  cr_assert(strstr(err, "sending SIGKILL") != NULL, "stderr: %s", err);
+  free(err);
+}
+
+/* ---- status ---- */
+
+Test(cli, status_shows_owner_count_ttl_and_waiters) {
+  char key[64], channel[128];
+  rt_key(key, sizeof key, "cli:st");
+  rt_lock_channel(channel, sizeof channel, key);
+  held h;
+  hold(&h, key);
+  cr_assert_eq(rlock_lock(h.lock, -1), 0); /* re-entered: count 2 */
+  cli_proc waiter;
+  cli_start(&waiter, ARGS(key, "--", "true"));
+  wait_numsub(channel, 1);
+
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("status", key)), 0);
+  char *out = cli_out(&p);
+  char expect[256];
+  long long ttl = -1;
+  char line1[192];
+  snprintf(line1, sizeof line1, "%s: locked, expires in ", key);
+  cr_assert(strncmp(out, line1, strlen(line1)) == 0, "status: %s", out);
+  cr_assert(sscanf(out + strlen(line1), "%lld", &ttl) == 1);
+  cr_assert(ttl > 0 && ttl <= 30000, "ttl %lld", ttl);
+  cr_assert(strstr(out, " ms, 1 client waiting\n") != NULL, "status: %s", out);
+  snprintf(expect, sizeof expect, "\n  owner %s  holds 2\n", h.owner);
+  cr_assert(strstr(out, expect) != NULL, "status: %s", out);
+  free(out);
+
+  cr_assert_eq(cli_run(&p, ARGS("status", "--json", key)), 0);
+  out = cli_out(&p);
+  snprintf(expect, sizeof expect,
+           "{\"name\":\"%s\",\"locked\":true,\"type\":\"hash\",\"ttl_ms\":",
+           key);
+  cr_assert(strstr(out, expect) != NULL, "json: %s", out);
+  snprintf(expect, sizeof expect, ",\"owners\":{\"%s\":2},\"waiters\":1}",
+           h.owner);
+  cr_assert(strstr(out, expect) != NULL, "json: %s", out);
+  cr_assert(out[0] == '[' && strstr(out, "]\n") != NULL, "json: %s", out);
+  free(out);
+
+  cr_assert_eq(rlock_unlock(h.lock), 0);
+  unhold(&h);
+  cr_assert_eq(cli_wait(&waiter, RUN_BOUND_MS), 0);
+}
+
+Test(cli, status_of_unlocked_and_non_lock_keys) {
+  char free_key[64], str_key[64];
+  rt_key(free_key, sizeof free_key, "cli:free");
+  rt_key(str_key, sizeof str_key, "cli:str");
+  rt_ok("OK", "SET %s hello", str_key);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("status", free_key, str_key)), 0);
+  char *out = cli_out(&p);
+  char expect[256];
+  snprintf(expect, sizeof expect, "%s: unlocked\n%s: not a lock (Redis type string)\n",
+           free_key, str_key);
+  cr_assert_str_eq(out, expect);
+  free(out);
+  cr_assert_eq(cli_run(&p, ARGS("status", "--json", free_key)), 0);
+  out = cli_out(&p);
+  snprintf(expect, sizeof expect,
+           "[\n  {\"name\":\"%s\",\"locked\":false,\"type\":\"none\","
+           "\"ttl_ms\":null,\"owners\":{},\"waiters\":0}\n]\n",
+           free_key);
+  cr_assert_str_eq(out, expect);
+  free(out);
+  /* a lock hash without TTL (Java never makes one, but someone might) */
+  rt_int("HSET %s someone:1 1", free_key);
+  cr_assert_eq(cli_run(&p, ARGS("status", free_key)), 0);
+  out = cli_out(&p);
+  snprintf(expect, sizeof expect,
+           "%s: locked, never expires (no TTL)\n  owner someone:1  holds 1\n",
+           free_key);
+  cr_assert_str_eq(out, expect);
+  free(out);
+}
+
+Test(cli, status_counts_waiters_with_the_brace_rule) {
+  /* A name with '{' gets no extra braces in its channel (PROTOCOL.md). */
+  char key[64], channel[128], wrong[160];
+  rt_key(key, sizeof key, "cli{tag}:st");
+  snprintf(channel, sizeof channel, "redisson_lock__channel:%s", key);
+  snprintf(wrong, sizeof wrong, "redisson_lock__channel:{%s}", key);
+  held h;
+  hold(&h, key);
+  cli_proc w1, w2;
+  cli_start(&w1, ARGS(key, "--", "true"));
+  cli_start(&w2, ARGS(key, "--", "true"));
+  wait_numsub(channel, 2);
+  cr_assert_eq(rt_numsub(wrong), 0);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("status", key)), 0);
+  char *out = cli_out(&p);
+  cr_assert(strstr(out, ", 2 clients waiting\n") != NULL, "status: %s", out);
+  free(out);
+  unhold(&h);
+  cr_assert_eq(cli_wait(&w1, RUN_BOUND_MS), 0);
+  cr_assert_eq(cli_wait(&w2, RUN_BOUND_MS), 0);
+}
+
+/* ---- unlock --force ---- */
+
+Test(cli, unlock_force_deletes_and_wakes_a_waiter) {
+  char key[64], channel[128], other[64];
+  rt_key(key, sizeof key, "cli:force");
+  rt_key(other, sizeof other, "cli:force-free");
+  rt_lock_channel(channel, sizeof channel, key);
+  held h;
+  hold(&h, key);
+  cli_proc waiter;
+  cli_start(&waiter, ARGS(key, "--", "touch", "ran"));
+  wait_numsub(channel, 1);
+
+  cli_proc p;
+  int64_t forced = rt_now_ms();
+  cr_assert_eq(cli_run(&p, ARGS("unlock", "--force", key)), 0);
+  char *out = cli_out(&p);
+  char expect[128];
+  snprintf(expect, sizeof expect, "%s: unlocked\n", key);
+  cr_assert_str_eq(out, expect);
+  free(out);
+  cr_assert_eq(cli_wait(&waiter, RUN_BOUND_MS), 0);
+  cr_assert(waiter.ended_ms - forced < PROMPT_MS + 1000,
+            "waiter ran %" PRId64 " ms after the forced unlock",
+            waiter.ended_ms - forced);
+  cr_assert(exists_in("ran"));
+  /* the old holder finds out at its unlock */
+  cr_assert_eq(rlock_unlock(h.lock), RLOCK_ELOCKLOST);
+  rlock_free(h.lock);
+  h.lock = NULL;
+  unhold(&h);
+
+  cr_assert_eq(cli_run(&p, ARGS("unlock", "--force", other)), 1);
+  out = cli_out(&p);
+  snprintf(expect, sizeof expect, "%s: was not locked\n", other);
+  cr_assert_str_eq(out, expect);
+  free(out);
+}
+
+/* ---- connection and URI ---- */
+
+Test(cli, unreachable_redis_exits_75) {
+  char uri[64], key[64];
+  snprintf(uri, sizeof uri, "redis://127.0.0.1:%d", rt_free_port());
+  rt_key(key, sizeof key, "cli:down");
+  const char *const *cases[] = {
+      ARGS("-u", uri, key, "--", "touch", "ran"),
+      ARGS("status", "-u", uri, key),
+      ARGS("unlock", "--force", "-u", uri, key),
+  };
+  for (size_t i = 0; i < 3; i++) {
+    cli_proc p;
+    cr_assert_eq(cli_run(&p, cases[i]), 75, "case %zu", i);
+    char *err = cli_err(&p);
+    cr_assert(strncmp(err, "rlock: cannot connect to Redis", 30) == 0,
+              "case %zu: %s", i, err);
+    cr_assert(strchr(err, '\n') == err + strlen(err) - 1,
+              "case %zu: not one line: %s", i, err);
+    free(err);
+  }
+  cr_assert(!exists_in("ran"));
+}
+
+Test(cli, uri_flag_overrides_redis_url) {
+  char bad[64], key[64];
+  snprintf(bad, sizeof bad, "redis://127.0.0.1:%d", rt_free_port());
+  rt_key(key, sizeof key, "cli:env");
+  char good[64];
+  snprintf(good, sizeof good, "%s", rt_uri());
+  cr_assert_eq(setenv("REDIS_URL", bad, 1), 0);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS(key, "--", "true")), 75, "REDIS_URL used");
+  cr_assert_eq(cli_run(&p, ARGS("-u", good, key, "--", "true")), 0);
+  cr_assert_eq(cli_run(&p, ARGS("--uri", good, key, "--", "true")), 0);
+  cr_assert_eq(cli_run(&p, ARGS("status", "-u", good, key)), 0);
+}
+
+static void auth_setup(void) {
+  const char *args[] = {"--requirepass", "s3cret", NULL};
+  rt_server_start_args(args);
+}
+
+Test(cli, password_from_uri_and_wrong_password_exits_69,
+     .init = auth_setup) {
+  char key[64], good[96], bad[96], db1[112];
+  rt_key(key, sizeof key, "cli:auth");
+  snprintf(good, sizeof good, "redis://:s3cret@127.0.0.1:%d", rt_port());
+  snprintf(bad, sizeof bad, "redis://:wrong@127.0.0.1:%d", rt_port());
+  snprintf(db1, sizeof db1, "%s/1", good);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("-u", good, key, "--", "true")), 0);
+  cr_assert_eq(cli_run(&p, ARGS("-u", bad, key, "--", "touch", "ran")), 69);
+  char *err = cli_err(&p);
+  cr_assert(strncmp(err, "rlock: ", 7) == 0, "stderr: %s", err);
+  cr_assert(strstr(err, "wrong") == NULL, "password echoed: %s", err);
+  free(err);
+  cr_assert(!exists_in("ran"));
+  cr_assert_eq(cli_run(&p, ARGS("status", "-u", bad, key)), 69);
+  /* db 1: the lock is in db 1, status reads db 1 */
+  cli_start(&p, ARGS("-u", db1, key, "--", "sh", "-c",
+                     "touch ready; while [ ! -e go ]; do sleep 0.02; done"));
+  rt_wait_until_what(file_exists, "ready", 10000, "COMMAND started");
+  cr_assert_eq(rt_exists(key), 0, "lock in db 0");
+  cli_proc st;
+  cr_assert_eq(cli_run(&st, ARGS("status", "-u", db1, key)), 0);
+  char *out = cli_out(&st);
+  cr_assert(strstr(out, ": locked, expires in ") != NULL, "status: %s", out);
+  free(out);
+  touch_in("go");
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 0);
+}

@@ -1,0 +1,457 @@
+/* `rlock status NAME...` and `rlock unlock --force NAME...`.
+ *
+ * status reads what is in Redis with a plain synchronous hiredis
+ * connection (no client thread, no pub/sub connection of its own, so it
+ * does not count itself as a waiter): one MULTI/EXEC per name, so the
+ * owners, the TTL and the waiter count are one consistent snapshot. unlock
+ * goes through the library (rlock_force_unlock), which publishes the
+ * unlock message that wakes a waiter, Java or C.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <hiredis.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "cli.h"
+#include "util.h"
+
+#define PLAIN_TIMEOUT_MS 5000
+
+/* ---- a plain connection ---- */
+
+/* Checks (and frees) the reply to a connection set-up command. Returns 0
+ * or the exit code. */
+static int setup_reply(redisContext *c, bool quiet, const char *step,
+                       redisReply *reply) {
+  int exit_code = 0;
+  if (reply == NULL) {
+    if (!quiet)
+      cli_err("%s: %s", step, c->errstr);
+    exit_code = CLI_EX_TEMPFAIL;
+  } else if (reply->type == REDIS_REPLY_ERROR) {
+    if (!quiet)
+      cli_err("%s failed: %s", step, reply->str);
+    exit_code = cli_exit_for(rlock__err_from_server(reply->str, reply->len));
+  }
+  freeReplyObject(reply);
+  return exit_code;
+}
+
+/* Connects to uri_text, authenticates and selects the database, as the
+ * library's own connections do. On failure returns the exit code; unless
+ * `quiet` it also prints why (never the URI itself: it may hold a
+ * password). */
+static int plain_connect(const char *uri_text, bool quiet,
+                         redisContext **out) {
+  *out = NULL;
+  rlock__uri uri;
+  int rc = rlock__uri_parse(uri_text, &uri);
+  if (rc != 0) {
+    if (!quiet)
+      cli_err("invalid Redis URI: %s", rlock_last_error());
+    return cli_exit_for(rc);
+  }
+  struct timeval tv = {.tv_sec = PLAIN_TIMEOUT_MS / 1000,
+                       .tv_usec = (PLAIN_TIMEOUT_MS % 1000) * 1000};
+  redisContext *c = uri.is_unix ? redisConnectUnixWithTimeout(uri.path, tv)
+                                : redisConnectWithTimeout(uri.host, uri.port,
+                                                          tv);
+  int exit_code = 0;
+  if (c == NULL) {
+    if (!quiet)
+      cli_err("cannot connect to Redis: out of memory");
+    exit_code = CLI_EX_OSERR;
+  } else if (c->err) {
+    if (!quiet) {
+      if (uri.is_unix)
+        cli_err("cannot connect to Redis at %s: %s", uri.path, c->errstr);
+      else
+        cli_err("cannot connect to Redis at %s:%d: %s", uri.host, uri.port,
+                c->errstr);
+    }
+    exit_code = CLI_EX_TEMPFAIL;
+  } else {
+    redisSetTimeout(c, tv);
+  }
+  if (exit_code == 0 && uri.password != NULL) {
+    redisReply *reply =
+        uri.user != NULL && uri.user[0] != '\0'
+            ? redisCommand(c, "AUTH %s %s", uri.user, uri.password)
+            : redisCommand(c, "AUTH %s", uri.password);
+    exit_code = setup_reply(c, quiet, "authentication", reply);
+  }
+  if (exit_code == 0 && uri.db != 0)
+    exit_code = setup_reply(c, quiet, "SELECT",
+                            redisCommand(c, "SELECT %d", uri.db));
+  rlock__uri_free(&uri);
+  if (exit_code != 0) {
+    if (c != NULL)
+      redisFree(c);
+    return exit_code;
+  }
+  *out = c;
+  return 0;
+}
+
+/* The lock channel, with PROTOCOL.md's brace rule: the name is wrapped in
+ * braces unless it already contains '{'. malloc'd; NULL when out of
+ * memory. */
+static char *lock_channel(const char *name, size_t *len_out) {
+  size_t len = strlen(name);
+  bool braced = memchr(name, '{', len) != NULL;
+  size_t cap = strlen("redisson_lock__channel:") + len + 3;
+  char *channel = malloc(cap);
+  if (channel == NULL)
+    return NULL;
+  int n = snprintf(channel, cap, braced ? "redisson_lock__channel:%s"
+                                        : "redisson_lock__channel:{%s}",
+                   name);
+  *len_out = (size_t)n;
+  return channel;
+}
+
+int cli_release_orphan(const char *uri, const char *name,
+                       const char *owner) {
+  /* Only our own field is checked: the CLI holds its locks once, so the
+   * whole key is ours to delete. Same message as an unlock: "0". */
+  static const char script[] =
+      "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then "
+      "redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], '0'); "
+      "return 1 end; return 0";
+  redisContext *c;
+  if (plain_connect(uri, true, &c) != 0)
+    return RLOCK_ECONN;
+  size_t channel_len;
+  char *channel = lock_channel(name, &channel_len);
+  if (channel == NULL) {
+    redisFree(c);
+    return RLOCK_ENOMEM;
+  }
+  redisReply *reply = redisCommand(c, "EVAL %s 2 %s %b %s", script, name,
+                                   channel, channel_len, owner);
+  int rc = RLOCK_ECONN;
+  if (reply != NULL)
+    rc = reply->type == REDIS_REPLY_INTEGER ? (int)reply->integer
+                                            : RLOCK_ESERVER;
+  freeReplyObject(reply);
+  free(channel);
+  redisFree(c);
+  return rc;
+}
+
+/* ---- status ---- */
+
+static void json_string(FILE *out, const char *s, size_t len) {
+  fputc('"', out);
+  for (size_t i = 0; i < len; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    switch (ch) {
+    case '"':
+      fputs("\\\"", out);
+      break;
+    case '\\':
+      fputs("\\\\", out);
+      break;
+    case '\n':
+      fputs("\\n", out);
+      break;
+    case '\r':
+      fputs("\\r", out);
+      break;
+    case '\t':
+      fputs("\\t", out);
+      break;
+    default:
+      if (ch < 0x20 || ch == 0x7f)
+        fprintf(out, "\\u%04x", ch);
+      else
+        fputc(ch, out);
+    }
+  }
+  fputc('"', out);
+}
+
+/* Is the reply a decimal integer string (a hold count)? */
+static bool is_count(const redisReply *r) {
+  if (r->type != REDIS_REPLY_STRING || r->len == 0 || r->len > 19)
+    return false;
+  for (size_t i = 0; i < r->len; i++) {
+    if ((r->str[i] < '0' || r->str[i] > '9') && !(i == 0 && r->str[i] == '-'))
+      return false;
+  }
+  return true;
+}
+
+typedef struct lock_state {
+  const char *type; /* "none", "hash", "string", ... */
+  const redisReply *fields; /* HGETALL array, or NULL */
+  long long ttl_ms;         /* PTTL: -2 no key, -1 no TTL */
+  long long waiters;        /* PUBSUB NUMSUB */
+} lock_state;
+
+static void print_human(const char *name, const lock_state *s) {
+  char waiting[48] = "";
+  if (s->waiters > 0)
+    snprintf(waiting, sizeof waiting, ", %lld client%s waiting", s->waiters,
+             s->waiters == 1 ? "" : "s");
+  if (strcmp(s->type, "none") == 0) {
+    printf("%s: unlocked%s\n", name, waiting);
+    return;
+  }
+  if (strcmp(s->type, "hash") != 0) {
+    printf("%s: not a lock (Redis type %s)\n", name, s->type);
+    return;
+  }
+  if (s->ttl_ms >= 0)
+    printf("%s: locked, expires in %lld ms%s\n", name, s->ttl_ms, waiting);
+  else
+    printf("%s: locked, never expires (no TTL)%s\n", name, waiting);
+  for (size_t i = 0; s->fields != NULL && i + 1 < s->fields->elements;
+       i += 2) {
+    const redisReply *field = s->fields->element[i];
+    const redisReply *value = s->fields->element[i + 1];
+    if (field->type != REDIS_REPLY_STRING || value->type != REDIS_REPLY_STRING)
+      continue;
+    if (is_count(value))
+      printf("  owner %.*s  holds %.*s\n", (int)field->len, field->str,
+             (int)value->len, value->str);
+    else
+      printf("  field %.*s = %.*s\n", (int)field->len, field->str,
+             (int)value->len, value->str);
+  }
+}
+
+static void print_json(const char *name, const lock_state *s, bool first) {
+  fputs(first ? "  {" : ",\n  {", stdout);
+  fputs("\"name\":", stdout);
+  json_string(stdout, name, strlen(name));
+  printf(",\"locked\":%s,\"type\":", strcmp(s->type, "none") ? "true"
+                                                             : "false");
+  json_string(stdout, s->type, strlen(s->type));
+  if (s->ttl_ms == -2)
+    fputs(",\"ttl_ms\":null", stdout);
+  else
+    printf(",\"ttl_ms\":%lld", s->ttl_ms);
+  fputs(",\"owners\":{", stdout);
+  for (size_t i = 0; s->fields != NULL && i + 1 < s->fields->elements;
+       i += 2) {
+    const redisReply *field = s->fields->element[i];
+    const redisReply *value = s->fields->element[i + 1];
+    if (field->type != REDIS_REPLY_STRING || value->type != REDIS_REPLY_STRING)
+      continue;
+    if (i > 0)
+      fputc(',', stdout);
+    json_string(stdout, field->str, field->len);
+    fputc(':', stdout);
+    if (is_count(value))
+      fwrite(value->str, 1, value->len, stdout);
+    else
+      json_string(stdout, value->str, value->len);
+  }
+  printf("},\"waiters\":%lld}", s->waiters);
+}
+
+/* Reads one lock's state. Returns 0 or an exit code (message printed).
+ * *exec_out must be freed with freeReplyObject(). */
+static int read_state(redisContext *c, const char *name, lock_state *s,
+                      redisReply **exec_out) {
+  *exec_out = NULL;
+  size_t channel_len;
+  char *channel = lock_channel(name, &channel_len);
+  if (channel == NULL) {
+    cli_err("out of memory");
+    return CLI_EX_OSERR;
+  }
+  size_t name_len = strlen(name);
+  redisAppendCommand(c, "MULTI");
+  redisAppendCommand(c, "TYPE %b", name, name_len);
+  redisAppendCommand(c, "HGETALL %b", name, name_len);
+  redisAppendCommand(c, "PTTL %b", name, name_len);
+  redisAppendCommand(c, "PUBSUB NUMSUB %b", channel, channel_len);
+  redisAppendCommand(c, "EXEC");
+  free(channel);
+  int exit_code = 0;
+  redisReply *replies[6] = {NULL};
+  for (int i = 0; i < 6; i++) {
+    void *reply = NULL;
+    if (redisGetReply(c, &reply) != REDIS_OK) {
+      cli_err("reading '%s': %s", name, c->errstr);
+      exit_code = CLI_EX_TEMPFAIL;
+      break;
+    }
+    replies[i] = reply;
+  }
+  redisReply *exec = replies[5];
+  for (int i = 0; exit_code == 0 && i < 6; i++) {
+    if (replies[i]->type == REDIS_REPLY_ERROR) {
+      cli_err("reading '%s': %s", name, replies[i]->str);
+      exit_code = cli_exit_for(
+          rlock__err_from_server(replies[i]->str, replies[i]->len));
+    }
+  }
+  if (exit_code == 0 &&
+      (exec->type != REDIS_REPLY_ARRAY || exec->elements != 4 ||
+       exec->element[0]->type != REDIS_REPLY_STATUS ||
+       exec->element[2]->type != REDIS_REPLY_INTEGER ||
+       exec->element[3]->type != REDIS_REPLY_ARRAY ||
+       exec->element[3]->elements != 2 ||
+       exec->element[3]->element[1]->type != REDIS_REPLY_INTEGER)) {
+    cli_err("reading '%s': unexpected reply from Redis", name);
+    exit_code = CLI_EX_UNAVAILABLE;
+  }
+  for (int i = 0; i < 5; i++)
+    freeReplyObject(replies[i]);
+  if (exit_code != 0) {
+    freeReplyObject(exec);
+    return exit_code;
+  }
+  s->type = exec->element[0]->str;
+  /* HGETALL on another type is an error inside EXEC, not a failure. */
+  s->fields = exec->element[1]->type == REDIS_REPLY_ARRAY ? exec->element[1]
+                                                          : NULL;
+  s->ttl_ms = exec->element[2]->integer;
+  s->waiters = exec->element[3]->element[1]->integer;
+  *exec_out = exec;
+  return 0;
+}
+
+static const struct option status_longopts[] = {
+    {"json", no_argument, NULL, 'j'},
+    {"uri", required_argument, NULL, 'u'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+int cli_status_main(int argc, char **argv) {
+  const char *uri_flag = NULL;
+  bool json = false;
+  int c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, ":u:jh", status_longopts, NULL)) !=
+         -1) {
+    switch (c) {
+    case 'u':
+      uri_flag = optarg;
+      break;
+    case 'j':
+      json = true;
+      break;
+    case 'h':
+      cli_help(stdout);
+      return 0;
+    default:
+      return cli_getopt_error(c, argv);
+    }
+  }
+  if (optind >= argc) {
+    cli_err("status: missing lock NAME");
+    return CLI_EX_USAGE;
+  }
+  for (int i = optind; i < argc; i++) {
+    if (argv[i][0] == '\0') {
+      cli_err("status: a lock NAME must not be empty");
+      return CLI_EX_USAGE;
+    }
+  }
+  redisContext *ctx;
+  int rc = plain_connect(cli_resolve_uri(uri_flag), false, &ctx);
+  if (rc != 0)
+    return rc;
+  if (json)
+    fputs("[\n", stdout);
+  for (int i = optind; i < argc && rc == 0; i++) {
+    lock_state s;
+    redisReply *exec;
+    rc = read_state(ctx, argv[i], &s, &exec);
+    if (rc != 0)
+      break;
+    if (json)
+      print_json(argv[i], &s, i == optind);
+    else
+      print_human(argv[i], &s);
+    freeReplyObject(exec);
+  }
+  if (json && rc == 0)
+    fputs("\n]\n", stdout);
+  redisFree(ctx);
+  if (fflush(stdout) != 0 && rc == 0) {
+    cli_err("writing the status: %s", strerror(errno));
+    rc = CLI_EX_OSERR;
+  }
+  return rc;
+}
+
+/* ---- unlock --force ---- */
+
+static const struct option unlock_longopts[] = {
+    {"force", no_argument, NULL, 'f'},
+    {"uri", required_argument, NULL, 'u'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+int cli_unlock_main(int argc, char **argv) {
+  const char *uri_flag = NULL;
+  bool force = false;
+  int c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, ":u:fh", unlock_longopts, NULL)) !=
+         -1) {
+    switch (c) {
+    case 'u':
+      uri_flag = optarg;
+      break;
+    case 'f':
+      force = true;
+      break;
+    case 'h':
+      cli_help(stdout);
+      return 0;
+    default:
+      return cli_getopt_error(c, argv);
+    }
+  }
+  if (!force) {
+    cli_err("unlock: only the holder releases a lock (when its COMMAND "
+            "exits); use --force to delete it whoever holds it");
+    return CLI_EX_USAGE;
+  }
+  if (optind >= argc) {
+    cli_err("unlock: missing lock NAME");
+    return CLI_EX_USAGE;
+  }
+  rlock_options opts;
+  rlock_options_init(&opts);
+  opts.uri = cli_resolve_uri(uri_flag);
+  rlock_client *client;
+  int rc = rlock_client_open(&client, &opts);
+  if (rc != 0)
+    return cli_open_failed(rc);
+  int exit_code = 0;
+  for (int i = optind; i < argc; i++) {
+    rlock *lock;
+    rc = rlock_get(client, argv[i], &lock);
+    if (rc == 0) {
+      rc = rlock_force_unlock(lock);
+      rlock_free(lock);
+    }
+    if (rc < 0) {
+      char what[96];
+      snprintf(what, sizeof what, "unlock '%.80s'", argv[i]);
+      cli_err_rlock(rc, what);
+      exit_code = cli_exit_for(rc);
+      break;
+    }
+    printf("%s: %s\n", argv[i], rc == 1 ? "unlocked" : "was not locked");
+    if (rc == 0)
+      exit_code = 1;
+  }
+  rlock_client_close(client);
+  if (fflush(stdout) != 0 && exit_code == 0)
+    exit_code = CLI_EX_OSERR;
+  return exit_code;
+}

@@ -1,0 +1,91 @@
+/* The rlock command-line tool: pieces shared by its files.
+ *
+ *   rlock.c  argument parsing, --help/--version, dispatch
+ *   run.c    `rlock NAME -- COMMAND`: the lock thread, signals, the child
+ *   admin.c  `rlock status` and `rlock unlock --force`, and the plain
+ *            hiredis connection they (and run.c's clean-up) use
+ */
+#ifndef RLOCK_CLI_H
+#define RLOCK_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "rlock.h"
+
+#define CLI_PROG "rlock"
+
+/* Exit codes of the tool itself (sysexits.h values where one fits). A
+ * command's own status, or 128+N when it died of signal N, passes through
+ * unchanged. The table is repeated in --help and tools/README-section.md. */
+enum {
+  CLI_EXIT_CONFLICT = 1,    /* -n busy or -w ran out (default; see -E) */
+  CLI_EX_USAGE = 64,        /* bad arguments or URI */
+  CLI_EX_UNAVAILABLE = 69,  /* Redis refused: auth, ACL, wrong type, error */
+  CLI_EX_SOFTWARE = 70,     /* internal error */
+  CLI_EX_OSERR = 71,        /* fork, pipe, thread, memory */
+  CLI_EX_TEMPFAIL = 75,     /* Redis unreachable or did not answer in time */
+  CLI_EX_LOCKLOST = 79,     /* lock lost while COMMAND ran, --on-lost=kill */
+  CLI_EX_NOEXEC = 126,      /* COMMAND found but not executable */
+  CLI_EX_NOTFOUND = 127,    /* COMMAND not found */
+};
+
+typedef enum cli_on_lost { CLI_ON_LOST_WARN, CLI_ON_LOST_KILL } cli_on_lost;
+
+/* Everything `rlock [options] NAME -- COMMAND` was asked to do. */
+typedef struct cli_run_opts {
+  const char *uri;        /* resolved: -u, $REDIS_URL or the default */
+  const char *name;       /* lock name */
+  char **command;         /* NULL-terminated argv for execvp */
+  int64_t wait_ms;        /* < 0: forever; 0: -n */
+  int64_t lease_ms;       /* < 0: watchdog mode */
+  int64_t watchdog_ms;    /* watchdog_timeout_ms; 0: the library default */
+  int64_t kill_after_ms;  /* grace between SIGTERM and SIGKILL */
+  int conflict_exit_code; /* -E */
+  cli_on_lost on_lost;
+  bool verbose;
+} cli_run_opts;
+
+/* Prints "rlock: <message>\n" on stderr. */
+void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Prints "rlock: <what>: <message of err>[ (<detail>)]\n" on stderr, the
+ * detail being rlock_last_error() when it adds something. */
+void cli_err_rlock(int err, const char *what);
+
+/* After getopt_long() returned ':' or '?' for argv: prints what was wrong
+ * and a hint to --help; returns CLI_EX_USAGE. */
+int cli_getopt_error(int c, char **argv);
+
+/* Writes the --help text. */
+void cli_help(FILE *out);
+
+/* Reports a failed rlock_client_open() and returns the exit code. */
+int cli_open_failed(int err);
+
+/* The exit code for a negative RLOCK_E* code. */
+int cli_exit_for(int err);
+
+/* The URI to use: `flag` (-u) if given, else $REDIS_URL if set and not
+ * empty, else redis://127.0.0.1:6379. */
+const char *cli_resolve_uri(const char *flag);
+
+/* Monotonic milliseconds. */
+int64_t cli_now_ms(void);
+
+/* `rlock status ...` / `rlock unlock ...`: argv starts at the subcommand.
+ * Return the process exit code. */
+int cli_status_main(int argc, char **argv);
+int cli_unlock_main(int argc, char **argv);
+
+/* `rlock [options] NAME -- COMMAND`. Returns the process exit code. */
+int cli_run(const cli_run_opts *o);
+
+/* Deletes the lock `name` if (and only if) `owner` holds it, publishing the
+ * unlock message so a waiter wakes, over a fresh plain connection. For the
+ * rare case where the lock was acquired by a client that is already closed.
+ * Returns 1 deleted, 0 not held by owner, or a negative RLOCK_E* code. */
+int cli_release_orphan(const char *uri, const char *name, const char *owner);
+
+#endif

@@ -1,0 +1,371 @@
+/* rlock(1): run a command while holding a Redisson-compatible distributed
+ * lock — flock(1) for a fleet. Argument parsing, help and dispatch; the
+ * work is in run.c (NAME -- COMMAND) and admin.c (status, unlock). */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+/* The longest duration accepted anywhere: the library's option ranges end
+ * at 2^31-1 ms (~24.8 days). */
+#define DURATION_MAX_MS INT64_C(2147483647)
+
+static const char usage_text[] =
+    "Usage:\n"
+    "  rlock [options] NAME [--] COMMAND [ARGS...]\n"
+    "  rlock [options] NAME -c SHELL-COMMAND\n"
+    "  rlock status [--json] [-u URI] NAME...\n"
+    "  rlock unlock --force [-u URI] NAME...\n"
+    "  rlock --help | --version\n"
+    "\n"
+    "Run COMMAND while holding the distributed lock NAME, a Redisson lock in\n"
+    "Redis: Java services using getLock(NAME) and other rlock processes take\n"
+    "turns with it. The lock is released when COMMAND exits, and rlock exits\n"
+    "with COMMAND's status. Options come before NAME; everything after NAME\n"
+    "(and an optional `--`) is COMMAND. Put `--` before a NAME that is\n"
+    "`status` or `unlock`.\n"
+    "\n"
+    "Options:\n"
+    "  -u, --uri URI           Redis server:\n"
+    "                          redis://[[user]:password@]host[:port][/db] or\n"
+    "                          unix:///path[?db=N]; default $REDIS_URL, else\n"
+    "                          redis://127.0.0.1:6379\n"
+    "  -n, --nonblock          fail at once (exit 1) if the lock is held\n"
+    "  -w, --wait, --timeout DURATION\n"
+    "                          give up (exit 1) after waiting DURATION; default:\n"
+    "                          wait as long as it takes (-n is -w 0; the last of\n"
+    "                          -n and -w wins)\n"
+    "  -E, --conflict-exit-code CODE\n"
+    "                          exit with CODE (0-255) instead of 1 when -n or -w\n"
+    "                          gives up\n"
+    "  -l, --lease DURATION    the lock expires DURATION after it was taken, even\n"
+    "                          if COMMAND still runs (see --on-lost); default: no\n"
+    "                          lease, the watchdog renews the lock until COMMAND\n"
+    "                          exits\n"
+    "      --watchdog DURATION watchdog lease, renewed every third of it (default\n"
+    "                          30s, at least 300ms); a lost lock is noticed within\n"
+    "                          a third of it\n"
+    "      --on-lost=warn|kill when the lock is lost while COMMAND runs (deleted,\n"
+    "                          expired, -l ran out): warn prints a warning (the\n"
+    "                          default); kill sends SIGTERM to COMMAND, SIGKILL\n"
+    "                          after --kill-after, and exits 79; with kill,\n"
+    "                          COMMAND also gets SIGTERM if rlock itself dies\n"
+    "      --kill-after DURATION\n"
+    "                          grace between SIGTERM and SIGKILL (default 5s)\n"
+    "  -c, --command STRING    (after NAME) run STRING with /bin/sh -c\n"
+    "  -v, --verbose           report acquiring, giving up and releasing on\n"
+    "                          stderr\n"
+    "  -h, --help              show this help and exit\n"
+    "  -V, --version           show the version and exit\n"
+    "\n"
+    "status NAME...            for each lock: its owners (<client-uuid>:<thread-id>)\n"
+    "                          with their hold counts, its time to live and the\n"
+    "                          number of clients waiting (subscribed to its\n"
+    "                          channel); --json prints a JSON array instead\n"
+    "unlock --force NAME...    delete the locks whoever holds them and wake a\n"
+    "                          waiter; exit 0 if all were locked, 1 if one was not\n"
+    "\n"
+    "DURATION is milliseconds, or a number with a unit: 250ms, 1.5s, 2m, 1h.\n"
+    "COMMAND gets RLOCK_NAME (the lock name) and RLOCK_OWNER (the lock's hash\n"
+    "field, <client-uuid>:<thread-id>) in its environment. SIGINT, SIGTERM,\n"
+    "SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to rlock are passed on to\n"
+    "COMMAND (not those a terminal sends to both); the lock is released\n"
+    "whichever way COMMAND ends. If rlock itself is killed with SIGKILL the\n"
+    "lock expires after the watchdog lease (or -l).\n"
+    "\n"
+    "Exit status:\n"
+    "  N      COMMAND's exit status\n"
+    "  128+N  COMMAND died of signal N; or rlock got signal N while waiting\n"
+    "  1      the lock was busy (-n) or -w ran out (change with -E)\n"
+    "  64     usage error: bad option, DURATION, URI, or no NAME or COMMAND\n"
+    "  69     Redis refused: authentication, ACL permission, NAME holds\n"
+    "         another type, server error\n"
+    "  70     internal error\n"
+    "  71     system error: fork, pipe, thread or memory\n"
+    "  75     cannot connect to Redis, or it did not answer in time\n"
+    "  79     the lock was lost while COMMAND ran, with --on-lost=kill\n"
+    "  126    COMMAND was found but could not be executed\n"
+    "  127    COMMAND was not found\n"
+    "  status exits 0; unlock --force exits 0 if every lock was held, else 1.\n";
+
+void cli_help(FILE *out) { fputs(usage_text, out); }
+
+static void usage_hint(void) {
+  fprintf(stderr, "Try 'rlock --help' for more information.\n");
+}
+
+void cli_err(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs(CLI_PROG ": ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+void cli_err_rlock(int err, const char *what) {
+  const char *msg = rlock_strerror(err);
+  const char *detail = rlock_last_error();
+  if (detail[0] != '\0' && strcmp(detail, msg) != 0)
+    cli_err("%s: %s (%s)", what, msg, detail);
+  else
+    cli_err("%s: %s", what, msg);
+}
+
+int cli_open_failed(int err) {
+  if (err == RLOCK_EURI)
+    cli_err("invalid Redis URI: %s", rlock_last_error());
+  else
+    cli_err_rlock(err, "cannot connect to Redis");
+  return cli_exit_for(err);
+}
+
+int cli_exit_for(int err) {
+  switch (err) {
+  case RLOCK_EINVAL:
+  case RLOCK_EURI:
+  case RLOCK_ENAMETOOLONG:
+    return CLI_EX_USAGE;
+  case RLOCK_ECONN:
+  case RLOCK_ETIMEDOUT:
+    return CLI_EX_TEMPFAIL;
+  case RLOCK_EAUTH:
+  case RLOCK_ENOPERM:
+  case RLOCK_EWRONGTYPE:
+  case RLOCK_ESERVER:
+  case RLOCK_EOOM:
+  case RLOCK_EREADONLY:
+  case RLOCK_EPROTO:
+    return CLI_EX_UNAVAILABLE;
+  case RLOCK_ENOMEM:
+  case RLOCK_ESYS:
+    return CLI_EX_OSERR;
+  default:
+    return CLI_EX_SOFTWARE;
+  }
+}
+
+const char *cli_resolve_uri(const char *flag) {
+  if (flag != NULL)
+    return flag;
+  const char *env = getenv("REDIS_URL");
+  if (env != NULL && env[0] != '\0')
+    return env;
+  return "redis://127.0.0.1:6379";
+}
+
+int64_t cli_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* "1500", "1500ms", "1.5s", "2m", "1h" -> milliseconds. Returns false on a
+ * malformed or out-of-range value. */
+static bool parse_duration(const char *text, int64_t *out_ms) {
+  if (text[0] < '0' || text[0] > '9') /* no sign, no blanks, no "inf" */
+    return false;
+  errno = 0;
+  char *end = NULL;
+  double value = strtod(text, &end);
+  if (errno != 0 || end == text)
+    return false;
+  double scale;
+  if (*end == '\0' || strcmp(end, "ms") == 0)
+    scale = 1;
+  else if (strcmp(end, "s") == 0)
+    scale = 1000;
+  else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
+    scale = 60000;
+  else if (strcmp(end, "h") == 0)
+    scale = 3600000;
+  else
+    return false;
+  double ms = value * scale;
+  if (!(ms >= 0) || ms > (double)DURATION_MAX_MS)
+    return false;
+  *out_ms = (int64_t)llround(ms);
+  return true;
+}
+
+static bool duration_opt(const char *opt, const char *text, int64_t *out) {
+  if (parse_duration(text, out))
+    return true;
+  cli_err("invalid %s '%s' (a duration: 500, 500ms, 1.5s, 2m, 1h; at most "
+          "24 days)",
+          opt, text);
+  return false;
+}
+
+/* After getopt_long returned '?': names the offending option. optopt is the
+ * short option for "-x" (or, confusingly, the option's value for a long
+ * option given an argument it does not take), 0 for an unknown long one. */
+static void bad_option(const char *arg) {
+  if (strncmp(arg, "--", 2) == 0 || optopt == 0)
+    cli_err("invalid option '%s'", arg);
+  else
+    cli_err("invalid option '-%c'", optopt);
+  usage_hint();
+}
+
+int cli_getopt_error(int c, char **argv) {
+  if (c == ':') {
+    cli_err("option '%s' needs a value", argv[optind - 1]);
+    usage_hint();
+  } else {
+    bad_option(argv[optind - 1]);
+  }
+  return CLI_EX_USAGE;
+}
+
+enum { OPT_ON_LOST = 256, OPT_KILL_AFTER, OPT_WATCHDOG };
+
+static const struct option run_longopts[] = {
+    {"uri", required_argument, NULL, 'u'},
+    {"nonblock", no_argument, NULL, 'n'},
+    {"nb", no_argument, NULL, 'n'},
+    {"wait", required_argument, NULL, 'w'},
+    {"timeout", required_argument, NULL, 'w'},
+    {"conflict-exit-code", required_argument, NULL, 'E'},
+    {"lease", required_argument, NULL, 'l'},
+    {"watchdog", required_argument, NULL, OPT_WATCHDOG},
+    {"on-lost", required_argument, NULL, OPT_ON_LOST},
+    {"kill-after", required_argument, NULL, OPT_KILL_AFTER},
+    {"verbose", no_argument, NULL, 'v'},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {NULL, 0, NULL, 0},
+};
+
+static int run_main(int argc, char **argv) {
+  cli_run_opts o = {
+      .wait_ms = -1,
+      .lease_ms = -1,
+      .watchdog_ms = 0,
+      .kill_after_ms = 5000,
+      .conflict_exit_code = CLI_EXIT_CONFLICT,
+      .on_lost = CLI_ON_LOST_WARN,
+  };
+  const char *uri_flag = NULL;
+  int c;
+  /* "+": stop at NAME, so COMMAND's own options are left alone. ":" first
+   * lets us word the missing-argument message ourselves. */
+  while ((c = getopt_long(argc, argv, "+:u:nw:E:l:vhV", run_longopts,
+                          NULL)) != -1) {
+    switch (c) {
+    case 'u':
+      uri_flag = optarg;
+      break;
+    case 'n':
+      o.wait_ms = 0;
+      break;
+    case 'w':
+      if (!duration_opt("wait", optarg, &o.wait_ms))
+        return CLI_EX_USAGE;
+      break;
+    case 'E': {
+      char *end = NULL;
+      errno = 0;
+      long code = strtol(optarg, &end, 10);
+      if (errno != 0 || end == optarg || *end != '\0' || code < 0 ||
+          code > 255) {
+        cli_err("invalid conflict exit code '%s' (0-255)", optarg);
+        return CLI_EX_USAGE;
+      }
+      o.conflict_exit_code = (int)code;
+      break;
+    }
+    case 'l':
+      if (!duration_opt("lease", optarg, &o.lease_ms))
+        return CLI_EX_USAGE;
+      if (o.lease_ms == 0) {
+        cli_err("the lease must be longer than 0 ms");
+        return CLI_EX_USAGE;
+      }
+      break;
+    case OPT_WATCHDOG:
+      if (!duration_opt("watchdog", optarg, &o.watchdog_ms))
+        return CLI_EX_USAGE;
+      if (o.watchdog_ms < 300) {
+        cli_err("the watchdog lease must be at least 300 ms");
+        return CLI_EX_USAGE;
+      }
+      break;
+    case OPT_KILL_AFTER:
+      if (!duration_opt("kill-after", optarg, &o.kill_after_ms))
+        return CLI_EX_USAGE;
+      break;
+    case OPT_ON_LOST:
+      if (strcmp(optarg, "warn") == 0) {
+        o.on_lost = CLI_ON_LOST_WARN;
+      } else if (strcmp(optarg, "kill") == 0) {
+        o.on_lost = CLI_ON_LOST_KILL;
+      } else {
+        cli_err("invalid --on-lost '%s' (warn or kill)", optarg);
+        return CLI_EX_USAGE;
+      }
+      break;
+    case 'v':
+      o.verbose = true;
+      break;
+    case 'h':
+      cli_help(stdout);
+      return fflush(stdout) == 0 ? 0 : CLI_EX_OSERR;
+    case 'V':
+      printf(CLI_PROG " %s\n", RLOCK_VERSION_STRING);
+      return fflush(stdout) == 0 ? 0 : CLI_EX_OSERR;
+    default: /* ':' or '?' */
+      return cli_getopt_error(c, argv);
+    }
+  }
+  if (optind >= argc) {
+    cli_err("missing lock NAME and COMMAND");
+    usage_hint();
+    return CLI_EX_USAGE;
+  }
+  o.name = argv[optind++];
+  if (o.name[0] == '\0') {
+    cli_err("the lock NAME must not be empty");
+    return CLI_EX_USAGE;
+  }
+  /* NAME -c STRING (flock's form), NAME -- COMMAND..., or NAME COMMAND... */
+  static char sh[] = "/bin/sh", dash_c[] = "-c";
+  char *shell_argv[4] = {sh, dash_c, NULL, NULL};
+  if (optind < argc && (strcmp(argv[optind], "-c") == 0 ||
+                        strcmp(argv[optind], "--command") == 0)) {
+    if (argc - optind != 2) {
+      cli_err("%s takes exactly one argument, the shell command",
+              argv[optind]);
+      usage_hint();
+      return CLI_EX_USAGE;
+    }
+    shell_argv[2] = argv[optind + 1];
+    o.command = shell_argv;
+  } else {
+    if (optind < argc && strcmp(argv[optind], "--") == 0)
+      optind++;
+    if (optind >= argc) {
+      cli_err("missing COMMAND after the lock name '%s'", o.name);
+      usage_hint();
+      return CLI_EX_USAGE;
+    }
+    o.command = &argv[optind];
+  }
+  o.uri = cli_resolve_uri(uri_flag);
+  return cli_run(&o);
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "status") == 0)
+    return cli_status_main(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "unlock") == 0)
+    return cli_unlock_main(argc - 1, argv + 1);
+  return run_main(argc, argv);
+}

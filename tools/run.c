@@ -1,0 +1,730 @@
+/* `rlock [options] NAME -- COMMAND`: run COMMAND while holding NAME.
+ *
+ * Threads. A lock belongs to the thread that took it (its owner is
+ * <client-uuid>:<thread-id>), so one "holder" thread takes the lock, waits
+ * until told to, and releases it; it blocks in rlock_try_lock() and
+ * rlock_unlock() so the main thread never has to. The main thread owns the
+ * child process and the signals. The client's loop thread calls
+ * on_lock_lost. The holder, the loop thread and the signal handlers all
+ * report to the main thread by writing fixed-size events to one self-pipe,
+ * so the main thread only ever poll()s that pipe (with a timeout for its
+ * two timers: lease expiry and the SIGTERM -> SIGKILL grace).
+ *
+ * Signals. The handled signals are blocked before the client (and so its
+ * loop thread) and the holder thread are created, so they inherit the
+ * mask and every handled signal is delivered to the main thread. SIGPIPE
+ * stays blocked everywhere: a write to a Redis socket the server closed
+ * then fails with EPIPE instead of killing rlock (and orphaning COMMAND
+ * with the lock held). The child gets back rlock's original mask and
+ * dispositions before exec.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+extern char **environ;
+
+/* Signals passed on to COMMAND. */
+static const int forward_signals[] = {SIGINT,  SIGTERM, SIGHUP,
+                                      SIGQUIT, SIGUSR1, SIGUSR2};
+#define N_FORWARD (sizeof(forward_signals) / sizeof(forward_signals[0]))
+
+/* ---- events: the self-pipe ---- */
+
+enum { EV_SIGNAL = 1, EV_ACQUIRED, EV_RELEASED, EV_LOST };
+
+/* Small enough (<= PIPE_BUF) that each write is atomic, so events from
+ * several threads and handlers never interleave. */
+typedef struct event {
+  int kind;
+  int signo; /* EV_SIGNAL */
+  int code;  /* EV_SIGNAL: si_code; EV_ACQUIRED/EV_RELEASED: result */
+} event;
+
+static int g_event_rd = -1, g_event_wr = -1;
+
+/* Async-signal-safe; callable from any thread. The pipe is non-blocking:
+ * if it were ever full the event is dropped, which for signals is what the
+ * kernel does with a pending duplicate anyway (and the pipe holds thousands
+ * of events, far more than the handful one run produces). */
+static void post_event(int kind, int signo, int code) {
+  event ev = {kind, signo, code};
+  ssize_t n;
+  do {
+    n = write(g_event_wr, &ev, sizeof ev);
+  } while (n < 0 && errno == EINTR);
+}
+
+static void on_signal(int signo, siginfo_t *info, void *ucontext) {
+  (void)ucontext;
+  int saved_errno = errno;
+  post_event(EV_SIGNAL, signo, info != NULL ? info->si_code : 0);
+  errno = saved_errno;
+}
+
+/* On the client's loop thread: must not block. */
+static void on_lock_lost(const char *name, const char *owner, void *data) {
+  (void)name;
+  (void)owner;
+  (void)data;
+  post_event(EV_LOST, 0, 0);
+}
+
+static bool read_event(event *ev) {
+  ssize_t n;
+  do {
+    n = read(g_event_rd, ev, sizeof *ev);
+  } while (n < 0 && errno == EINTR);
+  return n == (ssize_t)sizeof *ev;
+}
+
+/* ---- the holder thread ---- */
+
+typedef struct holder {
+  rlock_client *client;
+  rlock *lock;
+  int64_t wait_ms, lease_ms;
+  pthread_t thread;
+  pthread_mutex_t mutex;
+  pthread_cond_t cond;
+  /* under mutex */
+  bool release_requested;
+  char owner[RLOCK_ID_LEN + 1 + 21];
+  int64_t acquired_at_ms;
+  char detail[512]; /* rlock_last_error() of the last failed call */
+} holder;
+
+static void holder_set_detail(holder *h, int rc) {
+  pthread_mutex_lock(&h->mutex);
+  snprintf(h->detail, sizeof h->detail, "%s",
+           rc < 0 ? rlock_last_error() : "");
+  pthread_mutex_unlock(&h->mutex);
+}
+
+static void *holder_main(void *arg) {
+  holder *h = arg;
+  pthread_mutex_lock(&h->mutex);
+  snprintf(h->owner, sizeof h->owner, "%s:%" PRIu64,
+           rlock_client_id(h->client), rlock_thread_id());
+  pthread_mutex_unlock(&h->mutex);
+
+  int rc = rlock_try_lock(h->lock, h->wait_ms, h->lease_ms);
+  int64_t now = cli_now_ms();
+  holder_set_detail(h, rc);
+  pthread_mutex_lock(&h->mutex);
+  h->acquired_at_ms = now;
+  pthread_mutex_unlock(&h->mutex);
+  post_event(EV_ACQUIRED, 0, rc);
+  if (rc != 1)
+    return NULL;
+
+  pthread_mutex_lock(&h->mutex);
+  while (!h->release_requested)
+    pthread_cond_wait(&h->cond, &h->mutex);
+  pthread_mutex_unlock(&h->mutex);
+  rc = rlock_unlock(h->lock);
+  holder_set_detail(h, rc);
+  post_event(EV_RELEASED, 0, rc);
+  return NULL;
+}
+
+static void holder_request_release(holder *h) {
+  pthread_mutex_lock(&h->mutex);
+  h->release_requested = true;
+  pthread_cond_signal(&h->cond);
+  pthread_mutex_unlock(&h->mutex);
+}
+
+/* ---- the run ---- */
+
+typedef enum phase {
+  PH_WAITING,   /* the holder is acquiring */
+  PH_RUNNING,   /* COMMAND runs, the lock is held */
+  PH_RELEASING, /* COMMAND ended, the holder is releasing */
+  PH_DONE
+} phase;
+
+typedef struct run {
+  const cli_run_opts *o;
+  rlock_client *client;
+  holder h;
+  bool holder_started;
+  phase phase;
+  int exit_code;
+  int64_t started_ms;
+
+  /* signals */
+  sigset_t orig_mask;
+  struct sigaction saved_forward[N_FORWARD];
+  bool handled_forward[N_FORWARD];
+  struct sigaction saved_chld;
+  int abort_signal; /* a signal that interrupted the wait */
+
+  /* descriptors open at start (COMMAND inherits those, and no others) */
+  int *start_fds;
+  size_t n_start_fds;
+
+  /* the child */
+  pid_t child;
+  bool lost;
+  int64_t lease_deadline_ms; /* 0: none */
+  int64_t kill_deadline_ms;  /* 0: none */
+} run;
+
+static int fd_compare(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+/* The open descriptors above stderr, sorted, from /proc/self/fd. Returns
+ * false where /proc is not available (then nothing is marked later). */
+static bool list_fds(int **out, size_t *n_out) {
+  *out = NULL;
+  *n_out = 0;
+  DIR *dir = opendir("/proc/self/fd");
+  if (dir == NULL)
+    return false;
+  size_t n = 0, cap = 0;
+  int *fds = NULL;
+  struct dirent *de;
+  while ((de = readdir(dir)) != NULL) {
+    char *end = NULL;
+    long fd = strtol(de->d_name, &end, 10);
+    if (end == de->d_name || *end != '\0' || fd <= 2 || fd == dirfd(dir))
+      continue;
+    if (n == cap) {
+      size_t new_cap = cap ? 2 * cap : 32;
+      int *grown = realloc(fds, new_cap * sizeof *fds);
+      if (grown == NULL)
+        break;
+      fds = grown;
+      cap = new_cap;
+    }
+    fds[n++] = (int)fd;
+  }
+  closedir(dir);
+  if (n > 0)
+    qsort(fds, n, sizeof *fds, fd_compare);
+  *out = fds;
+  *n_out = n;
+  return true;
+}
+
+/* hiredis opens its sockets without FD_CLOEXEC, so COMMAND would inherit
+ * rlock's Redis connections (and keep them open if it outlives rlock).
+ * Mark every descriptor opened since rlock started close-on-exec; those
+ * the user handed to rlock (e.g. `3>file`) are still passed on, as flock
+ * does. */
+static void mark_new_fds_cloexec(const run *r) {
+  int *now;
+  size_t n_now;
+  if (!list_fds(&now, &n_now))
+    return;
+  for (size_t i = 0; i < n_now; i++) {
+    int fd = now[i];
+    if (r->n_start_fds > 0 &&
+        bsearch(&fd, r->start_fds, r->n_start_fds, sizeof fd, fd_compare))
+      continue;
+    int flags = fcntl(fd, F_GETFD);
+    if (flags >= 0 && !(flags & FD_CLOEXEC))
+      fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+  }
+  free(now);
+}
+
+static void handled_set(sigset_t *set, bool with_pipe) {
+  sigemptyset(set);
+  for (size_t i = 0; i < N_FORWARD; i++)
+    sigaddset(set, forward_signals[i]);
+  sigaddset(set, SIGCHLD);
+  if (with_pipe)
+    sigaddset(set, SIGPIPE);
+}
+
+/* Blocks the handled signals (and SIGPIPE) in the calling thread, which
+ * every thread created afterwards inherits, and installs the handlers.
+ * A signal rlock was started with ignored (nohup, `trap '' INT`) stays
+ * ignored and is not forwarded: COMMAND inherits the ignoring. */
+static int signals_install(run *r) {
+  sigset_t set;
+  handled_set(&set, true);
+  int rc = pthread_sigmask(SIG_BLOCK, &set, &r->orig_mask);
+  if (rc != 0) {
+    cli_err("pthread_sigmask: %s", strerror(rc));
+    return CLI_EX_OSERR;
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_signal;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  for (size_t i = 0; i < N_FORWARD; i++) {
+    int sig = forward_signals[i];
+    sigaction(sig, NULL, &r->saved_forward[i]);
+    r->handled_forward[i] = r->saved_forward[i].sa_handler != SIG_IGN;
+    if (r->handled_forward[i] && sigaction(sig, &sa, NULL) != 0) {
+      cli_err("sigaction: %s", strerror(errno));
+      return CLI_EX_OSERR;
+    }
+  }
+  sa.sa_flags |= SA_NOCLDSTOP;
+  if (sigaction(SIGCHLD, &sa, &r->saved_chld) != 0) {
+    cli_err("sigaction: %s", strerror(errno));
+    return CLI_EX_OSERR;
+  }
+  return 0;
+}
+
+/* In the main thread only, once the other threads exist. */
+static void signals_unblock_main(void) {
+  sigset_t set;
+  handled_set(&set, false);
+  pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+}
+
+/* Environment of COMMAND: ours plus RLOCK_NAME and RLOCK_OWNER. Built
+ * before fork, because the child of a multi-threaded process may only call
+ * async-signal-safe functions (no malloc, no setenv). */
+static char **child_environment(const char *name, const char *owner) {
+  size_t n = 0;
+  while (environ[n] != NULL)
+    n++;
+  char **envp = calloc(n + 3, sizeof *envp);
+  size_t name_len = strlen("RLOCK_NAME=") + strlen(name) + 1;
+  size_t owner_len = strlen("RLOCK_OWNER=") + strlen(owner) + 1;
+  char *name_var = malloc(name_len), *owner_var = malloc(owner_len);
+  if (envp == NULL || name_var == NULL || owner_var == NULL) {
+    free(envp);
+    free(name_var);
+    free(owner_var);
+    return NULL;
+  }
+  snprintf(name_var, name_len, "RLOCK_NAME=%s", name);
+  snprintf(owner_var, owner_len, "RLOCK_OWNER=%s", owner);
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (strncmp(environ[i], "RLOCK_NAME=", 11) != 0 &&
+        strncmp(environ[i], "RLOCK_OWNER=", 12) != 0)
+      envp[k++] = environ[i];
+  }
+  envp[k++] = name_var;
+  envp[k++] = owner_var;
+  envp[k] = NULL;
+  return envp;
+}
+
+static void child_environment_free(char **envp) {
+  if (envp == NULL)
+    return;
+  size_t n = 0;
+  while (envp[n] != NULL)
+    n++;
+  /* the last two are ours */
+  free(envp[n - 1]);
+  free(envp[n - 2]);
+  free(envp);
+}
+
+/* The child, between fork and exec: async-signal-safe calls only. */
+_Noreturn static void child_exec(const run *r, char **envp, int err_fd,
+                       pid_t parent) {
+  for (size_t i = 0; i < N_FORWARD; i++) {
+    if (r->handled_forward[i])
+      sigaction(forward_signals[i], &r->saved_forward[i], NULL);
+  }
+  sigaction(SIGCHLD, &r->saved_chld, NULL);
+  if (r->o->on_lost == CLI_ON_LOST_KILL) {
+    /* If rlock dies, nothing keeps the lock: stop COMMAND as if lost. */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent)
+      _exit(CLI_EX_LOCKLOST);
+  }
+  sigprocmask(SIG_SETMASK, &r->orig_mask, NULL);
+  environ = envp;
+  execvp(r->o->command[0], r->o->command);
+  int err = errno;
+  ssize_t n;
+  do {
+    n = write(err_fd, &err, sizeof err);
+  } while (n < 0 && errno == EINTR);
+  _exit(err == ENOENT ? CLI_EX_NOTFOUND : CLI_EX_NOEXEC);
+}
+
+/* Starts COMMAND. Returns 0, or the exit code when it could not be run
+ * (its message printed). */
+static int spawn_child(run *r, const char *owner) {
+  char **envp = child_environment(r->o->name, owner);
+  if (envp == NULL) {
+    cli_err("out of memory");
+    return CLI_EX_OSERR;
+  }
+  int err_pipe[2];
+  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
+    cli_err("pipe: %s", strerror(errno));
+    child_environment_free(envp);
+    return CLI_EX_OSERR;
+  }
+  mark_new_fds_cloexec(r);
+  /* No handler may run in the child before it has restored the
+   * dispositions: block the handled signals across fork. */
+  sigset_t set, prev;
+  handled_set(&set, false);
+  pthread_sigmask(SIG_BLOCK, &set, &prev);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0)
+    child_exec(r, envp, err_pipe[1], parent);
+  int fork_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &prev, NULL);
+  close(err_pipe[1]);
+  if (pid < 0) {
+    close(err_pipe[0]);
+    child_environment_free(envp);
+    cli_err("fork: %s", strerror(fork_errno));
+    return CLI_EX_OSERR;
+  }
+  /* exec closes err_pipe (EOF: it ran) or the child reports its errno. */
+  int exec_errno = 0;
+  ssize_t n;
+  do {
+    n = read(err_pipe[0], &exec_errno, sizeof exec_errno);
+  } while (n < 0 && errno == EINTR);
+  close(err_pipe[0]);
+  child_environment_free(envp);
+  if (n == (ssize_t)sizeof exec_errno) {
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    cli_err("cannot run '%s': %s", r->o->command[0], strerror(exec_errno));
+    return exec_errno == ENOENT ? CLI_EX_NOTFOUND : CLI_EX_NOEXEC;
+  }
+  r->child = pid;
+  return 0;
+}
+
+static void request_release(run *r) {
+  r->phase = PH_RELEASING;
+  holder_request_release(&r->h);
+}
+
+static void lock_lost(run *r, const char *why) {
+  if (r->phase != PH_RUNNING || r->lost)
+    return;
+  r->lost = true;
+  r->lease_deadline_ms = 0;
+  if (r->o->on_lost == CLI_ON_LOST_WARN) {
+    cli_err("warning: lost the lock '%s' (%s); COMMAND goes on without it",
+            r->o->name, why);
+    return;
+  }
+  cli_err("lost the lock '%s' (%s); stopping COMMAND", r->o->name, why);
+  kill(r->child, SIGTERM);
+  r->kill_deadline_ms = cli_now_ms() + r->o->kill_after_ms;
+}
+
+static void on_acquired(run *r, int rc) {
+  if (r->abort_signal != 0) {
+    /* The client was closed to interrupt the wait. If the lock was taken
+     * just before, nobody can release it through the closed client: delete
+     * it directly (only if still ours), so it does not sit there for a
+     * whole watchdog lease. RLOCK_ECLOSED does not prove it was not taken:
+     * the acquire script may have run in Redis with its reply cut off by
+     * the close. */
+    if (rc != 0) {
+      pthread_mutex_lock(&r->h.mutex);
+      char owner[sizeof r->h.owner];
+      memcpy(owner, r->h.owner, sizeof owner);
+      pthread_mutex_unlock(&r->h.mutex);
+      cli_release_orphan(r->o->uri, r->o->name, owner);
+    }
+    r->exit_code = 128 + r->abort_signal;
+    r->phase = PH_DONE;
+    return;
+  }
+  if (rc == 0) {
+    if (r->o->verbose) {
+      if (r->o->wait_ms == 0)
+        cli_err("'%s' is busy", r->o->name);
+      else
+        cli_err("timed out after %" PRId64 " ms waiting for '%s'",
+                cli_now_ms() - r->started_ms, r->o->name);
+    }
+    r->exit_code = r->o->conflict_exit_code;
+    r->phase = PH_DONE;
+    return;
+  }
+  if (rc < 0) {
+    pthread_mutex_lock(&r->h.mutex);
+    char detail[sizeof r->h.detail];
+    memcpy(detail, r->h.detail, sizeof detail);
+    pthread_mutex_unlock(&r->h.mutex);
+    if (detail[0] != '\0' && strcmp(detail, rlock_strerror(rc)) != 0)
+      cli_err("cannot lock '%s': %s (%s)", r->o->name, rlock_strerror(rc),
+              detail);
+    else
+      cli_err("cannot lock '%s': %s", r->o->name, rlock_strerror(rc));
+    r->exit_code = cli_exit_for(rc);
+    r->phase = PH_DONE;
+    return;
+  }
+  pthread_mutex_lock(&r->h.mutex);
+  char owner[sizeof r->h.owner];
+  memcpy(owner, r->h.owner, sizeof owner);
+  int64_t acquired_at = r->h.acquired_at_ms;
+  pthread_mutex_unlock(&r->h.mutex);
+  if (r->o->verbose)
+    cli_err("acquired '%s' as %s after %" PRId64 " ms", r->o->name, owner,
+            acquired_at - r->started_ms);
+  /* With a lease nothing renews the key: once the lease has passed (timed
+   * from the reply, so the server's clock started earlier), it is gone. */
+  if (r->o->lease_ms > 0)
+    r->lease_deadline_ms = acquired_at + r->o->lease_ms;
+  int spawn_rc = spawn_child(r, owner);
+  if (spawn_rc != 0) {
+    r->exit_code = spawn_rc;
+    request_release(r);
+    return;
+  }
+  r->phase = PH_RUNNING;
+}
+
+static void reap_child(run *r) {
+  if (r->phase != PH_RUNNING)
+    return;
+  int status;
+  pid_t pid;
+  do {
+    pid = waitpid(r->child, &status, WNOHANG);
+  } while (pid < 0 && errno == EINTR);
+  if (pid != r->child)
+    return;
+  if (WIFEXITED(status))
+    r->exit_code = WEXITSTATUS(status);
+  else if (WIFSIGNALED(status))
+    r->exit_code = 128 + WTERMSIG(status);
+  else
+    r->exit_code = CLI_EX_SOFTWARE;
+  if (r->lost && r->o->on_lost == CLI_ON_LOST_KILL)
+    r->exit_code = CLI_EX_LOCKLOST;
+  r->lease_deadline_ms = 0;
+  r->kill_deadline_ms = 0;
+  request_release(r);
+}
+
+static void on_forward_signal(run *r, int signo, int code) {
+  switch (r->phase) {
+  case PH_WAITING:
+    if (r->abort_signal == 0) {
+      r->abort_signal = signo;
+      if (r->o->verbose)
+        cli_err("interrupted by signal %d while waiting for '%s'", signo,
+                r->o->name);
+      /* Makes the holder's rlock_try_lock() return RLOCK_ECLOSED now; its
+       * EV_ACQUIRED ends the run. */
+      rlock_client_close(r->client);
+      r->client = NULL;
+    }
+    break;
+  case PH_RUNNING:
+    /* A terminal sends ^C, ^\ and hang-ups to its whole foreground process
+     * group, which COMMAND is in too: passing it on would deliver it
+     * twice. */
+    if (code != SI_KERNEL)
+      kill(r->child, signo);
+    break;
+  case PH_RELEASING:
+  case PH_DONE:
+    break;
+  }
+}
+
+static void on_released(run *r, int rc) {
+  if (r->phase != PH_RELEASING)
+    return;
+  r->phase = PH_DONE;
+  if (rc >= 0) {
+    if (r->o->verbose)
+      cli_err("released '%s'", r->o->name);
+    return;
+  }
+  if (rc == RLOCK_ELOCKLOST) {
+    if (!r->lost)
+      cli_err("warning: the lock '%s' expired or was deleted before COMMAND "
+              "finished",
+              r->o->name);
+    return;
+  }
+  pthread_mutex_lock(&r->h.mutex);
+  char detail[sizeof r->h.detail];
+  memcpy(detail, r->h.detail, sizeof detail);
+  pthread_mutex_unlock(&r->h.mutex);
+  bool has_detail = detail[0] != '\0' && strcmp(detail, rlock_strerror(rc));
+  int64_t expires = r->o->lease_ms > 0 ? r->o->lease_ms
+                    : r->o->watchdog_ms > 0 ? r->o->watchdog_ms
+                                            : 30000;
+  cli_err("warning: cannot release the lock '%s': %s%s%s%s; it expires "
+          "within %" PRId64 " ms",
+          r->o->name, rlock_strerror(rc), has_detail ? " (" : "",
+          has_detail ? detail : "", has_detail ? ")" : "", expires);
+}
+
+static void handle_event(run *r, const event *ev) {
+  switch (ev->kind) {
+  case EV_SIGNAL:
+    if (ev->signo == SIGCHLD)
+      reap_child(r);
+    else
+      on_forward_signal(r, ev->signo, ev->code);
+    break;
+  case EV_ACQUIRED:
+    if (r->phase == PH_WAITING)
+      on_acquired(r, ev->code);
+    break;
+  case EV_LOST:
+    lock_lost(r, "it was deleted or expired in Redis");
+    break;
+  case EV_RELEASED:
+    on_released(r, ev->code);
+    break;
+  default:
+    break;
+  }
+}
+
+static void check_timers(run *r) {
+  if (r->phase != PH_RUNNING)
+    return;
+  int64_t now = cli_now_ms();
+  if (r->lease_deadline_ms != 0 && now >= r->lease_deadline_ms) {
+    char why[64];
+    snprintf(why, sizeof why, "its lease of %" PRId64 " ms ran out",
+             r->o->lease_ms);
+    lock_lost(r, why);
+  }
+  if (r->kill_deadline_ms != 0 && now >= r->kill_deadline_ms) {
+    cli_err("COMMAND still runs %" PRId64 " ms after SIGTERM; sending SIGKILL",
+            r->o->kill_after_ms);
+    kill(r->child, SIGKILL);
+    r->kill_deadline_ms = 0;
+  }
+}
+
+static int poll_timeout(const run *r) {
+  if (r->phase != PH_RUNNING)
+    return -1;
+  int64_t next = 0;
+  if (r->lease_deadline_ms != 0)
+    next = r->lease_deadline_ms;
+  if (r->kill_deadline_ms != 0 && (next == 0 || r->kill_deadline_ms < next))
+    next = r->kill_deadline_ms;
+  if (next == 0)
+    return -1;
+  int64_t wait = next - cli_now_ms();
+  if (wait < 0)
+    return 0;
+  return wait > 60000 ? 60000 : (int)wait;
+}
+
+static int open_event_pipe(void) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+    cli_err("pipe: %s", strerror(errno));
+    return CLI_EX_OSERR;
+  }
+  g_event_rd = fds[0];
+  g_event_wr = fds[1];
+  return 0;
+}
+
+static int start(run *r) {
+  const cli_run_opts *o = r->o;
+  rlock_options opts;
+  rlock_options_init(&opts);
+  opts.uri = o->uri;
+  if (o->watchdog_ms > 0)
+    opts.watchdog_timeout_ms = o->watchdog_ms;
+  opts.on_lock_lost = on_lock_lost;
+  int rc = rlock_client_open(&r->client, &opts);
+  if (rc != 0)
+    return cli_open_failed(rc);
+  rc = rlock_get(r->client, o->name, &r->h.lock);
+  if (rc != 0) {
+    cli_err_rlock(rc, "invalid lock name");
+    return cli_exit_for(rc);
+  }
+  r->h.client = r->client;
+  r->h.wait_ms = o->wait_ms;
+  r->h.lease_ms = o->lease_ms;
+  rc = pthread_create(&r->h.thread, NULL, holder_main, &r->h);
+  if (rc != 0) {
+    cli_err("cannot start a thread: %s", strerror(rc));
+    return CLI_EX_OSERR;
+  }
+  r->holder_started = true;
+  return 0;
+}
+
+int cli_run(const cli_run_opts *o) {
+  run r;
+  memset(&r, 0, sizeof r);
+  r.o = o;
+  r.phase = PH_WAITING;
+  r.started_ms = cli_now_ms();
+  pthread_mutex_init(&r.h.mutex, NULL);
+  pthread_cond_init(&r.h.cond, NULL);
+  list_fds(&r.start_fds, &r.n_start_fds);
+
+  int rc = open_event_pipe();
+  if (rc == 0)
+    rc = signals_install(&r);
+  if (rc == 0)
+    rc = start(&r);
+  if (rc != 0) {
+    r.exit_code = rc;
+    r.phase = PH_DONE;
+  } else {
+    signals_unblock_main();
+  }
+
+  while (r.phase != PH_DONE) {
+    struct pollfd pfd = {.fd = g_event_rd, .events = POLLIN, .revents = 0};
+    if (poll(&pfd, 1, poll_timeout(&r)) < 0 && errno != EINTR) {
+      cli_err("poll: %s", strerror(errno));
+      r.exit_code = CLI_EX_OSERR;
+      break;
+    }
+    event ev;
+    while (r.phase != PH_DONE && read_event(&ev))
+      handle_event(&r, &ev);
+    check_timers(&r);
+  }
+
+  /* Closing first ends a wait still in progress (only after a failure of
+   * poll itself); otherwise the holder has finished its work. */
+  if (r.holder_started) {
+    if (r.phase != PH_DONE && r.client != NULL) {
+      rlock_client_close(r.client);
+      r.client = NULL;
+    }
+    holder_request_release(&r.h);
+    pthread_join(r.h.thread, NULL);
+  }
+  rlock_free(r.h.lock);
+  rlock_client_close(r.client);
+  pthread_cond_destroy(&r.h.cond);
+  pthread_mutex_destroy(&r.h.mutex);
+  free(r.start_fds);
+  return r.exit_code;
+}

@@ -135,6 +135,7 @@ struct rlock__sub {
   int permits;      /* wake-ups that found nobody waiting */
   rlock__op *confirm_head, *confirm_tail; /* waiting for SUBSCRIBE reply */
   rlock__op *wait_head, *wait_tail;       /* waiting for a message */
+  rlock__timed linger; /* UNSUBSCRIBE a little after the last op left */
 };
 
 /* Joins op to the channel's entry (creating and subscribing it). */
@@ -304,6 +305,12 @@ struct rlock_client {
   uint64_t next_epoch;
   uint64_t next_hold_gen;
   uint64_t renew_calls; /* watchdog script calls sent */
+  /* unlock latches to delete, sent as one UNLINK (lock.c) */
+  char *latch_del[64];
+  int latch_del_n;
+  rlock__timed latch_timer;
+  uint64_t latch_seed[2]; /* unlock request ids: seeded once, then counted */
+  uint64_t latch_count;
   int renew_inflight;
 
   /* open handshake */
@@ -321,6 +328,8 @@ bool rlock__on_loop_thread(rlock_client *c);
 uint64_t rlock__id_next(void);
 int rlock__loop_start(rlock_client *c);
 void rlock__client_release(rlock_client *c);
+/* Frees unlock latches not yet deleted (they expire by their TTL). */
+void rlock__latches_shutdown(rlock_client *c);
 /* The command connection finished closing during close (conn.c). */
 void rlock__loop_drained(rlock_client *c);
 /* Called by conn.c when a connection's handshake PING answered (err 0) or

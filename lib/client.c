@@ -107,7 +107,9 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
     return RLOCK_ESYS;
   }
   rc = rlock__uri_parse(c->uri_text, &c->uri); /* sets the last error */
-  if (rc == 0 && rlock__uuid4(c->id) != 0) {
+  if (rc == 0 && (rlock__uuid4(c->id) != 0 ||
+                  rlock__random_bytes(c->latch_seed,
+                                      sizeof(c->latch_seed)) != 0)) {
     rlock__set_last_error("no random source for the client id");
     rc = RLOCK_ESYS;
   }

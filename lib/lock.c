@@ -271,6 +271,65 @@ void rlock__op_sub_timeout(rlock__op *op) {
 
 /* ---- release ---- */
 
+/* Unlock request ids need only be unique: 128 bits from a per-client random
+ * seed and a counter, without a getrandom() call per unlock. */
+static uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15u;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+  return z ^ (z >> 31);
+}
+
+static void latch_id(rlock_client *c, char hex[33]) {
+  uint64_t n = ++c->latch_count;
+  snprintf(hex, 33, "%016" PRIx64 "%016" PRIx64, mix64(c->latch_seed[0] ^ n),
+           mix64(c->latch_seed[1] + n));
+}
+
+/* Latches are deleted in batches - one UNLINK per 64 keys or per 100 ms -
+ * rather than one DEL per unlock: under contention that is a quarter of the
+ * commands per acquisition. A latch left behind expires by its TTL. */
+#define LATCH_BATCH_MS 100
+
+static void latch_flush(rlock_client *c) {
+  rlock__timed_stop(c, &c->latch_timer);
+  if (c->latch_del_n == 0)
+    return;
+  const char *argv[65];
+  size_t lens[65];
+  argv[0] = "UNLINK";
+  lens[0] = 6;
+  for (int i = 0; i < c->latch_del_n; i++) {
+    argv[i + 1] = c->latch_del[i];
+    lens[i + 1] = strlen(c->latch_del[i]);
+  }
+  rlock__cmd_send(c, NULL, c->latch_del_n + 1, argv, lens, 0, NULL, NULL);
+  for (int i = 0; i < c->latch_del_n; i++)
+    free(c->latch_del[i]);
+  c->latch_del_n = 0;
+}
+
+static void latch_timer_fire(rlock_client *c, rlock__timed *t) {
+  (void)t;
+  latch_flush(c);
+}
+
+static void latch_forget(rlock_client *c, char *latch) {
+  c->latch_del[c->latch_del_n++] = latch;
+  if (c->latch_del_n == 64) {
+    latch_flush(c);
+  } else if (c->latch_del_n == 1) {
+    c->latch_timer.fire = latch_timer_fire;
+    rlock__timed_start(c, &c->latch_timer, rlock__now_ms() + LATCH_BATCH_MS);
+  }
+}
+
+void rlock__latches_shutdown(rlock_client *c) {
+  for (int i = 0; i < c->latch_del_n; i++)
+    free(c->latch_del[i]);
+  c->latch_del_n = 0;
+}
+
 static void release_reply(rlock_client *c, redisReply *reply, int err,
                           void *data) {
   rlock__op *op = data;
@@ -312,9 +371,8 @@ static void release_reply(rlock_client *c, redisReply *reply, int err,
     return;
   }
   /* The latch did its job once this reply arrived; Java deletes it too. */
-  const char *argv[2] = {"DEL", op->latch};
-  size_t lens[2] = {3, strlen(op->latch)};
-  rlock__cmd_send(c, NULL, 2, argv, lens, 0, NULL, NULL);
+  latch_forget(c, op->latch);
+  op->latch = NULL;
   if (h != NULL) {
     if (reply->integer == 1) {
       rlock__hold_drop(c, h);
@@ -334,10 +392,7 @@ static void start_release(rlock__op *op) {
   rlock *lock = op->lock;
   rlock_client *c = lock->client;
   char hex[33];
-  if (rlock__random_hex(hex, 16) != 0) {
-    rlock__op_finish(op, RLOCK_ESYS);
-    return;
-  }
+  latch_id(c, hex);
   /* redisson_unlock_latch:{name}:<32 hex>, a fresh request id per unlock
    * call; re-sends of this call reuse it. */
   size_t latch_len = 22 + lock->braced_len + 1 + 32;

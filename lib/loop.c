@@ -153,6 +153,7 @@ static void shutdown_final(rlock_client *c) {
   rlock__cmd_shutdown_all(c);
   rlock__pubsub_shutdown(c);
   rlock__suspects_shutdown(c);
+  rlock__latches_shutdown(c);
   /* Whatever is left in the heap belongs to records freed above. */
   c->heap_len = 0;
   uv_close((uv_handle_t *)&c->heap_timer, close_handle_cb);

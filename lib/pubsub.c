@@ -37,6 +37,7 @@ static void list_remove(rlock__op **head, rlock__op **tail, rlock__op *op) {
 /* ---- entries ---- */
 
 static void entry_free(rlock_client *c, rlock__sub *e) {
+  rlock__timed_stop(c, &e->linger);
   rlock__map_remove(&c->subs, e->channel, e->channel_len);
   free(e->channel);
   free(e);
@@ -60,6 +61,21 @@ static void send_subscribe(rlock_client *c, rlock__sub *e) {
                                            : RLOCK__SUB_NONE;
 }
 
+/* A subscription outlives its last waiter by this much: a lock handed back
+ * and forth (or a new waiter right after the last left) then neither
+ * re-subscribes nor needs the extra try that a fresh subscription costs. */
+#define LINGER_MS 100
+
+static void linger_fire(rlock_client *c, rlock__timed *t) {
+  rlock__sub *e = (rlock__sub *)((char *)t - offsetof(rlock__sub, linger));
+  if (e->refs > 0 || e->state != RLOCK__SUB_SUBSCRIBED)
+    return;
+  if (send_sub_cmd(c, e, false) == 0)
+    e->state = RLOCK__SUB_UNSUBSCRIBING;
+  else
+    entry_free(c, e);
+}
+
 /* The entry has no ops left. A new SUBSCRIBE for a channel whose
  * UNSUBSCRIBE is still in flight waits for that reply (e->resubscribe), so
  * each entry has at most one request in flight and replies map to states
@@ -76,10 +92,8 @@ static void entry_idle(rlock_client *c, rlock__sub *e) {
     e->resubscribe = false;
     break;
   case RLOCK__SUB_SUBSCRIBED:
-    if (send_sub_cmd(c, e, false) == 0)
-      e->state = RLOCK__SUB_UNSUBSCRIBING;
-    else
-      entry_free(c, e);
+    e->linger.fire = linger_fire;
+    rlock__timed_start(c, &e->linger, rlock__now_ms() + LINGER_MS);
     break;
   }
 }
@@ -125,6 +139,7 @@ int rlock__sub_join(rlock_client *c, rlock__op *op, const char *channel,
   }
   e->refs++;
   op->sub = e;
+  rlock__timed_stop(c, &e->linger);
   if (e->state == RLOCK__SUB_SUBSCRIBED)
     return 1;
   if (e->state == RLOCK__SUB_NONE)

@@ -1,0 +1,1490 @@
+/* rlock-bench: lock speed against the wire's limit, in one run.
+ *
+ * Against one Redis server (normally the private one bench/run starts) it
+ * measures, in this order:
+ *   B   the raw baseline: redis-benchmark EVALSHA-ing the library's own
+ *       acquire script (1 connection, 8 connections, -P 16 -c 50);
+ *   S1  uncontended lock+unlock on 1 thread;
+ *   S2  1/2/4/8/32 threads on distinct locks, one client;
+ *   S3  handoff: 2 threads ping-pong one lock (S3b: the same, but the holder
+ *       waits until the other thread sleeps on the channel: the pub/sub path);
+ *   S4  herd: 64 threads on one lock, server commands per acquisition;
+ *   S5  10 000 locks held in watchdog mode: renewal commands/s and client
+ *       memory per held lock;
+ * and prints one table (figure, baseline, ratio, target, PASS/MISS) that it
+ * also writes as CSV, with notes on where the CPU time went (client, its
+ * loop thread, redis-server) per pair or acquisition. S3 and S4 check mutual
+ * exclusion with a non-atomic counter and abort if it disagrees with the
+ * number of acquisitions.
+ *
+ * Usage: rlock-bench [--host H] [--port P] [--seconds S] [--csv PATH]
+ *                    [--only B,S1,S2,S3,S4,S5]
+ * Environment (flags win): BENCH_HOST, BENCH_PORT, BENCH_SECONDS, BENCH_CSV,
+ * BENCH_ONLY, BENCH_BASE_SECONDS, BENCH_HERD_THREADS, BENCH_WD_LOCKS,
+ * BENCH_WD_MS, BENCH_WD_PERIODS, BENCH_S3_HOLD_US (S3b hold, 0 = no S3b),
+ * BENCH_S2_THREADS (default 1,2,4,8,32), BENCH_S2_CLIENTS (diagnostic:
+ * spread S2's threads over more clients), REDIS_BENCHMARK.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <malloc.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "client-private.h" /* rlock__script_get: the exact acquire script */
+#include "rlock.h"
+
+#define LEASE_MS 30000 /* S1-S4 leases (the baseline uses a short one) */
+#define MAX_THREADS 256
+#define OWNER_SAMPLE "00000000-0000-4000-8000-000000000000:1"
+
+/* ---- configuration ---- */
+
+static struct {
+  const char *host;
+  int port;
+  double seconds;      /* per measured phase */
+  double base_seconds; /* per redis-benchmark run */
+  const char *csv;
+  const char *only;
+  const char *redis_benchmark;
+  int herd_threads;
+  int wd_locks;
+  int64_t wd_ms;
+  int wd_periods;
+  int64_t s3_hold_us;
+  char prefix[64]; /* key prefix unique to this run */
+} cfg;
+
+/* ---- small helpers ---- */
+
+static void die(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "rlock-bench: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  exit(2);
+}
+
+static void check_rc(int rc, const char *what) {
+  if (rc < 0)
+    die("%s failed: %s (%s)", what, rlock_err_name(rc), rlock_last_error());
+}
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void sleep_ns(int64_t ns) {
+  if (ns <= 0)
+    return;
+  struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000),
+                        .tv_nsec = (long)(ns % 1000000000)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+static const char *env_or(const char *name, const char *dflt) {
+  const char *v = getenv(name);
+  return (v != NULL && v[0] != '\0') ? v : dflt;
+}
+
+static bool phase_on(const char *phase) {
+  if (cfg.only == NULL || cfg.only[0] == '\0')
+    return true;
+  size_t n = strlen(phase);
+  for (const char *p = cfg.only; *p;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (len == n && strncasecmp(p, phase, n) == 0)
+      return true;
+    if (end == NULL)
+      break;
+    p = end + 1;
+  }
+  return false;
+}
+
+/* VmRSS of this process in KiB. */
+static long rss_kib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f == NULL)
+    return -1;
+  char line[256];
+  long kib = -1;
+  while (fgets(line, sizeof(line), f) != NULL)
+    if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+      break;
+  fclose(f);
+  return kib;
+}
+
+/* Bytes handed out by malloc and not yet freed, all arenas. */
+static size_t heap_in_use(void) { return mallinfo2().uordblks; }
+
+/* ---- latency samples ---- */
+
+typedef struct samples {
+  int64_t *v;
+  size_t n, cap;
+} samples;
+
+static void samples_push(samples *s, int64_t x) {
+  if (s->n == s->cap) {
+    s->cap = s->cap ? s->cap * 2 : 4096;
+    s->v = realloc(s->v, s->cap * sizeof(*s->v));
+    if (s->v == NULL)
+      die("out of memory");
+  }
+  s->v[s->n++] = x;
+}
+
+static void samples_append(samples *dst, const samples *src) {
+  for (size_t i = 0; i < src->n; i++)
+    samples_push(dst, src->v[i]);
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile in µs (samples are ns). Sorts in place. */
+static double samples_pct_us(samples *s, double pct) {
+  if (s->n == 0)
+    return NAN;
+  qsort(s->v, s->n, sizeof(*s->v), cmp_i64);
+  size_t rank = (size_t)ceil(pct / 100.0 * (double)s->n);
+  if (rank < 1)
+    rank = 1;
+  return (double)s->v[rank - 1] / 1000.0;
+}
+
+/* ---- the monitoring connection (hiredis, synchronous) ---- */
+
+static redisContext *mon;
+
+static redisReply *mon_cmd(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  redisReply *r = redisvCommand(mon, fmt, ap);
+  va_end(ap);
+  if (r == NULL)
+    die("monitoring connection: %s", mon->errstr);
+  if (r->type == REDIS_REPLY_ERROR)
+    die("monitoring connection: server error: %s", r->str);
+  return r;
+}
+
+/* INFO commandstats as name -> calls. */
+typedef struct cmdstats {
+  int n;
+  char name[128][40];
+  long long calls[128];
+} cmdstats;
+
+static void cmdstats_take(cmdstats *cs) {
+  redisReply *r = mon_cmd("INFO commandstats");
+  cs->n = 0;
+  for (char *line = r->str; line != NULL && *line;) {
+    char *eol = strchr(line, '\n');
+    char name[40];
+    long long calls;
+    if (sscanf(line, "cmdstat_%39[^:]:calls=%lld", name, &calls) == 2 &&
+        cs->n < 128) {
+      snprintf(cs->name[cs->n], sizeof(cs->name[0]), "%s", name);
+      cs->calls[cs->n++] = calls;
+    }
+    line = eol ? eol + 1 : NULL;
+  }
+  freeReplyObject(r);
+}
+
+static long long cmdstats_get(const cmdstats *cs, const char *name) {
+  for (int i = 0; i < cs->n; i++)
+    if (strcmp(cs->name[i], name) == 0)
+      return cs->calls[i];
+  return 0;
+}
+
+static long long cmdstats_delta(const cmdstats *a, const cmdstats *b,
+                                const char *name) {
+  return cmdstats_get(b, name) - cmdstats_get(a, name);
+}
+
+/* Commands a client sent itself (top level), from two snapshots.
+ *
+ * Redis 7 also counts in commandstats the commands a script calls
+ * (hexists, hincrby, pexpire, pttl, get, set, del, publish...). The
+ * library's top-level commands are EVALSHA/EVAL, the unlock latch DEL,
+ * (UN)SUBSCRIBE and the handshake PING; queries are not used by the bench.
+ * DEL is the only name used both ways: a release script's DEL always comes
+ * with its PUBLISH, so script DELs = PUBLISHes and top-level DEL = del -
+ * publish. The monitoring connection's INFO is not counted. */
+typedef struct cmdcount {
+  long long evalsha, eval, del_top, subscribe, unsubscribe, ping, other;
+  long long total_top;
+  long long all; /* everything commandstats counted (incl. in-script) */
+} cmdcount;
+
+static const char *const script_internal[] = {
+    "exists", "hexists", "hincrby", "pexpire", "pttl", "get",
+    "set",    "publish", "spublish", "hget",   NULL};
+
+static void cmdcount_diff(const cmdstats *a, const cmdstats *b,
+                          cmdcount *out) {
+  memset(out, 0, sizeof(*out));
+  out->evalsha = cmdstats_delta(a, b, "evalsha");
+  out->eval = cmdstats_delta(a, b, "eval");
+  out->del_top = cmdstats_delta(a, b, "del") -
+                 cmdstats_delta(a, b, "publish") -
+                 cmdstats_delta(a, b, "spublish");
+  out->subscribe = cmdstats_delta(a, b, "subscribe") +
+                   cmdstats_delta(a, b, "ssubscribe");
+  out->unsubscribe = cmdstats_delta(a, b, "unsubscribe") +
+                     cmdstats_delta(a, b, "sunsubscribe");
+  out->ping = cmdstats_delta(a, b, "ping");
+  for (int i = 0; i < b->n; i++) {
+    long long d = b->calls[i] - cmdstats_get(a, b->name[i]);
+    if (d == 0 || strcmp(b->name[i], "info") == 0)
+      continue;
+    out->all += d;
+    bool known = false;
+    static const char *const top[] = {"evalsha",    "eval",       "del",
+                                      "subscribe",  "ssubscribe", "unsubscribe",
+                                      "sunsubscribe", "ping",     NULL};
+    for (int k = 0; top[k] != NULL && !known; k++)
+      known = strcmp(b->name[i], top[k]) == 0;
+    for (int k = 0; script_internal[k] != NULL && !known; k++)
+      known = strcmp(b->name[i], script_internal[k]) == 0;
+    if (!known)
+      out->other += d;
+  }
+  out->total_top = out->evalsha + out->eval + out->del_top + out->subscribe +
+                   out->unsubscribe + out->ping + out->other;
+}
+
+/* Waits (bounded) until the server's counts stop moving: fire-and-forget
+ * commands (the latch DEL, the last UNSUBSCRIBE) may still be in flight
+ * when the last blocking call returned. */
+static void cmdstats_settled(cmdstats *cs) {
+  cmdstats prev;
+  cmdstats_take(&prev);
+  for (int i = 0; i < 100; i++) {
+    sleep_ns(20 * 1000000);
+    cmdstats_take(cs);
+    if (cmdstats_get(cs, "evalsha") == cmdstats_get(&prev, "evalsha") &&
+        cmdstats_get(cs, "eval") == cmdstats_get(&prev, "eval") &&
+        cmdstats_get(cs, "del") == cmdstats_get(&prev, "del") &&
+        cmdstats_get(cs, "unsubscribe") == cmdstats_get(&prev, "unsubscribe"))
+      return;
+    prev = *cs;
+  }
+}
+
+/* Free-text lines printed under the table. */
+static char notes[24][400];
+static int nnotes;
+
+static void note(const char *fmt, ...) {
+  if (nnotes >= 24)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(notes[nnotes++], sizeof(notes[0]), fmt, ap);
+  va_end(ap);
+}
+
+/* ---- CPU accounting: where a phase's CPU time went ---- */
+
+static pid_t loop_tid; /* the main client's loop thread, 0 if unknown */
+
+/* utime+stime of one of our threads, seconds (clock-tick resolution). */
+static double thread_cpu_s(pid_t tid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return NAN;
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')'); /* comm may contain spaces */
+  unsigned long long ut = 0, st = 0;
+  if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u "
+                                 "%*u %llu %llu", &ut, &st) != 2)
+    return NAN;
+  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Thread ids of this process, to find the thread rlock_client_open made. */
+static int list_tids(pid_t *out, int cap) {
+  DIR *d = opendir("/proc/self/task");
+  int n = 0;
+  struct dirent *e;
+  while (d != NULL && (e = readdir(d)) != NULL && n < cap)
+    if (e->d_name[0] != '.')
+      out[n++] = (pid_t)atoi(e->d_name);
+  if (d != NULL)
+    closedir(d);
+  return n;
+}
+
+typedef struct cpu_snap {
+  int64_t t_ns;
+  double client_s, loop_s, server_s;
+  long long busy_ticks, total_ticks; /* whole machine, /proc/stat */
+} cpu_snap;
+
+static void cpu_take(cpu_snap *s) {
+  s->t_ns = now_ns();
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  s->client_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+                (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+  s->loop_s = loop_tid > 0 ? thread_cpu_s(loop_tid) : NAN;
+  redisReply *r = mon_cmd("INFO cpu");
+  double sys = 0, user = 0;
+  const char *p = strstr(r->str, "used_cpu_sys:");
+  if (p != NULL)
+    sys = strtod(p + 13, NULL);
+  p = strstr(r->str, "used_cpu_user:");
+  if (p != NULL)
+    user = strtod(p + 14, NULL);
+  s->server_s = sys + user;
+  freeReplyObject(r);
+  s->busy_ticks = s->total_ticks = 0;
+  FILE *f = fopen("/proc/stat", "r");
+  if (f != NULL) {
+    unsigned long long v[10] = {0};
+    if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu",
+               &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8],
+               &v[9]) >= 8) {
+      for (int i = 0; i < 8; i++) /* guest time is inside user already */
+        s->total_ticks += (long long)v[i];
+      s->busy_ticks = s->total_ticks - (long long)v[3] - (long long)v[4];
+    }
+    fclose(f);
+  }
+}
+
+/* A note: CPU per unit of work, split by who spent it. */
+static void cpu_note(const char *what, const cpu_snap *a, const cpu_snap *b,
+                     double units, const char *unit) {
+  double wall = (double)(b->t_ns - a->t_ns) / 1e9;
+  double busy = b->total_ticks > a->total_ticks
+                    ? (double)(b->busy_ticks - a->busy_ticks) /
+                          (double)(b->total_ticks - a->total_ticks)
+                    : NAN;
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  note("%s CPU per %s: client %.1f us (loop thread %.1f us = %.0f%% of a "
+       "core), redis-server %.1f us (%.0f%% of a core); machine %.0f%% busy "
+       "of %ld CPUs",
+       what, unit, (b->client_s - a->client_s) * 1e6 / units,
+       (b->loop_s - a->loop_s) * 1e6 / units,
+       (b->loop_s - a->loop_s) / wall * 100,
+       (b->server_s - a->server_s) * 1e6 / units,
+       (b->server_s - a->server_s) / wall * 100, busy * 100, ncpu);
+}
+
+/* ---- result table ---- */
+
+enum { T_NONE, T_LE, T_GE };
+
+typedef struct row {
+  char id[8];
+  char metric[72];
+  double value;
+  char unit[12];
+  double base;       /* NAN: none */
+  char base_desc[48];
+  double ratio;      /* NAN: none */
+  int target_kind;   /* T_* */
+  bool target_on_ratio;
+  double target;
+  int status; /* -1 none, 0 MISS, 1 PASS */
+} row;
+
+static row rows[64];
+static int nrows;
+static row *add_row(const char *id, const char *metric, double value,
+                    const char *unit, double base, const char *base_desc,
+                    double ratio) {
+  if (nrows >= 64)
+    die("too many rows");
+  row *r = &rows[nrows++];
+  memset(r, 0, sizeof(*r));
+  snprintf(r->id, sizeof(r->id), "%s", id);
+  snprintf(r->metric, sizeof(r->metric), "%s", metric);
+  r->value = value;
+  snprintf(r->unit, sizeof(r->unit), "%s", unit);
+  r->base = base;
+  snprintf(r->base_desc, sizeof(r->base_desc), "%s", base_desc);
+  r->ratio = ratio;
+  r->target_kind = T_NONE;
+  r->status = -1;
+  return r;
+}
+
+static void set_target(row *r, int kind, double target, bool on_ratio) {
+  r->target_kind = kind;
+  r->target = target;
+  r->target_on_ratio = on_ratio;
+  double x = on_ratio ? r->ratio : r->value;
+  if (isnan(x))
+    r->status = -1; /* no baseline measured in this run (--only) */
+  else
+    r->status = kind == T_LE ? x <= target : x >= target;
+}
+
+static void fmt_num(char *buf, size_t cap, double x) {
+  if (isnan(x))
+    snprintf(buf, cap, "-");
+  else if (fabs(x) >= 1000)
+    snprintf(buf, cap, "%.0f", x);
+  else if (fabs(x) >= 100)
+    snprintf(buf, cap, "%.1f", x);
+  else if (fabs(x) >= 10)
+    snprintf(buf, cap, "%.2f", x);
+  else
+    snprintf(buf, cap, "%.3f", x);
+}
+
+static void fmt_target(const row *r, char *buf, size_t cap) {
+  if (r->target_kind == T_NONE) {
+    snprintf(buf, cap, "-");
+    return;
+  }
+  char num[32];
+  fmt_num(num, sizeof(num), r->target);
+  snprintf(buf, cap, "%s%s %s", r->target_on_ratio ? "ratio " : "",
+           r->target_kind == T_LE ? "<=" : ">=", num);
+}
+
+static const char *status_text(const row *r) {
+  return r->status < 0 ? "-" : (r->status ? "PASS" : "MISS");
+}
+
+static void print_table(void) {
+  printf("\n%-4s %-46s %12s %-7s %12s %-26s %7s %-14s %s\n", "id", "metric",
+         "value", "unit", "baseline", "baseline is", "ratio", "target",
+         "result");
+  for (int i = 0; i < nrows; i++) {
+    const row *r = &rows[i];
+    char v[32], b[32], q[32], t[64];
+    fmt_num(v, sizeof(v), r->value);
+    fmt_num(b, sizeof(b), r->base);
+    fmt_num(q, sizeof(q), r->ratio);
+    fmt_target(r, t, sizeof(t));
+    printf("%-4s %-46s %12s %-7s %12s %-26s %7s %-14s %s\n", r->id, r->metric,
+           v, r->unit, b, r->base_desc[0] ? r->base_desc : "-", q, t,
+           status_text(r));
+  }
+  for (int i = 0; i < nnotes; i++)
+    printf("note: %s\n", notes[i]);
+}
+
+static void csv_field(FILE *f, const char *s, bool last) {
+  fputc('"', f);
+  for (; *s; s++) {
+    if (*s == '"')
+      fputc('"', f);
+    fputc(*s, f);
+  }
+  fputc('"', f);
+  fputc(last ? '\n' : ',', f);
+}
+
+static void write_csv(const char *path) {
+  FILE *f = fopen(path, "w");
+  if (f == NULL) {
+    fprintf(stderr, "rlock-bench: cannot write %s: %s\n", path,
+            strerror(errno));
+    return;
+  }
+  fprintf(f, "id,metric,value,unit,baseline,baseline_is,ratio,target,"
+             "result\n");
+  for (int i = 0; i < nrows; i++) {
+    const row *r = &rows[i];
+    char v[32], b[32], q[32], t[64];
+    snprintf(v, sizeof(v), isnan(r->value) ? "" : "%.6g", r->value);
+    snprintf(b, sizeof(b), isnan(r->base) ? "" : "%.6g", r->base);
+    snprintf(q, sizeof(q), isnan(r->ratio) ? "" : "%.4g", r->ratio);
+    fmt_target(r, t, sizeof(t));
+    csv_field(f, r->id, false);
+    csv_field(f, r->metric, false);
+    csv_field(f, v, false);
+    csv_field(f, r->unit, false);
+    csv_field(f, b, false);
+    csv_field(f, r->base_desc, false);
+    csv_field(f, q, false);
+    csv_field(f, r->target_kind == T_NONE ? "" : t, false);
+    csv_field(f, r->status < 0 ? "" : status_text(r), true);
+  }
+  fclose(f);
+  printf("csv: %s\n", path);
+}
+
+/* ---- B: the raw baseline ---- */
+
+static struct {
+  bool have;
+  double serial_rps, serial_p50_ms, serial_rtt_us; /* -c 1 */
+  double c8_rps;
+  double pipe_rps; /* -P 16 -c 50: the server's capacity for the script */
+  char sha[41];
+} base;
+
+typedef struct rb_result {
+  double rps, avg_ms, p50_ms, p99_ms;
+} rb_result;
+
+static rb_result redis_benchmark(long n, int conns, int pipeline) {
+  char cmd[1024];
+  char pipe_opt[16] = "";
+  if (pipeline > 1)
+    snprintf(pipe_opt, sizeof(pipe_opt), "-P %d", pipeline);
+  /* -r randomizes __rand_int__ so most calls take a fresh key (acquire
+   * path: EXISTS, HINCRBY, PEXPIRE); the short lease keeps the keyspace
+   * from filling up. Same owner length as the library's owners. */
+  snprintf(cmd, sizeof(cmd),
+           "'%s' -h %s -p %d -n %ld -c %d %s -r 1000000 --csv "
+           "EVALSHA %s 1 %sbase:__rand_int__ 5000 %s",
+           cfg.redis_benchmark, cfg.host, cfg.port, n, conns, pipe_opt,
+           base.sha, cfg.prefix, OWNER_SAMPLE);
+  cmdstats before, after;
+  cmdstats_take(&before);
+  FILE *p = popen(cmd, "r");
+  if (p == NULL)
+    die("cannot run %s", cfg.redis_benchmark);
+  char line[1024];
+  rb_result res = {NAN, NAN, NAN, NAN};
+  bool found = false;
+  while (fgets(line, sizeof(line), p) != NULL) {
+    /* "EVALSHA ...","rps","avg","min","p50","p95","p99","max" */
+    if (strncmp(line, "\"EVALSHA", 8) != 0)
+      continue;
+    double f[8];
+    int k = 0;
+    for (char *q = line; q != NULL && k < 8; q = strstr(q, ",\"")) {
+      if (*q == ',')
+        q++;
+      if (*q == '"')
+        q++;
+      f[k] = k == 0 ? 0 : strtod(q, NULL);
+      k++;
+      q = strchr(q, '"');
+    }
+    if (k >= 7) {
+      res.rps = f[1];
+      res.avg_ms = f[2];
+      res.p50_ms = f[4];
+      res.p99_ms = f[6];
+      found = true;
+    }
+  }
+  int st = pclose(p);
+  if (!found || st != 0)
+    die("redis-benchmark failed (exit status %d): %s", st, cmd);
+  /* Every call must have run the script and taken the acquire path. */
+  cmdstats_take(&after);
+  long long evals = cmdstats_delta(&before, &after, "evalsha");
+  long long incrs = cmdstats_delta(&before, &after, "hincrby");
+  if (evals < n || incrs != evals)
+    die("baseline: %lld EVALSHA for %ld requests, %lld of them acquired",
+        evals, n, incrs);
+  return res;
+}
+
+/* Runs a short calibration, then a run sized to last ~base_seconds. */
+static rb_result redis_benchmark_timed(int conns, int pipeline, long calib_n) {
+  rb_result cal = redis_benchmark(calib_n, conns, pipeline);
+  long n = (long)(cal.rps * cfg.base_seconds);
+  if (n < calib_n)
+    n = calib_n;
+  return redis_benchmark(n, conns, pipeline);
+}
+
+static void phase_baseline(void) {
+  const rlock__script *acq = rlock__script_get(RLOCK__SCRIPT_ACQUIRE);
+  redisReply *r = mon_cmd("SCRIPT LOAD %s", acq->body);
+  if (r->type != REDIS_REPLY_STRING || strcmp(r->str, acq->sha) != 0)
+    die("SCRIPT LOAD returned %s, the library computes %s",
+        r->type == REDIS_REPLY_STRING ? r->str : "?", acq->sha);
+  snprintf(base.sha, sizeof(base.sha), "%s", acq->sha);
+  freeReplyObject(r);
+
+  printf("B: redis-benchmark EVALSHA %.12s... (the library's acquire script)"
+         "\n", base.sha);
+  fflush(stdout);
+  rb_result c1 = redis_benchmark_timed(1, 1, 2000);
+  rb_result c8 = redis_benchmark_timed(8, 1, 10000);
+  rb_result pp = redis_benchmark_timed(50, 16, 40000);
+  base.have = true;
+  base.serial_rps = c1.rps;
+  base.serial_p50_ms = c1.p50_ms;
+  base.serial_rtt_us = 1e6 / c1.rps;
+  base.c8_rps = c8.rps;
+  base.pipe_rps = pp.rps;
+
+  add_row("B1", "EVALSHA acquire, 1 connection (serial)", c1.rps, "ops/s",
+          NAN, "", NAN);
+  add_row("B1", "  serial round trip (1e6 / ops/s)", base.serial_rtt_us, "us",
+          NAN, "", NAN);
+  add_row("B1", "  serial round trip p50 (redis-benchmark)",
+          c1.p50_ms * 1000, "us", NAN, "", NAN);
+  add_row("B1", "  serial round trip p99 (redis-benchmark)",
+          c1.p99_ms * 1000, "us", NAN, "", NAN);
+  add_row("B2", "EVALSHA acquire, 8 connections", c8.rps, "ops/s", NAN, "",
+          NAN);
+  add_row("B3", "EVALSHA acquire, -P 16 -c 50 (server capacity)", pp.rps,
+          "ops/s", NAN, "", NAN);
+}
+
+/* ---- clients and locks ---- */
+
+/* watchdog_ms <= 0: the default. track: remember its loop thread for CPU
+ * accounting. */
+static rlock_client *open_client(int64_t watchdog_ms, bool track) {
+  rlock_options o;
+  rlock_options_init(&o);
+  char uri[128];
+  snprintf(uri, sizeof(uri), "redis://%s:%d", cfg.host, cfg.port);
+  o.uri = uri;
+  o.client_name = "rlock-bench";
+  if (watchdog_ms > 0)
+    o.watchdog_timeout_ms = watchdog_ms;
+  pid_t before[MAX_THREADS * 2], after[MAX_THREADS * 2];
+  int nb = list_tids(before, MAX_THREADS * 2);
+  rlock_client *c = NULL;
+  check_rc(rlock_client_open(&c, &o), "rlock_client_open");
+  int na = list_tids(after, MAX_THREADS * 2);
+  int found = 0;
+  pid_t tid = 0;
+  for (int i = 0; i < na; i++) {
+    bool old = false;
+    for (int k = 0; k < nb && !old; k++)
+      old = after[i] == before[k];
+    if (!old) {
+      tid = after[i];
+      found++;
+    }
+  }
+  if (track)
+    loop_tid = found == 1 ? tid : 0;
+  return c;
+}
+
+static rlock *get_lock(rlock_client *c, const char *fmt, ...) {
+  char name[256];
+  int off = snprintf(name, sizeof(name), "%s", cfg.prefix);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(name + off, sizeof(name) - (size_t)off, fmt, ap);
+  va_end(ap);
+  rlock *l = NULL;
+  check_rc(rlock_get(c, name, &l), "rlock_get");
+  return l;
+}
+
+static void lock_pair(rlock *l) {
+  check_rc(rlock_lock(l, LEASE_MS), "rlock_lock");
+  int rc = rlock_unlock(l);
+  check_rc(rc, "rlock_unlock");
+  if (rc != 1)
+    die("rlock_unlock returned %d, expected 1 (released)", rc);
+}
+
+static double base_pair_us(void) {
+  return base.have ? 2 * base.serial_rtt_us : NAN;
+}
+
+/* ---- S1: uncontended, one thread ---- */
+
+/* The library's wire traffic for one lock+unlock, replayed serially on one
+ * synchronous hiredis connection: EVALSHA acquire, EVALSHA release, and the
+ * latch DEL, which (as the library does) is not waited for but goes out
+ * ahead of the next acquire. Separates the cost of the commands themselves
+ * from the cost of the client's threads. Returns pairs/s. */
+static double wire_pairs(double seconds, samples *lat) {
+  const rlock__script *acq = rlock__script_get(RLOCK__SCRIPT_ACQUIRE);
+  const rlock__script *rel = rlock__script_get(RLOCK__SCRIPT_RELEASE);
+  freeReplyObject(mon_cmd("SCRIPT LOAD %s", acq->body));
+  freeReplyObject(mon_cmd("SCRIPT LOAD %s", rel->body));
+  char name[128], channel[192], latch[256];
+  snprintf(name, sizeof(name), "%swire", cfg.prefix);
+  snprintf(channel, sizeof(channel), "redisson_lock__channel:{%s}", name);
+  char lease[16];
+  snprintf(lease, sizeof(lease), "%d", LEASE_MS);
+  /* Pre-split argument vectors, as the library sends them (no format
+   * strings: printf-style formatting would bill this reference for work the
+   * library does not do). */
+  const char *acq_argv[6] = {"EVALSHA", acq->sha, "1", name, lease,
+                             OWNER_SAMPLE};
+  const char *rel_argv[11] = {"EVALSHA", rel->sha, "3",   name,
+                              channel,   latch,    "0",   lease,
+                              OWNER_SAMPLE, "PUBLISH", "18000"};
+  const char *del_argv[2] = {"DEL", latch};
+  size_t acq_len[6], rel_len[11], del_len[2];
+  for (int i = 0; i < 6; i++)
+    acq_len[i] = strlen(acq_argv[i]);
+  long n = 0;
+  bool del_pending = false;
+  redisReply *r;
+  int64_t start = now_ns(), end = start + (int64_t)(seconds * 1e9), t;
+  do {
+    int64_t t0 = now_ns();
+    redisAppendCommandArgv(mon, 6, acq_argv, acq_len);
+    if (del_pending) {
+      if (redisGetReply(mon, (void **)&r) != REDIS_OK)
+        die("wire: %s", mon->errstr);
+      freeReplyObject(r);
+    }
+    if (redisGetReply(mon, (void **)&r) != REDIS_OK)
+      die("wire: %s", mon->errstr);
+    if (r->type != REDIS_REPLY_NIL)
+      die("wire: acquire script did not acquire (reply type %d)", r->type);
+    freeReplyObject(r);
+    snprintf(latch, sizeof(latch), "redisson_unlock_latch:{%s}:%032lx", name,
+             n);
+    for (int i = 0; i < 11; i++)
+      rel_len[i] = strlen(rel_argv[i]);
+    redisAppendCommandArgv(mon, 11, rel_argv, rel_len);
+    if (redisGetReply(mon, (void **)&r) != REDIS_OK || r->type !=
+        REDIS_REPLY_INTEGER || r->integer != 1)
+      die("wire: release script did not release");
+    freeReplyObject(r);
+    del_len[0] = 3;
+    del_len[1] = strlen(latch);
+    redisAppendCommandArgv(mon, 2, del_argv, del_len);
+    del_pending = true;
+    t = now_ns();
+    if (lat != NULL)
+      samples_push(lat, t - t0);
+    n++;
+  } while (t < end);
+  if (redisGetReply(mon, (void **)&r) == REDIS_OK)
+    freeReplyObject(r);
+  return (double)n / ((double)(t - start) / 1e9);
+}
+
+static void phase_s1(rlock_client *c) {
+  rlock *l = get_lock(c, "s1");
+  for (int i = 0; i < 300; i++) /* warm-up: loads the release script too */
+    lock_pair(l);
+  samples ws = {0};
+  double wire_rate = wire_pairs(cfg.seconds / 2, &ws);
+  double wire_p50 = samples_pct_us(&ws, 50);
+  free(ws.v);
+  samples s = {0};
+  cpu_snap c0, c1;
+  cpu_take(&c0);
+  int64_t start = now_ns(), end = start + (int64_t)(cfg.seconds * 1e9), t;
+  do {
+    int64_t t0 = now_ns();
+    lock_pair(l);
+    t = now_ns();
+    samples_push(&s, t - t0);
+  } while (t < end);
+  cpu_take(&c1);
+  double secs = (double)(t - start) / 1e9;
+  double rate = (double)s.n / secs;
+  double mean_us = 1e6 / rate;
+  double p50 = samples_pct_us(&s, 50), p99 = samples_pct_us(&s, 99);
+  cpu_note("S1", &c0, &c1, (double)s.n, "pair");
+  rlock_free(l);
+  free(s.v);
+
+  double bp = base_pair_us();
+  add_row("S1", "uncontended lock+unlock, 1 thread", rate, "pairs/s",
+          base.have ? 1e6 / bp : NAN, "serial ops/s / 2",
+          base.have ? rate / (1e6 / bp) : NAN);
+  add_row("S1", "  pair time (mean)", mean_us, "us", bp,
+          "2 serial round trips", mean_us / bp);
+  /* Issue #4's target: <= 1.15 x two serial round trips, judged on medians
+   * (on a shared machine means follow the noise tail). */
+  double bp50 = base.have ? 2 * base.serial_p50_ms * 1000 : NAN;
+  row *r = add_row("S1", "  pair time p50", p50, "us", bp50,
+                   "2 x serial p50", p50 / bp50);
+  set_target(r, T_LE, 1.15, true);
+  add_row("S1", "  pair time p99", p99, "us", NAN, "", NAN);
+  add_row("S1", "  same 3 cmds, sync hiredis: pair mean", 1e6 / wire_rate,
+          "us", bp, "2 serial round trips", 1e6 / wire_rate / bp);
+  add_row("S1", "  same 3 cmds, sync hiredis: pair p50", wire_p50, "us",
+          NAN, "", NAN);
+}
+
+/* ---- S2: distinct locks, N threads, one client ---- */
+
+typedef struct s2_worker {
+  pthread_t tid;
+  rlock *lock;
+  pthread_barrier_t *start;
+  atomic_bool *stop;
+  long pairs;
+} s2_worker;
+
+static void *s2_main(void *arg) {
+  s2_worker *w = arg;
+  pthread_barrier_wait(w->start);
+  while (!atomic_load_explicit(w->stop, memory_order_relaxed)) {
+    lock_pair(w->lock);
+    w->pairs++;
+  }
+  return NULL;
+}
+
+static long s2_peak_rss;
+
+static rlock_client *s2_extra[8]; /* BENCH_S2_CLIENTS > 1: diagnostic only */
+static int s2_nextra;
+
+static double s2_run(rlock_client *c, int nthreads, bool cpu) {
+  s2_worker w[MAX_THREADS];
+  pthread_barrier_t start;
+  atomic_bool stop = false;
+  pthread_barrier_init(&start, NULL, (unsigned)nthreads + 1);
+  for (int i = 0; i < nthreads; i++) {
+    rlock_client *ci = c;
+    if (s2_nextra > 0 && i % (s2_nextra + 1) != 0)
+      ci = s2_extra[i % (s2_nextra + 1) - 1];
+    w[i] = (s2_worker){.lock = get_lock(ci, "s2:%d:%d", nthreads, i),
+                       .start = &start,
+                       .stop = &stop};
+    if (pthread_create(&w[i].tid, NULL, s2_main, &w[i]) != 0)
+      die("pthread_create failed");
+  }
+  cpu_snap c0, c1;
+  cpu_take(&c0);
+  pthread_barrier_wait(&start);
+  int64_t t0 = now_ns(), end = t0 + (int64_t)(cfg.seconds * 1e9);
+  while (now_ns() < end) {
+    sleep_ns(50 * 1000000);
+    long kib = rss_kib();
+    if (kib > s2_peak_rss)
+      s2_peak_rss = kib;
+  }
+  atomic_store(&stop, true);
+  long pairs = 0;
+  for (int i = 0; i < nthreads; i++) {
+    pthread_join(w[i].tid, NULL);
+    pairs += w[i].pairs;
+    rlock_free(w[i].lock);
+  }
+  double secs = (double)(now_ns() - t0) / 1e9;
+  cpu_take(&c1);
+  if (cpu) {
+    char what[32];
+    snprintf(what, sizeof(what), "S2 (%d threads)", nthreads);
+    cpu_note(what, &c0, &c1, (double)pairs, "pair");
+  }
+  pthread_barrier_destroy(&start);
+  return (double)pairs / secs;
+}
+
+static void phase_s2(rlock_client *c) {
+  int counts[16], ncounts = 0;
+  const char *list = env_or("BENCH_S2_THREADS", "1,2,4,8,32");
+  for (const char *p = list; *p && ncounts < 16;) {
+    int n = atoi(p);
+    if (n < 1 || n > MAX_THREADS)
+      die("BENCH_S2_THREADS: bad thread count in '%s'", list);
+    counts[ncounts++] = n;
+    p = strchr(p, ',');
+    if (p == NULL)
+      break;
+    p++;
+  }
+  s2_nextra = atoi(env_or("BENCH_S2_CLIENTS", "1")) - 1;
+  if (s2_nextra < 0 || s2_nextra > 8)
+    die("BENCH_S2_CLIENTS must be 1..9");
+  for (int i = 0; i < s2_nextra; i++)
+    s2_extra[i] = open_client(0, false);
+  if (s2_nextra > 0)
+    note("S2 ran on %d clients (BENCH_S2_CLIENTS), not one: diagnostic",
+         s2_nextra + 1);
+  double cap = base.have ? base.pipe_rps / 2 : NAN;
+  for (int i = 0; i < ncounts; i++) {
+    double rate = s2_run(c, counts[i], i == ncounts - 1);
+    char metric[72];
+    snprintf(metric, sizeof(metric), "distinct locks, %d thread%s", counts[i],
+             counts[i] == 1 ? "" : "s");
+    row *r = add_row("S2", metric, rate, "pairs/s", cap,
+                     "pipelined capacity / 2", rate / cap);
+    if (counts[i] == 8) /* issue #4: 8 threads >= 60 % of capacity / 2 */
+      set_target(r, T_GE, 0.6, true);
+    printf("S2: %2d threads: %.0f pairs/s\n", counts[i], rate);
+    fflush(stdout);
+  }
+  for (int i = 0; i < s2_nextra; i++)
+    rlock_client_close(s2_extra[i]);
+}
+
+/* ---- S3: handoff ping-pong between two threads ---- */
+
+static void correctness_failure(const char *phase, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "\n*** rlock-bench: MUTUAL EXCLUSION VIOLATED in %s: ",
+          phase);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, " ***\n");
+  va_end(ap);
+  fflush(NULL);
+  abort();
+}
+
+static atomic_int holders; /* threads inside a critical section right now */
+
+static void enter_critical(const char *phase) {
+  int was = atomic_fetch_add(&holders, 1);
+  if (was != 0)
+    correctness_failure(phase, "%d other thread(s) inside the critical "
+                        "section at acquisition", was);
+}
+
+static void leave_critical(void) { atomic_fetch_sub(&holders, 1); }
+
+
+typedef struct s3_shared {
+  rlock *lock;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  /* under mu */
+  bool entering[2];   /* thread i is inside (or about to call) rlock_lock */
+  uint64_t acquired;  /* acquisitions so far */
+  uint64_t released;  /* the acquisition whose release time is t_release */
+  int64_t t_release;  /* when rlock_unlock returned in its thread */
+  int last_holder;    /* thread of the latest acquisition, -1 at first */
+  int64_t hold_us;    /* extra hold once the other thread waits */
+  bool stop;
+  /* the critical section's witness: deliberately not atomic */
+  volatile long counter;
+} s3_shared;
+
+typedef struct s3_worker {
+  pthread_t tid;
+  int me;
+  s3_shared *sh;
+  long acquisitions;
+  long negative; /* handoffs where B ran before A's clock read */
+  samples lat;
+} s3_worker;
+
+static void *s3_main(void *arg) {
+  s3_worker *w = arg;
+  s3_shared *sh = w->sh;
+  int me = w->me, other = 1 - me;
+  pthread_mutex_lock(&sh->mu);
+  for (;;) {
+    if (sh->stop)
+      break;
+    sh->entering[me] = true;
+    pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+
+    check_rc(rlock_lock(sh->lock, LEASE_MS), "rlock_lock (S3)");
+    int64_t t_acq = now_ns();
+
+    /* Critical section: a read-modify-write that loses updates if two
+     * threads ever overlap here. */
+    enter_critical("S3");
+    long v = sh->counter;
+    sh->counter = v + 1;
+    w->acquisitions++;
+    leave_critical();
+
+    pthread_mutex_lock(&sh->mu);
+    sh->entering[me] = false;
+    uint64_t mine = ++sh->acquired;
+    int prev_holder = sh->last_holder;
+    sh->last_holder = me;
+    pthread_cond_broadcast(&sh->cv);
+    /* The releaser stamps t_release right after its unlock returned; this
+     * thread may have been scheduled first, so wait for the stamp. */
+    if (prev_holder == other) {
+      while (sh->released != mine - 1)
+        pthread_cond_wait(&sh->cv, &sh->mu);
+      int64_t d = t_acq - sh->t_release;
+      if (d < 0)
+        w->negative++;
+      samples_push(&w->lat, d);
+    }
+    /* Hand off only to a thread that is already waiting for the lock. */
+    while (!sh->entering[other] && !sh->stop)
+      pthread_cond_wait(&sh->cv, &sh->mu);
+    pthread_mutex_unlock(&sh->mu);
+
+    if (sh->hold_us > 0)
+      sleep_ns(sh->hold_us * 1000);
+    int rc = rlock_unlock(sh->lock);
+    int64_t t_rel = now_ns();
+    check_rc(rc, "rlock_unlock (S3)");
+    if (rc != 1)
+      die("S3: rlock_unlock returned %d, expected 1", rc);
+
+    pthread_mutex_lock(&sh->mu);
+    sh->t_release = t_rel;
+    sh->released = mine;
+    pthread_cond_broadcast(&sh->cv);
+    /* Strict alternation: lock again only after the other thread got it. */
+    while (sh->acquired == mine && !sh->stop)
+      pthread_cond_wait(&sh->cv, &sh->mu);
+  }
+  pthread_mutex_unlock(&sh->mu);
+  return NULL;
+}
+
+/* hold_us == 0: plain ping-pong (S3). hold_us > 0 (S3b): the holder keeps
+ * the lock hold_us after the other thread called rlock_lock, so that thread
+ * is normally asleep on the channel and the handoff is the pub/sub path. */
+static void phase_s3(rlock_client *c, const char *id, int64_t hold_us,
+                     double seconds) {
+  s3_shared sh;
+  memset(&sh, 0, sizeof(sh));
+  sh.lock = get_lock(c, "%s", id);
+  sh.last_holder = -1;
+  sh.hold_us = hold_us;
+  pthread_mutex_init(&sh.mu, NULL);
+  pthread_cond_init(&sh.cv, NULL);
+  s3_worker w[2];
+  cmdstats cs0, cs1;
+  cpu_snap u0, u1;
+  cmdstats_take(&cs0);
+  cpu_take(&u0);
+  int64_t t0 = now_ns();
+  for (int i = 0; i < 2; i++) {
+    memset(&w[i], 0, sizeof(w[i]));
+    w[i].me = i;
+    w[i].sh = &sh;
+    if (pthread_create(&w[i].tid, NULL, s3_main, &w[i]) != 0)
+      die("pthread_create failed");
+  }
+  sleep_ns((int64_t)(seconds * 1e9));
+  pthread_mutex_lock(&sh.mu);
+  sh.stop = true;
+  pthread_cond_broadcast(&sh.cv);
+  pthread_mutex_unlock(&sh.mu);
+  for (int i = 0; i < 2; i++)
+    pthread_join(w[i].tid, NULL);
+  double secs = (double)(now_ns() - t0) / 1e9;
+  cpu_take(&u1);
+  cmdstats_settled(&cs1);
+
+  long acq = w[0].acquisitions + w[1].acquisitions;
+  if (hold_us == 0)
+    cpu_note(id, &u0, &u1, (double)acq, "acquisition");
+  if (sh.counter != acq)
+    correctness_failure(id, "counter %ld != acquisitions %ld", sh.counter,
+                        acq);
+  if (acq < 2)
+    die("%s: only %ld acquisitions", id, acq);
+  samples lat = {0};
+  samples_append(&lat, &w[0].lat);
+  samples_append(&lat, &w[1].lat);
+  long negative = w[0].negative + w[1].negative;
+  double p50 = samples_pct_us(&lat, 50), p99 = samples_pct_us(&lat, 99);
+  cmdcount cc;
+  cmdcount_diff(&cs0, &cs1, &cc);
+  printf("%s: %ld acquisitions (%ld + %ld), %zu handoffs timed, counter ok"
+         "\n", id, acq, w[0].acquisitions, w[1].acquisitions, lat.n);
+  fflush(stdout);
+
+  double rtt = base.have ? base.serial_rtt_us : NAN;
+  char metric[72];
+  if (hold_us == 0)
+    snprintf(metric, sizeof(metric), "handoff ping-pong, 2 threads");
+  else
+    snprintf(metric, sizeof(metric), "handoff to a sleeping waiter (hold %lld "
+             "us)", (long long)hold_us);
+  add_row(id, metric, (double)acq / secs, "acq/s",
+          base.have ? base.serial_rps : NAN, "serial ops/s",
+          base.have ? (double)acq / secs / base.serial_rps : NAN);
+  row *r = add_row(id, "  handoff latency p50", p50, "us", rtt,
+                   "serial round trip", p50 / rtt);
+  if (hold_us == 0) /* issue #4: handoff <= 3 round trips */
+    set_target(r, T_LE, 3.0, true);
+  add_row(id, "  handoff latency p99", p99, "us", rtt, "serial round trip",
+          p99 / rtt);
+  add_row(id, "  client-sent commands per acquisition",
+          (double)cc.total_top / (double)acq, "cmds", 2,
+          "acquire + release script",
+          (double)cc.total_top / (double)acq / 2);
+  if (negative > 0)
+    note("%s: %ld of %zu handoffs had B's acquire return before A's clock "
+         "read after unlock (counted as <0 us)", id, negative, lat.n);
+  note("%s per acquisition: evalsha %.2f, eval %.2f, del %.2f, subscribe "
+       "%.2f, unsubscribe %.2f", id, (double)cc.evalsha / acq,
+       (double)cc.eval / acq, (double)cc.del_top / acq,
+       (double)cc.subscribe / acq, (double)cc.unsubscribe / acq);
+  for (int i = 0; i < 2; i++)
+    free(w[i].lat.v);
+  free(lat.v);
+  pthread_mutex_destroy(&sh.mu);
+  pthread_cond_destroy(&sh.cv);
+  rlock_free(sh.lock);
+}
+
+/* ---- S4: herd, many threads on one lock ---- */
+
+typedef struct s4_shared {
+  rlock *lock;
+  pthread_barrier_t start;
+  atomic_bool stop;
+  volatile long counter; /* deliberately not atomic */
+} s4_shared;
+
+typedef struct s4_worker {
+  pthread_t tid;
+  s4_shared *sh;
+  long acquisitions;
+} s4_worker;
+
+static void *s4_main(void *arg) {
+  s4_worker *w = arg;
+  s4_shared *sh = w->sh;
+  pthread_barrier_wait(&sh->start);
+  while (!atomic_load_explicit(&sh->stop, memory_order_relaxed)) {
+    check_rc(rlock_lock(sh->lock, LEASE_MS), "rlock_lock (S4)");
+    enter_critical("S4");
+    long v = sh->counter;
+    for (volatile int spin = 0; spin < 200; spin++) {
+    } /* widen the window a lost update would need */
+    sh->counter = v + 1;
+    w->acquisitions++;
+    leave_critical();
+    int rc = rlock_unlock(sh->lock);
+    check_rc(rc, "rlock_unlock (S4)");
+    if (rc != 1)
+      die("S4: rlock_unlock returned %d, expected 1", rc);
+  }
+  return NULL;
+}
+
+static void phase_s4(rlock_client *c) {
+  int n = cfg.herd_threads;
+  s4_shared sh;
+  memset(&sh, 0, sizeof(sh));
+  sh.lock = get_lock(c, "s4");
+  pthread_barrier_init(&sh.start, NULL, (unsigned)n + 1);
+  s4_worker *w = calloc((size_t)n, sizeof(*w));
+  if (w == NULL)
+    die("out of memory");
+  for (int i = 0; i < n; i++) {
+    w[i].sh = &sh;
+    if (pthread_create(&w[i].tid, NULL, s4_main, &w[i]) != 0)
+      die("pthread_create failed");
+  }
+  cmdstats cs0, cs1;
+  cpu_snap u0, u1;
+  cmdstats_take(&cs0);
+  cpu_take(&u0);
+  pthread_barrier_wait(&sh.start);
+  int64_t t0 = now_ns();
+  sleep_ns((int64_t)(cfg.seconds * 1e9));
+  atomic_store(&sh.stop, true);
+  long acq = 0, min_acq = -1, max_acq = 0;
+  for (int i = 0; i < n; i++) {
+    pthread_join(w[i].tid, NULL);
+    acq += w[i].acquisitions;
+    if (min_acq < 0 || w[i].acquisitions < min_acq)
+      min_acq = w[i].acquisitions;
+    if (w[i].acquisitions > max_acq)
+      max_acq = w[i].acquisitions;
+  }
+  double secs = (double)(now_ns() - t0) / 1e9;
+  cpu_take(&u1);
+  cmdstats_settled(&cs1);
+  if (acq > 0)
+    cpu_note("S4", &u0, &u1, (double)acq, "acquisition");
+  if (sh.counter != acq)
+    correctness_failure("S4", "counter %ld != acquisitions %ld", sh.counter,
+                        acq);
+  if (acq == 0)
+    die("S4: no acquisitions");
+  cmdcount cc;
+  cmdcount_diff(&cs0, &cs1, &cc);
+  printf("S4: %ld acquisitions by %d threads (per thread min %ld, max %ld), "
+         "counter ok\n", acq, n, min_acq, max_acq);
+  fflush(stdout);
+
+  char metric[72];
+  snprintf(metric, sizeof(metric), "herd, %d threads on one lock", n);
+  add_row("S4", metric, (double)acq / secs, "acq/s",
+          base.have ? base.serial_rps / 2 : NAN, "serial ops/s / 2",
+          base.have ? (double)acq / secs / (base.serial_rps / 2) : NAN);
+  double per = (double)cc.total_top / (double)acq;
+  row *r = add_row("S4", "  client-sent commands per acquisition", per,
+                   "cmds", 2, "acquire + release script", per / 2);
+  set_target(r, T_LE, 4, false);
+  add_row("S4", "  server-executed incl. in-script, per acq",
+          (double)cc.all / (double)acq, "cmds", NAN, "", NAN);
+  note("S4 per acquisition: evalsha %.2f, eval %.3f, del (latch) %.2f, "
+       "subscribe %.3f, unsubscribe %.3f, other %.3f",
+       (double)cc.evalsha / acq, (double)cc.eval / acq,
+       (double)cc.del_top / acq, (double)cc.subscribe / acq,
+       (double)cc.unsubscribe / acq, (double)cc.other / acq);
+  note("S4 fairness: acquisitions per thread min %ld / max %ld", min_acq,
+       max_acq);
+  note("commands per acquisition count client-sent (top-level) commands from "
+       "INFO commandstats deltas: evalsha + eval + (un)subscribe + ping + "
+       "(del - publish) + any other non-script command; Redis 7 also counts "
+       "commands run inside scripts, excluded here (in-script del = "
+       "publish)");
+  free(w);
+  pthread_barrier_destroy(&sh.start);
+  rlock_free(sh.lock);
+}
+
+/* ---- S5: many locks held in watchdog mode ---- */
+
+typedef struct s5_worker {
+  pthread_t tid;
+  rlock **locks;
+  int from, to;
+  pthread_barrier_t *acquired, *release;
+} s5_worker;
+
+static void *s5_main(void *arg) {
+  s5_worker *w = arg;
+  for (int i = w->from; i < w->to; i++)
+    check_rc(rlock_lock(w->locks[i], -1), "rlock_lock (S5, watchdog)");
+  pthread_barrier_wait(w->acquired);
+  pthread_barrier_wait(w->release); /* owners are per thread: stay alive */
+  for (int i = w->from; i < w->to; i++) {
+    int rc = rlock_unlock(w->locks[i]);
+    check_rc(rc, "rlock_unlock (S5)");
+  }
+  return NULL;
+}
+
+static long long renew_calls(void) {
+  cmdstats cs;
+  cmdstats_take(&cs);
+  return cmdstats_get(&cs, "evalsha") + cmdstats_get(&cs, "eval");
+}
+
+static void phase_s5(void) {
+  int n = cfg.wd_locks;
+  int64_t period_ns = cfg.wd_ms / 3 * 1000000;
+  rlock_client *c = open_client(cfg.wd_ms, false);
+  rlock **locks = calloc((size_t)n, sizeof(*locks));
+  if (locks == NULL)
+    die("out of memory");
+  size_t heap1 = heap_in_use();
+  for (int i = 0; i < n; i++)
+    locks[i] = get_lock(c, "wd:%d", i);
+  size_t heap2 = heap_in_use();
+  long rss2 = rss_kib();
+
+  enum { WORKERS = 8 };
+  s5_worker w[WORKERS];
+  pthread_barrier_t acquired, release;
+  pthread_barrier_init(&acquired, NULL, WORKERS + 1);
+  pthread_barrier_init(&release, NULL, WORKERS + 1);
+  int64_t t_acq0 = now_ns();
+  for (int i = 0; i < WORKERS; i++) {
+    w[i] = (s5_worker){.locks = locks,
+                       .from = n * i / WORKERS,
+                       .to = n * (i + 1) / WORKERS,
+                       .acquired = &acquired,
+                       .release = &release};
+    if (pthread_create(&w[i].tid, NULL, s5_main, &w[i]) != 0)
+      die("pthread_create failed");
+  }
+  pthread_barrier_wait(&acquired);
+  double acq_secs = (double)(now_ns() - t_acq0) / 1e9;
+  printf("S5: %d locks acquired in watchdog mode in %.2f s\n", n, acq_secs);
+  fflush(stdout);
+
+  /* Align to the watchdog's period: wait for a renewal round to show up,
+   * then measure from mid-period over whole periods, so the window holds
+   * exactly wd_periods rounds. */
+  long long before = renew_calls();
+  int64_t give_up = now_ns() + 3 * period_ns;
+  while (renew_calls() == before) {
+    if (now_ns() > give_up)
+      die("S5: no renewal seen within 3 watchdog periods");
+    sleep_ns(5 * 1000000);
+  }
+  sleep_ns(period_ns / 2);
+  /* Memory at mid-period: no renewal batch is in flight. */
+  size_t heap3 = heap_in_use();
+  long rss3 = rss_kib();
+  long long c0 = renew_calls();
+  int64_t m0 = now_ns();
+  sleep_ns(period_ns * cfg.wd_periods);
+  long long c1 = renew_calls();
+  double window = (double)(now_ns() - m0) / 1e9;
+
+  /* Every lock must still be there: the window outlasted the lease. */
+  redisReply *r = mon_cmd("KEYS %swd:*", cfg.prefix);
+  size_t alive = r->elements;
+  freeReplyObject(r);
+  if ((int)alive != n)
+    die("S5: %zu of %d watchdog locks alive after %.1f s (lease %lld ms)",
+        alive, n, window, (long long)cfg.wd_ms);
+
+  pthread_barrier_wait(&release);
+  for (int i = 0; i < WORKERS; i++)
+    pthread_join(w[i].tid, NULL);
+  pthread_barrier_destroy(&acquired);
+  pthread_barrier_destroy(&release);
+  for (int i = 0; i < n; i++)
+    rlock_free(locks[i]);
+  free(locks);
+  rlock_client_close(c);
+
+  double per_period = (double)(c1 - c0) / cfg.wd_periods;
+  double rate_short = per_period / ((double)period_ns / 1e9);
+  double rate_default = per_period / (30000.0 / 3 / 1000);
+  double hold_bytes = ((double)heap3 - (double)heap2) / n;
+  double handle_bytes = ((double)heap2 - (double)heap1) / n;
+  double rss_hold = ((double)rss3 - (double)rss2) * 1024 / n;
+
+  char metric[72];
+  snprintf(metric, sizeof(metric), "renewal cmds/s, %d locks, watchdog %lld "
+           "ms", n, (long long)cfg.wd_ms);
+  add_row("S5", metric, rate_short, "cmds/s", NAN, "", NAN);
+  snprintf(metric, sizeof(metric), "renewal cmds/s, %d locks, watchdog 30 s",
+           n);
+  row *rr = add_row("S5", metric, rate_default, "cmds/s", (double)n / 10,
+                    "1 cmd per lock per 10 s", rate_default / ((double)n / 10));
+  set_target(rr, T_LE, 10, false);
+  rr = add_row("S5", "client heap per held lock (mallinfo2)", hold_bytes,
+               "bytes", NAN, "", NAN);
+  set_target(rr, T_LE, 512, false);
+  add_row("S5", "  + lock handle (rlock_get), per lock", handle_bytes,
+          "bytes", NAN, "", NAN);
+  add_row("S5", "  RSS delta per held lock", rss_hold, "bytes", NAN, "",
+          NAN);
+  note("S5: renewal calls = evalsha+eval during %d whole watchdog periods "
+       "(%.2f s): %.1f per period; 30 s rate = per-period calls / (30 s / 3)",
+       cfg.wd_periods, window, per_period);
+  note("S5: heap per held lock = uordblks after acquiring - before, over %d "
+       "locks, handles created before; all %d keys alive after the window",
+       n, n);
+}
+
+/* ---- main ---- */
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: rlock-bench [--host H] [--port P] [--seconds S] "
+          "[--csv PATH] [--only B,S1,S2,S3,S4,S5]\n"
+          "Needs a Redis server (bench/run starts a private one) and "
+          "redis-benchmark on PATH (or $REDIS_BENCHMARK).\n");
+  exit(2);
+}
+
+int main(int argc, char **argv) {
+  cfg.host = env_or("BENCH_HOST", "127.0.0.1");
+  cfg.port = atoi(env_or("BENCH_PORT", "6379"));
+  cfg.seconds = atof(env_or("BENCH_SECONDS", "4"));
+  cfg.base_seconds = atof(env_or("BENCH_BASE_SECONDS", "0"));
+  cfg.csv = env_or("BENCH_CSV", NULL);
+  cfg.only = env_or("BENCH_ONLY", NULL);
+  cfg.redis_benchmark = env_or("REDIS_BENCHMARK", "redis-benchmark");
+  cfg.herd_threads = atoi(env_or("BENCH_HERD_THREADS", "64"));
+  cfg.wd_locks = atoi(env_or("BENCH_WD_LOCKS", "10000"));
+  cfg.wd_ms = atoll(env_or("BENCH_WD_MS", "3000"));
+  cfg.wd_periods = atoi(env_or("BENCH_WD_PERIODS", "3"));
+  cfg.s3_hold_us = atoll(env_or("BENCH_S3_HOLD_US", "1000"));
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--host") == 0 && v)
+      cfg.host = v, i++;
+    else if (strcmp(a, "--port") == 0 && v)
+      cfg.port = atoi(v), i++;
+    else if (strcmp(a, "--seconds") == 0 && v)
+      cfg.seconds = atof(v), i++;
+    else if (strcmp(a, "--csv") == 0 && v)
+      cfg.csv = v, i++;
+    else if (strcmp(a, "--only") == 0 && v)
+      cfg.only = v, i++;
+    else
+      usage();
+  }
+  if (cfg.base_seconds <= 0)
+    cfg.base_seconds = cfg.seconds < 3 ? cfg.seconds : 3;
+  if (cfg.csv == NULL)
+    cfg.csv = access("bench", F_OK) == 0 ? "bench/results.csv" : "results.csv";
+  if (cfg.port <= 0 || cfg.seconds <= 0 || cfg.herd_threads < 2 ||
+      cfg.herd_threads > MAX_THREADS || cfg.wd_locks < 1 || cfg.wd_ms < 300 ||
+      cfg.wd_periods < 1)
+    usage();
+  snprintf(cfg.prefix, sizeof(cfg.prefix), "rlock-bench:%ld:", (long)getpid());
+
+  struct timeval tv = {5, 0};
+  mon = redisConnectWithTimeout(cfg.host, cfg.port, tv);
+  if (mon == NULL || mon->err)
+    die("cannot connect to %s:%d: %s", cfg.host, cfg.port,
+        mon ? mon->errstr : "out of memory");
+  redisReply *r = mon_cmd("INFO server");
+  char version[32] = "?";
+  const char *v = strstr(r->str, "redis_version:");
+  if (v != NULL)
+    sscanf(v, "redis_version:%31s", version);
+  freeReplyObject(r);
+  printf("rlock-bench: redis %s at %s:%d, %.1f s per phase, lease %d ms\n",
+         version, cfg.host, cfg.port, cfg.seconds, LEASE_MS);
+  fflush(stdout);
+
+  if (phase_on("B"))
+    phase_baseline();
+
+  if (phase_on("S1") || phase_on("S2") || phase_on("S3") || phase_on("S4")) {
+    long rss_before = rss_kib();
+    rlock_client *c = open_client(0, true);
+    long rss_idle = rss_kib();
+    if (phase_on("S1"))
+      phase_s1(c);
+    if (phase_on("S2"))
+      phase_s2(c);
+    if (phase_on("S3")) {
+      phase_s3(c, "S3", 0, cfg.seconds);
+      if (cfg.s3_hold_us > 0)
+        phase_s3(c, "S3b", cfg.s3_hold_us, cfg.seconds / 2);
+    }
+    if (phase_on("S4"))
+      phase_s4(c);
+    rlock_client_close(c);
+    add_row("MEM", "client RSS, idle (process VmRSS)", (double)rss_idle,
+            "KiB", NAN, "", NAN);
+    snprintf(rows[nrows - 1].base_desc, sizeof(rows[0].base_desc),
+             "%ld KiB before open", rss_before);
+    if (phase_on("S2"))
+      add_row("MEM", "client RSS, peak under S2 (up to 32 threads)",
+              (double)s2_peak_rss, "KiB", NAN, "", NAN);
+  }
+  if (phase_on("S5"))
+    phase_s5();
+
+  print_table();
+  write_csv(cfg.csv);
+  int misses = 0;
+  for (int i = 0; i < nrows; i++)
+    misses += rows[i].status == 0;
+  printf("%d target(s) missed\n", misses);
+  redisFree(mon);
+  return 0;
+}

@@ -282,7 +282,7 @@ struct rlock_client {
   uv_timer_t watchdog_timer;
   uv_timer_t drain_timer; /* bounds the graceful close of the command conn */
   bool shutdown_done;
-  int trims_draining; /* trims sent at close, still unanswered */
+  int trims_draining; /* trims (and the latch UNLINK) sent at close, unanswered */
   int64_t heap_timer_at; /* when heap_timer is armed for, or -1 */
 
   /* request queue: the only state user threads write */
@@ -328,6 +328,9 @@ bool rlock__on_loop_thread(rlock_client *c);
 uint64_t rlock__id_next(void);
 int rlock__loop_start(rlock_client *c);
 void rlock__client_release(rlock_client *c);
+/* At close: sends the pending latch UNLINK as part of the drain. Returns 1
+ * when sent (close waits for its reply), else 0. */
+int rlock__latches_flush_at_close(rlock_client *c);
 /* Frees unlock latches not yet deleted (they expire by their TTL). */
 void rlock__latches_shutdown(rlock_client *c);
 /* The command connection finished closing during close (conn.c). */

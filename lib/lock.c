@@ -324,6 +324,33 @@ static void latch_forget(rlock_client *c, char *latch) {
   }
 }
 
+static void latch_close_reply(rlock_client *c, redisReply *reply, int err,
+                              void *data) {
+  (void)reply, (void)err, (void)data;
+  if (--c->trims_draining == 0)
+    rlock__loop_drained(c);
+}
+
+int rlock__latches_flush_at_close(rlock_client *c) {
+  if (c->latch_del_n == 0 || c->cmd.ac == NULL)
+    return 0;
+  const char *argv[65];
+  size_t lens[65];
+  argv[0] = "UNLINK";
+  lens[0] = 6;
+  for (int i = 0; i < c->latch_del_n; i++) {
+    argv[i + 1] = c->latch_del[i];
+    lens[i + 1] = strlen(c->latch_del[i]);
+  }
+  rlock__cmd *cmd = rlock__cmd_send(c, NULL, c->latch_del_n + 1, argv, lens,
+                                    0, latch_close_reply, NULL);
+  rlock__latches_shutdown(c);
+  if (cmd == NULL)
+    return 0;
+  c->trims_draining++;
+  return 1;
+}
+
 void rlock__latches_shutdown(rlock_client *c) {
   for (int i = 0; i < c->latch_del_n; i++)
     free(c->latch_del[i]);

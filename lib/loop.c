@@ -186,7 +186,12 @@ static void shutdown_loop(rlock_client *c) {
   }
   uv_timer_stop(&c->watchdog_timer);
   rlock__conn_shutdown(&c->sub);
-  if (c->cmd.ac != NULL && rlock__suspects_flush(c) > 0) {
+  int draining = 0;
+  if (c->cmd.ac != NULL) {
+    draining += rlock__suspects_flush(c);
+    draining += rlock__latches_flush_at_close(c);
+  }
+  if (draining > 0) {
     uv_timer_start(&c->drain_timer, drain_timer_cb,
                    (uint64_t)c->opts.command_timeout_ms, 0);
     return; /* rlock__loop_drained() when the last trim answers */

@@ -118,8 +118,9 @@ void rlock__suspects_run(rlock_client *c) {
 }
 
 int rlock__suspects_flush(rlock_client *c) {
-  c->trims_draining = c->suspects.count > 0 ? run(c) : 0;
-  return c->trims_draining;
+  int sent = c->suspects.count > 0 ? run(c) : 0;
+  c->trims_draining += sent;
+  return sent;
 }
 
 void rlock__suspect_add(rlock_client *c, const rlock *lock,

@@ -285,7 +285,8 @@ RLOCK_EXTERN int rlock_interrupt(rlock_client *client, uint64_t owner);
  *
  * `status` is what the blocking call would return (acquire: 1 acquired,
  * 0 not within wait_ms; unlock: 1 released, 0 still held; queries: 1/0), or
- * a negative RLOCK_E* code. `value` carries the hold count
+ * a negative RLOCK_E* code; inside the callback rlock_last_error() gives
+ * the failure's detail. `value` carries the hold count
  * (rlock_hold_count_async) or the TTL (rlock_remain_ttl_async), else 0.
  *
  * When `req` is not NULL it receives a handle to the operation, for

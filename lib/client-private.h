@@ -45,6 +45,10 @@ typedef struct rlock__script {
   const char *name;
   const char *body;
   char sha[41];
+  /* Always sent as EVAL: a NOSCRIPT answer to EVALSHA is re-sent as EVAL
+   * only when it arrives, behind whatever was sent meanwhile - fatal for a
+   * script whose place in the order matters (the trim). */
+  bool eval_only;
 } rlock__script;
 
 enum { RLOCK__SCRIPT_ACQUIRE, RLOCK__SCRIPT_RELEASE, RLOCK__SCRIPT_FORCE,

@@ -442,6 +442,7 @@ rlock__cmd *rlock__cmd_send(rlock_client *c, const rlock__script *script,
   cmd->data = data;
   cmd->retries_left = retries;
   cmd->script = script;
+  cmd->use_eval = script != NULL && script->eval_only;
   cmd->argc = argc;
   cmd->argv = (const char **)(void *)(cmd + 1);
   cmd->argvlen = (size_t *)(void *)(cmd->argv + slots);

@@ -478,11 +478,12 @@ static void int_reply(rlock_client *c, redisReply *reply, int err,
     rlock__op_finish(op, RLOCK_EPROTO);
     return;
   }
-  op->value = reply->integer;
-  if (op->kind == RLOCK__OP_TTL)
+  if (op->kind == RLOCK__OP_TTL) {
+    op->value = reply->integer;
     rlock__op_finish(op, 0);
-  else
-    rlock__op_finish(op, reply->integer != 0 ? 1 : 0);
+  } else {
+    rlock__op_finish(op, reply->integer != 0 ? 1 : 0); /* value stays 0 */
+  }
 }
 
 /* ---- cancellation ---- */
@@ -500,6 +501,19 @@ static void cancel_acquire(rlock__op *op) {
 
 static void run_control(rlock_client *c, rlock__op *op) {
   int count = 0;
+  if (op->kind == RLOCK__OP_INTERRUPT) {
+    /* Acquires still queued (e.g. started by the callback that interrupts)
+     * end as soon as they start. */
+    uv_mutex_lock(&c->queue_mutex);
+    for (rlock__op *q = c->queue_head; q != NULL; q = q->next) {
+      if (q->kind == RLOCK__OP_ACQUIRE && q->owner_id == op->owner_id &&
+          !q->canceled) {
+        q->canceled = true;
+        count++;
+      }
+    }
+    uv_mutex_unlock(&c->queue_mutex);
+  }
   if (op->kind == RLOCK__OP_CANCEL) {
     rlock__op *target = op->target;
     if (target->state != RLOCK__ST_DONE && target->state != RLOCK__ST_NEW)
@@ -792,6 +806,11 @@ static void req_release(rlock_req *req) {
 
 static void async_done(rlock__op *op) {
   rlock_req *req = (rlock_req *)((char *)op - offsetof(rlock_req, op));
+  /* Inside the callback, rlock_last_error() describes a failure. */
+  if (op->result < 0)
+    rlock__set_last_error("%s", op->detail);
+  else
+    rlock__clear_last_error();
   if (req->cb != NULL)
     req->cb(op->result, op->value, req->data);
   req_release(req);

@@ -102,11 +102,15 @@ static void op_timer_fire(rlock_client *c, rlock__timed *t) {
   (void)c;
   rlock__op *op = (rlock__op *)((char *)t - offsetof(rlock__op, timer));
   rlock__sub *e = op->sub;
+  /* Unlinked here, so the op leaves its list state first: finishing must
+   * not unlink it again (that would cut the list under the other ops). */
   if (op->state == RLOCK__ST_AWAIT_SUB) {
     list_remove(&e->confirm_head, &e->confirm_tail, op);
+    op->state = RLOCK__ST_CMD;
     rlock__op_sub_timeout(op);
   } else if (op->state == RLOCK__ST_WAITING) {
     list_remove(&e->wait_head, &e->wait_tail, op);
+    op->state = RLOCK__ST_CMD;
     rlock__op_retry(op);
   }
 }
@@ -115,6 +119,7 @@ static void wake(rlock__op *op) {
   rlock__sub *e = op->sub;
   rlock__timed_stop(e->client, &op->timer);
   list_remove(&e->wait_head, &e->wait_tail, op);
+  op->state = RLOCK__ST_CMD;
   rlock__op_retry(op);
 }
 
@@ -188,6 +193,7 @@ void rlock__sub_wait(rlock__op *op, int64_t wait_ms) {
   rlock__sub *e = op->sub;
   if (e->permits > 0) {
     e->permits--;
+    op->state = RLOCK__ST_CMD;
     rlock__op_retry(op);
     return;
   }
@@ -207,6 +213,7 @@ static void wake_all(rlock_client *c, rlock__sub *e) {
   while (op != NULL) {
     rlock__op *next = op->sub_next;
     op->sub_prev = op->sub_next = NULL;
+    op->state = RLOCK__ST_CMD;
     rlock__timed_stop(c, &op->timer);
     rlock__op_retry(op);
     op = next;
@@ -226,6 +233,7 @@ static void confirmed(rlock_client *c, rlock__sub *e) {
     rlock__op *op = e->confirm_head;
     rlock__timed_stop(c, &op->timer);
     list_remove(&e->confirm_head, &e->confirm_tail, op);
+    op->state = RLOCK__ST_CMD;
     rlock__op_retry(op);
     if (rlock__map_get(&c->subs, e->channel, e->channel_len) != e)
       return; /* the entry went away with its last op */
@@ -338,6 +346,7 @@ void rlock__pubsub_on_disconnect(rlock_client *c) {
     rlock__op *op = wake_list;
     wake_list = op->sub_next;
     op->sub_next = NULL;
+    op->state = RLOCK__ST_CMD;
     rlock__op_retry(op);
   }
 }

@@ -21,6 +21,7 @@ typedef struct suspect {
   size_t name_len, channel_len;
   int64_t want; /* count sent with the trim in flight */
   bool inflight;
+  bool again; /* doubted again after its trim went out: trim once more */
   bool at_close; /* sent by rlock__suspects_flush: close waits for it */
 } suspect;
 
@@ -79,6 +80,11 @@ static void suspect_reply(rlock_client *c, redisReply *reply, int err,
   if (err != 0 || reply->type != REDIS_REPLY_INTEGER)
     return; /* tried again on the next watchdog tick or reconnect */
   rlock__hold_trimmed(c, s->name, s->owner, reply->integer, s->want);
+  if (s->again) { /* a command sent after that trim may have run too */
+    s->again = false;
+    rlock__suspects_run(c);
+    return;
+  }
   suspect_free(c, s);
 }
 
@@ -137,8 +143,10 @@ void rlock__suspect_add(rlock_client *c, const rlock *lock,
   memcpy(key, lock->name, lock->name_len + 1);
   memcpy(key + lock->name_len + 1, owner, ol + 1);
   memcpy(key + key_len + 1, lock->channel, lock->channel_len + 1);
-  if (rlock__map_get(&c->suspects, key, key_len) != NULL ||
-      rlock__map_put(&c->suspects, key, key_len, s) != 0) {
+  suspect *old = rlock__map_get(&c->suspects, key, key_len);
+  if (old != NULL && old->inflight)
+    old->again = true; /* its trim went out before this doubt arose */
+  if (old != NULL || rlock__map_put(&c->suspects, key, key_len, s) != 0) {
     free(s);
     free(key);
     return;

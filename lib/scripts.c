@@ -82,11 +82,11 @@ static const char trim_lua[] =
     "return n;";
 
 static rlock__script scripts[RLOCK__SCRIPT_COUNT] = {
-    {"acquire", acquire_lua, ""},
-    {"release", release_lua, ""},
-    {"force_unlock", force_lua, ""},
-    {"renew", renew_lua, ""},
-    {"trim", trim_lua, ""},
+    {"acquire", acquire_lua, "", false},
+    {"release", release_lua, "", false},
+    {"force_unlock", force_lua, "", false},
+    {"renew", renew_lua, "", false},
+    {"trim", trim_lua, "", true},
 };
 
 static uv_once_t sha_once = UV_ONCE_INIT;

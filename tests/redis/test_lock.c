@@ -1037,6 +1037,28 @@ Test(lock, reentrant_unlock_publishes_only_on_last) {
   rlock_client_close(c);
 }
 
+/* EVALSHA + EVAL calls the server has run, from INFO commandstats. */
+static long long script_calls(void) {
+  redisReply *r = rt_cmd("INFO commandstats");
+  long long total = 0;
+  const char *names[] = {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="};
+  for (int i = 0; i < 2; i++) {
+    const char *p = strstr(r->str, names[i]);
+    if (p != NULL)
+      total += atoll(p + strlen(names[i]));
+  }
+  freeReplyObject(r);
+  return total;
+}
+
+typedef struct calls_arg {
+  long long at_least;
+} calls_arg;
+
+static bool script_calls_reached(void *arg) {
+  return script_calls() >= ((calls_arg *)arg)->at_least;
+}
+
 Test(lock, java_owner_blocks_until_released) {
   char key[KEY_MAX], chan[CHAN_MAX], owner_w[OWNER_MAX];
   const char *java_owner = "3f1a2b4c-5d6e-4f70-8192-a3b4c5d6e7f8:1";
@@ -1061,8 +1083,13 @@ Test(lock, java_owner_blocks_until_released) {
   assert_field(key, java_owner, "1");
 
   worker w;
+  calls_arg asleep = {script_calls() + 2};
   WORKER_START(&w, lock, W_LOCK(-1), W_MARK(1), W_AWAIT(1), W_UNLOCK());
   rt_wait_until_what(has_subscriber, chan, 5000, "waiter subscribed");
+  /* Its try after subscribing has run too (2 script calls): the waiter is
+   * asleep, so only the release message can wake it. */
+  rt_wait_until_what(script_calls_reached, &asleep, 5000,
+                     "waiter's second try ran");
   cr_assert_eq(atomic_load(&w.mark), 0);
 
   /* Java's unlock: delete, then publish "0". */

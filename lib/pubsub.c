@@ -4,7 +4,10 @@
  * a wake-up that finds nobody waiting is kept as a permit (as Java's
  * semaphore does), because the op it was meant for may be between a failed
  * try and its wait: the try's reply and the message arrive on different
- * connections in no fixed order. */
+ * connections in no fixed order. Permits are capped at refs + 1: the op
+ * whose reply is still on its way has not joined yet (refs may even be 0
+ * while a subscription lingers), and one release is one wake-up, so one
+ * permit beyond the joined ops is enough and none is ever lost. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -180,8 +183,8 @@ void rlock__sub_leave(rlock__op *op) {
   op->sub = NULL;
   if (--e->refs == 0)
     entry_idle(e->client, e);
-  else if (e->permits > e->refs)
-    e->permits = e->refs;
+  else if (e->permits > e->refs + 1)
+    e->permits = e->refs + 1;
 }
 
 uint64_t rlock__sub_epoch(rlock_client *c, const char *channel, size_t len) {
@@ -254,12 +257,12 @@ static void on_message(rlock_client *c, rlock__sub *e, const char *payload,
   if (payload[0] == '0') {
     if (e->wait_head != NULL)
       wake(e->wait_head);
-    else if (e->permits < e->refs)
+    else if (e->permits <= e->refs)
       e->permits++;
     return;
   }
   if (e->wait_head == NULL) {
-    e->permits = e->refs;
+    e->permits = e->refs + 1;
     return;
   }
   wake_all(c, e);

@@ -1132,3 +1132,92 @@ Test(lock, wrong_type_key) {
   rlock_free(lock);
   rlock_client_close(c);
 }
+
+/* Two threads on one lock, each releasing only once the other is about to
+ * lock (or done): handoffs go through the wake-up paths (release message,
+ * stored permit, lingering subscription). A lost wake-up costs the holder's
+ * whole TTL (30 s in watchdog mode), so the slowest acquisition tells.
+ * (The permit-cap bug this guards against - a release message overtaking
+ * the reply to a try sent on a lingering subscription - needs that exact
+ * ordering across two sockets, which this test cannot force; bench S3 hit
+ * it as a 30 s p99.) */
+typedef struct pingpong {
+  rlock *lock;
+  atomic_int about_to_lock[2];
+  atomic_int done[2];
+  int64_t slowest_ms[2];
+  int rounds;
+  atomic_int failures;
+} pingpong;
+
+typedef struct pp_arg {
+  pingpong *pp;
+  int me;
+} pp_arg;
+
+static void *pingpong_main(void *p) {
+  pp_arg *a = p;
+  pingpong *pp = a->pp;
+  int other = 1 - a->me;
+  for (int i = 0; i < pp->rounds; i++) {
+    atomic_store(&pp->about_to_lock[a->me], 1);
+    int64_t t0 = rt_now_ms();
+    if (rlock_lock(pp->lock, -1) != 0) {
+      atomic_fetch_add(&pp->failures, 1);
+      break;
+    }
+    int64_t took = rt_now_ms() - t0;
+    atomic_store(&pp->about_to_lock[a->me], 0);
+    if (took > pp->slowest_ms[a->me])
+      pp->slowest_ms[a->me] = took;
+    int64_t until = rt_now_ms() + 2000;
+    while (!atomic_load(&pp->about_to_lock[other]) &&
+           !atomic_load(&pp->done[other]) && rt_now_ms() < until)
+      sched_yield();
+    /* Release at a varying moment (0-150 us) after the other thread set
+     * out to lock: sweeps the window where its try is on the wire and the
+     * release message can overtake the try's reply. */
+    struct timespec spin0, spin;
+    clock_gettime(CLOCK_MONOTONIC, &spin0);
+    long spin_ns = (long)((i * 7919 + a->me * 104729) % 151) * 1000;
+    do
+      clock_gettime(CLOCK_MONOTONIC, &spin);
+    while ((spin.tv_sec - spin0.tv_sec) * 1000000000L +
+               (spin.tv_nsec - spin0.tv_nsec) <
+           spin_ns);
+    if (rlock_unlock(pp->lock) != 1)
+      atomic_fetch_add(&pp->failures, 1);
+  }
+  atomic_store(&pp->done[a->me], 1);
+  return NULL;
+}
+
+Test(lock, handoff_ping_pong_never_waits_a_ttl) {
+  char key[KEY_MAX];
+  rt_key(key, sizeof key, "pingpong");
+  rlock_client *c = rt_client();
+  pingpong pp = {.lock = rt_lock(c, key), .rounds = 500};
+  for (int i = 0; i < 2; i++) {
+    atomic_init(&pp.about_to_lock[i], 0);
+    atomic_init(&pp.done[i], 0);
+  }
+  atomic_init(&pp.failures, 0);
+  pp_arg a0 = {&pp, 0}, a1 = {&pp, 1};
+  pthread_t t0, t1;
+  int64_t start = rt_now_ms();
+  pthread_create(&t0, NULL, pingpong_main, &a0);
+  pthread_create(&t1, NULL, pingpong_main, &a1);
+  pthread_join(t0, NULL);
+  pthread_join(t1, NULL);
+  int64_t total = rt_now_ms() - start;
+  cr_assert_eq(atomic_load(&pp.failures), 0);
+  int64_t slowest = pp.slowest_ms[0] > pp.slowest_ms[1] ? pp.slowest_ms[0]
+                                                         : pp.slowest_ms[1];
+  cr_log_info("ping-pong: %d acquisitions in %" PRId64 " ms, slowest %" PRId64
+              " ms", 2 * pp.rounds, total, slowest);
+  /* A lost wake-up sleeps out the 30 s watchdog TTL. */
+  cr_assert_lt(slowest, 5000, "an acquisition took %" PRId64 " ms", slowest);
+  cr_assert_eq(rt_exists(key), 0);
+  rlock_free(pp.lock);
+  rlock_client_close(c);
+}

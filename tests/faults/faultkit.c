@@ -1,0 +1,757 @@
+/* Fault injection helpers for the faults and badinput suites (faultkit.h). */
+#include "faultkit.h"
+
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define FK_START_BOUND_MS 8000
+#define FK_STOP_BOUND_MS 5000
+#define FK_MAX_EXTRA 16
+#define FK_MAX_SERVERS 4
+#define FK_MAX_CONNS 64
+
+/* Servers started here, so that fk_fini can stop them after a failed test. */
+static struct {
+  fk_server *extra[FK_MAX_SERVERS];
+  fk_server restarted; /* pid != 0 after fk_server_restart_same_port */
+  bool frozen;
+} g_fk;
+
+/* ---- CLIENT LIST ---- */
+
+/* Value of " key=" in a CLIENT LIST line, copied into out (size n). */
+static bool field(const char *line, const char *key, char *out, size_t n) {
+  char needle[32];
+  snprintf(needle, sizeof needle, " %s=", key);
+  size_t skip = strlen(needle);
+  const char *p = NULL;
+  if (strncmp(line, needle + 1, skip - 1) == 0) {
+    p = line + skip - 1; /* the first field has no leading space */
+  } else if ((p = strstr(line, needle)) != NULL) {
+    p += skip;
+  } else {
+    if (n > 0)
+      out[0] = '\0';
+    return false;
+  }
+  size_t len = strcspn(p, " \r\n");
+  if (len >= n)
+    len = n - 1;
+  memcpy(out, p, len);
+  out[len] = '\0';
+  return true;
+}
+
+static int field_int(const char *line, const char *key) {
+  char buf[32];
+  return field(line, key, buf, sizeof buf) ? atoi(buf) : 0;
+}
+
+size_t fk_client_list(const char *name, fk_conn *out, size_t max) {
+  char *list = rt_str("CLIENT LIST");
+  cr_assert(list != NULL, "CLIENT LIST: nil");
+  size_t count = 0;
+  for (char *line = list; *line;) {
+    char *end = strchr(line, '\n');
+    if (end)
+      *end = '\0';
+    fk_conn c;
+    memset(&c, 0, sizeof c);
+    char id[32];
+    if (*line && field(line, "id", id, sizeof id)) {
+      c.id = atoll(id);
+      field(line, "name", c.name, sizeof c.name);
+      field(line, "flags", c.flags, sizeof c.flags);
+      field(line, "cmd", c.cmd, sizeof c.cmd);
+      c.db = field_int(line, "db");
+      c.sub = field_int(line, "sub");
+      c.psub = field_int(line, "psub");
+      c.ssub = field_int(line, "ssub");
+      if (name == NULL || strcmp(c.name, name) == 0) {
+        if (count < max)
+          out[count] = c;
+        count++;
+      }
+    }
+    if (!end)
+      break;
+    line = end + 1;
+  }
+  free(list);
+  return count;
+}
+
+bool fk_conn_is_pubsub(const fk_conn *c) {
+  if (strchr(c->flags, 'P') != NULL || c->sub > 0 || c->psub > 0 ||
+      c->ssub > 0)
+    return true;
+  static const char *const subcmds[] = {"subscribe",  "unsubscribe",
+                                        "ssubscribe", "sunsubscribe",
+                                        "psubscribe", "punsubscribe"};
+  for (size_t i = 0; i < sizeof subcmds / sizeof subcmds[0]; i++)
+    if (strcmp(c->cmd, subcmds[i]) == 0)
+      return true;
+  return false;
+}
+
+/* What the kills hit: last command of each killed connection, counted. */
+#define FK_KILL_KINDS 16
+static struct {
+  char cmd[FK_KILL_KINDS][48];
+  int count[FK_KILL_KINDS];
+} g_kills;
+
+static void note_kill(const fk_conn *c) {
+  for (int i = 0; i < FK_KILL_KINDS; i++) {
+    if (g_kills.count[i] == 0 || strcmp(g_kills.cmd[i], c->cmd) == 0) {
+      snprintf(g_kills.cmd[i], sizeof g_kills.cmd[i], "%s", c->cmd);
+      g_kills.count[i]++;
+      return;
+    }
+  }
+}
+
+void fk_kill_summary(char *buf, size_t n) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < FK_KILL_KINDS && g_kills.count[i] > 0 && used < n; i++)
+    used += (size_t)snprintf(buf + used, n - used, "%s%s x%d",
+                             used ? ", " : "", g_kills.cmd[i],
+                             g_kills.count[i]);
+}
+
+bool fk_kill_id(long long id) {
+  redisReply *r = rt_cmd("CLIENT KILL ID %lld", id);
+  bool killed = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+  freeReplyObject(r);
+  return killed;
+}
+
+/* Commands of the connection handshake: a connection whose last command is
+ * one of these has not been used for anything yet. */
+static bool handshake_cmd(const char *cmd) {
+  return cmd[0] == '\0' || strcmp(cmd, "ping") == 0 ||
+         strcmp(cmd, "client|setname") == 0 || strcmp(cmd, "auth") == 0 ||
+         strcmp(cmd, "select") == 0 || strcmp(cmd, "hello") == 0 ||
+         strcmp(cmd, "NULL") == 0;
+}
+
+int fk_kill_cmd_conn(const char *name) {
+  fk_conn conns[FK_MAX_CONNS];
+  size_t n = fk_client_list(name, conns, FK_MAX_CONNS);
+  if (n > FK_MAX_CONNS)
+    n = FK_MAX_CONNS;
+  const fk_conn *best = NULL;
+  for (size_t i = 0; i < n; i++) {
+    const fk_conn *c = &conns[i];
+    if (fk_conn_is_pubsub(c))
+      continue;
+    if (best == NULL) {
+      best = c;
+      continue;
+    }
+    bool c_used = !handshake_cmd(c->cmd), b_used = !handshake_cmd(best->cmd);
+    if ((c_used && !b_used) || (c_used == b_used && c->id < best->id))
+      best = c;
+  }
+  if (best == NULL || !fk_kill_id(best->id))
+    return 0;
+  note_kill(best);
+  return 1;
+}
+
+int fk_kill_sub_conn(const char *name) {
+  fk_conn conns[FK_MAX_CONNS];
+  size_t n = fk_client_list(name, conns, FK_MAX_CONNS);
+  if (n > FK_MAX_CONNS)
+    n = FK_MAX_CONNS;
+  int killed = 0;
+  for (size_t i = 0; i < n; i++)
+    if (fk_conn_is_pubsub(&conns[i]) && fk_kill_id(conns[i].id)) {
+      note_kill(&conns[i]);
+      killed++;
+    }
+  return killed;
+}
+
+typedef struct conn_count {
+  const char *name;
+  size_t n;
+} conn_count;
+
+static bool conn_count_is(void *arg) {
+  conn_count *w = arg;
+  return rt_client_count_named(w->name) == w->n;
+}
+
+void fk_wait_conn_count(const char *name, size_t n, int64_t bound_ms) {
+  conn_count w = {name, n};
+  if (rt_poll_until(conn_count_is, &w, bound_ms))
+    return;
+  fk_conn conns[8];
+  size_t have = fk_client_list(name, conns, 8);
+  char list[512] = "";
+  size_t used = 0;
+  for (size_t i = 0; i < have && i < 8 && used < sizeof list; i++)
+    used += (size_t)snprintf(list + used, sizeof list - used,
+                             " [id %lld flags %s sub %d cmd %s]", conns[i].id,
+                             conns[i].flags, conns[i].sub, conns[i].cmd);
+  cr_assert_fail("client '%s' has %zu connection(s), expected %zu within "
+                 "%" PRId64 " ms:%s",
+                 name, have, n, bound_ms, list);
+}
+
+/* ---- servers ---- */
+
+static void remove_dir(const char *dir) {
+  if (dir[0] == '\0')
+    return;
+  char path[PATH_MAX + 32];
+  snprintf(path, sizeof path, "%s/redis.log", dir);
+  unlink(path);
+  snprintf(path, sizeof path, "%s/dump.rdb", dir);
+  unlink(path);
+  rmdir(dir);
+}
+
+static bool reap_bounded(pid_t pid, int64_t bound_ms) {
+  int64_t deadline = rt_now_ms() + bound_ms;
+  for (;;) {
+    pid_t r = waitpid(pid, NULL, WNOHANG);
+    if (r == pid || (r < 0 && errno == ECHILD))
+      return true;
+    if (rt_now_ms() >= deadline)
+      return false;
+    rt_sleep_ms(5);
+  }
+}
+
+static void read_log(const char *dir, char *buf, size_t n) {
+  char path[PATH_MAX + 16];
+  snprintf(path, sizeof path, "%s/redis.log", dir);
+  buf[0] = '\0';
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return;
+  size_t got = fread(buf, 1, n - 1, f);
+  buf[got] = '\0';
+  fclose(f);
+}
+
+/* Answers PING and INFO says it is process `pid`. */
+static bool answers_as(int port, pid_t pid) {
+  struct timeval tv = {0, 250000};
+  redisContext *ctx = redisConnectWithTimeout("127.0.0.1", port, tv);
+  bool ok = false;
+  if (ctx && !ctx->err) {
+    redisSetTimeout(ctx, tv);
+    redisReply *r = redisCommand(ctx, "INFO server");
+    if (r && r->type == REDIS_REPLY_STRING) {
+      const char *p = strstr(r->str, "process_id:");
+      ok = p && strtol(p + strlen("process_id:"), NULL, 10) == (long)pid;
+    } else if (r && r->type == REDIS_REPLY_ERROR) {
+      ok = true; /* NOAUTH etc.: it answers; the port is ours (bound) */
+    }
+    if (r)
+      freeReplyObject(r);
+  }
+  if (ctx)
+    redisFree(ctx);
+  return ok;
+}
+
+/* Starts redis-server on `port`; false (with why) if it exited or did not
+ * answer. The child gets SIGKILL when the test process dies. */
+static bool spawn_on(fk_server *s, int port, const char *const *extra,
+                     char *why, size_t why_n) {
+  const char *bin = getenv("REDIS_SERVER");
+  if (!bin || !*bin)
+    bin = "redis-server";
+  const char *tmp = getenv("TMPDIR");
+  if (!tmp || !*tmp)
+    tmp = "/tmp";
+  memset(s, 0, sizeof *s);
+  snprintf(s->dir, sizeof s->dir, "%s/rlock-fk-XXXXXX", tmp);
+  if (!mkdtemp(s->dir)) {
+    snprintf(why, why_n, "mkdtemp: %s", strerror(errno));
+    s->dir[0] = '\0';
+    return false;
+  }
+  char port_s[16], log_path[PATH_MAX + 16];
+  snprintf(port_s, sizeof port_s, "%d", port);
+  snprintf(log_path, sizeof log_path, "%s/redis.log", s->dir);
+  const char *argv[20 + FK_MAX_EXTRA];
+  size_t a = 0;
+  argv[a++] = bin;
+  argv[a++] = "--save";
+  argv[a++] = "";
+  argv[a++] = "--appendonly";
+  argv[a++] = "no";
+  argv[a++] = "--bind";
+  argv[a++] = "127.0.0.1";
+  argv[a++] = "--port";
+  argv[a++] = port_s;
+  argv[a++] = "--daemonize";
+  argv[a++] = "no";
+  argv[a++] = "--dir";
+  argv[a++] = s->dir;
+  argv[a++] = "--enable-debug-command";
+  argv[a++] = "yes";
+  for (size_t i = 0; extra && extra[i]; i++) {
+    cr_assert_lt(i, FK_MAX_EXTRA, "too many extra server arguments");
+    argv[a++] = extra[i];
+  }
+  argv[a] = NULL;
+
+  int log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  cr_assert(log_fd >= 0 && null_fd >= 0, "open: %s", strerror(errno));
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+      _exit(126);
+    dup2(null_fd, STDIN_FILENO);
+    dup2(log_fd, STDOUT_FILENO);
+    dup2(log_fd, STDERR_FILENO);
+    if (strchr(bin, '/'))
+      execv(bin, (char *const *)argv);
+    else
+      execvp(bin, (char *const *)argv);
+    _exit(127);
+  }
+  close(log_fd);
+  close(null_fd);
+  cr_assert(pid > 0, "fork: %s", strerror(errno));
+
+  int64_t deadline = rt_now_ms() + FK_START_BOUND_MS;
+  while (rt_now_ms() < deadline) {
+    int status;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      char log[1024];
+      read_log(s->dir, log, sizeof log);
+      snprintf(why, why_n, "redis-server on port %d exited: %s", port, log);
+      remove_dir(s->dir);
+      s->dir[0] = '\0';
+      return false;
+    }
+    if (answers_as(port, pid)) {
+      s->pid = pid;
+      s->port = port;
+      snprintf(s->uri, sizeof s->uri, "redis://127.0.0.1:%d", port);
+      return true;
+    }
+    rt_sleep_ms(10);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  snprintf(why, why_n, "redis-server on port %d did not answer within %d ms",
+           port, FK_START_BOUND_MS);
+  remove_dir(s->dir);
+  s->dir[0] = '\0';
+  return false;
+}
+
+static void track(fk_server *s) {
+  for (size_t i = 0; i < FK_MAX_SERVERS; i++)
+    if (g_fk.extra[i] == NULL || g_fk.extra[i] == s) {
+      g_fk.extra[i] = s;
+      return;
+    }
+  cr_assert_fail("too many extra servers");
+}
+
+static void untrack(fk_server *s) {
+  for (size_t i = 0; i < FK_MAX_SERVERS; i++)
+    if (g_fk.extra[i] == s)
+      g_fk.extra[i] = NULL;
+}
+
+void fk_server_spawn(fk_server *s, int port, const char *const *extra) {
+  char why[1400] = "";
+  for (int attempt = 0; attempt < 5; attempt++) {
+    int p = port > 0 ? port : rt_free_port();
+    if (spawn_on(s, p, extra, why, sizeof why)) {
+      track(s);
+      return;
+    }
+    if (port > 0 && !strstr(why, "in use"))
+      break;
+    rt_sleep_ms(50);
+  }
+  cr_assert_fail("cannot start an extra redis-server: %s", why);
+}
+
+static void halt(fk_server *s) {
+  if (s->pid > 0) {
+    kill(s->pid, SIGCONT);
+    kill(s->pid, SIGTERM);
+    if (!reap_bounded(s->pid, FK_STOP_BOUND_MS)) {
+      kill(s->pid, SIGKILL);
+      waitpid(s->pid, NULL, 0);
+    }
+    s->pid = 0;
+  }
+  remove_dir(s->dir);
+  s->dir[0] = '\0';
+}
+
+void fk_server_halt(fk_server *s) {
+  halt(s);
+  untrack(s);
+}
+
+pid_t fk_server_pid(void) {
+  return g_fk.restarted.pid > 0 ? g_fk.restarted.pid : rt_server_pid();
+}
+
+void fk_server_freeze(void) {
+  cr_assert_eq(kill(fk_server_pid(), SIGSTOP), 0, "SIGSTOP: %s",
+               strerror(errno));
+  g_fk.frozen = true;
+}
+
+void fk_server_thaw(void) {
+  cr_assert_eq(kill(fk_server_pid(), SIGCONT), 0, "SIGCONT: %s",
+               strerror(errno));
+  g_fk.frozen = false;
+}
+
+int64_t fk_server_restart_same_port(void) {
+  int port = rt_port();
+  if (g_fk.restarted.pid > 0) {
+    kill(g_fk.restarted.pid, SIGKILL);
+    waitpid(g_fk.restarted.pid, NULL, 0);
+    g_fk.restarted.pid = 0;
+    remove_dir(g_fk.restarted.dir);
+  } else {
+    rt_server_kill(); /* SIGKILL works on a stopped server too */
+  }
+  g_fk.frozen = false;
+  /* The harness drops its connection in rt_server_kill; after a restart of
+   * our own server it must reconnect too. */
+  rt_redis_set_auth(NULL, NULL);
+  char why[1400] = "";
+  int64_t deadline = rt_now_ms() + FK_START_BOUND_MS;
+  while (rt_now_ms() < deadline) {
+    if (spawn_on(&g_fk.restarted, port, NULL, why, sizeof why))
+      return rt_now_ms();
+    rt_sleep_ms(20);
+  }
+  cr_assert_fail("cannot restart redis-server on port %d: %s", port, why);
+  return 0;
+}
+
+/* ---- stall monitor ----
+ * A thread that sleeps 20 ms at a time and records how late it wakes: when a
+ * time bound fails, this tells whether the whole test process was starved
+ * of CPU (a loaded machine) rather than rlock being slow. */
+
+#define FK_TICK_MS 20
+
+static struct {
+  pthread_t tid;
+  bool running;
+  atomic_bool stop;
+  _Atomic int64_t max_gap;
+} g_stall;
+
+static void *stall_main(void *arg) {
+  (void)arg;
+  int64_t last = rt_now_ms();
+  while (!atomic_load(&g_stall.stop)) {
+    rt_sleep_ms(FK_TICK_MS);
+    int64_t now = rt_now_ms();
+    int64_t late = now - last - FK_TICK_MS;
+    if (late > atomic_load(&g_stall.max_gap))
+      atomic_store(&g_stall.max_gap, late);
+    last = now;
+  }
+  return NULL;
+}
+
+int64_t fk_max_stall_ms(void) { return atomic_load(&g_stall.max_gap); }
+
+void fk_init(void) {
+  atomic_store(&g_stall.stop, false);
+  atomic_store(&g_stall.max_gap, 0);
+  g_stall.running = pthread_create(&g_stall.tid, NULL, stall_main, NULL) == 0;
+  rt_server_start();
+}
+
+void fk_fini(void) {
+  if (g_stall.running) {
+    atomic_store(&g_stall.stop, true);
+    pthread_join(g_stall.tid, NULL);
+    g_stall.running = false;
+  }
+  if (g_fk.frozen && fk_server_pid() > 0)
+    kill(fk_server_pid(), SIGCONT);
+  g_fk.frozen = false;
+  for (size_t i = 0; i < FK_MAX_SERVERS; i++)
+    if (g_fk.extra[i] != NULL) {
+      halt(g_fk.extra[i]);
+      g_fk.extra[i] = NULL;
+    }
+  if (g_fk.restarted.pid > 0)
+    halt(&g_fk.restarted);
+  rt_server_stop();
+}
+
+/* ---- leak checks ---- */
+
+long long fk_dbsize(void) { return rt_int("DBSIZE"); }
+
+static bool no_channels(void *unused) {
+  (void)unused;
+  return rt_pubsub_channels(NULL, 0) == 0;
+}
+
+static bool no_conns(void *name) { return rt_client_count_named(name) == 0; }
+
+static bool only_harness_conn(void *unused) {
+  (void)unused;
+  return rt_client_count() == 1;
+}
+
+typedef struct keys_check {
+  bool allow_latches;
+  char report[1024];
+} keys_check;
+
+#define LATCH_PREFIX "redisson_unlock_latch:"
+
+static bool keys_clean(void *arg) {
+  keys_check *k = arg;
+  k->report[0] = '\0';
+  redisReply *r = rt_cmd("KEYS *");
+  bool clean = r->type == REDIS_REPLY_ARRAY;
+  size_t used = 0;
+  for (size_t i = 0; clean && i < r->elements; i++) {
+    const char *key = r->element[i]->str;
+    bool tolerated = false;
+    long long ttl = -2;
+    if (k->allow_latches &&
+        strncmp(key, LATCH_PREFIX, strlen(LATCH_PREFIX)) == 0) {
+      ttl = rt_pttl(key);
+      tolerated = ttl > 0;
+    }
+    if (!tolerated) {
+      if (used < sizeof k->report - 1)
+        used += (size_t)snprintf(k->report + used, sizeof k->report - used,
+                                 "%s%.200s (pttl %lld)", used ? ", " : "",
+                                 key, ttl == -2 ? rt_pttl(key) : ttl);
+      if (used >= sizeof k->report)
+        used = sizeof k->report - 1;
+    }
+  }
+  freeReplyObject(r);
+  return clean && k->report[0] == '\0';
+}
+
+void fk_assert_clean(const char *client_name, bool allow_latches,
+                     int64_t bound_ms) {
+  if (!rt_poll_until(no_channels, NULL, bound_ms)) {
+    char first[256];
+    size_t n = rt_pubsub_channels(first, sizeof first);
+    cr_assert_fail("leak: PUBSUB CHANNELS still lists %zu channel(s), first "
+                   "'%s', %" PRId64 " ms after the last rlock call",
+                   n, first, bound_ms);
+  }
+  if (client_name != NULL &&
+      !rt_poll_until(no_conns, (void *)client_name, bound_ms))
+    cr_assert_fail("leak: %zu connection(s) named '%s' still in CLIENT LIST "
+                   "%" PRId64 " ms after rlock_client_close",
+                   rt_client_count_named(client_name), client_name, bound_ms);
+  if (!rt_poll_until(only_harness_conn, NULL, bound_ms))
+    cr_assert_fail("leak: %zu connection(s) besides the test's own still in "
+                   "CLIENT LIST %" PRId64 " ms after the clients were closed",
+                   rt_client_count() - 1, bound_ms);
+  keys_check k;
+  k.allow_latches = allow_latches;
+  if (!rt_poll_until(keys_clean, &k, bound_ms))
+    cr_assert_fail("leak: keys left in Redis %" PRId64 " ms after the test's "
+                   "last unlock: %s",
+                   bound_ms, k.report);
+}
+
+/* ---- misc ---- */
+
+void fk_copy_last_error(char *buf, size_t n) {
+  snprintf(buf, n, "%s", rlock_last_error());
+}
+
+void fk_options(rlock_options *o, const char *client_name) {
+  rlock_options_init(o);
+  o->uri = rt_uri();
+  o->client_name = client_name;
+}
+
+/* ---- jobs ---- */
+
+#define FK_GO_BOUND_MS 20000
+
+const char *fk_call_name(fk_call call) {
+  switch (call) {
+  case FK_TRY_LOCK:
+    return "rlock_try_lock";
+  case FK_LOCK:
+    return "rlock_lock";
+  case FK_UNLOCK:
+    return "rlock_unlock";
+  case FK_IS_LOCKED:
+    return "rlock_is_locked";
+  case FK_HOLD_COUNT:
+    return "rlock_hold_count";
+  case FK_REMAIN_TTL:
+    return "rlock_remain_ttl";
+  }
+  return "?";
+}
+
+int64_t fk_call_once(rlock *lock, fk_call call, int64_t wait_ms,
+                     int64_t lease_ms, int64_t *value) {
+  switch (call) {
+  case FK_TRY_LOCK:
+    return rlock_try_lock(lock, wait_ms, lease_ms);
+  case FK_LOCK:
+    return rlock_lock(lock, lease_ms);
+  case FK_UNLOCK:
+    return rlock_unlock(lock);
+  case FK_IS_LOCKED:
+    return rlock_is_locked(lock);
+  case FK_HOLD_COUNT:
+    return rlock_hold_count(lock);
+  case FK_REMAIN_TTL:
+    return rlock_remain_ttl(lock, value);
+  }
+  return INT64_MIN;
+}
+
+static void job_main(void *arg) {
+  fk_job *j = arg;
+  atomic_store(&j->tid, rlock_thread_id());
+  j->t_start = rt_now_ms();
+  atomic_store(&j->started, true);
+  j->rc = fk_call_once(j->lock, j->call, j->wait_ms, j->lease_ms, &j->value);
+  j->t_end = rt_now_ms();
+  fk_copy_last_error(j->err, sizeof j->err);
+  bool acquired = (j->call == FK_TRY_LOCK && j->rc == 1) ||
+                  (j->call == FK_LOCK && j->rc == 0);
+  atomic_store(&j->done, true);
+  if (j->unlock_after_go && acquired) {
+    int64_t deadline = rt_now_ms() + FK_GO_BOUND_MS;
+    while (!atomic_load(&j->go) && rt_now_ms() < deadline)
+      rt_sleep_ms(1);
+    j->unlock_rc = rlock_unlock(j->lock);
+    fk_copy_last_error(j->unlock_err, sizeof j->unlock_err);
+  }
+  atomic_store(&j->finished, true);
+}
+
+void fk_job_start(fk_job *j, rlock *lock, fk_call call, int64_t wait_ms,
+                  int64_t lease_ms, bool unlock_after_go) {
+  memset(j, 0, sizeof *j);
+  j->lock = lock;
+  j->call = call;
+  j->wait_ms = wait_ms;
+  j->lease_ms = lease_ms;
+  j->unlock_after_go = unlock_after_go;
+  j->unlock_rc = INT64_MIN;
+  rt_thread_start(&j->th, job_main, j);
+}
+
+bool fk_job_done(fk_job *j) { return atomic_load(&j->done); }
+
+static bool job_done_cond(void *arg) { return fk_job_done(arg); }
+
+static bool job_started_cond(void *arg) {
+  return atomic_load(&((fk_job *)arg)->started);
+}
+
+int64_t fk_job_t_start(fk_job *j) {
+  rt_wait_until_what(job_started_cond, j, 5000, "job thread started");
+  return j->t_start;
+}
+
+void fk_job_wait_until(fk_job *j, int64_t deadline, const char *what) {
+  int64_t t_start = fk_job_t_start(j);
+  if (!rt_poll_until(job_done_cond, j, deadline - rt_now_ms()))
+    cr_assert_fail("%s: %s(wait %" PRId64 ", lease %" PRId64
+                   ") still blocked %" PRId64 " ms after it was called, "
+                   "past its bound (longest CPU starvation of this test "
+                   "process: %" PRId64 " ms)",
+                   what ? what : "job", fk_call_name(j->call), j->wait_ms,
+                   j->lease_ms, rt_now_ms() - t_start, fk_max_stall_ms());
+}
+
+void fk_job_wait_done(fk_job *j, int64_t bound_ms, const char *what) {
+  fk_job_wait_until(j, rt_now_ms() + bound_ms, what);
+}
+
+void fk_job_join(fk_job *j, int64_t bound_ms) {
+  atomic_store(&j->go, true);
+  rt_thread_join(&j->th, bound_ms);
+}
+
+void fk_job_release(fk_job *j) {
+  fk_job_join(j, FK_GO_BOUND_MS + 5000);
+  cr_assert_eq(j->unlock_rc, 1, "the job's unlock returned %" PRId64
+               " %s (%s), expected 1 (released)", j->unlock_rc,
+               rlock_err_name((int)j->unlock_rc), j->unlock_err);
+}
+
+void fk_job_owner(fk_job *j, rlock_client *c, char *buf, size_t n) {
+  snprintf(buf, n, "%s:%" PRIu64, rlock_client_id(c), atomic_load(&j->tid));
+}
+
+void fk_my_owner(rlock_client *c, char *buf, size_t n) {
+  snprintf(buf, n, "%s:%" PRIu64, rlock_client_id(c), rlock_thread_id());
+}
+
+/* ---- keyspace events ---- */
+
+redisContext *fk_keyspace_watch(const char *key) {
+  rt_ok("OK", "CONFIG SET notify-keyspace-events Kgh");
+  redisContext *ctx = rt_redis_new(5000);
+  redisReply *r = redisCommand(ctx, "SUBSCRIBE __keyspace@0__:%s", key);
+  cr_assert(r != NULL && r->type == REDIS_REPLY_ARRAY,
+            "SUBSCRIBE to keyspace events failed");
+  freeReplyObject(r);
+  return ctx;
+}
+
+void fk_keyspace_collect(redisContext *ctx, char *buf, size_t n) {
+  struct timeval tv = {0, 200000};
+  redisSetTimeout(ctx, tv);
+  size_t used = 0;
+  buf[0] = '\0';
+  for (;;) {
+    void *reply = NULL;
+    if (redisGetReply(ctx, &reply) != REDIS_OK || reply == NULL)
+      break;
+    redisReply *r = reply;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+        r->element[2]->type == REDIS_REPLY_STRING && used < n)
+      used += (size_t)snprintf(buf + used, n - used, "%s%s", used ? " " : "",
+                               r->element[2]->str);
+    freeReplyObject(r);
+  }
+  redisFree(ctx);
+}

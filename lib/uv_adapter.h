@@ -6,6 +6,13 @@
 #include <hiredis.h>
 #include <uv.h>
 
+/* The hiredis compatibility shim of hiredict (Debian's libhiredict-shims-dev,
+ * the hiredis 1.x API on Debian 12 backports) spells this flag
+ * REDIS_DICONNECTING. */
+#if !defined(REDIS_DISCONNECTING) && defined(REDIS_DICONNECTING)
+#define REDIS_DISCONNECTING REDIS_DICONNECTING
+#endif
+
 /* Returns REDIS_OK, or REDIS_ERR (nothing attached, nothing leaked). */
 int rlock__uv_attach(redisAsyncContext *ac, uv_loop_t *loop);
 

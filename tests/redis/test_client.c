@@ -6,6 +6,8 @@
 #include <criterion/criterion.h>
 
 #include <ctype.h>
+#include <dirent.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -507,4 +509,69 @@ Test(client, thread_ids_unique_and_stable) {
   cr_assert_neq(c.first, b.first);
   cr_assert_neq(c.first, main_id);
   cr_assert_eq(rlock_thread_id(), main_id);
+}
+
+/* ---- nothing left behind ---- */
+
+static int count_dir(const char *path) {
+  DIR *d = opendir(path);
+  cr_assert_not_null(d, "opendir %s", path);
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.')
+      n++;
+  closedir(d);
+  return n;
+}
+
+static bool has_channel_subscriber(void *name) {
+  char chan[512];
+  rt_lock_channel(chan, sizeof chan, name);
+  return rt_numsub(chan) > 0;
+}
+
+static void *closer_waiter(void *p) {
+  /* blocks on a held lock until the client is closed under it */
+  return (void *)(intptr_t)rlock_lock((rlock *)p, -1);
+}
+
+Test(client, close_leaves_no_fd_thread_or_channel) {
+  char key[KEY_MAX];
+  rt_key(key, sizeof key, "leak");
+  (void)rt_redis(); /* the harness's own connection stays open throughout */
+  /* libuv makes one process-wide pipe (its signal lock) at the first
+   * uv_loop_init and keeps it: count from after a first client. */
+  rlock_client *warm = rt_client();
+  rlock_client_close(warm);
+  int fds0 = count_dir("/proc/self/fd");
+  int threads0 = count_dir("/proc/self/task");
+  for (int round = 0; round < 20; round++) {
+    rlock_client *c = rt_client();
+    rlock *lock = rt_lock(c, key);
+    cr_assert_eq(rlock_try_lock(lock, 0, -1), 1);
+    if (round % 4 == 0) {
+      /* a second client blocks on it, so a subscription is open at close */
+      rlock_client *c2 = rt_client();
+      rlock *lock2 = rt_lock(c2, key);
+      pthread_t t;
+      pthread_create(&t, NULL, closer_waiter, lock2);
+      rt_wait_until_what(has_channel_subscriber, key, 5000,
+                         "waiter subscribed");
+      rlock_client_close(c2);
+      void *rc;
+      pthread_join(t, &rc);
+      cr_assert_eq((int)(intptr_t)rc, RLOCK_ECLOSED);
+      rlock_free(lock2);
+    }
+    cr_assert_eq(rlock_unlock(lock), 1);
+    rlock_free(lock);
+    rlock_client_close(c);
+  }
+  cr_assert_eq(count_dir("/proc/self/fd"), fds0, "file descriptors leaked");
+  cr_assert_eq(count_dir("/proc/self/task"), threads0, "threads leaked");
+  redisReply *r = rt_cmd("PUBSUB CHANNELS *");
+  cr_assert_eq(r->elements, 0, "channels left subscribed");
+  freeReplyObject(r);
+  cr_assert_eq(rt_exists(key), 0);
 }

@@ -291,10 +291,8 @@ static void latch_id(rlock_client *c, char hex[33]) {
  * commands per acquisition. A latch left behind expires by its TTL. */
 #define LATCH_BATCH_MS 100
 
-static void latch_flush(rlock_client *c) {
-  rlock__timed_stop(c, &c->latch_timer);
-  if (c->latch_del_n == 0)
-    return;
+/* Sends one UNLINK for every pending latch and forgets them. */
+static rlock__cmd *latch_unlink(rlock_client *c, rlock__reply_cb cb) {
   const char *argv[65];
   size_t lens[65];
   argv[0] = "UNLINK";
@@ -303,10 +301,16 @@ static void latch_flush(rlock_client *c) {
     argv[i + 1] = c->latch_del[i];
     lens[i + 1] = strlen(c->latch_del[i]);
   }
-  rlock__cmd_send(c, NULL, c->latch_del_n + 1, argv, lens, 0, NULL, NULL);
-  for (int i = 0; i < c->latch_del_n; i++)
-    free(c->latch_del[i]);
-  c->latch_del_n = 0;
+  rlock__cmd *cmd =
+      rlock__cmd_send(c, NULL, c->latch_del_n + 1, argv, lens, 0, cb, NULL);
+  rlock__latches_shutdown(c); /* frees the names: the record copied them */
+  return cmd;
+}
+
+static void latch_flush(rlock_client *c) {
+  rlock__timed_stop(c, &c->latch_timer);
+  if (c->latch_del_n > 0)
+    latch_unlink(c, NULL);
 }
 
 static void latch_timer_fire(rlock_client *c, rlock__timed *t) {
@@ -334,18 +338,7 @@ static void latch_close_reply(rlock_client *c, redisReply *reply, int err,
 int rlock__latches_flush_at_close(rlock_client *c) {
   if (c->latch_del_n == 0 || c->cmd.ac == NULL)
     return 0;
-  const char *argv[65];
-  size_t lens[65];
-  argv[0] = "UNLINK";
-  lens[0] = 6;
-  for (int i = 0; i < c->latch_del_n; i++) {
-    argv[i + 1] = c->latch_del[i];
-    lens[i + 1] = strlen(c->latch_del[i]);
-  }
-  rlock__cmd *cmd = rlock__cmd_send(c, NULL, c->latch_del_n + 1, argv, lens,
-                                    0, latch_close_reply, NULL);
-  rlock__latches_shutdown(c);
-  if (cmd == NULL)
+  if (latch_unlink(c, latch_close_reply) == NULL)
     return 0;
   c->trims_draining++;
   return 1;

@@ -34,6 +34,13 @@ static void set_events(uv_io *io, int events);
 static void poll_cb(uv_poll_t *handle, int status, int events) {
   uv_io *io = handle->data;
   int ready = status < 0 ? io->events : events;
+  if (status < 0) {
+    /* On an error event libuv has already stopped this watcher itself. If
+     * hiredis now reads data that was still buffered rather than the error,
+     * the watcher must be started again, or nothing would ever read this
+     * socket (and see the error) again: a dead connection taken for live. */
+    io->events = 0;
+  }
   if (io->ac != NULL && (ready & UV_READABLE)) {
     /* Until connected, hiredis completes the connect itself. */
     if (io->read_hook != NULL && (io->ac->c.flags & REDIS_CONNECTED))
@@ -44,6 +51,8 @@ static void poll_cb(uv_poll_t *handle, int status, int events) {
   /* reading may have freed the context (cleanup cleared io->ac) */
   if (io->ac != NULL && (ready & UV_WRITABLE))
     redisAsyncHandleWrite(io->ac);
+  if (status < 0 && io->ac != NULL && io->events == 0)
+    set_events(io, ready | UV_READABLE);
 }
 
 static void set_events(uv_io *io, int events) {

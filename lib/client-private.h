@@ -69,7 +69,6 @@ typedef struct rlock__conn {
   int backoff_attempt;
   /* commands created while ac == NULL, sent at the next connect */
   rlock__cmd *pending_head, *pending_tail;
-  uint64_t connects; /* completed handshakes, for tests/diagnostics */
   int hs_err;        /* first error of the current handshake */
   int hs_expect;     /* subscriber: handshake replies still to come */
   char hs_detail[200];
@@ -151,7 +150,6 @@ uint64_t rlock__sub_epoch(rlock_client *c, const char *channel, size_t len);
 /* Puts a joined op to sleep until a message or `wait_ms`; a stored permit
  * wakes it at once. The op's on_wake runs either way. */
 void rlock__sub_wait(rlock__op *op, int64_t wait_ms);
-void rlock__sub_unwait(rlock__op *op);
 void rlock__pubsub_on_connect(rlock_client *c);
 void rlock__pubsub_on_disconnect(rlock_client *c);
 void rlock__pubsub_shutdown(rlock_client *c);
@@ -308,7 +306,6 @@ struct rlock_client {
   rlock__cmd *cmd_all;
   uint64_t next_epoch;
   uint64_t next_hold_gen;
-  uint64_t renew_calls; /* watchdog script calls sent */
   /* unlock latches to delete, sent as one UNLINK (lock.c) */
   char *latch_del[64];
   int latch_del_n;

@@ -101,7 +101,6 @@ static void conn_ready(rlock__conn *conn) {
   }
   conn->state = RLOCK__CONN_UP;
   conn->backoff_attempt = 0;
-  conn->connects++;
   rlock__open_progress(c, 0, NULL);
   if (!conn->is_sub)
     rlock__suspects_run(c);

@@ -164,7 +164,7 @@ int rlock__sub_join(rlock_client *c, rlock__op *op, const char *channel,
   return 0;
 }
 
-void rlock__sub_unwait(rlock__op *op) {
+static void sub_unwait(rlock__op *op) {
   rlock__sub *e = op->sub;
   if (e == NULL)
     return;
@@ -179,7 +179,7 @@ void rlock__sub_leave(rlock__op *op) {
   rlock__sub *e = op->sub;
   if (e == NULL)
     return;
-  rlock__sub_unwait(op);
+  sub_unwait(op);
   op->sub = NULL;
   if (--e->refs == 0)
     entry_idle(e->client, e);

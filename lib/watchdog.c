@@ -140,7 +140,6 @@ static void send_batch(rlock_client *c, renew_batch *b, const char *timeout) {
     return;
   }
   c->renew_inflight++;
-  c->renew_calls++;
 }
 
 static void watchdog_tick(uv_timer_t *timer) {

@@ -380,6 +380,8 @@ static void cmd_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
   complete(cmd, reply, 0);
 }
 
+/* Sends on the command connection, or queues the record for the next one
+ * when there is none or it is going away (rlock__conn_start flushes it). */
 static void send_now(rlock__cmd *cmd) {
   rlock__conn *conn = &cmd->client->cmd;
   int off = 2;
@@ -390,9 +392,9 @@ static void send_now(rlock__cmd *cmd) {
     cmd->argv[1] = cmd->use_eval ? cmd->script->body : cmd->script->sha;
     cmd->argvlen[1] = strlen(cmd->argv[1]);
   }
-  if (redisAsyncCommandArgv(conn->ac, cmd_reply_cb, cmd, cmd->argc + 2 - off,
+  if (conn->ac == NULL ||
+      redisAsyncCommandArgv(conn->ac, cmd_reply_cb, cmd, cmd->argc + 2 - off,
                             cmd->argv + off, cmd->argvlen + off) != REDIS_OK) {
-    /* The context is disconnecting: wait for the next connection. */
     cmd->pending_next = NULL;
     if (conn->pending_tail != NULL)
       conn->pending_tail->pending_next = cmd;
@@ -406,20 +408,10 @@ static void send_now(rlock__cmd *cmd) {
 
 static void dispatch(rlock__cmd *cmd) {
   rlock_client *c = cmd->client;
-  rlock__conn *conn = &c->cmd;
   cmd->state = RLOCK__CMD_WAIT_REPLY;
   cmd->timer.fire = cmd_timer_fire;
   rlock__timed_start(c, &cmd->timer,
                      rlock__now_ms() + c->opts.command_timeout_ms);
-  if (conn->ac == NULL) {
-    cmd->pending_next = NULL;
-    if (conn->pending_tail != NULL)
-      conn->pending_tail->pending_next = cmd;
-    else
-      conn->pending_head = cmd;
-    conn->pending_tail = cmd;
-    return;
-  }
   send_now(cmd);
 }
 

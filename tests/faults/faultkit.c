@@ -18,7 +18,6 @@
 
 #define FK_START_BOUND_MS 8000
 #define FK_STOP_BOUND_MS 5000
-#define FK_MAX_EXTRA 16
 #define FK_MAX_SERVERS 4
 #define FK_MAX_CONNS 64
 
@@ -215,41 +214,6 @@ void fk_wait_conn_count(const char *name, size_t n, int64_t bound_ms) {
 
 /* ---- servers ---- */
 
-static void remove_dir(const char *dir) {
-  if (dir[0] == '\0')
-    return;
-  char path[PATH_MAX + 32];
-  snprintf(path, sizeof path, "%s/redis.log", dir);
-  unlink(path);
-  snprintf(path, sizeof path, "%s/dump.rdb", dir);
-  unlink(path);
-  rmdir(dir);
-}
-
-static bool reap_bounded(pid_t pid, int64_t bound_ms) {
-  int64_t deadline = rt_now_ms() + bound_ms;
-  for (;;) {
-    pid_t r = waitpid(pid, NULL, WNOHANG);
-    if (r == pid || (r < 0 && errno == ECHILD))
-      return true;
-    if (rt_now_ms() >= deadline)
-      return false;
-    rt_sleep_ms(5);
-  }
-}
-
-static void read_log(const char *dir, char *buf, size_t n) {
-  char path[PATH_MAX + 16];
-  snprintf(path, sizeof path, "%s/redis.log", dir);
-  buf[0] = '\0';
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return;
-  size_t got = fread(buf, 1, n - 1, f);
-  buf[got] = '\0';
-  fclose(f);
-}
-
 /* Answers PING and INFO says it is process `pid`. */
 static bool answers_as(int port, pid_t pid) {
   struct timeval tv = {0, 250000};
@@ -276,9 +240,6 @@ static bool answers_as(int port, pid_t pid) {
  * answer. The child gets SIGKILL when the test process dies. */
 static bool spawn_on(fk_server *s, int port, const char *const *extra,
                      char *why, size_t why_n) {
-  const char *bin = getenv("REDIS_SERVER");
-  if (!bin || !*bin)
-    bin = "redis-server";
   const char *tmp = getenv("TMPDIR");
   if (!tmp || !*tmp)
     tmp = "/tmp";
@@ -289,65 +250,17 @@ static bool spawn_on(fk_server *s, int port, const char *const *extra,
     s->dir[0] = '\0';
     return false;
   }
-  char port_s[16], log_path[PATH_MAX + 16];
-  snprintf(port_s, sizeof port_s, "%d", port);
-  snprintf(log_path, sizeof log_path, "%s/redis.log", s->dir);
-  const char *argv[20 + FK_MAX_EXTRA];
-  size_t a = 0;
-  argv[a++] = bin;
-  argv[a++] = "--save";
-  argv[a++] = "";
-  argv[a++] = "--appendonly";
-  argv[a++] = "no";
-  argv[a++] = "--bind";
-  argv[a++] = "127.0.0.1";
-  argv[a++] = "--port";
-  argv[a++] = port_s;
-  argv[a++] = "--daemonize";
-  argv[a++] = "no";
-  argv[a++] = "--dir";
-  argv[a++] = s->dir;
-  argv[a++] = "--enable-debug-command";
-  argv[a++] = "yes";
-  for (size_t i = 0; extra && extra[i]; i++) {
-    cr_assert_lt(i, FK_MAX_EXTRA, "too many extra server arguments");
-    argv[a++] = extra[i];
-  }
-  argv[a] = NULL;
-
-  int log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-  cr_assert(log_fd >= 0 && null_fd >= 0, "open: %s", strerror(errno));
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid == 0) {
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-      _exit(126);
-    dup2(null_fd, STDIN_FILENO);
-    dup2(log_fd, STDOUT_FILENO);
-    dup2(log_fd, STDERR_FILENO);
-    if (strchr(bin, '/'))
-      execv(bin, (char *const *)argv);
-    else
-      execvp(bin, (char *const *)argv);
-    _exit(127);
-  }
-  close(log_fd);
-  close(null_fd);
-  cr_assert(pid > 0, "fork: %s", strerror(errno));
+  pid_t pid = rt_spawn_redis(port, s->dir, true, extra, why, why_n);
+  cr_assert(pid > 0, "%s", why);
 
   int64_t deadline = rt_now_ms() + FK_START_BOUND_MS;
   while (rt_now_ms() < deadline) {
     int status;
     if (waitpid(pid, &status, WNOHANG) == pid) {
       char log[1024];
-      read_log(s->dir, log, sizeof log);
+      rt_read_log(s->dir, log, sizeof log);
       snprintf(why, why_n, "redis-server on port %d exited: %s", port, log);
-      remove_dir(s->dir);
+      rt_remove_dir(s->dir);
       s->dir[0] = '\0';
       return false;
     }
@@ -363,7 +276,7 @@ static bool spawn_on(fk_server *s, int port, const char *const *extra,
   waitpid(pid, NULL, 0);
   snprintf(why, why_n, "redis-server on port %d did not answer within %d ms",
            port, FK_START_BOUND_MS);
-  remove_dir(s->dir);
+  rt_remove_dir(s->dir);
   s->dir[0] = '\0';
   return false;
 }
@@ -402,13 +315,13 @@ static void halt(fk_server *s) {
   if (s->pid > 0) {
     kill(s->pid, SIGCONT);
     kill(s->pid, SIGTERM);
-    if (!reap_bounded(s->pid, FK_STOP_BOUND_MS)) {
+    if (!rt_reap_bounded(s->pid, FK_STOP_BOUND_MS)) {
       kill(s->pid, SIGKILL);
       waitpid(s->pid, NULL, 0);
     }
     s->pid = 0;
   }
-  remove_dir(s->dir);
+  rt_remove_dir(s->dir);
   s->dir[0] = '\0';
 }
 
@@ -439,7 +352,7 @@ int64_t fk_server_restart_same_port(void) {
     kill(g_fk.restarted.pid, SIGKILL);
     waitpid(g_fk.restarted.pid, NULL, 0);
     g_fk.restarted.pid = 0;
-    remove_dir(g_fk.restarted.dir);
+    rt_remove_dir(g_fk.restarted.dir);
   } else {
     rt_server_kill(); /* SIGKILL works on a stopped server too */
   }

@@ -76,8 +76,7 @@ int rt_free_port(void) {
   return port;
 }
 
-/* Waits up to bound_ms for pid to exit; true if it was reaped. */
-static bool reap_bounded(pid_t pid, int64_t bound_ms) {
+bool rt_reap_bounded(pid_t pid, int64_t bound_ms) {
   int64_t deadline = rt_now_ms() + bound_ms;
   for (;;) {
     int status;
@@ -96,7 +95,7 @@ static void kill_and_reap(pid_t pid) {
   }
 }
 
-static void remove_dir(const char *dir) {
+void rt_remove_dir(const char *dir) {
   if (dir[0] == '\0')
     return;
   DIR *d = opendir(dir);
@@ -114,10 +113,9 @@ static void remove_dir(const char *dir) {
   rmdir(dir);
 }
 
-/* Reads up to n-1 bytes of the server log into buf (NUL-terminated). */
-static void read_log(char *buf, size_t n) {
+void rt_read_log(const char *dir, char *buf, size_t n) {
   char path[PATH_MAX + 16];
-  snprintf(path, sizeof path, "%s/redis.log", g_srv.dir);
+  snprintf(path, sizeof path, "%s/redis.log", dir);
   buf[0] = '\0';
   FILE *f = fopen(path, "r");
   if (!f)
@@ -151,6 +149,58 @@ static pid_t spawn_server(const char *bin, const char *const *argv,
   else
     execvp(bin, (char *const *)argv);
   _exit(127);
+}
+
+pid_t rt_spawn_redis(int port, const char *dir, bool debug_cmd,
+                     const char *const *extra, char *why, size_t why_n) {
+  const char *bin = getenv("REDIS_SERVER");
+  if (!bin || !*bin)
+    bin = "redis-server";
+  char port_s[16], log_path[PATH_MAX + 16];
+  snprintf(port_s, sizeof port_s, "%d", port);
+  snprintf(log_path, sizeof log_path, "%s/redis.log", dir);
+  const char *argv[24 + RT_MAX_EXTRA];
+  size_t a = 0;
+  argv[a++] = bin;
+  argv[a++] = "--save";
+  argv[a++] = "";
+  argv[a++] = "--appendonly";
+  argv[a++] = "no";
+  argv[a++] = "--bind";
+  argv[a++] = "127.0.0.1";
+  argv[a++] = "--port";
+  argv[a++] = port_s;
+  argv[a++] = "--daemonize";
+  argv[a++] = "no";
+  argv[a++] = "--dir";
+  argv[a++] = dir;
+  if (debug_cmd) {
+    argv[a++] = "--enable-debug-command";
+    argv[a++] = "yes";
+  }
+  for (size_t i = 0; extra && extra[i]; i++) {
+    cr_assert_lt(i, RT_MAX_EXTRA, "too many extra server arguments");
+    argv[a++] = extra[i];
+  }
+  argv[a] = NULL;
+
+  int log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (log_fd < 0 || null_fd < 0) {
+    snprintf(why, why_n, "open log or /dev/null: %s", strerror(errno));
+    if (log_fd >= 0)
+      close(log_fd);
+    if (null_fd >= 0)
+      close(null_fd);
+    return -1;
+  }
+  pid_t pid = spawn_server(bin, argv, log_fd, null_fd);
+  int fork_errno = errno;
+  close(log_fd);
+  close(null_fd);
+  if (pid < 0)
+    snprintf(why, why_n, "fork: %s", strerror(fork_errno));
+  return pid;
 }
 
 enum ready_state { READY, EXITED, FOREIGN, TIMEOUT };
@@ -247,9 +297,6 @@ void rt_server_start_args(const char *const *extra) {
     g_srv.dir[0] = '\0';
     cr_assert_fail("mkdtemp in %s: %s", tmp, strerror(e));
   }
-  char log_path[PATH_MAX + 16];
-  snprintf(log_path, sizeof log_path, "%s/redis.log", g_srv.dir);
-
   bool debug_opt = true;
   char why[4096] = "no attempt made";
   for (int attempt = 0; attempt < RT_START_ATTEMPTS; attempt++) {
@@ -258,50 +305,10 @@ void rt_server_start_args(const char *const *extra) {
       snprintf(why, sizeof why, "no free port: %s", strerror(errno));
       break;
     }
-    char port_s[16];
-    snprintf(port_s, sizeof port_s, "%d", port);
-
-    const char *argv[24 + RT_MAX_EXTRA];
-    size_t a = 0;
-    argv[a++] = bin;
-    argv[a++] = "--save";
-    argv[a++] = "";
-    argv[a++] = "--appendonly";
-    argv[a++] = "no";
-    argv[a++] = "--bind";
-    argv[a++] = "127.0.0.1";
-    argv[a++] = "--port";
-    argv[a++] = port_s;
-    argv[a++] = "--daemonize";
-    argv[a++] = "no";
-    argv[a++] = "--dir";
-    argv[a++] = g_srv.dir;
-    if (debug_opt) {
-      argv[a++] = "--enable-debug-command";
-      argv[a++] = "yes";
-    }
-    for (size_t i = 0; i < n_extra; i++)
-      argv[a++] = extra[i];
-    argv[a] = NULL;
-
-    int log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (log_fd < 0 || null_fd < 0) {
-      snprintf(why, sizeof why, "open log or /dev/null: %s", strerror(errno));
-      if (log_fd >= 0)
-        close(log_fd);
-      if (null_fd >= 0)
-        close(null_fd);
+    pid_t pid = rt_spawn_redis(port, g_srv.dir, debug_opt, extra, why,
+                               sizeof why);
+    if (pid < 0)
       break;
-    }
-    pid_t pid = spawn_server(bin, argv, log_fd, null_fd);
-    int fork_errno = errno;
-    close(log_fd);
-    close(null_fd);
-    if (pid < 0) {
-      snprintf(why, sizeof why, "fork: %s", strerror(fork_errno));
-      break;
-    }
 
     int status = 0;
     enum ready_state st = wait_ready(pid, port, &status);
@@ -316,7 +323,7 @@ void rt_server_start_args(const char *const *extra) {
       kill_and_reap(pid);
 
     char log[2048];
-    read_log(log, sizeof log);
+    rt_read_log(g_srv.dir, log, sizeof log);
     if (st == TIMEOUT) {
       snprintf(why, sizeof why,
                "%.256s did not answer PING on port %d within %d ms; log:\n%s", bin,
@@ -338,7 +345,7 @@ void rt_server_start_args(const char *const *extra) {
              WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), log);
     break;
   }
-  remove_dir(g_srv.dir);
+  rt_remove_dir(g_srv.dir);
   g_srv.dir[0] = '\0';
   cr_assert_fail("cannot start redis-server: %s", why);
 }
@@ -362,11 +369,11 @@ void rt_server_stop(void) {
   drop_ctx();
   if (g_srv.running) {
     kill(g_srv.pid, SIGTERM);
-    if (!reap_bounded(g_srv.pid, RT_STOP_BOUND_MS))
+    if (!rt_reap_bounded(g_srv.pid, RT_STOP_BOUND_MS))
       kill_and_reap(g_srv.pid);
     g_srv.running = false;
   }
-  remove_dir(g_srv.dir);
+  rt_remove_dir(g_srv.dir);
   g_srv.dir[0] = '\0';
   set_auth(NULL, NULL);
 }

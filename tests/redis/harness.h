@@ -61,6 +61,20 @@ const char *rt_server_dir(void);
 /* A TCP port on 127.0.0.1 that nothing listens on right now. Any thread. */
 int rt_free_port(void);
 
+/* Building blocks for suites that run servers of their own (tests/faults):
+ * starts a private redis-server on 127.0.0.1:port with its data and
+ * redis.log in dir (no persistence; --enable-debug-command when debug_cmd;
+ * then `extra`), killed if the test process dies. Does not wait for it to
+ * answer. Returns its pid, or -1 with why set. */
+pid_t rt_spawn_redis(int port, const char *dir, bool debug_cmd,
+                     const char *const *extra, char *why, size_t why_n);
+/* Waits up to bound_ms for pid to exit; true if it was reaped. */
+bool rt_reap_bounded(pid_t pid, int64_t bound_ms);
+/* Removes dir and the files in it. "" is ignored. */
+void rt_remove_dir(const char *dir);
+/* Reads up to n-1 bytes of dir/redis.log into buf (NUL-terminated). */
+void rt_read_log(const char *dir, char *buf, size_t n);
+
 /* ---- plain Redis for assertions ---- */
 
 /* A synchronous hiredis connection to the server (made on first use, 5 s

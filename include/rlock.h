@@ -68,7 +68,8 @@ extern "C" {
   X(EREADONLY, -16, "Redis server is a read-only replica")                     \
   X(EPROTO, -17, "unexpected reply from Redis")                                \
   X(ENAMETOOLONG, -18, "lock name longer than RLOCK_NAME_MAX")                 \
-  X(ESYS, -19, "system resource error (thread, loop or socket setup)")
+  X(ESYS, -19, "system resource error (thread, loop or socket setup)")       \
+  X(EFORK, -20, "client used in a forked child process")
 
 typedef enum rlock_errno {
 #define RLOCK__ERR_ENUM(name, value, msg) RLOCK_##name = (value),

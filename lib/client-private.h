@@ -139,6 +139,11 @@ struct rlock__sub {
   rlock__op *confirm_head, *confirm_tail; /* waiting for SUBSCRIBE reply */
   rlock__op *wait_head, *wait_tail;       /* waiting for a message */
   rlock__timed linger; /* UNSUBSCRIBE a little after the last op left */
+  /* In the client's queue of (UN)SUBSCRIBEs awaiting their reply: an error
+   * reply names no channel, so it belongs to the oldest request. An entry
+   * has at most one request in flight and is not freed while it has one. */
+  rlock__sub *req_next;
+  bool req_queued;
 };
 
 /* Joins op to the channel's entry (creating and subscribing it). */
@@ -168,6 +173,11 @@ struct rlock__hold {
   int64_t lease_ms;       /* last explicit lease */
   uint64_t gen;
   bool lost;
+  /* Unlocks of this hold in flight, and how many were ever started: while
+   * one runs (or since a renewal was sent) a renewal's "0" may just mean the
+   * unlock already ran on the server, so it is not a loss (watchdog.c). */
+  int releasing;
+  uint64_t release_seq;
 };
 
 rlock__hold *rlock__hold_find(rlock_client *c, const char *name,
@@ -243,6 +253,8 @@ struct rlock__op {
   int lost_err;           /* first transport error of an acquire, or 0 */
   int64_t outage_until;   /* how long a deadline-less op rides out errors */
   int64_t trim_want;      /* count sent with the op's trim */
+  bool answered;          /* the server answered one of this op's commands */
+  uint64_t hold_gen;      /* release: the hold it counted as releasing */
 };
 
 /* Runs an op on the loop thread (called from rlock__loop_submit's drain). */
@@ -255,6 +267,10 @@ void rlock__op_finish(rlock__op *op, int result);
 void rlock__op_retry(rlock__op *op);
 /* Called by pubsub when the subscription could not be made in time. */
 void rlock__op_sub_timeout(rlock__op *op);
+/* Called by pubsub when the server refused the SUBSCRIBE (err, e.g.
+ * RLOCK_ENOPERM, with the server's text). */
+void rlock__op_sub_failed(rlock__op *op, int err, const char *text,
+                          size_t len);
 
 /* ---- client.c / loop.c ---- */
 
@@ -292,6 +308,7 @@ struct rlock_client {
   rlock__op *queue_head, *queue_tail;
   bool closed;         /* under queue_mutex: no more requests accepted */
   bool thread_started;
+  int pid; /* the process that opened it (fork check) */
 
   /* loop-thread state */
   bool closing;
@@ -300,6 +317,7 @@ struct rlock_client {
   rlock__timed **heap;
   size_t heap_len, heap_cap;
   rlock__map subs;  /* channel -> rlock__sub */
+  rlock__sub *sub_req_head, *sub_req_tail; /* requests awaiting replies */
   rlock__map holds; /* name '\0' owner -> rlock__hold */
   rlock__map suspects; /* name '\0' owner: holds to re-check (reconcile.c) */
   rlock__op *active_head;
@@ -322,8 +340,14 @@ struct rlock_client {
   int open_pending; /* connections still to answer their PING */
 };
 
-/* Queues op for the loop thread. Returns 0, or RLOCK_ECLOSED (op untouched). */
+/* Queues op for the loop thread. Returns 0, or RLOCK_ECLOSED / RLOCK_EFORK
+ * (op untouched). */
 int rlock__loop_submit(rlock_client *c, rlock__op *op);
+/* RLOCK_EFORK when called in a process forked from the one that opened the
+ * client (its loop thread does not exist there), else 0. */
+int rlock__fork_check(const rlock_client *c);
+/* The detail for a failed rlock__loop_submit(). */
+const char *rlock__submit_error(int rc);
 bool rlock__on_loop_thread(rlock_client *c);
 /* Next id from the counter shared by thread ids and rlock_owner_new(). */
 uint64_t rlock__id_next(void);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "client-private.h"
 
@@ -81,6 +82,7 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
     return RLOCK_ENOMEM;
   }
   atomic_init(&c->refs, 1);
+  c->pid = (int)getpid();
   c->opts = *o;
   c->uri_text = strdup(uri);
   c->client_name = dup_or_null(o->client_name);
@@ -148,6 +150,13 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
 void rlock_client_close(rlock_client *c) {
   if (c == NULL)
     return;
+  if (rlock__fork_check(c) != 0) {
+    /* A forked child's copy: its loop thread is the parent's, and the
+     * sockets and the loop's descriptors are shared with the parent, so
+     * nothing is touched (the copy's memory is left to the child's exit or
+     * exec). */
+    return;
+  }
   uv_mutex_lock(&c->queue_mutex);
   c->closed = true;
   uv_async_send(&c->wakeup);
@@ -179,6 +188,11 @@ int rlock_get(rlock_client *c, const char *name, rlock **out) {
   if (len > RLOCK_NAME_MAX) {
     rlock__set_last_error("lock name longer than %d bytes", RLOCK_NAME_MAX);
     return RLOCK_ENAMETOOLONG;
+  }
+  int forked = rlock__fork_check(c);
+  if (forked != 0) {
+    rlock__set_last_error("%s", rlock__submit_error(forked));
+    return forked;
   }
   uv_mutex_lock(&c->queue_mutex);
   bool closed = c->closed;

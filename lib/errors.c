@@ -96,13 +96,34 @@ int rlock__err_from_server(const char *text, size_t len) {
       {"OOM", RLOCK_EOOM},
       {"READONLY", RLOCK_EREADONLY},
   };
-  size_t i;
+  size_t i, at;
 
   if (text == NULL)
     return RLOCK_ESERVER;
   for (i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
     if (rlock__has_prefix_word(text, len, table[i].prefix))
       return table[i].code;
+  }
+  /* A command refused by the ACL inside a Lua script: Redis 7.0 reports it
+   * as a plain "ERR The user executing the script can't run this command
+   * ..." (or "... can't publish to the channel ...", "... can't access at
+   * least one of the keys ..."). */
+  if (rlock__has_prefix_word(text, len, "ERR The user executing the script"))
+    return RLOCK_ENOPERM;
+  /* Older servers wrap a script's error: "ERR Error running script (call
+   * to f_...): @user_script:1: WRONGTYPE ...". The code after a ": " is the
+   * one that matters. */
+  if (rlock__has_prefix_word(text, len, "ERR Error running script")) {
+    for (at = 0; at + 2 < len; at++) {
+      if (text[at] != ':' || text[at + 1] != ' ')
+        continue;
+      for (i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+        if (table[i].prefix[0] != 'E' && /* not the ERR-based AUTH texts */
+            rlock__has_prefix_word(text + at + 2, len - at - 2,
+                                   table[i].prefix))
+          return table[i].code;
+      }
+    }
   }
   return RLOCK_ESERVER;
 }

@@ -40,10 +40,22 @@ static void set_detail(rlock__op *op, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* A release counts on its hold as "releasing" while it runs (watchdog.c
+ * neither renews such a hold nor takes a "0" for a loss). */
+static void release_unmark(rlock__op *op) {
+  if (op->hold_gen == 0)
+    return;
+  rlock__hold *h = rlock__hold_find(op->client, op->lock->name, op->owner);
+  if (h != NULL && h->gen == op->hold_gen && h->releasing > 0)
+    h->releasing--;
+  op->hold_gen = 0;
+}
+
 void rlock__op_finish(rlock__op *op, int result) {
   if (op->state == RLOCK__ST_DONE)
     return;
   rlock_client *c = op->lock->client;
+  release_unmark(op);
   rlock__cmd_abandon(op->cmd);
   op->cmd = NULL;
   rlock__sub_leave(op);
@@ -121,17 +133,55 @@ static bool has_time(rlock__op *op) {
 
 static void start_trim(rlock__op *op);
 
-static void trim_timer_fire(rlock_client *c, rlock__timed *t) {
-  (void)c;
-  start_trim((rlock__op *)((char *)t - offsetof(rlock__op, timer)));
-}
-
 /* Gives up on an acquire whose outcome is unknown: the caller gets the
  * transport error and the client trims this owner's field in the
  * background (reconcile.c), so no hold it doesn't know of survives. */
 static void give_up(rlock__op *op) {
   rlock__suspect_add(op->lock->client, op->lock, op->owner);
   rlock__op_finish(op, op->lost_err);
+}
+
+static void trim_timer_fire(rlock_client *c, rlock__timed *t) {
+  (void)c;
+  rlock__op *op = (rlock__op *)((char *)t - offsetof(rlock__op, timer));
+  if (has_time(op))
+    start_trim(op);
+  else
+    give_up(op);
+}
+
+/* wait_ms is the bound of the whole call, also when the server stalls: a
+ * try (or trim) still unanswered at the deadline is abandoned and its
+ * (name, owner) trimmed in the background once the server answers - the
+ * same repair as for a lost reply, so an acquire that lands late leaves no
+ * hold behind. The caller gets 0 (not acquired within wait_ms) if the
+ * server answered this op before, else RLOCK_ETIMEDOUT. */
+static void deadline_fire(rlock_client *c, rlock__timed *t) {
+  rlock__op *op = (rlock__op *)((char *)t - offsetof(rlock__op, timer));
+  if (op->state != RLOCK__ST_CMD)
+    return;
+  if (op->cmd == NULL) { /* between commands: settled by their own paths */
+    if (!has_time(op))
+      give_up(op);
+    return;
+  }
+  rlock__suspect_add(c, op->lock, op->owner);
+  if (op->answered) {
+    rlock__op_finish(op, 0);
+    return;
+  }
+  set_detail(op, "no answer from Redis within wait_ms (%" PRId64 " ms)",
+             op->wait_ms);
+  rlock__op_finish(op, RLOCK_ETIMEDOUT);
+}
+
+/* Bounds the command just sent by the op's own deadline (when it has one
+ * shorter than the command's reply deadline would allow). */
+static void arm_deadline(rlock__op *op) {
+  if (op->wait_ms <= 0 || op->state != RLOCK__ST_CMD || op->cmd == NULL)
+    return;
+  op->timer.fire = deadline_fire;
+  rlock__timed_start(op->lock->client, &op->timer, op->deadline);
 }
 
 static void trim_reply(rlock_client *c, redisReply *reply, int err,
@@ -149,10 +199,13 @@ static void trim_reply(rlock_client *c, redisReply *reply, int err,
     }
     op->state = RLOCK__ST_CMD;
     op->timer.fire = trim_timer_fire;
-    rlock__timed_start(c, &op->timer,
-                       rlock__now_ms() + c->opts.retry_interval_ms);
+    int64_t at = rlock__now_ms() + c->opts.retry_interval_ms;
+    if (op->wait_ms > 0 && op->deadline < at)
+      at = op->deadline;
+    rlock__timed_start(c, &op->timer, at);
     return;
   }
+  op->answered = true;
   rlock__hold_trimmed(c, op->lock->name, op->owner, reply->integer,
                       op->trim_want);
   if (has_time(op))
@@ -171,6 +224,8 @@ static void start_trim(rlock__op *op) {
                              trim_reply, op);
   if (op->cmd == NULL)
     give_up(op);
+  else
+    arm_deadline(op);
 }
 
 /* The reply to an acquire never came: it may or may not have run. */
@@ -192,8 +247,10 @@ static void try_reply(rlock_client *c, redisReply *reply, int err,
     lost_acquire(op, err);
     return;
   }
+  rlock__timed_stop(c, &op->timer); /* the deadline timer, if armed */
   if (failed(op, reply, err))
     return;
+  op->answered = true;
   op->lost_err = 0;
   op->outage_until = 0;
   if (reply->type == REDIS_REPLY_NIL) {
@@ -255,6 +312,7 @@ static void send_try(rlock__op *op) {
    * count one acquisition twice. */
   send_cmd(op, rlock__script_get(RLOCK__SCRIPT_ACQUIRE), 4, argv, lens, 0,
            try_reply);
+  arm_deadline(op);
 }
 
 void rlock__op_retry(rlock__op *op) { send_try(op); }
@@ -267,6 +325,13 @@ void rlock__op_sub_timeout(rlock__op *op) {
   set_detail(op, "SUBSCRIBE to %s not confirmed within subscribe_timeout_ms",
              op->lock->channel);
   rlock__op_finish(op, RLOCK_ETIMEDOUT);
+}
+
+void rlock__op_sub_failed(rlock__op *op, int err, const char *text,
+                          size_t len) {
+  set_detail(op, "SUBSCRIBE to %s refused: %.*s", op->lock->channel, (int)len,
+             text);
+  rlock__op_finish(op, err);
 }
 
 /* ---- release ---- */
@@ -354,6 +419,7 @@ static void release_reply(rlock_client *c, redisReply *reply, int err,
                           void *data) {
   rlock__op *op = data;
   op->cmd = NULL;
+  release_unmark(op);
   rlock__hold *h = rlock__hold_find(c, op->lock->name, op->owner);
   if (transient(err)) {
     /* Every re-send (same latch) went unanswered. The caller asked to give
@@ -394,6 +460,23 @@ static void release_reply(rlock_client *c, redisReply *reply, int err,
   latch_forget(c, op->latch);
   op->latch = NULL;
   if (h != NULL) {
+    if (reply->integer == 1 && h->count > 1) {
+      /* Released on the server while the client counted more holds: the
+       * outer hold was lost (its lease ran out, or the key was deleted) and
+       * this owner's later re-entry took the free lock afresh. The lock was
+       * not held throughout, so say so; the outer unlocks that remain get
+       * RLOCK_ELOCKLOST too. */
+      h->count--;
+      if (h->watchdog_count > h->count)
+        h->watchdog_count = h->count;
+      h->lost = true;
+      set_detail(op, "lock '%s' was lost while re-entered (it expired or "
+                     "was deleted after an outer hold was taken); this "
+                     "unlock released a later hold",
+                 op->lock->name);
+      rlock__op_finish(op, RLOCK_ELOCKLOST);
+      return;
+    }
     if (reply->integer == 1) {
       rlock__hold_drop(c, h);
     } else {
@@ -424,6 +507,11 @@ static void start_release(rlock__op *op) {
   snprintf(op->latch, latch_len + 1, "redisson_unlock_latch:%s:%s",
            lock->braced, hex);
   rlock__hold *h = rlock__hold_find(c, lock->name, op->owner);
+  if (h != NULL) {
+    h->releasing++;
+    h->release_seq++;
+    op->hold_gen = h->gen;
+  }
   int64_t lease = c->opts.watchdog_timeout_ms;
   if (h != NULL && h->watchdog_count == 0 && h->lease_ms > 0)
     lease = h->lease_ms;
@@ -647,7 +735,7 @@ static int run_sync(rlock_client *c, rlock__op *op) {
     uv_sem_wait(&sem);
     rc = op->result;
   } else {
-    snprintf(op->detail, sizeof(op->detail), "client is closed");
+    snprintf(op->detail, sizeof(op->detail), "%s", rlock__submit_error(rc));
   }
   uv_sem_destroy(&sem);
   if (rc < 0)
@@ -770,7 +858,7 @@ int rlock_interrupt(rlock_client *c, uint64_t owner) {
     uv_sem_wait(&sem);
     rc = op.result;
   } else {
-    rlock__set_last_error("client is closed");
+    rlock__set_last_error("%s", rlock__submit_error(rc));
   }
   uv_sem_destroy(&sem);
   return rc;
@@ -842,7 +930,7 @@ static int submit_async(rlock *lock, rlock__op_kind kind, uint64_t owner,
       *out = NULL;
     atomic_fetch_sub(&lock->refs, 1);
     free(req);
-    rlock__set_last_error("client is closed");
+    rlock__set_last_error("%s", rlock__submit_error(rc));
     return rc;
   }
   rlock__clear_last_error();
@@ -916,7 +1004,7 @@ int rlock_cancel(rlock_req *req) {
   if (rc != 0) {
     atomic_fetch_sub(&req->refs, 1);
     free(op);
-    rlock__set_last_error("client is closed");
+    rlock__set_last_error("%s", rlock__submit_error(rc));
   }
   return rc;
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "client-private.h"
 
@@ -110,7 +111,23 @@ void rlock__timed_stop(rlock_client *c, rlock__timed *t) {
 
 /* ---- request queue ---- */
 
+int rlock__fork_check(const rlock_client *c) {
+  /* After fork() only the forking thread exists in the child: a request
+   * queued there would never be served, and the queue's wake-up would go to
+   * the parent's loop through the inherited eventfd. */
+  return getpid() == c->pid ? 0 : RLOCK_EFORK;
+}
+
+const char *rlock__submit_error(int rc) {
+  return rc == RLOCK_EFORK
+             ? "the client was opened by another process (this is a forked "
+               "child): open a new client in the child"
+             : "client is closed";
+}
+
 int rlock__loop_submit(rlock_client *c, rlock__op *op) {
+  if (rlock__fork_check(c) != 0)
+    return RLOCK_EFORK;
   op->next = NULL;
   uv_mutex_lock(&c->queue_mutex);
   if (c->closed) {

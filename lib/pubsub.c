@@ -37,9 +37,49 @@ static void list_remove(rlock__op **head, rlock__op **tail, rlock__op *op) {
   op->sub_prev = op->sub_next = NULL;
 }
 
+/* ---- requests awaiting their reply, oldest first ---- */
+
+static void req_push(rlock_client *c, rlock__sub *e) {
+  e->req_next = NULL;
+  e->req_queued = true;
+  if (c->sub_req_tail != NULL)
+    c->sub_req_tail->req_next = e;
+  else
+    c->sub_req_head = e;
+  c->sub_req_tail = e;
+}
+
+static rlock__sub *req_pop(rlock_client *c) {
+  rlock__sub *e = c->sub_req_head;
+  if (e == NULL)
+    return NULL;
+  c->sub_req_head = e->req_next;
+  if (c->sub_req_head == NULL)
+    c->sub_req_tail = NULL;
+  e->req_next = NULL;
+  e->req_queued = false;
+  return e;
+}
+
+/* The connection is gone, and with it every reply still to come. */
+static void req_clear(rlock_client *c) {
+  while (req_pop(c) != NULL) {
+  }
+}
+
 /* ---- entries ---- */
 
 static void entry_free(rlock_client *c, rlock__sub *e) {
+  if (e->req_queued) { /* not expected: replies come in request order */
+    rlock__sub **slot = &c->sub_req_head, *prev = NULL;
+    while (*slot != e) {
+      prev = *slot;
+      slot = &(*slot)->req_next;
+    }
+    *slot = e->req_next;
+    if (c->sub_req_tail == e)
+      c->sub_req_tail = prev;
+  }
   rlock__timed_stop(c, &e->linger);
   rlock__map_remove(&c->subs, e->channel, e->channel_len);
   free(e->channel);
@@ -54,7 +94,10 @@ static int send_sub_cmd(rlock_client *c, rlock__sub *e, bool subscribe) {
                         : (subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE");
   const char *argv[2] = {cmd, e->channel};
   size_t lens[2] = {strlen(cmd), e->channel_len};
-  return rlock__sub_append(&c->sub, 2, argv, lens);
+  int rc = rlock__sub_append(&c->sub, 2, argv, lens);
+  if (rc == 0)
+    req_push(c, e);
+  return rc;
 }
 
 static void send_subscribe(rlock_client *c, rlock__sub *e) {
@@ -276,7 +319,51 @@ static bool kind_is(const redisReply *kind, const char *what) {
   return strcmp(k, what) == 0;
 }
 
+/* The server refused the entry's SUBSCRIBE (e.g. NOPERM: the ACL user
+ * may not use the channel). Every op joined to it fails with the server's
+ * code instead of waiting out subscribe_timeout_ms, and the entry starts
+ * afresh: a later wait subscribes again (the ACL may have been fixed). */
+static void refused(rlock_client *c, rlock__sub *e, const redisReply *reply) {
+  int err = rlock__reply_error(reply);
+  e->state = RLOCK__SUB_NONE;
+  e->resubscribe = false;
+  e->permits = 0;
+  for (;;) {
+    rlock__op *op = e->confirm_head != NULL ? e->confirm_head : e->wait_head;
+    if (op == NULL)
+      break;
+    bool last = e->refs == 1;
+    rlock__op_sub_failed(op, err, reply->str, reply->len);
+    if (last)
+      return; /* the entry went away with its last op */
+  }
+  if (e->refs == 0) {
+    entry_free(c, e);
+    return;
+  }
+  /* Ops between a try and its sleep are still joined: they get the next
+   * SUBSCRIBE's outcome (and a retry, as after any missed stretch). */
+  e->missed = true;
+  send_subscribe(c, e);
+}
+
 void rlock__pubsub_reply(rlock_client *c, const redisReply *reply) {
+  if (reply->type == REDIS_REPLY_ERROR) {
+    /* An error names no channel: it answers the oldest request. */
+    rlock__sub *e = req_pop(c);
+    if (e == NULL)
+      return;
+    if (e->state == RLOCK__SUB_SUBSCRIBING) {
+      refused(c, e, reply);
+    } else if (e->state == RLOCK__SUB_UNSUBSCRIBING) {
+      e->state = RLOCK__SUB_NONE; /* as if it had gone through */
+      if (e->refs > 0)
+        send_subscribe(c, e);
+      else
+        entry_free(c, e);
+    }
+    return;
+  }
   if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 3 ||
       reply->element[0]->type != REDIS_REPLY_STRING ||
       reply->element[1]->type != REDIS_REPLY_STRING)
@@ -285,6 +372,10 @@ void rlock__pubsub_reply(rlock_client *c, const redisReply *reply) {
   rlock__sub *e = rlock__map_get(&c->subs, chan->str, chan->len);
   if (e == NULL)
     return;
+  /* A confirmation answers the oldest request, which is this entry's
+   * (replies keep the order of requests). */
+  if (!kind_is(kind, "message") && c->sub_req_head == e)
+    req_pop(c);
   if (kind_is(kind, "message")) {
     if (e->state == RLOCK__SUB_SUBSCRIBED &&
         reply->element[2]->type == REDIS_REPLY_STRING)
@@ -320,6 +411,7 @@ void rlock__pubsub_on_connect(rlock_client *c) {
 
 void rlock__pubsub_on_disconnect(rlock_client *c) {
   rlock__op *wake_list = NULL;
+  req_clear(c);
   rlock__map_iter it;
   rlock__map_node *n;
   rlock__map_iter_init(&it, &c->subs);
@@ -355,6 +447,7 @@ void rlock__pubsub_on_disconnect(rlock_client *c) {
 }
 
 void rlock__pubsub_shutdown(rlock_client *c) {
+  req_clear(c);
   rlock__map_iter it;
   rlock__map_node *n;
   rlock__map_iter_init(&it, &c->subs);

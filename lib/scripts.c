@@ -4,9 +4,34 @@
 
 #include "client-private.h"
 
+/* Scripts that change something first ask the server whether this ACL user
+ * may run every write they are going to make (redis.acl_check_cmd, Redis
+ * 7.0+), and change nothing when one is denied. Without the check a denied
+ * command fails the script halfway and Redis keeps what ran before it: a
+ * lock field with no TTL when PEXPIRE is denied, or a lock deleted without
+ * its release message when PUBLISH is denied. Redis < 7 has no such check;
+ * there the scripts run as before (README: Faults). `denied` takes a list of
+ * commands ({name, args...}) and returns the first one refused, or nil. */
+#define ACL_GUARD                                                              \
+  "local function denied(cmds) "                                              \
+  "if redis.acl_check_cmd == nil then return nil; end; "                      \
+  "for _, c in ipairs(cmds) do "                                              \
+  "if not redis.acl_check_cmd(unpack(c)) then return c[1]; end; "             \
+  "end; "                                                                      \
+  "return nil; "                                                               \
+  "end; "                                                                      \
+  "local function refuse(cmd) "                                               \
+  "return redis.error_reply('NOPERM this user has no permission to run ' .. " \
+  "cmd .. ' on the lock keys or channel (nothing was changed)'); "          \
+  "end; "
+
 /* KEYS[1] lock key; ARGV[1] lease ms, ARGV[2] owner.
  * nil = acquired (or re-entered); otherwise the holder's PTTL. */
 static const char acquire_lua[] =
+    ACL_GUARD
+    "local d = denied({{'hincrby', KEYS[1], ARGV[2], '1'}, "
+    "{'pexpire', KEYS[1], ARGV[1]}}); "
+    "if d then return refuse(d); end; "
     "if (redis.call('exists', KEYS[1]) == 0) or "
     "(redis.call('hexists', KEYS[1], ARGV[2]) == 1) then "
     "redis.call('hincrby', KEYS[1], ARGV[2], 1); "
@@ -22,9 +47,14 @@ static const char acquire_lua[] =
  * first one did instead of releasing a second hold.
  * nil = not held by owner; 0 = still held; 1 = released. */
 static const char release_lua[] =
+    ACL_GUARD
     "local latch = redis.call('get', KEYS[3]); "
     "if latch ~= false then return tonumber(latch); end; "
     "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil; end; "
+    "local d = denied({{'hincrby', KEYS[1], ARGV[3], '-1'}, "
+    "{'pexpire', KEYS[1], ARGV[2]}, {'del', KEYS[1]}, "
+    "{ARGV[4], KEYS[2], ARGV[1]}, {'set', KEYS[3], '0', 'px', ARGV[5]}}); "
+    "if d then return refuse(d); end; "
     "local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); "
     "if (counter > 0) then "
     "redis.call('pexpire', KEYS[1], ARGV[2]); "
@@ -39,6 +69,9 @@ static const char release_lua[] =
 /* KEYS[1] lock key, KEYS[2] channel; ARGV[1] message "0", ARGV[2] publish
  * command. 1 = deleted (and published), 0 = was not locked. */
 static const char force_lua[] =
+    ACL_GUARD
+    "local d = denied({{'del', KEYS[1]}, {ARGV[2], KEYS[2], ARGV[1]}}); "
+    "if d then return refuse(d); end; "
     "if (redis.call('del', KEYS[1]) == 1) then "
     "redis.call(ARGV[2], KEYS[2], ARGV[1]); "
     "return 1; "
@@ -67,9 +100,14 @@ static const char renew_lua[] =
  * back to what the client knows (deleting it, and the key with a release
  * message, at 0). Reply: the server's count before the repair. */
 static const char trim_lua[] =
+    ACL_GUARD
     "local n = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0'); "
     "local want = tonumber(ARGV[2]); "
     "if n <= want then return n; end; "
+    "local d = denied({{'hset', KEYS[1], ARGV[1], ARGV[2]}, "
+    "{'hdel', KEYS[1], ARGV[1]}, {'del', KEYS[1]}, "
+    "{ARGV[3], KEYS[2], ARGV[4]}}); "
+    "if d then return refuse(d); end; "
     "if want > 0 then "
     "redis.call('hset', KEYS[1], ARGV[1], want); "
     "return n; "

@@ -56,9 +56,13 @@ int rlock__hold_add(rlock_client *c, const char *name, const char *owner,
     h->owner = h->key + strlen(name) + 1;
     h->gen = ++c->next_hold_gen;
   } else if (h->lost) {
-    /* Re-acquired after it was lost: the old counts mean nothing. */
-    h->count = h->watchdog_count = 0;
+    /* Re-entered after the watchdog saw the hold lost: the server holds 1
+     * again, but the caller still counts its outer holds, which were lost:
+     * the unlocks that end them say so (RLOCK_ELOCKLOST, lock.c), as when
+     * the loss went unnoticed until the inner unlock. A new generation, so
+     * the renewals of the lost hold say nothing about this one. */
     h->lost = false;
+    h->releasing = 0;
     h->gen = ++c->next_hold_gen;
   }
   h->count++;
@@ -80,6 +84,7 @@ void rlock__hold_drop(rlock_client *c, rlock__hold *h) {
 typedef struct renew_batch {
   int n;
   uint64_t gen[RENEW_BATCH];
+  uint64_t release_seq[RENEW_BATCH]; /* the hold's unlock count when sent */
   char *key[RENEW_BATCH]; /* copies of hold keys: holds may go meanwhile */
   size_t key_len[RENEW_BATCH];
 } renew_batch;
@@ -103,6 +108,13 @@ static void renew_reply(rlock_client *c, redisReply *reply, int err,
         continue;
       rlock__hold *h = rlock__map_get(&c->holds, b->key[i], b->key_len[i]);
       if (h == NULL || h->gen != b->gen[i] || h->lost)
+        continue;
+      /* An unlock that started after this renewal was sent (or is still in
+       * flight) may have run on the server before it: a command that timed
+       * out is still executed once the server gets to it, and this renewal
+       * may be a re-send that overtook the unlock's own re-send. The "0"
+       * then only says the unlock worked; its own reply settles the hold. */
+      if (h->releasing > 0 || h->release_seq != b->release_seq[i])
         continue;
       h->lost = true;
       if (c->opts.on_lock_lost != NULL)
@@ -155,8 +167,8 @@ static void watchdog_tick(uv_timer_t *timer) {
   rlock__map_iter_init(&it, &c->holds);
   while ((n = rlock__map_next(&it)) != NULL) {
     rlock__hold *h = n->value;
-    if (h->watchdog_count <= 0 || h->lost)
-      continue;
+    if (h->watchdog_count <= 0 || h->lost || h->releasing > 0)
+      continue; /* an unlock in flight decides what is left to renew */
     if (b == NULL && (b = calloc(1, sizeof(*b))) == NULL)
       return;
     b->key[b->n] = malloc(h->key_len + 1);
@@ -165,6 +177,7 @@ static void watchdog_tick(uv_timer_t *timer) {
     memcpy(b->key[b->n], h->key, h->key_len + 1);
     b->key_len[b->n] = h->key_len;
     b->gen[b->n] = h->gen;
+    b->release_seq[b->n] = h->release_seq;
     if (++b->n == RENEW_BATCH) {
       send_batch(c, b, timeout);
       b = NULL;

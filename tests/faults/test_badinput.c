@@ -519,6 +519,143 @@ static void row_readonly_replica(row_result *r) {
   fk_server_halt(&replica);
 }
 
+/* ---- ACL users that may do part of what a lock needs (issue 10) ---- */
+
+/* A client (named ROW_CLIENT) logged in as `user` with password fkpass. */
+static rlock_client *acl_client(const char *user) {
+  char uri[128];
+  snprintf(uri, sizeof uri, "redis://%s:fkpass@127.0.0.1:%d", user,
+           rt_port());
+  rlock_options o;
+  fk_options(&o, ROW_CLIENT);
+  o.uri = uri;
+  rlock_client *c = NULL;
+  int rc = rlock_client_open(&c, &o);
+  cr_assert_eq(rc, 0, "open as %s: %s (%s)", user, rlock_err_name(rc),
+               rlock_last_error());
+  return c;
+}
+
+/* After a waiter's job was started: wait until it is subscribed, release the
+ * holder's lock, and assert the waiter got the lock by the release message
+ * (within 1 s, although the holder's lease was 20 s). */
+static void assert_woken_by_release(rlock *held, fk_job *waiter,
+                                    const char *key) {
+  char chan[CHAN_MAX];
+  rt_lock_channel(chan, sizeof chan, key);
+  rt_wait_until_what(has_subscriber, chan, 5000, "waiter subscribed");
+  int64_t t_unlock = rt_now_ms();
+  cr_assert_eq(rlock_unlock(held), 1, "%s", rlock_last_error());
+  fk_job_wait_done(waiter, 5000, "waiter");
+  cr_assert_eq(waiter->rc, 1, "waiter: %" PRId64 " %s", waiter->rc,
+               waiter->err);
+  cr_assert_lt(waiter->t_end - t_unlock, 1000,
+               "the waiter was not woken by the release message");
+  fk_job_release(waiter);
+}
+
+/* A user without channel permission (Redis 7's default: resetchannels)
+ * waiting for a held lock: the SUBSCRIBE is refused. The wait fails at once
+ * with the server's code instead of timing out, and the refusal does not
+ * stick to the name: once the ACL allows channels, the next wait on the
+ * same name by the same client subscribes and is woken by the release. */
+static void row_acl_no_channel_wait(row_result *r) {
+  char key[KEY_MAX];
+  rt_key(key, sizeof key, "aclsub");
+  rt_ok("OK", "ACL SETUSER fksub on >fkpass ~* resetchannels +@all");
+  rlock_client *hc = row_client();
+  rlock *held = rt_lock(hc, key);
+  cr_assert_eq(rlock_try_lock(held, 0, 20000), 1, "%s", rlock_last_error());
+  rlock_client *c = acl_client("fksub");
+  rlock *lock = rt_lock(c, key);
+
+  int64_t t0 = rt_now_ms();
+  note(r, rlock_try_lock(lock, 4000, 5000));
+  int64_t took = rt_now_ms() - t0;
+  assert_err_contains(r, "NOPERM");
+  cr_assert_lt(took, 1000, "the refused SUBSCRIBE took %" PRId64 " ms to "
+               "fail (the wait was 4000 ms)", took);
+  /* Again on the same name: refused again, not stuck "subscribing". */
+  int rc = rlock_try_lock(lock, 4000, 5000);
+  cr_assert_eq(rc, RLOCK_ENOPERM, "second wait: %s (%s)", rlock_err_name(rc),
+               rlock_last_error());
+
+  rt_ok("OK", "ACL SETUSER fksub allchannels");
+  fk_job waiter;
+  fk_job_start(&waiter, lock, FK_TRY_LOCK, 8000, 5000, true);
+  assert_woken_by_release(held, &waiter, key);
+  rlock_free(lock);
+  rlock_free(held);
+  rlock_client_close(c);
+  rlock_client_close(hc);
+}
+
+/* A user that may not publish: its unlock would delete the lock and then
+ * fail at PUBLISH, so nobody would hear the release. The unlock must change
+ * nothing and say ENOPERM; the hold is still the client's (a second unlock
+ * says ENOPERM again, not ELOCKLOST), and force_unlock is refused the same
+ * way. Once the ACL allows channels, the unlock releases and wakes. */
+static void row_acl_no_publish_unlock(row_result *r) {
+  char key[KEY_MAX], owner[OWNER_MAX];
+  rt_key(key, sizeof key, "aclpub");
+  rt_ok("OK", "ACL SETUSER fkpub on >fkpass ~* resetchannels +@all");
+  rlock_client *c = acl_client("fkpub");
+  rlock *lock = rt_lock(c, key);
+  fk_my_owner(c, owner, sizeof owner);
+  cr_assert_eq(rlock_try_lock(lock, 0, 20000), 1, "%s", rlock_last_error());
+
+  note(r, rlock_unlock(lock));
+  assert_err_contains(r, "NOPERM");
+  char *count = rt_hget(key, owner);
+  cr_assert(count != NULL && strcmp(count, "1") == 0,
+            "the refused unlock changed the lock: field %s",
+            count ? count : "(nil)");
+  free(count);
+  long long pttl = rt_pttl(key);
+  cr_assert(pttl > 15000 && pttl <= 20000, "pttl %lld", pttl);
+  int rc = rlock_unlock(lock);
+  cr_assert_eq(rc, RLOCK_ENOPERM, "second unlock: %s (%s)",
+               rlock_err_name(rc), rlock_last_error());
+  cr_assert_eq(rlock_hold_count(lock), 1);
+  rc = rlock_force_unlock(lock);
+  cr_assert_eq(rc, RLOCK_ENOPERM, "force_unlock: %s (%s)", rlock_err_name(rc),
+               rlock_last_error());
+  cr_assert_eq(rt_exists(key), 1, "the refused force_unlock deleted the lock");
+
+  rt_ok("OK", "ACL SETUSER fkpub allchannels");
+  rlock_client *wc = row_client();
+  rlock *waited = rt_lock(wc, key);
+  fk_job waiter;
+  fk_job_start(&waiter, waited, FK_TRY_LOCK, 8000, 5000, true);
+  assert_woken_by_release(lock, &waiter, key);
+  rlock_free(waited);
+  rlock_free(lock);
+  rlock_client_close(wc);
+  rlock_client_close(c);
+}
+
+/* A user that may not PEXPIRE: an acquire would leave the owner's field
+ * with no TTL, a hold that never expires. It must change nothing. */
+static void row_acl_no_pexpire_acquire(row_result *r) {
+  char key[KEY_MAX];
+  rt_key(key, sizeof key, "aclpx");
+  rt_ok("OK", "ACL SETUSER fkpx on >fkpass ~* &* +@all -pexpire");
+  rlock_client *c = acl_client("fkpx");
+  rlock *lock = rt_lock(c, key);
+  note(r, rlock_try_lock(lock, 0, 5000));
+  assert_err_contains(r, "NOPERM");
+  cr_assert_eq(rt_exists(key), 0, "the refused acquire left the key (TTL "
+               "%lld)", rt_pttl(key));
+  int64_t t0 = rt_now_ms();
+  int rc = rlock_lock(lock, -1);
+  cr_assert_eq(rc, RLOCK_ENOPERM, "lock: %s (%s)", rlock_err_name(rc),
+               rlock_last_error());
+  cr_assert_lt(rt_now_ms() - t0, 1000 + SLACK_MS);
+  cr_assert_eq(rt_exists(key), 0);
+  rlock_free(lock);
+  rlock_client_close(c);
+}
+
 /* ---- the table ---- */
 
 /* X(row, expected result): a negative RLOCK_E* code, or what a valid call
@@ -545,7 +682,10 @@ static void row_readonly_replica(row_result *r) {
   X(acl_no_eval, RLOCK_ENOPERM)                                                \
   X(wrong_password, RLOCK_EAUTH)                                               \
   X(oom, RLOCK_EOOM)                                                           \
-  X(readonly_replica, RLOCK_EREADONLY)
+  X(readonly_replica, RLOCK_EREADONLY)                                         \
+  X(acl_no_channel_wait, RLOCK_ENOPERM)                                        \
+  X(acl_no_publish_unlock, RLOCK_ENOPERM)                                      \
+  X(acl_no_pexpire_acquire, RLOCK_ENOPERM)
 
 /* "RLOCK_EINVAL (-1)", or "1" for non-negative results. */
 typedef struct name_buf {

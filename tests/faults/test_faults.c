@@ -1271,3 +1271,168 @@ Test(faults, phantom_reentry_sigstop) {
   rlock_client_close(c);
   fk_assert_clean(name, true, CLEAN_BOUND_MS);
 }
+
+/* ---- issue 10: an unlock in flight, and wait_ms as the call's bound ---- */
+
+/*
+ * An unlock whose first attempt misses its reply deadline still runs on the
+ * server once the server gets to it; the latched re-send then answers 1.
+ * The watchdog (900 ms, renewing every 300 ms) must neither renew that hold
+ * meanwhile nor take the renewal's "0" for a lost lock: CLIENT PAUSE 150
+ * WRITE holds the unlock past its 100 ms deadline, the re-send comes 400 ms
+ * later. Five rounds; before the fix on_lock_lost fired in every one.
+ */
+Test(faults, unlock_in_flight_is_not_reported_lost) {
+  const char *name = "fk-wd-unlocking";
+  char key[KEY_MAX];
+  rt_key(key, sizeof key, "wd-unlocking");
+  static lost_log lost;
+  rlock_options o;
+  fk_options(&o, name);
+  o.watchdog_timeout_ms = 900;
+  o.command_timeout_ms = 100;
+  o.retry_interval_ms = 400;
+  o.on_lock_lost = on_lost;
+  o.on_lock_lost_data = &lost;
+  rlock_client *c = open_named(&o);
+  rlock *lock = rt_lock(c, key);
+
+  for (int round = 0; round < 5; round++) {
+    cr_assert_eq(rlock_lock(lock, -1), 0, "round %d: %s", round,
+                 rlock_last_error());
+    /* Long enough for renewals of the fresh hold to come and go. */
+    rt_sleep_ms(350);
+    rt_ok("OK", "CLIENT PAUSE 150 WRITE");
+    int64_t t0 = rt_now_ms();
+    int rc = rlock_unlock(lock);
+    int64_t took = rt_now_ms() - t0;
+    cr_assert_eq(rc, 1, "round %d: unlock %s (%s) after %" PRId64 " ms",
+                 round, rc_name(rc), rlock_last_error(), took);
+    cr_assert_eq(rt_exists(key), 0, "round %d: key left", round);
+    /* A renewal round sent during the unlock has answered by now. */
+    rt_sleep_ms(400);
+    cr_assert_eq(atomic_load(&lost.calls), 0,
+                 "round %d: on_lock_lost('%s') called %" PRId64 " ms after "
+                 "the unlock started, for a lock released normally (the "
+                 "unlock took %" PRId64 " ms)",
+                 round, lost.name, atomic_load(&lost.t_first) - t0, took);
+  }
+  rlock_free(lock);
+  rlock_client_close(c);
+  fk_assert_clean(name, true, CLEAN_BOUND_MS);
+}
+
+static bool owner_field_gone(void *arg) {
+  const char *const *ko = arg;
+  char *v = rt_hget(ko[0], ko[1]);
+  free(v);
+  return v == NULL;
+}
+
+/*
+ * wait_ms bounds the whole call, also when the server stalls mid-call: a
+ * try_lock(wait_ms) returns within a small slack of wait_ms - RLOCK_ETIMEDOUT
+ * when the server never answered it, 0 when it did (the lock was held) -
+ * although the command timeout is longer. The acquires left unanswered run
+ * once the server resumes, and the background trim removes what they took:
+ * no hold survives. wait_ms == 0 is one attempt, bounded by the command
+ * timeout.
+ */
+#define STALL_CMD_MS 1000
+#define STALL_SLACK_MS 400
+Test(faults, try_lock_wait_bounds_the_call_when_server_stalls) {
+  const char *name = "fk-wait-bound";
+  char key[KEY_MAX], held_key[KEY_MAX], owner[OWNER_MAX];
+  rt_key(key, sizeof key, "wait-bound");
+  rt_key(held_key, sizeof held_key, "wait-bound-held");
+  rlock_options o;
+  fk_options(&o, name);
+  o.command_timeout_ms = STALL_CMD_MS;
+  o.watchdog_timeout_ms = 900; /* pending trims are retried every 300 ms */
+  rlock_client *c = open_named(&o);
+  rlock *lock = rt_lock(c, key);
+  rlock *held_lock = rt_lock(c, held_key);
+  fk_my_owner(c, owner, sizeof owner);
+  rlock_client *hc = rt_client();
+  rlock *holder = rt_lock(hc, held_key);
+  /* Scripts cached and both connections warm. */
+  cr_assert_eq(rlock_try_lock(lock, 0, 5000), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(lock), 1, "%s", rlock_last_error());
+
+  /* The holder's lease runs out while the server is frozen: the waiter's
+   * TTL-bounded sleep ends then and its retry is never answered. */
+  cr_assert_eq(rlock_try_lock(holder, 0, 400), 1, "%s", rlock_last_error());
+  fk_job waiter;
+  fk_job_start(&waiter, held_lock, FK_TRY_LOCK, 1500, 5000, false);
+  char chan[CHAN_MAX];
+  rt_lock_channel(chan, sizeof chan, held_key);
+  rt_wait_until_what(has_subscriber, chan, 3000, "waiter subscribed");
+
+  fk_server_freeze();
+  int64_t bound_errors = 0;
+  char report[512] = "";
+  static const int64_t waits[] = {100, 600};
+  for (size_t i = 0; i < 2; i++) {
+    int64_t t0 = rt_now_ms();
+    int rc = rlock_try_lock(lock, waits[i], 5000);
+    int64_t took = rt_now_ms() - t0;
+    char err[256];
+    fk_copy_last_error(err, sizeof err);
+    size_t at = strlen(report);
+    snprintf(report + at, sizeof report - at,
+             "try_lock(%" PRId64 ") -> %s in %" PRId64 " ms (%s); ", waits[i],
+             rc_name(rc), took, err);
+    if (rc != RLOCK_ETIMEDOUT || took > waits[i] + STALL_SLACK_MS ||
+        took < waits[i])
+      bound_errors++;
+  }
+  fk_job_join(&waiter, 5000);
+  {
+    size_t at = strlen(report);
+    snprintf(report + at, sizeof report - at,
+             "waiter try_lock(1500) with an answered try -> %s in %" PRId64
+             " ms (%s); ",
+             rc_name(waiter.rc), waiter.t_end - waiter.t_start, waiter.err);
+  }
+  if (waiter.rc != 0 || waiter.t_end - waiter.t_start > 1500 + STALL_SLACK_MS)
+    bound_errors++;
+  int64_t t0 = rt_now_ms();
+  int rc0 = rlock_try_lock(lock, 0, 5000);
+  int64_t took0 = rt_now_ms() - t0;
+  {
+    size_t at = strlen(report);
+    snprintf(report + at, sizeof report - at,
+             "try_lock(0) -> %s in %" PRId64 " ms", rc_name(rc0), took0);
+  }
+  if (rc0 != RLOCK_ETIMEDOUT || took0 < STALL_CMD_MS ||
+      took0 > STALL_CMD_MS + STALL_SLACK_MS)
+    bound_errors++;
+  fk_server_thaw();
+  cr_log_info("frozen server: %s (longest stall of this process %" PRId64
+              " ms)", report, fk_max_stall_ms());
+  cr_assert_eq(bound_errors, 0, "calls overran their bound: %s (longest "
+               "stall of this process %" PRId64 " ms)",
+               report, fk_max_stall_ms());
+
+  /* The unanswered acquires ran after the thaw; the trims undid them. */
+  const char *k1[2] = {key, owner};
+  char wowner[OWNER_MAX];
+  fk_job_owner(&waiter, c, wowner, sizeof wowner);
+  const char *k2[2] = {held_key, wowner};
+  rt_wait_until_what(owner_field_gone, (void *)k1, 3000,
+                     "no hold left by the abandoned try_lock calls");
+  rt_wait_until_what(owner_field_gone, (void *)k2, 3000,
+                     "no hold left by the waiter's abandoned retry");
+  rt_sleep_ms(300);
+  cr_assert_eq(rt_exists(key), 0, "a late acquire left '%s' held", key);
+  cr_assert_eq(rt_exists(held_key), 0, "a late acquire left '%s' held",
+               held_key);
+  cr_assert_eq(rlock_hold_count(lock), 0);
+
+  rlock_free(holder);
+  rlock_client_close(hc);
+  rlock_free(held_lock);
+  rlock_free(lock);
+  rlock_client_close(c);
+  fk_assert_clean(name, true, CLEAN_BOUND_MS);
+}

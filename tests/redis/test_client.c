@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -574,4 +576,58 @@ Test(client, close_leaves_no_fd_thread_or_channel) {
   cr_assert_eq(r->elements, 0, "channels left subscribed");
   freeReplyObject(r);
   cr_assert_eq(rt_exists(key), 0);
+}
+
+/*
+ * fork() (issue 10): the child has no loop thread, so its calls on the
+ * parent's client would hang for ever. They return RLOCK_EFORK at once with
+ * a detail; close in the child returns without touching what it shares with
+ * the parent; the parent's client goes on working.
+ */
+Test(client, forked_child_gets_efork_and_parent_keeps_working) {
+  char key[KEY_MAX];
+  rt_key(key, sizeof key, "fork");
+  rlock_client *c = rt_client();
+  rlock *lock = rt_lock(c, key);
+  cr_assert_eq(rlock_try_lock(lock, 0, 20000), 1, "%s", rlock_last_error());
+
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    alarm(10); /* a hang fails the test instead of blocking it */
+    int bits = 0;
+    if (rlock_try_lock(lock, 1000, 5000) == RLOCK_EFORK &&
+        strstr(rlock_last_error(), "fork") != NULL)
+      bits |= 1;
+    if (rlock_unlock(lock) == RLOCK_EFORK)
+      bits |= 2;
+    if (rlock_is_locked(lock) == RLOCK_EFORK)
+      bits |= 4;
+    rlock *other = NULL;
+    if (rlock_get(c, key, &other) == RLOCK_EFORK && other == NULL)
+      bits |= 8;
+    rlock_req *req = NULL;
+    if (rlock_is_locked_async(lock, NULL, NULL, &req) == RLOCK_EFORK &&
+        req == NULL)
+      bits |= 16;
+    rlock_client_close(c);
+    _exit(bits == 31 ? 0 : 100 + bits);
+  }
+  int status = 0;
+  int64_t t0 = rt_now_ms();
+  pid_t got;
+  while ((got = waitpid(pid, &status, WNOHANG)) == 0 && rt_now_ms() - t0 < 15000)
+    rt_sleep_ms(10);
+  cr_assert_eq(got, pid, "the child did not exit");
+  cr_assert(WIFEXITED(status), "the child died of signal %d (a hang ends "
+            "with SIGALRM)", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  cr_assert_eq(WEXITSTATUS(status), 0, "child checks failed: exit %d "
+               "(100 + bits that passed)", WEXITSTATUS(status));
+  /* The parent's client and its hold are untouched. */
+  cr_assert_eq(rt_exists(key), 1);
+  cr_assert_eq(rlock_is_locked(lock), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(lock), 1, "%s", rlock_last_error());
+  cr_assert_eq(rt_exists(key), 0);
+  rlock_free(lock);
+  rlock_client_close(c);
 }

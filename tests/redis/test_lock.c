@@ -1221,3 +1221,115 @@ Test(lock, handoff_ping_pong_never_waits_a_ttl) {
   rlock_free(pp.lock);
   rlock_client_close(c);
 }
+
+/*
+ * Re-entry after the outer hold was lost (issue 10): the thread's lease ran
+ * out, so its next lock() took the free key afresh (server count 1, while
+ * the client counted 2). The inner unlock really releases the lock - another
+ * client could get in while the outer critical section still runs - so it
+ * must not say "released" as if all were well: RLOCK_ELOCKLOST, and the
+ * outer unlock that remains says RLOCK_ELOCKLOST too. After that the thread
+ * holds nothing (ENOTOWNER).
+ */
+Test(lock, reentry_after_lost_lock_reports_lost) {
+  char key[128], owner[96];
+  rt_key(key, sizeof key, "relost");
+  rlock_client *c = rt_client();
+  rlock *lock = rt_lock(c, key);
+  rt_owner(owner, sizeof owner, c, rlock_thread_id());
+
+  cr_assert_eq(rlock_try_lock(lock, 0, 200), 1, "%s", rlock_last_error());
+  rt_wait_until_what(key_gone, key, 3000, "the 200 ms lease ran out");
+  cr_assert_eq(rlock_lock(lock, 10000), 0, "%s", rlock_last_error());
+  char *count = rt_hget(key, owner);
+  cr_assert(count != NULL && strcmp(count, "1") == 0,
+            "the re-entry after expiry is a fresh hold on the server: %s",
+            count ? count : "(nil)");
+  free(count);
+
+  int rc = rlock_unlock(lock);
+  cr_assert_eq(rc, RLOCK_ELOCKLOST, "inner unlock: %d %s (%s)", rc,
+               rlock_err_name(rc), rlock_last_error());
+  cr_assert(strstr(rlock_last_error(), "lost") != NULL, "detail: '%s'",
+            rlock_last_error());
+  cr_assert_eq(rt_exists(key), 0, "the inner unlock released the lock");
+  rc = rlock_unlock(lock);
+  cr_assert_eq(rc, RLOCK_ELOCKLOST, "outer unlock: %d %s (%s)", rc,
+               rlock_err_name(rc), rlock_last_error());
+  rc = rlock_unlock(lock);
+  cr_assert_eq(rc, RLOCK_ENOTOWNER, "unlock with nothing held: %d %s", rc,
+               rlock_err_name(rc));
+  /* The name is usable as before. */
+  cr_assert_eq(rlock_try_lock(lock, 0, 5000), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(lock), 1, "%s", rlock_last_error());
+  cr_assert_eq(rt_exists(key), 0);
+  rlock_free(lock);
+  rlock_client_close(c);
+}
+
+/* The same when another client force-unlocked the outer hold and the
+ * thread re-entered afterwards (watchdog mode: the watchdog may or may not
+ * have noticed the deletion before the re-entry; both give ELOCKLOST). */
+Test(lock, reentry_after_force_unlock_reports_lost) {
+  char key[128];
+  rt_key(key, sizeof key, "reforce");
+  rlock_client *c = rt_client();
+  rlock_client *other = rt_client();
+  rlock *lock = rt_lock(c, key);
+  rlock *theirs = rt_lock(other, key);
+
+  cr_assert_eq(rlock_lock(lock, -1), 0, "%s", rlock_last_error());
+  cr_assert_eq(rlock_force_unlock(theirs), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_lock(lock, -1), 0, "%s", rlock_last_error());
+  int rc = rlock_unlock(lock);
+  cr_assert_eq(rc, RLOCK_ELOCKLOST, "inner unlock: %d %s (%s)", rc,
+               rlock_err_name(rc), rlock_last_error());
+  rc = rlock_unlock(lock);
+  cr_assert_eq(rc, RLOCK_ELOCKLOST, "outer unlock: %d %s (%s)", rc,
+               rlock_err_name(rc), rlock_last_error());
+  cr_assert_eq(rt_exists(key), 0);
+  rlock_free(theirs);
+  rlock_free(lock);
+  rlock_client_close(other);
+  rlock_client_close(c);
+}
+
+static void count_lost(const char *name, const char *owner, void *data) {
+  (void)name, (void)owner;
+  atomic_fetch_add((atomic_int *)data, 1);
+}
+
+static bool lost_seen(void *data) { return atomic_load((atomic_int *)data); }
+
+/* And when the watchdog reported the loss before the re-entry: the outer
+ * hold is still counted, so the inner unlock and the outer one both say
+ * RLOCK_ELOCKLOST; the new hold was renewed meanwhile. */
+Test(lock, reentry_after_reported_loss_reports_lost) {
+  char key[128];
+  rt_key(key, sizeof key, "rereported");
+  static atomic_int lost;
+  rlock_options o;
+  rlock_options_init(&o);
+  o.watchdog_timeout_ms = 600;
+  o.on_lock_lost = count_lost;
+  o.on_lock_lost_data = &lost;
+  rlock_client *c = rt_client_opts(&o);
+  rlock *lock = rt_lock(c, key);
+
+  cr_assert_eq(rlock_lock(lock, -1), 0, "%s", rlock_last_error());
+  cr_assert_eq(rt_int("DEL %s", key), 1);
+  rt_wait_until_what(lost_seen, &lost, 3000, "on_lock_lost");
+  cr_assert_eq(rlock_lock(lock, -1), 0, "%s", rlock_last_error());
+  rt_sleep_ms(900); /* past the 600 ms lease: only renewal keeps it */
+  cr_assert_eq(rt_exists(key), 1, "the re-entered hold was not renewed");
+  int rc = rlock_unlock(lock);
+  cr_assert_eq(rc, RLOCK_ELOCKLOST, "inner unlock: %d %s (%s)", rc,
+               rlock_err_name(rc), rlock_last_error());
+  rc = rlock_unlock(lock);
+  cr_assert_eq(rc, RLOCK_ELOCKLOST, "outer unlock: %d %s (%s)", rc,
+               rlock_err_name(rc), rlock_last_error());
+  cr_assert_eq(rt_exists(key), 0);
+  cr_assert_eq(atomic_load(&lost), 1, "on_lock_lost calls");
+  rlock_free(lock);
+  rlock_client_close(c);
+}

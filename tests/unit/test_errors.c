@@ -22,7 +22,7 @@ static const struct err_row err_rows[] = {
 Test(errors, table_names_and_messages_match_enum) {
   size_t i;
 
-  cr_assert_eq(N_ERR_ROWS, 19);
+  cr_assert_eq(N_ERR_ROWS, 20);
   for (i = 0; i < N_ERR_ROWS; i++) {
     cr_assert_lt(err_rows[i].code, 0, "%s must be negative", err_rows[i].name);
     cr_assert_str_eq(rlock_err_name(err_rows[i].code), err_rows[i].name);
@@ -50,12 +50,13 @@ Test(errors, stable_values) {
   cr_assert_eq(RLOCK_ENOTOWNER, -9);
   cr_assert_eq(RLOCK_ESERVER, -11);
   cr_assert_eq(RLOCK_ESYS, -19);
+  cr_assert_eq(RLOCK_EFORK, -20);
   cr_assert_str_eq(rlock_err_name(-9), "RLOCK_ENOTOWNER");
   cr_assert_str_eq(rlock_strerror(-14), "Redis authentication failed");
 }
 
 Test(errors, success_and_unknown_codes) {
-  static const int unknown[] = {1, 2, -20, -100, 1000, INT32_MIN, INT32_MAX};
+  static const int unknown[] = {1, 2, -21, -100, 1000, INT32_MIN, INT32_MAX};
   size_t i;
 
   cr_assert_str_eq(rlock_err_name(0), "RLOCK_OK");
@@ -149,6 +150,25 @@ Test(errors, server_error_mapping) {
       {" OOM leading space", RLOCK_ESERVER},
       {"OO", RLOCK_ESERVER},
       {"", RLOCK_ESERVER},
+      /* ACL refusals inside a Lua script (Redis 7.0's own texts). */
+      {"ERR The user executing the script can't publish to the channel "
+       "mentioned in the command script: bf6c, on @user_script:1.",
+       RLOCK_ENOPERM},
+      {"ERR The user executing the script can't run this command or "
+       "subcommand script: c25e, on @user_script:1.",
+       RLOCK_ENOPERM},
+      /* Older servers wrap the inner error's code. */
+      {"ERR Error running script (call to f_1): @user_script:1: "
+       "@user_script: 1: NOPERM this user has no permissions",
+       RLOCK_ENOPERM},
+      {"ERR Error running script (call to f_1): @user_script:1: WRONGTYPE "
+       "Operation against a key holding the wrong kind of value",
+       RLOCK_EWRONGTYPE},
+      {"ERR Error running script (call to f_1): @user_script:1: user_script:1:"
+       " Script attempted to access nonexistent global variable 'x'",
+       RLOCK_ESERVER},
+      {"ERR Error running script (call to f_1): @user_script:1: ERR invalid "
+       "password", RLOCK_ESERVER},
   };
   size_t i;
 

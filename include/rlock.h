@@ -16,6 +16,11 @@
  * success and a negative RLOCK_E* code on failure. rlock_strerror() and
  * rlock_err_name() describe a code; rlock_last_error() gives the detail of
  * the calling thread's last failure (e.g. the server's own error text).
+ *
+ * fork(): a client belongs to the process that opened it. In a forked child
+ * every call on the parent's client returns RLOCK_EFORK at once, and
+ * rlock_client_close() returns without touching what the child shares with
+ * the parent; the child opens its own client.
  */
 #ifndef RLOCK_H
 #define RLOCK_H
@@ -197,9 +202,14 @@ RLOCK_EXTERN const char *rlock_name(const rlock *lock);
 RLOCK_EXTERN int rlock_lock(rlock *lock, int64_t lease_ms);
 
 /*
- * Tries to acquire the lock within wait_ms (0: one attempt; < 0: wait as long
- * as it takes). Lease as for rlock_lock(). Returns 1 acquired, 0 not acquired
- * within wait_ms, or a negative error.
+ * Tries to acquire the lock within wait_ms (0: one attempt, bounded by
+ * command_timeout_ms; < 0: wait as long as it takes). Lease as for
+ * rlock_lock(). Returns 1 acquired, 0 not acquired within wait_ms, or a
+ * negative error. wait_ms > 0 bounds the call (within a few ms), also when
+ * the server stalls: a try still unanswered at the deadline is abandoned
+ * (and trimmed in the background if it lands late, so it leaves no hold);
+ * the call then returns 0 if the server answered it before, else
+ * RLOCK_ETIMEDOUT.
  */
 RLOCK_EXTERN int rlock_try_lock(rlock *lock, int64_t wait_ms, int64_t lease_ms);
 
@@ -209,7 +219,12 @@ RLOCK_EXTERN int rlock_try_lock(rlock *lock, int64_t wait_ms, int64_t lease_ms);
  * Returns 0 when still held (re-entered), 1 when released.
  * RLOCK_ENOTOWNER: the calling thread does not hold the lock.
  * RLOCK_ELOCKLOST: this thread held it, but it expired or was deleted before
- * this unlock (the hold is forgotten; nothing is changed in Redis).
+ * this unlock (the hold is forgotten; nothing is changed in Redis); or this
+ * was a re-entered hold taken after the outer hold was lost: the unlock
+ * released the lock (which was not held throughout), and the outer unlocks
+ * that remain return RLOCK_ELOCKLOST as well.
+ * RLOCK_ENOPERM: the ACL user may not make one of the unlock's writes (e.g.
+ * PUBLISH the release message); nothing was changed (Redis 7+).
  */
 RLOCK_EXTERN int rlock_unlock(rlock *lock);
 

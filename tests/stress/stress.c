@@ -528,6 +528,7 @@ typedef struct race_slot {
   _Atomic(rlock_req *) req;     /* kept until the end (even slots) */
   _Atomic int64_t submitted_us;
   atomic_bool ready;            /* req / submitted_us published */
+  int64_t wait_ms;              /* set before the acquire is submitted */
 } race_slot;
 
 struct race_ctx {
@@ -571,7 +572,11 @@ static void race_acq_cb(int status, int64_t value, void *data) {
       failf("rlock_unlock_async from a callback: %s", rlock_err_name(rc));
     else
       atomic_fetch_add(&rx->unlock_sent, 1);
-  } else if (status == 0) {
+  } else if (status == 0 ||
+             (status == RLOCK_ETIMEDOUT && s->wait_ms > 0)) {
+    /* A short wait (5 ms) may run out before the loaded server answers the
+     * first try: that is RLOCK_ETIMEDOUT (wait_ms bounds the call; the try
+     * is trimmed behind, which check_clean() verifies), else 0. */
     atomic_fetch_add(&rx->timed_out, 1);
   } else if (status == RLOCK_ECANCELED) {
     atomic_fetch_add(&rx->canceled, 1);
@@ -595,6 +600,7 @@ static void *race_submitter(void *arg) {
     race_slot *s = &rx->slots[a->index % RACE_SUBMITTERS][i];
     rlock_req *req = NULL;
     int64_t wait_ms = (i % 5 == 4) ? 5 : -1;
+    s->wait_ms = wait_ms; /* read by the callback, after the queue's mutex */
     int rc = rlock_lock_async(rx->lock, s->owner, wait_ms,
                               (i % 3 == 0) ? 10000 : -1, race_acq_cb, s, &req);
     if (rc != 0) {
@@ -1277,7 +1283,10 @@ static void cycle_acq_cb(int status, int64_t value, void *data) {
         failf("unlock_async in a cycle: %s", rlock_err_name(rc));
     }
   } else if (status != 0 && status != RLOCK_ECLOSED &&
-             status != RLOCK_ECANCELED) {
+             status != RLOCK_ECANCELED &&
+             /* its 50 ms wait ran out before the first answer (a slow
+              * sanitizer build): wait_ms bounds the call */
+             status != RLOCK_ETIMEDOUT) {
     failf("async acquire in a cycle: %s", rlock_err_name(status));
   }
   once_hit(rec, status);

@@ -44,7 +44,7 @@ static inline bool rlock__timed_active(const rlock__timed *t) {
 typedef struct rlock__script {
   const char *name;
   const char *body;
-  char sha[41];
+  char sha[41]; /* computed at build time (lib/embed_lua.py) */
   /* Always sent as EVAL: a NOSCRIPT answer to EVALSHA is re-sent as EVAL
    * only when it arrives, behind whatever was sent meanwhile - fatal for a
    * script whose place in the order matters (the trim). */
@@ -53,7 +53,7 @@ typedef struct rlock__script {
 
 enum { RLOCK__SCRIPT_ACQUIRE, RLOCK__SCRIPT_RELEASE, RLOCK__SCRIPT_FORCE,
        RLOCK__SCRIPT_RENEW, RLOCK__SCRIPT_TRIM, RLOCK__SCRIPT_COUNT };
-/* The script table; SHA-1s are computed once (thread-safe, idempotent). */
+/* The script table (immutable; any thread). */
 const rlock__script *rlock__script_get(int id);
 
 /* ---- conn.c: connections and command records ---- */

@@ -52,11 +52,6 @@ void rlock__uri_free(rlock__uri *u); /* frees fields, zeroes; NULL ok */
  * RLOCK_EINVAL / RLOCK_EURI with rlock_last_error() set. */
 int rlock__options_validate(const rlock_options *o);
 
-/* ---- sha1.c ---- */
-
-/* Lowercase hex SHA-1 of data (40 chars + NUL). */
-void rlock__sha1_hex(const void *data, size_t len, char out[41]);
-
 /* ---- random.c ---- */
 
 /* Fills buf with n cryptographically random bytes (getrandom, falling back

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client-private.h" /* the script table */
 #include "harness.h"
 
 TestSuite(lock, .init = rt_server_start, .fini = rt_server_stop,
@@ -1330,6 +1331,42 @@ Test(lock, reentry_after_reported_loss_reports_lost) {
                rlock_err_name(rc), rlock_last_error());
   cr_assert_eq(rt_exists(key), 0);
   cr_assert_eq(atomic_load(&lost), 1, "on_lock_lost calls");
+  rlock_free(lock);
+  rlock_client_close(c);
+}
+
+/*
+ * The scripts' SHA-1s are computed at build time (lib/embed_lua.py): each
+ * must be the one Redis computes for the body rlock sends with EVAL, or
+ * every EVALSHA would miss (NOSCRIPT) and cost a second round trip. And
+ * after one use, acquire and release run as EVALSHA, not EVAL.
+ */
+Test(lock, embedded_script_shas_match_the_server) {
+  for (int id = 0; id < RLOCK__SCRIPT_COUNT; id++) {
+    const rlock__script *s = rlock__script_get(id);
+    cr_assert_eq(strlen(s->sha), 40, "%s", s->name);
+    char *sha = rt_str("SCRIPT LOAD %s", s->body);
+    cr_assert_not_null(sha);
+    cr_assert_str_eq(sha, s->sha, "script %s: the server computes %s, the "
+                     "build embedded %s", s->name, sha, s->sha);
+    free(sha);
+  }
+  char key[128];
+  rt_key(key, sizeof key, "evalsha");
+  rlock_client *c = rt_client();
+  rlock *lock = rt_lock(c, key);
+  rt_ok("OK", "CONFIG RESETSTAT");
+  for (int i = 0; i < 3; i++) {
+    cr_assert_eq(rlock_try_lock(lock, 0, 5000), 1, "%s", rlock_last_error());
+    cr_assert_eq(rlock_unlock(lock), 1, "%s", rlock_last_error());
+  }
+  redisReply *r = rt_cmd("INFO commandstats");
+  cr_assert_eq(r->type, REDIS_REPLY_STRING);
+  cr_assert(strstr(r->str, "cmdstat_evalsha:calls=6,") != NULL,
+            "expected 6 EVALSHA calls: %s", r->str);
+  cr_assert(strstr(r->str, "cmdstat_eval:") == NULL, "EVAL was used: %s",
+            r->str);
+  freeReplyObject(r);
   rlock_free(lock);
   rlock_client_close(c);
 }

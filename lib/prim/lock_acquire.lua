@@ -1,0 +1,12 @@
+-- RLock acquire (docs/wire-protocol.md, "Acquire").
+-- KEYS[1] lock key; ARGV[1] lease ms, ARGV[2] owner.
+-- Reply: nil = acquired (or re-entered); otherwise the holder's PTTL.
+--! include _acl_guard.lua
+local d = denied({{'hincrby', KEYS[1], ARGV[2], '1'}, {'pexpire', KEYS[1], ARGV[1]}});
+if d then return refuse(d); end;
+if (redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1);
+  redis.call('pexpire', KEYS[1], ARGV[1]);
+  return nil;
+end;
+return redis.call('pttl', KEYS[1]);

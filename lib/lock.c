@@ -283,7 +283,8 @@ static void try_reply(rlock_client *c, redisReply *reply, int err,
       return; /* pubsub calls rlock__op_retry once subscribed */
     /* Already subscribed. If the subscription was live before this try was
      * sent, any release after the try is heard, so sleep now; otherwise try
-     * once more (PROTOCOL.md: subscribe before the re-try). */
+     * once more (docs/wire-protocol.md, Waiting: subscribe before the
+     * re-try). */
     if (op->seen_epoch == 0 ||
         op->seen_epoch !=
             rlock__sub_epoch(c, lock->channel, lock->channel_len)) {

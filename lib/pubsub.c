@@ -296,7 +296,7 @@ static void on_message(rlock_client *c, rlock__sub *e, const char *payload,
                        size_t len) {
   (void)c;
   if (len != 1 || (payload[0] != '0' && payload[0] != '1'))
-    return; /* other payloads are not lock messages (PROTOCOL.md) */
+    return; /* other payloads are not lock messages (docs/wire-protocol.md, Messages) */
   if (payload[0] == '0') {
     if (e->wait_head != NULL)
       wake(e->wait_head);

@@ -161,7 +161,7 @@ void rl_worker_finish(rl_worker *w);
 
 /* ---- names and Redis ---- */
 
-/* PROTOCOL.md's braced name: "{name}", or name when it contains '{'. */
+/* docs/wire-protocol.md's tag (brace rule): "{name}", or name when it contains '{'. */
 void interop_braced(char *buf, size_t n, const char *name);
 /* Waits until PUBSUB NUMSUB channel == want. */
 void interop_wait_numsub(const char *channel, long long want, int64_t bound_ms);

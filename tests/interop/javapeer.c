@@ -1,6 +1,6 @@
 /*
  * javapeer — Peer B of the interop suite: one process behaves like one Java
- * Redisson 4.x client at the wire level, written from ../../shared/PROTOCOL.md
+ * Redisson 4.x client at the wire level, written from the wire contract (docs/wire-protocol.md)
  * with plain synchronous hiredis (no rlock code):
  *
  *  - owner `<client-uuid>:<thread id>` (a decimal long: the command thread's
@@ -57,7 +57,7 @@
 #define RENEW_BATCH 100
 #define LINE_MAX_LEN 4096
 
-/* ---- the scripts (own Lua, from PROTOCOL.md) ---- */
+/* ---- the scripts (own Lua, from docs/wire-protocol.md) ---- */
 
 /* KEYS[1] lock; ARGV[1] lease ms, ARGV[2] owner. nil = acquired, else PTTL. */
 static const char acquire_lua[] =
@@ -283,7 +283,7 @@ static void random_uuid(char out_id[37]) {
            b[11], b[12], b[13], b[14], b[15]);
 }
 
-/* "{name}", or the bare name when it already contains '{' (PROTOCOL.md). */
+/* "{name}", or the bare name when it already contains '{' (docs/wire-protocol.md). */
 static char *braced(const char *name) {
   size_t n = strlen(name);
   char *s = xmalloc(n + 3);

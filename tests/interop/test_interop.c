@@ -3,7 +3,7 @@
  *
  * Every scenario runs against both peers (see interop.h):
  *   node  node-redisson@1.0.4, an independent implementation;
- *   java  javapeer, Java Redisson 4.x's wire behaviour from PROTOCOL.md.
+ *   java  javapeer, Java Redisson 4.x's wire behaviour from docs/wire-protocol.md.
  * node-redisson's known limits (peer.js) decide what it is not asked to do:
  * its owner field is `<uuid>:<uuid>`, it mis-braces names with a
  * non-leading `{` (so the brace test uses `{order}:42` with it, and

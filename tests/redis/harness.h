@@ -128,7 +128,7 @@ rlock_client *rt_client_opts(rlock_options *o);
 /* rlock_get() asserting success. */
 rlock *rt_lock(rlock_client *c, const char *name);
 
-/* The lock channel for a lock name, with the brace rule of PROTOCOL.md:
+/* The lock channel for a lock name, with the brace rule of docs/wire-protocol.md:
  * "redisson_lock__channel:{name}", or "redisson_lock__channel:name" when the
  * name already contains '{'. Any thread. */
 void rt_lock_channel(char *buf, size_t n, const char *name);

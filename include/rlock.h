@@ -229,7 +229,11 @@ RLOCK_EXTERN int rlock_try_lock(rlock *lock, int64_t wait_ms, int64_t lease_ms);
 RLOCK_EXTERN int rlock_unlock(rlock *lock);
 
 /* Deletes the lock whoever holds it and wakes a waiter. Returns 1 if it was
- * locked, 0 if not, or a negative error. */
+ * locked, 0 if not, or a negative error. The DEL is type-blind, as in
+ * Redisson's forceUnlock: if the name holds a value that is not a lock (a
+ * string, a list, ...), that value is deleted, the unlock message is
+ * published and the call returns 1. Check the type first (TYPE) if that
+ * matters; `rlock unlock --force` does, unless given --any-type. */
 RLOCK_EXTERN int rlock_force_unlock(rlock *lock);
 
 /* 1 if anyone holds the lock, 0 if not, or a negative error. */

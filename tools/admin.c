@@ -5,7 +5,10 @@
  * does not count itself as a waiter): one MULTI/EXEC per name, so the
  * owners, the TTL and the waiter count are one consistent snapshot. unlock
  * goes through the library (rlock_force_unlock), which publishes the
- * unlock message that wakes a waiter, Java or C.
+ * unlock message that wakes a waiter, Java or C; first, unless
+ * --any-type, it asks TYPE on a plain connection and leaves a NAME that
+ * holds something other than a hash alone (the library's DEL would delete
+ * any type, as Redisson's forceUnlock does).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -301,7 +304,7 @@ static int read_state(redisContext *c, const char *name, lock_state *s,
        exec->element[3]->elements != 2 ||
        exec->element[3]->element[1]->type != REDIS_REPLY_INTEGER)) {
     cli_err("reading '%s': unexpected reply from Redis", name);
-    exit_code = CLI_EX_UNAVAILABLE;
+    exit_code = cli_exit_for(RLOCK_EPROTO);
   }
   for (int i = 0; i < 5; i++)
     freeReplyObject(replies[i]);
@@ -387,16 +390,48 @@ int cli_status_main(int argc, char **argv) {
 
 /* ---- unlock --force ---- */
 
+enum { OPT_ANY_TYPE = 256 };
+
 static const struct option unlock_longopts[] = {
     {"force", no_argument, NULL, 'f'},
+    {"any-type", no_argument, NULL, OPT_ANY_TYPE},
     {"uri", required_argument, NULL, 'u'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
 
+/* The exit status of several NAMEs: the highest (0 all released < 1 one
+ * was not locked < 69 one holds another type < the errors). */
+static int worst(int a, int b) { return a > b ? a : b; }
+
+/* Redis's TYPE of `name` ("hash", "none", "string", ...) into type[n].
+ * Returns 0, or the exit code after printing why. */
+static int key_type(redisContext *c, const char *name, char *type,
+                    size_t n) {
+  redisReply *reply = redisCommand(c, "TYPE %b", name, strlen(name));
+  if (reply == NULL) {
+    cli_err("unlock '%s': checking its type: %s", name, c->errstr);
+    return CLI_EX_TEMPFAIL;
+  }
+  int exit_code = 0;
+  if (reply->type == REDIS_REPLY_ERROR) {
+    cli_err("unlock '%s': checking its type: %s", name, reply->str);
+    exit_code =
+        cli_exit_for(rlock__err_from_server(reply->str, reply->len));
+  } else if (reply->type != REDIS_REPLY_STATUS) {
+    cli_err("unlock '%s': checking its type: unexpected reply from Redis",
+            name);
+    exit_code = cli_exit_for(RLOCK_EPROTO);
+  } else {
+    snprintf(type, n, "%.*s", (int)reply->len, reply->str);
+  }
+  freeReplyObject(reply);
+  return exit_code;
+}
+
 int cli_unlock_main(int argc, char **argv) {
   const char *uri_flag = NULL;
-  bool force = false;
+  bool force = false, any_type = false;
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, ":u:fh", unlock_longopts, NULL)) !=
@@ -407,6 +442,9 @@ int cli_unlock_main(int argc, char **argv) {
       break;
     case 'f':
       force = true;
+      break;
+    case OPT_ANY_TYPE:
+      any_type = true;
       break;
     case 'h':
       cli_help(stdout);
@@ -424,17 +462,59 @@ int cli_unlock_main(int argc, char **argv) {
     cli_err("unlock: missing lock NAME");
     return CLI_EX_USAGE;
   }
+  const char *uri = cli_resolve_uri(uri_flag);
+  /* The type check's connection (not needed with --any-type). */
+  redisContext *check = NULL;
+  if (!any_type) {
+    int rc = plain_connect(uri, false, &check);
+    if (rc != 0)
+      return rc;
+  }
   rlock_options opts;
   rlock_options_init(&opts);
-  opts.uri = cli_resolve_uri(uri_flag);
+  opts.uri = uri;
   rlock_client *client;
   int rc = rlock_client_open(&client, &opts);
-  if (rc != 0)
+  if (rc != 0) {
+    if (check != NULL)
+      redisFree(check);
     return cli_open_failed(rc);
+  }
+  /* A NAME that is not a lock is reported and skipped; the other NAMEs are
+   * still processed. An error (connection, permission, ...) stops at its
+   * NAME. */
   int exit_code = 0;
   for (int i = optind; i < argc; i++) {
     rlock *lock;
     rc = rlock_get(client, argv[i], &lock);
+    if (rc == 0 && check != NULL) {
+      /* Only a hash is a lock. TYPE and the DEL in rlock_force_unlock()
+       * are two commands (on two connections), so a value stored under
+       * NAME in between would still be deleted: a race a command-line
+       * tool can live with. */
+      char type[64];
+      int code = key_type(check, argv[i], type, sizeof type);
+      if (code != 0) {
+        rlock_free(lock);
+        exit_code = worst(exit_code, code);
+        break;
+      }
+      if (strcmp(type, "none") == 0) {
+        rlock_free(lock);
+        printf("%s: was not locked\n", argv[i]);
+        exit_code = worst(exit_code, CLI_EXIT_CONFLICT);
+        continue;
+      }
+      if (strcmp(type, "hash") != 0) {
+        rlock_free(lock);
+        fflush(stdout); /* in order, when both go to one file */
+        cli_err("unlock '%s': not a lock (Redis type %s); left as it is "
+                "(--any-type deletes it)",
+                argv[i], type);
+        exit_code = worst(exit_code, CLI_EX_UNAVAILABLE);
+        continue;
+      }
+    }
     if (rc == 0) {
       rc = rlock_force_unlock(lock);
       rlock_free(lock);
@@ -443,14 +523,16 @@ int cli_unlock_main(int argc, char **argv) {
       char what[96];
       snprintf(what, sizeof what, "unlock '%.80s'", argv[i]);
       cli_err_rlock(rc, what);
-      exit_code = cli_exit_for(rc);
+      exit_code = worst(exit_code, cli_exit_for(rc));
       break;
     }
     printf("%s: %s\n", argv[i], rc == 1 ? "unlocked" : "was not locked");
     if (rc == 0)
-      exit_code = 1;
+      exit_code = worst(exit_code, CLI_EXIT_CONFLICT);
   }
   rlock_client_close(client);
+  if (check != NULL)
+    redisFree(check);
   if (fflush(stdout) != 0 && exit_code == 0)
     exit_code = CLI_EX_OSERR;
   return exit_code;

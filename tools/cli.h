@@ -25,7 +25,8 @@ enum {
   CLI_EX_UNAVAILABLE = 69,  /* Redis refused: auth, ACL, wrong type, error */
   CLI_EX_SOFTWARE = 70,     /* internal error */
   CLI_EX_OSERR = 71,        /* fork, pipe, thread, memory */
-  CLI_EX_TEMPFAIL = 75,     /* Redis unreachable or did not answer in time */
+  CLI_EX_TEMPFAIL = 75,     /* Redis unreachable, did not answer in time, or
+                               is not a Redis server (RLOCK_EPROTO) */
   CLI_EX_LOCKLOST = 79,     /* lock lost while COMMAND ran, --on-lost=kill */
   CLI_EX_NOEXEC = 126,      /* COMMAND found but not executable */
   CLI_EX_NOTFOUND = 127,    /* COMMAND not found */

@@ -22,7 +22,7 @@ static const char usage_text[] =
     "  rlock [options] NAME [--] COMMAND [ARGS...]\n"
     "  rlock [options] NAME -c SHELL-COMMAND\n"
     "  rlock status [--json] [-u URI] NAME...\n"
-    "  rlock unlock --force [-u URI] NAME...\n"
+    "  rlock unlock --force [--any-type] [-u URI] NAME...\n"
     "  rlock --help | --version\n"
     "\n"
     "Run COMMAND while holding the distributed lock NAME, a Redisson lock in\n"
@@ -70,8 +70,15 @@ static const char usage_text[] =
     "                          number of clients waiting (subscribed to its\n"
     "                          channel); --json prints a JSON array instead\n"
     "unlock --force NAME...    delete the locks whoever holds them and wake a\n"
-    "                          waiter; exit 0 if all were locked, 1 if one was not\n"
-    "\n"
+    "                          waiter; a NAME that holds another Redis type (not\n"
+    "                          a hash) is left as it is, reported, and makes the\n"
+    "                          exit status 69; the other NAMEs are still unlocked\n"
+    "      --any-type          (with unlock --force) delete each NAME whatever\n"
+    "                          its type, like Redisson's forceUnlock\n"
+    "\n";
+
+/* Two strings: ISO C guarantees string literals only up to 4095 bytes. */
+static const char notes_text[] =
     "DURATION is milliseconds, or a number with a unit: 250ms, 1.5s, 2m, 1h.\n"
     "COMMAND gets RLOCK_NAME (the lock name) and RLOCK_OWNER (the lock's hash\n"
     "field, <client-uuid>:<thread-id>) in its environment. SIGINT, SIGTERM,\n"
@@ -89,13 +96,19 @@ static const char usage_text[] =
     "         another type, server error\n"
     "  70     internal error\n"
     "  71     system error: fork, pipe, thread or memory\n"
-    "  75     cannot connect to Redis, or it did not answer in time\n"
+    "  75     cannot connect to Redis, it did not answer in time, or what\n"
+    "         answered is not a Redis server\n"
     "  79     the lock was lost while COMMAND ran, with --on-lost=kill\n"
     "  126    COMMAND was found but could not be executed\n"
     "  127    COMMAND was not found\n"
-    "  status exits 0; unlock --force exits 0 if every lock was held, else 1.\n";
+    "  status exits 0. unlock --force exits with the highest status of its\n"
+    "  NAMEs: 0 every lock was held and is deleted, 1 one was not locked, 69\n"
+    "  one holds another type (left alone), or the error that stopped it.\n";
 
-void cli_help(FILE *out) { fputs(usage_text, out); }
+void cli_help(FILE *out) {
+  fputs(usage_text, out);
+  fputs(notes_text, out);
+}
 
 static void usage_hint(void) {
   fprintf(stderr, "Try 'rlock --help' for more information.\n");
@@ -135,6 +148,7 @@ int cli_exit_for(int err) {
     return CLI_EX_USAGE;
   case RLOCK_ECONN:
   case RLOCK_ETIMEDOUT:
+  case RLOCK_EPROTO: /* what answered is not a Redis server */
     return CLI_EX_TEMPFAIL;
   case RLOCK_EAUTH:
   case RLOCK_ENOPERM:
@@ -142,7 +156,6 @@ int cli_exit_for(int err) {
   case RLOCK_ESERVER:
   case RLOCK_EOOM:
   case RLOCK_EREADONLY:
-  case RLOCK_EPROTO:
     return CLI_EX_UNAVAILABLE;
   case RLOCK_ENOMEM:
   case RLOCK_ESYS:

@@ -4,17 +4,22 @@
  * codes, what the tool printed, and what is really in Redis. */
 #include <criterion/criterion.h>
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <regex.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -358,11 +363,12 @@ Test(cli, help_lists_every_option_and_exit_code) {
       "-l, --lease",    "--watchdog",       "--on-lost=warn|kill",
       "--kill-after",   "-c, --command",    "-v, --verbose",
       "-h, --help",     "-V, --version",    "rlock status",
-      "--json",         "unlock --force",   "REDIS_URL",
-      "RLOCK_OWNER",    "Exit status:",     "128+N",
-      "  1 ",           "  64 ",            "  69 ",
-      "  70 ",          "  71 ",            "  75 ",
-      "  79 ",          "  126 ",           "  127 ",
+      "--json",         "unlock --force",   "--any-type",
+      "REDIS_URL",      "RLOCK_OWNER",      "Exit status:",
+      "128+N",          "  1 ",             "  64 ",
+      "  69 ",          "  70 ",            "  71 ",
+      "  75 ",          "  79 ",            "  126 ",
+      "  127 ",
   };
   for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
     cr_expect(strstr(out, must[i]) != NULL, "--help lacks \"%s\"", must[i]);
@@ -1021,6 +1027,131 @@ Test(cli, unlock_force_deletes_and_wakes_a_waiter) {
   free(out);
 }
 
+/* What unlock --force says on stderr about a NAME that is not a lock. */
+static void not_a_lock_message(char *buf, size_t n, const char *key,
+                               const char *type) {
+  snprintf(buf, n,
+           "rlock: unlock '%s': not a lock (Redis type %s); left as it is "
+           "(--any-type deletes it)\n",
+           key, type);
+}
+
+Test(cli, unlock_force_refuses_a_string_key_and_leaves_it) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:force-str");
+  rt_ok("OK", "SET %s hello PX 600000", key);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("unlock", "--force", key)), 69);
+  char *out = cli_out(&p), *err = cli_err(&p);
+  char expect[256];
+  not_a_lock_message(expect, sizeof expect, key, "string");
+  cr_assert_str_eq(err, expect);
+  cr_assert_str_eq(out, "");
+  free(out);
+  free(err);
+  /* untouched: same value, TTL still running */
+  char *value = rt_str("GET %s", key);
+  cr_assert(value != NULL, "the string was deleted");
+  cr_assert_str_eq(value, "hello");
+  free(value);
+  long long ttl = rt_pttl(key);
+  cr_assert(ttl > 500000 && ttl <= 600000, "TTL %lld", ttl);
+  /* status still reports it as before */
+  cr_assert_eq(cli_run(&p, ARGS("status", key)), 0);
+  out = cli_out(&p);
+  snprintf(expect, sizeof expect, "%s: not a lock (Redis type string)\n",
+           key);
+  cr_assert_str_eq(out, expect);
+  free(out);
+}
+
+Test(cli, unlock_force_refuses_list_and_set_keys_and_goes_on) {
+  char list_key[64], set_key[64];
+  rt_key(list_key, sizeof list_key, "cli:force-list");
+  rt_key(set_key, sizeof set_key, "cli:force-set");
+  cr_assert_eq(rt_int("RPUSH %s a b c", list_key), 3);
+  cr_assert_eq(rt_int("SADD %s x y", set_key), 2);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("unlock", "--force", list_key, set_key)), 69);
+  char *out = cli_out(&p), *err = cli_err(&p);
+  char expect[512], second[256];
+  not_a_lock_message(expect, sizeof expect, list_key, "list");
+  not_a_lock_message(second, sizeof second, set_key, "set");
+  strncat(expect, second, sizeof expect - strlen(expect) - 1);
+  cr_assert_str_eq(err, expect, "both NAMEs are reported");
+  cr_assert_str_eq(out, "");
+  free(out);
+  free(err);
+  cr_assert_eq(rt_int("LLEN %s", list_key), 3);
+  cr_assert_eq(rt_int("SCARD %s", set_key), 2);
+  cr_assert_eq(rt_int("SISMEMBER %s y", set_key), 1);
+}
+
+Test(cli, unlock_force_any_type_deletes_whatever_is_there) {
+  char str_key[64], list_key[64];
+  rt_key(str_key, sizeof str_key, "cli:any-str");
+  rt_key(list_key, sizeof list_key, "cli:any-list");
+  rt_ok("OK", "SET %s hello", str_key);
+  cr_assert_eq(rt_int("RPUSH %s a", list_key), 1);
+  cli_proc p;
+  cr_assert_eq(
+      cli_run(&p, ARGS("unlock", "--force", "--any-type", str_key, list_key)),
+      0);
+  char *out = cli_out(&p), *err = cli_err(&p);
+  char expect[256];
+  snprintf(expect, sizeof expect, "%s: unlocked\n%s: unlocked\n", str_key,
+           list_key);
+  cr_assert_str_eq(out, expect);
+  cr_assert_str_eq(err, "");
+  free(out);
+  free(err);
+  cr_assert_eq(rt_exists(str_key), 0, "the string is still there");
+  cr_assert_eq(rt_exists(list_key), 0, "the list is still there");
+}
+
+Test(cli, unlock_force_of_a_lock_and_a_string_releases_the_lock_only) {
+  char str_key[64], lock_key[64], free_key[64], channel[128];
+  rt_key(str_key, sizeof str_key, "cli:mix-str");
+  rt_key(lock_key, sizeof lock_key, "cli:mix-lock");
+  rt_key(free_key, sizeof free_key, "cli:mix-free");
+  rt_lock_channel(channel, sizeof channel, lock_key);
+  rt_ok("OK", "SET %s hello", str_key);
+  held h;
+  hold(&h, lock_key);
+  cli_proc waiter;
+  cli_start(&waiter, ARGS(lock_key, "--", "touch", "ran"));
+  wait_numsub(channel, 1);
+
+  /* The string comes first: the lock after it is still released, and 69
+   * (another type) wins over 1 (a NAME that was not locked). */
+  cli_proc p;
+  cr_assert_eq(
+      cli_run(&p, ARGS("unlock", "--force", str_key, lock_key, free_key)),
+      69);
+  char *out = cli_out(&p), *err = cli_err(&p);
+  char expect[256];
+  snprintf(expect, sizeof expect, "%s: unlocked\n%s: was not locked\n",
+           lock_key, free_key);
+  cr_assert_str_eq(out, expect);
+  not_a_lock_message(expect, sizeof expect, str_key, "string");
+  cr_assert_str_eq(err, expect);
+  free(out);
+  free(err);
+
+  char *value = rt_str("GET %s", str_key);
+  cr_assert(value != NULL, "the string was deleted");
+  cr_assert_str_eq(value, "hello");
+  free(value);
+  /* the lock was released the usual way: the waiter woke and ran */
+  cr_assert_eq(cli_wait(&waiter, RUN_BOUND_MS), 0);
+  cr_assert(exists_in("ran"));
+  cr_assert_eq(rt_exists(lock_key), 0);
+  cr_assert_eq(rlock_unlock(h.lock), RLOCK_ELOCKLOST);
+  rlock_free(h.lock);
+  h.lock = NULL;
+  unhold(&h);
+}
+
 /* ---- connection and URI ---- */
 
 Test(cli, unreachable_redis_exits_75) {
@@ -1057,6 +1188,170 @@ Test(cli, uri_flag_overrides_redis_url) {
   cr_assert_eq(cli_run(&p, ARGS("-u", good, key, "--", "true")), 0);
   cr_assert_eq(cli_run(&p, ARGS("--uri", good, key, "--", "true")), 0);
   cr_assert_eq(cli_run(&p, ARGS("status", "-u", good, key)), 0);
+}
+
+/* ---- a peer that is not a Redis server ---- */
+
+/* Answers every command (a RESP array of bulk strings, as hiredis sends
+ * them) with "+OK": connection set-up passes, and then every reply rlock
+ * looks at has the wrong type (RLOCK_EPROTO). */
+#define PEER_CONNS 8
+
+typedef struct fake_peer {
+  int listen_fd;
+  int port;
+  atomic_bool stop;
+  rt_thread thread;
+} fake_peer;
+
+typedef struct peer_conn {
+  int fd;
+  char *buf;
+  size_t len, cap;
+} peer_conn;
+
+/* Parses "$<n>\r\n<n bytes>\r\n" or "*<n>\r\n" at *pos; false if
+ * incomplete or malformed. */
+static bool resp_header(const char *buf, size_t len, size_t *pos, char kind,
+                        long *n) {
+  if (*pos >= len || buf[*pos] != kind)
+    return false;
+  const char *crlf = memmem(buf + *pos, len - *pos, "\r\n", 2);
+  if (crlf == NULL)
+    return false;
+  char *end;
+  *n = strtol(buf + *pos + 1, &end, 10);
+  if (end != crlf || *n < 0)
+    return false;
+  *pos = (size_t)(crlf - buf) + 2;
+  return true;
+}
+
+/* Number of whole commands at the start of c->buf; drops them. */
+static int peer_take_commands(peer_conn *c) {
+  int count = 0;
+  size_t done = 0;
+  for (;;) {
+    size_t pos = done;
+    long args;
+    if (!resp_header(c->buf, c->len, &pos, '*', &args))
+      break;
+    bool whole = true;
+    for (long i = 0; i < args && whole; i++) {
+      long n;
+      whole = resp_header(c->buf, c->len, &pos, '$', &n) &&
+              c->len - pos >= (size_t)n + 2;
+      if (whole)
+        pos += (size_t)n + 2;
+    }
+    if (!whole)
+      break;
+    done = pos;
+    count++;
+  }
+  memmove(c->buf, c->buf + done, c->len - done);
+  c->len -= done;
+  return count;
+}
+
+static void peer_main(void *arg) {
+  fake_peer *f = arg;
+  peer_conn conns[PEER_CONNS];
+  int n = 0;
+  while (!atomic_load(&f->stop)) {
+    struct pollfd pfds[PEER_CONNS + 1];
+    pfds[0] = (struct pollfd){.fd = f->listen_fd, .events = POLLIN};
+    for (int i = 0; i < n; i++)
+      pfds[i + 1] = (struct pollfd){.fd = conns[i].fd, .events = POLLIN};
+    if (poll(pfds, (nfds_t)n + 1, 20) <= 0)
+      continue;
+    for (int i = n - 1; i >= 0; i--) {
+      if (pfds[i + 1].revents == 0)
+        continue;
+      peer_conn *c = &conns[i];
+      if (c->cap - c->len < 4096) {
+        char *grown = realloc(c->buf, c->cap * 2);
+        if (grown != NULL) {
+          c->buf = grown;
+          c->cap *= 2;
+        }
+      }
+      ssize_t got = read(c->fd, c->buf + c->len, c->cap - c->len);
+      bool keep = got > 0;
+      if (keep) {
+        c->len += (size_t)got;
+        for (int k = peer_take_commands(c); k > 0 && keep; k--)
+          keep = write(c->fd, "+OK\r\n", 5) == 5;
+      }
+      if (!keep) {
+        close(c->fd);
+        free(c->buf);
+        conns[i] = conns[--n];
+      }
+    }
+    if ((pfds[0].revents & POLLIN) && n < PEER_CONNS) {
+      int fd = accept4(f->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+      char *buf = fd >= 0 ? malloc(8192) : NULL;
+      if (buf != NULL)
+        conns[n++] = (peer_conn){.fd = fd, .buf = buf, .len = 0, .cap = 8192};
+      else if (fd >= 0)
+        close(fd);
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    close(conns[i].fd);
+    free(conns[i].buf);
+  }
+}
+
+static void fake_peer_start(fake_peer *f) {
+  memset(f, 0, sizeof *f);
+  atomic_init(&f->stop, false);
+  f->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  cr_assert(f->listen_fd >= 0, "socket: %s", strerror(errno));
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  cr_assert(bind(f->listen_fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+                listen(f->listen_fd, 16) == 0 &&
+                getsockname(f->listen_fd, (struct sockaddr *)&a, &len) == 0,
+            "listen: %s", strerror(errno));
+  f->port = ntohs(a.sin_port);
+  rt_thread_start(&f->thread, peer_main, f);
+}
+
+static void fake_peer_stop(fake_peer *f) {
+  atomic_store(&f->stop, true);
+  rt_thread_join(&f->thread, 5000);
+  close(f->listen_fd);
+}
+
+Test(cli, a_peer_that_is_not_redis_exits_75) {
+  fake_peer f;
+  fake_peer_start(&f);
+  char uri[64], key[64];
+  snprintf(uri, sizeof uri, "redis://127.0.0.1:%d", f.port);
+  rt_key(key, sizeof key, "cli:peer");
+  const char *const *cases[] = {
+      ARGS("unlock", "--force", "--any-type", "-u", uri, key),
+      ARGS("status", "-u", uri, key),
+      ARGS("-n", "-u", uri, key, "--", "touch", "ran"),
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cli_proc p;
+    int code = cli_run(&p, cases[i]);
+    char *err = cli_err(&p);
+    cr_expect_eq(code, 75, "case %zu: exit %d, stderr: %s", i, code, err);
+    cr_expect(strncmp(err, "rlock: ", 7) == 0, "case %zu: %s", i, err);
+    cr_expect(strstr(err, "unexpected reply from Redis") != NULL,
+              "case %zu: %s", i, err);
+    free(err);
+  }
+  fake_peer_stop(&f);
+  cr_assert(!exists_in("ran"));
+  cr_assert_eq(rt_exists(key), 0);
 }
 
 static void auth_setup(void) {

@@ -111,8 +111,16 @@ typedef struct rlock rlock;
 typedef void (*rlock_lock_lost_cb)(const char *name, const char *owner,
                                    void *data);
 
-/* Client options. Always fill with rlock_options_init() first. */
+/* Client options. Always fill with rlock_options_init() first, then set the
+ * fields you need: the struct may grow in later versions, and fields are
+ * only ever added at the end. */
 typedef struct rlock_options {
+  /* Set to sizeof(rlock_options) by rlock_options_init(); do not change it.
+   * rlock_client_open() reads only this many bytes, so a program built
+   * against an older rlock.h (smaller struct) gets the defaults for the
+   * fields it does not know. 0 (not initialised) or more than this
+   * library's sizeof(rlock_options) (a newer rlock.h) is RLOCK_EINVAL. */
+  size_t struct_size;
   /* redis://[[user]:password@]host[:port][/db] or unix:///path[?db=N].
    * NULL: $REDIS_URL, else redis://127.0.0.1:6379. Copied at open. */
   const char *uri;
@@ -141,11 +149,12 @@ typedef struct rlock_options {
   void *on_lock_lost_data;
 } rlock_options;
 
-/* Fills `o` with the defaults above. Thread-safe. */
+/* Fills `o` with the defaults above, struct_size included. Thread-safe. */
 RLOCK_EXTERN void rlock_options_init(rlock_options *o);
 
 /*
- * Opens a client: validates `o` (NULL = defaults), starts the loop thread and
+ * Opens a client: validates `o` (NULL = defaults; otherwise filled by
+ * rlock_options_init(), see struct_size), starts the loop thread and
  * connects both connections, authenticating and selecting the database.
  * On success *client is set and 0 returned. On failure nothing is left
  * running and *client is NULL: RLOCK_EINVAL (bad option), RLOCK_EURI,

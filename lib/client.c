@@ -39,7 +39,7 @@ void rlock__open_progress(rlock_client *c, int err, const char *detail) {
 
 static void client_destroy(rlock_client *c) {
   rlock__uri_free(&c->uri);
-  free(c->uri_text);
+  rlock__free_secret(c->uri_text); /* the full URI, password included */
   free(c->client_name);
   uv_mutex_destroy(&c->queue_mutex);
   uv_sem_destroy(&c->open_sem);
@@ -61,12 +61,14 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
     return RLOCK_EINVAL;
   }
   *client = NULL;
-  rlock_options defaults;
-  if (o == NULL) {
-    rlock_options_init(&defaults);
-    o = &defaults;
-  }
-  int rc = rlock__options_validate(o);
+  /* From here on `o` is a full struct of this version, whatever version of
+   * rlock.h the caller was built with. */
+  rlock_options full;
+  int rc = rlock__options_copy(&full, o);
+  if (rc != 0)
+    return rc;
+  o = &full;
+  rc = rlock__options_validate(o);
   if (rc != 0)
     return rc;
   const char *uri = o->uri;
@@ -93,26 +95,30 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
     rlock__set_last_error("out of memory");
     return RLOCK_ENOMEM;
   }
-  if (uv_mutex_init(&c->queue_mutex) != 0) {
-    free(c->uri_text);
+  int sys = uv_mutex_init(&c->queue_mutex);
+  if (sys != 0) {
+    rlock__free_secret(c->uri_text);
     free(c->client_name);
     free(c);
-    rlock__set_last_error("uv_mutex_init failed");
+    rlock__set_last_error("uv_mutex_init failed: %s", uv_strerror(sys));
     return RLOCK_ESYS;
   }
-  if (uv_sem_init(&c->open_sem, 0) != 0) {
+  sys = uv_sem_init(&c->open_sem, 0);
+  if (sys != 0) {
     uv_mutex_destroy(&c->queue_mutex);
-    free(c->uri_text);
+    rlock__free_secret(c->uri_text);
     free(c->client_name);
     free(c);
-    rlock__set_last_error("uv_sem_init failed");
+    rlock__set_last_error("uv_sem_init failed: %s", uv_strerror(sys));
     return RLOCK_ESYS;
   }
   rc = rlock__uri_parse(c->uri_text, &c->uri); /* sets the last error */
   if (rc == 0 && (rlock__uuid4(c->id) != 0 ||
                   rlock__random_bytes(c->latch_seed,
                                       sizeof(c->latch_seed)) != 0)) {
-    rlock__set_last_error("no random source for the client id");
+    /* Keeps random.c's detail (libuv's error text). */
+    rlock__set_last_error("no random source for the client id: %s",
+                          rlock_last_error());
     rc = RLOCK_ESYS;
   }
   if (rc != 0) {

@@ -725,8 +725,9 @@ static int run_sync(rlock_client *c, rlock__op *op) {
     return RLOCK_EDEADLK;
   }
   uv_sem_t sem;
-  if (uv_sem_init(&sem, 0) != 0) {
-    rlock__set_last_error("uv_sem_init failed");
+  int sys = uv_sem_init(&sem, 0);
+  if (sys != 0) {
+    rlock__set_last_error("uv_sem_init failed: %s", uv_strerror(sys));
     return RLOCK_ESYS;
   }
   op->done = sync_done;
@@ -847,11 +848,15 @@ int rlock_interrupt(rlock_client *c, uint64_t owner) {
   if (rlock__on_loop_thread(c)) { /* from a callback: act right here */
     op.done = noop_done;
     run_control(c, &op);
+    rlock__clear_last_error(); /* a count, never an error */
     return op.result;
   }
   uv_sem_t sem;
-  if (uv_sem_init(&sem, 0) != 0)
+  int sys = uv_sem_init(&sem, 0);
+  if (sys != 0) {
+    rlock__set_last_error("uv_sem_init failed: %s", uv_strerror(sys));
     return RLOCK_ESYS;
+  }
   op.done = interrupt_done;
   op.data = &sem;
   int rc = rlock__loop_submit(c, &op);
@@ -859,9 +864,15 @@ int rlock_interrupt(rlock_client *c, uint64_t owner) {
     uv_sem_wait(&sem);
     rc = op.result;
   } else {
-    rlock__set_last_error("%s", rlock__submit_error(rc));
+    snprintf(op.detail, sizeof(op.detail), "%s", rlock__submit_error(rc));
   }
   uv_sem_destroy(&sem);
+  /* Like every call: a detail on failure (also ECLOSED from the queue drain
+   * at close), none left over from an earlier call on success. */
+  if (rc < 0)
+    rlock__set_last_error("%s", op.detail[0] ? op.detail : rlock_strerror(rc));
+  else
+    rlock__clear_last_error();
   return rc;
 }
 
@@ -991,11 +1002,14 @@ int rlock_cancel(rlock_req *req) {
       req->op.canceled = true; /* still queued: ends as soon as it starts */
     else if (req->op.state != RLOCK__ST_DONE)
       cancel_acquire(&req->op);
+    rlock__clear_last_error();
     return 0;
   }
   rlock__op *op = calloc(1, sizeof(*op));
-  if (op == NULL)
+  if (op == NULL) {
+    rlock__set_last_error("out of memory");
     return RLOCK_ENOMEM;
+  }
   op->kind = RLOCK__OP_CANCEL;
   op->client = c;
   op->target = &req->op;
@@ -1006,6 +1020,8 @@ int rlock_cancel(rlock_req *req) {
     atomic_fetch_sub(&req->refs, 1);
     free(op);
     rlock__set_last_error("%s", rlock__submit_error(rc));
+  } else {
+    rlock__clear_last_error();
   }
   return rc;
 }

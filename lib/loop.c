@@ -226,6 +226,10 @@ static void wakeup_cb(uv_async_t *async) {
   while (op != NULL) {
     rlock__op *next = op->next;
     if (c->closing || closed) {
+      /* Same detail as a call refused at submit time: async callbacks show
+       * op->detail as rlock_last_error(), which must not be empty. */
+      snprintf(op->detail, sizeof(op->detail), "%s",
+               rlock__submit_error(RLOCK_ECLOSED));
       op->result = RLOCK_ECLOSED;
       op->state = RLOCK__ST_DONE;
       op->done(op);

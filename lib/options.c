@@ -12,6 +12,7 @@ void rlock_options_init(rlock_options *o) {
   if (o == NULL)
     return;
   memset(o, 0, sizeof(*o));
+  o->struct_size = sizeof(*o);
   o->uri = NULL;
   o->client_name = NULL;
   o->watchdog_timeout_ms = 30000;
@@ -22,6 +23,32 @@ void rlock_options_init(rlock_options *o) {
   o->sharded_pubsub = 0;
   o->on_lock_lost = NULL;
   o->on_lock_lost_data = NULL;
+}
+
+int rlock__options_copy(rlock_options *out, const rlock_options *in) {
+  rlock_options_init(out);
+  if (in == NULL)
+    return 0;
+  /* Read before anything else: it says how much of *in exists. */
+  size_t size = in->struct_size;
+  if (size < sizeof(in->struct_size)) {
+    rlock__set_last_error("rlock_options not initialised with "
+                          "rlock_options_init() (struct_size is %zu)",
+                          size);
+    return RLOCK_EINVAL;
+  }
+  if (size > sizeof(*out)) {
+    rlock__set_last_error("rlock_options.struct_size is %zu but this rlock's "
+                          "rlock_options is %zu bytes: the options come from "
+                          "a newer rlock.h than the library in use",
+                          size, sizeof(*out));
+    return RLOCK_EINVAL;
+  }
+  /* An older header's struct is a prefix of ours (fields are only added at
+   * the end): take what it has, keep the defaults for the rest. */
+  memcpy(out, in, size);
+  out->struct_size = sizeof(*out);
+  return 0;
 }
 
 static int rlock__check_ms(const char *field, int64_t value, int64_t min) {

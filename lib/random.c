@@ -1,51 +1,20 @@
-/* Random bytes, UUIDs and hex strings. The client UUID is half of every lock
- * owner string, so two processes (or a C and a Java client) must never pick
- * the same one: the bytes come from the kernel CSPRNG, never from rand(). */
-#include <errno.h>
-#include <fcntl.h>
-#include <sys/random.h>
-#include <unistd.h>
+/* Random bytes and UUIDs. The client UUID is half of every lock owner
+ * string, so two processes (or a C and a Java client) must never pick the
+ * same one: the bytes come from the OS CSPRNG, never from rand(). */
+#include <uv.h>
 
 #include "util.h"
 
 static const char rlock__hex_digits[] = "0123456789abcdef";
 
-/* Fallback for kernels without getrandom() (before Linux 3.17) or sandboxes
- * whose seccomp filter rejects it. Opened per call rather than kept open:
- * ids are made rarely, and a cached descriptor would be global state that
- * fork() and close-all-fds loops in callers can break. */
-static int rlock__urandom_read(unsigned char *buf, size_t n) {
-  int fd;
-  ssize_t got;
-
-  do
-    fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  while (fd < 0 && errno == EINTR);
-  if (fd < 0) {
-    rlock__set_last_error("cannot open /dev/urandom (errno %d)", errno);
-    return RLOCK_ESYS;
-  }
-  while (n > 0) {
-    got = read(fd, buf, n);
-    if (got < 0 && errno == EINTR)
-      continue;
-    if (got <= 0) {
-      rlock__set_last_error("reading /dev/urandom failed (%s %d)",
-                            got == 0 ? "end of file," : "errno",
-                            got == 0 ? 0 : errno);
-      close(fd);
-      return RLOCK_ESYS;
-    }
-    buf += got;
-    n -= (size_t)got;
-  }
-  close(fd);
-  return 0;
-}
+/* uv_random() (libuv >= 1.33) picks the platform's CSPRNG (getrandom with a
+ * /dev/urandom fallback on Linux, getentropy, arc4random_buf, RtlGenRandom)
+ * and fills the whole buffer or fails. It refuses more than INT32_MAX bytes
+ * at once (UV_E2BIG), so large requests go in chunks. */
+#define RLOCK__RANDOM_CHUNK ((size_t)1 << 20)
 
 int rlock__random_bytes(void *buf, size_t n) {
   unsigned char *dst = buf;
-  ssize_t got;
 
   if (n == 0)
     return 0;
@@ -53,17 +22,16 @@ int rlock__random_bytes(void *buf, size_t n) {
     rlock__set_last_error("rlock__random_bytes: buf is NULL");
     return RLOCK_EINVAL;
   }
-  /* getrandom() may return fewer bytes than asked (large requests, or a
-   * signal after the first 256 bytes), so loop until all are filled. */
   while (n > 0) {
-    got = getrandom(dst, n, 0);
-    if (got < 0) {
-      if (errno == EINTR)
-        continue;
-      return rlock__urandom_read(dst, n);
+    size_t chunk = n < RLOCK__RANDOM_CHUNK ? n : RLOCK__RANDOM_CHUNK;
+    /* No callback: synchronous, and loop and req are not used. */
+    int rc = uv_random(NULL, NULL, dst, chunk, 0, NULL);
+    if (rc != 0) {
+      rlock__set_last_error("uv_random failed: %s", uv_strerror(rc));
+      return RLOCK_ESYS;
     }
-    dst += got;
-    n -= (size_t)got;
+    dst += chunk;
+    n -= chunk;
   }
   return 0;
 }
@@ -88,29 +56,5 @@ int rlock__uuid4(char out[RLOCK_ID_LEN + 1]) {
     *p++ = rlock__hex_digits[bytes[i] & 0x0f];
   }
   *p = '\0';
-  return 0;
-}
-
-int rlock__random_hex(char *out, size_t nbytes) {
-  /* Converted a chunk at a time so any length works without allocating. */
-  unsigned char chunk[64];
-  char *start = out;
-  size_t done = 0, n, i;
-  int rc;
-
-  while (done < nbytes) {
-    n = nbytes - done < sizeof(chunk) ? nbytes - done : sizeof(chunk);
-    rc = rlock__random_bytes(chunk, n);
-    if (rc != 0) {
-      start[0] = '\0';
-      return rc;
-    }
-    for (i = 0; i < n; i++) {
-      *out++ = rlock__hex_digits[chunk[i] >> 4];
-      *out++ = rlock__hex_digits[chunk[i] & 0x0f];
-    }
-    done += n;
-  }
-  *out = '\0';
   return 0;
 }

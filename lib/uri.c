@@ -72,16 +72,36 @@ static char *rlock__strndup(const char *s, size_t len) {
   return copy;
 }
 
+void rlock__wipe(void *buf, size_t len) {
+  if (buf == NULL || len == 0)
+    return;
+#if defined(__GLIBC__) &&                                                      \
+    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 25))
+  /* Declared with _GNU_SOURCE (meson.build); guaranteed not to be removed
+   * as a dead store before free(). */
+  explicit_bzero(buf, len);
+#else
+  /* Stores through a volatile lvalue are side effects the compiler must
+   * perform, even right before free(). */
+  volatile unsigned char *p = buf;
+  for (size_t i = 0; i < len; i++)
+    p[i] = 0;
+#endif
+}
+
+void rlock__free_secret(char *s) {
+  if (s == NULL)
+    return;
+  rlock__wipe(s, strlen(s));
+  free(s);
+}
+
 /* Zeroes and frees a buffer that may hold (part of) a password, so the
  * secret does not linger in freed heap memory. */
 static void rlock__wipe_free(char *buf, size_t len) {
-  volatile char *p = buf;
-  size_t i;
-
   if (buf == NULL)
     return;
-  for (i = 0; i < len; i++)
-    p[i] = '\0';
+  rlock__wipe(buf, len);
   free(buf);
 }
 

@@ -45,21 +45,32 @@ typedef struct rlock__uri {
  * error to a sentence naming the problem, and leaves *out zeroed. */
 int rlock__uri_parse(const char *uri, rlock__uri *out);
 void rlock__uri_free(rlock__uri *u); /* frees fields, zeroes; NULL ok */
+/* Zeroes buf[0..len) in a way the compiler cannot drop as a dead store
+ * (explicit_bzero, or volatile stores), for secrets about to be freed.
+ * NULL or 0 is a no-op. */
+void rlock__wipe(void *buf, size_t len);
+/* Wipes the NUL-terminated string s (e.g. a URI with a password) and frees
+ * it. NULL ok. */
+void rlock__free_secret(char *s);
 
 /* ---- options.c ---- */
 
 /* Checks every field's range (see rlock.h) and the URI's syntax. Returns 0 or
- * RLOCK_EINVAL / RLOCK_EURI with rlock_last_error() set. */
+ * RLOCK_EINVAL / RLOCK_EURI with rlock_last_error() set. `o` must be a full
+ * struct of this version (see rlock__options_copy). */
 int rlock__options_validate(const rlock_options *o);
+/* Fills *out with the defaults, then copies the first in->struct_size bytes
+ * of *in over them (in == NULL: defaults only). Returns 0, or RLOCK_EINVAL
+ * with rlock_last_error() set when struct_size is 0 (not initialised) or
+ * larger than sizeof(rlock_options) (a newer header). */
+int rlock__options_copy(rlock_options *out, const rlock_options *in);
 
 /* ---- random.c ---- */
 
-/* Fills buf with n cryptographically random bytes (getrandom, falling back
- * to /dev/urandom). Returns 0 or RLOCK_ESYS. Thread-safe. */
+/* Fills buf with n cryptographically random bytes (uv_random). Returns 0,
+ * or RLOCK_ESYS with libuv's error text in rlock_last_error(). Thread-safe. */
 int rlock__random_bytes(void *buf, size_t n);
 /* Random version-4 UUID, 36 lowercase chars + NUL. Returns 0 or RLOCK_ESYS. */
 int rlock__uuid4(char out[RLOCK_ID_LEN + 1]);
-/* 2*nbytes lowercase hex chars + NUL from random bytes. 0 or RLOCK_ESYS. */
-int rlock__random_hex(char *out, size_t nbytes);
 
 #endif

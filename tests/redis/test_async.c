@@ -1194,6 +1194,226 @@ Test(async, close_with_pending_ops_calls_back_exactly_once) {
   rlock_client_close(holder_c);
 }
 
+/* ---- ECLOSED callbacks carry a detail ----
+ *
+ * rlock.h: inside a callback, rlock_last_error() describes a failure. Calls
+ * still in the request queue when close runs are failed by the queue drain
+ * (lib/loop.c wakeup_cb), a different path from the active ops that close
+ * finishes; both must leave a non-empty detail. */
+
+typedef struct detail_counted {
+  atomic_int calls;
+  atomic_int closed;       /* callbacks with RLOCK_ECLOSED */
+  atomic_int closed_empty; /* ... whose rlock_last_error() was "" */
+} detail_counted;
+
+static void detail_cb(int status, int64_t value, void *data) {
+  (void)value;
+  detail_counted *k = data;
+  if (status == RLOCK_ECLOSED) {
+    atomic_fetch_add(&k->closed, 1);
+    /* Read here: the detail is only valid inside the callback. */
+    if (rlock_last_error()[0] == '\0')
+      atomic_fetch_add(&k->closed_empty, 1);
+  }
+  atomic_fetch_add(&k->calls, 1);
+}
+
+typedef struct detail_submitter {
+  rlock *lock;
+  detail_counted k;
+  atomic_int submitted;
+  atomic_int refused;
+  atomic_int bad;
+} detail_submitter;
+
+/* Floods the queue (no pauses, unlike submitter_thread) so that close finds
+ * calls still queued, until the client refuses them. */
+static void detail_submitter_thread(void *arg) {
+  detail_submitter *s = arg;
+  uint64_t owner = rlock_owner_new();
+  for (unsigned i = 0;; i++) {
+    int rc = (i % 2 == 0)
+                 ? rlock_is_locked_async(s->lock, detail_cb, &s->k, NULL)
+                 : rlock_hold_count_async(s->lock, owner, detail_cb, &s->k,
+                                          NULL);
+    if (rc == 0) {
+      atomic_fetch_add(&s->submitted, 1);
+    } else if (rc == RLOCK_ECLOSED) {
+      atomic_fetch_add(&s->refused, 1);
+      return;
+    } else {
+      atomic_fetch_add(&s->bad, 1);
+      return;
+    }
+  }
+}
+
+static bool detail_submitters_busy(void *arg) {
+  detail_submitter *s = arg;
+  for (int i = 0; i < CLOSE_SUBMITTERS; i++)
+    if (atomic_load(&s[i].submitted) < 2000 ||
+        atomic_load(&s[i].k.calls) < 100)
+      return false;
+  return true;
+}
+
+Test(async, eclosed_callbacks_during_close_have_detail) {
+  char key[KEY_MAX];
+  rt_key(key, sizeof key, "async-close-detail");
+  rlock_client *c = rt_client();
+  rlock *lock = rt_lock(c, key);
+
+  static detail_submitter sub[CLOSE_SUBMITTERS];
+  rt_thread st[CLOSE_SUBMITTERS];
+  for (int i = 0; i < CLOSE_SUBMITTERS; i++) {
+    memset(&sub[i], 0, sizeof sub[i]);
+    sub[i].lock = lock;
+    rt_thread_start(&st[i], detail_submitter_thread, &sub[i]);
+  }
+  rt_wait_until_what(detail_submitters_busy, sub, 10000, "submitters running");
+  rlock_client_close(c); /* races the submitters */
+  int calls = 0, submitted = 0, closed = 0, empty = 0;
+  for (int i = 0; i < CLOSE_SUBMITTERS; i++) {
+    rt_thread_join(&st[i], JOIN_BOUND_MS);
+    cr_assert_eq(atomic_load(&sub[i].bad), 0);
+    cr_assert_eq(atomic_load(&sub[i].refused), 1);
+    submitted += atomic_load(&sub[i].submitted);
+    calls += atomic_load(&sub[i].k.calls);
+    closed += atomic_load(&sub[i].k.closed);
+    empty += atomic_load(&sub[i].k.closed_empty);
+  }
+  cr_log_info("%d calls accepted, %d ended with RLOCK_ECLOSED, %d of those "
+              "with an empty rlock_last_error()",
+              submitted, closed, empty);
+  /* The loop thread is gone: the counts are final. */
+  cr_assert_eq(calls, submitted);
+  cr_assert_gt(closed, 0, "no callback got RLOCK_ECLOSED: the close did not "
+                          "race the submitters, nothing was checked");
+  cr_assert_eq(empty, 0,
+               "%d of %d RLOCK_ECLOSED callbacks saw an empty "
+               "rlock_last_error()",
+               empty, closed);
+  rlock_free(lock);
+}
+
+/* ---- rlock_cancel / rlock_interrupt and rlock_last_error() ----
+ *
+ * Like every rlock call, they leave rlock_last_error() empty on success and
+ * describe a failure; each success is preceded by a failing call on the same
+ * thread, so a success that does not clear the detail leaves it behind. */
+
+typedef struct ctl_in_cb {
+  rlock_client *c;
+  rlock_req *cancel_req; /* a pending acquire to cancel from the callback */
+  uint64_t interrupt_owner;
+  atomic_int cancel_rc, cancel_empty;
+  atomic_int interrupt_rc, interrupt_empty;
+  atomic_int bad_cancel_empty, bad_interrupt_empty; /* failures' details */
+  atomic_int calls;
+} ctl_in_cb;
+
+static int last_error_empty(void) { return rlock_last_error()[0] == '\0'; }
+
+static void ctl_cb(int status, int64_t value, void *data) {
+  (void)status;
+  (void)value;
+  ctl_in_cb *k = data;
+  (void)rlock_cancel(NULL);
+  atomic_store(&k->bad_cancel_empty, last_error_empty());
+  atomic_store(&k->cancel_rc, rlock_cancel(k->cancel_req));
+  atomic_store(&k->cancel_empty, last_error_empty());
+  (void)rlock_interrupt(NULL, 1);
+  atomic_store(&k->bad_interrupt_empty, last_error_empty());
+  atomic_store(&k->interrupt_rc, rlock_interrupt(k->c, k->interrupt_owner));
+  atomic_store(&k->interrupt_empty, last_error_empty());
+  atomic_fetch_add(&k->calls, 1);
+}
+
+static bool ctl_fired(void *arg) {
+  return atomic_load(&((ctl_in_cb *)arg)->calls) > 0;
+}
+
+Test(async, cancel_and_interrupt_set_and_clear_last_error) {
+  char key[KEY_MAX];
+  rt_key(key, sizeof key, "async-ctl-detail");
+  rlock_client *holder_c = rt_client();
+  rlock *held = rt_lock(holder_c, key);
+  cr_assert_eq(rlock_lock(held, -1), 0);
+
+  rlock_client *c = rt_client();
+  rlock *lock = rt_lock(c, key);
+  /* Four acquires that wait (the lock is held): cancelled and interrupted
+   * from this thread and from the loop thread. */
+  static rec w[4];
+  rlock_req *reqs[4];
+  uint64_t owners[4];
+  for (int i = 0; i < 4; i++) {
+    rec_init(&w[i], NULL);
+    owners[i] = rlock_owner_new();
+    cr_assert_eq(rlock_lock_async(lock, owners[i], -1, -1, rec_cb, &w[i],
+                                  &reqs[i]),
+                 0);
+  }
+
+  /* From a user thread. */
+  cr_assert_eq(rlock_cancel(NULL), RLOCK_EINVAL);
+  cr_assert_neq(rlock_last_error()[0], '\0', "EINVAL without a detail");
+  cr_assert_eq(rlock_cancel(reqs[0]), 0);
+  cr_assert_str_empty(rlock_last_error(),
+                      "successful rlock_cancel left \"%s\"",
+                      rlock_last_error());
+  cr_assert_eq(rec_wait(&w[0], "cancelled acquire"), RLOCK_ECANCELED);
+
+  cr_assert_eq(rlock_interrupt(NULL, 1), RLOCK_EINVAL);
+  cr_assert_neq(rlock_last_error()[0], '\0', "EINVAL without a detail");
+  cr_assert_eq(rlock_interrupt(c, owners[1]), 1);
+  cr_assert_str_empty(rlock_last_error(),
+                      "successful rlock_interrupt left \"%s\"",
+                      rlock_last_error());
+  cr_assert_eq(rec_wait(&w[1], "interrupted acquire"), RLOCK_ECANCELED);
+
+  /* From the loop thread (a callback), where both act directly. */
+  static ctl_in_cb k;
+  memset(&k, 0, sizeof k);
+  k.c = c;
+  k.cancel_req = reqs[2];
+  k.interrupt_owner = owners[3];
+  atomic_init(&k.cancel_rc, 12345);
+  atomic_init(&k.interrupt_rc, 12345);
+  cr_assert_eq(rlock_is_locked_async(lock, ctl_cb, &k, NULL), 0);
+  rt_wait_until_what(ctl_fired, &k, CB_BOUND_MS, "control callback");
+  cr_assert_eq(atomic_load(&k.bad_cancel_empty), 0);
+  cr_assert_eq(atomic_load(&k.bad_interrupt_empty), 0);
+  cr_assert_eq(atomic_load(&k.cancel_rc), 0);
+  cr_assert_eq(atomic_load(&k.cancel_empty), 1,
+               "successful rlock_cancel in a callback left a detail");
+  cr_assert_eq(atomic_load(&k.interrupt_rc), 1);
+  cr_assert_eq(atomic_load(&k.interrupt_empty), 1,
+               "successful rlock_interrupt in a callback left a detail");
+  cr_assert_eq(rec_wait(&w[2], "acquire cancelled in a callback"),
+               RLOCK_ECANCELED);
+  cr_assert_eq(rec_wait(&w[3], "acquire interrupted in a callback"),
+               RLOCK_ECANCELED);
+
+  /* On a closed client (the lock handle keeps its memory alive). */
+  rlock_client_close(c);
+  cr_assert_eq(rlock_lock(held, -1), 0); /* a success: detail cleared */
+  cr_assert_eq(rlock_interrupt(c, owners[0]), RLOCK_ECLOSED);
+  cr_assert_neq(rlock_last_error()[0], '\0', "ECLOSED without a detail");
+  cr_assert_eq(rlock_unlock(held), 0); /* re-entrant: still held once */
+  cr_assert_str_empty(rlock_last_error());
+  cr_assert_eq(rlock_cancel(reqs[0]), RLOCK_ECLOSED);
+  cr_assert_neq(rlock_last_error()[0], '\0', "ECLOSED without a detail");
+
+  for (int i = 0; i < 4; i++)
+    rlock_req_free(reqs[i]);
+  rlock_free(lock);
+  cr_assert_eq(rlock_unlock(held), 1);
+  rlock_free(held);
+  rlock_client_close(holder_c);
+}
+
 /* ---- close from inside a callback ---- */
 
 typedef struct closing_cb {

@@ -514,18 +514,37 @@ Test(lock, watchdog_keeps_lock_alive) {
   cr_assert_eq(rlock_lock(lock, -1), 0);
   int64_t t0 = rt_now_ms();
   long long min_pttl = 1500;
+  int64_t min_at = 0;
   int samples = 0;
   while (rt_now_ms() - t0 < 3 * 1500 + 200) {
     long long pttl = rt_pttl(key);
     cr_assert(pttl > 0 && pttl <= 1500,
               "PTTL %lld at %" PRId64 " ms: watchdog did not renew", pttl,
               rt_now_ms() - t0);
-    if (pttl < min_pttl)
+    if (pttl < min_pttl) {
       min_pttl = pttl;
+      min_at = rt_now_ms() - t0;
+    }
     samples++;
     rt_sleep_ms(50);
   }
   cr_assert_gt(samples, 20);
+  /* Renewed every third of the timeout (as Redisson does): each renewal
+   * resets the PTTL to 1500, which then falls for one period, 500 ms, so it
+   * should never be seen below ~1000 (2/3 of the timeout). The slack of
+   * 400 ms covers a late loop-thread timer plus the renewal's round trip on
+   * a loaded 2-core VM (sanitizer builds, two test processes with their own
+   * redis-servers); it tolerates a renewal gap of up to 900 ms. Renewing only
+   * every timeout would let the PTTL fall to ~0 (our 50 ms samples would
+   * see it below 100, or the key gone) and fail (checked by changing the
+   * period in lib/watchdog.c: the whole timeout let the key expire; 4/5 of
+   * it gave a minimum of 329 ms and failed this assertion). A period of half
+   * the timeout (floor ~750) would still pass: the slack the VM needs does
+   * not leave room to tell 1/3 from 1/2 apart. */
+  cr_assert_geq(min_pttl, 1500 * 2 / 3 - 400,
+                "PTTL fell to %lld ms (at %" PRId64 " ms): the lock was not "
+                "renewed every third of the 1500 ms watchdog timeout",
+                min_pttl, min_at);
   assert_field(key, owner, "1");
   int64_t ttl = 0;
   cr_assert_eq(rlock_remain_ttl(lock, &ttl), 0);

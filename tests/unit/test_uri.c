@@ -279,13 +279,115 @@ Test(uri, free_null_and_twice) {
   cr_assert_null(u.password);
 }
 
+/* ---- wiping secrets ----
+ * What free() does with the bytes afterwards cannot be observed without
+ * undefined behaviour, and whether a dead-store eliminator would drop the
+ * stores is a property of the build, not of a run: these check that the
+ * helpers zero exactly what they are given. */
+
+Test(wipe, zeroes_exactly_the_range) {
+  unsigned char buf[64];
+
+  memset(buf, 0xa5, sizeof(buf));
+  rlock__wipe(buf + 8, 40);
+  for (size_t i = 0; i < sizeof(buf); i++)
+    cr_assert_eq(buf[i], (i >= 8 && i < 48) ? 0 : 0xa5, "byte %zu = 0x%02x",
+                 i, buf[i]);
+  rlock__wipe(buf, 0);   /* no-op */
+  rlock__wipe(NULL, 16); /* no-op */
+  cr_assert_eq(buf[0], 0xa5);
+}
+
+Test(wipe, wipes_a_password_string) {
+  char secret[] = "redis://u:s3cret@h:6379/0";
+  const size_t len = sizeof(secret) - 1;
+
+  rlock__wipe(secret, strlen(secret));
+  for (size_t i = 0; i <= len; i++)
+    cr_assert_eq(secret[i], '\0', "byte %zu survived", i);
+}
+
+Test(wipe, free_secret_null_and_heap) {
+  rlock__free_secret(NULL);
+  char *s = strdup("redis://:pw@h");
+  cr_assert_not_null(s);
+  rlock__free_secret(s); /* under ASan: a wipe past the end would trip */
+}
+
 /* ---- options ---- */
+
+/* rlock_options.struct_size: how much of the caller's struct exists. These
+ * refusals happen before anything connects, so no server is needed. */
+Test(options, struct_size_zero_is_einval) {
+  rlock_options o;
+  rlock_options_init(&o);
+  o.struct_size = 0;
+  rlock_client *c = (rlock_client *)&o;
+  cr_assert_eq(rlock_client_open(&c, &o), RLOCK_EINVAL);
+  cr_assert_null(c);
+  cr_assert_not_null(strstr(rlock_last_error(), "rlock_options_init()"),
+                     "'%s'", rlock_last_error());
+}
+
+Test(options, struct_size_larger_than_ours_is_einval) {
+  /* A struct from a newer header: one byte more than this library knows. */
+  static unsigned char newer[sizeof(rlock_options) + 1];
+  rlock_options o;
+  rlock_options_init(&o);
+  o.uri = "redis://127.0.0.1:1";
+  o.struct_size = sizeof(rlock_options) + 1;
+  memcpy(newer, &o, sizeof o);
+  rlock_client *c = (rlock_client *)&o;
+  cr_assert_eq(rlock_client_open(&c, (const rlock_options *)(void *)newer),
+               RLOCK_EINVAL);
+  cr_assert_null(c);
+  cr_assert_not_null(strstr(rlock_last_error(), "newer"), "'%s'",
+                     rlock_last_error());
+}
+
+Test(options, struct_size_prefix_takes_defaults_for_the_rest) {
+  rlock_options o;
+  rlock_options_init(&o);
+  o.uri = "redis://h:1";
+  o.client_name = "prefix";
+  o.watchdog_timeout_ms = 4500;
+  o.command_timeout_ms = 250;
+  o.subscribe_timeout_ms = 999;
+  /* What an older header's struct ends before: the bytes from here on are
+   * not the caller's and must not be read. Garbage that would fail
+   * validation proves they are not. */
+  o.struct_size = offsetof(rlock_options, retry_attempts);
+  memset((char *)&o + o.struct_size, 0x5a, sizeof o - o.struct_size);
+  cr_assert_neq(o.retry_attempts, 3);
+
+  rlock_options full;
+  memset(&full, 0xa5, sizeof full);
+  cr_assert_eq(rlock__options_copy(&full, &o), 0);
+  cr_assert_eq(full.struct_size, sizeof(rlock_options));
+  cr_assert_str_eq(full.uri, "redis://h:1");
+  cr_assert_str_eq(full.client_name, "prefix");
+  cr_assert_eq(full.watchdog_timeout_ms, 4500);
+  cr_assert_eq(full.command_timeout_ms, 250);
+  cr_assert_eq(full.subscribe_timeout_ms, 999);
+  cr_assert_eq(full.retry_attempts, 3);
+  cr_assert_eq(full.retry_interval_ms, 1500);
+  cr_assert_eq(full.sharded_pubsub, 0);
+  cr_assert_null(full.on_lock_lost);
+  cr_assert_null(full.on_lock_lost_data);
+  cr_assert_eq(rlock__options_validate(&full), 0);
+
+  /* NULL: all defaults. */
+  cr_assert_eq(rlock__options_copy(&full, NULL), 0);
+  cr_assert_eq(full.struct_size, sizeof(rlock_options));
+  cr_assert_eq(full.watchdog_timeout_ms, 30000);
+}
 
 Test(options, defaults) {
   rlock_options o;
 
   memset(&o, 0x5a, sizeof(o));
   rlock_options_init(&o);
+  cr_assert_eq(o.struct_size, sizeof(rlock_options));
   cr_assert_null(o.uri);
   cr_assert_null(o.client_name);
   cr_assert_eq(o.watchdog_timeout_ms, 30000);

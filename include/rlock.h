@@ -149,8 +149,18 @@ typedef struct rlock_options {
   void *on_lock_lost_data;
 } rlock_options;
 
+/* Fills the first `size` bytes of `o` with the defaults above and sets
+ * struct_size to `size` (at most this library's sizeof(rlock_options)).
+ * Call it through rlock_options_init(), which passes the sizeof of the
+ * header the program was built with: a library newer than that header
+ * then never writes past the program's struct, and a field it added in
+ * what was the old struct's padding still gets its default. Thread-safe. */
+RLOCK_EXTERN void rlock_options_init_size(rlock_options *o, size_t size);
+
 /* Fills `o` with the defaults above, struct_size included. Thread-safe. */
-RLOCK_EXTERN void rlock_options_init(rlock_options *o);
+static inline void rlock_options_init(rlock_options *o) {
+  rlock_options_init_size(o, sizeof(*o));
+}
 
 /*
  * Opens a client: validates `o` (NULL = defaults; otherwise filled by

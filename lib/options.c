@@ -8,21 +8,24 @@
                                            */
 #define RLOCK__CLIENT_NAME_MAX 64
 
-void rlock_options_init(rlock_options *o) {
+void rlock_options_init_size(rlock_options *o, size_t size) {
   if (o == NULL)
     return;
-  memset(o, 0, sizeof(*o));
-  o->struct_size = sizeof(*o);
-  o->uri = NULL;
-  o->client_name = NULL;
-  o->watchdog_timeout_ms = 30000;
-  o->command_timeout_ms = 3000;
-  o->subscribe_timeout_ms = 7500;
-  o->retry_attempts = 3;
-  o->retry_interval_ms = 1500;
-  o->sharded_pubsub = 0;
-  o->on_lock_lost = NULL;
-  o->on_lock_lost_data = NULL;
+  rlock_options d;
+  memset(&d, 0, sizeof(d));
+  d.struct_size = size < sizeof(d) ? size : sizeof(d);
+  d.uri = NULL;
+  d.client_name = NULL;
+  d.watchdog_timeout_ms = 30000;
+  d.command_timeout_ms = 3000;
+  d.subscribe_timeout_ms = 7500;
+  d.retry_attempts = 3;
+  d.retry_interval_ms = 1500;
+  d.sharded_pubsub = 0;
+  d.on_lock_lost = NULL;
+  d.on_lock_lost_data = NULL;
+  /* Only what the caller's struct has: it may come from an older header. */
+  memcpy(o, &d, d.struct_size);
 }
 
 int rlock__options_copy(rlock_options *out, const rlock_options *in) {

@@ -505,3 +505,27 @@ Test(options, each_field_range) {
     }
   }
 }
+
+/* The sized init writes only the bytes the caller's header knows of: a
+ * program built against an older, smaller rlock_options must not have a
+ * newer library write past its struct. */
+Test(options, init_size_writes_only_the_callers_prefix) {
+  size_t prefix = offsetof(rlock_options, retry_attempts);
+  unsigned char buf[sizeof(rlock_options) + 16];
+  memset(buf, 0xAB, sizeof(buf));
+  rlock_options_init_size((rlock_options *)(void *)buf, prefix);
+  rlock_options got;
+  memcpy(&got, buf, sizeof(got));
+  cr_assert_eq(got.struct_size, prefix);
+  cr_assert_eq(got.watchdog_timeout_ms, 30000);
+  cr_assert_eq(got.subscribe_timeout_ms, 7500);
+  for (size_t i = prefix; i < sizeof(buf); i++)
+    cr_assert_eq(buf[i], 0xAB, "byte %zu past the caller's %zu was written",
+                 i, prefix);
+  /* A size beyond the library's struct is capped to it. */
+  memset(buf, 0xAB, sizeof(buf));
+  rlock_options_init_size((rlock_options *)(void *)buf, sizeof(buf));
+  memcpy(&got, buf, sizeof(got));
+  cr_assert_eq(got.struct_size, sizeof(rlock_options));
+  cr_assert_eq(buf[sizeof(rlock_options)], 0xAB);
+}

@@ -45,7 +45,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "client-private.h" /* rlock__script_get: the exact acquire script */
+#include "prim.h" /* rlock__lock_scripts(): the exact acquire script */
 #include "rlock.h"
 
 #define LEASE_MS 30000 /* S1-S4 leases (the baseline uses a short one) */
@@ -624,7 +624,7 @@ static rb_result redis_benchmark_timed(int conns, int pipeline, long calib_n) {
 }
 
 static void phase_baseline(void) {
-  const rlock__script *acq = rlock__script_get(RLOCK__SCRIPT_ACQUIRE);
+  const rlock__script *acq = rlock__lock_scripts()[0];
   redisReply *r = mon_cmd("SCRIPT LOAD %s", acq->body);
   if (r->type != REDIS_REPLY_STRING || strcmp(r->str, acq->sha) != 0)
     die("SCRIPT LOAD returned %s, the library computes %s",
@@ -725,8 +725,8 @@ static double base_pair_us(void) {
  * ahead of the next acquire. Separates the cost of the commands themselves
  * from the cost of the client's threads. Returns pairs/s. */
 static double wire_pairs(double seconds, samples *lat) {
-  const rlock__script *acq = rlock__script_get(RLOCK__SCRIPT_ACQUIRE);
-  const rlock__script *rel = rlock__script_get(RLOCK__SCRIPT_RELEASE);
+  const rlock__script *acq = rlock__lock_scripts()[0];
+  const rlock__script *rel = rlock__lock_scripts()[1];
   freeReplyObject(mon_cmd("SCRIPT LOAD %s", acq->body));
   freeReplyObject(mon_cmd("SCRIPT LOAD %s", rel->body));
   char name[128], channel[192], latch[256];

@@ -1,28 +1,53 @@
-/* The client: open/close, reference counting, lock handles, thread ids. */
-#include <pthread.h>
+/* The client: the top of the library. It assembles the layers - core (loop
+ * thread, tasks, timers), net (connections, channels), engine (operations,
+ * holds) - wires their hooks, and owns the order of open and close. It also
+ * hands out lock handles and thread ids. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "client-private.h"
+#include "prim.h"
+
+struct rlock_client {
+  rlock__core core; /* first: hooks find the client from it */
+  rlock__net net;
+  rlock__engine engine;
+  char id[RLOCK_ID_LEN + 1];
+  char *uri_text; /* the full URI, password included: wiped when freed */
+  char *client_name;
+  rlock__uri uri;
+  /* open handshake */
+  uv_sem_t open_sem;
+  rlock__timed open_timer;
+  int open_result;
+  char open_detail[256];
+  int open_pending; /* connections still to answer their PING */
+};
+
+#define CLIENT_OF(ptr, member) RLOCK__CONTAINER_OF(ptr, rlock_client, member)
+
+/* ---- ids ---- */
 
 /* Thread ids start at 1 and are never reused, so an owner string can never
  * name two threads of one process over its life. */
 static atomic_uint_fast64_t next_thread_id = 1;
 static _Thread_local uint64_t this_thread_id;
 
-uint64_t rlock__id_next(void) {
+static uint64_t id_next(void) {
   return (uint64_t)atomic_fetch_add(&next_thread_id, 1);
 }
 
 uint64_t rlock_thread_id(void) {
   if (this_thread_id == 0)
-    this_thread_id = rlock__id_next();
+    this_thread_id = id_next();
   return this_thread_id;
 }
 
-void rlock__open_progress(rlock_client *c, int err, const char *detail) {
+uint64_t rlock_owner_new(void) { return id_next(); }
+
+/* ---- open ---- */
+
+static void open_progress(rlock_client *c, int err, const char *detail) {
   if (c->open_pending <= 0)
     return;
   if (err != 0) {
@@ -33,23 +58,83 @@ void rlock__open_progress(rlock_client *c, int err, const char *detail) {
   } else if (--c->open_pending > 0) {
     return;
   }
-  rlock__timed_stop(c, &c->open_timer);
+  rlock__timed_stop(&c->core, &c->open_timer);
   uv_sem_post(&c->open_sem);
 }
 
-static void client_destroy(rlock_client *c) {
+static void net_open_progress(rlock__net *n, int err, const char *detail) {
+  open_progress(CLIENT_OF(n, net), err, detail);
+}
+
+static void open_timeout(rlock__timed *t) {
+  rlock_client *c = CLIENT_OF(t, open_timer);
+  char detail[128];
+  snprintf(detail, sizeof(detail),
+           "Redis did not answer PING within command_timeout_ms (%lld ms)",
+           (long long)c->core.opts.command_timeout_ms);
+  open_progress(c, RLOCK_ETIMEDOUT, detail);
+}
+
+static void net_cmd_ready(rlock__net *n) {
+  rlock__engine_on_cmd_ready(&CLIENT_OF(n, net)->engine);
+}
+
+static void loop_start(rlock__core *core) {
+  rlock_client *c = CLIENT_OF(core, core);
+  c->open_timer.fire = open_timeout;
+  rlock__timed_start(core, &c->open_timer,
+                     rlock__now_ms() + core->opts.command_timeout_ms);
+  rlock__net_start(&c->net);
+  rlock__holds_start(&c->engine);
+}
+
+/* ---- close ---- */
+
+/* Close, first half (on the loop thread). Every call still running ends
+ * with RLOCK_ECLOSED. An acquire whose command is already on its way may
+ * still take the lock on the server, so its (name, owner) is trimmed back
+ * first, and the command connection stays up until those trims have
+ * answered (at most command_timeout_ms): close never leaves a hold nobody
+ * knows of while the server answers. */
+static void on_close(rlock__core *core) {
+  rlock_client *c = CLIENT_OF(core, core);
+  int draining = rlock__engine_close(&c->engine);
+  rlock__net_close_sub(&c->net);
+  /* Nothing to wait for: finish at once, before any late callback of a
+   * connection that is going anyway. */
+  rlock__core_final_in(core, draining > 0 ? core->opts.command_timeout_ms
+                                          : -1);
+}
+
+/* The last trim answered, or the command connection went: finish now (on
+ * the next loop turn, outside the callback that tells). */
+static void engine_drained(rlock__engine *e) {
+  rlock__core_final_in(&CLIENT_OF(e, engine)->core, 0);
+}
+
+static void net_cmd_closed(rlock__net *n) {
+  rlock__core_final_in(&CLIENT_OF(n, net)->core, 0);
+}
+
+/* Close, second half: the connections go (failing what is still in
+ * flight, so the engine hears of it while it still exists), then the
+ * engine's memory. */
+static void on_final(rlock__core *core) {
+  rlock_client *c = CLIENT_OF(core, core);
+  rlock__net_free(&c->net);
+  rlock__engine_free(&c->engine);
+}
+
+static void client_free(rlock_client *c) {
   rlock__uri_free(&c->uri);
   rlock__free_secret(c->uri_text); /* the full URI, password included */
   free(c->client_name);
-  uv_mutex_destroy(&c->queue_mutex);
   uv_sem_destroy(&c->open_sem);
+  rlock__core_destroy(&c->core);
   free(c);
 }
 
-void rlock__client_release(rlock_client *c) {
-  if (atomic_fetch_sub(&c->refs, 1) == 1)
-    client_destroy(c);
-}
+static void on_destroy(rlock__core *core) { client_free(CLIENT_OF(core, core)); }
 
 static char *dup_or_null(const char *s) {
   return s != NULL ? strdup(s) : NULL;
@@ -67,11 +152,10 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
   int rc = rlock__options_copy(&full, o);
   if (rc != 0)
     return rc;
-  o = &full;
-  rc = rlock__options_validate(o);
+  rc = rlock__options_validate(&full);
   if (rc != 0)
     return rc;
-  const char *uri = o->uri;
+  const char *uri = full.uri;
   if (uri == NULL) {
     uri = getenv("REDIS_URL");
     if (uri == NULL || uri[0] == '\0')
@@ -83,60 +167,62 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
     rlock__set_last_error("out of memory");
     return RLOCK_ENOMEM;
   }
-  atomic_init(&c->refs, 1);
-  c->pid = (int)getpid();
-  c->opts = *o;
   c->uri_text = strdup(uri);
-  c->client_name = dup_or_null(o->client_name);
-  c->opts.uri = c->uri_text;
-  c->opts.client_name = c->client_name;
-  if (c->uri_text == NULL || (o->client_name != NULL && !c->client_name)) {
-    client_destroy(c);
-    rlock__set_last_error("out of memory");
-    return RLOCK_ENOMEM;
-  }
-  int sys = uv_mutex_init(&c->queue_mutex);
-  if (sys != 0) {
+  c->client_name = dup_or_null(full.client_name);
+  if (c->uri_text == NULL || (full.client_name != NULL && !c->client_name)) {
     rlock__free_secret(c->uri_text);
     free(c->client_name);
     free(c);
-    rlock__set_last_error("uv_mutex_init failed: %s", uv_strerror(sys));
-    return RLOCK_ESYS;
+    rlock__set_last_error("out of memory");
+    return RLOCK_ENOMEM;
   }
-  sys = uv_sem_init(&c->open_sem, 0);
+  full.uri = c->uri_text;
+  full.client_name = c->client_name;
+  rc = rlock__core_init(&c->core, &full); /* sets the last error */
+  if (rc != 0) {
+    rlock__free_secret(c->uri_text);
+    free(c->client_name);
+    free(c);
+    return rc;
+  }
+  int sys = uv_sem_init(&c->open_sem, 0);
   if (sys != 0) {
-    uv_mutex_destroy(&c->queue_mutex);
+    rlock__core_destroy(&c->core);
     rlock__free_secret(c->uri_text);
     free(c->client_name);
     free(c);
     rlock__set_last_error("uv_sem_init failed: %s", uv_strerror(sys));
     return RLOCK_ESYS;
   }
+  c->core.on_loop_start = loop_start;
+  c->core.on_close = on_close;
+  c->core.on_final = on_final;
+  c->core.on_destroy = on_destroy;
   rc = rlock__uri_parse(c->uri_text, &c->uri); /* sets the last error */
   if (rc == 0 && (rlock__uuid4(c->id) != 0 ||
-                  rlock__random_bytes(c->latch_seed,
-                                      sizeof(c->latch_seed)) != 0)) {
+                  rlock__engine_init(&c->engine, &c->core, &c->net, c->id) !=
+                      0)) {
     /* Keeps random.c's detail (libuv's error text). */
     rlock__set_last_error("no random source for the client id: %s",
                           rlock_last_error());
     rc = RLOCK_ESYS;
   }
   if (rc != 0) {
-    client_destroy(c);
+    rlock__engine_free(&c->engine);
+    client_free(c);
     return rc;
   }
-  rlock__map_init(&c->subs);
-  rlock__map_init(&c->holds);
-  rlock__map_init(&c->suspects);
-  c->cmd.client = c;
-  c->sub.client = c;
-  c->sub.is_sub = true;
+  rlock__net_init(&c->net, &c->core, &c->uri, c->client_name);
+  c->net.on_open_progress = net_open_progress;
+  c->net.on_cmd_ready = net_cmd_ready;
+  c->net.on_cmd_closed = net_cmd_closed;
+  c->engine.on_drained = engine_drained;
   c->open_pending = 2;
 
-  rc = rlock__loop_start(c);
+  rc = rlock__core_start(&c->core); /* sets the last error */
   if (rc != 0) {
-    client_destroy(c);
-    rlock__set_last_error("cannot start the loop thread");
+    rlock__engine_free(&c->engine);
+    client_free(c);
     return rc;
   }
   uv_sem_wait(&c->open_sem);
@@ -156,30 +242,29 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
 void rlock_client_close(rlock_client *c) {
   if (c == NULL)
     return;
-  if (rlock__fork_check(c) != 0) {
+  if (rlock__core_fork_check(&c->core) != 0) {
     /* A forked child's copy: its loop thread is the parent's, and the
      * sockets and the loop's descriptors are shared with the parent, so
      * nothing is touched (the copy's memory is left to the child's exit or
      * exec). */
     return;
   }
-  uv_mutex_lock(&c->queue_mutex);
-  c->closed = true;
-  uv_async_send(&c->wakeup);
-  uv_mutex_unlock(&c->queue_mutex);
-  if (rlock__on_loop_thread(c)) {
-    /* Closed from a callback: the loop winds down after this callback
-     * returns; the thread cleans up after itself. */
-    pthread_detach(c->thread);
-  } else {
-    uv_thread_join(&c->thread);
-  }
-  rlock__client_release(c);
+  rlock__core_request_close(&c->core);
+  rlock__core_join(&c->core);
+  rlock__core_unref(&c->core);
 }
 
 const char *rlock_client_id(const rlock_client *c) {
   return c != NULL ? c->id : "";
 }
+
+int rlock_interrupt(rlock_client *c, uint64_t owner) {
+  if (c == NULL)
+    return rlock__bad_arg("client is NULL");
+  return rlock__engine_interrupt(&c->engine, owner);
+}
+
+/* ---- lock handles ---- */
 
 int rlock_get(rlock_client *c, const char *name, rlock **out) {
   if (out == NULL || c == NULL || name == NULL || name[0] == '\0') {
@@ -195,55 +280,24 @@ int rlock_get(rlock_client *c, const char *name, rlock **out) {
     rlock__set_last_error("lock name longer than %d bytes", RLOCK_NAME_MAX);
     return RLOCK_ENAMETOOLONG;
   }
-  int forked = rlock__fork_check(c);
+  int forked = rlock__core_fork_check(&c->core);
   if (forked != 0) {
-    rlock__set_last_error("%s", rlock__submit_error(forked));
+    rlock__set_last_error("%s", rlock__core_submit_error(forked));
     return forked;
   }
-  uv_mutex_lock(&c->queue_mutex);
-  bool closed = c->closed;
-  uv_mutex_unlock(&c->queue_mutex);
+  uv_mutex_lock(&c->core.queue_mutex);
+  bool closed = c->core.closed;
+  uv_mutex_unlock(&c->core.queue_mutex);
   if (closed) {
     rlock__set_last_error("client is closed");
     return RLOCK_ECLOSED;
   }
-  rlock *lock = calloc(1, sizeof(*lock));
-  if (lock == NULL)
-    goto nomem;
-  lock->name = strdup(name);
-  lock->name_len = len;
-  /* PROTOCOL.md brace rule: derived names use {name}, unless the name
-   * already contains '{' (then the bare name), so they share its slot. */
-  bool has_brace = memchr(name, '{', len) != NULL;
-  lock->braced_len = has_brace ? len : len + 2;
-  lock->braced = malloc(lock->braced_len + 1);
-  lock->channel_len = 23 + lock->braced_len;
-  lock->channel = malloc(lock->channel_len + 1);
-  if (lock->name == NULL || lock->braced == NULL || lock->channel == NULL)
-    goto nomem;
-  if (has_brace)
-    memcpy(lock->braced, name, len + 1);
-  else
-    snprintf(lock->braced, lock->braced_len + 1, "{%s}", name);
-  snprintf(lock->channel, lock->channel_len + 1, "redisson_lock__channel:%s",
-           lock->braced);
-  lock->client = c;
-  atomic_init(&lock->refs, 1);
-  atomic_fetch_add(&c->refs, 1);
-  rlock__clear_last_error();
-  *out = lock;
-  return 0;
-nomem:
-  if (lock != NULL) {
-    free(lock->name);
-    free(lock->braced);
-    free(lock->channel);
-    free(lock);
+  int rc = rlock__handle_new(&c->engine, &rlock__prim_lock, name, len,
+                             RLOCK__LOCK_CHANNEL_PREFIX, out);
+  if (rc != 0) {
+    rlock__set_last_error("out of memory");
+    return rc;
   }
-  rlock__set_last_error("out of memory");
-  return RLOCK_ENOMEM;
-}
-
-const char *rlock_name(const rlock *lock) {
-  return lock != NULL ? lock->name : NULL;
+  rlock__clear_last_error();
+  return 0;
 }

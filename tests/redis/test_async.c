@@ -1198,8 +1198,8 @@ Test(async, close_with_pending_ops_calls_back_exactly_once) {
  *
  * rlock.h: inside a callback, rlock_last_error() describes a failure. Calls
  * still in the request queue when close runs are failed by the queue drain
- * (lib/loop.c wakeup_cb), a different path from the active ops that close
- * finishes; both must leave a non-empty detail. */
+ * (lib/core/loop.c wakeup_cb rejects the task), a different path from the
+ * active ops that close finishes; both must leave a non-empty detail. */
 
 typedef struct detail_counted {
   atomic_int calls;

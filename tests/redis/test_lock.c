@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client-private.h" /* the script table */
+#include "prim.h" /* the lock's script table */
 #include "harness.h"
 
 TestSuite(lock, .init = rt_server_start, .fini = rt_server_stop,
@@ -537,7 +537,7 @@ Test(lock, watchdog_keeps_lock_alive) {
    * redis-servers); it tolerates a renewal gap of up to 900 ms. Renewing only
    * every timeout would let the PTTL fall to ~0 (our 50 ms samples would
    * see it below 100, or the key gone) and fail (checked by changing the
-   * period in lib/watchdog.c: the whole timeout let the key expire; 4/5 of
+   * period in lib/engine/hold.c: the whole timeout let the key expire; 4/5 of
    * it gave a minimum of 329 ms and failed this assertion). A period of half
    * the timeout (floor ~750) would still pass: the slack the VM needs does
    * not leave room to tell 1/3 from 1/2 apart. */
@@ -1361,8 +1361,9 @@ Test(lock, reentry_after_reported_loss_reports_lost) {
  * after one use, acquire and release run as EVALSHA, not EVAL.
  */
 Test(lock, embedded_script_shas_match_the_server) {
-  for (int id = 0; id < RLOCK__SCRIPT_COUNT; id++) {
-    const rlock__script *s = rlock__script_get(id);
+  const rlock__script *const *scripts = rlock__lock_scripts();
+  for (int id = 0; scripts[id] != NULL; id++) {
+    const rlock__script *s = scripts[id];
     cr_assert_eq(strlen(s->sha), 40, "%s", s->name);
     char *sha = rt_str("SCRIPT LOAD %s", s->body);
     cr_assert_not_null(sha);

@@ -1,9 +1,13 @@
-/* Small self-contained helpers: errors, URI/options, SHA-1, random ids.
- * Internal; never installed. */
+/* The util layer: small self-contained helpers with no state of their own
+ * beyond the calling thread's error detail - the error table and
+ * rlock_last_error(), URI parsing and option checks, random ids, names
+ * derived from a lock name. Internal; never installed. (map.h is the hash
+ * map.) */
 #ifndef RLOCK_UTIL_H
 #define RLOCK_UTIL_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,6 +19,10 @@
 #define RLOCK__PRINTF(a, b)
 #endif
 
+/* The struct that contains `member` at `ptr`. */
+#define RLOCK__CONTAINER_OF(ptr, type, member)                                 \
+  ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
 /* ---- errors.c ---- */
 
 /* Sets the calling thread's rlock_last_error() text (truncated to 511
@@ -23,8 +31,9 @@ void rlock__set_last_error(const char *fmt, ...) RLOCK__PRINTF(1, 2);
 /* Makes rlock_last_error() return "" on the calling thread. */
 void rlock__clear_last_error(void);
 /* Maps a Redis error reply text (e.g. "WRONGTYPE ...", "NOPERM ...",
- * "NOAUTH ...", "WRONGPASS ...", "OOM ...", "READONLY ...") to an RLOCK_E*
- * code; anything unrecognised is RLOCK_ESERVER. */
+ * "NOAUTH ...", "WRONGPASS ...", "OOM ...", "READONLY ...", and ACL
+ * refusals inside scripts) to an RLOCK_E* code; anything unrecognised is
+ * RLOCK_ESERVER. */
 int rlock__err_from_server(const char *text, size_t len);
 
 /* ---- uri.c ---- */
@@ -72,5 +81,14 @@ int rlock__options_copy(rlock_options *out, const rlock_options *in);
 int rlock__random_bytes(void *buf, size_t n);
 /* Random version-4 UUID, 36 lowercase chars + NUL. Returns 0 or RLOCK_ESYS. */
 int rlock__uuid4(char out[RLOCK_ID_LEN + 1]);
+
+/* ---- names.c (docs/wire-protocol.md, Names) ---- */
+
+/* The tag of a name: "{name}", or the name itself when it contains '{' (the
+ * brace rule). malloc'd, NUL-terminated; NULL when out of memory. */
+char *rlock__tag(const char *name, size_t len, size_t *tag_len);
+/* prefix + tag, malloc'd; NULL when out of memory. */
+char *rlock__prefixed(const char *prefix, const char *tag, size_t tag_len,
+                      size_t *len);
 
 #endif

@@ -1,45 +1,46 @@
 /* The two hiredis connections (commands, subscriber): connect, handshake,
- * reconnect with back-off; and command records with libuv-timer timeouts,
- * since hiredis 0.14 has no async timeout. */
+ * reconnect with back-off; and command records with reply deadlines (heap
+ * timers, since hiredis 0.14 has no async timeout). What happens to the
+ * connections is told to the owner through the hooks in rlock__net. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "uv_adapter.h"
 
-#include "client-private.h"
+#include "net.h"
+
+static int conn_start(rlock__conn *conn);
 
 /* ---- reconnect ---- */
 
-static void reconnect_fire(rlock_client *c, rlock__timed *t) {
-  (void)c;
-  rlock__conn *conn = (rlock__conn *)((char *)t - offsetof(rlock__conn, reconnect));
-  rlock__conn_start(conn);
+static void reconnect_fire(rlock__timed *t) {
+  conn_start(RLOCK__CONTAINER_OF(t, rlock__conn, reconnect));
 }
 
 /* Back-off: the first attempt at once (a killed connection usually comes back
  * straight away), then 50 ms doubling, capped at retry_interval_ms. */
 static void schedule_reconnect(rlock__conn *conn) {
-  rlock_client *c = conn->client;
-  if (c->closing || rlock__timed_active(&conn->reconnect))
+  rlock__net *n = conn->net;
+  if (n->core->closing || rlock__timed_active(&conn->reconnect))
     return;
   int64_t delay = 0;
   if (conn->backoff_attempt > 0) {
     int shift = conn->backoff_attempt > 16 ? 16 : conn->backoff_attempt - 1;
     delay = (int64_t)50 << shift;
-    if (delay > c->opts.retry_interval_ms)
-      delay = c->opts.retry_interval_ms;
+    if (delay > n->core->opts.retry_interval_ms)
+      delay = n->core->opts.retry_interval_ms;
   }
   conn->backoff_attempt++;
   conn->reconnect.fire = reconnect_fire;
-  rlock__timed_start(c, &conn->reconnect, rlock__now_ms() + delay);
+  rlock__timed_start(n->core, &conn->reconnect, rlock__now_ms() + delay);
 }
 
 static void conn_down(rlock__conn *conn) {
   conn->ac = NULL;
   conn->state = RLOCK__CONN_DOWN;
   if (conn->is_sub)
-    rlock__pubsub_on_disconnect(conn->client);
+    rlock__chans_on_disconnect(conn->net);
   schedule_reconnect(conn);
 }
 
@@ -49,25 +50,32 @@ static void connect_cb(const redisAsyncContext *ac, int status) {
     return;
   /* hiredis frees the context after this callback and then fails the
    * pending commands with NULL replies. */
-  rlock_client *c = conn->client;
-  rlock__open_progress(c, RLOCK_ECONN, ac->errstr);
-  if (!c->closing && conn->ac == ac)
-    conn_down(conn);
+  rlock__net *n = conn->net;
+  n->on_open_progress(n, RLOCK_ECONN, ac->errstr);
+  if (conn->ac != ac)
+    return;
+  if (n->core->closing) { /* hiredis frees it: forget it now */
+    conn->ac = NULL;
+    if (!conn->is_sub)
+      n->on_cmd_closed(n);
+    return;
+  }
+  conn_down(conn);
 }
 
 static void disconnect_cb(const redisAsyncContext *ac, int status) {
   (void)status;
   rlock__conn *conn = ac->data;
-  rlock_client *c = conn->client;
+  rlock__net *n = conn->net;
   if (conn->ac != ac)
     return;
   conn->ac = NULL;
-  if (c->closing) {
+  if (n->core->closing) {
     if (!conn->is_sub)
-      rlock__loop_drained(c);
+      n->on_cmd_closed(n);
     return;
   }
-  rlock__open_progress(c, RLOCK_ECONN, ac->errstr[0] ? ac->errstr
+  n->on_open_progress(n, RLOCK_ECONN, ac->errstr[0] ? ac->errstr
                                                       : "connection closed");
   conn_down(conn);
 }
@@ -89,11 +97,11 @@ static void handshake_cb(redisAsyncContext *ac, void *r, void *privdata) {
 }
 
 static void conn_ready(rlock__conn *conn) {
-  rlock_client *c = conn->client;
-  if (c->closing)
+  rlock__net *n = conn->net;
+  if (n->core->closing)
     return;
   if (conn->hs_err != 0) {
-    rlock__open_progress(c, conn->hs_err, conn->hs_detail);
+    n->on_open_progress(n, conn->hs_err, conn->hs_detail);
     /* A connection that cannot authenticate is useless: drop it and try
      * again later (the password may be fixed on the server). */
     redisAsyncDisconnect(conn->ac);
@@ -101,9 +109,9 @@ static void conn_ready(rlock__conn *conn) {
   }
   conn->state = RLOCK__CONN_UP;
   conn->backoff_attempt = 0;
-  rlock__open_progress(c, 0, NULL);
+  n->on_open_progress(n, 0, NULL);
   if (!conn->is_sub)
-    rlock__suspects_run(c);
+    n->on_cmd_ready(n);
 }
 
 static void ready_cb(redisAsyncContext *ac, void *r, void *privdata) {
@@ -121,7 +129,7 @@ static void handshake(rlock__conn *conn, int argc, const char **argv) {
   for (int i = 0; i < argc; i++)
     lens[i] = strlen(argv[i]);
   if (conn->is_sub) {
-    if (rlock__sub_append(conn, argc, argv, lens) == 0)
+    if (rlock__sub_append(conn->net, argc, argv, lens) == 0)
       conn->hs_expect++;
   } else {
     redisAsyncCommandArgv(conn->ac, handshake_cb, conn, argc, argv, lens);
@@ -140,9 +148,9 @@ static void send_now(rlock__cmd *cmd);
  * are taken off the reader in order: first the handshake's, then
  * subscription confirmations and messages. */
 
-int rlock__sub_append(rlock__conn *conn, int argc, const char **argv,
+int rlock__sub_append(rlock__net *n, int argc, const char **argv,
                       const size_t *lens) {
-  redisAsyncContext *ac = conn->ac;
+  redisAsyncContext *ac = n->sub.ac;
   if (ac == NULL || (ac->c.flags & (REDIS_DISCONNECTING | REDIS_FREEING)))
     return RLOCK_ECONN;
   if (redisAppendCommandArgv(&ac->c, argc, argv, lens) != REDIS_OK)
@@ -154,7 +162,7 @@ int rlock__sub_append(rlock__conn *conn, int argc, const char **argv,
 
 static void sub_read(redisAsyncContext *ac) {
   rlock__conn *conn = ac->data;
-  rlock_client *c = conn->client;
+  rlock__net *n = conn->net;
   if (redisBufferRead(&ac->c) != REDIS_OK) {
     redisAsyncDisconnect(ac); /* no callbacks pending: frees it now */
     return;
@@ -172,25 +180,25 @@ static void sub_read(redisAsyncContext *ac) {
       hs_record(conn, reply);
       if (--conn->hs_expect == 0)
         conn_ready(conn);
-    } else if (!c->closing) {
-      rlock__pubsub_reply(c, reply);
+    } else if (!n->core->closing) {
+      rlock__chans_reply(n, reply);
     }
     freeReplyObject(reply);
   }
 }
 
-int rlock__conn_start(rlock__conn *conn) {
-  rlock_client *c = conn->client;
-  const rlock__uri *u = &c->uri;
+static int conn_start(rlock__conn *conn) {
+  rlock__net *n = conn->net;
+  const rlock__uri *u = n->uri;
   redisAsyncContext *ac = u->is_unix ? redisAsyncConnectUnix(u->path)
                                      : redisAsyncConnect(u->host, u->port);
   if (ac == NULL) {
-    rlock__open_progress(c, RLOCK_ENOMEM, "out of memory");
+    n->on_open_progress(n, RLOCK_ENOMEM, "out of memory");
     schedule_reconnect(conn);
     return RLOCK_ENOMEM;
   }
   if (ac->err) {
-    rlock__open_progress(c, RLOCK_ECONN, ac->errstr);
+    n->on_open_progress(n, RLOCK_ECONN, ac->errstr);
     redisAsyncFree(ac);
     schedule_reconnect(conn);
     return RLOCK_ECONN;
@@ -201,8 +209,8 @@ int rlock__conn_start(rlock__conn *conn) {
   int fd_flags = fcntl(ac->c.fd, F_GETFD);
   if (fd_flags >= 0)
     fcntl(ac->c.fd, F_SETFD, fd_flags | FD_CLOEXEC);
-  if (rlock__uv_attach(ac, &c->loop) != REDIS_OK) {
-    rlock__open_progress(c, RLOCK_ESYS, "cannot attach to the event loop");
+  if (rlock__uv_attach(ac, &n->core->loop) != REDIS_OK) {
+    n->on_open_progress(n, RLOCK_ESYS, "cannot attach to the event loop");
     redisAsyncFree(ac);
     schedule_reconnect(conn);
     return RLOCK_ESYS;
@@ -236,24 +244,24 @@ int rlock__conn_start(rlock__conn *conn) {
     argv[1] = db;
     handshake(conn, 2, argv);
   }
-  if (c->client_name != NULL) {
+  if (n->client_name != NULL) {
     argv[0] = "CLIENT";
     argv[1] = "SETNAME";
-    argv[2] = c->client_name;
+    argv[2] = n->client_name;
     handshake(conn, 3, argv);
   }
   argv[0] = "PING";
   (void)lens;
   if (conn->is_sub) {
     lens[0] = 4;
-    rlock__sub_append(conn, 1, argv, lens);
+    rlock__sub_append(conn->net, 1, argv, lens);
     conn->hs_expect++;
   } else {
     redisAsyncCommand(ac, ready_cb, conn, "PING");
   }
 
   if (conn->is_sub) {
-    rlock__pubsub_on_connect(c);
+    rlock__chans_on_connect(n);
   } else {
     rlock__cmd *pending = conn->pending_head;
     conn->pending_head = conn->pending_tail = NULL;
@@ -267,9 +275,9 @@ int rlock__conn_start(rlock__conn *conn) {
   return 0;
 }
 
-void rlock__conn_shutdown(rlock__conn *conn) {
-  rlock_client *c = conn->client;
-  rlock__timed_stop(c, &conn->reconnect);
+static void conn_shutdown(rlock__conn *conn) {
+  rlock__net *n = conn->net;
+  rlock__timed_stop(n->core, &conn->reconnect);
   if (conn->ac != NULL) {
     redisAsyncContext *ac = conn->ac;
     conn->ac = NULL;
@@ -288,18 +296,18 @@ int rlock__reply_error(const redisReply *r) {
 static void cmd_free_if_idle(rlock__cmd *cmd) {
   if (cmd->state != RLOCK__CMD_DONE || cmd->inflight > 0)
     return;
-  rlock_client *c = cmd->client;
+  rlock__net *n = cmd->net;
   if (cmd->all_prev != NULL)
     cmd->all_prev->all_next = cmd->all_next;
   else
-    c->cmd_all = cmd->all_next;
+    n->cmd_all = cmd->all_next;
   if (cmd->all_next != NULL)
     cmd->all_next->all_prev = cmd->all_prev;
   free(cmd);
 }
 
 static void pending_remove(rlock__cmd *cmd) {
-  rlock__conn *conn = &cmd->client->cmd;
+  rlock__conn *conn = &cmd->net->cmd;
   rlock__cmd **slot = &conn->pending_head, *prev = NULL;
   while (*slot != NULL && *slot != cmd) {
     prev = *slot;
@@ -314,20 +322,21 @@ static void pending_remove(rlock__cmd *cmd) {
 }
 
 static void complete(rlock__cmd *cmd, redisReply *reply, int err) {
-  rlock_client *c = cmd->client;
-  rlock__timed_stop(c, &cmd->timer);
+  rlock__net *n = cmd->net;
+  rlock__timed_stop(n->core, &cmd->timer);
   cmd->state = RLOCK__CMD_DONE;
   rlock__reply_cb cb = cmd->cb;
   cmd->cb = NULL;
   if (cb != NULL)
-    cb(c, reply, err, cmd->data);
+    cb(n, reply, err, cmd->data);
   cmd_free_if_idle(cmd);
 }
 
 static void dispatch(rlock__cmd *cmd);
 
-static void cmd_timer_fire(rlock_client *c, rlock__timed *t) {
-  rlock__cmd *cmd = (rlock__cmd *)((char *)t - offsetof(rlock__cmd, timer));
+static void cmd_timer_fire(rlock__timed *t) {
+  rlock__cmd *cmd = RLOCK__CONTAINER_OF(t, rlock__cmd, timer);
+  rlock__net *n = cmd->net;
   if (cmd->state == RLOCK__CMD_WAIT_RETRY) {
     dispatch(cmd);
     return;
@@ -339,8 +348,8 @@ static void cmd_timer_fire(rlock_client *c, rlock__timed *t) {
   if (cmd->retries_left > 0) {
     cmd->retries_left--;
     cmd->state = RLOCK__CMD_WAIT_RETRY;
-    rlock__timed_start(c, &cmd->timer,
-                       rlock__now_ms() + c->opts.retry_interval_ms);
+    rlock__timed_start(n->core, &cmd->timer,
+                       rlock__now_ms() + n->core->opts.retry_interval_ms);
     return;
   }
   complete(cmd, NULL, RLOCK_ETIMEDOUT);
@@ -349,7 +358,7 @@ static void cmd_timer_fire(rlock_client *c, rlock__timed *t) {
 static void cmd_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
   (void)ac;
   rlock__cmd *cmd = privdata;
-  rlock_client *c = cmd->client;
+  rlock__net *n = cmd->net;
   redisReply *reply = r;
   cmd->inflight--;
   /* Replies on one connection come in order, so only the reply to the latest
@@ -359,13 +368,13 @@ static void cmd_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
     return;
   }
   if (reply == NULL) {
-    if (c->closing) {
+    if (n->core->closing) {
       complete(cmd, NULL, RLOCK_ECLOSED);
     } else if (cmd->retries_left > 0) {
       cmd->retries_left--;
       cmd->state = RLOCK__CMD_WAIT_RETRY;
-      rlock__timed_start(c, &cmd->timer,
-                         rlock__now_ms() + c->opts.retry_interval_ms);
+      rlock__timed_start(n->core, &cmd->timer,
+                         rlock__now_ms() + n->core->opts.retry_interval_ms);
     } else {
       complete(cmd, NULL, RLOCK_ECONN);
     }
@@ -381,9 +390,9 @@ static void cmd_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
 }
 
 /* Sends on the command connection, or queues the record for the next one
- * when there is none or it is going away (rlock__conn_start flushes it). */
+ * when there is none or it is going away (conn_start flushes it). */
 static void send_now(rlock__cmd *cmd) {
-  rlock__conn *conn = &cmd->client->cmd;
+  rlock__conn *conn = &cmd->net->cmd;
   int off = 2;
   if (cmd->script != NULL) {
     off = 0;
@@ -407,15 +416,15 @@ static void send_now(rlock__cmd *cmd) {
 }
 
 static void dispatch(rlock__cmd *cmd) {
-  rlock_client *c = cmd->client;
+  rlock__net *n = cmd->net;
   cmd->state = RLOCK__CMD_WAIT_REPLY;
   cmd->timer.fire = cmd_timer_fire;
-  rlock__timed_start(c, &cmd->timer,
-                     rlock__now_ms() + c->opts.command_timeout_ms);
+  rlock__timed_start(n->core, &cmd->timer,
+                     rlock__now_ms() + n->core->opts.command_timeout_ms);
   send_now(cmd);
 }
 
-rlock__cmd *rlock__cmd_send(rlock_client *c, const rlock__script *script,
+rlock__cmd *rlock__cmd_send(rlock__net *n, const rlock__script *script,
                             int argc, const char **argv, const size_t *argvlen,
                             int retries, rlock__reply_cb cb, void *data) {
   size_t bytes = 0;
@@ -428,7 +437,7 @@ rlock__cmd *rlock__cmd_send(rlock_client *c, const rlock__script *script,
   if (cmd == NULL)
     return NULL;
   memset(cmd, 0, sizeof(*cmd));
-  cmd->client = c;
+  cmd->net = n;
   cmd->cb = cb;
   cmd->data = data;
   cmd->retries_left = retries;
@@ -445,10 +454,10 @@ rlock__cmd *rlock__cmd_send(rlock_client *c, const rlock__script *script,
     cmd->argvlen[i + 2] = argvlen[i];
     p += argvlen[i] + 1;
   }
-  cmd->all_next = c->cmd_all;
-  if (c->cmd_all != NULL)
-    c->cmd_all->all_prev = cmd;
-  c->cmd_all = cmd;
+  cmd->all_next = n->cmd_all;
+  if (n->cmd_all != NULL)
+    n->cmd_all->all_prev = cmd;
+  n->cmd_all = cmd;
   dispatch(cmd);
   return cmd;
 }
@@ -458,7 +467,7 @@ void rlock__cmd_abandon(rlock__cmd *cmd) {
     return;
   cmd->cb = NULL;
   if (cmd->state != RLOCK__CMD_DONE) {
-    rlock__timed_stop(cmd->client, &cmd->timer);
+    rlock__timed_stop(cmd->net->core, &cmd->timer);
     if (cmd->inflight == 0)
       pending_remove(cmd);
     cmd->state = RLOCK__CMD_DONE;
@@ -469,9 +478,9 @@ void rlock__cmd_abandon(rlock__cmd *cmd) {
 /* Called at shutdown after both connections are freed: nothing is in flight
  * any more, so every record left (waiting for a retry or a connection) is
  * failed and freed. */
-void rlock__cmd_shutdown_all(rlock_client *c) {
-  while (c->cmd_all != NULL) {
-    rlock__cmd *cmd = c->cmd_all;
+static void cmds_fail_all(rlock__net *n) {
+  while (n->cmd_all != NULL) {
+    rlock__cmd *cmd = n->cmd_all;
     cmd->inflight = 0;
     if (cmd->state != RLOCK__CMD_DONE) {
       pending_remove(cmd);
@@ -480,4 +489,34 @@ void rlock__cmd_shutdown_all(rlock_client *c) {
       cmd_free_if_idle(cmd);
     }
   }
+}
+
+/* ---- the layer's life ---- */
+
+void rlock__net_init(rlock__net *n, rlock__core *core, const rlock__uri *uri,
+                     const char *client_name) {
+  memset(n, 0, sizeof(*n));
+  n->core = core;
+  n->uri = uri;
+  n->client_name = client_name;
+  n->cmd.net = n;
+  n->sub.net = n;
+  n->sub.is_sub = true;
+  rlock__map_init(&n->chans);
+}
+
+void rlock__net_start(rlock__net *n) {
+  if (conn_start(&n->cmd) != 0 || conn_start(&n->sub) != 0)
+    n->on_open_progress(n, RLOCK_ECONN, "could not create a connection");
+}
+
+bool rlock__net_cmd_connected(const rlock__net *n) { return n->cmd.ac != NULL; }
+
+void rlock__net_close_sub(rlock__net *n) { conn_shutdown(&n->sub); }
+
+void rlock__net_free(rlock__net *n) {
+  conn_shutdown(&n->sub);
+  conn_shutdown(&n->cmd);
+  cmds_fail_all(n);
+  rlock__chans_free(n);
 }

@@ -1,0 +1,316 @@
+/* The client's loop thread, the cross-thread task queue, the timer heap and
+ * the skeleton of close (the order of what closes is the owner's, through
+ * its hooks). */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core.h"
+
+int64_t rlock__now_ms(void) { return (int64_t)(uv_hrtime() / 1000000u); }
+
+/* ---- timed events: a binary min-heap behind one uv_timer ----
+ *
+ * Every deadline in the client (command replies, waits, subscribe bounds,
+ * retries, reconnects, renewal) is a heap entry, so 10 000 waiters cost
+ * 10 000 heap slots rather than 10 000 libuv handles that each need an
+ * asynchronous close before their memory may be reused. */
+
+static void heap_swap(rlock__core *core, size_t a, size_t b) {
+  rlock__timed *t = core->heap[a];
+  core->heap[a] = core->heap[b];
+  core->heap[b] = t;
+  core->heap[a]->index = a + 1;
+  core->heap[b]->index = b + 1;
+}
+
+static void heap_up(rlock__core *core, size_t i) {
+  while (i > 0) {
+    size_t parent = (i - 1) / 2;
+    if (core->heap[parent]->at <= core->heap[i]->at)
+      break;
+    heap_swap(core, i, parent);
+    i = parent;
+  }
+}
+
+static void heap_down(rlock__core *core, size_t i) {
+  for (;;) {
+    size_t l = 2 * i + 1, r = l + 1, m = i;
+    if (l < core->heap_len && core->heap[l]->at < core->heap[m]->at)
+      m = l;
+    if (r < core->heap_len && core->heap[r]->at < core->heap[m]->at)
+      m = r;
+    if (m == i)
+      return;
+    heap_swap(core, i, m);
+    i = m;
+  }
+}
+
+static void heap_timer_cb(uv_timer_t *timer);
+
+static void arm_timer(rlock__core *core) {
+  if (core->heap_len == 0 || core->closing)
+    return;
+  int64_t at = core->heap[0]->at;
+  if (core->heap_timer_at >= 0 && core->heap_timer_at <= at)
+    return;
+  int64_t delay = at - rlock__now_ms();
+  if (delay < 0)
+    delay = 0;
+  core->heap_timer_at = at;
+  uv_timer_start(&core->heap_timer, heap_timer_cb, (uint64_t)delay, 0);
+}
+
+static void heap_timer_cb(uv_timer_t *timer) {
+  rlock__core *core = timer->data;
+  core->heap_timer_at = -1;
+  int64_t now = rlock__now_ms();
+  while (core->heap_len > 0 && core->heap[0]->at <= now && !core->closing) {
+    rlock__timed *t = core->heap[0];
+    rlock__timed_stop(core, t);
+    t->fire(t);
+  }
+  arm_timer(core);
+}
+
+void rlock__timed_start(rlock__core *core, rlock__timed *t, int64_t at) {
+  if (t->index != 0)
+    rlock__timed_stop(core, t);
+  if (core->heap_len == core->heap_cap) {
+    size_t cap = core->heap_cap ? core->heap_cap * 2 : 64;
+    rlock__timed **h = realloc(core->heap, cap * sizeof(*h));
+    if (h == NULL)
+      abort(); /* a few pointers; treated like a failed stack push */
+    core->heap = h;
+    core->heap_cap = cap;
+  }
+  t->at = at;
+  core->heap[core->heap_len] = t;
+  t->index = ++core->heap_len;
+  heap_up(core, core->heap_len - 1);
+  arm_timer(core);
+}
+
+void rlock__timed_stop(rlock__core *core, rlock__timed *t) {
+  if (t->index == 0)
+    return;
+  size_t i = t->index - 1;
+  t->index = 0;
+  core->heap_len--;
+  if (i == core->heap_len)
+    return;
+  core->heap[i] = core->heap[core->heap_len];
+  core->heap[i]->index = i + 1;
+  heap_up(core, i);
+  heap_down(core, core->heap[i]->index - 1);
+}
+
+/* ---- the task queue ---- */
+
+int rlock__core_fork_check(const rlock__core *core) {
+  /* After fork() only the forking thread exists in the child: a task
+   * queued there would never be served, and the queue's wake-up would go to
+   * the parent's loop through the inherited eventfd. */
+  return getpid() == core->pid ? 0 : RLOCK_EFORK;
+}
+
+const char *rlock__core_submit_error(int rc) {
+  return rc == RLOCK_EFORK
+             ? "the client was opened by another process (this is a forked "
+               "child): open a new client in the child"
+             : "client is closed";
+}
+
+int rlock__core_submit(rlock__core *core, rlock__task *t) {
+  if (rlock__core_fork_check(core) != 0)
+    return RLOCK_EFORK;
+  t->next = NULL;
+  uv_mutex_lock(&core->queue_mutex);
+  if (core->closed) {
+    uv_mutex_unlock(&core->queue_mutex);
+    return RLOCK_ECLOSED;
+  }
+  bool was_empty = core->queue_head == NULL;
+  if (was_empty)
+    core->queue_head = t;
+  else
+    core->queue_tail->next = t;
+  core->queue_tail = t;
+  /* Sent under the mutex: the loop thread closes the async handle only
+   * after it has seen `closed` under this mutex, so no sender can touch a
+   * closed handle. A non-empty queue already has a wake-up on its way. */
+  if (was_empty)
+    uv_async_send(&core->wakeup);
+  uv_mutex_unlock(&core->queue_mutex);
+  return 0;
+}
+
+void rlock__core_queue_each(rlock__core *core,
+                            void (*fn)(rlock__task *t, void *arg), void *arg) {
+  uv_mutex_lock(&core->queue_mutex);
+  for (rlock__task *t = core->queue_head; t != NULL; t = t->next)
+    fn(t, arg);
+  uv_mutex_unlock(&core->queue_mutex);
+}
+
+bool rlock__core_on_loop_thread(const rlock__core *core) {
+  if (!core->thread_started)
+    return false;
+  uv_thread_t self = uv_thread_self();
+  return uv_thread_equal(&self, &core->thread) != 0;
+}
+
+/* ---- close ---- */
+
+static void close_handle_cb(uv_handle_t *h) { (void)h; }
+
+static void final_timer_cb(uv_timer_t *timer) {
+  rlock__core *core = timer->data;
+  if (core->final_done)
+    return;
+  core->final_done = true;
+  uv_close((uv_handle_t *)&core->final_timer, close_handle_cb);
+  core->on_final(core);
+  /* Whatever is left in the heap belongs to records freed above. */
+  core->heap_len = 0;
+  uv_close((uv_handle_t *)&core->heap_timer, close_handle_cb);
+  uv_close((uv_handle_t *)&core->wakeup, close_handle_cb);
+}
+
+void rlock__core_final_in(rlock__core *core, int64_t delay_ms) {
+  if (!core->closing || core->final_done)
+    return;
+  if (delay_ms < 0)
+    final_timer_cb(&core->final_timer);
+  else
+    uv_timer_start(&core->final_timer, final_timer_cb, (uint64_t)delay_ms, 0);
+}
+
+static void wakeup_cb(uv_async_t *async) {
+  rlock__core *core = async->data;
+  uv_mutex_lock(&core->queue_mutex);
+  rlock__task *t = core->queue_head;
+  bool closed = core->closed;
+  core->queue_head = core->queue_tail = NULL;
+  uv_mutex_unlock(&core->queue_mutex);
+  while (t != NULL) {
+    rlock__task *next = t->next;
+    if (core->closing || closed)
+      t->reject(t, RLOCK_ECLOSED);
+    else
+      t->run(t);
+    t = next;
+  }
+  if (closed && !core->closing) {
+    core->closing = true;
+    core->on_close(core);
+  }
+}
+
+void rlock__core_request_close(rlock__core *core) {
+  uv_mutex_lock(&core->queue_mutex);
+  core->closed = true;
+  uv_async_send(&core->wakeup);
+  uv_mutex_unlock(&core->queue_mutex);
+}
+
+void rlock__core_join(rlock__core *core) {
+  if (rlock__core_on_loop_thread(core)) {
+    /* Closed from a callback: the loop winds down after this callback
+     * returns; the thread cleans up after itself. */
+    pthread_detach(core->thread);
+  } else {
+    uv_thread_join(&core->thread);
+  }
+}
+
+/* ---- the loop thread ---- */
+
+static void loop_main(void *arg) {
+  rlock__core *core = arg;
+  /* Process signals belong to the application's threads. Blocking them
+   * here also turns a write to a closed socket into EPIPE instead of a
+   * SIGPIPE that would kill a program that never asked for one (all Redis
+   * I/O happens on this thread). Faults stay deliverable. */
+  sigset_t mask;
+  sigfillset(&mask);
+  sigdelset(&mask, SIGSEGV);
+  sigdelset(&mask, SIGBUS);
+  sigdelset(&mask, SIGFPE);
+  sigdelset(&mask, SIGILL);
+  sigdelset(&mask, SIGABRT);
+  sigdelset(&mask, SIGTRAP);
+  pthread_sigmask(SIG_BLOCK, &mask, NULL);
+  core->on_loop_start(core);
+  uv_run(&core->loop, UV_RUN_DEFAULT);
+  /* All handles are closed once uv_run returns after the final step. */
+  uv_loop_close(&core->loop);
+  free(core->heap);
+  core->heap = NULL;
+  rlock__core_unref(core);
+}
+
+int rlock__core_init(rlock__core *core, const rlock_options *opts) {
+  memset(core, 0, sizeof(*core));
+  atomic_init(&core->refs, 1);
+  core->opts = *opts;
+  core->pid = (int)getpid();
+  core->heap_timer_at = -1;
+  int rc = uv_mutex_init(&core->queue_mutex);
+  if (rc != 0) {
+    rlock__set_last_error("uv_mutex_init: %s", uv_strerror(rc));
+    return RLOCK_ESYS;
+  }
+  return 0;
+}
+
+int rlock__core_start(rlock__core *core) {
+  int rc = uv_loop_init(&core->loop);
+  if (rc != 0) {
+    rlock__set_last_error("uv_loop_init: %s", uv_strerror(rc));
+    return RLOCK_ESYS;
+  }
+  core->loop.data = core;
+  rc = uv_async_init(&core->loop, &core->wakeup, wakeup_cb);
+  if (rc != 0) {
+    uv_loop_close(&core->loop);
+    rlock__set_last_error("uv_async_init: %s", uv_strerror(rc));
+    return RLOCK_ESYS;
+  }
+  core->wakeup.data = core;
+  uv_timer_init(&core->loop, &core->heap_timer);
+  core->heap_timer.data = core;
+  uv_timer_init(&core->loop, &core->final_timer);
+  core->final_timer.data = core;
+  atomic_fetch_add(&core->refs, 1); /* the loop thread's own reference */
+  rc = uv_thread_create(&core->thread, loop_main, core);
+  if (rc != 0) {
+    atomic_fetch_sub(&core->refs, 1);
+    uv_close((uv_handle_t *)&core->wakeup, NULL);
+    uv_close((uv_handle_t *)&core->heap_timer, NULL);
+    uv_close((uv_handle_t *)&core->final_timer, NULL);
+    uv_run(&core->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&core->loop);
+    rlock__set_last_error("cannot start the loop thread: %s",
+                          uv_strerror(rc));
+    return RLOCK_ESYS;
+  }
+  core->thread_started = true;
+  return 0;
+}
+
+void rlock__core_ref(rlock__core *core) { atomic_fetch_add(&core->refs, 1); }
+
+void rlock__core_unref(rlock__core *core) {
+  if (atomic_fetch_sub(&core->refs, 1) == 1)
+    core->on_destroy(core);
+}
+
+void rlock__core_destroy(rlock__core *core) {
+  uv_mutex_destroy(&core->queue_mutex);
+}

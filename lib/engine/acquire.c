@@ -1,0 +1,261 @@
+/* The acquire loop, for every primitive: try; if the lock is held, join
+ * the primitive's channel and try again once subscribed (a release between
+ * the failed try and the subscription would go unheard); sleep until a
+ * message, at most the holder's TTL and the caller's deadline; try again.
+ * A try whose reply is lost may or may not have run: it is never re-sent
+ * (a second acquire would count one acquisition twice) but repaired - the
+ * owner's count is trimmed back to what the client knows (repair.c). */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "engine.h"
+
+static void send_try(rlock__op *op);
+
+static bool transient(int err) {
+  return err == RLOCK_ETIMEDOUT || err == RLOCK_ECONN;
+}
+
+/* Whether an op may ride out a connection problem a little longer: until its
+ * deadline, or, without one, for as long as an unlock keeps re-sending
+ * ((retry_attempts + 1) x (command_timeout + retry_interval)) - after that a
+ * dead server is reported, not waited for. */
+static bool has_time(rlock__op *op) {
+  const rlock_options *o = &op->engine->core->opts;
+  if (op->engine->core->closing || op->wait_ms == 0)
+    return false;
+  int64_t now = rlock__now_ms();
+  if (op->wait_ms > 0)
+    return now < op->deadline;
+  if (op->outage_until == 0)
+    op->outage_until = now + (int64_t)(o->retry_attempts + 1) *
+                                 (o->command_timeout_ms + o->retry_interval_ms);
+  return now < op->outage_until;
+}
+
+static void start_trim(rlock__op *op);
+
+/* Gives up on an acquire whose outcome is unknown: the caller gets the
+ * transport error and the client trims this owner's field in the
+ * background, so no hold it doesn't know of survives. */
+static void give_up(rlock__op *op) {
+  rlock__suspect_add(op->engine, op->lock, op->owner);
+  rlock__op_finish(op, op->lost_err);
+}
+
+static void trim_timer_fire(rlock__timed *t) {
+  rlock__op *op = RLOCK__CONTAINER_OF(t, rlock__op, timer);
+  if (has_time(op))
+    start_trim(op);
+  else
+    give_up(op);
+}
+
+/* wait_ms is the bound of the whole call, also when the server stalls: a
+ * try (or trim) still unanswered at the deadline is abandoned and its
+ * (name, owner) trimmed in the background once the server answers - the
+ * same repair as for a lost reply, so an acquire that lands late leaves no
+ * hold behind. The caller gets 0 (not acquired within wait_ms) if the
+ * server answered this op before, else RLOCK_ETIMEDOUT. */
+static void deadline_fire(rlock__timed *t) {
+  rlock__op *op = RLOCK__CONTAINER_OF(t, rlock__op, timer);
+  if (op->state != RLOCK__ST_CMD)
+    return;
+  if (op->cmd == NULL) { /* between commands: settled by their own paths */
+    if (!has_time(op))
+      give_up(op);
+    return;
+  }
+  rlock__suspect_add(op->engine, op->lock, op->owner);
+  if (op->answered) {
+    rlock__op_finish(op, 0);
+    return;
+  }
+  rlock__op_detail(op, "no answer from Redis within wait_ms (%" PRId64 " ms)",
+                   op->wait_ms);
+  rlock__op_finish(op, RLOCK_ETIMEDOUT);
+}
+
+/* Bounds the command just sent by the op's own deadline. */
+static void arm_deadline(rlock__op *op) {
+  if (op->wait_ms <= 0 || op->state != RLOCK__ST_CMD || op->cmd == NULL)
+    return;
+  op->timer.fire = deadline_fire;
+  rlock__timed_start(op->engine->core, &op->timer, op->deadline);
+}
+
+static void trim_reply(rlock__net *n, redisReply *reply, int err,
+                       void *data) {
+  (void)n;
+  rlock__op *op = data;
+  rlock__engine *e = op->engine;
+  op->cmd = NULL;
+  if (err == 0 && reply->type == REDIS_REPLY_ERROR) {
+    rlock__op_failed(op, reply, err);
+    return;
+  }
+  if (err != 0 || reply->type != REDIS_REPLY_INTEGER) {
+    if (!has_time(op)) {
+      give_up(op);
+      return;
+    }
+    op->state = RLOCK__ST_CMD;
+    op->timer.fire = trim_timer_fire;
+    int64_t at = rlock__now_ms() + e->core->opts.retry_interval_ms;
+    if (op->wait_ms > 0 && op->deadline < at)
+      at = op->deadline;
+    rlock__timed_start(e->core, &op->timer, at);
+    return;
+  }
+  op->answered = true;
+  rlock__hold_trimmed(e, op->lock->name, op->owner, reply->integer,
+                      op->trim_want);
+  if (has_time(op))
+    send_try(op);
+  else
+    rlock__op_finish(op, op->lost_err);
+}
+
+static void start_trim(rlock__op *op) {
+  rlock__engine *e = op->engine;
+  op->trim_want = rlock__hold_count_known(e, op->lock->name, op->owner);
+  op->state = RLOCK__ST_CMD;
+  op->cmd = rlock__trim_send(e, op->lock, op->owner, op->trim_want,
+                             trim_reply, op);
+  if (op->cmd == NULL)
+    give_up(op);
+  else
+    arm_deadline(op);
+}
+
+/* The reply to an acquire never came: it may or may not have run. */
+static void lost_acquire(rlock__op *op, int err) {
+  if (op->lost_err == 0)
+    op->lost_err = err;
+  if (has_time(op))
+    start_trim(op);
+  else
+    give_up(op);
+}
+
+static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
+  (void)n;
+  rlock__op *op = data;
+  rlock *lock = op->lock;
+  rlock__engine *e = op->engine;
+  op->cmd = NULL;
+  if (transient(err)) {
+    lost_acquire(op, err);
+    return;
+  }
+  rlock__timed_stop(e->core, &op->timer); /* the deadline, if armed */
+  if (rlock__op_failed(op, reply, err))
+    return;
+  op->answered = true;
+  op->lost_err = 0;
+  op->outage_until = 0;
+  int64_t ttl = -1;
+  int got = lock->prim->read_try(op, reply, &ttl);
+  if (got < 0) {
+    rlock__op_finish(op, got);
+    return;
+  }
+  if (got == RLOCK__TRY_ACQUIRED) {
+    int rc = rlock__hold_add(e, lock, op->owner, op->lease_ms);
+    rlock__op_finish(op, rc < 0 ? rc : 1);
+    return;
+  }
+  if (op->wait_ms == 0) {
+    rlock__op_finish(op, 0);
+    return;
+  }
+  int64_t now = rlock__now_ms();
+  if (op->wait_ms > 0 && now >= op->deadline) {
+    rlock__op_finish(op, 0);
+    return;
+  }
+  if (op->waiter.chan == NULL) {
+    int64_t confirm_by = now + e->core->opts.subscribe_timeout_ms;
+    if (op->wait_ms > 0 && op->deadline < confirm_by)
+      confirm_by = op->deadline;
+    op->state = RLOCK__ST_WAITING;
+    int joined = rlock__chan_join(e->net, &op->waiter, lock->channel,
+                                  lock->channel_len, lock->prim->on_message,
+                                  confirm_by);
+    if (joined < 0) {
+      rlock__op_finish(op, joined);
+      return;
+    }
+    if (joined == 0)
+      return; /* the registry calls back once subscribed (or not) */
+    /* Already subscribed. If the subscription was live before this try was
+     * sent, any release after the try is heard, so sleep now; otherwise try
+     * once more (docs/wire-protocol.md, Waiting: subscribe before the
+     * re-try). */
+    if (op->seen_epoch == 0 ||
+        op->seen_epoch !=
+            rlock__chan_epoch(e->net, lock->channel, lock->channel_len)) {
+      send_try(op);
+      return;
+    }
+  }
+  /* Sleep until a message, bounded by the holder's TTL (so a lost message
+   * costs one TTL, never a hang) and by our own deadline. A key without
+   * TTL (-1) is re-checked every watchdog timeout. */
+  int64_t sleep_ms = ttl >= 0 ? ttl : e->core->opts.watchdog_timeout_ms;
+  if (op->wait_ms > 0 && op->deadline - now < sleep_ms)
+    sleep_ms = op->deadline - now;
+  op->state = RLOCK__ST_WAITING;
+  rlock__chan_wait(&op->waiter, sleep_ms);
+}
+
+static void send_try(rlock__op *op) {
+  rlock *lock = op->lock;
+  rlock__engine *e = op->engine;
+  int64_t lease =
+      op->lease_ms < 0 ? e->core->opts.watchdog_timeout_ms : op->lease_ms;
+  op->seen_epoch = rlock__chan_epoch(e->net, lock->channel, lock->channel_len);
+  op->state = RLOCK__ST_CMD;
+  op->cmd = lock->prim->send_try(op, lease, try_reply);
+  if (op->cmd == NULL) {
+    rlock__op_finish(op, RLOCK_ENOMEM);
+    return;
+  }
+  arm_deadline(op);
+}
+
+/* ---- the waiter's callbacks (from the channel registry) ---- */
+
+static void waiter_retry(rlock__waiter *w) {
+  send_try(RLOCK__CONTAINER_OF(w, rlock__op, waiter));
+}
+
+static void waiter_sub_timeout(rlock__waiter *w) {
+  rlock__op *op = RLOCK__CONTAINER_OF(w, rlock__op, waiter);
+  if (op->wait_ms >= 0 && rlock__now_ms() >= op->deadline) {
+    rlock__op_finish(op, 0);
+    return;
+  }
+  rlock__op_detail(op, "SUBSCRIBE to %s not confirmed within "
+                       "subscribe_timeout_ms", op->lock->channel);
+  rlock__op_finish(op, RLOCK_ETIMEDOUT);
+}
+
+static void waiter_sub_failed(rlock__waiter *w, int err, const char *text,
+                              size_t len) {
+  rlock__op *op = RLOCK__CONTAINER_OF(w, rlock__op, waiter);
+  rlock__op_detail(op, "SUBSCRIBE to %s refused: %.*s", op->lock->channel,
+                   (int)len, text);
+  rlock__op_finish(op, err);
+}
+
+static const rlock__waiter_ops acquire_waiter = {
+    waiter_retry, waiter_sub_timeout, waiter_sub_failed};
+
+static void start_acquire(rlock__op *op) {
+  op->waiter.ops = &acquire_waiter;
+  send_try(op);
+}
+
+const rlock__op_type rlock__op_acquire = {"acquire", start_acquire, true,
+                                          true};

@@ -1,0 +1,42 @@
+/* The engine's life: set up at open, told when the command connection is
+ * up, closed in two halves (finish what runs and send the last repairs;
+ * then free). */
+#include <string.h>
+
+#include "engine.h"
+
+int rlock__engine_init(rlock__engine *e, rlock__core *core, rlock__net *net,
+                       const char *client_id) {
+  memset(e, 0, sizeof(*e));
+  e->core = core;
+  e->net = net;
+  e->client_id = client_id;
+  rlock__map_init(&e->holds);
+  rlock__map_init(&e->suspects);
+  return rlock__random_bytes(e->latch_seed, sizeof(e->latch_seed));
+}
+
+void rlock__engine_on_cmd_ready(rlock__engine *e) { rlock__suspects_run(e); }
+
+int rlock__engine_close(rlock__engine *e) {
+  while (e->active_head != NULL) {
+    rlock__op *op = e->active_head;
+    /* An acquire whose command is on its way may still take the lock on
+     * the server: trim it back before the connection goes. */
+    if (op->type->acquires && op->cmd != NULL)
+      rlock__suspect_add(e, op->lock, op->owner);
+    rlock__op_finish(op, RLOCK_ECLOSED);
+  }
+  rlock__holds_stop(e);
+  rlock__timed_stop(e->core, &e->latch_timer);
+  if (!rlock__net_cmd_connected(e->net))
+    return 0;
+  e->draining = rlock__suspects_flush(e) + rlock__latches_flush_at_close(e);
+  return e->draining;
+}
+
+void rlock__engine_free(rlock__engine *e) {
+  rlock__holds_free(e);
+  rlock__suspects_free(e);
+  rlock__latches_free(e);
+}

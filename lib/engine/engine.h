@@ -1,0 +1,265 @@
+/* The engine layer: operations and what the client holds. Internal.
+ *
+ * An operation (rlock__op) is one public call - blocking or async - run as
+ * a state machine on the loop thread: started once, finished exactly once.
+ * Its kind is an rlock__op_type (start function and two flags); the
+ * generic kinds live here (acquire, release, cancel, interrupt), the
+ * queries and whatever else a primitive needs live with the primitive.
+ * Acquire and release are driven through the primitive's descriptor
+ * (rlock__prim): the engine owns the loop around them - try, subscribe,
+ * sleep at most the holder's TTL, try again; deadlines; repairing the hold
+ * count after a lost reply (trim); unlock latches; renewal of what is held.
+ *
+ * Calls go down only: to net (commands, the channel registry) and core
+ * (timers, the task queue). The client above registers hooks (on_drained).
+ * Everything here runs on the loop thread unless marked "any thread".
+ */
+#ifndef RLOCK_ENGINE_H
+#define RLOCK_ENGINE_H
+
+#include <stdatomic.h>
+
+#include "net.h"
+
+typedef struct rlock__engine rlock__engine;
+typedef struct rlock__op rlock__op;
+typedef struct rlock__prim rlock__prim;
+typedef struct rlock__op_type rlock__op_type;
+
+/* ---- handles (the public `rlock`) ---- */
+
+struct rlock {
+  atomic_int refs; /* the user's handle + pending async ops */
+  rlock__engine *engine;
+  const rlock__prim *prim;
+  char *name;
+  size_t name_len;
+  char *tag; /* {name}, or name when it contains '{' */
+  size_t tag_len;
+  char *channel; /* the primitive's channel */
+  size_t channel_len;
+};
+
+/* A new handle on `name` for `prim` (its channel is `channel_prefix` +
+ * tag). Takes a reference on the engine's core. 0 or RLOCK_ENOMEM. */
+int rlock__handle_new(rlock__engine *e, const rlock__prim *prim,
+                      const char *name, size_t len,
+                      const char *channel_prefix, rlock **out);
+/* Drops a reference (the handle is freed with the last). Any thread. */
+void rlock__handle_release(rlock *lock);
+
+/* ---- the primitive's descriptor ---- */
+
+/* What read_try / read_release answer besides errors. */
+enum { RLOCK__TRY_WAIT = 0, RLOCK__TRY_ACQUIRED = 1 };
+enum { RLOCK__REL_HELD = 0, RLOCK__REL_RELEASED = 1, RLOCK__REL_NOT_HELD = 2 };
+
+struct rlock__prim {
+  const char *kind; /* "lock", ... */
+  /* Sends one acquire try for op (op->lock, op->owner, op->lease_ms; the
+   * lease already resolved to the watchdog timeout when < 0). Returns the
+   * command, or NULL when out of memory. */
+  rlock__cmd *(*send_try)(rlock__op *op, int64_t lease_ms,
+                          rlock__reply_cb cb);
+  /* Reads a try's reply: RLOCK__TRY_ACQUIRED, or RLOCK__TRY_WAIT with
+   * *ttl_ms the longest it makes sense to sleep before trying again (-1:
+   * unknown), or a negative RLOCK_E* code (detail set with
+   * rlock__op_detail). */
+  int (*read_try)(rlock__op *op, const redisReply *reply, int64_t *ttl_ms);
+  /* Sends the release of one hold, with its request latch key (a re-send
+   * must answer what the first send did), the lease to re-apply while
+   * still held and the latch's TTL. */
+  rlock__cmd *(*send_release)(rlock__op *op, const char *latch,
+                              int64_t lease_ms, int64_t latch_ttl_ms,
+                              rlock__reply_cb cb);
+  /* Reads its reply: RLOCK__REL_* or a negative RLOCK_E* code. */
+  int (*read_release)(rlock__op *op, const redisReply *reply);
+  /* What a message on the primitive's channel does to the waiters. */
+  rlock__chan_message_fn on_message;
+  /* Sets an owner's hold count on the server back to `want` (KEYS lock,
+   * channel; ARGV owner, want, publish command, "0"; replies the count it
+   * found). The engine's repair after lost replies. */
+  const rlock__script *trim;
+  /* Renews a batch of holds (KEYS locks; ARGV timeout, owners; replies an
+   * array of 1/0). */
+  const rlock__script *renew;
+};
+
+/* ---- operations ---- */
+
+struct rlock__op_type {
+  const char *name;
+  void (*start)(rlock__op *op);
+  bool acquires;      /* ended by rlock_cancel() / rlock_interrupt() */
+  bool touches_hold;  /* an acquire or release: repair waits for it */
+};
+
+enum { RLOCK__ST_NEW, RLOCK__ST_CMD, RLOCK__ST_WAITING, RLOCK__ST_DONE };
+
+#define RLOCK__OWNER_MAX (RLOCK_ID_LEN + 1 + 21)
+
+struct rlock__op {
+  rlock__task task; /* the request queue (core) */
+  rlock__op *active_prev, *active_next;
+  const rlock__op_type *type;
+  rlock *lock;
+  rlock__engine *engine;
+  uint64_t owner_id;
+  char owner[RLOCK__OWNER_MAX];
+  rlock__op *target; /* cancel: the op to cancel */
+  bool canceled;     /* canceled before it started */
+  int64_t wait_ms;   /* < 0: no deadline */
+  int64_t lease_ms;  /* < 0: watchdog */
+  int64_t deadline;  /* rlock__now_ms() based; valid when wait_ms > 0 */
+  /* outcome */
+  int result;
+  int64_t value;
+  char detail[256];
+  /* completion: runs on the loop thread, exactly once */
+  void (*done)(rlock__op *op);
+  void *data;
+  /* loop-thread state */
+  int state;
+  rlock__cmd *cmd;      /* command in flight */
+  rlock__timed timer;   /* deadline, or a retry delay */
+  rlock__waiter waiter; /* on the primitive's channel */
+  uint64_t seen_epoch;  /* subscription epoch when the try was sent */
+  char *latch;          /* release: its latch key */
+  int lost_err;         /* first transport error of an acquire, or 0 */
+  int64_t outage_until; /* how long a deadline-less op rides out errors */
+  int64_t trim_want;    /* count sent with the op's trim */
+  bool answered;        /* the server answered one of this op's commands */
+  uint64_t hold_gen;    /* release: the hold it counted as releasing */
+};
+
+/* Sets up an op of `type` on `lock` for `owner`. */
+void rlock__op_init(rlock__op *op, rlock *lock, const rlock__op_type *type,
+                    uint64_t owner);
+/* Sets the op's detail (rlock_last_error() of its caller). */
+void rlock__op_detail(rlock__op *op, const char *fmt, ...) RLOCK__PRINTF(2, 3);
+/* Finishes op with `result` exactly once: abandons its command, leaves its
+ * channel, stops its timer, runs its completion. */
+void rlock__op_finish(rlock__op *op, int result);
+/* A transport error or an error reply finishes op (true); else false. */
+bool rlock__op_failed(rlock__op *op, redisReply *reply, int err);
+/* Sends a command for op (state CMD); finishes it with RLOCK_ENOMEM when
+ * that fails. */
+void rlock__op_send(rlock__op *op, const rlock__script *script, int argc,
+                    const char **argv, const size_t *lens, int retries,
+                    rlock__reply_cb cb);
+/* The publish command of the client's pub/sub mode. */
+const char *rlock__op_publish(const rlock__op *op);
+
+/* The facades: run op and wait for it (blocking; not on the loop thread),
+ * or queue it with a callback. */
+int rlock__op_run_sync(rlock__op *op);
+typedef void (*rlock__async_cb)(int status, int64_t value, void *data);
+int rlock__op_submit_async(rlock *lock, const rlock__op_type *type,
+                           uint64_t owner, int64_t wait_ms, int64_t lease_ms,
+                           rlock__async_cb cb, void *data, rlock_req **out);
+/* Argument checks shared by the facades (set the last error). */
+int rlock__bad_arg(const char *what);
+int rlock__check_lease(int64_t lease_ms);
+void rlock__op_set_wait(rlock__op *op, int64_t wait_ms, int64_t lease_ms);
+
+/* The generic kinds. */
+extern const rlock__op_type rlock__op_acquire;
+extern const rlock__op_type rlock__op_release;
+
+/* ---- what this client holds (hold.c) ---- */
+
+typedef struct rlock__hold {
+  char *key; /* name '\0' owner, the map key */
+  size_t key_len;
+  const char *name; /* points into key */
+  const char *owner;
+  const rlock__prim *prim;
+  int64_t count;          /* local hold count */
+  int64_t watchdog_count; /* holds taken without a lease */
+  int64_t lease_ms;       /* last explicit lease */
+  uint64_t gen;
+  bool lost;
+  /* Unlocks of this hold in flight, and how many were ever started: while
+   * one runs (or since a renewal was sent) a renewal's "0" may just mean
+   * the unlock already ran on the server, so it is not a loss. */
+  int releasing;
+  uint64_t release_seq;
+} rlock__hold;
+
+rlock__hold *rlock__hold_find(rlock__engine *e, const char *name,
+                              const char *owner);
+int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
+                    int64_t lease_ms);
+void rlock__hold_drop(rlock__engine *e, rlock__hold *h);
+/* The count the client knows it has (0 when lost or unknown). */
+int64_t rlock__hold_count_known(rlock__engine *e, const char *name,
+                                const char *owner);
+/* After a trim that found `server_before` holds and asked for `want`. */
+void rlock__hold_trimmed(rlock__engine *e, const char *name,
+                         const char *owner, int64_t server_before,
+                         int64_t want);
+void rlock__holds_start(rlock__engine *e); /* starts the renewal period */
+void rlock__holds_stop(rlock__engine *e);
+void rlock__holds_free(rlock__engine *e);
+
+/* ---- repair after lost replies (repair.c) ---- */
+
+rlock__cmd *rlock__trim_send(rlock__engine *e, const rlock *lock,
+                             const char *owner, int64_t want,
+                             rlock__reply_cb cb, void *data);
+/* (lock, owner) may count holds the client does not know of: trim it as
+ * soon as the server answers and no op of that owner on it runs. */
+void rlock__suspect_add(rlock__engine *e, const rlock *lock,
+                        const char *owner);
+void rlock__suspects_run(rlock__engine *e);
+/* At close: sends every pending trim now. Returns how many were sent. */
+int rlock__suspects_flush(rlock__engine *e);
+void rlock__suspects_free(rlock__engine *e);
+
+/* ---- unlock latches (release.c) ---- */
+
+/* At close: sends the pending latch UNLINK. 1 when sent, else 0. */
+int rlock__latches_flush_at_close(rlock__engine *e);
+void rlock__latches_free(rlock__engine *e);
+
+/* ---- the engine ---- */
+
+struct rlock__engine {
+  rlock__core *core;
+  rlock__net *net;
+  const char *client_id; /* owners are "<client_id>:<owner id>" */
+  rlock__op *active_head;
+  rlock__map holds;    /* name '\0' owner -> rlock__hold */
+  rlock__map suspects; /* name '\0' owner: holds to re-check */
+  uint64_t next_hold_gen;
+  rlock__timed renew_timer;
+  int renew_inflight;
+  /* unlock latches to delete, sent as one UNLINK */
+  char *latch_del[64];
+  int latch_del_n;
+  rlock__timed latch_timer;
+  uint64_t latch_seed[2]; /* unlock request ids: seeded once, then counted */
+  uint64_t latch_count;
+  /* close: trims (and the latch UNLINK) sent at close, unanswered */
+  int draining;
+  /* hook: every command sent at close has answered */
+  void (*on_drained)(rlock__engine *e);
+};
+
+/* 0 or RLOCK_ESYS (no random seed). */
+int rlock__engine_init(rlock__engine *e, rlock__core *core, rlock__net *net,
+                       const char *client_id);
+/* The command connection is (back) up: pending repairs go out. */
+void rlock__engine_on_cmd_ready(rlock__engine *e);
+/* Close, first half: every running op ends with RLOCK_ECLOSED (acquires in
+ * flight become suspects), renewal stops, pending trims and latch deletes
+ * are sent. Returns how many replies close should wait for (on_drained is
+ * called when the last arrives). */
+int rlock__engine_close(rlock__engine *e);
+/* Close, second half: frees what is left. */
+void rlock__engine_free(rlock__engine *e);
+/* rlock_interrupt(): ends the acquires `owner` runs (or has queued). The
+ * count, or a negative error with the last error set. Any thread. */
+int rlock__engine_interrupt(rlock__engine *e, uint64_t owner);
+
+#endif

@@ -1,0 +1,473 @@
+/* Operations: start, finish exactly once, cancel and interrupt; lock
+ * handles; and the two facades every public call goes through - blocking
+ * (run and wait on a semaphore) and asynchronous (a callback on the loop
+ * thread, with a reference-counted request handle). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+/* Leases up to ~34 years; beyond that a caller almost surely passed a
+ * garbage value, and PEXPIRE arithmetic would overflow on the server. */
+#define LEASE_MAX_MS (INT64_C(1) << 40)
+
+/* ---- handles ---- */
+
+int rlock__handle_new(rlock__engine *e, const rlock__prim *prim,
+                      const char *name, size_t len,
+                      const char *channel_prefix, rlock **out) {
+  rlock *lock = calloc(1, sizeof(*lock));
+  if (lock == NULL)
+    return RLOCK_ENOMEM;
+  lock->name = malloc(len + 1);
+  if (lock->name != NULL) {
+    memcpy(lock->name, name, len);
+    lock->name[len] = '\0';
+    lock->tag = rlock__tag(name, len, &lock->tag_len);
+  }
+  if (lock->tag != NULL)
+    lock->channel = rlock__prefixed(channel_prefix, lock->tag, lock->tag_len,
+                                    &lock->channel_len);
+  if (lock->channel == NULL) {
+    free(lock->name);
+    free(lock->tag);
+    free(lock);
+    return RLOCK_ENOMEM;
+  }
+  lock->name_len = len;
+  lock->engine = e;
+  lock->prim = prim;
+  atomic_init(&lock->refs, 1);
+  rlock__core_ref(e->core);
+  *out = lock;
+  return 0;
+}
+
+void rlock__handle_release(rlock *lock) {
+  if (atomic_fetch_sub(&lock->refs, 1) != 1)
+    return;
+  rlock__core *core = lock->engine->core;
+  free(lock->name);
+  free(lock->tag);
+  free(lock->channel);
+  free(lock);
+  rlock__core_unref(core);
+}
+
+void rlock_free(rlock *lock) {
+  if (lock != NULL)
+    rlock__handle_release(lock);
+}
+
+const char *rlock_name(const rlock *lock) {
+  return lock != NULL ? lock->name : NULL;
+}
+
+/* ---- op bookkeeping ---- */
+
+static void active_add(rlock__engine *e, rlock__op *op) {
+  op->active_prev = NULL;
+  op->active_next = e->active_head;
+  if (e->active_head != NULL)
+    e->active_head->active_prev = op;
+  e->active_head = op;
+}
+
+static void active_remove(rlock__engine *e, rlock__op *op) {
+  if (op->active_prev != NULL)
+    op->active_prev->active_next = op->active_next;
+  else
+    e->active_head = op->active_next;
+  if (op->active_next != NULL)
+    op->active_next->active_prev = op->active_prev;
+  op->active_prev = op->active_next = NULL;
+}
+
+void rlock__op_detail(rlock__op *op, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(op->detail, sizeof(op->detail), fmt, ap);
+  va_end(ap);
+}
+
+/* A release counts on its hold as "releasing" while it runs (hold.c
+ * neither renews such a hold nor takes a "0" for a loss). */
+static void release_unmark(rlock__op *op) {
+  if (op->hold_gen == 0)
+    return;
+  rlock__hold *h = rlock__hold_find(op->engine, op->lock->name, op->owner);
+  if (h != NULL && h->gen == op->hold_gen && h->releasing > 0)
+    h->releasing--;
+  op->hold_gen = 0;
+}
+
+void rlock__op_finish(rlock__op *op, int result) {
+  if (op->state == RLOCK__ST_DONE)
+    return;
+  rlock__engine *e = op->engine;
+  release_unmark(op);
+  rlock__cmd_abandon(op->cmd);
+  op->cmd = NULL;
+  rlock__chan_leave(&op->waiter);
+  rlock__timed_stop(e->core, &op->timer);
+  active_remove(e, op);
+  free(op->latch);
+  op->latch = NULL;
+  op->state = RLOCK__ST_DONE;
+  op->result = result;
+  if (result < 0 && op->detail[0] == '\0') {
+    if (result == RLOCK_ETIMEDOUT)
+      rlock__op_detail(op, "no reply from Redis within command_timeout_ms (%"
+                           PRId64 " ms)", e->core->opts.command_timeout_ms);
+    else
+      rlock__op_detail(op, "%s", rlock_strerror(result));
+  }
+  op->done(op); /* op may be gone after this (a blocking caller returned) */
+  rlock__suspects_run(e);
+}
+
+bool rlock__op_failed(rlock__op *op, redisReply *reply, int err) {
+  if (err != 0) {
+    rlock__op_finish(op, err);
+    return true;
+  }
+  if (reply->type == REDIS_REPLY_ERROR) {
+    rlock__op_detail(op, "%.*s", (int)reply->len, reply->str);
+    rlock__op_finish(op, rlock__reply_error(reply));
+    return true;
+  }
+  return false;
+}
+
+void rlock__op_send(rlock__op *op, const rlock__script *script, int argc,
+                    const char **argv, const size_t *lens, int retries,
+                    rlock__reply_cb cb) {
+  op->state = RLOCK__ST_CMD;
+  op->cmd = rlock__cmd_send(op->engine->net, script, argc, argv, lens,
+                            retries, cb, op);
+  if (op->cmd == NULL)
+    rlock__op_finish(op, RLOCK_ENOMEM);
+}
+
+const char *rlock__op_publish(const rlock__op *op) {
+  return op->engine->core->opts.sharded_pubsub ? "SPUBLISH" : "PUBLISH";
+}
+
+/* ---- cancellation ---- */
+
+/* Ends an active acquire with RLOCK_ECANCELED. A try or trim still in
+ * flight may run on the server after all; the pair then becomes a suspect,
+ * whose trim is sent right away - behind that command on the same
+ * connection - so a cancelled acquire leaves no hold and no renewal. */
+static void cancel_acquire(rlock__op *op) {
+  if (op->cmd != NULL)
+    rlock__suspect_add(op->engine, op->lock, op->owner);
+  rlock__op_detail(op, "acquire of '%s' was canceled", op->lock->name);
+  rlock__op_finish(op, RLOCK_ECANCELED);
+}
+
+static void start_cancel(rlock__op *op) {
+  rlock__op *target = op->target;
+  int count = 0;
+  if (target->state != RLOCK__ST_DONE && target->state != RLOCK__ST_NEW) {
+    cancel_acquire(target);
+    count = 1;
+  }
+  op->result = count;
+  op->state = RLOCK__ST_DONE;
+  op->done(op);
+}
+
+/* Acquires still queued (e.g. started by the callback that interrupts)
+ * end as soon as they start. Runs under the queue's lock. */
+static void mark_queued(rlock__task *t, void *arg) {
+  rlock__op *q = RLOCK__CONTAINER_OF(t, rlock__op, task);
+  rlock__op *op = arg;
+  if (q->type->acquires && q->owner_id == op->owner_id && !q->canceled &&
+      q->engine == op->engine) {
+    q->canceled = true;
+    op->result++;
+  }
+}
+
+static void start_interrupt(rlock__op *op) {
+  rlock__engine *e = op->engine;
+  op->result = 0;
+  rlock__core_queue_each(e->core, mark_queued, op);
+  /* Collect first: finishing ops edits the active list. */
+  rlock__op *hit = NULL;
+  for (rlock__op *a = e->active_head; a != NULL; a = a->active_next) {
+    if (a->type->acquires && a->owner_id == op->owner_id) {
+      a->target = hit;
+      hit = a;
+      op->result++;
+    }
+  }
+  while (hit != NULL) {
+    rlock__op *next = hit->target;
+    hit->target = NULL;
+    cancel_acquire(hit);
+    hit = next;
+  }
+  op->state = RLOCK__ST_DONE;
+  op->done(op);
+}
+
+static const rlock__op_type cancel_type = {"cancel", start_cancel, false,
+                                           false};
+static const rlock__op_type interrupt_type = {"interrupt", start_interrupt,
+                                              false, false};
+
+/* ---- running ops on the loop thread ---- */
+
+static void task_run(rlock__task *t) {
+  rlock__op *op = RLOCK__CONTAINER_OF(t, rlock__op, task);
+  if (op->type == &cancel_type || op->type == &interrupt_type) {
+    op->type->start(op); /* controls are not active ops */
+    return;
+  }
+  active_add(op->engine, op);
+  if (op->canceled) {
+    rlock__op_detail(op, "acquire of '%s' was canceled", op->lock->name);
+    rlock__op_finish(op, RLOCK_ECANCELED);
+    return;
+  }
+  op->type->start(op);
+}
+
+/* Queued when the client closed: never started. */
+static void task_reject(rlock__task *t, int err) {
+  rlock__op *op = RLOCK__CONTAINER_OF(t, rlock__op, task);
+  op->result = err;
+  op->state = RLOCK__ST_DONE;
+  rlock__op_detail(op, "%s", rlock__core_submit_error(err));
+  op->done(op);
+}
+
+static void waiter_unused(rlock__waiter *w) { (void)w; }
+static void waiter_unused_failed(rlock__waiter *w, int err, const char *text,
+                                 size_t len) {
+  (void)w, (void)err, (void)text, (void)len;
+}
+/* Ops that never wait on a channel still carry a waiter (idle). */
+static const rlock__waiter_ops no_waiting = {waiter_unused, waiter_unused,
+                                             waiter_unused_failed};
+
+static void op_base(rlock__op *op, rlock__engine *e,
+                    const rlock__op_type *type) {
+  memset(op, 0, sizeof(*op));
+  op->task.run = task_run;
+  op->task.reject = task_reject;
+  op->type = type;
+  op->engine = e;
+  op->state = RLOCK__ST_NEW;
+  op->wait_ms = -1;
+  op->lease_ms = -1;
+  op->waiter.ops = &no_waiting;
+}
+
+void rlock__op_init(rlock__op *op, rlock *lock, const rlock__op_type *type,
+                    uint64_t owner) {
+  op_base(op, lock->engine, type);
+  op->lock = lock;
+  op->owner_id = owner;
+  snprintf(op->owner, sizeof(op->owner), "%s:%" PRIu64,
+           lock->engine->client_id, owner);
+}
+
+/* ---- argument checks ---- */
+
+int rlock__bad_arg(const char *what) {
+  rlock__set_last_error("%s", what);
+  return RLOCK_EINVAL;
+}
+
+int rlock__check_lease(int64_t lease_ms) {
+  if (lease_ms == 0)
+    return rlock__bad_arg("lease_ms must be > 0, or < 0 for watchdog mode");
+  if (lease_ms > LEASE_MAX_MS)
+    return rlock__bad_arg("lease_ms is too large (max 2^40 ms)");
+  return 0;
+}
+
+void rlock__op_set_wait(rlock__op *op, int64_t wait_ms, int64_t lease_ms) {
+  /* A wait too long to add to the clock is as good as forever. */
+  op->wait_ms = (wait_ms > LEASE_MAX_MS) ? -1 : wait_ms;
+  op->lease_ms = lease_ms;
+  if (op->wait_ms > 0)
+    op->deadline = rlock__now_ms() + op->wait_ms;
+}
+
+/* ---- blocking facade ---- */
+
+static void sync_done(rlock__op *op) { uv_sem_post((uv_sem_t *)op->data); }
+
+/* Runs op on the loop thread and waits for it; the result, with the last
+ * error set from its detail. */
+static int run_and_wait(rlock__core *core, rlock__op *op) {
+  uv_sem_t sem;
+  int rc = uv_sem_init(&sem, 0);
+  if (rc != 0) {
+    rlock__set_last_error("uv_sem_init: %s", uv_strerror(rc));
+    return RLOCK_ESYS;
+  }
+  op->done = sync_done;
+  op->data = &sem;
+  rc = rlock__core_submit(core, &op->task);
+  if (rc == 0) {
+    uv_sem_wait(&sem);
+    rc = op->result;
+  } else {
+    snprintf(op->detail, sizeof(op->detail), "%s",
+             rlock__core_submit_error(rc));
+  }
+  uv_sem_destroy(&sem);
+  if (rc < 0)
+    rlock__set_last_error("%s", op->detail[0] ? op->detail
+                                              : rlock_strerror(rc));
+  else
+    rlock__clear_last_error();
+  return rc;
+}
+
+int rlock__op_run_sync(rlock__op *op) {
+  rlock__core *core = op->engine->core;
+  if (rlock__core_on_loop_thread(core)) {
+    rlock__set_last_error("blocking rlock call made on the client's loop "
+                          "thread (e.g. inside a callback)");
+    return RLOCK_EDEADLK;
+  }
+  return run_and_wait(core, op);
+}
+
+static void noop_done(rlock__op *op) { (void)op; }
+
+int rlock__engine_interrupt(rlock__engine *e, uint64_t owner) {
+  rlock__op op;
+  op_base(&op, e, &interrupt_type);
+  op.owner_id = owner;
+  if (rlock__core_on_loop_thread(e->core)) { /* from a callback: act here */
+    op.done = noop_done;
+    start_interrupt(&op);
+    rlock__clear_last_error();
+    return op.result;
+  }
+  return run_and_wait(e->core, &op);
+}
+
+/* ---- asynchronous facade ---- */
+
+/* Two references: the caller's (rlock_req_free) and the loop's (dropped
+ * after the callback), so rlock_cancel() never touches freed memory. */
+struct rlock_req {
+  atomic_int refs;
+  rlock__async_cb cb;
+  void *data;
+  rlock__op op;
+};
+
+static void req_release(rlock_req *req) {
+  if (atomic_fetch_sub(&req->refs, 1) != 1)
+    return;
+  rlock *lock = req->op.lock;
+  free(req);
+  rlock__handle_release(lock);
+}
+
+static void async_done(rlock__op *op) {
+  rlock_req *req = RLOCK__CONTAINER_OF(op, rlock_req, op);
+  /* Inside the callback, rlock_last_error() describes a failure. */
+  if (op->result < 0)
+    rlock__set_last_error("%s", op->detail[0] ? op->detail
+                                              : rlock_strerror(op->result));
+  else
+    rlock__clear_last_error();
+  if (req->cb != NULL)
+    req->cb(op->result, op->value, req->data);
+  req_release(req);
+}
+
+int rlock__op_submit_async(rlock *lock, const rlock__op_type *type,
+                           uint64_t owner, int64_t wait_ms, int64_t lease_ms,
+                           rlock__async_cb cb, void *data, rlock_req **out) {
+  if (out != NULL)
+    *out = NULL;
+  if (lock == NULL)
+    return rlock__bad_arg("lock is NULL");
+  if (type->acquires) {
+    int rc = rlock__check_lease(lease_ms);
+    if (rc != 0)
+      return rc;
+  }
+  rlock_req *req = malloc(sizeof(*req));
+  if (req == NULL) {
+    rlock__set_last_error("out of memory");
+    return RLOCK_ENOMEM;
+  }
+  atomic_init(&req->refs, out != NULL ? 2 : 1);
+  req->cb = cb;
+  req->data = data;
+  rlock__op_init(&req->op, lock, type, owner);
+  if (type->acquires)
+    rlock__op_set_wait(&req->op, wait_ms, lease_ms);
+  req->op.done = async_done;
+  atomic_fetch_add(&lock->refs, 1);
+  if (out != NULL)
+    *out = req;
+  int rc = rlock__core_submit(lock->engine->core, &req->op.task);
+  if (rc != 0) {
+    if (out != NULL)
+      *out = NULL;
+    atomic_fetch_sub(&lock->refs, 1);
+    free(req);
+    rlock__set_last_error("%s", rlock__core_submit_error(rc));
+    return rc;
+  }
+  rlock__clear_last_error();
+  return 0;
+}
+
+static void cancel_done(rlock__op *op) {
+  rlock_req *target = RLOCK__CONTAINER_OF(op->target, rlock_req, op);
+  free(op);
+  req_release(target);
+}
+
+int rlock_cancel(rlock_req *req) {
+  if (req == NULL || !req->op.type->acquires)
+    return rlock__bad_arg("rlock_cancel takes an acquire request");
+  rlock__engine *e = req->op.engine;
+  if (rlock__core_on_loop_thread(e->core)) {
+    if (req->op.state == RLOCK__ST_NEW)
+      req->op.canceled = true; /* still queued: ends as soon as it starts */
+    else if (req->op.state != RLOCK__ST_DONE)
+      cancel_acquire(&req->op);
+    rlock__clear_last_error();
+    return 0;
+  }
+  rlock__op *op = malloc(sizeof(*op));
+  if (op == NULL) {
+    rlock__set_last_error("out of memory");
+    return RLOCK_ENOMEM;
+  }
+  op_base(op, e, &cancel_type);
+  op->target = &req->op;
+  op->done = cancel_done;
+  atomic_fetch_add(&req->refs, 1); /* the target stays valid until then */
+  int rc = rlock__core_submit(e->core, &op->task);
+  if (rc != 0) {
+    atomic_fetch_sub(&req->refs, 1);
+    free(op);
+    rlock__set_last_error("%s", rlock__core_submit_error(rc));
+    return rc;
+  }
+  rlock__clear_last_error();
+  return 0;
+}
+
+void rlock_req_free(rlock_req *req) {
+  if (req != NULL)
+    req_release(req);
+}

@@ -1,0 +1,207 @@
+/* Releasing one hold, for every primitive, with an unlock request latch: a
+ * fresh key per unlock call that the release script sets to its answer, so
+ * a re-send after a lost reply answers what the first send did instead of
+ * releasing a second hold (docs/wire-protocol.md, Release). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+/* ---- latches ---- */
+
+/* Unlock request ids need only be unique: 128 bits from a per-client random
+ * seed and a counter, without a random-source call per unlock. */
+static uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15u;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+  return z ^ (z >> 31);
+}
+
+static void latch_id(rlock__engine *e, char hex[33]) {
+  uint64_t n = ++e->latch_count;
+  snprintf(hex, 33, "%016" PRIx64 "%016" PRIx64, mix64(e->latch_seed[0] ^ n),
+           mix64(e->latch_seed[1] + n));
+}
+
+/* Latches are deleted in batches - one UNLINK per 64 keys or per 100 ms -
+ * rather than one DEL per unlock: under contention that is a quarter of the
+ * commands per acquisition. A latch left behind expires by its TTL. */
+#define LATCH_BATCH_MS 100
+
+/* Sends one UNLINK for every pending latch and forgets them. */
+static rlock__cmd *latch_unlink(rlock__engine *e, rlock__reply_cb cb) {
+  const char *argv[65];
+  size_t lens[65];
+  argv[0] = "UNLINK";
+  lens[0] = 6;
+  for (int i = 0; i < e->latch_del_n; i++) {
+    argv[i + 1] = e->latch_del[i];
+    lens[i + 1] = strlen(e->latch_del[i]);
+  }
+  rlock__cmd *cmd = rlock__cmd_send(e->net, NULL, e->latch_del_n + 1, argv,
+                                    lens, 0, cb, e);
+  rlock__latches_free(e); /* frees the names: the record copied them */
+  return cmd;
+}
+
+static void latch_flush(rlock__engine *e) {
+  rlock__timed_stop(e->core, &e->latch_timer);
+  if (e->latch_del_n > 0)
+    latch_unlink(e, NULL);
+}
+
+static void latch_timer_fire(rlock__timed *t) {
+  latch_flush(RLOCK__CONTAINER_OF(t, rlock__engine, latch_timer));
+}
+
+static void latch_forget(rlock__engine *e, char *latch) {
+  e->latch_del[e->latch_del_n++] = latch;
+  if (e->latch_del_n == 64) {
+    latch_flush(e);
+  } else if (e->latch_del_n == 1) {
+    e->latch_timer.fire = latch_timer_fire;
+    rlock__timed_start(e->core, &e->latch_timer,
+                       rlock__now_ms() + LATCH_BATCH_MS);
+  }
+}
+
+static void latch_close_reply(rlock__net *n, redisReply *reply, int err,
+                              void *data) {
+  (void)n, (void)reply, (void)err;
+  rlock__engine *e = data;
+  if (--e->draining == 0 && e->on_drained != NULL)
+    e->on_drained(e);
+}
+
+int rlock__latches_flush_at_close(rlock__engine *e) {
+  if (e->latch_del_n == 0 || !rlock__net_cmd_connected(e->net))
+    return 0;
+  return latch_unlink(e, latch_close_reply) != NULL ? 1 : 0;
+}
+
+void rlock__latches_free(rlock__engine *e) {
+  for (int i = 0; i < e->latch_del_n; i++)
+    free(e->latch_del[i]);
+  e->latch_del_n = 0;
+}
+
+/* ---- release ---- */
+
+static void release_reply(rlock__net *n, redisReply *reply, int err,
+                          void *data) {
+  (void)n;
+  rlock__op *op = data;
+  rlock__engine *e = op->engine;
+  op->cmd = NULL;
+  /* (The hold stops counting as releasing when the op finishes.) */
+  rlock__hold *h = rlock__hold_find(e, op->lock->name, op->owner);
+  if (err == RLOCK_ETIMEDOUT || err == RLOCK_ECONN) {
+    /* Every re-send (same latch) went unanswered. The caller asked to give
+     * up one hold, so the client now counts one fewer and trims the
+     * server's count down to that once it answers. */
+    if (h != NULL) {
+      if (--h->count <= 0)
+        rlock__hold_drop(e, h);
+      else if (h->watchdog_count > h->count)
+        h->watchdog_count = h->count;
+    }
+    rlock__suspect_add(e, op->lock, op->owner);
+    rlock__op_finish(op, err);
+    return;
+  }
+  if (rlock__op_failed(op, reply, err))
+    return;
+  int got = op->lock->prim->read_release(op, reply);
+  if (got < 0) {
+    rlock__op_finish(op, got);
+    return;
+  }
+  if (got == RLOCK__REL_NOT_HELD) {
+    if (h != NULL) {
+      /* We held it, the server says we don't: it expired or was deleted. */
+      rlock__op_detail(op, "lock '%s' expired or was deleted before this "
+                           "unlock", op->lock->name);
+      rlock__hold_drop(e, h);
+      rlock__op_finish(op, RLOCK_ELOCKLOST);
+    } else {
+      rlock__op_detail(op, "lock '%s' is not held by %s", op->lock->name,
+                       op->owner);
+      rlock__op_finish(op, RLOCK_ENOTOWNER);
+    }
+    return;
+  }
+  /* The latch did its job once this reply arrived; Java deletes it too. */
+  latch_forget(e, op->latch);
+  op->latch = NULL;
+  if (h != NULL) {
+    if (got == RLOCK__REL_RELEASED && h->count > 1) {
+      /* Released on the server while the client counted more holds: the
+       * outer hold was lost (its lease ran out, or the key was deleted) and
+       * this owner's later re-entry took the free lock afresh. The lock was
+       * not held throughout, so say so; the outer unlocks that remain get
+       * RLOCK_ELOCKLOST too. */
+      h->count--;
+      if (h->watchdog_count > h->count)
+        h->watchdog_count = h->count;
+      h->lost = true;
+      rlock__op_detail(op, "lock '%s' was lost while re-entered (it expired "
+                           "or was deleted after an outer hold was taken); "
+                           "this unlock released a later hold",
+                       op->lock->name);
+      rlock__op_finish(op, RLOCK_ELOCKLOST);
+      return;
+    }
+    if (got == RLOCK__REL_RELEASED) {
+      rlock__hold_drop(e, h);
+    } else {
+      /* Still held: which kind of hold ended is unknown, so renewal goes on
+       * while any watchdog hold may remain (as Redisson does). */
+      if (h->count > 1)
+        h->count--;
+      if (h->watchdog_count > h->count)
+        h->watchdog_count = h->count;
+    }
+  }
+  rlock__op_finish(op, got == RLOCK__REL_RELEASED ? 1 : 0);
+}
+
+static void start_release(rlock__op *op) {
+  rlock *lock = op->lock;
+  rlock__engine *e = op->engine;
+  const rlock_options *o = &e->core->opts;
+  char hex[33];
+  latch_id(e, hex);
+  /* redisson_unlock_latch:{name}:<32 hex>, a fresh request id per unlock
+   * call; re-sends of this call reuse it. */
+  size_t latch_len = 22 + lock->tag_len + 1 + 32;
+  op->latch = malloc(latch_len + 1);
+  if (op->latch == NULL) {
+    rlock__op_finish(op, RLOCK_ENOMEM);
+    return;
+  }
+  snprintf(op->latch, latch_len + 1, "redisson_unlock_latch:%s:%s", lock->tag,
+           hex);
+  rlock__hold *h = rlock__hold_find(e, lock->name, op->owner);
+  if (h != NULL) {
+    h->releasing++;
+    h->release_seq++;
+    op->hold_gen = h->gen;
+  }
+  int64_t lease = o->watchdog_timeout_ms;
+  if (h != NULL && h->watchdog_count == 0 && h->lease_ms > 0)
+    lease = h->lease_ms;
+  /* The latch must outlive every re-send of this unlock. */
+  int64_t latch_ttl = (int64_t)(o->retry_attempts + 1) *
+                      (o->command_timeout_ms + o->retry_interval_ms);
+  op->state = RLOCK__ST_CMD;
+  op->cmd = lock->prim->send_release(op, op->latch, lease, latch_ttl,
+                                     release_reply);
+  if (op->cmd == NULL)
+    rlock__op_finish(op, RLOCK_ENOMEM);
+}
+
+const rlock__op_type rlock__op_release = {"release", start_release, false,
+                                          true};

@@ -1,0 +1,44 @@
+/* Connections and command records: the net layer's own structs (included
+ * by net.h; only net/ looks inside them). */
+#ifndef RLOCK_CONN_H
+#define RLOCK_CONN_H
+
+#include <async.h>
+
+enum { RLOCK__CONN_DOWN, RLOCK__CONN_CONNECTING, RLOCK__CONN_UP };
+
+typedef struct rlock__conn {
+  rlock__net *net;
+  bool is_sub;
+  int state;
+  redisAsyncContext *ac; /* NULL while down */
+  rlock__timed reconnect;
+  int backoff_attempt;
+  /* commands created while ac == NULL, sent at the next connect */
+  rlock__cmd *pending_head, *pending_tail;
+  int hs_err;    /* first error of the current handshake */
+  int hs_expect; /* subscriber: handshake replies still to come */
+  char hs_detail[200];
+} rlock__conn;
+
+enum { RLOCK__CMD_WAIT_REPLY, RLOCK__CMD_WAIT_RETRY, RLOCK__CMD_DONE };
+
+struct rlock__cmd {
+  rlock__net *net;
+  rlock__reply_cb cb;
+  void *data;
+  rlock__timed timer; /* reply deadline, or retry delay */
+  int state;
+  int inflight;     /* hiredis callbacks still to come for this record */
+  int retries_left; /* idempotent commands only */
+  const rlock__script *script; /* EVALSHA, falling back to EVAL */
+  bool use_eval;
+  rlock__cmd *pending_next;
+  rlock__cmd *all_prev, *all_next; /* every live record of the client */
+  int argc;
+  const char **argv;
+  size_t *argvlen;
+  /* argv strings follow in the same allocation */
+};
+
+#endif

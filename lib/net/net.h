@@ -1,0 +1,153 @@
+/* The net layer: the two connections to Redis (commands, subscriber) with
+ * their handshake and reconnect back-off, command records (reply deadline,
+ * idempotent re-sends, the EVALSHA -> EVAL fallback), and the channel
+ * registry that routes pub/sub messages to waiters. Internal.
+ *
+ * Calls go down only (core, util). The owner learns about connection
+ * events through the hooks it sets in rlock__net; a waiter learns about
+ * its channel through its rlock__waiter_ops. Loop thread only.
+ */
+#ifndef RLOCK_NET_H
+#define RLOCK_NET_H
+
+#include <hiredis.h>
+
+#include "core.h"
+#include "map.h"
+
+typedef struct rlock__net rlock__net;
+typedef struct rlock__cmd rlock__cmd;
+
+/* ---- scripts ---- */
+
+typedef struct rlock__script {
+  const char *name;
+  const char *body;
+  char sha[41]; /* computed at build time (lib/embed_lua.py) */
+  /* Always sent as EVAL: a NOSCRIPT answer to EVALSHA is re-sent as EVAL
+   * only when it arrives, behind whatever was sent meanwhile - fatal for a
+   * script whose place in the order matters (the trim). */
+  bool eval_only;
+} rlock__script;
+
+/* ---- commands ---- */
+
+/* Completion of a command: reply is the server's reply (may be an error
+ * reply) when err == 0; otherwise reply is NULL and err is RLOCK_ETIMEDOUT,
+ * RLOCK_ECONN or RLOCK_ECLOSED. */
+typedef void (*rlock__reply_cb)(rlock__net *n, redisReply *reply, int err,
+                                void *data);
+
+/* Sends a command on the command connection (or queues it for the next
+ * one). argv/argvlen are copied. With script != NULL the command becomes
+ * EVALSHA sha argv... (argv then starts at numkeys). retries: how often it
+ * may be re-sent after a timeout or a lost connection (0 for commands that
+ * are not idempotent). Returns the record (to abandon) or NULL when out of
+ * memory (cb not called). */
+rlock__cmd *rlock__cmd_send(rlock__net *n, const rlock__script *script,
+                            int argc, const char **argv, const size_t *argvlen,
+                            int retries, rlock__reply_cb cb, void *data);
+/* The callback will not be called for this record any more. NULL ok. */
+void rlock__cmd_abandon(rlock__cmd *cmd);
+/* Error code for an error reply. */
+int rlock__reply_error(const redisReply *r);
+
+/* ---- the channel registry (pubsub.c) ---- */
+
+typedef struct rlock__chan rlock__chan;
+typedef struct rlock__waiter rlock__waiter;
+
+/* What the registry tells a waiter. Each call ends the waiter's current
+ * wait; the waiter stays joined until it leaves. */
+typedef struct rlock__waiter_ops {
+  /* Try again: the subscription was confirmed, a message or a permit woke
+   * it, its sleep ran out, or the subscription was lost. */
+  void (*retry)(rlock__waiter *w);
+  /* The SUBSCRIBE was not confirmed by the waiter's confirm_by. */
+  void (*sub_timeout)(rlock__waiter *w);
+  /* The server refused the SUBSCRIBE (err and the server's text). */
+  void (*sub_failed)(rlock__waiter *w, int err, const char *text,
+                     size_t len);
+} rlock__waiter_ops;
+
+enum { RLOCK__W_IDLE, RLOCK__W_JOINED, RLOCK__W_CONFIRM, RLOCK__W_WAITING };
+
+struct rlock__waiter {
+  const rlock__waiter_ops *ops; /* set by the owner */
+  rlock__chan *chan;            /* joined channel, or NULL */
+  rlock__waiter *prev, *next;
+  int state;
+  rlock__timed timer;
+};
+
+/* What a message on a channel does, decided by the primitive that joined
+ * it first: it calls wake_one / wake_all. */
+typedef void (*rlock__chan_message_fn)(rlock__chan *ch, const char *payload,
+                                       size_t len);
+
+/* Joins w to `channel` (subscribing when it is the first). Returns 1 when
+ * the subscription is live, 0 when its confirmation is awaited (then one of
+ * w's ops follows, at the latest at confirm_by), or RLOCK_ENOMEM. */
+int rlock__chan_join(rlock__net *n, rlock__waiter *w, const char *channel,
+                     size_t len, rlock__chan_message_fn on_message,
+                     int64_t confirm_by);
+/* Leaves the channel (the last waiter out unsubscribes, after a linger). */
+void rlock__chan_leave(rlock__waiter *w);
+/* Current epoch of a channel's live subscription, 0 when not subscribed. */
+uint64_t rlock__chan_epoch(rlock__net *n, const char *channel, size_t len);
+/* Puts a joined waiter to sleep until a message or wait_ms; a stored
+ * wake-up (permit) makes it retry at once. */
+void rlock__chan_wait(rlock__waiter *w, int64_t wait_ms);
+/* Wakes the oldest sleeper, or keeps a permit when none sleeps. */
+void rlock__chan_wake_one(rlock__chan *ch);
+/* Wakes every sleeper (or keeps permits for every joined waiter). */
+void rlock__chan_wake_all(rlock__chan *ch);
+
+/* For conn.c: the subscriber connection's events and replies. */
+void rlock__chans_on_connect(rlock__net *n);
+void rlock__chans_on_disconnect(rlock__net *n);
+void rlock__chans_reply(rlock__net *n, const redisReply *reply);
+void rlock__chans_free(rlock__net *n);
+/* Appends a command to the subscriber connection. 0 or RLOCK_ECONN /
+ * RLOCK_ENOMEM. */
+int rlock__sub_append(rlock__net *n, int argc, const char **argv,
+                      const size_t *lens);
+
+/* ---- connections (conn.c) ---- */
+
+#include "conn.h"
+
+struct rlock__net {
+  rlock__core *core;
+  const rlock__uri *uri;   /* owned by the client */
+  const char *client_name; /* CLIENT SETNAME, or NULL */
+  rlock__conn cmd;
+  rlock__conn sub;
+  rlock__cmd *cmd_all; /* every live command record */
+  rlock__map chans;    /* channel -> rlock__chan */
+  rlock__chan *sub_req_head, *sub_req_tail; /* (UN)SUBSCRIBEs in flight */
+  uint64_t next_epoch;
+  /* Hooks, set by the owner. */
+  void *owner;
+  /* A connection's handshake answered (err 0) or failed, while open waits
+   * (called for every attempt; the owner ignores it after open). */
+  void (*on_open_progress)(rlock__net *n, int err, const char *detail);
+  /* The command connection is up (again). */
+  void (*on_cmd_ready)(rlock__net *n);
+  /* During close: the command connection has finished closing. */
+  void (*on_cmd_closed)(rlock__net *n);
+};
+
+void rlock__net_init(rlock__net *n, rlock__core *core, const rlock__uri *uri,
+                     const char *client_name);
+/* Connects both connections (loop thread). */
+void rlock__net_start(rlock__net *n);
+/* Whether the command connection can take commands now. */
+bool rlock__net_cmd_connected(const rlock__net *n);
+/* Close: the subscriber connection goes at once. */
+void rlock__net_close_sub(rlock__net *n);
+/* Close, last step: both connections go, every command record still alive
+ * is failed (RLOCK_ECLOSED) and freed, the registry is emptied. */
+void rlock__net_free(rlock__net *n);
+
+#endif

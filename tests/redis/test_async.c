@@ -782,7 +782,11 @@ static void race_acquire_cb(int status, int64_t value, void *data) {
       atomic_store(&s->unlock_status, rc);
       atomic_fetch_add(&rx->other, 1);
     }
-  } else if (status == 0) {
+  } else if (status == 0 ||
+             /* a bounded (20 ms) wait that ran out before the server's
+              * first answer (a slow valgrind run): wait_ms bounds the call,
+              * and the try is trimmed behind it (checked below: no hold) */
+             (status == RLOCK_ETIMEDOUT && s->index % 5 == 4)) {
     atomic_fetch_add(&rx->not_acquired, 1);
   } else if (status == RLOCK_ECANCELED) {
     atomic_fetch_add(&rx->canceled, 1);

@@ -67,10 +67,17 @@ typedef struct rlock__conn {
   redisAsyncContext *ac; /* NULL while down */
   rlock__timed reconnect;
   int backoff_attempt;
+  int proto_drops; /* connections dropped for a protocol violation */
   /* commands created while ac == NULL, sent at the next connect */
   rlock__cmd *pending_head, *pending_tail;
-  int hs_err;        /* first error of the current handshake */
-  int hs_expect;     /* subscriber: handshake replies still to come */
+  /* What each reply still to come on ac answers, oldest first: a ring of
+   * exp_cap entries (conn.c). rlock matches replies itself; hiredis only
+   * connects, writes and parses. */
+  struct rlock__expect *exp;
+  size_t exp_head, exp_len, exp_cap;
+  bool draining; /* handshake failed: nothing more is sent, dropped once
+                    the replies still expected are in */
+  int hs_err;    /* first error of the current handshake */
   char hs_detail[200];
 } rlock__conn;
 
@@ -88,7 +95,7 @@ struct rlock__cmd {
   void *data;
   rlock__timed timer; /* reply deadline, or retry delay */
   int state;
-  int inflight;      /* hiredis callbacks still to come for this record */
+  int inflight;      /* replies still to come for this record (sends) */
   int retries_left;  /* idempotent commands only */
   const rlock__script *script; /* EVALSHA, falling back to EVAL */
   bool use_eval;
@@ -114,7 +121,8 @@ void rlock__cmd_abandon(rlock__cmd *cmd);
 void rlock__cmd_shutdown_all(rlock_client *c);
 
 int rlock__conn_start(rlock__conn *conn); /* connect (or reconnect) now */
-/* Appends a command to the subscriber connection. 0 or RLOCK_ECONN/ENOMEM. */
+/* Appends a command to the subscriber connection, whose replies after the
+ * handshake go to rlock__pubsub_reply. 0 or RLOCK_ECONN/ENOMEM. */
 int rlock__sub_append(rlock__conn *conn, int argc, const char **argv,
                       const size_t *lens);
 void rlock__conn_shutdown(rlock__conn *conn);

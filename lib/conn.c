@@ -1,6 +1,18 @@
-/* The two hiredis connections (commands, subscriber): connect, handshake,
- * reconnect with back-off; and command records with libuv-timer timeouts,
- * since hiredis 0.14 has no async timeout. */
+/* The two connections (commands, subscriber): connect, handshake, reconnect
+ * with back-off; and command records with libuv-timer timeouts, since
+ * hiredis 0.14 has no async timeout.
+ *
+ * hiredis connects, writes and parses; rlock matches every reply to its
+ * request itself. Commands are appended to the context's output buffer
+ * (redisAppendCommandArgv) and replies taken off its reader
+ * (redisGetReplyFromReader) in a read hook, never through hiredis's
+ * callback queue: its async dispatch asserts - aborting the host process -
+ * on a reply it has no callback for, and any peer can send one (something
+ * that is not Redis, a broken proxy). Each connection keeps its own FIFO of
+ * what the replies still to come answer (handshake steps, command records);
+ * a reply that nothing waits for is a protocol violation and drops the
+ * connection. This leaves hiredis's async layer a transport only, which
+ * rlock's own libuv streams can replace with hiredis as codec. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +20,104 @@
 #include "uv_adapter.h"
 
 #include "client-private.h"
+
+/* What a reply still to come answers. */
+enum { EXP_AUTH, EXP_SELECT, EXP_SETNAME, EXP_PING, EXP_CMD };
+
+static const char *const exp_names[] = {"AUTH", "SELECT", "CLIENT SETNAME",
+                                        "PING", "a command"};
+
+struct rlock__expect {
+  int kind;
+  rlock__cmd *cmd; /* EXP_CMD */
+};
+
+/* ---- the FIFO of expected replies (a ring) ---- */
+
+static bool exp_reserve(rlock__conn *conn) {
+  if (conn->exp_len < conn->exp_cap)
+    return true;
+  size_t cap = conn->exp_cap > 0 ? conn->exp_cap * 2 : 16;
+  struct rlock__expect *e = malloc(cap * sizeof(*e));
+  if (e == NULL)
+    return false;
+  for (size_t i = 0; i < conn->exp_len; i++)
+    e[i] = conn->exp[(conn->exp_head + i) % conn->exp_cap];
+  free(conn->exp);
+  conn->exp = e;
+  conn->exp_cap = cap;
+  conn->exp_head = 0;
+  return true;
+}
+
+/* After exp_reserve. */
+static void exp_push(rlock__conn *conn, int kind, rlock__cmd *cmd) {
+  struct rlock__expect *e =
+      &conn->exp[(conn->exp_head + conn->exp_len) % conn->exp_cap];
+  e->kind = kind;
+  e->cmd = cmd;
+  conn->exp_len++;
+}
+
+static bool exp_pop(rlock__conn *conn, struct rlock__expect *out) {
+  if (conn->exp_len == 0)
+    return false;
+  *out = conn->exp[conn->exp_head];
+  conn->exp_head = (conn->exp_head + 1) % conn->exp_cap;
+  conn->exp_len--;
+  return true;
+}
+
+/* ---- texts for details ---- */
+
+static void peer_name(const rlock__conn *conn, char *buf, size_t n) {
+  const rlock__uri *u = &conn->client->uri;
+  if (u->is_unix)
+    snprintf(buf, n, "%s", u->path);
+  else if (strchr(u->host, ':') != NULL)
+    snprintf(buf, n, "[%s]:%d", u->host, u->port);
+  else
+    snprintf(buf, n, "%s:%d", u->host, u->port);
+}
+
+/* A reply roughly as it looked on the wire: shortened, and with control
+ * bytes shown as '?' (the peer may be anything). */
+static void describe_reply(const redisReply *r, char *buf, size_t n) {
+  char text[48] = "";
+  if (r->str != NULL && (r->type == REDIS_REPLY_STATUS ||
+                         r->type == REDIS_REPLY_ERROR ||
+                         r->type == REDIS_REPLY_STRING)) {
+    size_t len = (size_t)r->len, k = len > 40 ? 40 : len;
+    for (size_t i = 0; i < k; i++) {
+      unsigned char ch = (unsigned char)r->str[i];
+      text[i] = ch < 0x20 || ch >= 0x7f ? '?' : (char)ch;
+    }
+    snprintf(text + k, sizeof(text) - k, "%s", len > k ? "..." : "");
+  }
+  switch (r->type) {
+  case REDIS_REPLY_STATUS:
+    snprintf(buf, n, "+%s", text);
+    break;
+  case REDIS_REPLY_ERROR:
+    snprintf(buf, n, "-%s", text);
+    break;
+  case REDIS_REPLY_STRING:
+    snprintf(buf, n, "\"%s\"", text);
+    break;
+  case REDIS_REPLY_INTEGER:
+    snprintf(buf, n, ":%lld", (long long)r->integer);
+    break;
+  case REDIS_REPLY_NIL:
+    snprintf(buf, n, "nil");
+    break;
+  case REDIS_REPLY_ARRAY:
+    snprintf(buf, n, "an array of %zu", (size_t)r->elements);
+    break;
+  default:
+    snprintf(buf, n, "a reply of type %d", r->type);
+    break;
+  }
+}
 
 /* ---- reconnect ---- */
 
@@ -35,58 +145,113 @@ static void schedule_reconnect(rlock__conn *conn) {
   rlock__timed_start(c, &conn->reconnect, rlock__now_ms() + delay);
 }
 
-static void conn_down(rlock__conn *conn) {
-  conn->ac = NULL;
+/* ---- losing a connection ---- */
+
+static void cmd_reply(rlock__cmd *cmd, redisReply *reply);
+
+/* Every reply still expected on a connection that is gone fails, as hiredis
+ * failed its callbacks with NULL replies: retried, RLOCK_ECONN, or
+ * RLOCK_ECLOSED at close (cmd_reply). conn->ac is NULL by now, so whatever
+ * the callbacks send waits for the next connection. */
+static void fail_expected(rlock__conn *conn) {
+  struct rlock__expect e;
+  while (exp_pop(conn, &e))
+    if (e.kind == EXP_CMD)
+      cmd_reply(e.cmd, NULL);
+}
+
+/* The connection is gone: conn->ac was detached (and is freed, or being
+ * freed by hiredis). */
+static void conn_lost(rlock__conn *conn, int err, const char *detail) {
+  rlock_client *c = conn->client;
+  rlock__open_progress(c, err, detail);
+  if (err == RLOCK_EPROTO) {
+    /* Every good handshake resets the back-off, so a peer that breaks the
+     * protocol right after each one would be reconnected at once, for ever:
+     * such drops back off on a count of their own. */
+    if (conn->proto_drops < 16)
+      conn->proto_drops++;
+    conn->backoff_attempt = conn->proto_drops;
+  }
   conn->state = RLOCK__CONN_DOWN;
-  if (conn->is_sub)
-    rlock__pubsub_on_disconnect(conn->client);
-  schedule_reconnect(conn);
-}
-
-static void connect_cb(const redisAsyncContext *ac, int status) {
-  rlock__conn *conn = ac->data;
-  if (status == REDIS_OK)
-    return;
-  /* hiredis frees the context after this callback and then fails the
-   * pending commands with NULL replies. */
-  rlock_client *c = conn->client;
-  rlock__open_progress(c, RLOCK_ECONN, ac->errstr);
-  if (!c->closing && conn->ac == ac)
-    conn_down(conn);
-}
-
-static void disconnect_cb(const redisAsyncContext *ac, int status) {
-  (void)status;
-  rlock__conn *conn = ac->data;
-  rlock_client *c = conn->client;
-  if (conn->ac != ac)
-    return;
-  conn->ac = NULL;
+  conn->draining = false;
+  fail_expected(conn);
   if (c->closing) {
+    /* Nothing sent at close can be answered any more. */
     if (!conn->is_sub)
       rlock__loop_drained(c);
     return;
   }
-  rlock__open_progress(c, RLOCK_ECONN, ac->errstr[0] ? ac->errstr
-                                                      : "connection closed");
-  conn_down(conn);
+  if (conn->is_sub)
+    rlock__pubsub_on_disconnect(c);
+  schedule_reconnect(conn);
+}
+
+/* rlock lets go of the connection (protocol violation, failed handshake).
+ * `detail` must not point into the context. */
+static void conn_drop(rlock__conn *conn, int err, const char *detail) {
+  redisAsyncContext *ac = conn->ac;
+  if (ac == NULL)
+    return;
+  conn->ac = NULL;
+  /* hiredis has no callback queued on it (rlock queues none), so this frees
+   * it now, also from the read hook (the adapter checks for that);
+   * disconnect_cb then finds conn->ac != ac and leaves it to us. */
+  redisAsyncFree(ac);
+  conn_lost(conn, err, detail);
+}
+
+/* hiredis found the socket closed or broken, or the byte stream no RESP. */
+static int loss_reason(const rlock__conn *conn, const redisContext *ctx,
+                       char *detail, size_t n) {
+  char peer[80];
+  peer_name(conn, peer, sizeof(peer));
+  if (ctx->err == REDIS_ERR_PROTOCOL) {
+    snprintf(detail, n, "protocol error from %s: %s (not a Redis server?)",
+             peer, ctx->errstr);
+    return RLOCK_EPROTO;
+  }
+  if (ctx->err == REDIS_ERR_OOM) {
+    snprintf(detail, n, "out of memory");
+    return RLOCK_ENOMEM;
+  }
+  if (conn->hs_err != 0) {
+    /* A server that refuses at the door (maxclients) closes right after
+     * saying why: its reason is the error, not the close. */
+    snprintf(detail, n, "%s", conn->hs_detail);
+    return conn->hs_err;
+  }
+  snprintf(detail, n, "%s: %s", peer,
+           ctx->errstr[0] ? ctx->errstr : "connection closed");
+  return RLOCK_ECONN;
+}
+
+static void connect_cb(const redisAsyncContext *ac, int status) {
+  rlock__conn *conn = ac->data;
+  if (status == REDIS_OK || conn->ac != ac)
+    return;
+  /* hiredis frees the context after this callback. */
+  conn->ac = NULL;
+  char peer[80], detail[256];
+  peer_name(conn, peer, sizeof(peer));
+  snprintf(detail, sizeof(detail), "%s: %s", peer, ac->c.errstr);
+  conn_lost(conn, RLOCK_ECONN, detail);
+}
+
+/* Only a failed write gets here (rlock detaches the context before it frees
+ * it); hiredis frees the context after this callback. */
+static void disconnect_cb(const redisAsyncContext *ac, int status) {
+  (void)status;
+  rlock__conn *conn = ac->data;
+  if (conn->ac != ac)
+    return;
+  conn->ac = NULL;
+  char detail[256];
+  int err = loss_reason(conn, &ac->c, detail, sizeof(detail));
+  conn_lost(conn, err, detail);
 }
 
 /* ---- handshake: AUTH, SELECT, CLIENT SETNAME, then PING ---- */
-
-static void hs_record(rlock__conn *conn, const redisReply *reply) {
-  if (reply->type == REDIS_REPLY_ERROR && conn->hs_err == 0) {
-    conn->hs_err = rlock__reply_error(reply);
-    snprintf(conn->hs_detail, sizeof(conn->hs_detail), "%.*s",
-             (int)reply->len, reply->str);
-  }
-}
-
-static void handshake_cb(redisAsyncContext *ac, void *r, void *privdata) {
-  rlock__conn *conn = privdata;
-  if (conn->ac == ac && r != NULL)
-    hs_record(conn, r);
-}
 
 static void conn_ready(rlock__conn *conn) {
   rlock_client *c = conn->client;
@@ -94,9 +259,11 @@ static void conn_ready(rlock__conn *conn) {
     return;
   if (conn->hs_err != 0) {
     rlock__open_progress(c, conn->hs_err, conn->hs_detail);
-    /* A connection that cannot authenticate is useless: drop it and try
-     * again later (the password may be fixed on the server). */
-    redisAsyncDisconnect(conn->ac);
+    /* A connection that cannot authenticate is useless: it is dropped, and
+     * tried again later (the password may be fixed on the server). Commands
+     * pipelined behind the handshake get their answers first (e.g. NOAUTH),
+     * as with hiredis's redisAsyncDisconnect: see conn_read. */
+    conn->draining = true;
     return;
   }
   conn->state = RLOCK__CONN_UP;
@@ -106,44 +273,61 @@ static void conn_ready(rlock__conn *conn) {
     rlock__suspects_run(c);
 }
 
-static void ready_cb(redisAsyncContext *ac, void *r, void *privdata) {
-  rlock__conn *conn = privdata;
-  redisReply *reply = r;
-  if (conn->ac != ac || reply == NULL)
-    return; /* connection failed; connect_cb / disconnect_cb handle it */
-  handshake_cb(ac, r, privdata);
-  conn_ready(conn);
-}
-
-/* Sends one handshake command (AUTH, SELECT, CLIENT SETNAME). */
-static void handshake(rlock__conn *conn, int argc, const char **argv) {
-  size_t lens[3];
-  for (int i = 0; i < argc; i++)
-    lens[i] = strlen(argv[i]);
-  if (conn->is_sub) {
-    if (rlock__sub_append(conn, argc, argv, lens) == 0)
-      conn->hs_expect++;
+static void hs_error(rlock__conn *conn, int kind, const redisReply *reply) {
+  if (conn->hs_err != 0)
+    return;
+  static const char maxclients[] = "ERR max number of clients";
+  size_t len = (size_t)reply->len;
+  int err = rlock__reply_error(reply);
+  char peer[80];
+  peer_name(conn, peer, sizeof(peer));
+  if (len >= sizeof(maxclients) - 1 &&
+      memcmp(reply->str, maxclients, sizeof(maxclients) - 1) == 0) {
+    /* Sent at accept, before any request, so it answers whichever step is
+     * first: a refused connection (transient), not a refused command. */
+    err = RLOCK_ECONN;
+    snprintf(conn->hs_detail, sizeof(conn->hs_detail),
+             "%s refused the connection: %.*s", peer, (int)len, reply->str);
+  } else if (kind == EXP_SELECT && err == RLOCK_ESERVER) {
+    /* "ERR DB index is out of range" and the like: the URI names a
+     * database this server does not have. */
+    err = RLOCK_EURI;
+    snprintf(conn->hs_detail, sizeof(conn->hs_detail),
+             "database %d of the URI: %.*s", conn->client->uri.db, (int)len,
+             reply->str);
   } else {
-    redisAsyncCommandArgv(conn->ac, handshake_cb, conn, argc, argv, lens);
+    snprintf(conn->hs_detail, sizeof(conn->hs_detail), "%.*s", (int)len,
+             reply->str);
   }
+  conn->hs_err = err;
 }
 
-static void send_now(rlock__cmd *cmd);
+static void hs_reply(rlock__conn *conn, int kind, const redisReply *reply) {
+  if (reply->type == REDIS_REPLY_ERROR) {
+    hs_error(conn, kind, reply);
+  } else if (reply->type != REDIS_REPLY_STATUS ||
+             (kind == EXP_PING &&
+              !(reply->len == 4 && memcmp(reply->str, "PONG", 4) == 0))) {
+    char peer[80], what[96], detail[256];
+    peer_name(conn, peer, sizeof(peer));
+    describe_reply(reply, what, sizeof(what));
+    snprintf(detail, sizeof(detail),
+             "unexpected reply to %s from %s: %s (not a Redis server?)",
+             exp_names[kind], peer, what);
+    conn_drop(conn, RLOCK_EPROTO, detail);
+    return;
+  }
+  if (kind == EXP_PING)
+    conn_ready(conn);
+}
 
-/* ---- the subscriber connection ----
- *
- * rlock routes every reply on this connection itself: hiredis connects,
- * writes and parses, but its pub/sub bookkeeping is bypassed. hiredis 0.14
- * knows neither SSUBSCRIBE nor "smessage" (Java's sharded pub/sub), and it
- * drops a channel's callback when an "unsubscribe" reply crosses a new
- * SUBSCRIBE. Commands are appended straight to the output buffer; replies
- * are taken off the reader in order: first the handshake's, then
- * subscription confirmations and messages. */
+/* ---- sending ---- */
 
-int rlock__sub_append(rlock__conn *conn, int argc, const char **argv,
+static int raw_append(rlock__conn *conn, int argc, const char **argv,
                       const size_t *lens) {
   redisAsyncContext *ac = conn->ac;
-  if (ac == NULL || (ac->c.flags & (REDIS_DISCONNECTING | REDIS_FREEING)))
+  if (ac == NULL || conn->draining ||
+      (ac->c.flags & (REDIS_DISCONNECTING | REDIS_FREEING)))
     return RLOCK_ECONN;
   if (redisAppendCommandArgv(&ac->c, argc, argv, lens) != REDIS_OK)
     return RLOCK_ENOMEM;
@@ -152,32 +336,94 @@ int rlock__sub_append(rlock__conn *conn, int argc, const char **argv,
   return 0;
 }
 
-static void sub_read(redisAsyncContext *ac) {
-  rlock__conn *conn = ac->data;
+/* Sends a request whose reply is matched to `kind` (and cmd). */
+static int expect_append(rlock__conn *conn, int kind, rlock__cmd *cmd,
+                         int argc, const char **argv, const size_t *lens) {
+  if (conn->ac == NULL || conn->draining)
+    return RLOCK_ECONN;
+  /* Room first: a request on the wire without its entry would make its
+   * reply look unsolicited. */
+  if (!exp_reserve(conn))
+    return RLOCK_ENOMEM;
+  int rc = raw_append(conn, argc, argv, lens);
+  if (rc == 0)
+    exp_push(conn, kind, cmd);
+  return rc;
+}
+
+static int handshake(rlock__conn *conn, int kind, int argc,
+                     const char **argv) {
+  size_t lens[3];
+  for (int i = 0; i < argc; i++)
+    lens[i] = strlen(argv[i]);
+  return expect_append(conn, kind, NULL, argc, argv, lens);
+}
+
+/* The subscriber connection: hiredis 0.14 knows neither SSUBSCRIBE nor
+ * "smessage" (Java's sharded pub/sub), and it drops a channel's callback
+ * when an "unsubscribe" reply crosses a new SUBSCRIBE, so pubsub.c routes
+ * confirmations and messages itself. They are unasked for by nature: after
+ * the handshake every reply on this connection goes to pubsub.c. */
+int rlock__sub_append(rlock__conn *conn, int argc, const char **argv,
+                      const size_t *lens) {
+  return raw_append(conn, argc, argv, lens);
+}
+
+/* ---- receiving ---- */
+
+static void on_reply(rlock__conn *conn, redisReply *reply) {
   rlock_client *c = conn->client;
-  if (redisBufferRead(&ac->c) != REDIS_OK) {
-    redisAsyncDisconnect(ac); /* no callbacks pending: frees it now */
+  struct rlock__expect e;
+  if (!exp_pop(conn, &e)) {
+    if (conn->is_sub) {
+      if (!c->closing)
+        rlock__pubsub_reply(c, reply);
+      return;
+    }
+    char peer[80], what[96], detail[256];
+    peer_name(conn, peer, sizeof(peer));
+    describe_reply(reply, what, sizeof(what));
+    snprintf(detail, sizeof(detail),
+             "unsolicited reply from %s: %s (not a Redis server?)", peer,
+             what);
+    conn_drop(conn, RLOCK_EPROTO, detail);
     return;
   }
-  void *r = NULL;
+  if (e.kind == EXP_CMD)
+    cmd_reply(e.cmd, reply);
+  else
+    hs_reply(conn, e.kind, reply);
+}
+
+/* The adapter's read hook, for both connections once connected. Any reply
+ * handler may drop the connection (conn->ac changes; ac is freed then). */
+static void conn_read(redisAsyncContext *ac) {
+  rlock__conn *conn = ac->data;
+  if (conn->ac != ac)
+    return;
+  char detail[256];
+  if (redisBufferRead(&ac->c) != REDIS_OK) {
+    int err = loss_reason(conn, &ac->c, detail, sizeof(detail));
+    conn_drop(conn, err, detail);
+    return;
+  }
   while (conn->ac == ac) {
+    void *r = NULL;
     if (redisGetReplyFromReader(&ac->c, &r) != REDIS_OK) {
-      redisAsyncDisconnect(ac);
+      int err = loss_reason(conn, &ac->c, detail, sizeof(detail));
+      conn_drop(conn, err, detail);
       return;
     }
     if (r == NULL)
       break;
-    redisReply *reply = r;
-    if (conn->hs_expect > 0) {
-      hs_record(conn, reply);
-      if (--conn->hs_expect == 0)
-        conn_ready(conn);
-    } else if (!c->closing) {
-      rlock__pubsub_reply(c, reply);
-    }
-    freeReplyObject(reply);
+    on_reply(conn, r);
+    freeReplyObject(r);
+    if (conn->ac == ac && conn->draining && conn->exp_len == 0)
+      conn_drop(conn, conn->hs_err, conn->hs_detail);
   }
 }
+
+static void send_now(rlock__cmd *cmd);
 
 int rlock__conn_start(rlock__conn *conn) {
   rlock_client *c = conn->client;
@@ -209,47 +455,46 @@ int rlock__conn_start(rlock__conn *conn) {
   }
   redisAsyncSetConnectCallback(ac, connect_cb);
   redisAsyncSetDisconnectCallback(ac, disconnect_cb);
+  rlock__uv_set_read_hook(ac, conn_read);
   conn->ac = ac;
   conn->state = RLOCK__CONN_CONNECTING;
+  conn->draining = false;
   conn->hs_err = 0;
-  conn->hs_expect = 0;
   conn->hs_detail[0] = '\0';
-  if (conn->is_sub)
-    rlock__uv_set_read_hook(ac, sub_read);
 
   /* hiredis buffers commands until the socket connects, so the handshake
    * and whatever waited for this connection are pipelined at once. */
   const char *argv[3];
-  size_t lens[3];
+  int rc = 0;
   if (u->password != NULL) {
     int n = 0;
     argv[n++] = "AUTH";
     if (u->user != NULL && u->user[0] != '\0')
       argv[n++] = u->user;
     argv[n++] = u->password;
-    handshake(conn, n, argv);
+    rc = handshake(conn, EXP_AUTH, n, argv);
   }
-  if (!conn->is_sub && u->db != 0) {
+  if (rc == 0 && !conn->is_sub && u->db != 0) {
     char db[16];
     snprintf(db, sizeof(db), "%d", u->db);
     argv[0] = "SELECT";
     argv[1] = db;
-    handshake(conn, 2, argv);
+    rc = handshake(conn, EXP_SELECT, 2, argv);
   }
-  if (c->client_name != NULL) {
+  if (rc == 0 && c->client_name != NULL) {
     argv[0] = "CLIENT";
     argv[1] = "SETNAME";
     argv[2] = c->client_name;
-    handshake(conn, 3, argv);
+    rc = handshake(conn, EXP_SETNAME, 3, argv);
   }
-  argv[0] = "PING";
-  (void)lens;
-  if (conn->is_sub) {
-    lens[0] = 4;
-    rlock__sub_append(conn, 1, argv, lens);
-    conn->hs_expect++;
-  } else {
-    redisAsyncCommand(ac, ready_cb, conn, "PING");
+  if (rc == 0) {
+    argv[0] = "PING";
+    rc = handshake(conn, EXP_PING, 1, argv);
+  }
+  if (rc != 0) {
+    /* Out of memory: a handshake with a step missing is no use. */
+    conn_drop(conn, rc, "out of memory");
+    return rc;
   }
 
   if (conn->is_sub) {
@@ -270,13 +515,17 @@ int rlock__conn_start(rlock__conn *conn) {
 void rlock__conn_shutdown(rlock__conn *conn) {
   rlock_client *c = conn->client;
   rlock__timed_stop(c, &conn->reconnect);
-  if (conn->ac != NULL) {
-    redisAsyncContext *ac = conn->ac;
-    conn->ac = NULL;
-    /* Fails every pending callback with a NULL reply, synchronously. */
-    redisAsyncFree(ac);
-  }
+  redisAsyncContext *ac = conn->ac;
+  conn->ac = NULL;
   conn->state = RLOCK__CONN_DOWN;
+  conn->draining = false;
+  if (ac != NULL)
+    redisAsyncFree(ac); /* nothing of hiredis's pending: freed now */
+  /* c->closing: records still waiting complete with RLOCK_ECLOSED. */
+  fail_expected(conn);
+  free(conn->exp);
+  conn->exp = NULL;
+  conn->exp_cap = conn->exp_len = conn->exp_head = 0;
 }
 
 int rlock__reply_error(const redisReply *r) {
@@ -333,7 +582,7 @@ static void cmd_timer_fire(rlock_client *c, rlock__timed *t) {
     return;
   }
   /* Reply deadline passed. A reply that still comes is ignored (inflight
-   * keeps the record alive until hiredis hands it back). */
+   * keeps the record alive until its FIFO entry is answered or failed). */
   if (cmd->inflight == 0)
     pending_remove(cmd);
   if (cmd->retries_left > 0) {
@@ -346,11 +595,9 @@ static void cmd_timer_fire(rlock_client *c, rlock__timed *t) {
   complete(cmd, NULL, RLOCK_ETIMEDOUT);
 }
 
-static void cmd_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
-  (void)ac;
-  rlock__cmd *cmd = privdata;
+/* The reply to one send of cmd, or NULL when its connection was lost. */
+static void cmd_reply(rlock__cmd *cmd, redisReply *reply) {
   rlock_client *c = cmd->client;
-  redisReply *reply = r;
   cmd->inflight--;
   /* Replies on one connection come in order, so only the reply to the latest
    * send (inflight back to 0) answers a record that is still waiting. */
@@ -392,9 +639,8 @@ static void send_now(rlock__cmd *cmd) {
     cmd->argv[1] = cmd->use_eval ? cmd->script->body : cmd->script->sha;
     cmd->argvlen[1] = strlen(cmd->argv[1]);
   }
-  if (conn->ac == NULL ||
-      redisAsyncCommandArgv(conn->ac, cmd_reply_cb, cmd, cmd->argc + 2 - off,
-                            cmd->argv + off, cmd->argvlen + off) != REDIS_OK) {
+  if (expect_append(conn, EXP_CMD, cmd, cmd->argc + 2 - off, cmd->argv + off,
+                    cmd->argvlen + off) != 0) {
     cmd->pending_next = NULL;
     if (conn->pending_tail != NULL)
       conn->pending_tail->pending_next = cmd;

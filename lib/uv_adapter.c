@@ -42,11 +42,19 @@ static void poll_cb(uv_poll_t *handle, int status, int events) {
     io->events = 0;
   }
   if (io->ac != NULL && (ready & UV_READABLE)) {
-    /* Until connected, hiredis completes the connect itself. */
-    if (io->read_hook != NULL && (io->ac->c.flags & REDIS_CONNECTED))
-      io->read_hook(io->ac);
-    else
+    if (io->read_hook == NULL) {
       redisAsyncHandleRead(io->ac);
+    } else {
+      /* hiredis's read handler would complete a pending connect and then
+       * dispatch the replies already there through its callback queue,
+       * which rlock leaves empty: its assert on a reply without a callback
+       * would abort the process. Its write handler completes the connect
+       * (and sends what is buffered) without reading. */
+      if (!(io->ac->c.flags & REDIS_CONNECTED))
+        redisAsyncHandleWrite(io->ac);
+      if (io->ac != NULL && (io->ac->c.flags & REDIS_CONNECTED))
+        io->read_hook(io->ac);
+    }
   }
   /* reading may have freed the context (cleanup cleared io->ac) */
   if (io->ac != NULL && (ready & UV_WRITABLE))

@@ -16,8 +16,11 @@
 /* Returns REDIS_OK, or REDIS_ERR (nothing attached, nothing leaked). */
 int rlock__uv_attach(redisAsyncContext *ac, uv_loop_t *loop);
 
-/* Once connected, readable events call `hook` instead of hiredis's own
- * reply dispatch (used by the subscriber connection, see conn.c). */
+/* Readable events call `hook` instead of hiredis's own reply dispatch
+ * (rlock matches replies itself, see conn.c); hiredis's callback queue is
+ * never used on such a context. A connect still pending is completed first
+ * (as on writability); the hook runs once connected. It may free the
+ * context. */
 void rlock__uv_set_read_hook(redisAsyncContext *ac,
                              void (*hook)(redisAsyncContext *ac));
 

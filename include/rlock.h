@@ -167,9 +167,14 @@ static inline void rlock_options_init(rlock_options *o) {
  * rlock_options_init(), see struct_size), starts the loop thread and
  * connects both connections, authenticating and selecting the database.
  * On success *client is set and 0 returned. On failure nothing is left
- * running and *client is NULL: RLOCK_EINVAL (bad option), RLOCK_EURI,
- * RLOCK_ECONN (server unreachable), RLOCK_EAUTH, RLOCK_ETIMEDOUT,
- * RLOCK_ENOMEM, RLOCK_ESYS.
+ * running and *client is NULL: RLOCK_EINVAL (bad option), RLOCK_EURI (also
+ * a database the server does not have), RLOCK_ECONN (server unreachable,
+ * or refusing connections: maxclients), RLOCK_EAUTH, RLOCK_ENOPERM (the
+ * ACL user may not run PING, SELECT or CLIENT SETNAME), RLOCK_EPROTO (the
+ * peer is not a Redis server: no RESP, replies nobody asked for, or PING
+ * not answered +PONG), RLOCK_ETIMEDOUT, RLOCK_ENOMEM, RLOCK_ESYS.
+ * rlock_last_error() gives the detail (the server's text, or what the peer
+ * sent).
  */
 RLOCK_EXTERN int rlock_client_open(rlock_client **client,
                                    const rlock_options *o);

@@ -3,9 +3,13 @@
 
 #include <criterion/criterion.h>
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -13,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -667,4 +672,270 @@ void fk_keyspace_collect(redisContext *ctx, char *buf, size_t n) {
     freeReplyObject(r);
   }
   redisFree(ctx);
+}
+
+/* ---- a fake peer ---- */
+
+#define FK_PEER_CONNS 32
+#define FK_PEER_BUF 16384
+
+typedef struct peer_conn {
+  int fd;
+  bool shut; /* write side shut down (hangup) */
+  size_t len;
+  char buf[FK_PEER_BUF];
+} peer_conn;
+
+static void peer_write(int fd, const char *s) {
+  size_t n = strlen(s);
+  while (n > 0) {
+    ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
+    if (w <= 0)
+      return; /* the client is gone: its close is seen on the next read */
+    s += w;
+    n -= (size_t)w;
+  }
+}
+
+/* Reads a RESP line "<c><digits>\r\n" at *at; -1 incomplete, -2 malformed. */
+static long long resp_number(const char *buf, size_t len, size_t *at, char c) {
+  if (*at >= len)
+    return -1;
+  if (buf[*at] != c)
+    return -2;
+  const char *end = memchr(buf + *at, '\n', len - *at);
+  if (end == NULL)
+    return -1;
+  long long v = strtoll(buf + *at + 1, NULL, 10);
+  *at = (size_t)(end - buf) + 1;
+  return v;
+}
+
+/* One command "*N\r\n$len\r\narg\r\n..." at the start of buf: its length,
+ * 0 when incomplete, -1 when malformed; the first argument into name. */
+static long resp_command(const char *buf, size_t len, char *name, size_t n) {
+  size_t at = 0;
+  long long argc = resp_number(buf, len, &at, '*');
+  if (argc < -1 || argc == 0)
+    return -1;
+  if (argc == -1)
+    return 0;
+  name[0] = '\0';
+  for (long long i = 0; i < argc; i++) {
+    long long alen = resp_number(buf, len, &at, '$');
+    if (alen < -1)
+      return -1;
+    if (alen == -1 || at + (size_t)alen + 2 > len)
+      return 0;
+    if (i == 0) {
+      size_t k = (size_t)alen < n - 1 ? (size_t)alen : n - 1;
+      for (size_t j = 0; j < k; j++) {
+        char ch = buf[at + j];
+        name[j] = (ch >= 'a' && ch <= 'z') ? (char)(ch - 'a' + 'A') : ch;
+      }
+      name[k] = '\0';
+    }
+    at += (size_t)alen + 2;
+  }
+  return (long)at;
+}
+
+static void peer_answer(fk_peer *p, peer_conn *pc, int *last_cmd_fd) {
+  for (;;) {
+    char name[16];
+    long used = resp_command(pc->buf, pc->len, name, sizeof name);
+    if (used == 0)
+      return;
+    if (used < 0) { /* not RESP: forget it */
+      pc->len = 0;
+      return;
+    }
+    memmove(pc->buf, pc->buf + used, pc->len - (size_t)used);
+    pc->len -= (size_t)used;
+    if (strcmp(name, "PING") == 0) {
+      peer_write(pc->fd, "+PONG\r\n");
+      if (atomic_load(&p->extra_after_pong))
+        peer_write(pc->fd, "+OK\r\n");
+      atomic_fetch_add(&p->pongs, 1);
+    } else if (strcmp(name, "AUTH") == 0 || strcmp(name, "SELECT") == 0 ||
+               strcmp(name, "CLIENT") == 0 || strcmp(name, "HELLO") == 0) {
+      peer_write(pc->fd, "+OK\r\n");
+    } else {
+      *last_cmd_fd = pc->fd;
+      atomic_fetch_add(&p->others, 1);
+      const char *reply = atomic_load(&p->other_reply);
+      if (reply != NULL)
+        peer_write(pc->fd, reply);
+    }
+  }
+}
+
+static void *peer_main(void *arg) {
+  fk_peer *p = arg;
+  peer_conn *conns = calloc(FK_PEER_CONNS, sizeof *conns);
+  if (conns == NULL)
+    return NULL; /* the test sees no connection accepted */
+  size_t nconns = 0;
+  int last_cmd_fd = -1, inject_fd = -1;
+  while (!atomic_load(&p->stop)) {
+    struct pollfd pfd[FK_PEER_CONNS + 1];
+    pfd[0].fd = p->listen_fd;
+    pfd[0].events = nconns < FK_PEER_CONNS ? POLLIN : 0;
+    for (size_t i = 0; i < nconns; i++) {
+      pfd[i + 1].fd = conns[i].fd;
+      pfd[i + 1].events = POLLIN;
+    }
+    int seq = atomic_load(&p->inject_seq);
+    if (seq != p->inject_done) {
+      p->inject_done = seq;
+      if (last_cmd_fd >= 0) {
+        inject_fd = last_cmd_fd;
+        atomic_store(&p->inject_target_closed, false);
+        peer_write(inject_fd, p->inject);
+      }
+    }
+    if (poll(pfd, nconns + 1, 10) <= 0)
+      continue;
+    if (pfd[0].revents & POLLIN) {
+      int fd = accept4(p->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+      if (fd >= 0) {
+        atomic_fetch_add(&p->accepted, 1);
+        peer_conn *pc = &conns[nconns++];
+        pc->fd = fd;
+        pc->len = 0;
+        pc->shut = false;
+        if (p->greeting != NULL)
+          peer_write(fd, p->greeting);
+        if (p->hangup) {
+          shutdown(fd, SHUT_WR);
+          pc->shut = true;
+        }
+      }
+    }
+    for (size_t i = nconns; i-- > 0;) {
+      if (!(pfd[i + 1].revents & (POLLIN | POLLHUP | POLLERR)))
+        continue;
+      peer_conn *pc = &conns[i];
+      size_t room = sizeof pc->buf - pc->len;
+      if (room == 0) /* a command longer than the buffer: not ours */
+        pc->len = 0, room = sizeof pc->buf;
+      ssize_t n = read(pc->fd, pc->buf + pc->len, room);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        continue;
+      if (n <= 0) {
+        if (pc->fd == inject_fd) {
+          atomic_store(&p->inject_target_closed, true);
+          inject_fd = -1;
+        }
+        if (pc->fd == last_cmd_fd)
+          last_cmd_fd = -1;
+        close(pc->fd);
+        atomic_fetch_add(&p->client_eofs, 1);
+        conns[i] = conns[--nconns]; /* pfd is rebuilt next turn */
+        continue;
+      }
+      pc->len += (size_t)n;
+      if (p->answer && !pc->shut)
+        peer_answer(p, pc, &last_cmd_fd);
+      else
+        pc->len = 0;
+    }
+  }
+  for (size_t i = 0; i < nconns; i++)
+    close(conns[i].fd);
+  free(conns);
+  return NULL;
+}
+
+void fk_peer_init(fk_peer *p) {
+  memset(p, 0, sizeof *p);
+  p->listen_fd = -1;
+  atomic_init(&p->other_reply, NULL);
+}
+
+void fk_peer_start(fk_peer *p) {
+  for (int attempt = 0; attempt < 10 && p->listen_fd < 0; attempt++) {
+    int port = rt_free_port();
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert(fd >= 0, "socket: %s", strerror(errno));
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    if (port > 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        listen(fd, 16) == 0) {
+      p->listen_fd = fd;
+      p->port = port;
+    } else {
+      close(fd); /* taken meanwhile by someone else: another free port */
+    }
+  }
+  cr_assert(p->listen_fd >= 0, "no free port for the fake peer");
+  atomic_store(&p->stop, false);
+  cr_assert_eq(pthread_create(&p->th, NULL, peer_main, p), 0);
+  p->running = true;
+}
+
+void fk_peer_inject(fk_peer *p, const char *bytes) {
+  snprintf(p->inject, sizeof p->inject, "%s", bytes);
+  atomic_fetch_add(&p->inject_seq, 1); /* publishes p->inject */
+}
+
+void fk_peer_stop(fk_peer *p) {
+  if (p->running) {
+    atomic_store(&p->stop, true);
+    pthread_join(p->th, NULL);
+    p->running = false;
+  }
+  if (p->listen_fd >= 0) {
+    close(p->listen_fd);
+    p->listen_fd = -1;
+  }
+}
+
+void fk_peer_uri(const fk_peer *p, char *buf, size_t n) {
+  snprintf(buf, n, "redis://127.0.0.1:%d", p->port);
+}
+
+/* ---- process resources ---- */
+
+/* Entries of a /proc directory, less the descriptor opendir itself holds
+ * when counting /proc/self/fd. */
+static int count_entries(const char *path, int own) {
+  DIR *d = opendir(path);
+  cr_assert_not_null(d, "opendir %s: %s", path, strerror(errno));
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.')
+      n++;
+  closedir(d);
+  return n - own;
+}
+
+int fk_count_fds(void) { return count_entries("/proc/self/fd", 1); }
+
+int fk_count_threads(void) { return count_entries("/proc/self/task", 0); }
+
+typedef struct resources {
+  int fds, threads;
+} resources;
+
+static bool resources_back(void *arg) {
+  resources *r = arg;
+  return fk_count_fds() == r->fds && fk_count_threads() == r->threads;
+}
+
+void fk_assert_resources(int fds, int threads, int64_t bound_ms,
+                         const char *what) {
+  resources r = {fds, threads};
+  if (rt_poll_until(resources_back, &r, bound_ms))
+    return;
+  cr_assert_fail("%s: %d descriptor(s) and %d thread(s) open, %" PRId64
+                 " ms later; %d and %d before",
+                 what, fk_count_fds(), fk_count_threads(), bound_ms, fds,
+                 threads);
 }

@@ -21,6 +21,7 @@
 #define RLOCK_TEST_FAULTKIT_H
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -135,6 +136,66 @@ redisContext *fk_keyspace_watch(const char *key);
 /* Reads the events that arrived (until 200 ms of quiet) into buf, space
  * separated ("hincrby expire del"), and frees the connection. */
 void fk_keyspace_collect(redisContext *ctx, char *buf, size_t n);
+
+/* ---- a fake peer: something on a TCP port that is not (quite) Redis ----
+ * A thread that listens on 127.0.0.1:port (a free port) and serves every
+ * connection it accepts: writes `greeting` at once; with `hangup`, then
+ * shuts down its write side (FIN) and closes once the client has closed
+ * (reading what the client sends, so that the close is no RST). With
+ * `answer`, it answers the commands it reads (RESP arrays) as Redis does for
+ * rlock's handshake: PING -> +PONG, AUTH/SELECT/CLIENT/HELLO -> +OK, and
+ * any other command with `other_reply` (NULL: no answer, a server that
+ * swallows commands). A connection closed by the client is closed here too,
+ * so the peer holds no descriptor for a client that is gone. */
+
+typedef struct fk_peer {
+  /* set before fk_peer_start */
+  const char *greeting; /* NULL: none */
+  bool hangup;
+  bool answer;
+  _Atomic(const char *) other_reply; /* may be changed while running */
+  atomic_bool extra_after_pong; /* write "+OK\r\n" right after every +PONG */
+  /* read-only for the test */
+  int port;
+  atomic_int accepted;    /* connections accepted */
+  atomic_int client_eofs; /* connections the client closed */
+  atomic_int pongs;       /* PINGs answered */
+  atomic_int others;      /* non-handshake commands read */
+  atomic_bool inject_target_closed; /* the client closed fk_peer_inject's
+                                       connection */
+  /* private */
+  int listen_fd;
+  atomic_int inject_seq;
+  int inject_done;
+  char inject[128];
+  atomic_bool stop;
+  pthread_t th;
+  bool running;
+} fk_peer;
+
+/* Zeroes *p; the caller then sets the configuration fields. */
+void fk_peer_init(fk_peer *p);
+/* Binds a free 127.0.0.1 port and starts the thread. Main thread. */
+void fk_peer_start(fk_peer *p);
+/* Writes `bytes` once on the connection that last sent a non-handshake
+ * command (rlock's command connection). Main thread; returns at once. */
+void fk_peer_inject(fk_peer *p, const char *bytes);
+/* Stops the thread and closes every descriptor. Main thread. */
+void fk_peer_stop(fk_peer *p);
+/* redis://127.0.0.1:<port> of the peer, into buf. */
+void fk_peer_uri(const fk_peer *p, char *buf, size_t n);
+
+/* ---- process resources ---- */
+
+/* Entries of /proc/self/fd and /proc/self/task: open descriptors and
+ * threads of the test process. */
+int fk_count_fds(void);
+int fk_count_threads(void);
+/* Asserts, within bound_ms (a peer closes its side of a connection only once
+ * it sees the client's close), that the process is back to `fds` descriptors
+ * and `threads` threads. */
+void fk_assert_resources(int fds, int threads, int64_t bound_ms,
+                         const char *what);
 
 /* ---- misc ---- */
 

@@ -656,6 +656,100 @@ static void row_acl_no_pexpire_acquire(row_result *r) {
   rlock_client_close(c);
 }
 
+/* ---- not Redis, or a Redis that refuses at the door (issue 10) ---- */
+
+/* libuv keeps one process-wide pipe from the first loop on, and the
+ * harness's own connection stays open: both are made before counting. */
+static void warm_up(void) {
+  (void)rt_redis();
+  rlock_client_close(row_client());
+}
+
+/* Opens a client on the fake peer `p` (started here).
+ * The open must fail within command_timeout_ms + slack, without killing the
+ * process, and leave no descriptor or thread behind. */
+static void open_on_peer(row_result *r, fk_peer *p) {
+  warm_up();
+  fk_peer_start(p);
+  int fds0 = fk_count_fds(), threads0 = fk_count_threads();
+  char uri[64];
+  fk_peer_uri(p, uri, sizeof uri);
+  /* No client name, as the CLI opens: the handshake is only PING, so a
+   * second reply has no request at all (hiredis aborted on it). */
+  rlock_options o;
+  fk_options(&o, NULL);
+  o.uri = uri;
+  rlock_client *c = (rlock_client *)&c;
+  int64_t t0 = rt_now_ms();
+  note(r, rlock_client_open(&c, &o));
+  int64_t took = rt_now_ms() - t0;
+  if (r->rc == 0)
+    rlock_client_close(c);
+  else
+    cr_assert_null(c, "the failed open left a client");
+  cr_assert_lt(took, o.command_timeout_ms + SLACK_MS,
+               "open took %" PRId64 " ms (longest stall %" PRId64 " ms)",
+               took, fk_max_stall_ms());
+  cr_assert_geq(atomic_load(&p->accepted), 1, "the client never connected");
+  fk_assert_resources(fds0, threads0, 3000, "after the failed open");
+  char where[32];
+  snprintf(where, sizeof where, "127.0.0.1:%d", p->port);
+  assert_err_contains(r, where);
+  fk_peer_stop(p);
+}
+
+/* Replies before any request, as from a service that greets: hiredis's
+ * async dispatch asserted (SIGABRT) on a reply it had no callback for. */
+static void row_peer_unsolicited_replies(row_result *r) {
+  fk_peer p;
+  fk_peer_init(&p);
+  p.greeting = "+OK\r\n+OK\r\n";
+  open_on_peer(r, &p);
+  assert_err_contains(r, "+OK");
+}
+
+/* An HTTP server on the port: its answer is no RESP at all. */
+static void row_peer_http_server(row_result *r) {
+  fk_peer p;
+  fk_peer_init(&p);
+  p.greeting = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+  p.hangup = true;
+  open_on_peer(r, &p);
+  assert_err_contains(r, "rotocol error");
+}
+
+/* A database the server does not have (SELECT fails): the URI is wrong. */
+static void row_uri_db_out_of_range(row_result *r) {
+  open_uri(r, "redis://127.0.0.1:%d/16");
+  assert_err_contains(r, "16");
+  assert_err_contains(r, "out of range");
+}
+
+/* A server at maxclients answers an error at accept and closes: a refused
+ * connection (transient), not an error reply to a command. */
+static void row_server_maxclients(row_result *r) {
+  redisReply *rep = rt_cmd("CONFIG GET maxclients");
+  cr_assert(rep->type == REDIS_REPLY_ARRAY && rep->elements == 2,
+            "CONFIG GET maxclients");
+  char old[32];
+  snprintf(old, sizeof old, "%s", rep->element[1]->str);
+  freeReplyObject(rep);
+  /* The harness's connection (made above, kept open) fills the server. */
+  long long connected = (long long)rt_client_count();
+  rt_ok("OK", "CONFIG SET maxclients %lld", connected);
+  open_uri(r, "redis://127.0.0.1:%d");
+  rt_ok("OK", "CONFIG SET maxclients %s", old);
+  assert_err_contains(r, "max number of clients");
+}
+
+/* An ACL user that may not PING (the handshake's last step). */
+static void row_acl_denies_ping(row_result *r) {
+  rt_ok("OK", "ACL SETUSER fkping on >fkpass ~* &* +@all -ping");
+  open_uri(r, "redis://fkping:fkpass@127.0.0.1:%d");
+  assert_err_contains(r, "NOPERM");
+  cr_assert_eq(rt_int("ACL DELUSER fkping"), 1);
+}
+
 /* ---- the table ---- */
 
 /* X(row, expected result): a negative RLOCK_E* code, or what a valid call
@@ -685,7 +779,12 @@ static void row_acl_no_pexpire_acquire(row_result *r) {
   X(readonly_replica, RLOCK_EREADONLY)                                         \
   X(acl_no_channel_wait, RLOCK_ENOPERM)                                        \
   X(acl_no_publish_unlock, RLOCK_ENOPERM)                                      \
-  X(acl_no_pexpire_acquire, RLOCK_ENOPERM)
+  X(acl_no_pexpire_acquire, RLOCK_ENOPERM)                                     \
+  X(peer_unsolicited_replies, RLOCK_EPROTO)                                    \
+  X(peer_http_server, RLOCK_EPROTO)                                            \
+  X(uri_db_out_of_range, RLOCK_EURI)                                           \
+  X(server_maxclients, RLOCK_ECONN)                                            \
+  X(acl_denies_ping, RLOCK_ENOPERM)
 
 /* "RLOCK_EINVAL (-1)", or "1" for non-negative results. */
 typedef struct name_buf {
@@ -724,3 +823,119 @@ static void run_row(const char *row, int64_t expect,
 #define BADINPUT_TEST(row, expect)                                             \
   Test(badinput, row) { run_row(#row, (expect), row_##row); }
 BADINPUT_ROWS(BADINPUT_TEST)
+
+/* ---- replies nobody asked for, on an established connection ---- */
+
+static bool peer_dropped(void *p) {
+  return atomic_load(&((fk_peer *)p)->inject_target_closed);
+}
+
+typedef struct above {
+  atomic_int *counter;
+  int than;
+} above;
+
+static bool counter_above(void *arg) {
+  above *a = arg;
+  return atomic_load(a->counter) > a->than;
+}
+
+static void wait_above(atomic_int *counter, int than, const char *what) {
+  above a = {counter, than};
+  rt_wait_until_what(counter_above, &a, 3000, what);
+}
+
+/* A peer that passes for Redis at the handshake (PING -> +PONG, the rest ->
+ * +OK, EXISTS -> :0). rlock matches replies to requests in order, so an
+ * extra reply can only be told apart from an answer when nothing is waiting
+ * for one: on the idle command connection it drops the connection (and it
+ * reconnects); bytes that are no RESP drop it whatever is in flight; and a
+ * peer that adds an extra reply behind every handshake makes the call that
+ * waits take that reply as its answer. Never an abort. */
+Test(badinput, unsolicited_reply_established) {
+  warm_up();
+  fk_peer p;
+  fk_peer_init(&p);
+  p.answer = true;
+  atomic_store(&p.other_reply, ":0\r\n");
+  fk_peer_start(&p);
+  int fds0 = fk_count_fds(), threads0 = fk_count_threads();
+  char uri[64];
+  fk_peer_uri(&p, uri, sizeof uri);
+  rlock_options o;
+  fk_options(&o, ROW_CLIENT);
+  o.uri = uri;
+  o.retry_attempts = 0; /* a failed call shows at once, not re-sent */
+  o.command_timeout_ms = 2000;
+  rlock_client *c = NULL;
+  int rc = rlock_client_open(&c, &o);
+  cr_assert_eq(rc, 0, "open on the Redis-like peer: %s (%s)",
+               rlock_err_name(rc), rlock_last_error());
+  rlock *lock = rt_lock(c, "fk-peer");
+  /* Also shows the peer which connection is the command connection. */
+  rc = rlock_is_locked(lock);
+  cr_assert_eq(rc, 0, "is_locked: %s (%s)", rlock_err_name(rc),
+               rlock_last_error());
+
+  /* 1. "+OK" on the idle command connection: nothing waits for a reply, so
+   * it is a protocol violation: the client drops the connection and makes a
+   * new one, which works. */
+  int pongs = atomic_load(&p.pongs);
+  fk_peer_inject(&p, "+OK\r\n");
+  rt_wait_until_what(peer_dropped, &p, 3000,
+                     "the client dropped the connection with the extra reply");
+  wait_above(&p.pongs, pongs, "the client reconnected (handshake PING)");
+  rc = rlock_is_locked(lock);
+  cr_assert_eq(rc, 0, "is_locked after the reconnect: %s (%s)",
+               rlock_err_name(rc), rlock_last_error());
+
+  /* 2. Bytes that are no RESP while EXISTS waits for its reply: the reader
+   * fails, the connection is dropped, and the call fails as on any lost
+   * connection (ECONN: retry_attempts is 0), at once rather than at its
+   * 2000 ms deadline. */
+  atomic_store(&p.other_reply, NULL);
+  int others = atomic_load(&p.others);
+  fk_job job;
+  fk_job_start(&job, lock, FK_IS_LOCKED, 0, 0, false);
+  wait_above(&p.others, others, "the peer got EXISTS");
+  fk_peer_inject(&p, "HTTP/1.1 400 Bad Request\r\n\r\n");
+  fk_job_wait_done(&job, 1500, "is_locked on a connection fed garbage");
+  fk_job_join(&job, 1000);
+  cr_assert_eq(job.rc, RLOCK_ECONN, "is_locked: %" PRId64 " %s (%s)", job.rc,
+               rlock_err_name((int)job.rc), job.err);
+  cr_assert_neq(job.err[0], '\0');
+  rt_wait_until_what(peer_dropped, &p, 3000, "the client dropped it");
+
+  /* 3. From now on the peer adds "+OK" behind every +PONG: each new
+   * connection is dropped right after its handshake. A call meanwhile waits
+   * on the next connection, and the first reply after the handshake's is
+   * that extra "+OK": EXISTS takes it as its answer (in-order matching
+   * cannot tell), a status where an integer belongs: RLOCK_EPROTO. Its own
+   * ":0" then comes unasked and drops that connection too. */
+  atomic_store(&p.other_reply, ":0\r\n");
+  rc = rlock_is_locked(lock); /* the command connection, for the peer */
+  cr_assert_eq(rc, 0, "is_locked: %s (%s)", rlock_err_name(rc),
+               rlock_last_error());
+  atomic_store(&p.extra_after_pong, true);
+  int accepted = atomic_load(&p.accepted);
+  fk_peer_inject(&p, "+OK\r\n");
+  wait_above(&p.accepted, accepted + 1, "two reconnects");
+  rc = rlock_is_locked(lock);
+  cr_assert_eq(rc, RLOCK_EPROTO, "is_locked on a peer with extra replies: "
+               "%s (%s)", rlock_err_name(rc), rlock_last_error());
+  /* Reconnects back off (a peer that misbehaves after every handshake must
+   * not get a reconnect loop): a handful per second, not hundreds. */
+  accepted = atomic_load(&p.accepted);
+  rt_sleep_ms(1000);
+  int per_second = atomic_load(&p.accepted) - accepted;
+  cr_assert_lt(per_second, 20, "%d reconnects in 1 s", per_second);
+
+  int64_t t0 = rt_now_ms();
+  rlock_client_close(c);
+  int64_t took = rt_now_ms() - t0;
+  cr_assert_lt(took, 1000, "rlock_client_close took %" PRId64 " ms", took);
+  rlock_free(lock);
+  fk_assert_resources(fds0, threads0, 3000, "after close");
+  fk_peer_stop(&p);
+  fk_assert_clean(ROW_CLIENT, false, 3000);
+}

@@ -140,6 +140,13 @@ static char *dup_or_null(const char *s) {
   return s != NULL ? strdup(s) : NULL;
 }
 
+/* Frees a client that failed before its core was set up. */
+static void discard(rlock_client *c) {
+  rlock__free_secret(c->uri_text);
+  free(c->client_name);
+  free(c);
+}
+
 int rlock_client_open(rlock_client **client, const rlock_options *o) {
   if (client == NULL) {
     rlock__set_last_error("client is NULL");
@@ -170,9 +177,7 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
   c->uri_text = strdup(uri);
   c->client_name = dup_or_null(full.client_name);
   if (c->uri_text == NULL || (full.client_name != NULL && !c->client_name)) {
-    rlock__free_secret(c->uri_text);
-    free(c->client_name);
-    free(c);
+    discard(c);
     rlock__set_last_error("out of memory");
     return RLOCK_ENOMEM;
   }
@@ -180,17 +185,13 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
   full.client_name = c->client_name;
   rc = rlock__core_init(&c->core, &full); /* sets the last error */
   if (rc != 0) {
-    rlock__free_secret(c->uri_text);
-    free(c->client_name);
-    free(c);
+    discard(c);
     return rc;
   }
   int sys = uv_sem_init(&c->open_sem, 0);
   if (sys != 0) {
     rlock__core_destroy(&c->core);
-    rlock__free_secret(c->uri_text);
-    free(c->client_name);
-    free(c);
+    discard(c);
     rlock__set_last_error("uv_sem_init failed: %s", uv_strerror(sys));
     return RLOCK_ESYS;
   }

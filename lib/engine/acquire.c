@@ -12,10 +12,6 @@
 
 static void send_try(rlock__op *op);
 
-static bool transient(int err) {
-  return err == RLOCK_ETIMEDOUT || err == RLOCK_ECONN;
-}
-
 /* Whether an op may ride out a connection problem a little longer: until its
  * deadline, or, without one, for as long as an unlock keeps re-sending
  * ((retry_attempts + 1) x (command_timeout + retry_interval)) - after that a
@@ -144,7 +140,7 @@ static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
   rlock *lock = op->lock;
   rlock__engine *e = op->engine;
   op->cmd = NULL;
-  if (transient(err)) {
+  if (rlock__transient(err)) {
     lost_acquire(op, err);
     return;
   }
@@ -257,5 +253,6 @@ static void start_acquire(rlock__op *op) {
   send_try(op);
 }
 
-const rlock__op_type rlock__op_acquire = {"acquire", start_acquire, true,
-                                          true};
+const rlock__op_type rlock__op_acquire = {
+    .name = "acquire", .start = start_acquire, .acquires = true,
+    .touches_hold = true};

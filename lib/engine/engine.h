@@ -92,6 +92,7 @@ struct rlock__op_type {
   void (*start)(rlock__op *op);
   bool acquires;      /* ended by rlock_cancel() / rlock_interrupt() */
   bool touches_hold;  /* an acquire or release: repair waits for it */
+  bool control;       /* acts on other ops at once: never an active op */
 };
 
 enum { RLOCK__ST_NEW, RLOCK__ST_CMD, RLOCK__ST_WAITING, RLOCK__ST_DONE };
@@ -148,7 +149,12 @@ void rlock__op_send(rlock__op *op, const rlock__script *script, int argc,
                     const char **argv, const size_t *lens, int retries,
                     rlock__reply_cb cb);
 /* The publish command of the client's pub/sub mode. */
-const char *rlock__op_publish(const rlock__op *op);
+const char *rlock__engine_publish(const rlock__engine *e);
+/* A reply that never came (timeout, lost connection): the command may or
+ * may not have run. */
+static inline bool rlock__transient(int err) {
+  return err == RLOCK_ETIMEDOUT || err == RLOCK_ECONN;
+}
 
 /* The facades: run op and wait for it (blocking; not on the loop thread),
  * or queue it with a callback. */

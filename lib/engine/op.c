@@ -151,8 +151,8 @@ void rlock__op_send(rlock__op *op, const rlock__script *script, int argc,
     rlock__op_finish(op, RLOCK_ENOMEM);
 }
 
-const char *rlock__op_publish(const rlock__op *op) {
-  return op->engine->core->opts.sharded_pubsub ? "SPUBLISH" : "PUBLISH";
+const char *rlock__engine_publish(const rlock__engine *e) {
+  return e->core->opts.sharded_pubsub ? "SPUBLISH" : "PUBLISH";
 }
 
 /* ---- cancellation ---- */
@@ -215,17 +215,17 @@ static void start_interrupt(rlock__op *op) {
   op->done(op);
 }
 
-static const rlock__op_type cancel_type = {"cancel", start_cancel, false,
-                                           false};
-static const rlock__op_type interrupt_type = {"interrupt", start_interrupt,
-                                              false, false};
+static const rlock__op_type cancel_type = {
+    .name = "cancel", .start = start_cancel, .control = true};
+static const rlock__op_type interrupt_type = {
+    .name = "interrupt", .start = start_interrupt, .control = true};
 
 /* ---- running ops on the loop thread ---- */
 
 static void task_run(rlock__task *t) {
   rlock__op *op = RLOCK__CONTAINER_OF(t, rlock__op, task);
-  if (op->type == &cancel_type || op->type == &interrupt_type) {
-    op->type->start(op); /* controls are not active ops */
+  if (op->type->control) {
+    op->type->start(op);
     return;
   }
   active_add(op->engine, op);

@@ -98,7 +98,7 @@ static void release_reply(rlock__net *n, redisReply *reply, int err,
   op->cmd = NULL;
   /* (The hold stops counting as releasing when the op finishes.) */
   rlock__hold *h = rlock__hold_find(e, op->lock->name, op->owner);
-  if (err == RLOCK_ETIMEDOUT || err == RLOCK_ECONN) {
+  if (rlock__transient(err)) {
     /* Every re-send (same latch) went unanswered. The caller asked to give
      * up one hold, so the client now counts one fewer and trims the
      * server's count down to that once it answers. */
@@ -203,5 +203,5 @@ static void start_release(rlock__op *op) {
     rlock__op_finish(op, RLOCK_ENOMEM);
 }
 
-const rlock__op_type rlock__op_release = {"release", start_release, false,
-                                          true};
+const rlock__op_type rlock__op_release = {
+    .name = "release", .start = start_release, .touches_hold = true};

@@ -32,7 +32,7 @@ rlock__cmd *rlock__trim_send(rlock__engine *e, const rlock *lock,
                              rlock__reply_cb cb, void *data) {
   char want_s[24];
   snprintf(want_s, sizeof(want_s), "%lld", (long long)want);
-  const char *publish = e->core->opts.sharded_pubsub ? "SPUBLISH" : "PUBLISH";
+  const char *publish = rlock__engine_publish(e);
   const char *argv[7] = {"2",   lock->name, lock->channel, owner,
                          want_s, publish,   "0"};
   size_t lens[7] = {1, lock->name_len, lock->channel_len, strlen(owner),

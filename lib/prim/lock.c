@@ -70,7 +70,7 @@ static rlock__cmd *send_release(rlock__op *op, const char *latch,
   snprintf(latch_ttl, sizeof(latch_ttl), "%" PRId64, latch_ttl_ms);
   const char *argv[9] = {"3",     lock->name, lock->channel,         latch,
                          "0",     lease_s,    op->owner,
-                         rlock__op_publish(op), latch_ttl};
+                         rlock__engine_publish(op->engine), latch_ttl};
   size_t lens[9];
   for (int i = 0; i < 9; i++)
     lens[i] = strlen(argv[i]);
@@ -114,7 +114,7 @@ static void int_reply(rlock__net *n, redisReply *reply, int err, void *data);
 
 static void start_force(rlock__op *op) {
   rlock *lock = op->lock;
-  const char *publish = rlock__op_publish(op);
+  const char *publish = rlock__engine_publish(op->engine);
   const char *argv[5] = {"2", lock->name, lock->channel, "0", publish};
   size_t lens[5] = {1, lock->name_len, lock->channel_len, 1, strlen(publish)};
   rlock__op_send(op, &force_script, 5, argv, lens,
@@ -134,15 +134,16 @@ static void start_is_held(rlock__op *op) { query(op, "HEXISTS", true); }
 static void start_hold_count(rlock__op *op) { query(op, "HGET", true); }
 static void start_ttl(rlock__op *op) { query(op, "PTTL", false); }
 
-static const rlock__op_type force_type = {"force_unlock", start_force, false,
-                                          false};
-static const rlock__op_type is_locked_type = {"is_locked", start_is_locked,
-                                              false, false};
-static const rlock__op_type is_held_type = {"is_held", start_is_held, false,
-                                            false};
-static const rlock__op_type hold_count_type = {"hold_count", start_hold_count,
-                                               false, false};
-static const rlock__op_type ttl_type = {"remain_ttl", start_ttl, false, false};
+static const rlock__op_type force_type = {.name = "force_unlock",
+                                       .start = start_force};
+static const rlock__op_type is_locked_type = {.name = "is_locked",
+                                       .start = start_is_locked};
+static const rlock__op_type is_held_type = {.name = "is_held",
+                                       .start = start_is_held};
+static const rlock__op_type hold_count_type = {.name = "hold_count",
+                                       .start = start_hold_count};
+static const rlock__op_type ttl_type = {.name = "remain_ttl",
+                                       .start = start_ttl};
 
 static void int_reply(rlock__net *n, redisReply *reply, int err, void *data) {
   (void)n;

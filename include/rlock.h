@@ -74,7 +74,9 @@ extern "C" {
   X(EPROTO, -17, "unexpected reply from Redis")                                \
   X(ENAMETOOLONG, -18, "lock name longer than RLOCK_NAME_MAX")                 \
   X(ESYS, -19, "system resource error (thread, loop or socket setup)")       \
-  X(EFORK, -20, "client used in a forked child process")
+  X(EFORK, -20, "client used in a forked child process")                      \
+  X(ETLS, -21, "TLS failed (handshake, certificate, or TLS not built in)")     \
+  X(EBACKLOG, -22, "too much waiting to be written to Redis (write queue full)")
 
 typedef enum rlock_errno {
 #define RLOCK__ERR_ENUM(name, value, msg) RLOCK_##name = (value),
@@ -121,8 +123,12 @@ typedef struct rlock_options {
    * fields it does not know. 0 (not initialised) or more than this
    * library's sizeof(rlock_options) (a newer rlock.h) is RLOCK_EINVAL. */
   size_t struct_size;
-  /* redis://[[user]:password@]host[:port][/db] or unix:///path[?db=N].
-   * NULL: $REDIS_URL, else redis://127.0.0.1:6379. Copied at open. */
+  /* redis://[[user]:password@]host[:port][/db],
+   * rediss://[[user]:password@]host[:port][/db] (TLS, see tls_* below) or
+   * unix:///path[?db=N]. The host may be a DNS name (resolved without
+   * blocking; every address it has is tried in turn), an IPv4 address or
+   * an IPv6 address in brackets. NULL: $REDIS_URL, else
+   * redis://127.0.0.1:6379. Copied at open. */
   const char *uri;
   /* CLIENT SETNAME for both connections; NULL: none. Copied at open.
    * Must be 1..64 characters without spaces. */
@@ -147,6 +153,41 @@ typedef struct rlock_options {
   /* See rlock_lock_lost_cb. Default NULL. */
   rlock_lock_lost_cb on_lock_lost;
   void *on_lock_lost_data;
+
+  /* ---- added in 0.2 ---- */
+
+  /* Time one connection attempt may take: resolving the host, connecting
+   * to each of its addresses in turn, and the TLS handshake. A connection
+   * not made by then counts as failed (RLOCK_ETIMEDOUT at open; retried
+   * with back-off later). Default 10000. Range 10..2^31-1. */
+  int64_t connect_timeout_ms;
+  /* Most bytes of commands that may wait to be written on one connection
+   * (a server that stops reading, a full socket buffer). A command that
+   * would go past it fails with RLOCK_EBACKLOG instead of growing memory
+   * without limit; one command is always accepted into an empty queue.
+   * Default 67108864 (64 MiB). Range 65536..2^40. */
+  int64_t max_write_queue_bytes;
+  /* TLS, for rediss:// URIs only (set with another scheme: RLOCK_EINVAL).
+   * Verification of the server's certificate chain and of its name is on
+   * unless tls_insecure is 1; TLS 1.2 is the lowest version accepted. The
+   * files are read at open: an unreadable file, a key that does not match
+   * the certificate, or a certificate without its key fail open with
+   * RLOCK_ETLS. Strings are copied at open. */
+  /* PEM file of the CA certificates to trust. NULL (and tls_ca_dir NULL):
+   * the system's trust store (ca-certificates). */
+  const char *tls_ca_file;
+  /* Directory of CA certificates in OpenSSL's hashed form (c_rehash). */
+  const char *tls_ca_dir;
+  /* Client certificate (PEM; may hold the chain) for mutual TLS, and its
+   * private key (PEM, unencrypted). Both or neither. */
+  const char *tls_cert_file;
+  const char *tls_key_file;
+  /* The name sent as SNI and checked against the server's certificate.
+   * NULL: the URI's host (a DNS name or an IP address). */
+  const char *tls_server_name;
+  /* 1: accept any certificate and name (encryption without
+   * authentication: for tests only). Default 0. */
+  int tls_insecure;
 } rlock_options;
 
 /* Fills the first `size` bytes of `o` with the defaults above and sets
@@ -172,7 +213,11 @@ static inline void rlock_options_init(rlock_options *o) {
  * or refusing connections: maxclients), RLOCK_EAUTH, RLOCK_ENOPERM (the
  * ACL user may not run PING, SELECT or CLIENT SETNAME), RLOCK_EPROTO (the
  * peer is not a Redis server: no RESP, replies nobody asked for, or PING
- * not answered +PONG), RLOCK_ETIMEDOUT, RLOCK_ENOMEM, RLOCK_ESYS.
+ * not answered +PONG), RLOCK_ETIMEDOUT (no connection within
+ * connect_timeout_ms, or no answer to PING within command_timeout_ms),
+ * RLOCK_ETLS (rediss://: the handshake failed, the certificate or its name
+ * did not verify, a TLS file could not be used, the server speaks plain
+ * text, or this build has no TLS), RLOCK_ENOMEM, RLOCK_ESYS.
  * rlock_last_error() gives the detail (the server's text, or what the peer
  * sent).
  */

@@ -15,6 +15,7 @@ struct rlock_client {
   char id[RLOCK_ID_LEN + 1];
   char *uri_text; /* the full URI, password included: wiped when freed */
   char *client_name;
+  char *tls_files[5]; /* copies of the tls_* strings of the options */
   rlock__uri uri;
   /* open handshake */
   uv_sem_t open_sem;
@@ -66,12 +67,19 @@ static void net_open_progress(rlock__net *n, int err, const char *detail) {
   open_progress(CLIENT_OF(n, net), err, detail);
 }
 
+/* A backstop: each connection attempt is bounded already (connect_timeout_ms
+ * to connect, then command_timeout_ms for the handshake's answers). */
+static int64_t open_bound_ms(const rlock__core *core) {
+  return core->opts.connect_timeout_ms + core->opts.command_timeout_ms;
+}
+
 static void open_timeout(rlock__timed *t) {
   rlock_client *c = CLIENT_OF(t, open_timer);
-  char detail[128];
+  char detail[160];
   snprintf(detail, sizeof(detail),
-           "Redis did not answer PING within command_timeout_ms (%lld ms)",
-           (long long)c->core.opts.command_timeout_ms);
+           "Redis was not connected and answering PING within "
+           "connect_timeout_ms + command_timeout_ms (%lld ms)",
+           (long long)open_bound_ms(&c->core));
   open_progress(c, RLOCK_ETIMEDOUT, detail);
 }
 
@@ -83,7 +91,7 @@ static void loop_start(rlock__core *core) {
   rlock_client *c = CLIENT_OF(core, core);
   c->open_timer.fire = open_timeout;
   rlock__timed_start(core, &c->open_timer,
-                     rlock__now_ms() + core->opts.command_timeout_ms);
+                     rlock__now_ms() + open_bound_ms(core));
   rlock__net_start(&c->net);
   rlock__holds_start(&c->engine);
 }
@@ -125,10 +133,16 @@ static void on_final(rlock__core *core) {
   rlock__engine_free(&c->engine);
 }
 
-static void client_free(rlock_client *c) {
-  rlock__uri_free(&c->uri);
+static void free_strings(rlock_client *c) {
   rlock__free_secret(c->uri_text); /* the full URI, password included */
   free(c->client_name);
+  for (size_t i = 0; i < sizeof(c->tls_files) / sizeof(c->tls_files[0]); i++)
+    free(c->tls_files[i]);
+}
+
+static void client_free(rlock_client *c) {
+  rlock__uri_free(&c->uri);
+  free_strings(c);
   uv_sem_destroy(&c->open_sem);
   rlock__core_destroy(&c->core);
   free(c);
@@ -142,9 +156,30 @@ static char *dup_or_null(const char *s) {
 
 /* Frees a client that failed before its core was set up. */
 static void discard(rlock_client *c) {
-  rlock__free_secret(c->uri_text);
-  free(c->client_name);
+  free_strings(c);
   free(c);
+}
+
+/* The option strings the client keeps, copied (and pointed at) in o. */
+static int copy_strings(rlock_client *c, rlock_options *o, const char *uri) {
+  const char **fields[] = {&o->tls_ca_file, &o->tls_ca_dir,
+                           &o->tls_cert_file, &o->tls_key_file,
+                           &o->tls_server_name};
+  c->uri_text = strdup(uri);
+  c->client_name = dup_or_null(o->client_name);
+  bool ok = c->uri_text != NULL && (o->client_name == NULL || c->client_name);
+  for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+    c->tls_files[i] = dup_or_null(*fields[i]);
+    ok = ok && (*fields[i] == NULL || c->tls_files[i] != NULL);
+    *fields[i] = c->tls_files[i];
+  }
+  o->uri = c->uri_text;
+  o->client_name = c->client_name;
+  if (!ok) {
+    rlock__set_last_error("out of memory");
+    return RLOCK_ENOMEM;
+  }
+  return 0;
 }
 
 int rlock_client_open(rlock_client **client, const rlock_options *o) {
@@ -174,15 +209,11 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
     rlock__set_last_error("out of memory");
     return RLOCK_ENOMEM;
   }
-  c->uri_text = strdup(uri);
-  c->client_name = dup_or_null(full.client_name);
-  if (c->uri_text == NULL || (full.client_name != NULL && !c->client_name)) {
+  rc = copy_strings(c, &full, uri);
+  if (rc != 0) {
     discard(c);
-    rlock__set_last_error("out of memory");
-    return RLOCK_ENOMEM;
+    return rc;
   }
-  full.uri = c->uri_text;
-  full.client_name = c->client_name;
   rc = rlock__core_init(&c->core, &full); /* sets the last error */
   if (rc != 0) {
     discard(c);
@@ -200,6 +231,8 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
   c->core.on_final = on_final;
   c->core.on_destroy = on_destroy;
   rc = rlock__uri_parse(c->uri_text, &c->uri); /* sets the last error */
+  if (rc == 0) /* $REDIS_URL was not checked against the tls_* fields */
+    rc = rlock__options_check_tls(&c->core.opts, &c->uri);
   if (rc == 0 && (rlock__uuid4(c->id) != 0 ||
                   rlock__engine_init(&c->engine, &c->core, &c->net, c->id) !=
                       0)) {
@@ -214,6 +247,12 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
     return rc;
   }
   rlock__net_init(&c->net, &c->core, &c->uri, c->client_name);
+  rc = rlock__net_tls_setup(&c->net, &c->core.opts); /* sets the last error */
+  if (rc != 0) {
+    rlock__engine_free(&c->engine);
+    client_free(c);
+    return rc;
+  }
   c->net.on_open_progress = net_open_progress;
   c->net.on_cmd_ready = net_cmd_ready;
   c->net.on_cmd_closed = net_cmd_closed;
@@ -222,6 +261,7 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
 
   rc = rlock__core_start(&c->core); /* sets the last error */
   if (rc != 0) {
+    rlock__net_free(&c->net);
     rlock__engine_free(&c->engine);
     client_free(c);
     return rc;

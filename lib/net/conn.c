@@ -1,24 +1,19 @@
 /* The two connections (commands, subscriber): connect, handshake, reconnect
- * with back-off; and command records with libuv-timer timeouts, since
- * hiredis 0.14 has no async timeout.
+ * with back-off; and command records with reply deadlines, idempotent
+ * re-sends and the EVALSHA -> EVAL fallback.
  *
- * hiredis connects, writes and parses; rlock matches every reply to its
- * request itself. Commands are appended to the context's output buffer
- * (redisAppendCommandArgv) and replies taken off its reader
- * (redisGetReplyFromReader) in a read hook, never through hiredis's
- * callback queue: its async dispatch asserts - aborting the host process -
- * on a reply it has no callback for, and any peer can send one (something
- * that is not Redis, a broken proxy). Each connection keeps its own FIFO of
- * what the replies still to come answer (handshake steps, command records);
- * a reply that nothing waits for is a protocol violation and drops the
- * connection. This leaves hiredis's async layer a transport only, which
- * rlock's own libuv streams can replace with hiredis as codec. */
-#include <fcntl.h>
+ * Each connection is a link (link.c: rlock's own libuv stream, TLS, hiredis
+ * as codec). rlock matches every reply to its request itself: each
+ * connection keeps a FIFO of what the replies still to come answer
+ * (handshake steps, command records). On the command connection a reply
+ * that nothing waits for is a protocol violation and drops the connection
+ * (any peer can send one: something that is not Redis, a broken proxy); on
+ * the subscriber connection, once the handshake is answered, every reply
+ * goes to pubsub.c. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "uv_adapter.h"
-
+#include "link.h"
 #include "net.h"
 
 /* What a reply still to come answers. */
@@ -149,10 +144,9 @@ static void schedule_reconnect(rlock__conn *conn) {
 
 static void cmd_reply(rlock__cmd *cmd, redisReply *reply);
 
-/* Every reply still expected on a connection that is gone fails, as hiredis
- * failed its callbacks with NULL replies: retried, RLOCK_ECONN, or
- * RLOCK_ECLOSED at close (cmd_reply). conn->ac is NULL by now, so whatever
- * the callbacks send waits for the next connection. */
+/* Every reply still expected on a connection that is gone fails: retried,
+ * RLOCK_ECONN, or RLOCK_ECLOSED at close (cmd_reply). conn->link is NULL by
+ * now, so whatever the callbacks send waits for the next connection. */
 static void fail_expected(rlock__conn *conn) {
   struct rlock__expect e;
   while (exp_pop(conn, &e))
@@ -160,10 +154,11 @@ static void fail_expected(rlock__conn *conn) {
       cmd_reply(e.cmd, NULL);
 }
 
-/* The connection is gone: conn->ac was detached (and is freed, or being
- * freed by hiredis). */
+/* The connection is gone: conn->link is NULL (the link closes itself, or
+ * was closed). */
 static void conn_lost(rlock__conn *conn, int err, const char *detail) {
   rlock__net *n = conn->net;
+  rlock__timed_stop(n->core, &conn->hs_timer);
   n->on_open_progress(n, err, detail);
   if (err == RLOCK_EPROTO) {
     /* Every good handshake resets the back-off, so a peer that breaks the
@@ -188,67 +183,48 @@ static void conn_lost(rlock__conn *conn, int err, const char *detail) {
 }
 
 /* rlock lets go of the connection (protocol violation, failed handshake).
- * `detail` must not point into the context. */
+ * `detail` must outlive the call only. */
 static void conn_drop(rlock__conn *conn, int err, const char *detail) {
-  redisAsyncContext *ac = conn->ac;
-  if (ac == NULL)
+  rlock__link *l = conn->link;
+  if (l == NULL)
     return;
-  conn->ac = NULL;
-  /* hiredis has no callback queued on it (rlock queues none), so this frees
-   * it now, also from the read hook (the adapter checks for that);
-   * disconnect_cb then finds conn->ac != ac and leaves it to us. */
-  redisAsyncFree(ac);
+  conn->link = NULL;
+  rlock__link_close(l);
   conn_lost(conn, err, detail);
 }
 
-/* hiredis found the socket closed or broken, or the byte stream no RESP. */
-static int loss_reason(const rlock__conn *conn, const redisContext *ctx,
-                       char *detail, size_t n) {
-  char peer[80];
-  peer_name(conn, peer, sizeof(peer));
-  if (ctx->err == REDIS_ERR_PROTOCOL) {
-    snprintf(detail, n, "protocol error from %s: %s (not a Redis server?)",
-             peer, ctx->errstr);
-    return RLOCK_EPROTO;
-  }
-  if (ctx->err == REDIS_ERR_OOM) {
-    snprintf(detail, n, "out of memory");
-    return RLOCK_ENOMEM;
-  }
-  if (conn->hs_err != 0) {
+/* The link failed: could not connect, TLS, the peer closed or broke it. */
+static void link_down(rlock__link *l, int err, const char *detail) {
+  rlock__conn *conn = rlock__link_data(l);
+  conn->link = NULL;
+  if (err == RLOCK_ECONN && conn->hs_err != 0) {
     /* A server that refuses at the door (maxclients) closes right after
      * saying why: its reason is the error, not the close. */
-    snprintf(detail, n, "%s", conn->hs_detail);
-    return conn->hs_err;
+    err = conn->hs_err;
+    detail = conn->hs_detail;
   }
-  snprintf(detail, n, "%s: %s", peer,
-           ctx->errstr[0] ? ctx->errstr : "connection closed");
-  return RLOCK_ECONN;
-}
-
-static void connect_cb(const redisAsyncContext *ac, int status) {
-  rlock__conn *conn = ac->data;
-  if (status == REDIS_OK || conn->ac != ac)
-    return;
-  /* hiredis frees the context after this callback. */
-  conn->ac = NULL;
-  char peer[80], detail[256];
-  peer_name(conn, peer, sizeof(peer));
-  snprintf(detail, sizeof(detail), "%s: %s", peer, ac->c.errstr);
-  conn_lost(conn, RLOCK_ECONN, detail);
-}
-
-/* Only a failed write gets here (rlock detaches the context before it frees
- * it); hiredis frees the context after this callback. */
-static void disconnect_cb(const redisAsyncContext *ac, int status) {
-  (void)status;
-  rlock__conn *conn = ac->data;
-  if (conn->ac != ac)
-    return;
-  conn->ac = NULL;
-  char detail[256];
-  int err = loss_reason(conn, &ac->c, detail, sizeof(detail));
   conn_lost(conn, err, detail);
+}
+
+/* The handshake was not answered within command_timeout_ms of connecting:
+ * a server that accepts but never answers (stopped, a black hole behind a
+ * proxy) must not hold open or a reconnect for ever. */
+static void hs_timeout(rlock__timed *t) {
+  rlock__conn *conn = RLOCK__CONTAINER_OF(t, rlock__conn, hs_timer);
+  char detail[128];
+  snprintf(detail, sizeof(detail),
+           "Redis did not answer PING within command_timeout_ms (%lld ms)",
+           (long long)conn->net->core->opts.command_timeout_ms);
+  conn_drop(conn, RLOCK_ETIMEDOUT, detail);
+}
+
+/* Connected: the handshake, sent already, is on its way. */
+static void link_up(rlock__link *l) {
+  rlock__conn *conn = rlock__link_data(l);
+  rlock__core *core = conn->net->core;
+  conn->hs_timer.fire = hs_timeout;
+  rlock__timed_start(core, &conn->hs_timer,
+                     rlock__now_ms() + core->opts.command_timeout_ms);
 }
 
 /* ---- handshake: AUTH, SELECT, CLIENT SETNAME, then PING ---- */
@@ -261,11 +237,12 @@ static void conn_ready(rlock__conn *conn) {
     n->on_open_progress(n, conn->hs_err, conn->hs_detail);
     /* A connection that cannot authenticate is useless: it is dropped, and
      * tried again later (the password may be fixed on the server). Commands
-     * pipelined behind the handshake get their answers first (e.g. NOAUTH),
-     * as with hiredis's redisAsyncDisconnect: see conn_read. */
+     * pipelined behind the handshake get their answers first (e.g. NOAUTH):
+     * see link_reply. */
     conn->draining = true;
     return;
   }
+  rlock__timed_stop(n->core, &conn->hs_timer);
   conn->state = RLOCK__CONN_UP;
   conn->backoff_attempt = 0;
   n->on_open_progress(n, 0, NULL);
@@ -325,21 +302,15 @@ static void hs_reply(rlock__conn *conn, int kind, const redisReply *reply) {
 
 static int raw_append(rlock__conn *conn, int argc, const char **argv,
                       const size_t *lens) {
-  redisAsyncContext *ac = conn->ac;
-  if (ac == NULL || conn->draining ||
-      (ac->c.flags & (REDIS_DISCONNECTING | REDIS_FREEING)))
+  if (conn->link == NULL || conn->draining)
     return RLOCK_ECONN;
-  if (redisAppendCommandArgv(&ac->c, argc, argv, lens) != REDIS_OK)
-    return RLOCK_ENOMEM;
-  if (ac->ev.addWrite != NULL)
-    ac->ev.addWrite(ac->ev.data);
-  return 0;
+  return rlock__link_send(conn->link, argc, argv, lens);
 }
 
 /* Sends a request whose reply is matched to `kind` (and cmd). */
 static int expect_append(rlock__conn *conn, int kind, rlock__cmd *cmd,
                          int argc, const char **argv, const size_t *lens) {
-  if (conn->ac == NULL || conn->draining)
+  if (conn->link == NULL || conn->draining)
     return RLOCK_ECONN;
   /* Room first: a request on the wire without its entry would make its
    * reply look unsolicited. */
@@ -359,11 +330,10 @@ static int handshake(rlock__conn *conn, int kind, int argc,
   return expect_append(conn, kind, NULL, argc, argv, lens);
 }
 
-/* The subscriber connection: hiredis 0.14 knows neither SSUBSCRIBE nor
- * "smessage" (Java's sharded pub/sub), and it drops a channel's callback
- * when an "unsubscribe" reply crosses a new SUBSCRIBE, so pubsub.c routes
- * confirmations and messages itself. They are unasked for by nature: after
- * the handshake every reply on this connection goes to pubsub.c. */
+/* The subscriber connection: pubsub.c routes confirmations and messages
+ * (SUBSCRIBE and SSUBSCRIBE, "message" and "smessage") itself. They are
+ * unasked for by nature: after the handshake every reply on this
+ * connection goes to pubsub.c. */
 int rlock__sub_append(rlock__net *n, int argc, const char **argv,
                       const size_t *lens) {
   return raw_append(&n->sub, argc, argv, lens);
@@ -395,75 +365,36 @@ static void on_reply(rlock__conn *conn, redisReply *reply) {
     hs_reply(conn, e.kind, reply);
 }
 
-/* The adapter's read hook, for both connections once connected. Any reply
- * handler may drop the connection (conn->ac changes; ac is freed then). */
-static void conn_read(redisAsyncContext *ac) {
-  rlock__conn *conn = ac->data;
-  if (conn->ac != ac)
-    return;
-  char detail[256];
-  if (redisBufferRead(&ac->c) != REDIS_OK) {
-    int err = loss_reason(conn, &ac->c, detail, sizeof(detail));
-    conn_drop(conn, err, detail);
-    return;
-  }
-  while (conn->ac == ac) {
-    void *r = NULL;
-    if (redisGetReplyFromReader(&ac->c, &r) != REDIS_OK) {
-      int err = loss_reason(conn, &ac->c, detail, sizeof(detail));
-      conn_drop(conn, err, detail);
-      return;
-    }
-    if (r == NULL)
-      break;
-    on_reply(conn, r);
-    freeReplyObject(r);
-    if (conn->ac == ac && conn->draining && conn->exp_len == 0)
-      conn_drop(conn, conn->hs_err, conn->hs_detail);
-  }
+/* A reply on the link; any handler may drop the connection. */
+static void link_reply(rlock__link *l, redisReply *r) {
+  rlock__conn *conn = rlock__link_data(l);
+  on_reply(conn, r);
+  if (conn->link == l && conn->draining && conn->exp_len == 0)
+    conn_drop(conn, conn->hs_err, conn->hs_detail);
 }
+
+static const rlock__link_ops link_ops = {link_up, link_reply, link_down};
 
 static void send_now(rlock__cmd *cmd);
 
 static int conn_start(rlock__conn *conn) {
   rlock__net *n = conn->net;
   const rlock__uri *u = n->uri;
-  redisAsyncContext *ac = u->is_unix ? redisAsyncConnectUnix(u->path)
-                                     : redisAsyncConnect(u->host, u->port);
-  if (ac == NULL) {
+  rlock__link_cfg cfg = {u, n->tls, n->core->opts.connect_timeout_ms,
+                         n->core->opts.max_write_queue_bytes};
+  conn->link = rlock__link_open(&n->core->loop, &cfg, &link_ops, conn);
+  if (conn->link == NULL) {
     n->on_open_progress(n, RLOCK_ENOMEM, "out of memory");
     schedule_reconnect(conn);
     return RLOCK_ENOMEM;
   }
-  if (ac->err) {
-    n->on_open_progress(n, RLOCK_ECONN, ac->errstr);
-    redisAsyncFree(ac);
-    schedule_reconnect(conn);
-    return RLOCK_ECONN;
-  }
-  ac->data = conn;
-  /* Children a program forks and execs must not inherit Redis sockets
-   * (they would keep the connection and its subscriptions open). */
-  int fd_flags = fcntl(ac->c.fd, F_GETFD);
-  if (fd_flags >= 0)
-    fcntl(ac->c.fd, F_SETFD, fd_flags | FD_CLOEXEC);
-  if (rlock__uv_attach(ac, &n->core->loop) != REDIS_OK) {
-    n->on_open_progress(n, RLOCK_ESYS, "cannot attach to the event loop");
-    redisAsyncFree(ac);
-    schedule_reconnect(conn);
-    return RLOCK_ESYS;
-  }
-  redisAsyncSetConnectCallback(ac, connect_cb);
-  redisAsyncSetDisconnectCallback(ac, disconnect_cb);
-  rlock__uv_set_read_hook(ac, conn_read);
-  conn->ac = ac;
   conn->state = RLOCK__CONN_CONNECTING;
   conn->draining = false;
   conn->hs_err = 0;
   conn->hs_detail[0] = '\0';
 
-  /* hiredis buffers commands until the socket connects, so the handshake
-   * and whatever waited for this connection are pipelined at once. */
+  /* The link keeps commands until it is connected, so the handshake and
+   * whatever waited for this connection are pipelined at once. */
   const char *argv[3];
   int rc = 0;
   if (u->password != NULL) {
@@ -515,12 +446,12 @@ static int conn_start(rlock__conn *conn) {
 static void conn_shutdown(rlock__conn *conn) {
   rlock__net *n = conn->net;
   rlock__timed_stop(n->core, &conn->reconnect);
-  redisAsyncContext *ac = conn->ac;
-  conn->ac = NULL;
+  rlock__timed_stop(n->core, &conn->hs_timer);
+  rlock__link *l = conn->link;
+  conn->link = NULL;
   conn->state = RLOCK__CONN_DOWN;
   conn->draining = false;
-  if (ac != NULL)
-    redisAsyncFree(ac); /* nothing of hiredis's pending: freed now */
+  rlock__link_close(l); /* NULL ok; its socket closes on the next turn */
   /* n->core->closing: records still waiting complete with RLOCK_ECLOSED. */
   fail_expected(conn);
   free(conn->exp);
@@ -578,6 +509,12 @@ static void dispatch(rlock__cmd *cmd);
 static void cmd_timer_fire(rlock__timed *t) {
   rlock__cmd *cmd = RLOCK__CONTAINER_OF(t, rlock__cmd, timer);
   rlock__net *n = cmd->net;
+  if (cmd->fail_err != 0) { /* refused before it was sent (send_now) */
+    if (cmd->inflight == 0)
+      pending_remove(cmd);
+    complete(cmd, NULL, cmd->fail_err);
+    return;
+  }
   if (cmd->state == RLOCK__CMD_WAIT_RETRY) {
     dispatch(cmd);
     return;
@@ -640,8 +577,18 @@ static void send_now(rlock__cmd *cmd) {
     cmd->argv[1] = cmd->use_eval ? cmd->script->body : cmd->script->sha;
     cmd->argvlen[1] = strlen(cmd->argv[1]);
   }
-  if (expect_append(conn, EXP_CMD, cmd, cmd->argc + 2 - off, cmd->argv + off,
-                    cmd->argvlen + off) != 0) {
+  int rc = expect_append(conn, EXP_CMD, cmd, cmd->argc + 2 - off,
+                         cmd->argv + off, cmd->argvlen + off);
+  if (rc == RLOCK_EBACKLOG) {
+    /* The write queue is full (the server is not reading): the command
+     * fails - never sent - on the next loop turn, not from inside whatever
+     * call is sending it. */
+    cmd->fail_err = rc;
+    cmd->timer.fire = cmd_timer_fire;
+    rlock__timed_start(cmd->net->core, &cmd->timer, rlock__now_ms());
+    return;
+  }
+  if (rc != 0) {
     cmd->pending_next = NULL;
     if (conn->pending_tail != NULL)
       conn->pending_tail->pending_next = cmd;
@@ -748,7 +695,15 @@ void rlock__net_start(rlock__net *n) {
     n->on_open_progress(n, RLOCK_ECONN, "could not create a connection");
 }
 
-bool rlock__net_cmd_connected(const rlock__net *n) { return n->cmd.ac != NULL; }
+bool rlock__net_cmd_connected(const rlock__net *n) {
+  return n->cmd.link != NULL;
+}
+
+int rlock__net_tls_setup(rlock__net *n, const rlock_options *o) {
+  if (!n->uri->tls)
+    return 0;
+  return rlock__tls_ctx_new(&n->tls, o, n->uri->host);
+}
 
 void rlock__net_close_sub(rlock__net *n) { conn_shutdown(&n->sub); }
 
@@ -757,4 +712,7 @@ void rlock__net_free(rlock__net *n) {
   conn_shutdown(&n->cmd);
   cmds_fail_all(n);
   rlock__chans_free(n);
+  /* Sessions still closing keep OpenSSL's context alive by its own count. */
+  rlock__tls_ctx_free(n->tls);
+  n->tls = NULL;
 }

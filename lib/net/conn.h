@@ -3,7 +3,7 @@
 #ifndef RLOCK_CONN_H
 #define RLOCK_CONN_H
 
-#include <async.h>
+#include "link.h"
 
 enum { RLOCK__CONN_DOWN, RLOCK__CONN_CONNECTING, RLOCK__CONN_UP };
 
@@ -11,15 +11,15 @@ typedef struct rlock__conn {
   rlock__net *net;
   bool is_sub;
   int state;
-  redisAsyncContext *ac; /* NULL while down */
+  rlock__link *link; /* NULL while down */
   rlock__timed reconnect;
+  rlock__timed hs_timer; /* the handshake's deadline, once connected */
   int backoff_attempt;
   int proto_drops; /* connections dropped for a protocol violation */
-  /* commands created while ac == NULL, sent at the next connect */
+  /* commands created while link == NULL, sent at the next connect */
   rlock__cmd *pending_head, *pending_tail;
-  /* What each reply still to come on ac answers, oldest first: a ring of
-   * exp_cap entries (conn.c). rlock matches replies itself; hiredis only
-   * connects, writes and parses. */
+  /* What each reply still to come on the link answers, oldest first: a
+   * ring of exp_cap entries (conn.c). */
   struct rlock__expect *exp;
   size_t exp_head, exp_len, exp_cap;
   bool draining; /* handshake failed: nothing more is sent, dropped once
@@ -38,6 +38,7 @@ struct rlock__cmd {
   int state;
   int inflight;     /* replies still to come for this record (sends) */
   int retries_left; /* idempotent commands only */
+  int fail_err;     /* refused before sending (RLOCK_EBACKLOG) */
   const rlock__script *script; /* EVALSHA, falling back to EVAL */
   bool use_eval;
   rlock__cmd *pending_next;

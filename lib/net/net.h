@@ -34,7 +34,8 @@ typedef struct rlock__script {
 
 /* Completion of a command: reply is the server's reply (may be an error
  * reply) when err == 0; otherwise reply is NULL and err is RLOCK_ETIMEDOUT,
- * RLOCK_ECONN or RLOCK_ECLOSED. */
+ * RLOCK_ECONN, RLOCK_ECLOSED, or RLOCK_EBACKLOG (never sent: the write
+ * queue was full). */
 typedef void (*rlock__reply_cb)(rlock__net *n, redisReply *reply, int err,
                                 void *data);
 
@@ -123,6 +124,7 @@ struct rlock__net {
   const char *client_name; /* CLIENT SETNAME, or NULL */
   rlock__conn cmd;
   rlock__conn sub;
+  rlock__tls_ctx *tls; /* rediss:// only */
   rlock__cmd *cmd_all; /* every live command record */
   rlock__map chans;    /* channel -> rlock__chan */
   rlock__chan *sub_req_head, *sub_req_tail; /* (UN)SUBSCRIBEs in flight */
@@ -140,6 +142,10 @@ struct rlock__net {
 
 void rlock__net_init(rlock__net *n, rlock__core *core, const rlock__uri *uri,
                      const char *client_name);
+/* rediss://: builds the TLS context from the options (the opening
+ * thread, before rlock__net_start): 0, or RLOCK_ETLS / RLOCK_ENOMEM with
+ * the last error set. Nothing to do for other URIs. */
+int rlock__net_tls_setup(rlock__net *n, const rlock_options *o);
 /* Connects both connections (loop thread). */
 void rlock__net_start(rlock__net *n);
 /* Whether the command connection can take commands now. */

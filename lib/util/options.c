@@ -7,6 +7,8 @@
 #define RLOCK__MS_MAX INT64_C(2147483647) /* 2^31-1, as documented in rlock.h  \
                                            */
 #define RLOCK__CLIENT_NAME_MAX 64
+#define RLOCK__QUEUE_MIN INT64_C(65536)
+#define RLOCK__QUEUE_MAX (INT64_C(1) << 40)
 
 void rlock_options_init_size(rlock_options *o, size_t size) {
   if (o == NULL)
@@ -24,6 +26,14 @@ void rlock_options_init_size(rlock_options *o, size_t size) {
   d.sharded_pubsub = 0;
   d.on_lock_lost = NULL;
   d.on_lock_lost_data = NULL;
+  d.connect_timeout_ms = 10000;
+  d.max_write_queue_bytes = INT64_C(64) << 20;
+  d.tls_ca_file = NULL;
+  d.tls_ca_dir = NULL;
+  d.tls_cert_file = NULL;
+  d.tls_key_file = NULL;
+  d.tls_server_name = NULL;
+  d.tls_insecure = 0;
   /* Only what the caller's struct has: it may come from an older header. */
   memcpy(o, &d, d.struct_size);
 }
@@ -130,13 +140,71 @@ int rlock__options_validate(const rlock_options *o) {
     return RLOCK_EINVAL;
   }
 
+  rc = rlock__check_ms("connect_timeout_ms", o->connect_timeout_ms, 10);
+  if (rc != 0)
+    return rc;
+  if (o->max_write_queue_bytes < RLOCK__QUEUE_MIN ||
+      o->max_write_queue_bytes > RLOCK__QUEUE_MAX) {
+    rlock__set_last_error("rlock_options.max_write_queue_bytes is %lld; it "
+                          "must be in %lld..%lld",
+                          (long long)o->max_write_queue_bytes,
+                          (long long)RLOCK__QUEUE_MIN,
+                          (long long)RLOCK__QUEUE_MAX);
+    return RLOCK_EINVAL;
+  }
+  if (o->tls_insecure != 0 && o->tls_insecure != 1) {
+    rlock__set_last_error("rlock_options.tls_insecure is %d; it must be 0 "
+                          "or 1",
+                          o->tls_insecure);
+    return RLOCK_EINVAL;
+  }
+  if ((o->tls_cert_file == NULL) != (o->tls_key_file == NULL)) {
+    rlock__set_last_error("rlock_options.%s is set without %s: mutual TLS "
+                          "needs both the certificate and its key",
+                          o->tls_cert_file != NULL ? "tls_cert_file"
+                                                   : "tls_key_file",
+                          o->tls_cert_file != NULL ? "tls_key_file"
+                                                   : "tls_cert_file");
+    return RLOCK_EINVAL;
+  }
+  if (o->tls_server_name != NULL &&
+      (o->tls_server_name[0] == '\0' || strlen(o->tls_server_name) > 253)) {
+    rlock__set_last_error("rlock_options.tls_server_name must be 1..253 "
+                          "characters long");
+    return RLOCK_EINVAL;
+  }
+
   /* Only the syntax is checked here; the client resolves $REDIS_URL and the
-   * default itself when uri is NULL. */
+   * default itself when uri is NULL (and checks the TLS fields against the
+   * scheme then: rlock__options_check_tls). */
   if (o->uri != NULL) {
     rc = rlock__uri_parse(o->uri, &uri);
     if (rc != 0)
       return rc;
+    rc = rlock__options_check_tls(o, &uri);
     rlock__uri_free(&uri);
+    if (rc != 0)
+      return rc;
   }
   return 0;
+}
+
+int rlock__options_check_tls(const rlock_options *o, const rlock__uri *uri) {
+  if (uri->tls)
+    return 0;
+  const char *field = o->tls_ca_file != NULL     ? "tls_ca_file"
+                      : o->tls_ca_dir != NULL    ? "tls_ca_dir"
+                      : o->tls_cert_file != NULL ? "tls_cert_file"
+                      : o->tls_key_file != NULL  ? "tls_key_file"
+                      : o->tls_server_name != NULL ? "tls_server_name"
+                      : o->tls_insecure != 0       ? "tls_insecure"
+                                                   : NULL;
+  if (field == NULL)
+    return 0;
+  /* A TLS setting on a plain-text URI would be silently ignored: the
+   * program would believe it talks TLS. */
+  rlock__set_last_error("rlock_options.%s is set but the URI is not "
+                        "rediss:// (TLS settings apply to rediss:// only)",
+                        field);
+  return RLOCK_EINVAL;
 }

@@ -494,12 +494,13 @@ int rlock__uri_parse(const char *uri, rlock__uri *out) {
   } else if (rlock__prefix_nocase(uri, scheme_len, "unix")) {
     rc = rlock__parse_unix(sep + 3, out);
   } else if (rlock__prefix_nocase(uri, scheme_len, "rediss")) {
-    rlock__set_last_error("rediss:// (TLS) is not supported; use redis:// "
-                          "or unix://");
-    rc = RLOCK_EURI;
+    /* TLS: the same syntax as redis:// (whether this build has TLS is the
+     * client's question, not the syntax's). */
+    rc = rlock__parse_redis(sep + 3, out);
+    out->tls = 1;
   } else {
-    rlock__set_last_error("unsupported URI scheme '%.*s' (expected redis:// "
-                          "or unix://)",
+    rlock__set_last_error("unsupported URI scheme '%.*s' (expected redis://, "
+                          "rediss:// or unix://)",
                           (int)(scheme_len > 32 ? 32 : scheme_len), uri);
     rc = RLOCK_EURI;
   }

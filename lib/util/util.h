@@ -40,6 +40,7 @@ int rlock__err_from_server(const char *text, size_t len);
 
 typedef struct rlock__uri {
   int is_unix;    /* 1 for unix:///path */
+  int tls;        /* 1 for rediss:// */
   char *host;     /* TCP host, without IPv6 brackets; NULL for unix */
   int port;       /* 1..65535 (default 6379); 0 for unix */
   char *path;     /* unix socket path; NULL for TCP */
@@ -48,8 +49,8 @@ typedef struct rlock__uri {
   int db;         /* 0..INT_MAX, default 0 */
 } rlock__uri;
 
-/* Parses redis://[[user]:password@]host[:port][/db] and
- * unix:///path[?db=N]. On success fills *out (strings malloc'd) and returns
+/* Parses redis://[[user]:password@]host[:port][/db], the same with
+ * rediss:// (tls = 1), and unix:///path[?db=N]. On success fills *out (strings malloc'd) and returns
  * 0. On failure returns RLOCK_EURI (or RLOCK_ENOMEM), sets the thread's last
  * error to a sentence naming the problem, and leaves *out zeroed. */
 int rlock__uri_parse(const char *uri, rlock__uri *out);
@@ -68,6 +69,9 @@ void rlock__free_secret(char *s);
  * RLOCK_EINVAL / RLOCK_EURI with rlock_last_error() set. `o` must be a full
  * struct of this version (see rlock__options_copy). */
 int rlock__options_validate(const rlock_options *o);
+/* RLOCK_EINVAL (last error naming the field) when a tls_* option is set
+ * but the URI is not rediss://, else 0. */
+int rlock__options_check_tls(const rlock_options *o, const rlock__uri *uri);
 /* Fills *out with the defaults, then copies the first in->struct_size bytes
  * of *in over them (in == NULL: defaults only). Returns 0, or RLOCK_EINVAL
  * with rlock_last_error() set when struct_size is 0 (not initialised) or

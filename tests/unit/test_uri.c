@@ -94,8 +94,6 @@ static const char *const bad_uris[] = {
     "localhost",
     "localhost:6379",
     "http://h",
-    "rediss://h",
-    "REDISS://h:6380",
     "redis-sentinel://h",
     "://h",
     "redis:/h",
@@ -207,6 +205,32 @@ Test(uri, bad) {
   }
 }
 
+/* rediss:// is redis:// with TLS: the same syntax, tls set (and only
+ * there). */
+Test(uri, rediss_is_redis_with_tls) {
+  rlock__uri u;
+  cr_assert_eq(rlock__uri_parse("rediss://:pw@db.example.com:6380/2", &u), 0,
+               "%s", rlock_last_error());
+  cr_assert_eq(u.tls, 1);
+  cr_assert_eq(u.is_unix, 0);
+  cr_assert_str_eq(u.host, "db.example.com");
+  cr_assert_eq(u.port, 6380);
+  cr_assert_str_eq(u.password, "pw");
+  cr_assert_eq(u.db, 2);
+  rlock__uri_free(&u);
+  cr_assert_eq(rlock__uri_parse("REDISS://[::1]", &u), 0);
+  cr_assert_eq(u.tls, 1);
+  cr_assert_str_eq(u.host, "::1");
+  cr_assert_eq(u.port, 6379);
+  rlock__uri_free(&u);
+  cr_assert_eq(rlock__uri_parse("redis://h", &u), 0);
+  cr_assert_eq(u.tls, 0);
+  rlock__uri_free(&u);
+  cr_assert_eq(rlock__uri_parse("unix:///s", &u), 0);
+  cr_assert_eq(u.tls, 0);
+  rlock__uri_free(&u);
+}
+
 Test(uri, null_uri) {
   rlock__uri u;
 
@@ -227,7 +251,7 @@ static void assert_bad_with(const char *uri, const char *fragment) {
 }
 
 Test(uri, error_sentences_name_the_problem) {
-  assert_bad_with("rediss://h", "TLS");
+  assert_bad_with("rediss://", "no host");
   assert_bad_with("http://h", "scheme 'http'");
   assert_bad_with("", "empty");
   assert_bad_with("redis://:6379", "no host");
@@ -466,7 +490,27 @@ struct option_case {
   X(uri_good, o->uri = "redis://:pw@localhost:6380/2", 0, NULL)                \
   X(uri_unix, o->uri = "unix:///tmp/redis.sock?db=1", 0, NULL)                 \
   X(uri_bad_port, o->uri = "redis://h:0", RLOCK_EURI, "port")                  \
-  X(uri_tls, o->uri = "rediss://h", RLOCK_EURI, "TLS")                         \
+  X(uri_tls, o->uri = "rediss://h", 0, NULL)                                  \
+  X(tls_on_plain, (o->uri = "redis://h", o->tls_ca_file = "/ca.pem"),          \
+    RLOCK_EINVAL, "tls_ca_file")                                               \
+  X(tls_insecure_plain, (o->uri = "redis://h", o->tls_insecure = 1),           \
+    RLOCK_EINVAL, "tls_insecure")                                              \
+  X(tls_insecure_two, (o->uri = "rediss://h", o->tls_insecure = 2),            \
+    RLOCK_EINVAL, "tls_insecure")                                              \
+  X(tls_cert_no_key, (o->uri = "rediss://h", o->tls_cert_file = "/c.pem"),     \
+    RLOCK_EINVAL, "tls_key_file")                                              \
+  X(tls_key_no_cert, (o->uri = "rediss://h", o->tls_key_file = "/k.pem"),      \
+    RLOCK_EINVAL, "tls_cert_file")                                             \
+  X(tls_sni_empty, (o->uri = "rediss://h", o->tls_server_name = ""),           \
+    RLOCK_EINVAL, "tls_server_name")                                           \
+  X(connect_timeout_min, o->connect_timeout_ms = 10, 0, NULL)                  \
+  X(connect_timeout_low, o->connect_timeout_ms = 9, RLOCK_EINVAL,              \
+    "connect_timeout_ms")                                                      \
+  X(queue_min, o->max_write_queue_bytes = 65536, 0, NULL)                      \
+  X(queue_low, o->max_write_queue_bytes = 65535, RLOCK_EINVAL,                 \
+    "max_write_queue_bytes")                                                   \
+  X(queue_high, o->max_write_queue_bytes = (INT64_C(1) << 40) + 1,             \
+    RLOCK_EINVAL, "max_write_queue_bytes")                                     \
   X(uri_empty, o->uri = "", RLOCK_EURI, "empty")
 
 #define NAME_64                                                                \

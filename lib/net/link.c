@@ -104,6 +104,9 @@ static void maybe_free(rlock__link *l) {
   if (l->reader != NULL)
     redisReaderFree(l->reader);
   rlock__tls_free(l->tls);
+  /* The handshake's AUTH passed through these buffers. */
+  rlock__wipe(l->out.p, l->out.cap);
+  rlock__wipe(l->wire.p, l->wire.cap);
   free(l->out.p);
   free(l->wire.p);
   free(l->addrs);

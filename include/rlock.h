@@ -188,6 +188,14 @@ typedef struct rlock_options {
   /* 1: accept any certificate and name (encryption without
    * authentication: for tests only). Default 0. */
   int tls_insecure;
+  /* Longest time a blocking call polls for its answer before it sleeps, in
+   * microseconds: an answer that comes within it costs no thread wake-up
+   * (on VMs, often as much as the round trip). The actual spin adapts
+   * below this - to about twice the answer latency seen, and to nothing
+   * where spins rarely pay off - and at most CPUs - 1 threads spin at
+   * once. 0: never spin (no CPU spent waiting). Default 250.
+   * Range 0..100000. */
+  int64_t spin_us;
 } rlock_options;
 
 /* Fills the first `size` bytes of `o` with the defaults above and sets

@@ -13,6 +13,7 @@ int rlock__engine_init(rlock__engine *e, rlock__core *core, rlock__net *net,
   e->client_id = client_id;
   rlock__map_init(&e->holds);
   rlock__map_init(&e->suspects);
+  rlock__parker_init(&e->parker, core->opts.spin_us);
   return rlock__random_bytes(e->latch_seed, sizeof(e->latch_seed));
 }
 

@@ -20,6 +20,7 @@
 #include <stdatomic.h>
 
 #include "net.h"
+#include "park.h"
 
 typedef struct rlock__engine rlock__engine;
 typedef struct rlock__op rlock__op;
@@ -232,6 +233,7 @@ void rlock__latches_free(rlock__engine *e);
 
 struct rlock__engine {
   rlock__core *core;
+  rlock__parker parker; /* how blocking callers wait (park.c) */
   rlock__net *net;
   const char *client_id; /* owners are "<client_id>:<owner id>" */
   rlock__op *active_head;

@@ -302,28 +302,25 @@ void rlock__op_set_wait(rlock__op *op, int64_t wait_ms, int64_t lease_ms) {
 
 /* ---- blocking facade ---- */
 
-static void sync_done(rlock__op *op) { uv_sem_post((uv_sem_t *)op->data); }
+static void sync_done(rlock__op *op) {
+  rlock__wait_wake((rlock__wait *)op->data); /* op may be gone after this */
+}
 
-/* Runs op on the loop thread and waits for it; the result, with the last
- * error set from its detail. */
-static int run_and_wait(rlock__core *core, rlock__op *op) {
-  uv_sem_t sem;
-  int rc = uv_sem_init(&sem, 0);
-  if (rc != 0) {
-    rlock__set_last_error("uv_sem_init: %s", uv_strerror(rc));
-    return RLOCK_ESYS;
-  }
+/* Runs op on the loop thread and waits for it (spin, then park: park.c);
+ * the result, with the last error set from its detail. */
+static int run_and_wait(rlock__engine *e, rlock__op *op) {
+  rlock__wait wait;
+  rlock__wait_init(&wait);
   op->done = sync_done;
-  op->data = &sem;
-  rc = rlock__core_submit(core, &op->task);
+  op->data = &wait;
+  int rc = rlock__core_submit(e->core, &op->task);
   if (rc == 0) {
-    uv_sem_wait(&sem);
+    rlock__wait_for(&e->parker, &wait);
     rc = op->result;
   } else {
     snprintf(op->detail, sizeof(op->detail), "%s",
              rlock__core_submit_error(rc));
   }
-  uv_sem_destroy(&sem);
   if (rc < 0)
     rlock__set_last_error("%s", op->detail[0] ? op->detail
                                               : rlock_strerror(rc));
@@ -339,7 +336,7 @@ int rlock__op_run_sync(rlock__op *op) {
                           "thread (e.g. inside a callback)");
     return RLOCK_EDEADLK;
   }
-  return run_and_wait(core, op);
+  return run_and_wait(op->engine, op);
 }
 
 static void noop_done(rlock__op *op) { (void)op; }
@@ -354,7 +351,7 @@ int rlock__engine_interrupt(rlock__engine *e, uint64_t owner) {
     rlock__clear_last_error();
     return op.result;
   }
-  return run_and_wait(e->core, &op);
+  return run_and_wait(e, &op);
 }
 
 /* ---- asynchronous facade ---- */

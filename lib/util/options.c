@@ -34,6 +34,7 @@ void rlock_options_init_size(rlock_options *o, size_t size) {
   d.tls_key_file = NULL;
   d.tls_server_name = NULL;
   d.tls_insecure = 0;
+  d.spin_us = 250;
   /* Only what the caller's struct has: it may come from an older header. */
   memcpy(o, &d, d.struct_size);
 }
@@ -150,6 +151,12 @@ int rlock__options_validate(const rlock_options *o) {
                           (long long)o->max_write_queue_bytes,
                           (long long)RLOCK__QUEUE_MIN,
                           (long long)RLOCK__QUEUE_MAX);
+    return RLOCK_EINVAL;
+  }
+  if (o->spin_us < 0 || o->spin_us > 100000) {
+    rlock__set_last_error("rlock_options.spin_us is %lld; it must be in "
+                          "0..100000",
+                          (long long)o->spin_us);
     return RLOCK_EINVAL;
   }
   if (o->tls_insecure != 0 && o->tls_insecure != 1) {

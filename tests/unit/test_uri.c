@@ -506,6 +506,10 @@ struct option_case {
   X(connect_timeout_min, o->connect_timeout_ms = 10, 0, NULL)                  \
   X(connect_timeout_low, o->connect_timeout_ms = 9, RLOCK_EINVAL,              \
     "connect_timeout_ms")                                                      \
+  X(spin_off, o->spin_us = 0, 0, NULL)                                         \
+  X(spin_max, o->spin_us = 100000, 0, NULL)                                    \
+  X(spin_neg, o->spin_us = -1, RLOCK_EINVAL, "spin_us")                        \
+  X(spin_high, o->spin_us = 100001, RLOCK_EINVAL, "spin_us")                   \
   X(queue_min, o->max_write_queue_bytes = 65536, 0, NULL)                      \
   X(queue_low, o->max_write_queue_bytes = 65535, RLOCK_EINVAL,                 \
     "max_write_queue_bytes")                                                   \

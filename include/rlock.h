@@ -196,6 +196,15 @@ typedef struct rlock_options {
    * once. 0: never spin (no CPU spent waiting). Default 250.
    * Range 0..100000. */
   int64_t spin_us;
+  /* Local handoff: when an owner of this client releases its last hold of
+   * a lock that another owner of this client is waiting for, that
+   * waiter's acquire goes out in the same write, right behind the release,
+   * instead of after the release message has come back (the message is
+   * still published, as always). At most this many handoffs in a row per
+   * lock; the next release then goes the pub/sub way only, so waiters in
+   * other processes (Java included) get their turn. 0 turns local handoff
+   * off. Default 3. Range 0..1000. */
+  int handoff_max;
 } rlock_options;
 
 /* Fills the first `size` bytes of `o` with the defaults above and sets

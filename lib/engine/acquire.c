@@ -134,6 +134,9 @@ static void lost_acquire(rlock__op *op, int err) {
     give_up(op);
 }
 
+/* See try_reply: the longest sleep after a local handoff missed. */
+#define HANDOFF_MISSED_SLEEP_MS 50
+
 static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
   (void)n;
   rlock__op *op = data;
@@ -157,10 +160,19 @@ static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
     return;
   }
   if (got == RLOCK__TRY_ACQUIRED) {
-    int rc = rlock__hold_add(e, lock, op->owner, op->lease_ms);
+    int rc = rlock__hold_add(e, lock, op->owner, op->lease_ms,
+                             op->handoff_streak);
     rlock__op_finish(op, rc < 0 ? rc : 1);
     return;
   }
+  /* A local handoff that did not hand over: the release behind which this
+   * try went did not free the lock first (it was re-sent after NOSCRIPT,
+   * or another client came between). Its message must wake normally, and
+   * if it was already taken for this try's, this waiter sleeps briefly. */
+  bool handoff_missed = op->handoff_streak > 0;
+  if (handoff_missed)
+    rlock__chan_unabsorb(e->net, lock->channel, lock->channel_len);
+  op->handoff_streak = 0;
   if (op->wait_ms == 0) {
     rlock__op_finish(op, 0);
     return;
@@ -199,6 +211,8 @@ static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
    * costs one TTL, never a hang) and by our own deadline. A key without
    * TTL (-1) is re-checked every watchdog timeout. */
   int64_t sleep_ms = ttl >= 0 ? ttl : e->core->opts.watchdog_timeout_ms;
+  if (handoff_missed && sleep_ms > HANDOFF_MISSED_SLEEP_MS)
+    sleep_ms = HANDOFF_MISSED_SLEEP_MS;
   if (op->wait_ms > 0 && op->deadline - now < sleep_ms)
     sleep_ms = op->deadline - now;
   op->state = RLOCK__ST_WAITING;

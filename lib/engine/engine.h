@@ -84,6 +84,9 @@ struct rlock__prim {
   /* Renews a batch of holds (KEYS locks; ARGV timeout, owners; replies an
    * array of 1/0). */
   const rlock__script *renew;
+  /* A release of an owner's last hold frees the lock for any one waiter:
+   * a local waiter's try may follow it in the same write (release.c). */
+  bool local_handoff;
 };
 
 /* ---- operations ---- */
@@ -131,6 +134,8 @@ struct rlock__op {
   int64_t outage_until; /* how long a deadline-less op rides out errors */
   int64_t trim_want;    /* count sent with the op's trim */
   bool answered;        /* the server answered one of this op's commands */
+  int handoff_streak;   /* acquire: woken by a local handoff, the streak's
+                           length; release: > 0 when it handed off */
   uint64_t hold_gen;    /* release: the hold it counted as releasing */
 };
 
@@ -191,12 +196,15 @@ typedef struct rlock__hold {
    * the unlock already ran on the server, so it is not a loss. */
   int releasing;
   uint64_t release_seq;
+  /* Local handoffs in a row that led to this hold (release.c). */
+  int handoff_streak;
 } rlock__hold;
 
 rlock__hold *rlock__hold_find(rlock__engine *e, const char *name,
                               const char *owner);
+/* Adds one hold; streak: the local handoffs in a row that led to it. */
 int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
-                    int64_t lease_ms);
+                    int64_t lease_ms, int streak);
 void rlock__hold_drop(rlock__engine *e, rlock__hold *h);
 /* The count the client knows it has (0 when lost or unknown). */
 int64_t rlock__hold_count_known(rlock__engine *e, const char *name,

@@ -40,7 +40,7 @@ rlock__hold *rlock__hold_find(rlock__engine *e, const char *name,
 }
 
 int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
-                    int64_t lease_ms) {
+                    int64_t lease_ms, int streak) {
   rlock__hold *h = rlock__hold_find(e, lock->name, owner);
   if (h == NULL) {
     h = calloc(1, sizeof(*h));
@@ -68,6 +68,8 @@ int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
     h->releasing = 0;
     h->gen = ++e->next_hold_gen;
   }
+  if (h->count == 0)
+    h->handoff_streak = streak;
   h->count++;
   if (lease_ms < 0)
     h->watchdog_count++;

@@ -99,6 +99,17 @@ uint64_t rlock__chan_epoch(rlock__net *n, const char *channel, size_t len);
 /* Puts a joined waiter to sleep until a message or wait_ms; a stored
  * wake-up (permit) makes it retry at once. */
 void rlock__chan_wait(rlock__waiter *w, int64_t wait_ms);
+/* Local handoff: the oldest waiter asleep on a live subscription of
+ * `channel`, or NULL. */
+rlock__waiter *rlock__chan_sleeper(rlock__net *n, const char *channel,
+                                   size_t len);
+/* Wakes that waiter now (its retry runs from here). With absorb_ms > 0,
+ * the next message on its channel within absorb_ms wakes nobody: it is the
+ * one of the release the waiter was woken for. */
+void rlock__chan_kick(rlock__waiter *w, int64_t absorb_ms);
+/* That release did not release (no message will come): forget one
+ * absorbed message. */
+void rlock__chan_unabsorb(rlock__net *n, const char *channel, size_t len);
 /* Wakes the oldest sleeper, or keeps a permit when none sleeps. */
 void rlock__chan_wake_one(rlock__chan *ch);
 /* Wakes every sleeper (or keeps permits for every joined waiter). */

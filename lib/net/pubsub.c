@@ -27,6 +27,10 @@ struct rlock__chan {
   uint64_t epoch;   /* changes whenever the subscription (re)starts */
   int refs;         /* waiters joined to this entry */
   int permits;      /* wake-ups that found nobody waiting */
+  /* Messages still to come for releases whose waiter was already woken
+   * locally (rlock__chan_kick): they wake nobody. Void after absorb_until. */
+  int absorb;
+  int64_t absorb_until;
   rlock__chan_message_fn on_message;
   rlock__waiter *confirm_head, *confirm_tail; /* waiting for SUBSCRIBE reply */
   rlock__waiter *wait_head, *wait_tail;       /* waiting for a message */
@@ -289,6 +293,28 @@ static void wake_list(rlock__net *n, rlock__chan *e) {
   }
 }
 
+rlock__waiter *rlock__chan_sleeper(rlock__net *n, const char *channel,
+                                   size_t len) {
+  rlock__chan *e = rlock__map_get(&n->chans, channel, len);
+  return (e != NULL && e->state == CHAN_SUBSCRIBED) ? e->wait_head : NULL;
+}
+
+void rlock__chan_kick(rlock__waiter *w, int64_t absorb_ms) {
+  rlock__chan *e = w->chan;
+  if (absorb_ms > 0) {
+    e->absorb++;
+    e->absorb_until = rlock__now_ms() + absorb_ms;
+  }
+  unwait(w);
+  w->ops->retry(w);
+}
+
+void rlock__chan_unabsorb(rlock__net *n, const char *channel, size_t len) {
+  rlock__chan *e = rlock__map_get(&n->chans, channel, len);
+  if (e != NULL && e->absorb > 0)
+    e->absorb--;
+}
+
 void rlock__chan_wake_one(rlock__chan *e) {
   if (e->wait_head != NULL)
     wake(e->wait_head);
@@ -399,8 +425,12 @@ void rlock__chans_reply(rlock__net *n, const redisReply *reply) {
   if (!kind_is(kind, "message") && n->sub_req_head == e)
     req_pop(n);
   if (kind_is(kind, "message")) {
-    if (e->state == CHAN_SUBSCRIBED &&
-        reply->element[2]->type == REDIS_REPLY_STRING)
+    if (e->absorb > 0 && rlock__now_ms() > e->absorb_until)
+      e->absorb = 0;
+    if (e->absorb > 0)
+      e->absorb--; /* its waiter was woken before the message came */
+    else if (e->state == CHAN_SUBSCRIBED &&
+             reply->element[2]->type == REDIS_REPLY_STRING)
       e->on_message(e, reply->element[2]->str, reply->element[2]->len);
   } else if (kind_is(kind, "subscribe")) {
     if (e->state == CHAN_SUBSCRIBING)
@@ -447,6 +477,7 @@ void rlock__chans_on_disconnect(rlock__net *n) {
     /* Sleepers also get one retry when the subscription is back (see
      * confirmed()). */
     e->permits = 0;
+    e->absorb = 0;
     e->missed = true;
     /* Nothing can wake the sleepers now: let each try once at once, so a
      * dead server is noticed now rather than after its bound. */

@@ -105,8 +105,15 @@ static void on_message(rlock__chan *ch, const char *payload, size_t len) {
 }
 
 const rlock__prim rlock__prim_lock = {
-    "lock",       send_try,     read_try,     send_release, read_release,
-    on_message,   &trim_script, &renew_script};
+    .kind = "lock",
+    .send_try = send_try,
+    .read_try = read_try,
+    .send_release = send_release,
+    .read_release = read_release,
+    .on_message = on_message,
+    .trim = &trim_script,
+    .renew = &renew_script,
+    .local_handoff = true};
 
 /* ---- force unlock and queries ---- */
 

@@ -35,6 +35,7 @@ void rlock_options_init_size(rlock_options *o, size_t size) {
   d.tls_server_name = NULL;
   d.tls_insecure = 0;
   d.spin_us = 250;
+  d.handoff_max = 3;
   /* Only what the caller's struct has: it may come from an older header. */
   memcpy(o, &d, d.struct_size);
 }
@@ -157,6 +158,12 @@ int rlock__options_validate(const rlock_options *o) {
     rlock__set_last_error("rlock_options.spin_us is %lld; it must be in "
                           "0..100000",
                           (long long)o->spin_us);
+    return RLOCK_EINVAL;
+  }
+  if (o->handoff_max < 0 || o->handoff_max > 1000) {
+    rlock__set_last_error("rlock_options.handoff_max is %d; it must be in "
+                          "0..1000",
+                          o->handoff_max);
     return RLOCK_EINVAL;
   }
   if (o->tls_insecure != 0 && o->tls_insecure != 1) {

@@ -506,6 +506,10 @@ struct option_case {
   X(connect_timeout_min, o->connect_timeout_ms = 10, 0, NULL)                  \
   X(connect_timeout_low, o->connect_timeout_ms = 9, RLOCK_EINVAL,              \
     "connect_timeout_ms")                                                      \
+  X(handoff_off, o->handoff_max = 0, 0, NULL)                                  \
+  X(handoff_max, o->handoff_max = 1000, 0, NULL)                               \
+  X(handoff_neg, o->handoff_max = -1, RLOCK_EINVAL, "handoff_max")             \
+  X(handoff_high, o->handoff_max = 1001, RLOCK_EINVAL, "handoff_max")          \
   X(spin_off, o->spin_us = 0, 0, NULL)                                         \
   X(spin_max, o->spin_us = 100000, 0, NULL)                                    \
   X(spin_neg, o->spin_us = -1, RLOCK_EINVAL, "spin_us")                        \

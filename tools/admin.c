@@ -1,8 +1,9 @@
 /* `rlock status NAME...` and `rlock unlock --force NAME...`.
  *
- * status reads what is in Redis with a plain synchronous hiredis
- * connection (no client thread, no pub/sub connection of its own, so it
- * does not count itself as a waiter): one MULTI/EXEC per name, so the
+ * status reads what is in Redis with a plain synchronous connection
+ * (hiredis, with the library's TLS session for rediss://; no client
+ * thread, no pub/sub connection of its own, so it does not count itself
+ * as a waiter): one MULTI/EXEC per name, so the
  * owners, the TTL and the waiter count are one consistent snapshot. unlock
  * goes through the library (rlock_force_unlock), which publishes the
  * unlock message that wakes a waiter, Java or C; first, unless
@@ -14,26 +15,224 @@
 #include <getopt.h>
 #include <hiredis.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "tls.h"
 #include "util.h"
 
 #define PLAIN_TIMEOUT_MS 5000
 
 /* ---- a plain connection ---- */
 
+/* A synchronous connection: hiredis's socket, timeouts and reply reader,
+ * and for rediss:// the library's TLS session (net/tls.h: OpenSSL over
+ * memory BIOs, the same verification as the library's connections)
+ * between the reader and the socket, which hiredis 0.14 cannot do. */
+typedef struct pconn {
+  redisContext *c;
+  rlock__tls_ctx *ctx;
+  rlock__tls *tls; /* NULL: plain text, hiredis does the I/O */
+  char peer[280];  /* "host:port", for messages */
+  char errstr[1024];
+  bool tls_failed; /* errstr is a TLS failure (RLOCK_ETLS) */
+  char buf[16384];
+} pconn;
+
+static const char *pconn_errstr(const pconn *p) {
+  return p->tls != NULL ? p->errstr : p->c->errstr;
+}
+
+static void pconn_free(pconn *p) {
+  if (p == NULL)
+    return;
+  if (p->c != NULL)
+    redisFree(p->c);
+  rlock__tls_free(p->tls);
+  rlock__tls_ctx_free(p->ctx);
+  free(p);
+}
+
+/* Sends the ciphertext OpenSSL has for the peer. 0, or -1 with errstr. */
+static int tls_flush(pconn *p) {
+  size_t n;
+  while ((n = rlock__tls_take(p->tls, p->buf, sizeof p->buf)) > 0) {
+    const char *at = p->buf;
+    while (n > 0) {
+      ssize_t w = write(p->c->fd, at, n);
+      if (w < 0 && errno == EINTR)
+        continue;
+      if (w < 0) {
+        snprintf(p->errstr, sizeof p->errstr, "%s: %s", p->peer,
+                 errno == EAGAIN || errno == EWOULDBLOCK
+                     ? "timed out writing"
+                     : strerror(errno));
+        return -1;
+      }
+      at += w;
+      n -= (size_t)w;
+    }
+  }
+  return 0;
+}
+
+/* Reads what the socket has into the session. 0, or -1 with errstr; with
+ * *closed set when the peer closed the connection, *timed_out when nothing
+ * came within the timeout. */
+static int tls_fill(pconn *p, bool *closed, bool *timed_out) {
+  *closed = *timed_out = false;
+  ssize_t n;
+  do {
+    n = read(p->c->fd, p->buf, sizeof p->buf);
+  } while (n < 0 && errno == EINTR);
+  if (n == 0) {
+    *closed = true;
+    snprintf(p->errstr, sizeof p->errstr,
+             "%s: connection closed by the server", p->peer);
+    return -1;
+  }
+  if (n < 0) {
+    *timed_out = errno == EAGAIN || errno == EWOULDBLOCK;
+    snprintf(p->errstr, sizeof p->errstr, "%s: %s", p->peer,
+             *timed_out ? "timed out reading" : strerror(errno));
+    return -1;
+  }
+  if (rlock__tls_put(p->tls, p->buf, (size_t)n) != 0) {
+    snprintf(p->errstr, sizeof p->errstr, "out of memory");
+    return -1;
+  }
+  return 0;
+}
+
+/* The TLS handshake over the connected socket. 0, or the exit code with
+ * the message printed (unless quiet). */
+static int tls_handshake(pconn *p, bool quiet) {
+  char detail[300];
+  for (;;) {
+    int hs = rlock__tls_handshake(p->tls, detail, sizeof detail);
+    if (hs < 0) {
+      (void)tls_flush(p); /* the alert, if any */
+      snprintf(p->errstr, sizeof p->errstr,
+               "TLS handshake with %s failed: %s", p->peer, detail);
+      break;
+    }
+    /* The last flight (Finished) goes out with the first command, in one
+     * write (pconn_get_reply flushes), as the library's link does. */
+    if (hs == 1)
+      return 0;
+    if (tls_flush(p) != 0)
+      break;
+    bool closed, timed_out;
+    if (tls_fill(p, &closed, &timed_out) != 0) {
+      if (closed)
+        snprintf(p->errstr, sizeof p->errstr,
+                 "%s closed the connection during the TLS handshake (is it "
+                 "serving TLS on this port?)",
+                 p->peer);
+      else if (timed_out)
+        snprintf(p->errstr, sizeof p->errstr,
+                 "TLS handshake with %s not answered within %d ms: is the "
+                 "server serving plain text on this port?",
+                 p->peer, PLAIN_TIMEOUT_MS);
+      break;
+    }
+  }
+  if (!quiet)
+    cli_err("cannot connect to Redis: %s (%s)", rlock_strerror(RLOCK_ETLS),
+            p->errstr);
+  return cli_exit_for(RLOCK_ETLS);
+}
+
+static int pconn_vappend(pconn *p, const char *fmt, va_list ap) {
+  if (p->tls == NULL)
+    return redisvAppendCommand(p->c, fmt, ap);
+  char *cmd = NULL;
+  int len = redisvFormatCommand(&cmd, fmt, ap);
+  if (len < 0) {
+    snprintf(p->errstr, sizeof p->errstr, "out of memory");
+    return REDIS_ERR;
+  }
+  char detail[300];
+  int rc = rlock__tls_write(p->tls, cmd, (size_t)len, detail, sizeof detail);
+  rlock__wipe(cmd, (size_t)len); /* AUTH's password */
+  redisFreeCommand(cmd);
+  if (rc != 0) {
+    snprintf(p->errstr, sizeof p->errstr, "%s: %s", p->peer,
+             rc == RLOCK_ENOMEM ? "out of memory" : detail);
+    p->tls_failed = rc == RLOCK_ETLS;
+    return REDIS_ERR;
+  }
+  return REDIS_OK;
+}
+
+static int pconn_append(pconn *p, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int rc = pconn_vappend(p, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+/* The next reply, as redisGetReply(). */
+static int pconn_get_reply(pconn *p, void **reply) {
+  if (p->tls == NULL)
+    return redisGetReply(p->c, reply);
+  *reply = NULL;
+  char detail[300];
+  for (;;) {
+    if (redisReaderGetReply(p->c->reader, reply) != REDIS_OK) {
+      snprintf(p->errstr, sizeof p->errstr, "protocol error from %s: %s",
+               p->peer, p->c->reader->errstr);
+      return REDIS_ERR;
+    }
+    if (*reply != NULL)
+      return REDIS_OK;
+    long got = rlock__tls_read(p->tls, p->buf, sizeof p->buf, detail,
+                               sizeof detail);
+    if (got > 0) {
+      if (redisReaderFeed(p->c->reader, p->buf, (size_t)got) != REDIS_OK) {
+        snprintf(p->errstr, sizeof p->errstr, "out of memory");
+        return REDIS_ERR;
+      }
+      continue;
+    }
+    if (got < 0) {
+      snprintf(p->errstr, sizeof p->errstr, "%s: %s", p->peer, detail);
+      p->tls_failed = got == RLOCK_ETLS;
+      return REDIS_ERR;
+    }
+    bool closed, timed_out;
+    if (tls_flush(p) != 0 || tls_fill(p, &closed, &timed_out) != 0)
+      return REDIS_ERR;
+  }
+}
+
+/* A command and its reply, as redisCommand(): NULL on a connection
+ * error (pconn_errstr says which). */
+static redisReply *pconn_command(pconn *p, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int rc = pconn_vappend(p, fmt, ap);
+  va_end(ap);
+  void *reply = NULL;
+  if (rc != REDIS_OK || pconn_get_reply(p, &reply) != REDIS_OK)
+    return NULL;
+  return reply;
+}
+
 /* Checks (and frees) the reply to a connection set-up command. Returns 0
  * or the exit code. */
-static int setup_reply(redisContext *c, bool quiet, const char *step,
+static int setup_reply(pconn *p, bool quiet, const char *step,
                        redisReply *reply) {
   int exit_code = 0;
   if (reply == NULL) {
     if (!quiet)
-      cli_err("%s: %s", step, c->errstr);
+      cli_err("%s: %s", step, pconn_errstr(p));
     exit_code = CLI_EX_TEMPFAIL;
   } else if (reply->type == REDIS_REPLY_ERROR) {
     if (!quiet)
@@ -44,12 +243,12 @@ static int setup_reply(redisContext *c, bool quiet, const char *step,
   return exit_code;
 }
 
-/* Connects to uri_text, authenticates and selects the database, as the
- * library's own connections do. On failure returns the exit code; unless
- * `quiet` it also prints why (never the URI itself: it may hold a
- * password). */
-static int plain_connect(const char *uri_text, bool quiet,
-                         redisContext **out) {
+/* Connects to uri_text (TLS for rediss://, with the --tls-* options),
+ * authenticates and selects the database, as the library's own
+ * connections do. On failure returns the exit code; unless `quiet` it also
+ * prints why (never the URI itself: it may hold a password). */
+static int plain_connect(const char *uri_text, const cli_tls_opts *tls,
+                         bool quiet, pconn **out) {
   *out = NULL;
   rlock__uri uri;
   int rc = rlock__uri_parse(uri_text, &uri);
@@ -58,45 +257,97 @@ static int plain_connect(const char *uri_text, bool quiet,
       cli_err("invalid Redis URI: %s", rlock_last_error());
     return cli_exit_for(rc);
   }
-  struct timeval tv = {.tv_sec = PLAIN_TIMEOUT_MS / 1000,
-                       .tv_usec = (PLAIN_TIMEOUT_MS % 1000) * 1000};
-  redisContext *c = uri.is_unix ? redisConnectUnixWithTimeout(uri.path, tv)
-                                : redisConnectWithTimeout(uri.host, uri.port,
-                                                          tv);
-  int exit_code = 0;
-  if (c == NULL) {
+  pconn *p = calloc(1, sizeof *p);
+  if (p == NULL) {
+    rlock__uri_free(&uri);
     if (!quiet)
       cli_err("cannot connect to Redis: out of memory");
-    exit_code = CLI_EX_OSERR;
-  } else if (c->err) {
-    if (!quiet) {
-      if (uri.is_unix)
-        cli_err("cannot connect to Redis at %s: %s", uri.path, c->errstr);
-      else
-        cli_err("cannot connect to Redis at %s:%d: %s", uri.host, uri.port,
-                c->errstr);
+    return CLI_EX_OSERR;
+  }
+  int exit_code = 0;
+  if (uri.tls) {
+    /* The TLS context first: a file it cannot use is said before any
+     * connection is tried, as the library does at open. */
+    rlock_options o;
+    rlock_options_init(&o);
+    cli_tls_apply(tls, &o);
+    rc = rlock__tls_ctx_new(&p->ctx, &o, uri.host);
+    if (rc != 0) {
+      if (!quiet)
+        cli_err_rlock(rc, "cannot connect to Redis");
+      exit_code = cli_exit_for(rc);
     }
-    exit_code = CLI_EX_TEMPFAIL;
-  } else {
-    redisSetTimeout(c, tv);
+  }
+  struct timeval tv = {.tv_sec = PLAIN_TIMEOUT_MS / 1000,
+                       .tv_usec = (PLAIN_TIMEOUT_MS % 1000) * 1000};
+  if (exit_code == 0) {
+    p->c = uri.is_unix ? redisConnectUnixWithTimeout(uri.path, tv)
+                       : redisConnectWithTimeout(uri.host, uri.port, tv);
+    if (p->c == NULL) {
+      if (!quiet)
+        cli_err("cannot connect to Redis: out of memory");
+      exit_code = CLI_EX_OSERR;
+    } else if (p->c->err) {
+      if (!quiet) {
+        if (uri.is_unix)
+          cli_err("cannot connect to Redis at %s: %s", uri.path,
+                  p->c->errstr);
+        else
+          cli_err("cannot connect to Redis at %s:%d: %s", uri.host, uri.port,
+                  p->c->errstr);
+      }
+      exit_code = CLI_EX_TEMPFAIL;
+    } else {
+      redisSetTimeout(p->c, tv);
+    }
+  }
+  if (exit_code == 0 && p->ctx != NULL) {
+    snprintf(p->peer, sizeof p->peer,
+             strchr(uri.host, ':') != NULL ? "[%s]:%d" : "%s:%d", uri.host,
+             uri.port);
+    p->tls = rlock__tls_new(p->ctx);
+    if (p->tls == NULL) {
+      if (!quiet)
+        cli_err("cannot connect to Redis: out of memory (TLS session)");
+      exit_code = CLI_EX_OSERR;
+    } else {
+      exit_code = tls_handshake(p, quiet);
+    }
+    /* With TLS 1.3 the server judges the client (its certificate) after
+     * the client has finished the handshake: only an answer shows the
+     * session stands. Any answer will do (NOAUTH before AUTH too). */
+    redisReply *pong = exit_code == 0 ? pconn_command(p, "PING") : NULL;
+    if (exit_code == 0 && pong == NULL) {
+      if (!quiet) {
+        if (p->tls_failed)
+          cli_err("cannot connect to Redis: %s (%s)",
+                  rlock_strerror(RLOCK_ETLS), p->errstr);
+        else /* the alert may be lost to the reset our PING causes */
+          cli_err("cannot connect to Redis: %s (%s, right after the TLS "
+                  "handshake: does the server require a client "
+                  "certificate, --tls-cert and --tls-key?)",
+                  rlock_strerror(RLOCK_ETLS), p->errstr);
+      }
+      exit_code = cli_exit_for(RLOCK_ETLS);
+    }
+    freeReplyObject(pong);
   }
   if (exit_code == 0 && uri.password != NULL) {
     redisReply *reply =
         uri.user != NULL && uri.user[0] != '\0'
-            ? redisCommand(c, "AUTH %s %s", uri.user, uri.password)
-            : redisCommand(c, "AUTH %s", uri.password);
-    exit_code = setup_reply(c, quiet, "authentication", reply);
+            ? pconn_command(p, "AUTH %s %s", uri.user, uri.password)
+            : pconn_command(p, "AUTH %s", uri.password);
+    exit_code = setup_reply(p, quiet, "authentication", reply);
   }
   if (exit_code == 0 && uri.db != 0)
-    exit_code = setup_reply(c, quiet, "SELECT",
-                            redisCommand(c, "SELECT %d", uri.db));
+    exit_code = setup_reply(p, quiet, "SELECT",
+                            pconn_command(p, "SELECT %d", uri.db));
   rlock__uri_free(&uri);
   if (exit_code != 0) {
-    if (c != NULL)
-      redisFree(c);
+    pconn_free(p);
     return exit_code;
   }
-  *out = c;
+  *out = p;
   return 0;
 }
 
@@ -117,32 +368,32 @@ static char *lock_channel(const char *name, size_t *len_out) {
   return channel;
 }
 
-int cli_release_orphan(const char *uri, const char *name,
-                       const char *owner) {
+int cli_release_orphan(const char *uri, const cli_tls_opts *tls,
+                       const char *name, const char *owner) {
   /* Only our own field is checked: the CLI holds its locks once, so the
    * whole key is ours to delete. Same message as an unlock: "0". */
   static const char script[] =
       "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then "
       "redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], '0'); "
       "return 1 end; return 0";
-  redisContext *c;
-  if (plain_connect(uri, true, &c) != 0)
+  pconn *c;
+  if (plain_connect(uri, tls, true, &c) != 0)
     return RLOCK_ECONN;
   size_t channel_len;
   char *channel = lock_channel(name, &channel_len);
   if (channel == NULL) {
-    redisFree(c);
+    pconn_free(c);
     return RLOCK_ENOMEM;
   }
-  redisReply *reply = redisCommand(c, "EVAL %s 2 %s %b %s", script, name,
-                                   channel, channel_len, owner);
+  redisReply *reply = pconn_command(c, "EVAL %s 2 %s %b %s", script, name,
+                                    channel, channel_len, owner);
   int rc = RLOCK_ECONN;
   if (reply != NULL)
     rc = reply->type == REDIS_REPLY_INTEGER ? (int)reply->integer
                                             : RLOCK_ESERVER;
   freeReplyObject(reply);
   free(channel);
-  redisFree(c);
+  pconn_free(c);
   return rc;
 }
 
@@ -260,7 +511,7 @@ static void print_json(const char *name, const lock_state *s, bool first) {
 
 /* Reads one lock's state. Returns 0 or an exit code (message printed).
  * *exec_out must be freed with freeReplyObject(). */
-static int read_state(redisContext *c, const char *name, lock_state *s,
+static int read_state(pconn *c, const char *name, lock_state *s,
                       redisReply **exec_out) {
   *exec_out = NULL;
   size_t channel_len;
@@ -270,19 +521,24 @@ static int read_state(redisContext *c, const char *name, lock_state *s,
     return CLI_EX_OSERR;
   }
   size_t name_len = strlen(name);
-  redisAppendCommand(c, "MULTI");
-  redisAppendCommand(c, "TYPE %b", name, name_len);
-  redisAppendCommand(c, "HGETALL %b", name, name_len);
-  redisAppendCommand(c, "PTTL %b", name, name_len);
-  redisAppendCommand(c, "PUBSUB NUMSUB %b", channel, channel_len);
-  redisAppendCommand(c, "EXEC");
+  bool sent = pconn_append(c, "MULTI") == REDIS_OK &&
+              pconn_append(c, "TYPE %b", name, name_len) == REDIS_OK &&
+              pconn_append(c, "HGETALL %b", name, name_len) == REDIS_OK &&
+              pconn_append(c, "PTTL %b", name, name_len) == REDIS_OK &&
+              pconn_append(c, "PUBSUB NUMSUB %b", channel, channel_len) ==
+                  REDIS_OK &&
+              pconn_append(c, "EXEC") == REDIS_OK;
   free(channel);
+  if (!sent) {
+    cli_err("reading '%s': %s", name, pconn_errstr(c));
+    return CLI_EX_TEMPFAIL;
+  }
   int exit_code = 0;
   redisReply *replies[6] = {NULL};
   for (int i = 0; i < 6; i++) {
     void *reply = NULL;
-    if (redisGetReply(c, &reply) != REDIS_OK) {
-      cli_err("reading '%s': %s", name, c->errstr);
+    if (pconn_get_reply(c, &reply) != REDIS_OK) {
+      cli_err("reading '%s': %s", name, pconn_errstr(c));
       exit_code = CLI_EX_TEMPFAIL;
       break;
     }
@@ -326,11 +582,13 @@ static const struct option status_longopts[] = {
     {"json", no_argument, NULL, 'j'},
     {"uri", required_argument, NULL, 'u'},
     {"help", no_argument, NULL, 'h'},
+    CLI_TLS_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
 
 int cli_status_main(int argc, char **argv) {
   const char *uri_flag = NULL;
+  cli_tls_opts tls = {0};
   bool json = false;
   int c;
   optind = 1;
@@ -347,6 +605,8 @@ int cli_status_main(int argc, char **argv) {
       cli_help(stdout);
       return 0;
     default:
+      if (cli_tls_option(&tls, c, optarg))
+        break;
       return cli_getopt_error(c, argv);
     }
   }
@@ -360,8 +620,12 @@ int cli_status_main(int argc, char **argv) {
       return CLI_EX_USAGE;
     }
   }
-  redisContext *ctx;
-  int rc = plain_connect(cli_resolve_uri(uri_flag), false, &ctx);
+  const char *uri = cli_resolve_uri(uri_flag);
+  int rc = cli_tls_check(&tls, uri);
+  if (rc != 0)
+    return rc;
+  pconn *ctx;
+  rc = plain_connect(uri, &tls, false, &ctx);
   if (rc != 0)
     return rc;
   if (json)
@@ -380,7 +644,7 @@ int cli_status_main(int argc, char **argv) {
   }
   if (json && rc == 0)
     fputs("\n]\n", stdout);
-  redisFree(ctx);
+  pconn_free(ctx);
   if (fflush(stdout) != 0 && rc == 0) {
     cli_err("writing the status: %s", strerror(errno));
     rc = CLI_EX_OSERR;
@@ -397,6 +661,7 @@ static const struct option unlock_longopts[] = {
     {"any-type", no_argument, NULL, OPT_ANY_TYPE},
     {"uri", required_argument, NULL, 'u'},
     {"help", no_argument, NULL, 'h'},
+    CLI_TLS_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
 
@@ -406,11 +671,10 @@ static int worst(int a, int b) { return a > b ? a : b; }
 
 /* Redis's TYPE of `name` ("hash", "none", "string", ...) into type[n].
  * Returns 0, or the exit code after printing why. */
-static int key_type(redisContext *c, const char *name, char *type,
-                    size_t n) {
-  redisReply *reply = redisCommand(c, "TYPE %b", name, strlen(name));
+static int key_type(pconn *c, const char *name, char *type, size_t n) {
+  redisReply *reply = pconn_command(c, "TYPE %b", name, strlen(name));
   if (reply == NULL) {
-    cli_err("unlock '%s': checking its type: %s", name, c->errstr);
+    cli_err("unlock '%s': checking its type: %s", name, pconn_errstr(c));
     return CLI_EX_TEMPFAIL;
   }
   int exit_code = 0;
@@ -431,6 +695,7 @@ static int key_type(redisContext *c, const char *name, char *type,
 
 int cli_unlock_main(int argc, char **argv) {
   const char *uri_flag = NULL;
+  cli_tls_opts tls = {0};
   bool force = false, any_type = false;
   int c;
   optind = 1;
@@ -450,6 +715,8 @@ int cli_unlock_main(int argc, char **argv) {
       cli_help(stdout);
       return 0;
     default:
+      if (cli_tls_option(&tls, c, optarg))
+        break;
       return cli_getopt_error(c, argv);
     }
   }
@@ -463,21 +730,24 @@ int cli_unlock_main(int argc, char **argv) {
     return CLI_EX_USAGE;
   }
   const char *uri = cli_resolve_uri(uri_flag);
+  int rc = cli_tls_check(&tls, uri);
+  if (rc != 0)
+    return rc;
   /* The type check's connection (not needed with --any-type). */
-  redisContext *check = NULL;
+  pconn *check = NULL;
   if (!any_type) {
-    int rc = plain_connect(uri, false, &check);
+    rc = plain_connect(uri, &tls, false, &check);
     if (rc != 0)
       return rc;
   }
   rlock_options opts;
   rlock_options_init(&opts);
   opts.uri = uri;
+  cli_tls_apply(&tls, &opts);
   rlock_client *client;
-  int rc = rlock_client_open(&client, &opts);
+  rc = rlock_client_open(&client, &opts);
   if (rc != 0) {
-    if (check != NULL)
-      redisFree(check);
+    pconn_free(check);
     return cli_open_failed(rc);
   }
   /* A NAME that is not a lock is reported and skipped; the other NAMEs are
@@ -531,8 +801,7 @@ int cli_unlock_main(int argc, char **argv) {
       exit_code = worst(exit_code, CLI_EXIT_CONFLICT);
   }
   rlock_client_close(client);
-  if (check != NULL)
-    redisFree(check);
+  pconn_free(check);
   if (fflush(stdout) != 0 && exit_code == 0)
     exit_code = CLI_EX_OSERR;
   return exit_code;

@@ -3,7 +3,8 @@
  *   rlock.c  argument parsing, --help/--version, dispatch
  *   run.c    `rlock NAME -- COMMAND`: the lock thread, signals, the child
  *   admin.c  `rlock status` and `rlock unlock --force`, and the plain
- *            hiredis connection they (and run.c's clean-up) use
+ *            synchronous connection they (and run.c's clean-up) use:
+ *            hiredis, with the library's TLS session for rediss://
  */
 #ifndef RLOCK_CLI_H
 #define RLOCK_CLI_H
@@ -18,21 +19,57 @@
 
 /* Exit codes of the tool itself (sysexits.h values where one fits). A
  * command's own status, or 128+N when it died of signal N, passes through
- * unchanged. The table is repeated in --help and tools/README-section.md. */
+ * unchanged. The table is repeated in --help and in README.md (Command-line
+ * tool). */
 enum {
   CLI_EXIT_CONFLICT = 1,    /* -n busy or -w ran out (default; see -E) */
   CLI_EX_USAGE = 64,        /* bad arguments or URI */
   CLI_EX_UNAVAILABLE = 69,  /* Redis refused: auth, ACL, wrong type, error */
   CLI_EX_SOFTWARE = 70,     /* internal error */
   CLI_EX_OSERR = 71,        /* fork, pipe, thread, memory */
-  CLI_EX_TEMPFAIL = 75,     /* Redis unreachable, did not answer in time, or
-                               is not a Redis server (RLOCK_EPROTO) */
+  CLI_EX_TEMPFAIL = 75,     /* Redis unreachable, did not answer in time,
+                               is not a Redis server (RLOCK_EPROTO), or no
+                               TLS session could be made with it
+                               (RLOCK_ETLS: handshake, certificate) */
   CLI_EX_LOCKLOST = 79,     /* lock lost while COMMAND ran, --on-lost=kill */
   CLI_EX_NOEXEC = 126,      /* COMMAND found but not executable */
   CLI_EX_NOTFOUND = 127,    /* COMMAND not found */
 };
 
 typedef enum cli_on_lost { CLI_ON_LOST_WARN, CLI_ON_LOST_KILL } cli_on_lost;
+
+/* The --tls-* options (rediss:// only), shared by the lock command, status
+ * and unlock. Options only: no environment variable sets them (the CLI
+ * reads only $REDIS_URL, whose rediss:// alone already means TLS with the
+ * system's trust store). */
+typedef struct cli_tls_opts {
+  const char *ca_file;     /* --tls-ca-file */
+  const char *ca_dir;      /* --tls-ca-dir */
+  const char *cert_file;   /* --tls-cert */
+  const char *key_file;    /* --tls-key */
+  const char *server_name; /* --tls-server-name */
+  bool insecure;           /* --tls-insecure */
+  const char *first;       /* the first --tls-* option given, for messages;
+                              NULL: none */
+} cli_tls_opts;
+
+/* getopt_long values of the --tls-* options (above any short option and
+ * the commands' own long-only values), and their table entries. */
+enum {
+  CLI_OPT_TLS_CA_FILE = 0x200,
+  CLI_OPT_TLS_CA_DIR,
+  CLI_OPT_TLS_CERT,
+  CLI_OPT_TLS_KEY,
+  CLI_OPT_TLS_SERVER_NAME,
+  CLI_OPT_TLS_INSECURE,
+};
+#define CLI_TLS_LONGOPTS                                                       \
+  {"tls-ca-file", required_argument, NULL, CLI_OPT_TLS_CA_FILE},               \
+      {"tls-ca-dir", required_argument, NULL, CLI_OPT_TLS_CA_DIR},             \
+      {"tls-cert", required_argument, NULL, CLI_OPT_TLS_CERT},                 \
+      {"tls-key", required_argument, NULL, CLI_OPT_TLS_KEY},                   \
+      {"tls-server-name", required_argument, NULL, CLI_OPT_TLS_SERVER_NAME},   \
+      {"tls-insecure", no_argument, NULL, CLI_OPT_TLS_INSECURE}
 
 /* Everything `rlock [options] NAME -- COMMAND` was asked to do. */
 typedef struct cli_run_opts {
@@ -46,6 +83,7 @@ typedef struct cli_run_opts {
   int conflict_exit_code; /* -E */
   cli_on_lost on_lost;
   bool verbose;
+  cli_tls_opts tls;
 } cli_run_opts;
 
 /* Prints "rlock: <message>\n" on stderr. */
@@ -72,6 +110,19 @@ int cli_exit_for(int err);
  * empty, else redis://127.0.0.1:6379. */
 const char *cli_resolve_uri(const char *flag);
 
+/* If getopt_long's `c` is a --tls-* option, records it (optarg is its
+ * value) and returns true. */
+bool cli_tls_option(cli_tls_opts *t, int c, const char *arg);
+
+/* After parsing: the --tls-* options against the resolved URI (they need
+ * rediss://), each other (--tls-cert and --tls-key go together), and the
+ * files (readable, so a wrong path is named as the option that gave it).
+ * 0, or CLI_EX_USAGE with the message printed. */
+int cli_tls_check(const cli_tls_opts *t, const char *uri);
+
+/* Copies the --tls-* options into library options. */
+void cli_tls_apply(const cli_tls_opts *t, rlock_options *o);
+
 /* Monotonic milliseconds. */
 int64_t cli_now_ms(void);
 
@@ -84,9 +135,11 @@ int cli_unlock_main(int argc, char **argv);
 int cli_run(const cli_run_opts *o);
 
 /* Deletes the lock `name` if (and only if) `owner` holds it, publishing the
- * unlock message so a waiter wakes, over a fresh plain connection. For the
- * rare case where the lock was acquired by a client that is already closed.
- * Returns 1 deleted, 0 not held by owner, or a negative RLOCK_E* code. */
-int cli_release_orphan(const char *uri, const char *name, const char *owner);
+ * unlock message so a waiter wakes, over a fresh plain (synchronous)
+ * connection, TLS for rediss://. For the rare case where the lock was
+ * acquired by a client that is already closed. Returns 1 deleted, 0 not
+ * held by owner, or a negative RLOCK_E* code. */
+int cli_release_orphan(const char *uri, const cli_tls_opts *tls,
+                       const char *name, const char *owner);
 
 #endif

@@ -2,6 +2,7 @@
  * lock — flock(1) for a fleet. Argument parsing, help and dispatch; the
  * work is in run.c (NAME -- COMMAND) and admin.c (status, unlock). */
 #include <errno.h>
+#include <dirent.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "cli.h"
@@ -21,8 +23,8 @@ static const char usage_text[] =
     "Usage:\n"
     "  rlock [options] NAME [--] COMMAND [ARGS...]\n"
     "  rlock [options] NAME -c SHELL-COMMAND\n"
-    "  rlock status [--json] [-u URI] NAME...\n"
-    "  rlock unlock --force [--any-type] [-u URI] NAME...\n"
+    "  rlock status [--json] [-u URI] [TLS options] NAME...\n"
+    "  rlock unlock --force [--any-type] [-u URI] [TLS options] NAME...\n"
     "  rlock --help | --version\n"
     "\n"
     "Run COMMAND while holding the distributed lock NAME, a Redisson lock in\n"
@@ -34,7 +36,8 @@ static const char usage_text[] =
     "\n"
     "Options:\n"
     "  -u, --uri URI           Redis server:\n"
-    "                          redis://[[user]:password@]host[:port][/db] or\n"
+    "                          redis://[[user]:password@]host[:port][/db],\n"
+    "                          rediss://... (TLS, see below) or\n"
     "                          unix:///path[?db=N]; default $REDIS_URL, else\n"
     "                          redis://127.0.0.1:6379\n"
     "  -n, --nonblock          fail at once (exit 1) if the lock is held\n"
@@ -77,7 +80,26 @@ static const char usage_text[] =
     "                          its type, like Redisson's forceUnlock\n"
     "\n";
 
-/* Two strings: ISO C guarantees string literals only up to 4095 bytes. */
+/* Three strings: ISO C guarantees string literals only up to 4095 bytes. */
+static const char tls_text[] =
+    "TLS options (with a rediss:// URI only; the lock command, status and\n"
+    "unlock all take them):\n"
+    "      --tls-ca-file FILE  trust the CA certificates in FILE (PEM) instead\n"
+    "                          of the system's trust store\n"
+    "      --tls-ca-dir DIR    trust the CA certificates in DIR (OpenSSL hashed\n"
+    "                          form, c_rehash)\n"
+    "      --tls-cert FILE     client certificate (PEM) for mutual TLS; needs\n"
+    "                          --tls-key\n"
+    "      --tls-key FILE      its private key (PEM, unencrypted)\n"
+    "      --tls-server-name NAME\n"
+    "                          the name sent as SNI and checked against the\n"
+    "                          server's certificate (default: the URI's host)\n"
+    "      --tls-insecure      accept any certificate and name (encryption\n"
+    "                          without authentication: for tests only)\n"
+    "The server's certificate and name are verified (TLS 1.2 or later). No\n"
+    "environment variable sets these; $REDIS_URL may be a rediss:// URI.\n"
+    "\n";
+
 static const char notes_text[] =
     "DURATION is milliseconds, or a number with a unit: 250ms, 1.5s, 2m, 1h.\n"
     "COMMAND gets RLOCK_NAME (the lock name) and RLOCK_OWNER (the lock's hash\n"
@@ -91,13 +113,16 @@ static const char notes_text[] =
     "  N      COMMAND's exit status\n"
     "  128+N  COMMAND died of signal N; or rlock got signal N while waiting\n"
     "  1      the lock was busy (-n) or -w ran out (change with -E)\n"
-    "  64     usage error: bad option, DURATION, URI, or no NAME or COMMAND\n"
+    "  64     usage error: bad option, DURATION, URI, unreadable --tls-*\n"
+    "         file, TLS option without rediss://, or no NAME or COMMAND\n"
     "  69     Redis refused: authentication, ACL permission, NAME holds\n"
     "         another type, server error\n"
     "  70     internal error\n"
     "  71     system error: fork, pipe, thread or memory\n"
-    "  75     cannot connect to Redis, it did not answer in time, or what\n"
-    "         answered is not a Redis server\n"
+    "  75     cannot connect to Redis, it did not answer in time, what\n"
+    "         answered is not a Redis server, or TLS failed (the server's\n"
+    "         certificate or name did not verify, the handshake failed, the\n"
+    "         server does not speak TLS on that port)\n"
     "  79     the lock was lost while COMMAND ran, with --on-lost=kill\n"
     "  126    COMMAND was found but could not be executed\n"
     "  127    COMMAND was not found\n"
@@ -107,6 +132,7 @@ static const char notes_text[] =
 
 void cli_help(FILE *out) {
   fputs(usage_text, out);
+  fputs(tls_text, out);
   fputs(notes_text, out);
 }
 
@@ -148,7 +174,11 @@ int cli_exit_for(int err) {
     return CLI_EX_USAGE;
   case RLOCK_ECONN:
   case RLOCK_ETIMEDOUT:
-  case RLOCK_EPROTO: /* what answered is not a Redis server */
+  case RLOCK_EPROTO:    /* what answered is not a Redis server */
+  case RLOCK_ETLS:      /* no TLS session: certificate, handshake, plain
+                           text on the port (an unreadable --tls-* file is
+                           caught before, as a usage error) */
+  case RLOCK_EBACKLOG:  /* Redis stopped reading */
     return CLI_EX_TEMPFAIL;
   case RLOCK_EAUTH:
   case RLOCK_ENOPERM:
@@ -172,6 +202,113 @@ const char *cli_resolve_uri(const char *flag) {
   if (env != NULL && env[0] != '\0')
     return env;
   return "redis://127.0.0.1:6379";
+}
+
+bool cli_tls_option(cli_tls_opts *t, int c, const char *arg) {
+  const char *name;
+  switch (c) {
+  case CLI_OPT_TLS_CA_FILE:
+    t->ca_file = arg;
+    name = "--tls-ca-file";
+    break;
+  case CLI_OPT_TLS_CA_DIR:
+    t->ca_dir = arg;
+    name = "--tls-ca-dir";
+    break;
+  case CLI_OPT_TLS_CERT:
+    t->cert_file = arg;
+    name = "--tls-cert";
+    break;
+  case CLI_OPT_TLS_KEY:
+    t->key_file = arg;
+    name = "--tls-key";
+    break;
+  case CLI_OPT_TLS_SERVER_NAME:
+    t->server_name = arg;
+    name = "--tls-server-name";
+    break;
+  case CLI_OPT_TLS_INSECURE:
+    t->insecure = true;
+    name = "--tls-insecure";
+    break;
+  default:
+    return false;
+  }
+  if (t->first == NULL)
+    t->first = name;
+  return true;
+}
+
+/* A --tls-* file must be a readable file (or, for --tls-ca-dir, a
+ * directory we may list): said here, naming the option, rather than later
+ * as a TLS failure. */
+static bool tls_file_ok(const char *opt, const char *path, bool dir) {
+  if (path[0] == '\0') {
+    cli_err("%s: the path must not be empty", opt);
+    return false;
+  }
+  if (dir) {
+    DIR *d = opendir(path);
+    if (d == NULL) {
+      cli_err("cannot open %s '%s': %s", opt, path, strerror(errno));
+      return false;
+    }
+    closedir(d);
+    return true;
+  }
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) {
+    cli_err("cannot read %s '%s': %s", opt, path, strerror(errno));
+    return false;
+  }
+  /* fopen succeeds on a directory; reading it fails with EISDIR. */
+  char byte;
+  bool ok = fread(&byte, 1, 1, f) == 1;
+  int err = errno;
+  if (!ok && ferror(f))
+    cli_err("cannot read %s '%s': %s", opt, path, strerror(err));
+  else if (!ok)
+    cli_err("cannot read %s '%s': the file is empty", opt, path);
+  fclose(f);
+  return ok;
+}
+
+int cli_tls_check(const cli_tls_opts *t, const char *uri) {
+  if (t->first == NULL)
+    return 0;
+  if (strncasecmp(uri, "rediss://", 9) != 0) {
+    cli_err("%s needs a rediss:// URI (TLS options apply to rediss:// "
+            "only; -u or $REDIS_URL)",
+            t->first);
+    return CLI_EX_USAGE;
+  }
+  if ((t->cert_file == NULL) != (t->key_file == NULL)) {
+    cli_err("%s needs %s: a client certificate goes with its key",
+            t->cert_file != NULL ? "--tls-cert" : "--tls-key",
+            t->cert_file != NULL ? "--tls-key" : "--tls-cert");
+    return CLI_EX_USAGE;
+  }
+  if (t->server_name != NULL &&
+      (t->server_name[0] == '\0' || strlen(t->server_name) > 253)) {
+    cli_err("invalid --tls-server-name '%s' (1..253 characters)",
+            t->server_name);
+    return CLI_EX_USAGE;
+  }
+  if ((t->ca_file != NULL && !tls_file_ok("--tls-ca-file", t->ca_file, false)) ||
+      (t->ca_dir != NULL && !tls_file_ok("--tls-ca-dir", t->ca_dir, true)) ||
+      (t->cert_file != NULL && !tls_file_ok("--tls-cert", t->cert_file, false)) ||
+      (t->key_file != NULL && !tls_file_ok("--tls-key", t->key_file, false)))
+    return CLI_EX_USAGE;
+  return 0;
+}
+
+void cli_tls_apply(const cli_tls_opts *t, rlock_options *o) {
+  o->tls_ca_file = t->ca_file;
+  o->tls_ca_dir = t->ca_dir;
+  o->tls_cert_file = t->cert_file;
+  o->tls_key_file = t->key_file;
+  o->tls_server_name = t->server_name;
+  o->tls_insecure = t->insecure ? 1 : 0;
 }
 
 int64_t cli_now_ms(void) {
@@ -254,6 +391,7 @@ static const struct option run_longopts[] = {
     {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
+    CLI_TLS_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
 
@@ -335,6 +473,8 @@ static int run_main(int argc, char **argv) {
       printf(CLI_PROG " %s\n", RLOCK_VERSION_STRING);
       return fflush(stdout) == 0 ? 0 : CLI_EX_OSERR;
     default: /* ':' or '?' */
+      if (cli_tls_option(&o.tls, c, optarg))
+        break;
       return cli_getopt_error(c, argv);
     }
   }
@@ -372,6 +512,9 @@ static int run_main(int argc, char **argv) {
     o.command = &argv[optind];
   }
   o.uri = cli_resolve_uri(uri_flag);
+  int rc = cli_tls_check(&o.tls, o.uri);
+  if (rc != 0)
+    return rc;
   return cli_run(&o);
 }
 

@@ -447,7 +447,7 @@ static void on_acquired(run *r, int rc) {
       char owner[sizeof r->h.owner];
       memcpy(owner, r->h.owner, sizeof owner);
       pthread_mutex_unlock(&r->h.mutex);
-      cli_release_orphan(r->o->uri, r->o->name, owner);
+      cli_release_orphan(r->o->uri, &r->o->tls, r->o->name, owner);
     }
     r->exit_code = 128 + r->abort_signal;
     r->phase = PH_DONE;
@@ -653,6 +653,7 @@ static int start(run *r) {
   rlock_options opts;
   rlock_options_init(&opts);
   opts.uri = o->uri;
+  cli_tls_apply(&o->tls, &opts);
   if (o->watchdog_ms > 0)
     opts.watchdog_timeout_ms = o->watchdog_ms;
   opts.on_lock_lost = on_lock_lost;

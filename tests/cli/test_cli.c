@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "tls.h" /* rlock__tls_available */
 
 #define MAX_ARGS 32
 #define MAX_PROCS 16
@@ -368,7 +369,9 @@ Test(cli, help_lists_every_option_and_exit_code) {
       "128+N",          "  1 ",             "  64 ",
       "  69 ",          "  70 ",            "  71 ",
       "  75 ",          "  79 ",            "  126 ",
-      "  127 ",
+      "  127 ",         "rediss://",        "--tls-ca-file",
+      "--tls-ca-dir",   "--tls-cert",       "--tls-key",
+      "--tls-server-name", "--tls-insecure", "TLS failed",
   };
   for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
     cr_expect(strstr(out, must[i]) != NULL, "--help lacks \"%s\"", must[i]);
@@ -407,6 +410,12 @@ Test(cli, usage_errors_exit_64_with_one_message) {
       ARGS("status", "--bogus", key),
       ARGS("unlock", key),
       ARGS("unlock", "--force"),
+      /* TLS options need rediss:// ($REDIS_URL is the plain test server) */
+      ARGS("--tls-insecure", key, "--", "touch", "ran"),
+      ARGS("--tls-ca-file", "/nonexistent.pem", key, "--", "touch", "ran"),
+      ARGS("status", "--tls-server-name", "localhost", key),
+      ARGS("unlock", "--force", "--tls-ca-dir", "/", key),
+      ARGS("status", "--tls-ca-file"),
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     cli_proc p;
@@ -1387,4 +1396,342 @@ Test(cli, password_from_uri_and_wrong_password_exits_69,
   free(out);
   touch_in("go");
   cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 0);
+}
+
+/* ---- TLS (rediss://) ---- */
+
+/* Certificates made at test time in the test's scratch directory with the
+ * openssl command line: EC P-256 keys, a CA, a server certificate for
+ * IP:127.0.0.1 and DNS:localhost, and a client certificate (mutual TLS).
+ * Nothing is kept: the directory goes at teardown. */
+static const char tls_cnf[] =
+    "[req]\n"
+    "distinguished_name = dn\n"
+    "prompt = no\n"
+    "[dn]\n"
+    "CN = rlock cli test CA\n"
+    "[v3_ca]\n"
+    "basicConstraints = critical,CA:TRUE\n"
+    "keyUsage = critical,keyCertSign,cRLSign\n"
+    "subjectKeyIdentifier = hash\n"
+    "[v3_server]\n"
+    "basicConstraints = critical,CA:FALSE\n"
+    "keyUsage = critical,digitalSignature\n"
+    "extendedKeyUsage = serverAuth\n"
+    "subjectAltName = IP:127.0.0.1,DNS:localhost\n"
+    "[v3_client]\n"
+    "basicConstraints = critical,CA:FALSE\n"
+    "keyUsage = critical,digitalSignature\n"
+    "extendedKeyUsage = clientAuth\n";
+
+static void openssl_in_dir(const char *args) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "cd '%s' && openssl %s >>openssl.log 2>&1", g_dir,
+           args);
+  int st = system(cmd);
+  if (st != 0) {
+    char *log = slurp_in("openssl.log");
+    cr_assert_fail("openssl %s: status %d; log:\n%s", args, st, log);
+  }
+}
+
+static void make_certs(void) {
+  char path[PATH_LEN];
+  path_in(path, sizeof path, "tls.cnf");
+  FILE *f = fopen(path, "w");
+  cr_assert(f != NULL && fputs(tls_cnf, f) >= 0 && fclose(f) == 0,
+            "write %s", path);
+  openssl_in_dir("ecparam -name prime256v1 -genkey -noout -out ca.key");
+  openssl_in_dir("req -x509 -new -key ca.key -config tls.cnf -extensions "
+                 "v3_ca -days 2 -sha256 -out ca.crt");
+  const char *const who[] = {"server", "client"};
+  for (int i = 0; i < 2; i++) {
+    char args[512];
+    snprintf(args, sizeof args,
+             "ecparam -name prime256v1 -genkey -noout -out %s.key", who[i]);
+    openssl_in_dir(args);
+    snprintf(args, sizeof args,
+             "req -new -key %s.key -config tls.cnf -subj /CN=%s -out %s.csr",
+             who[i], i == 0 ? "localhost" : "rlock-cli-test", who[i]);
+    openssl_in_dir(args);
+    snprintf(args, sizeof args,
+             "x509 -req -in %s.csr -CA ca.crt -CAkey ca.key -set_serial %d "
+             "-days 2 -sha256 -extfile tls.cnf -extensions v3_%s -out %s.crt",
+             who[i], i + 2, who[i], who[i]);
+    openssl_in_dir(args);
+  }
+}
+
+static char g_tls_uri[64];  /* rediss://127.0.0.1:<tls port> */
+static char g_ca[PATH_LEN]; /* the CA certificate */
+
+/* Replaces the suite's server with one that also has a TLS port (its
+ * plain port stays: rt_* assertions and $REDIS_URL use it). Skips the
+ * test in a build without TLS. */
+static void tls_server_start(bool auth_clients) {
+  if (!rlock__tls_available)
+    cr_skip_test("this rlock is built without TLS (-Dtls)");
+  make_certs();
+  int tls_port = rt_free_port();
+  char port_s[16], cert[PATH_LEN], key[PATH_LEN];
+  snprintf(port_s, sizeof port_s, "%d", tls_port);
+  path_in(cert, sizeof cert, "server.crt");
+  path_in(key, sizeof key, "server.key");
+  path_in(g_ca, sizeof g_ca, "ca.crt");
+  const char *args[] = {"--tls-port",       port_s,
+                        "--tls-cert-file",  cert,
+                        "--tls-key-file",   key,
+                        "--tls-ca-cert-file", g_ca,
+                        "--tls-auth-clients", auth_clients ? "yes" : "no",
+                        NULL};
+  rt_server_start_args(args);
+  cr_assert(setenv("REDIS_URL", rt_uri(), 1) == 0);
+  snprintf(g_tls_uri, sizeof g_tls_uri, "rediss://127.0.0.1:%d", tls_port);
+}
+
+/* Runs rlock to completion and asserts its exit code, showing its stderr
+ * if it is another. */
+static void run_expect(cli_proc *p, const char *const *args, int want) {
+  int code = cli_run(p, args);
+  if (code != want) {
+    char *err = cli_err(p);
+    cr_assert_fail("%s %s ...: exit %d, not %d; stderr: %s", args[0],
+                   args[1] != NULL ? args[1] : "", code, want, err);
+  }
+}
+
+/* stderr is one "rlock: " line containing each of the NULL-terminated
+ * needles. */
+static void expect_one_line_with(const cli_proc *p, const char *const *needles,
+                                 const char *what) {
+  char *err = cli_err(p);
+  cr_expect(strncmp(err, "rlock: ", 7) == 0, "%s: %s", what, err);
+  cr_expect(strchr(err, '\n') == err + strlen(err) - 1, "%s: not one line: %s",
+            what, err);
+  for (int i = 0; needles[i] != NULL; i++)
+    cr_expect(strstr(err, needles[i]) != NULL, "%s: no \"%s\" in: %s", what,
+              needles[i], err);
+  free(err);
+}
+
+Test(cli, tls_lock_runs_command_with_ca_file) {
+  tls_server_start(false);
+  char key[64];
+  rt_key(key, sizeof key, "cli:tls");
+  const char *cli = getenv("RLOCK_CLI");
+  cli_proc p;
+  /* COMMAND is `rlock status` over TLS too: it sees the lock held. */
+  cr_assert_eq(cli_run(&p, ARGS("-u", g_tls_uri, "--tls-ca-file", g_ca, key,
+                                "--", cli, "status", "-u", g_tls_uri,
+                                "--tls-ca-file", g_ca, key)),
+               0);
+  char *out = cli_out(&p), *err = cli_err(&p);
+  char expect[128];
+  snprintf(expect, sizeof expect, "%s: locked, expires in ", key);
+  cr_assert(strncmp(out, expect, strlen(expect)) == 0, "out: %s", out);
+  cr_assert(strstr(out, "  owner ") != NULL, "out: %s", out);
+  cr_assert_str_eq(err, "");
+  free(out);
+  free(err);
+  cr_assert_eq(rt_exists(key), 0, "lock left behind");
+
+  /* the short form, $REDIS_URL as rediss://, a DNS name, the server name */
+  cr_assert_eq(cli_run(&p, ARGS("-u", g_tls_uri, "--tls-ca-file", g_ca, key,
+                                "--", "true")),
+               0);
+  cr_assert_eq(setenv("REDIS_URL", g_tls_uri, 1), 0);
+  cr_assert_eq(cli_run(&p, ARGS("--tls-ca-file", g_ca, "--tls-server-name",
+                                "localhost", key, "-c", "exit 3")),
+               3);
+  char by_name[80];
+  snprintf(by_name, sizeof by_name, "rediss://localhost:%s",
+           strrchr(g_tls_uri, ':') + 1);
+  run_expect(&p, ARGS("-u", by_name, "--tls-ca-file", g_ca, key,
+                                "--", "true"), 0);
+  /* encryption without verification */
+  cr_assert_eq(cli_run(&p, ARGS("--tls-insecure", key, "--", "true")), 0);
+  /* a CA directory in OpenSSL's hashed form */
+  openssl_in_dir("rehash . || c_rehash .");
+  run_expect(&p, ARGS("--tls-ca-dir", g_dir, key, "--", "true"), 0);
+  cr_assert_eq(rt_exists(key), 0, "lock left behind");
+}
+
+Test(cli, tls_unverified_certificate_exits_75_and_names_it) {
+  tls_server_start(false);
+  char key[64];
+  rt_key(key, sizeof key, "cli:tlsbad");
+  /* No --tls-ca-file: the system's trust store does not know the CA. */
+  const char *const *cases[] = {
+      ARGS("-u", g_tls_uri, key, "--", "touch", "ran"),
+      ARGS("status", "-u", g_tls_uri, key),
+      ARGS("unlock", "--force", "-u", g_tls_uri, key),
+      ARGS("unlock", "--force", "--any-type", "-u", g_tls_uri, key),
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cli_proc p;
+    int code = cli_run(&p, cases[i]);
+    char *err = cli_err(&p);
+    cr_expect_eq(code, 75, "case %zu: exit %d, stderr: %s", i, code, err);
+    free(err);
+    char what[32];
+    snprintf(what, sizeof what, "case %zu", i);
+    expect_one_line_with(&p,
+                         ARGS("cannot connect to Redis", "TLS",
+                              "certificate verify failed"),
+                         what);
+  }
+  /* The right CA, the wrong name. */
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("-u", g_tls_uri, "--tls-ca-file", g_ca,
+                                "--tls-server-name", "redis.example.com",
+                                key, "--", "touch", "ran")),
+               75);
+  expect_one_line_with(&p, ARGS("certificate", "hostname mismatch"),
+                       "wrong name");
+  cr_assert_eq(cli_run(&p, ARGS("status", "-u", g_tls_uri, "--tls-ca-file",
+                                g_ca, "--tls-server-name",
+                                "redis.example.com", key)),
+               75);
+  expect_one_line_with(&p, ARGS("certificate", "hostname mismatch"),
+                       "status, wrong name");
+  cr_assert(!exists_in("ran"), "COMMAND ran without the lock");
+  cr_assert_eq(rt_exists(key), 0);
+}
+
+Test(cli, tls_status_and_unlock_force) {
+  tls_server_start(false);
+  char key[64], other[64];
+  rt_key(key, sizeof key, "cli:tlsst");
+  rt_key(other, sizeof other, "cli:tlsstr");
+  rt_ok("OK", "SET %s v", other);
+  held h;
+  hold(&h, key);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("status", "--json", "-u", g_tls_uri,
+                                "--tls-ca-file", g_ca, key)),
+               0);
+  char *out = cli_out(&p);
+  char expect[256];
+  snprintf(expect, sizeof expect, ",\"owners\":{\"%s\":1},\"waiters\":0}",
+           h.owner);
+  cr_assert(strstr(out, expect) != NULL, "json: %s", out);
+  free(out);
+  /* the type check runs over TLS too: the string is left alone */
+  cr_assert_eq(cli_run(&p, ARGS("unlock", "--force", "-u", g_tls_uri,
+                                "--tls-ca-file", g_ca, key, other)),
+               69);
+  out = cli_out(&p);
+  snprintf(expect, sizeof expect, "%s: unlocked\n", key);
+  cr_assert_str_eq(out, expect);
+  free(out);
+  cr_assert_eq(rt_exists(key), 0);
+  cr_assert_eq(rt_exists(other), 1);
+  cr_assert_eq(rlock_unlock(h.lock), RLOCK_ELOCKLOST);
+  rlock_free(h.lock);
+  h.lock = NULL;
+  unhold(&h);
+}
+
+Test(cli, tls_unusable_files_are_named) {
+  tls_server_start(false);
+  char key[64], missing[PATH_LEN], garbage[PATH_LEN];
+  rt_key(key, sizeof key, "cli:tlsfile");
+  path_in(missing, sizeof missing, "no-such-ca.pem");
+  path_in(garbage, sizeof garbage, "garbage.pem");
+  FILE *f = fopen(garbage, "w");
+  cr_assert(f != NULL && fputs("not a certificate\n", f) >= 0 &&
+            fclose(f) == 0);
+  /* Unreadable: a usage error naming the option and the path. */
+  const char *const *cases[] = {
+      ARGS("-u", g_tls_uri, "--tls-ca-file", missing, key, "--", "touch",
+           "ran"),
+      ARGS("status", "-u", g_tls_uri, "--tls-ca-file", missing, key),
+      ARGS("unlock", "--force", "-u", g_tls_uri, "--tls-ca-file", missing,
+           key),
+      ARGS("-u", g_tls_uri, "--tls-ca-file", g_dir, key, "--", "touch",
+           "ran"),
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cli_proc p;
+    int code = cli_run(&p, cases[i]);
+    char *err = cli_err(&p);
+    cr_expect_eq(code, 64, "case %zu: exit %d, stderr: %s", i, code, err);
+    free(err);
+    char what[32];
+    snprintf(what, sizeof what, "case %zu", i);
+    expect_one_line_with(
+        &p, ARGS("cannot read --tls-ca-file", i == 3 ? g_dir : missing), what);
+  }
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("-u", g_tls_uri, "--tls-ca-file", g_ca,
+                                "--tls-cert", garbage, key, "--", "touch",
+                                "ran")),
+               64);
+  expect_one_line_with(&p, ARGS("--tls-cert needs --tls-key"), "cert alone");
+  cr_assert_eq(cli_run(&p, ARGS("-u", g_tls_uri, "--tls-ca-dir", missing, key,
+                                "--", "touch", "ran")),
+               64);
+  expect_one_line_with(&p, ARGS("cannot open --tls-ca-dir", missing),
+                       "ca dir");
+  /* Readable but no certificate in it: OpenSSL's reason, as a TLS
+   * failure. */
+  cr_assert_eq(cli_run(&p, ARGS("-u", g_tls_uri, "--tls-ca-file", garbage,
+                                key, "--", "touch", "ran")),
+               75);
+  expect_one_line_with(&p, ARGS("TLS failed", garbage), "garbage, lock");
+  cr_assert_eq(cli_run(&p, ARGS("status", "-u", g_tls_uri, "--tls-ca-file",
+                                garbage, key)),
+               75);
+  expect_one_line_with(&p, ARGS("TLS failed", garbage), "garbage, status");
+  cr_assert(!exists_in("ran"));
+  cr_assert_eq(rt_exists(key), 0);
+}
+
+Test(cli, tls_client_certificate_for_mutual_tls) {
+  tls_server_start(true);
+  char key[64], cert[PATH_LEN], ckey[PATH_LEN];
+  rt_key(key, sizeof key, "cli:mtls");
+  path_in(cert, sizeof cert, "client.crt");
+  path_in(ckey, sizeof ckey, "client.key");
+  cli_proc p;
+  run_expect(&p, ARGS("-u", g_tls_uri, "--tls-ca-file", g_ca,
+                                "--tls-cert", cert, "--tls-key", ckey, key,
+                                "--", "true"), 0);
+  run_expect(&p, ARGS("status", "-u", g_tls_uri, "--tls-ca-file",
+                                g_ca, "--tls-cert", cert, "--tls-key", ckey,
+                                key), 0);
+  /* The server wants a client certificate: without one, no session. */
+  cr_assert_eq(cli_run(&p, ARGS("-u", g_tls_uri, "--tls-ca-file", g_ca, key,
+                                "--", "touch", "ran")),
+               75);
+  expect_one_line_with(&p, ARGS("cannot connect to Redis", "TLS"),
+                       "no client certificate");
+  cr_assert_eq(cli_run(&p, ARGS("status", "-u", g_tls_uri, "--tls-ca-file",
+                                g_ca, key)),
+               75);
+  expect_one_line_with(&p, ARGS("cannot connect to Redis", "TLS"),
+                       "status, no client certificate");
+  /* A key that is not the certificate's. */
+  char skey[PATH_LEN];
+  path_in(skey, sizeof skey, "server.key");
+  cr_assert_eq(cli_run(&p, ARGS("-u", g_tls_uri, "--tls-ca-file", g_ca,
+                                "--tls-cert", cert, "--tls-key", skey, key,
+                                "--", "touch", "ran")),
+               75);
+  expect_one_line_with(&p, ARGS("TLS failed", "tls_key_file", skey),
+                       "key mismatch");
+  cr_assert(!exists_in("ran"));
+}
+
+Test(cli, rediss_to_a_plain_text_port_exits_75) {
+  tls_server_start(false);
+  char key[64], uri[64];
+  rt_key(key, sizeof key, "cli:tlsplain");
+  snprintf(uri, sizeof uri, "rediss://127.0.0.1:%d", rt_port());
+  /* status's own connection gives up after its 5 s read timeout */
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("status", "-u", uri, "--tls-ca-file", g_ca,
+                                key)),
+               75);
+  expect_one_line_with(&p, ARGS("TLS", "plain text"), "status");
 }

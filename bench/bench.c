@@ -17,10 +17,20 @@
  * exclusion with a non-atomic counter and abort if it disagrees with the
  * number of acquisitions.
  *
+ * TLS: given the server's TLS port (--tls-port; bench/run starts the server
+ * with one), B and S1-S4 run a second time over rediss:// (verified against
+ * --tls-ca), B with redis-benchmark --tls, so TLS ratios are against the raw
+ * TLS server. Their rows get a "T" before the id (TB1, TS1, ..., TMEM) and
+ * no targets (issue #4's are for plain TCP); the CSV's last column,
+ * transport, is tcp or tls; a "TLS beside plain TCP" list follows the
+ * table. The monitoring connection (INFO, SCRIPT LOAD, S1's sync hiredis
+ * reference) stays on the plain port. S5 runs over plain TCP only.
+ *
  * Usage: rlock-bench [--host H] [--port P] [--seconds S] [--csv PATH]
- *                    [--only B,S1,S2,S3,S4,S5]
+ *                    [--only B,S1,S2,S3,S4,S5] [--tls-port P --tls-ca FILE]
  * Environment (flags win): BENCH_HOST, BENCH_PORT, BENCH_SECONDS, BENCH_CSV,
- * BENCH_ONLY, BENCH_BASE_SECONDS, BENCH_HERD_THREADS, BENCH_WD_LOCKS,
+ * BENCH_ONLY, BENCH_TLS_PORT, BENCH_TLS_CA, BENCH_BASE_SECONDS,
+ * BENCH_HERD_THREADS, BENCH_WD_LOCKS,
  * BENCH_WD_MS, BENCH_WD_PERIODS, BENCH_S3_HOLD_US (S3b hold, 0 = no S3b),
  * BENCH_S2_THREADS (default 1,2,4,8,32), BENCH_S2_CLIENTS (diagnostic:
  * spread S2's threads over more clients), REDIS_BENCHMARK.
@@ -47,6 +57,7 @@
 
 #include "prim.h" /* rlock__lock_scripts(): the exact acquire script */
 #include "rlock.h"
+#include "tls.h" /* rlock__tls_available */
 
 #define LEASE_MS 30000 /* S1-S4 leases (the baseline uses a short one) */
 #define MAX_THREADS 256
@@ -67,8 +78,14 @@ static struct {
   int64_t wd_ms;
   int wd_periods;
   int64_t s3_hold_us;
+  int tls_port;       /* 0: no TLS run */
+  const char *tls_ca; /* CA file for the TLS run; NULL: system trust */
   char prefix[64]; /* key prefix unique to this run */
 } cfg;
+
+/* The TLS run (B, S1-S4 over rediss://) is in progress: rows get a "T"
+ * before their id and no target, notes "[tls] " before their text. */
+static bool tls_mode;
 
 /* ---- small helpers ---- */
 
@@ -301,15 +318,17 @@ static void cmdstats_settled(cmdstats *cs) {
 }
 
 /* Free-text lines printed under the table. */
-static char notes[24][400];
+static char notes[64][400];
 static int nnotes;
 
 static void note(const char *fmt, ...) {
-  if (nnotes >= 24)
+  if (nnotes >= 64)
     return;
+  int off = tls_mode ? snprintf(notes[nnotes], sizeof(notes[0]), "[tls] ")
+                     : 0;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(notes[nnotes++], sizeof(notes[0]), fmt, ap);
+  vsnprintf(notes[nnotes++] + off, sizeof(notes[0]) - (size_t)off, fmt, ap);
   va_end(ap);
 }
 
@@ -421,18 +440,20 @@ typedef struct row {
   bool target_on_ratio;
   double target;
   int status; /* -1 none, 0 MISS, 1 PASS */
+  bool tls;   /* measured over TLS (id starts with "T") */
 } row;
 
-static row rows[64];
+static row rows[128];
 static int nrows;
 static row *add_row(const char *id, const char *metric, double value,
                     const char *unit, double base, const char *base_desc,
                     double ratio) {
-  if (nrows >= 64)
+  if (nrows >= 128)
     die("too many rows");
   row *r = &rows[nrows++];
   memset(r, 0, sizeof(*r));
-  snprintf(r->id, sizeof(r->id), "%s", id);
+  snprintf(r->id, sizeof(r->id), "%s%s", tls_mode ? "T" : "", id);
+  r->tls = tls_mode;
   snprintf(r->metric, sizeof(r->metric), "%s", metric);
   r->value = value;
   snprintf(r->unit, sizeof(r->unit), "%s", unit);
@@ -445,6 +466,8 @@ static row *add_row(const char *id, const char *metric, double value,
 }
 
 static void set_target(row *r, int kind, double target, bool on_ratio) {
+  if (r->tls)
+    return; /* informational: the targets are for plain TCP */
   r->target_kind = kind;
   r->target = target;
   r->target_on_ratio = on_ratio;
@@ -502,6 +525,35 @@ static void print_table(void) {
     printf("note: %s\n", notes[i]);
 }
 
+/* Each TLS row beside its plain TCP row (same id after the "T", same
+ * metric): both values and TLS / TCP. */
+static void print_tls_beside_plain(void) {
+  bool any = false;
+  for (int i = 0; i < nrows; i++) {
+    const row *t = &rows[i];
+    if (!t->tls)
+      continue;
+    const row *p = NULL;
+    for (int k = 0; k < nrows && p == NULL; k++)
+      if (!rows[k].tls && strcmp(rows[k].id, t->id + 1) == 0 &&
+          strcmp(rows[k].metric, t->metric) == 0)
+        p = &rows[k];
+    if (p == NULL)
+      continue;
+    if (!any)
+      printf("\nTLS beside plain TCP (same server, same run)\n"
+             "%-4s %-46s %12s %12s %-7s %9s\n",
+             "id", "metric", "tcp", "tls", "unit", "tls/tcp");
+    any = true;
+    char a[32], b[32], q[32];
+    fmt_num(a, sizeof(a), p->value);
+    fmt_num(b, sizeof(b), t->value);
+    fmt_num(q, sizeof(q), p->value != 0 ? t->value / p->value : NAN);
+    printf("%-4s %-46s %12s %12s %-7s %9s\n", p->id, p->metric, a, b,
+           p->unit, q);
+  }
+}
+
 static void csv_field(FILE *f, const char *s, bool last) {
   fputc('"', f);
   for (; *s; s++) {
@@ -521,7 +573,7 @@ static void write_csv(const char *path) {
     return;
   }
   fprintf(f, "id,metric,value,unit,baseline,baseline_is,ratio,target,"
-             "result\n");
+             "result,transport\n");
   for (int i = 0; i < nrows; i++) {
     const row *r = &rows[i];
     char v[32], b[32], q[32], t[64];
@@ -537,7 +589,8 @@ static void write_csv(const char *path) {
     csv_field(f, r->base_desc, false);
     csv_field(f, q, false);
     csv_field(f, r->target_kind == T_NONE ? "" : t, false);
-    csv_field(f, r->status < 0 ? "" : status_text(r), true);
+    csv_field(f, r->status < 0 ? "" : status_text(r), false);
+    csv_field(f, r->tls ? "tls" : "tcp", true);
   }
   fclose(f);
   printf("csv: %s\n", path);
@@ -558,18 +611,23 @@ typedef struct rb_result {
 } rb_result;
 
 static rb_result redis_benchmark(long n, int conns, int pipeline) {
-  char cmd[1024];
+  char cmd[2048];
   char pipe_opt[16] = "";
   if (pipeline > 1)
     snprintf(pipe_opt, sizeof(pipe_opt), "-P %d", pipeline);
   /* -r randomizes __rand_int__ so most calls take a fresh key (acquire
    * path: EXISTS, HINCRBY, PEXPIRE); the short lease keeps the keyspace
    * from filling up. Same owner length as the library's owners. */
+  char tls_opt[600] = "";
+  if (tls_mode && cfg.tls_ca != NULL)
+    snprintf(tls_opt, sizeof(tls_opt), "--tls --cacert '%s'", cfg.tls_ca);
+  else if (tls_mode)
+    snprintf(tls_opt, sizeof(tls_opt), "--tls");
   snprintf(cmd, sizeof(cmd),
-           "'%s' -h %s -p %d -n %ld -c %d %s -r 1000000 --csv "
+           "'%s' -h %s -p %d %s -n %ld -c %d %s -r 1000000 --csv "
            "EVALSHA %s 1 %sbase:__rand_int__ 5000 %s",
-           cfg.redis_benchmark, cfg.host, cfg.port, n, conns, pipe_opt,
-           base.sha, cfg.prefix, OWNER_SAMPLE);
+           cfg.redis_benchmark, cfg.host, tls_mode ? cfg.tls_port : cfg.port,
+           tls_opt, n, conns, pipe_opt, base.sha, cfg.prefix, OWNER_SAMPLE);
   cmdstats before, after;
   cmdstats_take(&before);
   FILE *p = popen(cmd, "r");
@@ -632,8 +690,8 @@ static void phase_baseline(void) {
   snprintf(base.sha, sizeof(base.sha), "%s", acq->sha);
   freeReplyObject(r);
 
-  printf("B: redis-benchmark EVALSHA %.12s... (the library's acquire script)"
-         "\n", base.sha);
+  printf("%sB: redis-benchmark%s EVALSHA %.12s... (the library's acquire "
+         "script)\n", tls_mode ? "T" : "", tls_mode ? " --tls" : "", base.sha);
   fflush(stdout);
   rb_result c1 = redis_benchmark_timed(1, 1, 2000);
   rb_result c8 = redis_benchmark_timed(8, 1, 10000);
@@ -667,8 +725,11 @@ static rlock_client *open_client(int64_t watchdog_ms, bool track) {
   rlock_options o;
   rlock_options_init(&o);
   char uri[128];
-  snprintf(uri, sizeof(uri), "redis://%s:%d", cfg.host, cfg.port);
+  snprintf(uri, sizeof(uri), "%s://%s:%d", tls_mode ? "rediss" : "redis",
+           cfg.host, tls_mode ? cfg.tls_port : cfg.port);
   o.uri = uri;
+  if (tls_mode)
+    o.tls_ca_file = cfg.tls_ca;
   o.client_name = "rlock-bench";
   if (watchdog_ms > 0)
     o.watchdog_timeout_ms = watchdog_ms;
@@ -790,9 +851,11 @@ static void phase_s1(rlock_client *c) {
   rlock *l = get_lock(c, "s1");
   for (int i = 0; i < 300; i++) /* warm-up: loads the release script too */
     lock_pair(l);
+  /* The sync hiredis reference is plain TCP (the monitoring connection):
+   * not repeated in the TLS run. */
   samples ws = {0};
-  double wire_rate = wire_pairs(cfg.seconds / 2, &ws);
-  double wire_p50 = samples_pct_us(&ws, 50);
+  double wire_rate = tls_mode ? NAN : wire_pairs(cfg.seconds / 2, &ws);
+  double wire_p50 = tls_mode ? NAN : samples_pct_us(&ws, 50);
   free(ws.v);
   samples s = {0};
   cpu_snap c0, c1;
@@ -826,6 +889,8 @@ static void phase_s1(rlock_client *c) {
                    "2 x serial p50", p50 / bp50);
   set_target(r, T_LE, 1.15, true);
   add_row("S1", "  pair time p99", p99, "us", NAN, "", NAN);
+  if (tls_mode)
+    return;
   add_row("S1", "  same 3 cmds, sync hiredis: pair mean", 1e6 / wire_rate,
           "us", bp, "2 serial round trips", 1e6 / wire_rate / bp);
   add_row("S1", "  same 3 cmds, sync hiredis: pair p50", wire_p50, "us",
@@ -931,7 +996,8 @@ static void phase_s2(rlock_client *c) {
                      "pipelined capacity / 2", rate / cap);
     if (counts[i] == 8) /* issue #4: 8 threads >= 60 % of capacity / 2 */
       set_target(r, T_GE, 0.6, true);
-    printf("S2: %2d threads: %.0f pairs/s\n", counts[i], rate);
+    printf("%sS2: %2d threads: %.0f pairs/s\n", tls_mode ? "T" : "",
+           counts[i], rate);
     fflush(stdout);
   }
   for (int i = 0; i < s2_nextra; i++)
@@ -1104,8 +1170,9 @@ static void phase_s3(rlock_client *c, const char *id, int64_t hold_us,
   double p50 = samples_pct_us(&lat, 50), p99 = samples_pct_us(&lat, 99);
   cmdcount cc;
   cmdcount_diff(&cs0, &cs1, &cc);
-  printf("%s: %ld acquisitions (%ld + %ld), %zu handoffs timed, counter ok"
-         "\n", id, acq, w[0].acquisitions, w[1].acquisitions, lat.n);
+  printf("%s%s: %ld acquisitions (%ld + %ld), %zu handoffs timed, counter "
+         "ok\n", tls_mode ? "T" : "", id, acq, w[0].acquisitions,
+         w[1].acquisitions, lat.n);
   fflush(stdout);
 
   double rtt = base.have ? base.serial_rtt_us : NAN;
@@ -1222,8 +1289,8 @@ static void phase_s4(rlock_client *c) {
     die("S4: no acquisitions");
   cmdcount cc;
   cmdcount_diff(&cs0, &cs1, &cc);
-  printf("S4: %ld acquisitions by %d threads (per thread min %ld, max %ld), "
-         "counter ok\n", acq, n, min_acq, max_acq);
+  printf("%sS4: %ld acquisitions by %d threads (per thread min %ld, max "
+         "%ld), counter ok\n", tls_mode ? "T" : "", acq, n, min_acq, max_acq);
   fflush(stdout);
 
   char metric[72];
@@ -1244,11 +1311,12 @@ static void phase_s4(rlock_client *c) {
        (double)cc.unsubscribe / acq, (double)cc.other / acq);
   note("S4 fairness: acquisitions per thread min %ld / max %ld", min_acq,
        max_acq);
-  note("commands per acquisition count client-sent (top-level) commands from "
-       "INFO commandstats deltas: evalsha + eval + (un)subscribe + ping + "
-       "(del - publish) + any other non-script command; Redis 7 also counts "
-       "commands run inside scripts, excluded here (in-script del = "
-       "publish)");
+  if (!tls_mode)
+    note("commands per acquisition count client-sent (top-level) commands from "
+         "INFO commandstats deltas: evalsha + eval + (un)subscribe + ping + "
+         "(del - publish) + any other non-script command; Redis 7 also counts "
+         "commands run inside scripts, excluded here (in-script del = "
+         "publish)");
   free(w);
   pthread_barrier_destroy(&sh.start);
   rlock_free(sh.lock);
@@ -1386,72 +1454,11 @@ static void phase_s5(void) {
 
 /* ---- main ---- */
 
-static void usage(void) {
-  fprintf(stderr,
-          "usage: rlock-bench [--host H] [--port P] [--seconds S] "
-          "[--csv PATH] [--only B,S1,S2,S3,S4,S5]\n"
-          "Needs a Redis server (bench/run starts a private one) and "
-          "redis-benchmark on PATH (or $REDIS_BENCHMARK).\n");
-  exit(2);
-}
-
-int main(int argc, char **argv) {
-  cfg.host = env_or("BENCH_HOST", "127.0.0.1");
-  cfg.port = atoi(env_or("BENCH_PORT", "6379"));
-  cfg.seconds = atof(env_or("BENCH_SECONDS", "4"));
-  cfg.base_seconds = atof(env_or("BENCH_BASE_SECONDS", "0"));
-  cfg.csv = env_or("BENCH_CSV", NULL);
-  cfg.only = env_or("BENCH_ONLY", NULL);
-  cfg.redis_benchmark = env_or("REDIS_BENCHMARK", "redis-benchmark");
-  cfg.herd_threads = atoi(env_or("BENCH_HERD_THREADS", "64"));
-  cfg.wd_locks = atoi(env_or("BENCH_WD_LOCKS", "10000"));
-  cfg.wd_ms = atoll(env_or("BENCH_WD_MS", "3000"));
-  cfg.wd_periods = atoi(env_or("BENCH_WD_PERIODS", "3"));
-  cfg.s3_hold_us = atoll(env_or("BENCH_S3_HOLD_US", "1000"));
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(a, "--host") == 0 && v)
-      cfg.host = v, i++;
-    else if (strcmp(a, "--port") == 0 && v)
-      cfg.port = atoi(v), i++;
-    else if (strcmp(a, "--seconds") == 0 && v)
-      cfg.seconds = atof(v), i++;
-    else if (strcmp(a, "--csv") == 0 && v)
-      cfg.csv = v, i++;
-    else if (strcmp(a, "--only") == 0 && v)
-      cfg.only = v, i++;
-    else
-      usage();
-  }
-  if (cfg.base_seconds <= 0)
-    cfg.base_seconds = cfg.seconds < 3 ? cfg.seconds : 3;
-  if (cfg.csv == NULL)
-    cfg.csv = access("bench", F_OK) == 0 ? "bench/results.csv" : "results.csv";
-  if (cfg.port <= 0 || cfg.seconds <= 0 || cfg.herd_threads < 2 ||
-      cfg.herd_threads > MAX_THREADS || cfg.wd_locks < 1 || cfg.wd_ms < 300 ||
-      cfg.wd_periods < 1)
-    usage();
-  snprintf(cfg.prefix, sizeof(cfg.prefix), "rlock-bench:%ld:", (long)getpid());
-
-  struct timeval tv = {5, 0};
-  mon = redisConnectWithTimeout(cfg.host, cfg.port, tv);
-  if (mon == NULL || mon->err)
-    die("cannot connect to %s:%d: %s", cfg.host, cfg.port,
-        mon ? mon->errstr : "out of memory");
-  redisReply *r = mon_cmd("INFO server");
-  char version[32] = "?";
-  const char *v = strstr(r->str, "redis_version:");
-  if (v != NULL)
-    sscanf(v, "redis_version:%31s", version);
-  freeReplyObject(r);
-  printf("rlock-bench: redis %s at %s:%d, %.1f s per phase, lease %d ms\n",
-         version, cfg.host, cfg.port, cfg.seconds, LEASE_MS);
-  fflush(stdout);
-
+/* B and S1-S4 over the current transport (plain TCP, or TLS in
+ * tls_mode), each as --only allows. */
+static void run_transport(void) {
   if (phase_on("B"))
     phase_baseline();
-
   if (phase_on("S1") || phase_on("S2") || phase_on("S3") || phase_on("S4")) {
     long rss_before = rss_kib();
     rlock_client *c = open_client(0, true);
@@ -1476,10 +1483,106 @@ int main(int argc, char **argv) {
       add_row("MEM", "client RSS, peak under S2 (up to 32 threads)",
               (double)s2_peak_rss, "KiB", NAN, "", NAN);
   }
+}
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: rlock-bench [--host H] [--port P] [--seconds S] "
+          "[--csv PATH] [--only B,S1,S2,S3,S4,S5] [--tls-port P "
+          "[--tls-ca FILE]]\n"
+          "Needs a Redis server (bench/run starts a private one) and "
+          "redis-benchmark on PATH (or $REDIS_BENCHMARK).\n");
+  exit(2);
+}
+
+int main(int argc, char **argv) {
+  cfg.host = env_or("BENCH_HOST", "127.0.0.1");
+  cfg.port = atoi(env_or("BENCH_PORT", "6379"));
+  cfg.seconds = atof(env_or("BENCH_SECONDS", "4"));
+  cfg.base_seconds = atof(env_or("BENCH_BASE_SECONDS", "0"));
+  cfg.csv = env_or("BENCH_CSV", NULL);
+  cfg.only = env_or("BENCH_ONLY", NULL);
+  cfg.redis_benchmark = env_or("REDIS_BENCHMARK", "redis-benchmark");
+  cfg.herd_threads = atoi(env_or("BENCH_HERD_THREADS", "64"));
+  cfg.wd_locks = atoi(env_or("BENCH_WD_LOCKS", "10000"));
+  cfg.wd_ms = atoll(env_or("BENCH_WD_MS", "3000"));
+  cfg.wd_periods = atoi(env_or("BENCH_WD_PERIODS", "3"));
+  cfg.s3_hold_us = atoll(env_or("BENCH_S3_HOLD_US", "1000"));
+  cfg.tls_port = atoi(env_or("BENCH_TLS_PORT", "0"));
+  cfg.tls_ca = env_or("BENCH_TLS_CA", NULL);
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--host") == 0 && v)
+      cfg.host = v, i++;
+    else if (strcmp(a, "--port") == 0 && v)
+      cfg.port = atoi(v), i++;
+    else if (strcmp(a, "--seconds") == 0 && v)
+      cfg.seconds = atof(v), i++;
+    else if (strcmp(a, "--csv") == 0 && v)
+      cfg.csv = v, i++;
+    else if (strcmp(a, "--only") == 0 && v)
+      cfg.only = v, i++;
+    else if (strcmp(a, "--tls-port") == 0 && v)
+      cfg.tls_port = atoi(v), i++;
+    else if (strcmp(a, "--tls-ca") == 0 && v)
+      cfg.tls_ca = v, i++;
+    else
+      usage();
+  }
+  if (cfg.base_seconds <= 0)
+    cfg.base_seconds = cfg.seconds < 3 ? cfg.seconds : 3;
+  if (cfg.csv == NULL)
+    cfg.csv = access("bench", F_OK) == 0 ? "bench/results.csv" : "results.csv";
+  if (cfg.port <= 0 || cfg.seconds <= 0 || cfg.herd_threads < 2 ||
+      cfg.herd_threads > MAX_THREADS || cfg.wd_locks < 1 || cfg.wd_ms < 300 ||
+      cfg.wd_periods < 1 || cfg.tls_port < 0 || cfg.tls_port > 65535)
+    usage();
+  snprintf(cfg.prefix, sizeof(cfg.prefix), "rlock-bench:%ld:", (long)getpid());
+
+  struct timeval tv = {5, 0};
+  mon = redisConnectWithTimeout(cfg.host, cfg.port, tv);
+  if (mon == NULL || mon->err)
+    die("cannot connect to %s:%d: %s", cfg.host, cfg.port,
+        mon ? mon->errstr : "out of memory");
+  redisReply *r = mon_cmd("INFO server");
+  char version[32] = "?";
+  const char *v = strstr(r->str, "redis_version:");
+  if (v != NULL)
+    sscanf(v, "redis_version:%31s", version);
+  freeReplyObject(r);
+  printf("rlock-bench: redis %s at %s:%d, %.1f s per phase, lease %d ms\n",
+         version, cfg.host, cfg.port, cfg.seconds, LEASE_MS);
+  if (cfg.tls_port > 0)
+    printf("rlock-bench: TLS port %d: B and S1-S4 run over TLS as well\n",
+           cfg.tls_port);
+  fflush(stdout);
+
+  run_transport();
+  if (cfg.tls_port > 0 && !rlock__tls_available) {
+    note("TLS run skipped: this rlock is built without TLS (-Dtls)");
+  } else if (cfg.tls_port > 0 &&
+             (phase_on("B") || phase_on("S1") || phase_on("S2") ||
+              phase_on("S3") || phase_on("S4"))) {
+    printf("\nTLS run: rediss://%s:%d (CA %s): B and S1-S4 again\n",
+           cfg.host, cfg.tls_port, cfg.tls_ca ? cfg.tls_ca : "system trust");
+    fflush(stdout);
+    tls_mode = true;
+    memset(&base, 0, sizeof(base));
+    s2_peak_rss = 0;
+    size_t len = strlen(cfg.prefix);
+    snprintf(cfg.prefix + len, sizeof(cfg.prefix) - len, "tls:");
+    run_transport();
+    note("TLS rows (T...): ratios against the TLS baseline (redis-benchmark "
+         "--tls on the same server); no targets; the S1 sync-hiredis "
+         "reference is plain TCP only");
+    tls_mode = false;
+  }
   if (phase_on("S5"))
     phase_s5();
 
   print_table();
+  print_tls_beside_plain();
   write_csv(cfg.csv);
   int misses = 0;
   for (int i = 0; i < nrows; i++)

@@ -531,7 +531,10 @@ const char *rlock__link_peer(const rlock__link *l) { return l->peer; }
 /* ---- output ---- */
 
 size_t rlock__link_queued(const rlock__link *l) {
-  return l->out.len + l->wire.len;
+  /* Of the write in flight, only what the kernel has not taken yet (the
+   * write's callback may come a loop turn after the last byte left). */
+  return l->out.len +
+         (l->writing ? uv_stream_get_write_queue_size(&l->io.stream) : 0);
 }
 
 int rlock__link_send(rlock__link *l, int argc, const char **argv,

@@ -52,7 +52,7 @@ const char *rlock__link_peer(const rlock__link *l);
  * down or close. */
 int rlock__link_send(rlock__link *l, int argc, const char **argv,
                      const size_t *lens);
-/* Bytes accepted by rlock__link_send and not yet written to the socket. */
+/* Bytes accepted by rlock__link_send and not yet taken by the kernel. */
 size_t rlock__link_queued(const rlock__link *l);
 /* The owner lets go: no more calls; what was queued is dropped; the
  * stream closes and the link frees itself once libuv is done with it.

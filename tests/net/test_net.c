@@ -329,7 +329,9 @@ Test(net, write_queue_is_bounded) {
                    atomic_load(&s.backlog),
                sent);
   /* Nothing is stuck: the client works on. */
-  cr_assert_eq(rlock_force_unlock(l), 1);
+  rc = rlock_force_unlock(l);
+  cr_assert_eq(rc, 1, "force_unlock: %s (%s)", rlock_err_name(rc),
+               rlock_last_error());
   rlock_free(l);
   lock_unlock(c, "net-after-backlog");
   rlock_client_close(c);

@@ -148,6 +148,10 @@ int rlock__tls_ctx_new(rlock__tls_ctx **out, const rlock_options *o,
     if (SSL_CTX_use_PrivateKey_file(c->ssl, o->tls_key_file,
                                     SSL_FILETYPE_PEM) != 1) {
       ssl_reason(why, sizeof(why));
+      if (strstr(why, "mismatch") != NULL)
+        return ctx_fail(c, "tls_key_file '%s' does not match tls_cert_file: "
+                           "%s",
+                        o->tls_key_file, why);
       return ctx_fail(c,
                       "cannot use tls_key_file '%s': %s (an unencrypted PEM "
                       "private key is expected)",

@@ -4,16 +4,23 @@
  * measures, in this order:
  *   B   the raw baseline: redis-benchmark EVALSHA-ing the library's own
  *       acquire script (1 connection, 8 connections, -P 16 -c 50);
- *   S1  uncontended lock+unlock on 1 thread;
- *   S2  1/2/4/8/32 threads on distinct locks, one client;
+ *   S1  uncontended lock+unlock on 1 thread (S1off: the same on a client
+ *       with spin_us 0, which parks at once);
+ *   S2  1/8/32/64 threads on distinct locks, one client (S2off: 8 and 32
+ *       threads with spin_us 0);
  *   S3  handoff: 2 threads ping-pong one lock (S3b: the same, but the holder
- *       waits until the other thread sleeps on the channel: the pub/sub path);
- *   S4  herd: 64 threads on one lock, server commands per acquisition;
+ *       waits until the other thread sleeps on the channel: the pub/sub path;
+ *       S3h0: S3 on a client with handoff_max 0, no local handoff);
+ *   S4  herd: 64 threads on one lock, server commands per acquisition (S4h0:
+ *       the same with handoff_max 0);
  *   S5  10 000 locks held in watchdog mode: renewal commands/s and client
  *       memory per held lock;
  * and prints one table (figure, baseline, ratio, target, PASS/MISS) that it
  * also writes as CSV, with notes on where the CPU time went (client, its
- * loop thread, redis-server) per pair or acquisition. S3 and S4 check mutual
+ * loop thread, redis-server) per pair or acquisition; "client CPU per pair"
+ * rows are user+sys of the whole process, so a speed-up bought with burnt
+ * CPU shows. The S1off/S2off/S3h0/S4h0 variants run over plain TCP only,
+ * in the same run as the rows they compare with. S3 and S4 check mutual
  * exclusion with a non-atomic counter and abort if it disagrees with the
  * number of acquisitions.
  *
@@ -32,7 +39,7 @@
  * BENCH_ONLY, BENCH_TLS_PORT, BENCH_TLS_CA, BENCH_BASE_SECONDS,
  * BENCH_HERD_THREADS, BENCH_WD_LOCKS,
  * BENCH_WD_MS, BENCH_WD_PERIODS, BENCH_S3_HOLD_US (S3b hold, 0 = no S3b),
- * BENCH_S2_THREADS (default 1,2,4,8,32), BENCH_S2_CLIENTS (diagnostic:
+ * BENCH_S2_THREADS (default 1,8,32,64), BENCH_S2_CLIENTS (diagnostic:
  * spread S2's threads over more clients), REDIS_BENCHMARK.
  */
 #include <dirent.h>
@@ -406,8 +413,9 @@ static void cpu_take(cpu_snap *s) {
 }
 
 /* A note: CPU per unit of work, split by who spent it. */
-static void cpu_note(const char *what, const cpu_snap *a, const cpu_snap *b,
-                     double units, const char *unit) {
+/* Returns the client's CPU (user+sys of the whole process) per unit, us. */
+static double cpu_note(const char *what, const cpu_snap *a,
+                       const cpu_snap *b, double units, const char *unit) {
   double wall = (double)(b->t_ns - a->t_ns) / 1e9;
   double busy = b->total_ticks > a->total_ticks
                     ? (double)(b->busy_ticks - a->busy_ticks) /
@@ -422,6 +430,7 @@ static void cpu_note(const char *what, const cpu_snap *a, const cpu_snap *b,
        (b->loop_s - a->loop_s) / wall * 100,
        (b->server_s - a->server_s) * 1e6 / units,
        (b->server_s - a->server_s) / wall * 100, busy * 100, ncpu);
+  return (b->client_s - a->client_s) * 1e6 / units;
 }
 
 /* ---- result table ---- */
@@ -443,12 +452,12 @@ typedef struct row {
   bool tls;   /* measured over TLS (id starts with "T") */
 } row;
 
-static row rows[128];
+static row rows[192];
 static int nrows;
 static row *add_row(const char *id, const char *metric, double value,
                     const char *unit, double base, const char *base_desc,
                     double ratio) {
-  if (nrows >= 128)
+  if (nrows >= 192)
     die("too many rows");
   row *r = &rows[nrows++];
   memset(r, 0, sizeof(*r));
@@ -507,7 +516,7 @@ static const char *status_text(const row *r) {
 }
 
 static void print_table(void) {
-  printf("\n%-4s %-46s %12s %-7s %12s %-26s %7s %-14s %s\n", "id", "metric",
+  printf("\n%-5s %-46s %12s %-7s %12s %-26s %7s %-14s %s\n", "id", "metric",
          "value", "unit", "baseline", "baseline is", "ratio", "target",
          "result");
   for (int i = 0; i < nrows; i++) {
@@ -517,7 +526,7 @@ static void print_table(void) {
     fmt_num(b, sizeof(b), r->base);
     fmt_num(q, sizeof(q), r->ratio);
     fmt_target(r, t, sizeof(t));
-    printf("%-4s %-46s %12s %-7s %12s %-26s %7s %-14s %s\n", r->id, r->metric,
+    printf("%-5s %-46s %12s %-7s %12s %-26s %7s %-14s %s\n", r->id, r->metric,
            v, r->unit, b, r->base_desc[0] ? r->base_desc : "-", q, t,
            status_text(r));
   }
@@ -542,14 +551,14 @@ static void print_tls_beside_plain(void) {
       continue;
     if (!any)
       printf("\nTLS beside plain TCP (same server, same run)\n"
-             "%-4s %-46s %12s %12s %-7s %9s\n",
+             "%-5s %-46s %12s %12s %-7s %9s\n",
              "id", "metric", "tcp", "tls", "unit", "tls/tcp");
     any = true;
     char a[32], b[32], q[32];
     fmt_num(a, sizeof(a), p->value);
     fmt_num(b, sizeof(b), t->value);
     fmt_num(q, sizeof(q), p->value != 0 ? t->value / p->value : NAN);
-    printf("%-4s %-46s %12s %12s %-7s %9s\n", p->id, p->metric, a, b,
+    printf("%-5s %-46s %12s %12s %-7s %9s\n", p->id, p->metric, a, b,
            p->unit, q);
   }
 }
@@ -719,9 +728,19 @@ static void phase_baseline(void) {
 
 /* ---- clients and locks ---- */
 
+/* A client variant for the issue-13 comparisons: -1 keeps the default. */
+typedef struct variant {
+  int spin_us;     /* rlock_options.spin_us */
+  int handoff_max; /* rlock_options.handoff_max */
+} variant;
+static const variant V_DEFAULT = {-1, -1};
+static const variant V_SPIN_OFF = {0, -1};
+static const variant V_HANDOFF_OFF = {-1, 0};
+
 /* watchdog_ms <= 0: the default. track: remember its loop thread for CPU
  * accounting. */
-static rlock_client *open_client(int64_t watchdog_ms, bool track) {
+static rlock_client *open_client_v(int64_t watchdog_ms, bool track,
+                                   variant v) {
   rlock_options o;
   rlock_options_init(&o);
   char uri[128];
@@ -733,6 +752,10 @@ static rlock_client *open_client(int64_t watchdog_ms, bool track) {
   o.client_name = "rlock-bench";
   if (watchdog_ms > 0)
     o.watchdog_timeout_ms = watchdog_ms;
+  if (v.spin_us >= 0)
+    o.spin_us = v.spin_us;
+  if (v.handoff_max >= 0)
+    o.handoff_max = v.handoff_max;
   pid_t before[MAX_THREADS * 2], after[MAX_THREADS * 2];
   int nb = list_tids(before, MAX_THREADS * 2);
   rlock_client *c = NULL;
@@ -752,6 +775,10 @@ static rlock_client *open_client(int64_t watchdog_ms, bool track) {
   if (track)
     loop_tid = found == 1 ? tid : 0;
   return c;
+}
+
+static rlock_client *open_client(int64_t watchdog_ms, bool track) {
+  return open_client_v(watchdog_ms, track, V_DEFAULT);
 }
 
 static rlock *get_lock(rlock_client *c, const char *fmt, ...) {
@@ -847,6 +874,48 @@ static double wire_pairs(double seconds, samples *lat) {
   return (double)n / ((double)(t - start) / 1e9);
 }
 
+typedef struct s1_result {
+  double rate, mean_us, p50, p99, cpu_us; /* cpu_us: client CPU per pair */
+} s1_result;
+
+/* lock+unlock on one thread for `seconds`, on lock `l`. */
+static s1_result s1_measure(rlock *l, const char *what, double seconds) {
+  samples s = {0};
+  cpu_snap c0, c1;
+  cpu_take(&c0);
+  int64_t start = now_ns(), end = start + (int64_t)(seconds * 1e9), t;
+  do {
+    int64_t t0 = now_ns();
+    lock_pair(l);
+    t = now_ns();
+    samples_push(&s, t - t0);
+  } while (t < end);
+  cpu_take(&c1);
+  s1_result r;
+  double secs = (double)(t - start) / 1e9;
+  r.rate = (double)s.n / secs;
+  r.mean_us = 1e6 / r.rate;
+  r.p50 = samples_pct_us(&s, 50);
+  r.p99 = samples_pct_us(&s, 99);
+  r.cpu_us = cpu_note(what, &c0, &c1, (double)s.n, "pair");
+  free(s.v);
+  return r;
+}
+
+/* S1 again on a client with spin_us = 0 (park at once), in the same run. */
+static s1_result s1_spin_off(void) {
+  pid_t keep = loop_tid;
+  rlock_client *c = open_client_v(0, true, V_SPIN_OFF);
+  rlock *l = get_lock(c, "s1off");
+  for (int i = 0; i < 300; i++)
+    lock_pair(l);
+  s1_result r = s1_measure(l, "S1 spin off", cfg.seconds);
+  rlock_free(l);
+  rlock_client_close(c);
+  loop_tid = keep;
+  return r;
+}
+
 static void phase_s1(rlock_client *c) {
   rlock *l = get_lock(c, "s1");
   for (int i = 0; i < 300; i++) /* warm-up: loads the release script too */
@@ -857,44 +926,46 @@ static void phase_s1(rlock_client *c) {
   double wire_rate = tls_mode ? NAN : wire_pairs(cfg.seconds / 2, &ws);
   double wire_p50 = tls_mode ? NAN : samples_pct_us(&ws, 50);
   free(ws.v);
-  samples s = {0};
-  cpu_snap c0, c1;
-  cpu_take(&c0);
-  int64_t start = now_ns(), end = start + (int64_t)(cfg.seconds * 1e9), t;
-  do {
-    int64_t t0 = now_ns();
-    lock_pair(l);
-    t = now_ns();
-    samples_push(&s, t - t0);
-  } while (t < end);
-  cpu_take(&c1);
-  double secs = (double)(t - start) / 1e9;
-  double rate = (double)s.n / secs;
-  double mean_us = 1e6 / rate;
-  double p50 = samples_pct_us(&s, 50), p99 = samples_pct_us(&s, 99);
-  cpu_note("S1", &c0, &c1, (double)s.n, "pair");
+  s1_result on = s1_measure(l, "S1", cfg.seconds);
   rlock_free(l);
-  free(s.v);
 
   double bp = base_pair_us();
-  add_row("S1", "uncontended lock+unlock, 1 thread", rate, "pairs/s",
+  add_row("S1", "uncontended lock+unlock, 1 thread", on.rate, "pairs/s",
           base.have ? 1e6 / bp : NAN, "serial ops/s / 2",
-          base.have ? rate / (1e6 / bp) : NAN);
-  add_row("S1", "  pair time (mean)", mean_us, "us", bp,
-          "2 serial round trips", mean_us / bp);
-  /* Issue #4's target: <= 1.15 x two serial round trips, judged on medians
-   * (on a shared machine means follow the noise tail). */
+          base.have ? on.rate / (1e6 / bp) : NAN);
+  add_row("S1", "  pair time (mean)", on.mean_us, "us", bp,
+          "2 serial round trips", on.mean_us / bp);
+  /* Judged on medians (on a shared machine means follow the noise tail).
+   * Issue #4 asked <= 1.15 x two serial round trips; issue #13 (spin then
+   * park) asks <= 1.0. */
   double bp50 = base.have ? 2 * base.serial_p50_ms * 1000 : NAN;
-  row *r = add_row("S1", "  pair time p50", p50, "us", bp50,
-                   "2 x serial p50", p50 / bp50);
-  set_target(r, T_LE, 1.15, true);
-  add_row("S1", "  pair time p99", p99, "us", NAN, "", NAN);
+  row *r = add_row("S1", "  pair time p50", on.p50, "us", bp50,
+                   "2 x serial p50", on.p50 / bp50);
+  set_target(r, T_LE, 1.0, true);
+  add_row("S1", "  pair time p99", on.p99, "us", NAN, "", NAN);
+  add_row("S1", "  client CPU per pair (user+sys)", on.cpu_us, "us", NAN, "",
+          NAN);
   if (tls_mode)
     return;
   add_row("S1", "  same 3 cmds, sync hiredis: pair mean", 1e6 / wire_rate,
           "us", bp, "2 serial round trips", 1e6 / wire_rate / bp);
   add_row("S1", "  same 3 cmds, sync hiredis: pair p50", wire_p50, "us",
           NAN, "", NAN);
+
+  s1_result off = s1_spin_off();
+  add_row("S1off", "S1 with spin off (spin_us 0)", off.rate, "pairs/s",
+          base.have ? 1e6 / bp : NAN, "serial ops/s / 2",
+          base.have ? off.rate / (1e6 / bp) : NAN);
+  add_row("S1off", "  pair time p50", off.p50, "us", bp50, "2 x serial p50",
+          off.p50 / bp50);
+  add_row("S1off", "  client CPU per pair (user+sys)", off.cpu_us, "us", NAN,
+          "", NAN);
+  add_row("S1off", "  spin on: p50 / spin-off p50", on.p50 / off.p50, "x",
+          NAN, "", NAN);
+  add_row("S1off", "  spin on: CPU per pair / spin-off's", on.cpu_us /
+          off.cpu_us, "x", NAN, "", NAN);
+  printf("S1: spin on p50 %.0f us, spin off p50 %.0f us\n", on.p50, off.p50);
+  fflush(stdout);
 }
 
 /* ---- S2: distinct locks, N threads, one client ---- */
@@ -922,7 +993,10 @@ static long s2_peak_rss;
 static rlock_client *s2_extra[8]; /* BENCH_S2_CLIENTS > 1: diagnostic only */
 static int s2_nextra;
 
-static double s2_run(rlock_client *c, int nthreads, bool cpu) {
+/* Returns pairs/s; *cpu_us: the client's CPU per pair. note_cpu: also a
+ * note with the split (loop thread, server). */
+static double s2_run(rlock_client *c, const char *id, int nthreads,
+                     bool note_cpu, double *cpu_us) {
   s2_worker w[MAX_THREADS];
   pthread_barrier_t start;
   atomic_bool stop = false;
@@ -931,7 +1005,7 @@ static double s2_run(rlock_client *c, int nthreads, bool cpu) {
     rlock_client *ci = c;
     if (s2_nextra > 0 && i % (s2_nextra + 1) != 0)
       ci = s2_extra[i % (s2_nextra + 1) - 1];
-    w[i] = (s2_worker){.lock = get_lock(ci, "s2:%d:%d", nthreads, i),
+    w[i] = (s2_worker){.lock = get_lock(ci, "%s:%d:%d", id, nthreads, i),
                        .start = &start,
                        .stop = &stop};
     if (pthread_create(&w[i].tid, NULL, s2_main, &w[i]) != 0)
@@ -956,18 +1030,55 @@ static double s2_run(rlock_client *c, int nthreads, bool cpu) {
   }
   double secs = (double)(now_ns() - t0) / 1e9;
   cpu_take(&c1);
-  if (cpu) {
-    char what[32];
-    snprintf(what, sizeof(what), "S2 (%d threads)", nthreads);
+  *cpu_us = (c1.client_s - c0.client_s) * 1e6 / (double)pairs;
+  if (note_cpu) {
+    char what[40];
+    snprintf(what, sizeof(what), "%s (%d threads)", id, nthreads);
     cpu_note(what, &c0, &c1, (double)pairs, "pair");
   }
   pthread_barrier_destroy(&start);
   return (double)pairs / secs;
 }
 
+/* S2 at 8 and 32 threads on a client with spin_us = 0, same run. */
+static void s2_spin_off(const double *on_rate, const int *counts,
+                        int ncounts) {
+  pid_t keep = loop_tid;
+  rlock_client *c = open_client_v(0, true, V_SPIN_OFF);
+  double cap = base.have ? base.pipe_rps / 2 : NAN;
+  static const int offs[] = {8, 32};
+  for (int k = 0; k < 2; k++) {
+    double cpu;
+    double rate = s2_run(c, "S2off", offs[k], offs[k] == 32, &cpu);
+    char metric[72];
+    snprintf(metric, sizeof(metric), "S2 with spin off, %d threads", offs[k]);
+    add_row("S2off", metric, rate, "pairs/s", cap, "pipelined capacity / 2",
+            rate / cap);
+    add_row("S2off", "  client CPU per pair (user+sys)", cpu, "us", NAN, "",
+            NAN);
+    printf("S2off: %2d threads: %.0f pairs/s\n", offs[k], rate);
+    fflush(stdout);
+    for (int i = 0; i < ncounts; i++) {
+      if (counts[i] != offs[k])
+        continue;
+      snprintf(metric, sizeof(metric), "  %d threads: spin on / spin off",
+               offs[k]);
+      row *r = add_row("S2off", metric, on_rate[i] / rate, "x", NAN, "", NAN);
+      /* issue #13: with 32 threads on 2 CPUs spinning must not cost
+       * throughput. Equal figures land either side of 1.0 on this noisy
+       * machine; 0.95 allows that much and no more. */
+      if (offs[k] == 32)
+        set_target(r, T_GE, 0.95, false);
+    }
+  }
+  rlock_client_close(c);
+  loop_tid = keep;
+}
+
 static void phase_s2(rlock_client *c) {
   int counts[16], ncounts = 0;
-  const char *list = env_or("BENCH_S2_THREADS", "1,2,4,8,32");
+  double rates[16];
+  const char *list = env_or("BENCH_S2_THREADS", "1,8,32,64");
   for (const char *p = list; *p && ncounts < 16;) {
     int n = atoi(p);
     if (n < 1 || n > MAX_THREADS)
@@ -988,20 +1099,26 @@ static void phase_s2(rlock_client *c) {
          s2_nextra + 1);
   double cap = base.have ? base.pipe_rps / 2 : NAN;
   for (int i = 0; i < ncounts; i++) {
-    double rate = s2_run(c, counts[i], i == ncounts - 1);
+    double cpu;
+    double rate = s2_run(c, "S2", counts[i], counts[i] == 32, &cpu);
+    rates[i] = rate;
     char metric[72];
     snprintf(metric, sizeof(metric), "distinct locks, %d thread%s", counts[i],
              counts[i] == 1 ? "" : "s");
     row *r = add_row("S2", metric, rate, "pairs/s", cap,
                      "pipelined capacity / 2", rate / cap);
-    if (counts[i] == 8) /* issue #4: 8 threads >= 60 % of capacity / 2 */
+    if (counts[i] == 8) /* issues #4, #13: 8 threads >= 60 % of cap / 2 */
       set_target(r, T_GE, 0.6, true);
+    add_row("S2", "  client CPU per pair (user+sys)", cpu, "us", NAN, "",
+            NAN);
     printf("%sS2: %2d threads: %.0f pairs/s\n", tls_mode ? "T" : "",
            counts[i], rate);
     fflush(stdout);
   }
   for (int i = 0; i < s2_nextra; i++)
     rlock_client_close(s2_extra[i]);
+  if (!tls_mode && s2_nextra == 0)
+    s2_spin_off(rates, counts, ncounts);
 }
 
 /* ---- S3: handoff ping-pong between two threads ---- */
@@ -1156,8 +1273,7 @@ static void phase_s3(rlock_client *c, const char *id, int64_t hold_us,
   cmdstats_settled(&cs1);
 
   long acq = w[0].acquisitions + w[1].acquisitions;
-  if (hold_us == 0)
-    cpu_note(id, &u0, &u1, (double)acq, "acquisition");
+  double cpu_us = cpu_note(id, &u0, &u1, (double)acq, "acquisition");
   if (sh.counter != acq)
     correctness_failure(id, "counter %ld != acquisitions %ld", sh.counter,
                         acq);
@@ -1177,7 +1293,10 @@ static void phase_s3(rlock_client *c, const char *id, int64_t hold_us,
 
   double rtt = base.have ? base.serial_rtt_us : NAN;
   char metric[72];
-  if (hold_us == 0)
+  if (hold_us == 0 && strcmp(id, "S3") != 0)
+    snprintf(metric, sizeof(metric), "ping-pong, local handoff off "
+             "(handoff_max 0)");
+  else if (hold_us == 0)
     snprintf(metric, sizeof(metric), "handoff ping-pong, 2 threads");
   else
     snprintf(metric, sizeof(metric), "handoff to a sleeping waiter (hold %lld "
@@ -1187,7 +1306,7 @@ static void phase_s3(rlock_client *c, const char *id, int64_t hold_us,
           base.have ? (double)acq / secs / base.serial_rps : NAN);
   row *r = add_row(id, "  handoff latency p50", p50, "us", rtt,
                    "serial round trip", p50 / rtt);
-  if (hold_us == 0) /* issue #4: handoff <= 3 round trips */
+  if (strcmp(id, "S3") == 0) /* issue #4: handoff <= 3 round trips */
     set_target(r, T_LE, 3.0, true);
   add_row(id, "  handoff latency p99", p99, "us", rtt, "serial round trip",
           p99 / rtt);
@@ -1195,6 +1314,8 @@ static void phase_s3(rlock_client *c, const char *id, int64_t hold_us,
           (double)cc.total_top / (double)acq, "cmds", 2,
           "acquire + release script",
           (double)cc.total_top / (double)acq / 2);
+  add_row(id, "  client CPU per acquisition (user+sys)", cpu_us, "us", NAN,
+          "", NAN);
   if (negative > 0)
     note("%s: %ld of %zu handoffs had B's acquire return before A's clock "
          "read after unlock (counted as <0 us)", id, negative, lat.n);
@@ -1246,11 +1367,14 @@ static void *s4_main(void *arg) {
   return NULL;
 }
 
-static void phase_s4(rlock_client *c) {
+/* id "S4": the herd on the default client, with issue #13's targets;
+ * "S4h0": the same on a client with handoff_max = 0 (no local handoff). */
+static void phase_s4(rlock_client *c, const char *id) {
+  bool main_run = strcmp(id, "S4") == 0;
   int n = cfg.herd_threads;
   s4_shared sh;
   memset(&sh, 0, sizeof(sh));
-  sh.lock = get_lock(c, "s4");
+  sh.lock = get_lock(c, "%s", id);
   pthread_barrier_init(&sh.start, NULL, (unsigned)n + 1);
   s4_worker *w = calloc((size_t)n, sizeof(*w));
   if (w == NULL)
@@ -1280,38 +1404,50 @@ static void phase_s4(rlock_client *c) {
   double secs = (double)(now_ns() - t0) / 1e9;
   cpu_take(&u1);
   cmdstats_settled(&cs1);
-  if (acq > 0)
-    cpu_note("S4", &u0, &u1, (double)acq, "acquisition");
+  double cpu_us = acq > 0 ? cpu_note(id, &u0, &u1, (double)acq,
+                                     "acquisition")
+                           : NAN;
   if (sh.counter != acq)
-    correctness_failure("S4", "counter %ld != acquisitions %ld", sh.counter,
+    correctness_failure(id, "counter %ld != acquisitions %ld", sh.counter,
                         acq);
   if (acq == 0)
-    die("S4: no acquisitions");
+    die("%s: no acquisitions", id);
   cmdcount cc;
   cmdcount_diff(&cs0, &cs1, &cc);
-  printf("%sS4: %ld acquisitions by %d threads (per thread min %ld, max "
-         "%ld), counter ok\n", tls_mode ? "T" : "", acq, n, min_acq, max_acq);
+  printf("%s%s: %ld acquisitions by %d threads (per thread min %ld, max "
+         "%ld), counter ok\n", tls_mode ? "T" : "", id, acq, n, min_acq,
+         max_acq);
   fflush(stdout);
 
   char metric[72];
-  snprintf(metric, sizeof(metric), "herd, %d threads on one lock", n);
-  add_row("S4", metric, (double)acq / secs, "acq/s",
+  if (main_run)
+    snprintf(metric, sizeof(metric), "herd, %d threads on one lock", n);
+  else
+    snprintf(metric, sizeof(metric), "herd of %d, local handoff off "
+             "(handoff_max 0)", n);
+  row *r = add_row(id, metric, (double)acq / secs, "acq/s",
           base.have ? base.serial_rps / 2 : NAN, "serial ops/s / 2",
           base.have ? (double)acq / secs / (base.serial_rps / 2) : NAN);
+  /* issue #13: acquisitions/s >= 2 x (serial ops/s / 2) */
+  if (main_run)
+    set_target(r, T_GE, 2.0, true);
   double per = (double)cc.total_top / (double)acq;
-  row *r = add_row("S4", "  client-sent commands per acquisition", per,
-                   "cmds", 2, "acquire + release script", per / 2);
-  set_target(r, T_LE, 4, false);
-  add_row("S4", "  server-executed incl. in-script, per acq",
+  r = add_row(id, "  client-sent commands per acquisition", per, "cmds", 2,
+              "acquire + release script", per / 2);
+  if (main_run) /* issue #4 asked <= 4; issue #13 asks <= 2.5 */
+    set_target(r, T_LE, 2.5, false);
+  add_row(id, "  client CPU per acquisition (user+sys)", cpu_us, "us", NAN,
+          "", NAN);
+  add_row(id, "  server-executed incl. in-script, per acq",
           (double)cc.all / (double)acq, "cmds", NAN, "", NAN);
-  note("S4 per acquisition: evalsha %.2f, eval %.3f, del (latch) %.2f, "
-       "subscribe %.3f, unsubscribe %.3f, other %.3f",
+  note("%s per acquisition: evalsha %.2f, eval %.3f, del (latch) %.2f, "
+       "subscribe %.3f, unsubscribe %.3f, other %.3f", id,
        (double)cc.evalsha / acq, (double)cc.eval / acq,
        (double)cc.del_top / acq, (double)cc.subscribe / acq,
        (double)cc.unsubscribe / acq, (double)cc.other / acq);
-  note("S4 fairness: acquisitions per thread min %ld / max %ld", min_acq,
-       max_acq);
-  if (!tls_mode)
+  note("%s fairness: acquisitions per thread min %ld / max %ld", id,
+       min_acq, max_acq);
+  if (!tls_mode && main_run)
     note("commands per acquisition count client-sent (top-level) commands from "
          "INFO commandstats deltas: evalsha + eval + (un)subscribe + ping + "
          "(del - publish) + any other non-script command; Redis 7 also counts "
@@ -1473,14 +1609,25 @@ static void run_transport(void) {
         phase_s3(c, "S3b", cfg.s3_hold_us, cfg.seconds / 2);
     }
     if (phase_on("S4"))
-      phase_s4(c);
+      phase_s4(c, "S4");
+    if (!tls_mode && (phase_on("S3") || phase_on("S4"))) {
+      /* issue #13: the same on a client without local handoff */
+      pid_t keep = loop_tid;
+      rlock_client *h0 = open_client_v(0, true, V_HANDOFF_OFF);
+      if (phase_on("S3"))
+        phase_s3(h0, "S3h0", 0, cfg.seconds);
+      if (phase_on("S4"))
+        phase_s4(h0, "S4h0");
+      rlock_client_close(h0);
+      loop_tid = keep;
+    }
     rlock_client_close(c);
     add_row("MEM", "client RSS, idle (process VmRSS)", (double)rss_idle,
             "KiB", NAN, "", NAN);
     snprintf(rows[nrows - 1].base_desc, sizeof(rows[0].base_desc),
              "%ld KiB before open", rss_before);
     if (phase_on("S2"))
-      add_row("MEM", "client RSS, peak under S2 (up to 32 threads)",
+      add_row("MEM", "client RSS, peak under S2 (up to 64 threads)",
               (double)s2_peak_rss, "KiB", NAN, "", NAN);
   }
 }

@@ -76,7 +76,8 @@ extern "C" {
   X(ESYS, -19, "system resource error (thread, loop or socket setup)")       \
   X(EFORK, -20, "client used in a forked child process")                      \
   X(ETLS, -21, "TLS failed (handshake, certificate, or TLS not built in)")     \
-  X(EBACKLOG, -22, "too much waiting to be written to Redis (write queue full)")
+  X(EBACKLOG, -22, "too much waiting to be written to Redis (write queue full)") \
+  X(EKIND, -23, "the key holds another kind of lock (e.g. a read/write lock)")
 
 typedef enum rlock_errno {
 #define RLOCK__ERR_ENUM(name, value, msg) RLOCK_##name = (value),
@@ -271,6 +272,46 @@ RLOCK_EXTERN uint64_t rlock_thread_id(void);
 RLOCK_EXTERN int rlock_get(rlock_client *client, const char *name,
                            rlock **lock);
 
+/*
+ * The rest of Redisson's lock family. Each returns an `rlock *` that every
+ * call below accepts (lock, try_lock, unlock, force_unlock, is_locked,
+ * is_held, hold_count, remain_ttl, their _owner and _async forms), on the
+ * same keys, channels and messages as Java Redisson (docs/wire-protocol.md;
+ * README, "Lock kinds", says which kinds exclude which on one name). Errors
+ * as for rlock_get().
+ *
+ *  rlock_get_fair    Redisson getFairLock(name): first come, first served
+ *                    across all clients (a queue list and a deadline zset
+ *                    beside the lock hash; each waiter on its own channel).
+ *                    A waiter that gives up (timeout, cancel, interrupt,
+ *                    close) leaves the queue at once.
+ *  rlock_get_read    getReadWriteLock(name).readLock(): shared with other
+ *                    readers, excluded by a writer.
+ *  rlock_get_write   getReadWriteLock(name).writeLock(): exclusive. Its
+ *                    owner may also take the read lock (downgrade); a
+ *                    reader asking for the write lock waits (no upgrade -
+ *                    as in Java, waiting on it alone never succeeds).
+ *  rlock_get_fenced  getFencedLock(name): an RLock whose every acquisition
+ *                    (re-entry included) increments a token; see
+ *                    rlock_lock_fenced().
+ *  rlock_get_spin    getSpinLock(name): no pub/sub; waiters poll with a
+ *                    back-off of 1 ms doubling up to 128 ms.
+ */
+RLOCK_EXTERN int rlock_get_fair(rlock_client *client, const char *name,
+                                rlock **lock);
+RLOCK_EXTERN int rlock_get_read(rlock_client *client, const char *name,
+                                rlock **lock);
+RLOCK_EXTERN int rlock_get_write(rlock_client *client, const char *name,
+                                 rlock **lock);
+RLOCK_EXTERN int rlock_get_fenced(rlock_client *client, const char *name,
+                                  rlock **lock);
+RLOCK_EXTERN int rlock_get_spin(rlock_client *client, const char *name,
+                                rlock **lock);
+
+/* The handle's kind: "lock", "fair", "read", "write", "fenced" or "spin";
+ * "" for NULL. */
+RLOCK_EXTERN const char *rlock_kind(const rlock *lock);
+
 /* Releases a handle (does not unlock). NULL is accepted. Async operations
  * still pending on it keep it alive until their callbacks have run; a
  * blocking call on it must not race with this. */
@@ -288,6 +329,31 @@ RLOCK_EXTERN const char *rlock_name(const rlock *lock);
 RLOCK_EXTERN int rlock_lock(rlock *lock, int64_t lease_ms);
 
 /*
+ * Fenced lock (rlock_get_fenced) only: acquire as rlock_lock() /
+ * rlock_try_lock() / their _owner forms, and on success store in *token
+ * the fencing token of this acquisition (Redisson's lockAndGetToken): a
+ * number that grows with every acquisition of the lock by anyone, so a
+ * storage system can reject writes carrying an older token. Not written
+ * when the lock was not acquired. RLOCK_EINVAL on a handle of another kind
+ * or a NULL token. The asynchronous rlock_lock_async() on a fenced handle
+ * gives the token as the callback's value.
+ */
+RLOCK_EXTERN int rlock_lock_fenced(rlock *lock, int64_t lease_ms,
+                                   int64_t *token);
+RLOCK_EXTERN int rlock_try_lock_fenced(rlock *lock, int64_t wait_ms,
+                                       int64_t lease_ms, int64_t *token);
+RLOCK_EXTERN int rlock_lock_fenced_owner(rlock *lock, uint64_t owner,
+                                         int64_t lease_ms, int64_t *token);
+RLOCK_EXTERN int rlock_try_lock_fenced_owner(rlock *lock, uint64_t owner,
+                                             int64_t wait_ms,
+                                             int64_t lease_ms,
+                                             int64_t *token);
+/* Fenced lock: the token counter's current value (Redisson's getToken: the
+ * latest token handed out, not necessarily the caller's; 0 before the first
+ * acquisition). 0 or a negative error. */
+RLOCK_EXTERN int rlock_fenced_token(rlock *lock, int64_t *token);
+
+/*
  * Tries to acquire the lock within wait_ms (0: one attempt, bounded by
  * command_timeout_ms; < 0: wait as long as it takes). Lease as for
  * rlock_lock(). Returns 1 acquired, 0 not acquired within wait_ms, or a
@@ -303,6 +369,12 @@ RLOCK_EXTERN int rlock_try_lock(rlock *lock, int64_t wait_ms, int64_t lease_ms);
  * Releases one hold of the calling thread; the last one deletes the key and
  * publishes "0" on the lock channel, waking one waiter (Java or C).
  * Returns 0 when still held (re-entered), 1 when released.
+ * Other kinds: a fair lock's release message goes to the first waiter's own
+ * channel; a spin lock publishes nothing; a read lock returns 1 when the
+ * caller's last read hold ended (other readers may remain) and publishes "0"
+ * only when the lock is freed; a write lock publishes "1" (wakes every
+ * waiter), or nothing when the writer still reads (a downgrade: the lock
+ * stays in read mode).
  * RLOCK_ENOTOWNER: the calling thread does not hold the lock.
  * RLOCK_ELOCKLOST: this thread held it, but it expired or was deleted before
  * this unlock (the hold is forgotten; nothing is changed in Redis); or this
@@ -319,7 +391,10 @@ RLOCK_EXTERN int rlock_unlock(rlock *lock);
  * Redisson's forceUnlock: if the name holds a value that is not a lock (a
  * string, a list, ...), that value is deleted, the unlock message is
  * published and the call returns 1. Check the type first (TYPE) if that
- * matters; `rlock unlock --force` does, unless given --any-type. */
+ * matters; `rlock unlock --force` does, unless given --any-type.
+ * Other kinds: a fair lock's message goes to the first waiter (its queue is
+ * kept); a spin lock publishes nothing; a read (write) handle deletes only
+ * a read/write lock in read (write) mode, and otherwise returns 0. */
 RLOCK_EXTERN int rlock_force_unlock(rlock *lock);
 
 /* 1 if anyone holds the lock, 0 if not, or a negative error. */

@@ -307,7 +307,8 @@ int rlock_interrupt(rlock_client *c, uint64_t owner) {
 
 /* ---- lock handles ---- */
 
-int rlock_get(rlock_client *c, const char *name, rlock **out) {
+static int get_handle(rlock_client *c, const char *name, rlock **out,
+                      const rlock__prim *prim, const char *channel_prefix) {
   if (out == NULL || c == NULL || name == NULL || name[0] == '\0') {
     if (out != NULL)
       *out = NULL;
@@ -333,12 +334,42 @@ int rlock_get(rlock_client *c, const char *name, rlock **out) {
     rlock__set_last_error("client is closed");
     return RLOCK_ECLOSED;
   }
-  int rc = rlock__handle_new(&c->engine, &rlock__prim_lock, name, len,
-                             RLOCK__LOCK_CHANNEL_PREFIX, out);
+  int rc = rlock__handle_new(&c->engine, prim, name, len, channel_prefix,
+                             out);
   if (rc != 0) {
     rlock__set_last_error("out of memory");
     return rc;
   }
   rlock__clear_last_error();
   return 0;
+}
+
+int rlock_get(rlock_client *c, const char *name, rlock **out) {
+  return get_handle(c, name, out, &rlock__prim_lock,
+                    RLOCK__LOCK_CHANNEL_PREFIX);
+}
+
+int rlock_get_fair(rlock_client *c, const char *name, rlock **out) {
+  return get_handle(c, name, out, &rlock__prim_fair,
+                    RLOCK__LOCK_CHANNEL_PREFIX);
+}
+
+int rlock_get_read(rlock_client *c, const char *name, rlock **out) {
+  return get_handle(c, name, out, &rlock__prim_read,
+                    RLOCK__RWLOCK_CHANNEL_PREFIX);
+}
+
+int rlock_get_write(rlock_client *c, const char *name, rlock **out) {
+  return get_handle(c, name, out, &rlock__prim_write,
+                    RLOCK__RWLOCK_CHANNEL_PREFIX);
+}
+
+int rlock_get_fenced(rlock_client *c, const char *name, rlock **out) {
+  return get_handle(c, name, out, &rlock__prim_fenced,
+                    RLOCK__LOCK_CHANNEL_PREFIX);
+}
+
+int rlock_get_spin(rlock_client *c, const char *name, rlock **out) {
+  /* no channel: the handle's "channel" is never subscribed or published */
+  return get_handle(c, name, out, &rlock__prim_spin, "");
 }

@@ -137,6 +137,29 @@ static void lost_acquire(rlock__op *op, int err) {
 /* See try_reply: the longest sleep after a local handoff missed. */
 #define HANDOFF_MISSED_SLEEP_MS 50
 
+/* The next poll back-off: 1 ms, then twice the last plus a jitter below
+ * the number of polls so far, at most RLOCK__POLL_MAX_MS
+ * (docs/wire-protocol.md, "The spin lock"). */
+static int64_t backoff_next(rlock__op *op) {
+  op->polls++;
+  if (op->backoff_ms <= 0) {
+    op->backoff_ms = 1;
+  } else {
+    /* jitter: a cheap hash of the op's address and poll count */
+    uint64_t h = ((uint64_t)(uintptr_t)op ^ (uint64_t)op->polls) *
+                 UINT64_C(0x9e3779b97f4a7c15);
+    op->backoff_ms = op->backoff_ms * 2 + (int64_t)((h >> 33) %
+                                                    (uint64_t)op->polls);
+    if (op->backoff_ms > RLOCK__POLL_MAX_MS)
+      op->backoff_ms = RLOCK__POLL_MAX_MS;
+  }
+  return op->backoff_ms;
+}
+
+static void poll_timer_fire(rlock__timed *t) {
+  send_try(RLOCK__CONTAINER_OF(t, rlock__op, timer));
+}
+
 static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
   (void)n;
   rlock__op *op = data;
@@ -171,7 +194,7 @@ static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
    * if it was already taken for this try's, this waiter sleeps briefly. */
   bool handoff_missed = op->handoff_streak > 0;
   if (handoff_missed)
-    rlock__chan_unabsorb(e->net, lock->channel, lock->channel_len);
+    rlock__chan_unabsorb(e->net, op->wchan, op->wchan_len);
   op->handoff_streak = 0;
   if (op->wait_ms == 0) {
     rlock__op_finish(op, 0);
@@ -182,13 +205,30 @@ static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
     rlock__op_finish(op, 0);
     return;
   }
+  if (lock->prim->polls) {
+    /* No channel (the spin lock): the hint is not used; sleep a back-off. */
+    int64_t sleep_ms = backoff_next(op);
+    if (op->wait_ms > 0 && op->deadline - now < sleep_ms)
+      sleep_ms = op->deadline - now;
+    op->state = RLOCK__ST_WAITING;
+    op->timer.fire = poll_timer_fire;
+    rlock__timed_start(e->core, &op->timer, now + sleep_ms);
+    return;
+  }
+  /* "Try again now" (the fair lock while the head of its queue has not
+   * taken the lock yet): not a busy loop - wait for a message, at most a
+   * back-off that doubles from 1 ms. */
+  if (ttl == 0)
+    ttl = backoff_next(op);
+  else
+    op->backoff_ms = op->polls = 0;
   if (op->waiter.chan == NULL) {
     int64_t confirm_by = now + e->core->opts.subscribe_timeout_ms;
     if (op->wait_ms > 0 && op->deadline < confirm_by)
       confirm_by = op->deadline;
     op->state = RLOCK__ST_WAITING;
-    int joined = rlock__chan_join(e->net, &op->waiter, lock->channel,
-                                  lock->channel_len, lock->prim->on_message,
+    int joined = rlock__chan_join(e->net, &op->waiter, op->wchan,
+                                  op->wchan_len, lock->prim->on_message,
                                   confirm_by);
     if (joined < 0) {
       rlock__op_finish(op, joined);
@@ -202,7 +242,7 @@ static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
      * re-try). */
     if (op->seen_epoch == 0 ||
         op->seen_epoch !=
-            rlock__chan_epoch(e->net, lock->channel, lock->channel_len)) {
+            rlock__chan_epoch(e->net, op->wchan, op->wchan_len)) {
       send_try(op);
       return;
     }
@@ -224,8 +264,11 @@ static void send_try(rlock__op *op) {
   rlock__engine *e = op->engine;
   int64_t lease =
       op->lease_ms < 0 ? e->core->opts.watchdog_timeout_ms : op->lease_ms;
-  op->seen_epoch = rlock__chan_epoch(e->net, lock->channel, lock->channel_len);
+  op->seen_epoch = lock->prim->polls
+                       ? 0
+                       : rlock__chan_epoch(e->net, op->wchan, op->wchan_len);
   op->state = RLOCK__ST_CMD;
+  op->tried = true;
   op->cmd = lock->prim->send_try(op, lease, try_reply);
   if (op->cmd == NULL) {
     rlock__op_finish(op, RLOCK_ENOMEM);
@@ -247,14 +290,14 @@ static void waiter_sub_timeout(rlock__waiter *w) {
     return;
   }
   rlock__op_detail(op, "SUBSCRIBE to %s not confirmed within "
-                       "subscribe_timeout_ms", op->lock->channel);
+                       "subscribe_timeout_ms", op->wchan);
   rlock__op_finish(op, RLOCK_ETIMEDOUT);
 }
 
 static void waiter_sub_failed(rlock__waiter *w, int err, const char *text,
                               size_t len) {
   rlock__op *op = RLOCK__CONTAINER_OF(w, rlock__op, waiter);
-  rlock__op_detail(op, "SUBSCRIBE to %s refused: %.*s", op->lock->channel,
+  rlock__op_detail(op, "SUBSCRIBE to %s refused: %.*s", op->wchan,
                    (int)len, text);
   rlock__op_finish(op, err);
 }
@@ -264,7 +307,42 @@ static const rlock__waiter_ops acquire_waiter = {
 
 static void start_acquire(rlock__op *op) {
   op->waiter.ops = &acquire_waiter;
+  const rlock__prim *prim = op->lock->prim;
+  if (prim->wait_channel != NULL) {
+    op->wchan = prim->wait_channel(op, &op->wchan_len);
+    if (op->wchan == NULL) {
+      rlock__op_finish(op, RLOCK_ENOMEM);
+      return;
+    }
+  } else {
+    op->wchan = op->lock->channel;
+    op->wchan_len = op->lock->channel_len;
+  }
   send_try(op);
+}
+
+/* ---- abandon: undoing a wait that ends without the lock ---- */
+
+static void abandon_reply(rlock__net *n, redisReply *reply, int err,
+                          void *data) {
+  (void)n, (void)reply, (void)err, (void)data;
+}
+
+static void abandon_reply_at_close(rlock__net *n, redisReply *reply, int err,
+                                   void *data) {
+  (void)n, (void)reply, (void)err;
+  rlock__engine *e = data;
+  if (e->draining > 0 && --e->draining == 0 && e->on_drained != NULL)
+    e->on_drained(e);
+}
+
+void rlock__abandon_send(rlock__op *op) {
+  rlock__engine *e = op->engine;
+  bool closing = e->core->closing;
+  rlock__cmd *cmd = op->lock->prim->abandon(
+      op, closing ? abandon_reply_at_close : abandon_reply, e);
+  if (cmd != NULL && closing)
+    e->abandons_at_close++;
 }
 
 const rlock__op_type rlock__op_acquire = {

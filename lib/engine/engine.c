@@ -32,7 +32,8 @@ int rlock__engine_close(rlock__engine *e) {
   rlock__timed_stop(e->core, &e->latch_timer);
   if (!rlock__net_cmd_connected(e->net))
     return 0;
-  e->draining = rlock__suspects_flush(e) + rlock__latches_flush_at_close(e);
+  e->draining = rlock__suspects_flush(e) + rlock__latches_flush_at_close(e) +
+                e->abandons_at_close;
   return e->draining;
 }
 

@@ -26,6 +26,7 @@ typedef struct rlock__engine rlock__engine;
 typedef struct rlock__op rlock__op;
 typedef struct rlock__prim rlock__prim;
 typedef struct rlock__op_type rlock__op_type;
+typedef struct rlock__prim_ops rlock__prim_ops;
 
 /* ---- handles (the public `rlock`) ---- */
 
@@ -87,6 +88,33 @@ struct rlock__prim {
   /* A release of an owner's last hold frees the lock for any one waiter:
    * a local waiter's try may follow it in the same write (release.c). */
   bool local_handoff;
+  /* Appended to the owner id in every field this kind writes (the write
+   * lock's ":write"); NULL: none. */
+  const char *owner_suffix;
+  /* The channel an acquire of op waits on, malloc'd (the fair lock's own
+   * channel per waiter); NULL: the handle's channel. NULL return: out of
+   * memory. */
+  char *(*wait_channel)(const rlock__op *op, size_t *len);
+  /* No channel at all (the spin lock): a waiter polls with a back-off of
+   * 1 ms doubling (plus jitter) up to RLOCK__POLL_MAX_MS. */
+  bool polls;
+  /* An acquire that sent a try and ends without the lock (timeout,
+   * cancel, interrupt, close, error) sends this, e.g. the fair lock's
+   * queue-leave; NULL: nothing to undo. The engine owns the command. */
+  rlock__cmd *(*abandon)(rlock__op *op, rlock__reply_cb cb, void *data);
+  /* The kind's own queries and force unlock (NULL entries: none). */
+  const rlock__prim_ops *ops;
+};
+
+#define RLOCK__POLL_MAX_MS 128
+
+/* The operations a public call on a handle runs, per kind. */
+struct rlock__prim_ops {
+  const rlock__op_type *force_unlock;
+  const rlock__op_type *is_locked;
+  const rlock__op_type *is_held;
+  const rlock__op_type *hold_count;
+  const rlock__op_type *remain_ttl;
 };
 
 /* ---- operations ---- */
@@ -101,7 +129,7 @@ struct rlock__op_type {
 
 enum { RLOCK__ST_NEW, RLOCK__ST_CMD, RLOCK__ST_WAITING, RLOCK__ST_DONE };
 
-#define RLOCK__OWNER_MAX (RLOCK_ID_LEN + 1 + 21)
+#define RLOCK__OWNER_MAX (RLOCK_ID_LEN + 1 + 21 + 8)
 
 struct rlock__op {
   rlock__task task; /* the request queue (core) */
@@ -137,9 +165,16 @@ struct rlock__op {
   int handoff_streak;   /* acquire: woken by a local handoff, the streak's
                            length; release: > 0 when it handed off */
   uint64_t hold_gen;    /* release: the hold it counted as releasing */
+  /* acquire: the channel it waits on (the handle's, or its own) */
+  char *wchan;
+  size_t wchan_len;
+  bool tried;           /* acquire: a try was sent */
+  int polls;            /* acquire: back-offs so far (spin, or "now") */
+  int64_t backoff_ms;   /* acquire: the last back-off */
 };
 
-/* Sets up an op of `type` on `lock` for `owner`. */
+/* Sets up an op of `type` on `lock` for `owner` (op->owner gets the
+ * kind's owner_suffix). */
 void rlock__op_init(rlock__op *op, rlock *lock, const rlock__op_type *type,
                     uint64_t owner);
 /* Sets the op's detail (rlock_last_error() of its caller). */
@@ -177,6 +212,10 @@ void rlock__op_set_wait(rlock__op *op, int64_t wait_ms, int64_t lease_ms);
 /* The generic kinds. */
 extern const rlock__op_type rlock__op_acquire;
 extern const rlock__op_type rlock__op_release;
+
+/* Sends the kind's abandon for an acquire that ends without the lock
+ * (acquire.c); at close, close waits for its reply. */
+void rlock__abandon_send(rlock__op *op);
 
 /* ---- what this client holds (hold.c) ---- */
 
@@ -258,6 +297,7 @@ struct rlock__engine {
   uint64_t latch_count;
   /* close: trims (and the latch UNLINK) sent at close, unanswered */
   int draining;
+  int abandons_at_close; /* abandons sent by close's own finishing */
   /* hook: every command sent at close has answered */
   void (*on_drained)(rlock__engine *e);
 };

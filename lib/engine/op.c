@@ -65,6 +65,10 @@ const char *rlock_name(const rlock *lock) {
   return lock != NULL ? lock->name : NULL;
 }
 
+const char *rlock_kind(const rlock *lock) {
+  return lock != NULL ? lock->prim->kind : "";
+}
+
 /* ---- op bookkeeping ---- */
 
 static void active_add(rlock__engine *e, rlock__op *op) {
@@ -115,6 +119,12 @@ void rlock__op_finish(rlock__op *op, int result) {
   active_remove(e, op);
   free(op->latch);
   op->latch = NULL;
+  if (op->type->acquires && op->tried && result != 1 &&
+      op->lock->prim->abandon != NULL)
+    rlock__abandon_send(op);
+  if (op->wchan != NULL && op->wchan != op->lock->channel)
+    free(op->wchan);
+  op->wchan = NULL;
   op->state = RLOCK__ST_DONE;
   op->result = result;
   if (result < 0 && op->detail[0] == '\0') {
@@ -273,8 +283,9 @@ void rlock__op_init(rlock__op *op, rlock *lock, const rlock__op_type *type,
   op_base(op, lock->engine, type);
   op->lock = lock;
   op->owner_id = owner;
-  snprintf(op->owner, sizeof(op->owner), "%s:%" PRIu64,
-           lock->engine->client_id, owner);
+  const char *suffix = lock->prim->owner_suffix;
+  snprintf(op->owner, sizeof(op->owner), "%s:%" PRIu64 "%s",
+           lock->engine->client_id, owner, suffix != NULL ? suffix : "");
 }
 
 /* ---- argument checks ---- */

@@ -99,6 +99,11 @@ uint64_t rlock__chan_epoch(rlock__net *n, const char *channel, size_t len);
 /* Puts a joined waiter to sleep until a message or wait_ms; a stored
  * wake-up (permit) makes it retry at once. */
 void rlock__chan_wait(rlock__waiter *w, int64_t wait_ms);
+/* Wakes every waiter of the client on `channel`, as a "1" message would
+ * (a release the server announced to nobody: the read/write lock's
+ * downgrade); nothing when the client has no entry for it. */
+void rlock__chan_wake_all_named(rlock__net *n, const char *channel,
+                                size_t len);
 /* Local handoff: the oldest waiter asleep on a live subscription of
  * `channel`, or NULL. */
 rlock__waiter *rlock__chan_sleeper(rlock__net *n, const char *channel,

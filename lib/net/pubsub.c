@@ -299,6 +299,13 @@ rlock__waiter *rlock__chan_sleeper(rlock__net *n, const char *channel,
   return (e != NULL && e->state == CHAN_SUBSCRIBED) ? e->wait_head : NULL;
 }
 
+void rlock__chan_wake_all_named(rlock__net *n, const char *channel,
+                                size_t len) {
+  rlock__chan *e = rlock__map_get(&n->chans, channel, len);
+  if (e != NULL)
+    rlock__chan_wake_all(e);
+}
+
 void rlock__chan_kick(rlock__waiter *w, int64_t absorb_ms) {
   rlock__chan *e = w->chan;
   if (absorb_ms > 0) {

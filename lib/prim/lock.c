@@ -3,6 +3,7 @@
  * Wire format: docs/wire-protocol.md, "The reentrant lock"; scripts:
  * lock_*.lua beside this file. */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,16 +22,16 @@ static const rlock__script release_script = {
 static const rlock__script force_script = {
     "lock_force_unlock", RLOCK__LUA_LOCK_FORCE_UNLOCK_BODY,
     RLOCK__LUA_LOCK_FORCE_UNLOCK_SHA, false};
-static const rlock__script renew_script = {
+const rlock__script rlock__lock_renew_script = {
     "lock_renew", RLOCK__LUA_LOCK_RENEW_BODY, RLOCK__LUA_LOCK_RENEW_SHA, false};
 /* Always sent as EVAL: the trim's place in the order matters, and an
  * EVALSHA answered NOSCRIPT would be re-sent behind later commands. */
-static const rlock__script trim_script = {
+const rlock__script rlock__lock_trim_script = {
     "lock_trim", RLOCK__LUA_LOCK_TRIM_BODY, RLOCK__LUA_LOCK_TRIM_SHA, true};
 
 static const rlock__script *const all_scripts[] = {
-    &acquire_script, &release_script, &force_script, &renew_script,
-    &trim_script, NULL};
+    &acquire_script, &release_script, &force_script, &rlock__lock_renew_script,
+    &rlock__lock_trim_script, NULL};
 
 const rlock__script *const *rlock__lock_scripts(void) { return all_scripts; }
 
@@ -60,7 +61,7 @@ static int read_try(rlock__op *op, const redisReply *reply, int64_t *ttl_ms) {
   return RLOCK__TRY_WAIT;
 }
 
-static rlock__cmd *send_release(rlock__op *op, const char *latch,
+rlock__cmd *rlock__lock_send_release(rlock__op *op, const char *latch,
                                 int64_t lease_ms, int64_t latch_ttl_ms,
                                 rlock__reply_cb cb) {
   rlock *lock = op->lock;
@@ -81,7 +82,7 @@ static rlock__cmd *send_release(rlock__op *op, const char *latch,
                          o->retry_attempts, cb, op);
 }
 
-static int read_release(rlock__op *op, const redisReply *reply) {
+int rlock__lock_read_release(rlock__op *op, const redisReply *reply) {
   if (reply->type == REDIS_REPLY_NIL)
     return RLOCK__REL_NOT_HELD;
   if (reply->type != REDIS_REPLY_INTEGER ||
@@ -95,7 +96,8 @@ static int read_release(rlock__op *op, const redisReply *reply) {
 /* "0": one holder released - wake one waiter. "1": wake all (a read/write
  * lock's write unlock; honoured here too). Other payloads are not lock
  * messages (docs/wire-protocol.md, Messages). */
-static void on_message(rlock__chan *ch, const char *payload, size_t len) {
+void rlock__lock_on_message(rlock__chan *ch, const char *payload,
+                            size_t len) {
   if (len != 1 || (payload[0] != '0' && payload[0] != '1'))
     return;
   if (payload[0] == '0')
@@ -104,20 +106,20 @@ static void on_message(rlock__chan *ch, const char *payload, size_t len) {
     rlock__chan_wake_all(ch);
 }
 
+
 const rlock__prim rlock__prim_lock = {
     .kind = "lock",
     .send_try = send_try,
     .read_try = read_try,
-    .send_release = send_release,
-    .read_release = read_release,
-    .on_message = on_message,
-    .trim = &trim_script,
-    .renew = &renew_script,
-    .local_handoff = true};
+    .send_release = rlock__lock_send_release,
+    .read_release = rlock__lock_read_release,
+    .on_message = rlock__lock_on_message,
+    .trim = &rlock__lock_trim_script,
+    .renew = &rlock__lock_renew_script,
+    .local_handoff = true,
+    .ops = &rlock__lock_ops};
 
 /* ---- force unlock and queries ---- */
-
-static void int_reply(rlock__net *n, redisReply *reply, int err, void *data);
 
 static void start_force(rlock__op *op) {
   rlock *lock = op->lock;
@@ -125,40 +127,53 @@ static void start_force(rlock__op *op) {
   const char *argv[5] = {"2", lock->name, lock->channel, "0", publish};
   size_t lens[5] = {1, lock->name_len, lock->channel_len, 1, strlen(publish)};
   rlock__op_send(op, &force_script, 5, argv, lens,
-                 op->engine->core->opts.retry_attempts, int_reply);
+                 op->engine->core->opts.retry_attempts, rlock__query_reply);
 }
 
 /* A one-command query on the lock key, optionally with the owner. */
-static void query(rlock__op *op, const char *cmd, bool with_owner) {
+void rlock__query(rlock__op *op, const char *cmd, bool with_owner) {
   const char *argv[3] = {cmd, op->lock->name, op->owner};
   size_t lens[3] = {strlen(cmd), op->lock->name_len, strlen(op->owner)};
   rlock__op_send(op, NULL, with_owner ? 3 : 2, argv, lens,
-                 op->engine->core->opts.retry_attempts, int_reply);
+                 op->engine->core->opts.retry_attempts, rlock__query_reply);
 }
 
-static void start_is_locked(rlock__op *op) { query(op, "EXISTS", false); }
-static void start_is_held(rlock__op *op) { query(op, "HEXISTS", true); }
-static void start_hold_count(rlock__op *op) { query(op, "HGET", true); }
-static void start_ttl(rlock__op *op) { query(op, "PTTL", false); }
+static void start_is_locked(rlock__op *op) {
+  rlock__query(op, "EXISTS", false);
+}
+static void start_is_held(rlock__op *op) { rlock__query(op, "HEXISTS", true); }
+static void start_hold_count(rlock__op *op) {
+  rlock__query(op, "HGET", true);
+}
+static void start_ttl(rlock__op *op) { rlock__query(op, "PTTL", false); }
 
-static const rlock__op_type force_type = {.name = "force_unlock",
+const rlock__op_type rlock__q_force_unlock = {.name = "force_unlock",
                                        .start = start_force};
-static const rlock__op_type is_locked_type = {.name = "is_locked",
-                                       .start = start_is_locked};
-static const rlock__op_type is_held_type = {.name = "is_held",
-                                       .start = start_is_held};
-static const rlock__op_type hold_count_type = {.name = "hold_count",
-                                       .start = start_hold_count};
-static const rlock__op_type ttl_type = {.name = "remain_ttl",
-                                       .start = start_ttl};
+const rlock__op_type rlock__q_is_locked = {.name = "is_locked",
+                                           .start = start_is_locked};
+const rlock__op_type rlock__q_is_held = {.name = "is_held",
+                                         .start = start_is_held};
+const rlock__op_type rlock__q_hold_count = {.name = "hold_count",
+                                            .start = start_hold_count};
+const rlock__op_type rlock__q_remain_ttl = {.name = "remain_ttl",
+                                            .start = start_ttl};
 
-static void int_reply(rlock__net *n, redisReply *reply, int err, void *data) {
+const rlock__prim_ops rlock__lock_ops = {
+    .force_unlock = &rlock__q_force_unlock,
+    .is_locked = &rlock__q_is_locked,
+    .is_held = &rlock__q_is_held,
+    .hold_count = &rlock__q_hold_count,
+    .remain_ttl = &rlock__q_remain_ttl};
+
+void rlock__query_reply(rlock__net *n, redisReply *reply, int err,
+                        void *data) {
   (void)n;
   rlock__op *op = data;
   op->cmd = NULL;
   if (rlock__op_failed(op, reply, err))
     return;
-  if (op->type == &hold_count_type) {
+  const rlock__prim_ops *ops = op->lock->prim->ops;
+  if (op->type == ops->hold_count) {
     if (reply->type == REDIS_REPLY_NIL) {
       op->value = 0;
       rlock__op_finish(op, 0);
@@ -176,7 +191,7 @@ static void int_reply(rlock__net *n, redisReply *reply, int err, void *data) {
     rlock__op_finish(op, RLOCK_EPROTO);
     return;
   }
-  if (op->type == &ttl_type) {
+  if (op->type == ops->remain_ttl) {
     op->value = reply->integer;
     rlock__op_finish(op, 0);
   } else {
@@ -186,8 +201,8 @@ static void int_reply(rlock__net *n, redisReply *reply, int err, void *data) {
 
 /* ---- the blocking API ---- */
 
-static int acquire(rlock *lock, uint64_t owner, int64_t wait_ms,
-                   int64_t lease_ms) {
+int rlock__acquire(rlock *lock, uint64_t owner, int64_t wait_ms,
+                   int64_t lease_ms, int64_t *value) {
   if (lock == NULL)
     return rlock__bad_arg("lock is NULL");
   int rc = rlock__check_lease(lease_ms);
@@ -196,13 +211,37 @@ static int acquire(rlock *lock, uint64_t owner, int64_t wait_ms,
   rlock__op op;
   rlock__op_init(&op, lock, &rlock__op_acquire, owner);
   rlock__op_set_wait(&op, wait_ms, lease_ms);
-  return rlock__op_run_sync(&op);
+  rc = rlock__op_run_sync(&op);
+  if (value != NULL && rc == 1)
+    *value = op.value;
+  return rc;
 }
+
+static int acquire(rlock *lock, uint64_t owner, int64_t wait_ms,
+                   int64_t lease_ms) {
+  return rlock__acquire(lock, owner, wait_ms, lease_ms, NULL);
+}
+
+/* The kind's operation for a public call, or NULL with the last error set
+ * when the kind has none. */
+static const rlock__op_type *kind_op(rlock *lock, size_t offset) {
+  const rlock__prim_ops *ops = lock->prim->ops;
+  const rlock__op_type *t =
+      ops == NULL ? NULL
+                  : *(const rlock__op_type *const *)((const char *)ops +
+                                                     offset);
+  if (t == NULL)
+    rlock__set_last_error("not supported by a %s", lock->prim->kind);
+  return t;
+}
+#define KIND_OP(lock, field) kind_op(lock, offsetof(rlock__prim_ops, field))
 
 static int simple(rlock *lock, const rlock__op_type *type, uint64_t owner,
                   int64_t *value) {
   if (lock == NULL)
     return rlock__bad_arg("lock is NULL");
+  if (type == NULL)
+    return RLOCK_EINVAL;
   rlock__op op;
   rlock__op_init(&op, lock, type, owner);
   int rc = rlock__op_run_sync(&op);
@@ -226,12 +265,12 @@ int rlock_unlock_owner(rlock *lock, uint64_t owner) {
 }
 
 int rlock_is_held_by_owner(rlock *lock, uint64_t owner) {
-  return simple(lock, &is_held_type, owner, NULL);
+  return lock == NULL ? rlock__bad_arg("lock is NULL") : simple(lock, KIND_OP(lock, is_held), owner, NULL);
 }
 
 int64_t rlock_hold_count_owner(rlock *lock, uint64_t owner) {
   int64_t count = 0;
-  int rc = simple(lock, &hold_count_type, owner, &count);
+  int rc = lock == NULL ? rlock__bad_arg("lock is NULL") : simple(lock, KIND_OP(lock, hold_count), owner, &count);
   return rc < 0 ? rc : count;
 }
 
@@ -248,11 +287,11 @@ int rlock_unlock(rlock *lock) {
 }
 
 int rlock_force_unlock(rlock *lock) {
-  return simple(lock, &force_type, 0, NULL);
+  return lock == NULL ? rlock__bad_arg("lock is NULL") : simple(lock, KIND_OP(lock, force_unlock), 0, NULL);
 }
 
 int rlock_is_locked(rlock *lock) {
-  return simple(lock, &is_locked_type, 0, NULL);
+  return lock == NULL ? rlock__bad_arg("lock is NULL") : simple(lock, KIND_OP(lock, is_locked), 0, NULL);
 }
 
 int rlock_is_held_by_current_thread(rlock *lock) {
@@ -266,7 +305,7 @@ int64_t rlock_hold_count(rlock *lock) {
 int rlock_remain_ttl(rlock *lock, int64_t *ttl_ms) {
   if (ttl_ms == NULL)
     return rlock__bad_arg("ttl_ms is NULL");
-  return simple(lock, &ttl_type, 0, ttl_ms);
+  return lock == NULL ? rlock__bad_arg("lock is NULL") : simple(lock, KIND_OP(lock, remain_ttl), 0, ttl_ms);
 }
 
 /* ---- the asynchronous API ---- */
@@ -284,30 +323,45 @@ int rlock_unlock_async(rlock *lock, uint64_t owner, rlock_cb cb, void *data,
                                 data, req);
 }
 
+/* A query or force unlock of the handle's kind, queued with a callback. */
+static int async_kind(rlock *lock, size_t offset, uint64_t owner,
+                      rlock_cb cb, void *data, rlock_req **req) {
+  if (req != NULL)
+    *req = NULL;
+  if (lock == NULL)
+    return rlock__bad_arg("lock is NULL");
+  const rlock__op_type *t = kind_op(lock, offset);
+  if (t == NULL)
+    return RLOCK_EINVAL;
+  return rlock__op_submit_async(lock, t, owner, 0, 0, cb, data, req);
+}
+
 int rlock_force_unlock_async(rlock *lock, rlock_cb cb, void *data,
                              rlock_req **req) {
-  return rlock__op_submit_async(lock, &force_type, 0, 0, 0, cb, data, req);
+  return async_kind(lock, offsetof(rlock__prim_ops, force_unlock), 0, cb,
+                    data, req);
 }
 
 int rlock_is_locked_async(rlock *lock, rlock_cb cb, void *data,
                           rlock_req **req) {
-  return rlock__op_submit_async(lock, &is_locked_type, 0, 0, 0, cb, data,
-                                req);
+  return async_kind(lock, offsetof(rlock__prim_ops, is_locked), 0, cb, data,
+                    req);
 }
 
 int rlock_is_held_async(rlock *lock, uint64_t owner, rlock_cb cb, void *data,
                         rlock_req **req) {
-  return rlock__op_submit_async(lock, &is_held_type, owner, 0, 0, cb, data,
-                                req);
+  return async_kind(lock, offsetof(rlock__prim_ops, is_held), owner, cb,
+                    data, req);
 }
 
 int rlock_hold_count_async(rlock *lock, uint64_t owner, rlock_cb cb,
                            void *data, rlock_req **req) {
-  return rlock__op_submit_async(lock, &hold_count_type, owner, 0, 0, cb, data,
-                                req);
+  return async_kind(lock, offsetof(rlock__prim_ops, hold_count), owner, cb,
+                    data, req);
 }
 
 int rlock_remain_ttl_async(rlock *lock, rlock_cb cb, void *data,
                            rlock_req **req) {
-  return rlock__op_submit_async(lock, &ttl_type, 0, 0, 0, cb, data, req);
+  return async_kind(lock, offsetof(rlock__prim_ops, remain_ttl), 0, cb, data,
+                    req);
 }

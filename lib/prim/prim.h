@@ -1,7 +1,8 @@
-/* The primitives layer: one file per Redisson primitive (today: lock.c,
- * the reentrant lock), each filling an rlock__prim descriptor that the
- * engine drives, plus its Lua scripts (<kind>_*.lua beside it, embedded at
- * build time) and its public API. Internal. */
+/* The primitives layer: one file per Redisson primitive (lock.c the
+ * reentrant lock, fair.c, rwlock.c (read and write), fenced.c, spin.c),
+ * each filling an rlock__prim descriptor that the engine drives, plus its
+ * Lua scripts (<kind>_*.lua beside it, embedded at build time) and its
+ * public API. Internal. */
 #ifndef RLOCK_PRIM_H
 #define RLOCK_PRIM_H
 
@@ -10,6 +11,50 @@
 /* Redisson's RLock (getLock): channel "redisson_lock__channel:" + tag. */
 extern const rlock__prim rlock__prim_lock;
 #define RLOCK__LOCK_CHANNEL_PREFIX "redisson_lock__channel:"
+/* getFairLock: the handle's channel is the base of each waiter's own
+ * ("redisson_lock__channel:" + tag + ":" + owner). */
+extern const rlock__prim rlock__prim_fair;
+/* getReadWriteLock: read and write share "redisson_rwlock:" + tag. */
+extern const rlock__prim rlock__prim_read;
+extern const rlock__prim rlock__prim_write;
+#define RLOCK__RWLOCK_CHANNEL_PREFIX "redisson_rwlock:"
+/* getFencedLock: RLock's channel. */
+extern const rlock__prim rlock__prim_fenced;
+/* getSpinLock: no channel. */
+extern const rlock__prim rlock__prim_spin;
+
+/* RLock's pieces that kinds with the same lock hash reuse: the release
+ * (KEYS lock, channel, latch; message "0"), its reply reader, the message
+ * handler ("0" wakes one local waiter, "1" all), the force unlock (DEL and
+ * "0"), and the ops table (force unlock and the queries). */
+rlock__cmd *rlock__lock_send_release(rlock__op *op, const char *latch,
+                                     int64_t lease_ms, int64_t latch_ttl_ms,
+                                     rlock__reply_cb cb);
+int rlock__lock_read_release(rlock__op *op, const redisReply *reply);
+void rlock__lock_on_message(rlock__chan *ch, const char *payload,
+                            size_t len);
+extern const rlock__op_type rlock__q_force_unlock;
+/* RLock's renewal (owner field -> PEXPIRE) and trim (with message "0"). */
+extern const rlock__script rlock__lock_renew_script;
+extern const rlock__script rlock__lock_trim_script;
+extern const rlock__prim_ops rlock__lock_ops;
+
+/* Shared by the kinds whose lock key is laid out as RLock's (owner field
+ * -> count): the queries EXISTS, HEXISTS, HGET and PTTL on the lock key,
+ * and the reply reader every query and force unlock uses (nil -> 0, a
+ * number string -> its value for hold_count, an integer -> the TTL for
+ * remain_ttl, else 1 when non-zero). */
+extern const rlock__op_type rlock__q_is_locked;
+extern const rlock__op_type rlock__q_is_held;
+extern const rlock__op_type rlock__q_hold_count;
+extern const rlock__op_type rlock__q_remain_ttl;
+void rlock__query(rlock__op *op, const char *cmd, bool with_owner);
+void rlock__query_reply(rlock__net *n, redisReply *reply, int err,
+                        void *data);
+/* A blocking acquire; *value (when acquired and value != NULL) gets the
+ * op's value (the fenced lock's token). */
+int rlock__acquire(rlock *lock, uint64_t owner, int64_t wait_ms,
+                   int64_t lease_ms, int64_t *value);
 
 /* The lock's scripts, NULL-terminated, in this order: acquire, release,
  * force unlock, renew, trim (for tests and the benchmark). */

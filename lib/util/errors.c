@@ -95,6 +95,8 @@ int rlock__err_from_server(const char *text, size_t len) {
       {"ERR Client sent AUTH, but no password is set", RLOCK_EAUTH},
       {"OOM", RLOCK_EOOM},
       {"READONLY", RLOCK_EREADONLY},
+      /* rlock's own scripts: the key holds another kind of lock */
+      {"WRONGKIND", RLOCK_EKIND},
   };
   size_t i, at;
 

@@ -22,7 +22,7 @@ static const struct err_row err_rows[] = {
 Test(errors, table_names_and_messages_match_enum) {
   size_t i;
 
-  cr_assert_eq(N_ERR_ROWS, 22);
+  cr_assert_eq(N_ERR_ROWS, 23);
   for (i = 0; i < N_ERR_ROWS; i++) {
     cr_assert_lt(err_rows[i].code, 0, "%s must be negative", err_rows[i].name);
     cr_assert_str_eq(rlock_err_name(err_rows[i].code), err_rows[i].name);
@@ -53,12 +53,13 @@ Test(errors, stable_values) {
   cr_assert_eq(RLOCK_EFORK, -20);
   cr_assert_eq(RLOCK_ETLS, -21);
   cr_assert_eq(RLOCK_EBACKLOG, -22);
+  cr_assert_eq(RLOCK_EKIND, -23);
   cr_assert_str_eq(rlock_err_name(-9), "RLOCK_ENOTOWNER");
   cr_assert_str_eq(rlock_strerror(-14), "Redis authentication failed");
 }
 
 Test(errors, success_and_unknown_codes) {
-  static const int unknown[] = {1, 2, -23, -100, 1000, INT32_MIN, INT32_MAX};
+  static const int unknown[] = {1, 2, -24, -100, 1000, INT32_MIN, INT32_MAX};
   size_t i;
 
   cr_assert_str_eq(rlock_err_name(0), "RLOCK_OK");
@@ -124,6 +125,8 @@ Test(errors, server_error_mapping) {
       {"WRONGTYPE Operation against a key holding the wrong kind of value",
        RLOCK_EWRONGTYPE},
       {"WRONGTYPE", RLOCK_EWRONGTYPE},
+      {"WRONGKIND rw is a read/write lock (it has a mode field), not this "
+       "kind of lock", RLOCK_EKIND},
       {"NOPERM this user has no permissions to run the 'evalsha' command",
        RLOCK_ENOPERM},
       {"NOPERM No permissions to access a key", RLOCK_ENOPERM},

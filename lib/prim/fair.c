@@ -1,0 +1,279 @@
+/* Redisson's fair lock (getFairLock): RLock's hash plus a FIFO of waiters
+ * (the list redisson_lock_queue:{name}) and their absolute deadlines (the
+ * zset redisson_lock_timeout:{name}, client wall-clock ms). A release tells
+ * the first waiter only, on that waiter's own channel
+ * (redisson_lock__channel:{name}:<owner>). Wire format:
+ * docs/wire-protocol.md, "The fair lock"; scripts: fair_*.lua beside this
+ * file (renewal is RLock's: the queue keys are never renewed). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lua_embed.h"
+#include "prim.h"
+
+#define QUEUE_PREFIX "redisson_lock_queue:"
+#define TIMEOUT_PREFIX "redisson_lock_timeout:"
+
+/* Redisson's fairLockWaitTimeout: the wait a waiter announces (and adds to
+ * its deadline) when its caller gave none - lock(), or a try without a
+ * positive wait. */
+#define FAIR_DEFAULT_WAIT_MS 300000
+
+/* ---- scripts ---- */
+
+static const rlock__script acquire_script = {
+    "fair_acquire", RLOCK__LUA_FAIR_ACQUIRE_BODY, RLOCK__LUA_FAIR_ACQUIRE_SHA,
+    false};
+static const rlock__script try_script = {
+    "fair_try", RLOCK__LUA_FAIR_TRY_BODY, RLOCK__LUA_FAIR_TRY_SHA, false};
+static const rlock__script release_script = {
+    "fair_release", RLOCK__LUA_FAIR_RELEASE_BODY, RLOCK__LUA_FAIR_RELEASE_SHA,
+    false};
+static const rlock__script abandon_script = {
+    "fair_abandon", RLOCK__LUA_FAIR_ABANDON_BODY, RLOCK__LUA_FAIR_ABANDON_SHA,
+    false};
+static const rlock__script force_script = {
+    "fair_force_unlock", RLOCK__LUA_FAIR_FORCE_UNLOCK_BODY,
+    RLOCK__LUA_FAIR_FORCE_UNLOCK_SHA, false};
+/* Always sent as EVAL, as RLock's trim: its place in the order matters. */
+static const rlock__script trim_script = {
+    "fair_trim", RLOCK__LUA_FAIR_TRIM_BODY, RLOCK__LUA_FAIR_TRIM_SHA, true};
+
+/* ---- helpers ---- */
+
+/* The client's wall clock in ms. Deadlines in the zset are compared across
+ * clients (Java's System.currentTimeMillis()), so the monotonic clock the
+ * engine uses elsewhere would not do. */
+static int64_t wall_ms(void) {
+  struct timespec ts;
+  if (timespec_get(&ts, TIME_UTC) != TIME_UTC)
+    return 0;
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The queue and deadline keys of a fair lock, in one allocation (free
+ * keys->buf). */
+typedef struct fair_keys {
+  char *buf;
+  const char *queue, *timeout;
+  size_t queue_len, timeout_len;
+} fair_keys;
+
+static bool keys_make(const rlock *lock, fair_keys *k) {
+  size_t ql = sizeof(QUEUE_PREFIX) - 1 + lock->tag_len;
+  size_t tl = sizeof(TIMEOUT_PREFIX) - 1 + lock->tag_len;
+  k->buf = malloc(ql + 1 + tl + 1);
+  if (k->buf == NULL)
+    return false;
+  memcpy(k->buf, QUEUE_PREFIX, sizeof(QUEUE_PREFIX) - 1);
+  memcpy(k->buf + sizeof(QUEUE_PREFIX) - 1, lock->tag, lock->tag_len);
+  k->buf[ql] = '\0';
+  char *t = k->buf + ql + 1;
+  memcpy(t, TIMEOUT_PREFIX, sizeof(TIMEOUT_PREFIX) - 1);
+  memcpy(t + sizeof(TIMEOUT_PREFIX) - 1, lock->tag, lock->tag_len);
+  t[tl] = '\0';
+  k->queue = k->buf;
+  k->queue_len = ql;
+  k->timeout = t;
+  k->timeout_len = tl;
+  return true;
+}
+
+/* The wait this acquire announces in the queue (Java: the caller's wait if
+ * > 0, else fairLockWaitTimeout). */
+static int64_t announced_wait(const rlock__op *op) {
+  return op->wait_ms > 0 ? op->wait_ms : FAIR_DEFAULT_WAIT_MS;
+}
+
+/* ---- the descriptor ---- */
+
+/* A caller with a wait runs the queueing acquire (ARGV lease, owner, wait,
+ * now); a single attempt (wait_ms 0, Java's tryLock()) runs the one that
+ * never queues, whose ARGV has now and wait swapped, as Java's. */
+static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
+                            rlock__reply_cb cb) {
+  rlock *lock = op->lock;
+  fair_keys k;
+  if (!keys_make(lock, &k))
+    return NULL;
+  char lease[24], wait[24], now[24];
+  snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
+  snprintf(wait, sizeof(wait), "%" PRId64, announced_wait(op));
+  snprintf(now, sizeof(now), "%" PRId64, wall_ms());
+  bool single = op->wait_ms == 0;
+  const char *argv[8] = {"3",       lock->name, k.queue, k.timeout,
+                         lease,     op->owner,  single ? now : wait,
+                         single ? wait : now};
+  size_t lens[8] = {1,
+                    lock->name_len,
+                    k.queue_len,
+                    k.timeout_len,
+                    strlen(lease),
+                    strlen(op->owner),
+                    strlen(argv[6]),
+                    strlen(argv[7])};
+  /* Never re-sent (as RLock's): a second try could count one acquisition
+   * twice. A lost reply is repaired by the trim, a queue entry left behind
+   * by the abandon. */
+  rlock__cmd *cmd = rlock__cmd_send(op->engine->net,
+                                    single ? &try_script : &acquire_script, 8,
+                                    argv, lens, 0, cb, op);
+  free(k.buf);
+  return cmd;
+}
+
+/* nil: acquired. An integer: the wait hint in ms (0: the lock is free but
+ * another waiter is first in line - the engine then backs off from 1 ms,
+ * cut short by a message, instead of trying again at once as Java does). */
+static int read_try(rlock__op *op, const redisReply *reply, int64_t *ttl_ms) {
+  if (reply->type == REDIS_REPLY_NIL)
+    return RLOCK__TRY_ACQUIRED;
+  if (reply->type != REDIS_REPLY_INTEGER) {
+    rlock__op_detail(op, "fair acquire script replied type %d", reply->type);
+    return RLOCK_EPROTO;
+  }
+  *ttl_ms = reply->integer < -1 ? -1 : reply->integer;
+  return RLOCK__TRY_WAIT;
+}
+
+/* Each waiter waits on its own channel: the handle's channel + ":" +
+ * owner. */
+static char *wait_channel(const rlock__op *op, size_t *len) {
+  const rlock *lock = op->lock;
+  size_t owner_len = strlen(op->owner);
+  size_t n = lock->channel_len + 1 + owner_len;
+  char *ch = malloc(n + 1);
+  if (ch == NULL)
+    return NULL;
+  memcpy(ch, lock->channel, lock->channel_len);
+  ch[lock->channel_len] = ':';
+  memcpy(ch + lock->channel_len + 1, op->owner, owner_len);
+  ch[n] = '\0';
+  *len = n;
+  return ch;
+}
+
+/* "0" on a waiter's own channel: it is first in line and the lock was
+ * released. Only that owner's acquire waits there, so wake all (one). */
+static void on_message(rlock__chan *ch, const char *payload, size_t len) {
+  if (len == 1 && payload[0] == '0')
+    rlock__chan_wake_all(ch);
+}
+
+/* Leaves the queue (Java's acquireFailed): without it our entry would
+ * block everyone behind it until its deadline (minutes with the default
+ * wait). A single attempt never queued, so it has nothing to undo. The
+ * script is a no-op when the owner is not queued: safe to re-send. */
+static rlock__cmd *abandon(rlock__op *op, rlock__reply_cb cb, void *data) {
+  if (op->wait_ms == 0)
+    return NULL;
+  rlock *lock = op->lock;
+  fair_keys k;
+  if (!keys_make(lock, &k))
+    return NULL;
+  char wait[24];
+  snprintf(wait, sizeof(wait), "%" PRId64, announced_wait(op));
+  const char *publish = rlock__engine_publish(op->engine);
+  const char *argv[8] = {"4",       k.queue,       k.timeout, lock->name,
+                         lock->channel, op->owner, wait,      publish};
+  size_t lens[8] = {1,
+                    k.queue_len,
+                    k.timeout_len,
+                    lock->name_len,
+                    lock->channel_len,
+                    strlen(op->owner),
+                    strlen(wait),
+                    strlen(publish)};
+  rlock__cmd *cmd =
+      rlock__cmd_send(op->engine->net, &abandon_script, 8, argv, lens,
+                      op->engine->core->opts.retry_attempts, cb, data);
+  free(k.buf);
+  return cmd;
+}
+
+static rlock__cmd *send_release(rlock__op *op, const char *latch,
+                                int64_t lease_ms, int64_t latch_ttl_ms,
+                                rlock__reply_cb cb) {
+  rlock *lock = op->lock;
+  fair_keys k;
+  if (!keys_make(lock, &k))
+    return NULL;
+  char lease[24], now[24], latch_ttl[24];
+  snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
+  snprintf(now, sizeof(now), "%" PRId64, wall_ms());
+  snprintf(latch_ttl, sizeof(latch_ttl), "%" PRId64, latch_ttl_ms);
+  const char *publish = rlock__engine_publish(op->engine);
+  const char *argv[12] = {"5",   lock->name, k.queue,   k.timeout,
+                          lock->channel, latch, "0",    lease,
+                          op->owner,     now,   publish, latch_ttl};
+  size_t lens[12];
+  for (int i = 0; i < 12; i++)
+    lens[i] = strlen(argv[i]);
+  lens[1] = lock->name_len;
+  lens[2] = k.queue_len;
+  lens[3] = k.timeout_len;
+  lens[4] = lock->channel_len;
+  /* Re-sent after a timeout or a lost connection: the latch makes that
+   * safe. */
+  rlock__cmd *cmd =
+      rlock__cmd_send(op->engine->net, &release_script, 12, argv, lens,
+                      op->engine->core->opts.retry_attempts, cb, op);
+  free(k.buf);
+  return cmd;
+}
+
+/* ---- force unlock ---- */
+
+static void start_force(rlock__op *op) {
+  rlock *lock = op->lock;
+  fair_keys k;
+  if (!keys_make(lock, &k)) {
+    rlock__op_finish(op, RLOCK_ENOMEM);
+    return;
+  }
+  char now[24];
+  snprintf(now, sizeof(now), "%" PRId64, wall_ms());
+  const char *publish = rlock__engine_publish(op->engine);
+  const char *argv[8] = {"4",           lock->name, k.queue, k.timeout,
+                         lock->channel, "0",        now,     publish};
+  size_t lens[8] = {1,
+                    lock->name_len,
+                    k.queue_len,
+                    k.timeout_len,
+                    lock->channel_len,
+                    1,
+                    strlen(now),
+                    strlen(publish)};
+  rlock__op_send(op, &force_script, 8, argv, lens,
+                 op->engine->core->opts.retry_attempts, rlock__query_reply);
+  free(k.buf); /* the command record copied the arguments */
+}
+
+static const rlock__op_type force_type = {.name = "force_unlock",
+                                          .start = start_force};
+
+static const rlock__prim_ops fair_ops = {
+    .force_unlock = &force_type,
+    .is_locked = &rlock__q_is_locked,
+    .is_held = &rlock__q_is_held,
+    .hold_count = &rlock__q_hold_count,
+    .remain_ttl = &rlock__q_remain_ttl};
+
+const rlock__prim rlock__prim_fair = {
+    .kind = "fair",
+    .send_try = send_try,
+    .read_try = read_try,
+    .send_release = send_release,
+    .read_release = rlock__lock_read_release,
+    .on_message = on_message,
+    .trim = &trim_script,
+    .renew = &rlock__lock_renew_script, /* the lock hash only */
+    /* First come, first served across clients: a release never hands the
+     * lock to a local waiter ahead of the queue. */
+    .local_handoff = false,
+    .wait_channel = wait_channel,
+    .abandon = abandon,
+    .ops = &fair_ops};

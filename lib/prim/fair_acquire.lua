@@ -1,0 +1,71 @@
+-- Fair lock acquire for a waiting caller (docs/wire-protocol.md, "The fair
+-- lock"): Redisson's tryLock(wait, lease) / lock() effects on the lock hash,
+-- the waiting queue and the deadline set.
+-- KEYS[1] lock hash, KEYS[2] queue (list), KEYS[3] deadlines (zset);
+-- ARGV[1] lease ms, ARGV[2] owner, ARGV[3] this caller's wait ms,
+-- ARGV[4] the caller's wall clock ms.
+-- Reply: nil = acquired (or re-entered); otherwise how long to wait, in ms:
+-- the holder's PTTL (-1: a key without TTL), the time until the waiter
+-- ahead's deadline when it just queued, 0 = "try again soon" (the lock is
+-- free but another waiter is first in line). A WRONGKIND error when the key
+-- is a read/write lock's hash.
+--! include _acl_guard.lua
+if redis.call('hexists', KEYS[1], 'mode') == 1 then
+  return redis.error_reply('WRONGKIND ' .. KEYS[1] .. ' is a read/write lock (it has a mode field), not a fair lock');
+end;
+local d = denied({{'lpop', KEYS[2]}, {'rpush', KEYS[2], ARGV[2]}, {'zrem', KEYS[3], ARGV[2]}, {'zadd', KEYS[3], '0', ARGV[2]}, {'zincrby', KEYS[3], '0', ARGV[2]}, {'hset', KEYS[1], ARGV[2], '1'}, {'hincrby', KEYS[1], ARGV[2], '1'}, {'pexpire', KEYS[1], ARGV[1]}});
+if d then return refuse(d); end;
+local now = tonumber(ARGV[4]);
+local wait = tonumber(ARGV[3]);
+-- Drop waiters at the head whose deadline has passed (they gave up or died).
+while true do
+  local first = redis.call('lindex', KEYS[2], 0);
+  if first == false then break; end;
+  local s = redis.call('zscore', KEYS[3], first);
+  if s == false or tonumber(s) > now then break; end;
+  redis.call('zrem', KEYS[3], first);
+  redis.call('lpop', KEYS[2]);
+end;
+local held = redis.call('exists', KEYS[1]) == 1;
+local head = redis.call('lindex', KEYS[2], 0);
+if (not held) and (head == false or head == ARGV[2]) then
+  -- Free and our turn: leave the queue; everyone behind moves up by our wait.
+  redis.call('lpop', KEYS[2]);
+  redis.call('zrem', KEYS[3], ARGV[2]);
+  local rest = redis.call('zrange', KEYS[3], 0, -1);
+  for i = 1, #rest do
+    redis.call('zincrby', KEYS[3], -wait, rest[i]);
+  end;
+  redis.call('hset', KEYS[1], ARGV[2], 1);
+  redis.call('pexpire', KEYS[1], ARGV[1]);
+  return nil;
+end;
+if held and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1);
+  redis.call('pexpire', KEYS[1], ARGV[1]);
+  return nil;
+end;
+if redis.call('zscore', KEYS[3], ARGV[2]) ~= false then
+  -- Already queued: the holder's TTL, or 0 while the lock is free but the
+  -- head has yet to take it.
+  if not held then return 0; end;
+  return redis.call('pttl', KEYS[1]);
+end;
+-- Join the tail: deadline = the deadline of the waiter ahead (else now plus
+-- the holder's PTTL) plus our own wait.
+local base = nil;
+local last = redis.call('lindex', KEYS[2], -1);
+if last ~= false and last ~= ARGV[2] then
+  local s = redis.call('zscore', KEYS[3], last);
+  if s ~= false then base = tonumber(s) - now; end;
+end;
+if base == nil then base = redis.call('pttl', KEYS[1]); end;
+if redis.call('zadd', KEYS[3], base + wait + now, ARGV[2]) == 1 then
+  redis.call('rpush', KEYS[2], ARGV[2]);
+end;
+-- The wait hint: the time until the waiter ahead's deadline; when that is
+-- already past (or nobody is ahead), the holder's PTTL, or 0 when the lock
+-- is free (another waiter is first in line).
+if base >= 0 then return base; end;
+if not held then return 0; end;
+return redis.call('pttl', KEYS[1]);

@@ -1,0 +1,89 @@
+/* Redisson's spin lock (getSpinLock): RLock's lock hash, no channel and no
+ * message; a waiter polls with a back-off (the engine's `polls`). Wire
+ * format: docs/wire-protocol.md, "The spin lock"; scripts: spin_*.lua. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lua_embed.h"
+#include "prim.h"
+
+static const rlock__script acquire_script = {
+    "spin_acquire", RLOCK__LUA_SPIN_ACQUIRE_BODY, RLOCK__LUA_SPIN_ACQUIRE_SHA,
+    false};
+static const rlock__script release_script = {
+    "spin_release", RLOCK__LUA_SPIN_RELEASE_BODY, RLOCK__LUA_SPIN_RELEASE_SHA,
+    false};
+static const rlock__script force_script = {
+    "spin_force_unlock", RLOCK__LUA_SPIN_FORCE_UNLOCK_BODY,
+    RLOCK__LUA_SPIN_FORCE_UNLOCK_SHA, false};
+static const rlock__script trim_script = {
+    "spin_trim", RLOCK__LUA_SPIN_TRIM_BODY, RLOCK__LUA_SPIN_TRIM_SHA, true};
+
+static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
+                            rlock__reply_cb cb) {
+  rlock *lock = op->lock;
+  char lease[24];
+  snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
+  const char *argv[4] = {"1", lock->name, lease, op->owner};
+  size_t lens[4] = {1, lock->name_len, strlen(lease), strlen(op->owner)};
+  return rlock__cmd_send(op->engine->net, &acquire_script, 4, argv, lens, 0,
+                         cb, op);
+}
+
+static int read_try(rlock__op *op, const redisReply *reply, int64_t *ttl_ms) {
+  if (reply->type == REDIS_REPLY_NIL)
+    return RLOCK__TRY_ACQUIRED;
+  if (reply->type != REDIS_REPLY_INTEGER) {
+    rlock__op_detail(op, "spin acquire script replied type %d", reply->type);
+    return RLOCK_EPROTO;
+  }
+  *ttl_ms = reply->integer;
+  return RLOCK__TRY_WAIT;
+}
+
+static rlock__cmd *send_release(rlock__op *op, const char *latch,
+                                int64_t lease_ms, int64_t latch_ttl_ms,
+                                rlock__reply_cb cb) {
+  rlock *lock = op->lock;
+  char lease_s[24], latch_ttl[24];
+  snprintf(lease_s, sizeof(lease_s), "%" PRId64, lease_ms);
+  snprintf(latch_ttl, sizeof(latch_ttl), "%" PRId64, latch_ttl_ms);
+  const char *argv[6] = {"2", lock->name, latch, lease_s, op->owner,
+                         latch_ttl};
+  size_t lens[6];
+  for (int i = 0; i < 6; i++)
+    lens[i] = strlen(argv[i]);
+  lens[1] = lock->name_len;
+  return rlock__cmd_send(op->engine->net, &release_script, 6, argv, lens,
+                         op->engine->core->opts.retry_attempts, cb, op);
+}
+
+static void start_force(rlock__op *op) {
+  const char *argv[2] = {"1", op->lock->name};
+  size_t lens[2] = {1, op->lock->name_len};
+  rlock__op_send(op, &force_script, 2, argv, lens,
+                 op->engine->core->opts.retry_attempts, rlock__query_reply);
+}
+
+static const rlock__op_type force_type = {.name = "force_unlock",
+                                          .start = start_force};
+
+static const rlock__prim_ops spin_ops = {
+    .force_unlock = &force_type,
+    .is_locked = &rlock__q_is_locked,
+    .is_held = &rlock__q_is_held,
+    .hold_count = &rlock__q_hold_count,
+    .remain_ttl = &rlock__q_remain_ttl};
+
+const rlock__prim rlock__prim_spin = {
+    .kind = "spin",
+    .send_try = send_try,
+    .read_try = read_try,
+    .send_release = send_release,
+    .read_release = rlock__lock_read_release,
+    .on_message = NULL,
+    .trim = &trim_script,
+    .renew = &rlock__lock_renew_script, /* same hash and field as RLock */
+    .polls = true,
+    .ops = &spin_ops};

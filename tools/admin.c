@@ -351,48 +351,135 @@ static int plain_connect(const char *uri_text, const cli_tls_opts *tls,
   return 0;
 }
 
-/* The lock channel, with PROTOCOL.md's brace rule: the name is wrapped in
- * braces unless it already contains '{'. malloc'd; NULL when out of
- * memory. */
-static char *lock_channel(const char *name, size_t *len_out) {
+/* `prefix` + the name's tag, with PROTOCOL.md's brace rule: the name is
+ * wrapped in braces unless it already contains '{' (Redisson's
+ * prefixName). "redisson_lock__channel:" gives the lock channel.
+ * malloc'd; NULL when out of memory. */
+static char *tagged(const char *prefix, const char *name, size_t *len_out) {
   size_t len = strlen(name);
   bool braced = memchr(name, '{', len) != NULL;
-  size_t cap = strlen("redisson_lock__channel:") + len + 3;
-  char *channel = malloc(cap);
-  if (channel == NULL)
+  size_t cap = strlen(prefix) + len + 3;
+  char *key = malloc(cap);
+  if (key == NULL)
     return NULL;
-  int n = snprintf(channel, cap, braced ? "redisson_lock__channel:%s"
-                                        : "redisson_lock__channel:{%s}",
-                   name);
+  int n = snprintf(key, cap, braced ? "%s%s" : "%s{%s}", prefix, name);
   *len_out = (size_t)n;
-  return channel;
+  return key;
 }
 
+static char *lock_channel(const char *name, size_t *len_out) {
+  return tagged("redisson_lock__channel:", name, len_out);
+}
+
+/* The name's tag + ":" + `suffix` (Redisson's suffixName): a read hold's
+ * timeout key, "{NAME}:<owner>:rwlock_timeout:1". malloc'd or NULL. */
+static char *suffixed(const char *name, const char *suffix, size_t *len_out) {
+  size_t len = strlen(name);
+  bool braced = memchr(name, '{', len) != NULL;
+  size_t cap = len + strlen(suffix) + 4;
+  char *key = malloc(cap);
+  if (key == NULL)
+    return NULL;
+  int n = snprintf(key, cap, braced ? "%s:%s" : "{%s}:%s", name, suffix);
+  *len_out = (size_t)n;
+  return key;
+}
+
+/* The orphan release of each kind, for an owner holding the lock once (the
+ * CLI never re-enters), with that kind's unlock message.
+ * RLock and fenced: KEYS[1] the hash, KEYS[2] the lock channel; ARGV[1]
+ * the owner. */
+static const char orphan_lock_script[] =
+    "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then "
+    "redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], '0'); "
+    "return 1 end; return 0";
+/* Fair: KEYS[1] the hash, KEYS[2] the queue; ARGV[1] the owner, ARGV[2]
+ * the lock channel, the base of each fair waiter's own channel: the first
+ * in the queue is woken, as Redisson's fair unlock does. */
+static const char orphan_fair_script[] =
+    "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then "
+    "redis.call('del', KEYS[1]); "
+    "local nxt = redis.call('lindex', KEYS[2], 0); "
+    "if nxt then redis.call('publish', ARGV[2] .. ':' .. nxt, '0'); end; "
+    "return 1 end; return 0";
+/* Read: KEYS[1] the hash, KEYS[2] the read/write channel, KEYS[3] the
+ * hold's timeout key; ARGV[1] the owner. Other readers keep the lock. */
+static const char orphan_read_script[] =
+    "if redis.call('hget', KEYS[1], 'mode') == 'read' and "
+    "redis.call('hexists', KEYS[1], ARGV[1]) == 1 then "
+    "if redis.call('hincrby', KEYS[1], ARGV[1], -1) <= 0 then "
+    "redis.call('hdel', KEYS[1], ARGV[1]); end; "
+    "redis.call('del', KEYS[3]); "
+    "if redis.call('hlen', KEYS[1]) == 1 then redis.call('del', KEYS[1]); "
+    "redis.call('publish', KEYS[2], '0'); end; "
+    "return 1 end; return 0";
+/* Write: KEYS[1] the hash, KEYS[2] the read/write channel; ARGV[1] the
+ * owner's write field (<owner>:write). Message "1" wakes every waiter. */
+static const char orphan_write_script[] =
+    "if redis.call('hget', KEYS[1], 'mode') == 'write' and "
+    "redis.call('hexists', KEYS[1], ARGV[1]) == 1 then "
+    "redis.call('hdel', KEYS[1], ARGV[1]); "
+    "if redis.call('hlen', KEYS[1]) == 1 then redis.call('del', KEYS[1]); "
+    "redis.call('publish', KEYS[2], '1'); "
+    "else redis.call('hset', KEYS[1], 'mode', 'read'); end; "
+    "return 1 end; return 0";
+
 int cli_release_orphan(const char *uri, const cli_tls_opts *tls,
-                       const char *name, const char *owner) {
-  /* Only our own field is checked: the CLI holds its locks once, so the
-   * whole key is ours to delete. Same message as an unlock: "0". */
-  static const char script[] =
-      "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then "
-      "redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], '0'); "
-      "return 1 end; return 0";
+                       cli_kind kind, const char *name, const char *owner) {
   pconn *c;
   if (plain_connect(uri, tls, true, &c) != 0)
     return RLOCK_ECONN;
-  size_t channel_len;
-  char *channel = lock_channel(name, &channel_len);
-  if (channel == NULL) {
-    pconn_free(c);
-    return RLOCK_ENOMEM;
+  size_t len2 = 0, len3 = 0;
+  char *key2 = NULL, *key3 = NULL, *field = NULL;
+  redisReply *reply = NULL;
+  switch (kind) {
+  case CLI_KIND_FAIR:
+    key2 = tagged("redisson_lock_queue:", name, &len2);
+    key3 = lock_channel(name, &len3);
+    if (key2 != NULL && key3 != NULL)
+      reply = pconn_command(c, "EVAL %s 2 %s %b %s %b", orphan_fair_script,
+                            name, key2, len2, owner, key3, len3);
+    break;
+  case CLI_KIND_READ: {
+    char suffix[RLOCK_ID_LEN + 64];
+    snprintf(suffix, sizeof suffix, "%s:rwlock_timeout:1", owner);
+    key2 = tagged("redisson_rwlock:", name, &len2);
+    key3 = suffixed(name, suffix, &len3);
+    if (key2 != NULL && key3 != NULL)
+      reply = pconn_command(c, "EVAL %s 3 %s %b %b %s", orphan_read_script,
+                            name, key2, len2, key3, len3, owner);
+    break;
   }
-  redisReply *reply = pconn_command(c, "EVAL %s 2 %s %b %s", script, name,
-                                    channel, channel_len, owner);
+  case CLI_KIND_WRITE:
+    key2 = tagged("redisson_rwlock:", name, &len2);
+    field = malloc(strlen(owner) + sizeof ":write");
+    if (key2 != NULL && field != NULL) {
+      sprintf(field, "%s:write", owner);
+      reply = pconn_command(c, "EVAL %s 2 %s %b %s", orphan_write_script,
+                            name, key2, len2, field);
+    }
+    break;
+  case CLI_KIND_LOCK:
+  case CLI_KIND_FENCED:
+  default:
+    key2 = lock_channel(name, &len2);
+    if (key2 != NULL)
+      reply = pconn_command(c, "EVAL %s 2 %s %b %s", orphan_lock_script,
+                            name, key2, len2, owner);
+    break;
+  }
   int rc = RLOCK_ECONN;
-  if (reply != NULL)
+  if (key2 == NULL || (kind == CLI_KIND_FAIR && key3 == NULL) ||
+      (kind == CLI_KIND_READ && key3 == NULL) ||
+      (kind == CLI_KIND_WRITE && field == NULL))
+    rc = RLOCK_ENOMEM;
+  else if (reply != NULL)
     rc = reply->type == REDIS_REPLY_INTEGER ? (int)reply->integer
                                             : RLOCK_ESERVER;
   freeReplyObject(reply);
-  free(channel);
+  free(key2);
+  free(key3);
+  free(field);
   pconn_free(c);
   return rc;
 }
@@ -444,8 +531,35 @@ typedef struct lock_state {
   const char *type; /* "none", "hash", "string", ... */
   const redisReply *fields; /* HGETALL array, or NULL */
   long long ttl_ms;         /* PTTL: -2 no key, -1 no TTL */
-  long long waiters;        /* PUBSUB NUMSUB */
+  long long waiters;        /* PUBSUB NUMSUB of the lock and read/write
+                               channels */
+  /* Where the kind shows (a plain RLock, and a spin lock, show nothing
+   * more): */
+  const redisReply *mode;   /* the hash's "mode" field: a read/write lock
+                               ("read" or "write"); else NULL */
+  long long queue;          /* LLEN redisson_lock_queue:{NAME}: a fair
+                               lock's waiters (0: no queue) */
+  const redisReply *token;  /* GET redisson_lock_token:{NAME}: a fenced
+                               lock's latest token; else NULL */
 } lock_state;
+
+static bool is_field(const redisReply *r, const char *name) {
+  return r->type == REDIS_REPLY_STRING && r->len == strlen(name) &&
+         memcmp(r->str, name, r->len) == 0;
+}
+
+/* A read/write lock's writer field: "<owner>:write". */
+static bool is_write_field(const redisReply *r) {
+  return r->len > 6 && memcmp(r->str + r->len - 6, ":write", 6) == 0;
+}
+
+static void print_kind_lines(const lock_state *s) {
+  if (s->queue > 0)
+    printf("  fair lock: %lld waiting in its queue\n", s->queue);
+  if (s->token != NULL)
+    printf("  fenced lock: token %.*s (the latest handed out)\n",
+           (int)s->token->len, s->token->str);
+}
 
 static void print_human(const char *name, const lock_state *s) {
   char waiting[48] = "";
@@ -454,29 +568,44 @@ static void print_human(const char *name, const lock_state *s) {
              s->waiters == 1 ? "" : "s");
   if (strcmp(s->type, "none") == 0) {
     printf("%s: unlocked%s\n", name, waiting);
+    print_kind_lines(s);
     return;
   }
   if (strcmp(s->type, "hash") != 0) {
     printf("%s: not a lock (Redis type %s)\n", name, s->type);
     return;
   }
+  char kind[96] = "";
+  if (s->mode != NULL)
+    snprintf(kind, sizeof kind, " (read/write lock, %.*s mode)",
+             (int)(s->mode->len > 40 ? 40 : s->mode->len), s->mode->str);
   if (s->ttl_ms >= 0)
-    printf("%s: locked, expires in %lld ms%s\n", name, s->ttl_ms, waiting);
+    printf("%s: locked%s, expires in %lld ms%s\n", name, kind, s->ttl_ms,
+           waiting);
   else
-    printf("%s: locked, never expires (no TTL)%s\n", name, waiting);
+    printf("%s: locked%s, never expires (no TTL)%s\n", name, kind, waiting);
   for (size_t i = 0; s->fields != NULL && i + 1 < s->fields->elements;
        i += 2) {
     const redisReply *field = s->fields->element[i];
     const redisReply *value = s->fields->element[i + 1];
     if (field->type != REDIS_REPLY_STRING || value->type != REDIS_REPLY_STRING)
       continue;
-    if (is_count(value))
+    if (s->mode != NULL && is_field(field, "mode"))
+      continue;
+    if (s->mode != NULL && is_count(value) && is_write_field(field))
+      printf("  writer %.*s  holds %.*s\n", (int)field->len - 6, field->str,
+             (int)value->len, value->str);
+    else if (s->mode != NULL && is_count(value))
+      printf("  reader %.*s  holds %.*s\n", (int)field->len, field->str,
+             (int)value->len, value->str);
+    else if (is_count(value))
       printf("  owner %.*s  holds %.*s\n", (int)field->len, field->str,
              (int)value->len, value->str);
     else
       printf("  field %.*s = %.*s\n", (int)field->len, field->str,
              (int)value->len, value->str);
   }
+  print_kind_lines(s);
 }
 
 static void print_json(const char *name, const lock_state *s, bool first) {
@@ -491,14 +620,18 @@ static void print_json(const char *name, const lock_state *s, bool first) {
   else
     printf(",\"ttl_ms\":%lld", s->ttl_ms);
   fputs(",\"owners\":{", stdout);
+  bool any = false;
   for (size_t i = 0; s->fields != NULL && i + 1 < s->fields->elements;
        i += 2) {
     const redisReply *field = s->fields->element[i];
     const redisReply *value = s->fields->element[i + 1];
     if (field->type != REDIS_REPLY_STRING || value->type != REDIS_REPLY_STRING)
       continue;
-    if (i > 0)
+    if (s->mode != NULL && is_field(field, "mode"))
+      continue; /* said as "mode" below */
+    if (any)
       fputc(',', stdout);
+    any = true;
     json_string(stdout, field->str, field->len);
     fputc(':', stdout);
     if (is_count(value))
@@ -506,17 +639,41 @@ static void print_json(const char *name, const lock_state *s, bool first) {
     else
       json_string(stdout, value->str, value->len);
   }
-  printf("},\"waiters\":%lld}", s->waiters);
+  printf("},\"waiters\":%lld", s->waiters);
+  if (s->mode != NULL) {
+    fputs(",\"kind\":\"read/write\",\"mode\":", stdout);
+    json_string(stdout, s->mode->str, s->mode->len);
+  }
+  if (s->queue > 0)
+    printf(",\"queue\":%lld", s->queue);
+  if (s->token != NULL && is_count(s->token)) {
+    fputs(",\"token\":", stdout);
+    fwrite(s->token->str, 1, s->token->len, stdout);
+  }
+  fputc('}', stdout);
 }
+
+/* The commands read_state sends inside MULTI/EXEC, and so the elements of
+ * EXEC's reply: TYPE, HGETALL, PTTL, PUBSUB NUMSUB (two channels), LLEN
+ * (the fair queue), GET (the fenced token). */
+#define N_STATE_CMDS 6
 
 /* Reads one lock's state. Returns 0 or an exit code (message printed).
  * *exec_out must be freed with freeReplyObject(). */
 static int read_state(pconn *c, const char *name, lock_state *s,
                       redisReply **exec_out) {
   *exec_out = NULL;
-  size_t channel_len;
+  size_t channel_len, rw_len, queue_len, token_len;
   char *channel = lock_channel(name, &channel_len);
-  if (channel == NULL) {
+  char *rw_channel = tagged("redisson_rwlock:", name, &rw_len);
+  char *queue = tagged("redisson_lock_queue:", name, &queue_len);
+  char *token = tagged("redisson_lock_token:", name, &token_len);
+  if (channel == NULL || rw_channel == NULL || queue == NULL ||
+      token == NULL) {
+    free(channel);
+    free(rw_channel);
+    free(queue);
+    free(token);
     cli_err("out of memory");
     return CLI_EX_OSERR;
   }
@@ -525,17 +682,23 @@ static int read_state(pconn *c, const char *name, lock_state *s,
               pconn_append(c, "TYPE %b", name, name_len) == REDIS_OK &&
               pconn_append(c, "HGETALL %b", name, name_len) == REDIS_OK &&
               pconn_append(c, "PTTL %b", name, name_len) == REDIS_OK &&
-              pconn_append(c, "PUBSUB NUMSUB %b", channel, channel_len) ==
-                  REDIS_OK &&
+              pconn_append(c, "PUBSUB NUMSUB %b %b", channel, channel_len,
+                           rw_channel, rw_len) == REDIS_OK &&
+              pconn_append(c, "LLEN %b", queue, queue_len) == REDIS_OK &&
+              pconn_append(c, "GET %b", token, token_len) == REDIS_OK &&
               pconn_append(c, "EXEC") == REDIS_OK;
   free(channel);
+  free(rw_channel);
+  free(queue);
+  free(token);
   if (!sent) {
     cli_err("reading '%s': %s", name, pconn_errstr(c));
     return CLI_EX_TEMPFAIL;
   }
+  enum { N_REPLIES = N_STATE_CMDS + 2 };
   int exit_code = 0;
-  redisReply *replies[6] = {NULL};
-  for (int i = 0; i < 6; i++) {
+  redisReply *replies[N_REPLIES] = {NULL};
+  for (int i = 0; i < N_REPLIES; i++) {
     void *reply = NULL;
     if (pconn_get_reply(c, &reply) != REDIS_OK) {
       cli_err("reading '%s': %s", name, pconn_errstr(c));
@@ -544,8 +707,8 @@ static int read_state(pconn *c, const char *name, lock_state *s,
     }
     replies[i] = reply;
   }
-  redisReply *exec = replies[5];
-  for (int i = 0; exit_code == 0 && i < 6; i++) {
+  redisReply *exec = replies[N_REPLIES - 1];
+  for (int i = 0; exit_code == 0 && i < N_REPLIES; i++) {
     if (replies[i]->type == REDIS_REPLY_ERROR) {
       cli_err("reading '%s': %s", name, replies[i]->str);
       exit_code = cli_exit_for(
@@ -553,27 +716,42 @@ static int read_state(pconn *c, const char *name, lock_state *s,
     }
   }
   if (exit_code == 0 &&
-      (exec->type != REDIS_REPLY_ARRAY || exec->elements != 4 ||
+      (exec->type != REDIS_REPLY_ARRAY || exec->elements != N_STATE_CMDS ||
        exec->element[0]->type != REDIS_REPLY_STATUS ||
        exec->element[2]->type != REDIS_REPLY_INTEGER ||
        exec->element[3]->type != REDIS_REPLY_ARRAY ||
-       exec->element[3]->elements != 2 ||
-       exec->element[3]->element[1]->type != REDIS_REPLY_INTEGER)) {
+       exec->element[3]->elements != 4 ||
+       exec->element[3]->element[1]->type != REDIS_REPLY_INTEGER ||
+       exec->element[3]->element[3]->type != REDIS_REPLY_INTEGER)) {
     cli_err("reading '%s': unexpected reply from Redis", name);
     exit_code = cli_exit_for(RLOCK_EPROTO);
   }
-  for (int i = 0; i < 5; i++)
+  for (int i = 0; i < N_REPLIES - 1; i++)
     freeReplyObject(replies[i]);
   if (exit_code != 0) {
     freeReplyObject(exec);
     return exit_code;
   }
   s->type = exec->element[0]->str;
-  /* HGETALL on another type is an error inside EXEC, not a failure. */
+  /* HGETALL on another type is an error inside EXEC, not a failure; so are
+   * LLEN and GET on keys of another type (then: no queue, no token). */
   s->fields = exec->element[1]->type == REDIS_REPLY_ARRAY ? exec->element[1]
                                                           : NULL;
   s->ttl_ms = exec->element[2]->integer;
-  s->waiters = exec->element[3]->element[1]->integer;
+  s->waiters = exec->element[3]->element[1]->integer +
+               exec->element[3]->element[3]->integer;
+  s->mode = NULL;
+  for (size_t i = 0; s->fields != NULL && i + 1 < s->fields->elements;
+       i += 2) {
+    if (is_field(s->fields->element[i], "mode") &&
+        s->fields->element[i + 1]->type == REDIS_REPLY_STRING)
+      s->mode = s->fields->element[i + 1];
+  }
+  s->queue = exec->element[4]->type == REDIS_REPLY_INTEGER
+                 ? exec->element[4]->integer
+                 : 0;
+  s->token = exec->element[5]->type == REDIS_REPLY_STRING ? exec->element[5]
+                                                          : NULL;
   *exec_out = exec;
   return 0;
 }
@@ -662,6 +840,7 @@ static const struct option unlock_longopts[] = {
     {"uri", required_argument, NULL, 'u'},
     {"help", no_argument, NULL, 'h'},
     CLI_TLS_LONGOPTS,
+    CLI_KIND_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
 
@@ -697,9 +876,10 @@ int cli_unlock_main(int argc, char **argv) {
   const char *uri_flag = NULL;
   cli_tls_opts tls = {0};
   bool force = false, any_type = false;
+  cli_kind kind = CLI_KIND_LOCK;
   int c;
   optind = 1;
-  while ((c = getopt_long(argc, argv, ":u:fh", unlock_longopts, NULL)) !=
+  while ((c = getopt_long(argc, argv, ":u:fhsx", unlock_longopts, NULL)) !=
          -1) {
     switch (c) {
     case 'u':
@@ -714,10 +894,14 @@ int cli_unlock_main(int argc, char **argv) {
     case 'h':
       cli_help(stdout);
       return 0;
-    default:
-      if (cli_tls_option(&tls, c, optarg))
+    default: {
+      int kind_rc = cli_kind_parse(&kind, c);
+      if (kind_rc > 0)
+        return kind_rc;
+      if (kind_rc == 0 || cli_tls_option(&tls, c, optarg))
         break;
       return cli_getopt_error(c, argv);
+    }
     }
   }
   if (!force) {
@@ -756,7 +940,7 @@ int cli_unlock_main(int argc, char **argv) {
   int exit_code = 0;
   for (int i = optind; i < argc; i++) {
     rlock *lock;
-    rc = rlock_get(client, argv[i], &lock);
+    rc = cli_kind_get(client, kind, argv[i], &lock);
     if (rc == 0 && check != NULL) {
       /* Only a hash is a lock. TYPE and the DEL in rlock_force_unlock()
        * are two commands (on two connections), so a value stored under
@@ -796,7 +980,13 @@ int cli_unlock_main(int argc, char **argv) {
       exit_code = worst(exit_code, cli_exit_for(rc));
       break;
     }
-    printf("%s: %s\n", argv[i], rc == 1 ? "unlocked" : "was not locked");
+    /* -s/-x: Redisson's read (write) force unlock deletes the read/write
+     * lock only in read (write) mode. */
+    printf("%s: %s\n", argv[i],
+           rc == 1                    ? "unlocked"
+           : kind == CLI_KIND_READ    ? "was not locked in read mode"
+           : kind == CLI_KIND_WRITE   ? "was not locked in write mode"
+                                      : "was not locked");
     if (rc == 0)
       exit_code = worst(exit_code, CLI_EXIT_CONFLICT);
   }

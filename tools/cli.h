@@ -24,7 +24,10 @@
 enum {
   CLI_EXIT_CONFLICT = 1,    /* -n busy or -w ran out (default; see -E) */
   CLI_EX_USAGE = 64,        /* bad arguments or URI */
-  CLI_EX_UNAVAILABLE = 69,  /* Redis refused: auth, ACL, wrong type, error */
+  CLI_EX_UNAVAILABLE = 69,  /* Redis refused: auth, ACL, wrong type, error;
+                               also RLOCK_EKIND: NAME holds another kind of
+                               lock (a read/write lock's hash for the other
+                               kinds, the other way round for -s/-x) */
   CLI_EX_SOFTWARE = 70,     /* internal error */
   CLI_EX_OSERR = 71,        /* fork, pipe, thread, memory */
   CLI_EX_TEMPFAIL = 75,     /* Redis unreachable, did not answer in time,
@@ -37,6 +40,34 @@ enum {
 };
 
 typedef enum cli_on_lost { CLI_ON_LOST_WARN, CLI_ON_LOST_KILL } cli_on_lost;
+
+/* Which of Redisson's locks NAME is: the plain RLock (no option, the
+ * default), the fair lock (--fair), the read or the write lock of the
+ * read/write lock NAME (-s / -x) or the fenced lock (--fenced). */
+typedef enum cli_kind {
+  CLI_KIND_LOCK = 0,
+  CLI_KIND_FAIR,
+  CLI_KIND_READ,
+  CLI_KIND_WRITE,
+  CLI_KIND_FENCED,
+} cli_kind;
+
+/* The option that selects a kind ("--shared", ...; "" for the plain lock),
+ * for messages. */
+const char *cli_kind_option(cli_kind kind);
+
+/* If getopt_long's `c` is a kind option (-s, -x, --fair, --fenced),
+ * records it in *kind and returns 0, or CLI_EX_USAGE (message printed)
+ * when another kind was chosen before: they exclude each other. Returns -1
+ * when `c` is not a kind option. */
+int cli_kind_parse(cli_kind *kind, int c);
+
+/* A handle of that kind on `name` (rlock_get, rlock_get_fair, ...). */
+int cli_kind_get(rlock_client *client, cli_kind kind, const char *name,
+                 rlock **lock);
+
+/* Prints why an acquire of `name` failed with RLOCK_EKIND, for `kind`. */
+void cli_err_kind(cli_kind kind, const char *name);
 
 /* The --tls-* options (rediss:// only), shared by the lock command, status
  * and unlock. Options only: no environment variable sets them (the CLI
@@ -62,6 +93,8 @@ enum {
   CLI_OPT_TLS_KEY,
   CLI_OPT_TLS_SERVER_NAME,
   CLI_OPT_TLS_INSECURE,
+  CLI_OPT_KIND_FAIR = 0x220,
+  CLI_OPT_KIND_FENCED,
 };
 #define CLI_TLS_LONGOPTS                                                       \
   {"tls-ca-file", required_argument, NULL, CLI_OPT_TLS_CA_FILE},               \
@@ -71,10 +104,18 @@ enum {
       {"tls-server-name", required_argument, NULL, CLI_OPT_TLS_SERVER_NAME},   \
       {"tls-insecure", no_argument, NULL, CLI_OPT_TLS_INSECURE}
 
+/* The kind options, shared by the lock command and unlock --force. */
+#define CLI_KIND_LONGOPTS                                                      \
+  {"shared", no_argument, NULL, 's'},                                          \
+      {"exclusive", no_argument, NULL, 'x'},                                   \
+      {"fair", no_argument, NULL, CLI_OPT_KIND_FAIR},                          \
+      {"fenced", no_argument, NULL, CLI_OPT_KIND_FENCED}
+
 /* Everything `rlock [options] NAME -- COMMAND` was asked to do. */
 typedef struct cli_run_opts {
   const char *uri;        /* resolved: -u, $REDIS_URL or the default */
   const char *name;       /* lock name */
+  cli_kind kind;          /* -s, -x, --fair, --fenced; default the RLock */
   char **command;         /* NULL-terminated argv for execvp */
   int64_t wait_ms;        /* < 0: forever; 0: -n */
   int64_t lease_ms;       /* < 0: watchdog mode */
@@ -134,12 +175,13 @@ int cli_unlock_main(int argc, char **argv);
 /* `rlock [options] NAME -- COMMAND`. Returns the process exit code. */
 int cli_run(const cli_run_opts *o);
 
-/* Deletes the lock `name` if (and only if) `owner` holds it, publishing the
- * unlock message so a waiter wakes, over a fresh plain (synchronous)
- * connection, TLS for rediss://. For the rare case where the lock was
- * acquired by a client that is already closed. Returns 1 deleted, 0 not
- * held by owner, or a negative RLOCK_E* code. */
+/* Releases the lock `name` of `kind` if (and only if) `owner` holds it
+ * (once: the CLI never re-enters), publishing that kind's unlock message
+ * so a waiter wakes, over a fresh plain (synchronous) connection, TLS for
+ * rediss://. For the rare case where the lock was acquired by a client
+ * that is already closed. Returns 1 released, 0 not held by owner, or a
+ * negative RLOCK_E* code. */
 int cli_release_orphan(const char *uri, const cli_tls_opts *tls,
-                       const char *name, const char *owner);
+                       cli_kind kind, const char *name, const char *owner);
 
 #endif

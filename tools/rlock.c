@@ -24,7 +24,8 @@ static const char usage_text[] =
     "  rlock [options] NAME [--] COMMAND [ARGS...]\n"
     "  rlock [options] NAME -c SHELL-COMMAND\n"
     "  rlock status [--json] [-u URI] [TLS options] NAME...\n"
-    "  rlock unlock --force [--any-type] [-u URI] [TLS options] NAME...\n"
+    "  rlock unlock --force [--any-type] [KIND] [-u URI] [TLS options] "
+    "NAME...\n"
     "  rlock --help | --version\n"
     "\n"
     "Run COMMAND while holding the distributed lock NAME, a Redisson lock in\n"
@@ -34,7 +35,7 @@ static const char usage_text[] =
     "(and an optional `--`) is COMMAND. Put `--` before a NAME that is\n"
     "`status` or `unlock`.\n"
     "\n"
-    "Options:\n"
+    "Options (KIND is one of -s, -x, --fair, --fenced; see below):\n"
     "  -u, --uri URI           Redis server:\n"
     "                          redis://[[user]:password@]host[:port][/db],\n"
     "                          rediss://... (TLS, see below) or\n"
@@ -71,13 +72,36 @@ static const char usage_text[] =
     "status NAME...            for each lock: its owners (<client-uuid>:<thread-id>)\n"
     "                          with their hold counts, its time to live and the\n"
     "                          number of clients waiting (subscribed to its\n"
-    "                          channel); --json prints a JSON array instead\n"
+    "                          channel); and where it can tell, its kind: a\n"
+    "                          read/write lock's mode and readers or writer, a\n"
+    "                          fair lock's queue, a fenced lock's token; --json\n"
+    "                          prints a JSON array instead\n"
     "unlock --force NAME...    delete the locks whoever holds them and wake a\n"
     "                          waiter; a NAME that holds another Redis type (not\n"
     "                          a hash) is left as it is, reported, and makes the\n"
     "                          exit status 69; the other NAMEs are still unlocked\n"
     "      --any-type          (with unlock --force) delete each NAME whatever\n"
     "                          its type, like Redisson's forceUnlock\n"
+    "      KIND                (with unlock --force) that kind's force unlock:\n"
+    "                          -s (-x) deletes a read/write lock only in read\n"
+    "                          (write) mode; --fair also wakes the first fair\n"
+    "                          waiter\n"
+    "\n";
+
+static const char kinds_text[] =
+    "Kinds of lock (KIND; at most one; default Redisson's getLock(NAME)):\n"
+    "  -s, --shared            the READ lock of the read/write lock NAME\n"
+    "                          (getReadWriteLock(NAME).readLock()): shared with\n"
+    "                          other -s holders, excluded by -x (like flock -s)\n"
+    "  -x, --exclusive         its WRITE lock: excludes -s and -x (like flock -x)\n"
+    "      --fair              the fair lock (getFairLock): waiters get it first\n"
+    "                          come, first served, across the fleet\n"
+    "      --fenced            the fenced lock (getFencedLock): COMMAND gets this\n"
+    "                          acquisition's fencing token in RLOCK_TOKEN\n"
+    "On one NAME the plain lock, --fenced and --fair (and Redisson's spin lock)\n"
+    "share one hash and exclude each other (--fair's queue orders only fair\n"
+    "waiters); a read/write lock (-s/-x) is another layout: another kind on its\n"
+    "NAME, or -s/-x on theirs, fails with exit 69.\n"
     "\n";
 
 /* Three strings: ISO C guarantees string literals only up to 4095 bytes. */
@@ -103,7 +127,8 @@ static const char tls_text[] =
 static const char notes_text[] =
     "DURATION is milliseconds, or a number with a unit: 250ms, 1.5s, 2m, 1h.\n"
     "COMMAND gets RLOCK_NAME (the lock name) and RLOCK_OWNER (the lock's hash\n"
-    "field, <client-uuid>:<thread-id>) in its environment. SIGINT, SIGTERM,\n"
+    "field, <client-uuid>:<thread-id>; -x's field is RLOCK_OWNER:write) in its\n"
+    "environment, and with --fenced RLOCK_TOKEN (decimal). SIGINT, SIGTERM,\n"
     "SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to rlock are passed on to\n"
     "COMMAND (not those a terminal sends to both); the lock is released\n"
     "whichever way COMMAND ends. If rlock itself is killed with SIGKILL the\n"
@@ -116,7 +141,8 @@ static const char notes_text[] =
     "  64     usage error: bad option, DURATION, URI, unreadable --tls-*\n"
     "         file, TLS option without rediss://, or no NAME or COMMAND\n"
     "  69     Redis refused: authentication, ACL permission, NAME holds\n"
-    "         another type, server error\n"
+    "         another type, server error; or NAME holds another kind of lock\n"
+    "         (a read/write lock without -s/-x, another lock with -s/-x)\n"
     "  70     internal error\n"
     "  71     system error: fork, pipe, thread or memory\n"
     "  75     cannot connect to Redis, it did not answer in time, what\n"
@@ -132,6 +158,7 @@ static const char notes_text[] =
 
 void cli_help(FILE *out) {
   fputs(usage_text, out);
+  fputs(kinds_text, out);
   fputs(tls_text, out);
   fputs(notes_text, out);
 }
@@ -186,6 +213,9 @@ int cli_exit_for(int err) {
   case RLOCK_ESERVER:
   case RLOCK_EOOM:
   case RLOCK_EREADONLY:
+  case RLOCK_EKIND:     /* NAME holds another kind of lock: like a key of
+                           another type (EWRONGTYPE), a refusal about what
+                           NAME is, not a busy lock */
     return CLI_EX_UNAVAILABLE;
   case RLOCK_ENOMEM:
   case RLOCK_ESYS:
@@ -193,6 +223,78 @@ int cli_exit_for(int err) {
   default:
     return CLI_EX_SOFTWARE;
   }
+}
+
+const char *cli_kind_option(cli_kind kind) {
+  switch (kind) {
+  case CLI_KIND_FAIR:
+    return "--fair";
+  case CLI_KIND_READ:
+    return "--shared";
+  case CLI_KIND_WRITE:
+    return "--exclusive";
+  case CLI_KIND_FENCED:
+    return "--fenced";
+  case CLI_KIND_LOCK:
+  default:
+    return "";
+  }
+}
+
+int cli_kind_parse(cli_kind *kind, int c) {
+  cli_kind k;
+  switch (c) {
+  case 's':
+    k = CLI_KIND_READ;
+    break;
+  case 'x':
+    k = CLI_KIND_WRITE;
+    break;
+  case CLI_OPT_KIND_FAIR:
+    k = CLI_KIND_FAIR;
+    break;
+  case CLI_OPT_KIND_FENCED:
+    k = CLI_KIND_FENCED;
+    break;
+  default:
+    return -1;
+  }
+  if (*kind != CLI_KIND_LOCK && *kind != k) {
+    cli_err("%s and %s exclude each other (one kind of lock per run)",
+            cli_kind_option(*kind), cli_kind_option(k));
+    usage_hint();
+    return CLI_EX_USAGE;
+  }
+  *kind = k;
+  return 0;
+}
+
+int cli_kind_get(rlock_client *client, cli_kind kind, const char *name,
+                 rlock **lock) {
+  switch (kind) {
+  case CLI_KIND_FAIR:
+    return rlock_get_fair(client, name, lock);
+  case CLI_KIND_READ:
+    return rlock_get_read(client, name, lock);
+  case CLI_KIND_WRITE:
+    return rlock_get_write(client, name, lock);
+  case CLI_KIND_FENCED:
+    return rlock_get_fenced(client, name, lock);
+  case CLI_KIND_LOCK:
+  default:
+    return rlock_get(client, name, lock);
+  }
+}
+
+void cli_err_kind(cli_kind kind, const char *name) {
+  if (kind == CLI_KIND_READ || kind == CLI_KIND_WRITE)
+    cli_err("cannot lock '%s': it holds another kind of lock, not a "
+            "read/write lock (use it without -s/-x)",
+            name);
+  else
+    cli_err("cannot lock '%s': it holds another kind of lock, a read/write "
+            "lock (use -s or -x for it)",
+            name);
 }
 
 const char *cli_resolve_uri(const char *flag) {
@@ -392,6 +494,7 @@ static const struct option run_longopts[] = {
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     CLI_TLS_LONGOPTS,
+    CLI_KIND_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
 
@@ -408,7 +511,7 @@ static int run_main(int argc, char **argv) {
   int c;
   /* "+": stop at NAME, so COMMAND's own options are left alone. ":" first
    * lets us word the missing-argument message ourselves. */
-  while ((c = getopt_long(argc, argv, "+:u:nw:E:l:vhV", run_longopts,
+  while ((c = getopt_long(argc, argv, "+:u:nw:E:l:vhVsx", run_longopts,
                           NULL)) != -1) {
     switch (c) {
     case 'u':
@@ -472,10 +575,14 @@ static int run_main(int argc, char **argv) {
     case 'V':
       printf(CLI_PROG " %s\n", RLOCK_VERSION_STRING);
       return fflush(stdout) == 0 ? 0 : CLI_EX_OSERR;
-    default: /* ':' or '?' */
-      if (cli_tls_option(&o.tls, c, optarg))
+    default: { /* ':' or '?', or a kind or --tls-* option */
+      int kind_rc = cli_kind_parse(&o.kind, c);
+      if (kind_rc > 0)
+        return kind_rc;
+      if (kind_rc == 0 || cli_tls_option(&o.tls, c, optarg))
         break;
       return cli_getopt_error(c, argv);
+    }
     }
   }
   if (optind >= argc) {

@@ -96,6 +96,7 @@ static bool read_event(event *ev) {
 typedef struct holder {
   rlock_client *client;
   rlock *lock;
+  cli_kind kind;
   int64_t wait_ms, lease_ms;
   pthread_t thread;
   pthread_mutex_t mutex;
@@ -104,6 +105,7 @@ typedef struct holder {
   bool release_requested;
   char owner[RLOCK_ID_LEN + 1 + 21];
   int64_t acquired_at_ms;
+  int64_t token;    /* --fenced: the fencing token of the acquisition */
   char detail[512]; /* rlock_last_error() of the last failed call */
 } holder;
 
@@ -121,11 +123,16 @@ static void *holder_main(void *arg) {
            rlock_client_id(h->client), rlock_thread_id());
   pthread_mutex_unlock(&h->mutex);
 
-  int rc = rlock_try_lock(h->lock, h->wait_ms, h->lease_ms);
+  int64_t token = 0;
+  int rc = h->kind == CLI_KIND_FENCED
+               ? rlock_try_lock_fenced(h->lock, h->wait_ms, h->lease_ms,
+                                       &token)
+               : rlock_try_lock(h->lock, h->wait_ms, h->lease_ms);
   int64_t now = cli_now_ms();
   holder_set_detail(h, rc);
   pthread_mutex_lock(&h->mutex);
   h->acquired_at_ms = now;
+  h->token = token;
   pthread_mutex_unlock(&h->mutex);
   post_event(EV_ACQUIRED, 0, rc);
   if (rc != 1)
@@ -295,46 +302,62 @@ static void signals_unblock_main(void) {
   pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 }
 
-/* Environment of COMMAND: ours plus RLOCK_NAME and RLOCK_OWNER. Built
- * before fork, because the child of a multi-threaded process may only call
- * async-signal-safe functions (no malloc, no setenv). */
-static char **child_environment(const char *name, const char *owner) {
+/* Environment of COMMAND: ours plus RLOCK_NAME and RLOCK_OWNER, and with
+ * --fenced RLOCK_TOKEN (`token` not NULL; an RLOCK_TOKEN rlock inherited
+ * is passed on unchanged otherwise). Built before fork, because the child
+ * of a multi-threaded process may only call async-signal-safe functions
+ * (no malloc, no setenv). Ours are the last entries. */
+static const char *const our_vars[] = {"RLOCK_NAME=", "RLOCK_OWNER=",
+                                       "RLOCK_TOKEN="};
+
+static char **child_environment(const char *name, const char *owner,
+                                const char *token) {
   size_t n = 0;
   while (environ[n] != NULL)
     n++;
-  char **envp = calloc(n + 3, sizeof *envp);
-  size_t name_len = strlen("RLOCK_NAME=") + strlen(name) + 1;
-  size_t owner_len = strlen("RLOCK_OWNER=") + strlen(owner) + 1;
-  char *name_var = malloc(name_len), *owner_var = malloc(owner_len);
-  if (envp == NULL || name_var == NULL || owner_var == NULL) {
+  const char *values[3] = {name, owner, token};
+  size_t n_ours = token != NULL ? 3 : 2;
+  char **envp = calloc(n + n_ours + 1, sizeof *envp);
+  char *vars[3] = {NULL, NULL, NULL};
+  bool ok = envp != NULL;
+  for (size_t v = 0; ok && v < n_ours; v++) {
+    size_t len = strlen(our_vars[v]) + strlen(values[v]) + 1;
+    vars[v] = malloc(len);
+    if (vars[v] == NULL)
+      ok = false;
+    else
+      snprintf(vars[v], len, "%s%s", our_vars[v], values[v]);
+  }
+  if (!ok) {
     free(envp);
-    free(name_var);
-    free(owner_var);
+    for (size_t v = 0; v < 3; v++)
+      free(vars[v]);
     return NULL;
   }
-  snprintf(name_var, name_len, "RLOCK_NAME=%s", name);
-  snprintf(owner_var, owner_len, "RLOCK_OWNER=%s", owner);
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
-    if (strncmp(environ[i], "RLOCK_NAME=", 11) != 0 &&
-        strncmp(environ[i], "RLOCK_OWNER=", 12) != 0)
+    bool replaced = false;
+    for (size_t v = 0; v < n_ours; v++)
+      replaced = replaced || strncmp(environ[i], our_vars[v],
+                                     strlen(our_vars[v])) == 0;
+    if (!replaced)
       envp[k++] = environ[i];
   }
-  envp[k++] = name_var;
-  envp[k++] = owner_var;
+  for (size_t v = 0; v < n_ours; v++)
+    envp[k++] = vars[v];
   envp[k] = NULL;
   return envp;
 }
 
-static void child_environment_free(char **envp) {
+static void child_environment_free(char **envp, size_t n_ours) {
   if (envp == NULL)
     return;
   size_t n = 0;
   while (envp[n] != NULL)
     n++;
-  /* the last two are ours */
-  free(envp[n - 1]);
-  free(envp[n - 2]);
+  /* the last n_ours are ours */
+  for (size_t v = 0; v < n_ours; v++)
+    free(envp[n - 1 - v]);
   free(envp);
 }
 
@@ -365,8 +388,9 @@ _Noreturn static void child_exec(const run *r, char **envp, int err_fd,
 
 /* Starts COMMAND. Returns 0, or the exit code when it could not be run
  * (its message printed). */
-static int spawn_child(run *r, const char *owner) {
-  char **envp = child_environment(r->o->name, owner);
+static int spawn_child(run *r, const char *owner, const char *token) {
+  char **envp = child_environment(r->o->name, owner, token);
+  size_t n_ours = token != NULL ? 3 : 2;
   if (envp == NULL) {
     cli_err("out of memory");
     return CLI_EX_OSERR;
@@ -374,7 +398,7 @@ static int spawn_child(run *r, const char *owner) {
   int err_pipe[2];
   if (pipe2(err_pipe, O_CLOEXEC) != 0) {
     cli_err("pipe: %s", strerror(errno));
-    child_environment_free(envp);
+    child_environment_free(envp, n_ours);
     return CLI_EX_OSERR;
   }
   mark_new_fds_cloexec(r);
@@ -392,7 +416,7 @@ static int spawn_child(run *r, const char *owner) {
   close(err_pipe[1]);
   if (pid < 0) {
     close(err_pipe[0]);
-    child_environment_free(envp);
+    child_environment_free(envp, n_ours);
     cli_err("fork: %s", strerror(fork_errno));
     return CLI_EX_OSERR;
   }
@@ -403,7 +427,7 @@ static int spawn_child(run *r, const char *owner) {
     n = read(err_pipe[0], &exec_errno, sizeof exec_errno);
   } while (n < 0 && errno == EINTR);
   close(err_pipe[0]);
-  child_environment_free(envp);
+  child_environment_free(envp, n_ours);
   if (n == (ssize_t)sizeof exec_errno) {
     while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
     }
@@ -447,7 +471,8 @@ static void on_acquired(run *r, int rc) {
       char owner[sizeof r->h.owner];
       memcpy(owner, r->h.owner, sizeof owner);
       pthread_mutex_unlock(&r->h.mutex);
-      cli_release_orphan(r->o->uri, &r->o->tls, r->o->name, owner);
+      cli_release_orphan(r->o->uri, &r->o->tls, r->o->kind, r->o->name,
+                         owner);
     }
     r->exit_code = 128 + r->abort_signal;
     r->phase = PH_DONE;
@@ -470,7 +495,11 @@ static void on_acquired(run *r, int rc) {
     char detail[sizeof r->h.detail];
     memcpy(detail, r->h.detail, sizeof detail);
     pthread_mutex_unlock(&r->h.mutex);
-    if (detail[0] != '\0' && strcmp(detail, rlock_strerror(rc)) != 0)
+    if (rc == RLOCK_EKIND) {
+      cli_err_kind(r->o->kind, r->o->name);
+      if (r->o->verbose && detail[0] != '\0')
+        cli_err("the server said: %s", detail);
+    } else if (detail[0] != '\0' && strcmp(detail, rlock_strerror(rc)) != 0)
       cli_err("cannot lock '%s': %s (%s)", r->o->name, rlock_strerror(rc),
               detail);
     else
@@ -483,15 +512,29 @@ static void on_acquired(run *r, int rc) {
   char owner[sizeof r->h.owner];
   memcpy(owner, r->h.owner, sizeof owner);
   int64_t acquired_at = r->h.acquired_at_ms;
+  int64_t token = r->h.token;
   pthread_mutex_unlock(&r->h.mutex);
-  if (r->o->verbose)
-    cli_err("acquired '%s' as %s after %" PRId64 " ms", r->o->name, owner,
-            acquired_at - r->started_ms);
+  char token_text[24];
+  snprintf(token_text, sizeof token_text, "%" PRId64, token);
+  if (r->o->verbose) {
+    if (r->o->kind == CLI_KIND_FENCED)
+      cli_err("acquired '%s' (fenced lock, token %s) as %s after %" PRId64
+              " ms",
+              r->o->name, token_text, owner, acquired_at - r->started_ms);
+    else if (r->o->kind != CLI_KIND_LOCK)
+      cli_err("acquired '%s' (%s lock) as %s after %" PRId64 " ms",
+              r->o->name, rlock_kind(r->h.lock), owner,
+              acquired_at - r->started_ms);
+    else
+      cli_err("acquired '%s' as %s after %" PRId64 " ms", r->o->name, owner,
+              acquired_at - r->started_ms);
+  }
   /* With a lease nothing renews the key: once the lease has passed (timed
    * from the reply, so the server's clock started earlier), it is gone. */
   if (r->o->lease_ms > 0)
     r->lease_deadline_ms = acquired_at + r->o->lease_ms;
-  int spawn_rc = spawn_child(r, owner);
+  int spawn_rc = spawn_child(
+      r, owner, r->o->kind == CLI_KIND_FENCED ? token_text : NULL);
   if (spawn_rc != 0) {
     r->exit_code = spawn_rc;
     request_release(r);
@@ -660,12 +703,13 @@ static int start(run *r) {
   int rc = rlock_client_open(&r->client, &opts);
   if (rc != 0)
     return cli_open_failed(rc);
-  rc = rlock_get(r->client, o->name, &r->h.lock);
+  rc = cli_kind_get(r->client, o->kind, o->name, &r->h.lock);
   if (rc != 0) {
     cli_err_rlock(rc, "invalid lock name");
     return cli_exit_for(rc);
   }
   r->h.client = r->client;
+  r->h.kind = o->kind;
   r->h.wait_ms = o->wait_ms;
   r->h.lease_ms = o->lease_ms;
   rc = pthread_create(&r->h.thread, NULL, holder_main, &r->h);

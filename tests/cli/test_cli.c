@@ -372,6 +372,8 @@ Test(cli, help_lists_every_option_and_exit_code) {
       "  127 ",         "rediss://",        "--tls-ca-file",
       "--tls-ca-dir",   "--tls-cert",       "--tls-key",
       "--tls-server-name", "--tls-insecure", "TLS failed",
+      "-s, --shared",   "-x, --exclusive",  "--fair",
+      "--fenced",       "RLOCK_TOKEN",      "another kind of lock",
   };
   for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
     cr_expect(strstr(out, must[i]) != NULL, "--help lacks \"%s\"", must[i]);
@@ -391,7 +393,7 @@ Test(cli, usage_errors_exit_64_with_one_message) {
   rt_key(key, sizeof key, "cli:usage");
   const char *const *cases[] = {
       ARGS("--no-such-option"),
-      ARGS("-x", key, "--", "touch", "ran"),
+      ARGS("-Z", key, "--", "touch", "ran"), /* (-x is --exclusive) */
       ARGS("-w"),
       ARGS("-w", "soon", key, "--", "touch", "ran"),
       ARGS("-w", "-5", key, "--", "touch", "ran"),
@@ -1734,4 +1736,573 @@ Test(cli, rediss_to_a_plain_text_port_exits_75) {
                                 key)),
                75);
   expect_one_line_with(&p, ARGS("TLS", "plain text"), "status");
+}
+
+/* ---- kinds of lock: -s/-x, --fair, --fenced (issue 14) ----
+ *
+ * Tests marked [rw] need the library's read/write lock, [fair] its fair
+ * lock; the others need only the fenced lock and RLock's own checks. */
+
+/* "redisson_rwlock:{NAME}" etc.: prefix + the name's tag (names made by
+ * rt_key() have no '{'). */
+static void tagged_key(char *buf, size_t n, const char *prefix,
+                       const char *name) {
+  snprintf(buf, n, "%s{%s}", prefix, name);
+}
+
+typedef struct llen_arg {
+  const char *key;
+  long long want;
+} llen_arg;
+
+static bool llen_is(void *arg) {
+  llen_arg *a = arg;
+  return rt_int("LLEN %s", a->key) == a->want;
+}
+
+/* HGETALL as one malloc'd "field=value\n" string, fields sorted, to compare
+ * a hash before and after. */
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static char *hash_dump(const char *key) {
+  redisReply *r = rt_cmd("HGETALL %s", key);
+  cr_assert(r->type == REDIS_REPLY_ARRAY, "HGETALL %s: type %d", key,
+            r->type);
+  size_t n = r->elements / 2;
+  char **lines = calloc(n + 1, sizeof *lines);
+  size_t total = 1;
+  for (size_t i = 0; i < n; i++) {
+    size_t len = r->element[2 * i]->len + r->element[2 * i + 1]->len + 3;
+    lines[i] = malloc(len);
+    snprintf(lines[i], len, "%s=%s\n", r->element[2 * i]->str,
+             r->element[2 * i + 1]->str);
+    total += len;
+  }
+  qsort(lines, n, sizeof *lines, cmp_str);
+  char *out = calloc(1, total);
+  for (size_t i = 0; i < n; i++) {
+    strcat(out, lines[i]);
+    free(lines[i]);
+  }
+  free(lines);
+  freeReplyObject(r);
+  return out;
+}
+
+/* Lines of a file, as an array of n malloc'd strings (free each, and it). */
+static char **lines_in(const char *file, size_t *n) {
+  char *s = slurp_in(file);
+  char **lines = calloc(64, sizeof *lines);
+  *n = 0;
+  for (char *save = NULL, *tok = strtok_r(s, "\n", &save);
+       tok != NULL && *n < 64; tok = strtok_r(NULL, "\n", &save))
+    lines[(*n)++] = strdup(tok);
+  free(s);
+  return lines;
+}
+
+static void lines_free(char **lines, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    free(lines[i]);
+  free(lines);
+}
+
+Test(cli, kinds_options_exclude_each_other_usage_64) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:kinds-usage");
+  const char *const *cases[] = {
+      ARGS("-s", "-x", key, "--", "touch", "ran"),
+      ARGS("-x", "-s", key, "--", "touch", "ran"),
+      ARGS("--shared", "--exclusive", key, "--", "touch", "ran"),
+      ARGS("-s", "--fair", key, "--", "touch", "ran"),
+      ARGS("-x", "--fenced", key, "--", "touch", "ran"),
+      ARGS("--fenced", "-s", key, "--", "touch", "ran"),
+      ARGS("--fair", "--fenced", key, "--", "touch", "ran"),
+      ARGS("-sx", key, "--", "touch", "ran"),
+      ARGS("unlock", "--force", "-s", "-x", key),
+      ARGS("unlock", "--force", "--fair", "--exclusive", key),
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cli_proc p;
+    int code = cli_run(&p, cases[i]);
+    char *err = cli_err(&p), *out = cli_out(&p);
+    cr_expect_eq(code, 64, "case %zu: exit %d, stderr: %s", i, code, err);
+    cr_expect(strncmp(err, "rlock: ", 7) == 0 &&
+                  strstr(err, "exclude each other") != NULL,
+              "case %zu: stderr: %s", i, err);
+    char *second = strchr(err, '\n');
+    if (second != NULL && second[1] != '\0')
+      cr_expect(strncmp(second + 1, "Try 'rlock --help'", 18) == 0,
+                "case %zu: more than one message: %s", i, err);
+    cr_expect_str_eq(out, "", "case %zu: stdout: %s", i, out);
+    free(err);
+    free(out);
+  }
+  cr_assert(!exists_in("ran"), "a command ran despite a usage error");
+  cr_assert_eq(rt_exists(key), 0);
+}
+
+Test(cli, kinds_fenced_command_gets_token_1_then_2) {
+  char key[64], token_key[128];
+  rt_key(key, sizeof key, "cli:fenced");
+  tagged_key(token_key, sizeof token_key, "redisson_lock_token:", key);
+  /* Not inherited from the test's own environment by accident. */
+  unsetenv("RLOCK_TOKEN");
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("--fenced", key, "--", "sh", "-c",
+                                "echo \"$RLOCK_TOKEN\" > t1;"
+                                " echo \"$RLOCK_NAME\" > n1")),
+               0);
+  char *err = cli_err(&p), *out = cli_out(&p);
+  cr_assert_str_eq(err, "", "--fenced prints nothing extra");
+  cr_assert_str_eq(out, "");
+  free(err);
+  free(out);
+  cr_assert_eq(cli_run(&p, ARGS("--fenced", key, "-c",
+                                "echo \"$RLOCK_TOKEN\" > t2")),
+               0);
+  char *t1 = first_line_in("t1"), *t2 = first_line_in("t2");
+  char *n1 = first_line_in("n1");
+  cr_assert_str_eq(t1, "1", "first run's RLOCK_TOKEN");
+  cr_assert_str_eq(t2, "2", "second run's RLOCK_TOKEN");
+  cr_assert_str_eq(n1, key);
+  free(t1);
+  free(t2);
+  free(n1);
+  cr_assert_eq(rt_exists(key), 0, "lock left behind");
+  char *counter = rt_str("GET %s", token_key);
+  cr_assert(counter != NULL && strcmp(counter, "2") == 0, "token key: %s",
+            counter ? counter : "(nil)");
+  free(counter);
+
+  /* -v says the token; the plain lock on the same name sets no RLOCK_TOKEN */
+  cr_assert_eq(cli_run(&p, ARGS("-v", "--fenced", key, "--", "true")), 0);
+  err = cli_err(&p);
+  cr_assert(strstr(err, "(fenced lock, token 3)") != NULL, "stderr: %s", err);
+  free(err);
+  cr_assert_eq(cli_run(&p, ARGS(key, "-c",
+                                "echo \"${RLOCK_TOKEN-unset}\" > t4")),
+               0);
+  char *t4 = first_line_in("t4");
+  cr_assert_str_eq(t4, "unset");
+  free(t4);
+
+  /* status shows the counter, locked or not */
+  cr_assert_eq(cli_run(&p, ARGS("status", key)), 0);
+  out = cli_out(&p);
+  char expect[256];
+  snprintf(expect, sizeof expect,
+           "%s: unlocked\n  fenced lock: token 3 (the latest handed out)\n",
+           key);
+  cr_assert_str_eq(out, expect);
+  free(out);
+  cr_assert_eq(cli_run(&p, ARGS("status", "--json", key)), 0);
+  out = cli_out(&p);
+  cr_assert(strstr(out, "\"waiters\":0,\"token\":3}") != NULL, "json: %s",
+            out);
+  free(out);
+}
+
+Test(cli, kinds_fenced_excludes_the_plain_lock_and_unlock_force_fenced) {
+  char key[64], channel[128];
+  rt_key(key, sizeof key, "cli:fenced-force");
+  rt_lock_channel(channel, sizeof channel, key);
+  cli_proc holder, waiter;
+  cli_start(&holder, ARGS("--fenced", key, "--", "sh", "-c",
+                          "echo \"$RLOCK_OWNER\" > owner.tmp && mv owner.tmp"
+                          " owner; while [ ! -e go ]; do sleep 0.02; done"));
+  rt_wait_until_what(file_exists, "owner", 10000, "fenced COMMAND started");
+  /* one hash: the plain lock is busy, and so is a second fenced one */
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("-n", key, "--", "touch", "ran")), 1);
+  cr_assert_eq(cli_run(&p, ARGS("-n", "--fenced", key, "--", "touch", "ran")),
+               1);
+  cr_assert(!exists_in("ran"));
+  cr_assert_eq(cli_run(&p, ARGS("status", key)), 0);
+  char *out = cli_out(&p), *owner = first_line_in("owner");
+  char expect[256];
+  snprintf(expect, sizeof expect,
+           "\n  owner %s  holds 1\n  fenced lock: token 1 (the latest "
+           "handed out)\n",
+           owner);
+  cr_assert(strstr(out, expect) != NULL, "status: %s", out);
+  free(out);
+  free(owner);
+
+  cli_start(&waiter, ARGS("--fenced", key, "-c",
+                          "echo \"$RLOCK_TOKEN\" > waiter-token"));
+  wait_numsub(channel, 1);
+  cr_assert_eq(cli_run(&p, ARGS("unlock", "--force", "--fenced", key)), 0);
+  out = cli_out(&p);
+  snprintf(expect, sizeof expect, "%s: unlocked\n", key);
+  cr_assert_str_eq(out, expect);
+  free(out);
+  cr_assert_eq(cli_wait(&waiter, RUN_BOUND_MS), 0);
+  char *token = first_line_in("waiter-token");
+  cr_assert_str_eq(token, "2", "the waiter's acquisition is token 2");
+  free(token);
+  touch_in("go");
+  cr_assert_eq(cli_wait(&holder, RUN_BOUND_MS), 0);
+  char *err = cli_err(&holder);
+  cr_assert(strstr(err, "expired or was deleted") != NULL, "stderr: %s", err);
+  free(err);
+  cr_assert_eq(rt_exists(key), 0);
+  cr_assert_eq(cli_run(&p, ARGS("unlock", "--force", "--fenced", key)), 1);
+}
+
+/* A Java reader's read/write hash, by hand: mode=read, one reader. */
+static void java_rw_hash(const char *key, const char *mode,
+                         const char *field) {
+  rt_int("HSET %s mode %s %s 1", key, mode, field);
+  rt_int("PEXPIRE %s 600000", key);
+}
+
+Test(cli, kinds_other_kinds_on_a_read_write_hash_exit_69_changing_nothing) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:ekind");
+  java_rw_hash(key, "read", "java-uuid:61");
+  char *before = hash_dump(key);
+  const char *const *cases[] = {
+      ARGS(key, "--", "touch", "ran"),
+      ARGS("-n", key, "--", "touch", "ran"),
+      ARGS("-w", "5s", key, "--", "touch", "ran"),
+      ARGS("--fenced", key, "--", "touch", "ran"),
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cli_proc p;
+    cr_assert_eq(cli_run(&p, cases[i]), 69, "case %zu", i);
+    cr_assert(cli_elapsed(&p) < PROMPT_MS, "case %zu: waited %" PRId64 " ms",
+              i, cli_elapsed(&p));
+    char *err = cli_err(&p), *out = cli_out(&p);
+    char expect[256];
+    snprintf(expect, sizeof expect,
+             "rlock: cannot lock '%s': it holds another kind of lock, a "
+             "read/write lock (use -s or -x for it)\n",
+             key);
+    cr_assert_str_eq(err, expect, "case %zu", i);
+    cr_assert_str_eq(out, "");
+    free(err);
+    free(out);
+  }
+  cr_assert(!exists_in("ran"));
+  char *after = hash_dump(key);
+  cr_assert_str_eq(after, before, "the read/write hash changed");
+  long long ttl = rt_pttl(key);
+  cr_assert(ttl > 500000, "TTL touched: %lld", ttl);
+  free(after);
+
+  /* status tells the kind: mode and readers; then a writer */
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("status", key)), 0);
+  char *out = cli_out(&p);
+  char expect[256];
+  snprintf(expect, sizeof expect,
+           "%s: locked (read/write lock, read mode), expires in ", key);
+  cr_assert(strncmp(out, expect, strlen(expect)) == 0, "status: %s", out);
+  cr_assert(strstr(out, "\n  reader java-uuid:61  holds 1\n") != NULL,
+            "status: %s", out);
+  cr_assert(strstr(out, "field mode") == NULL, "status: %s", out);
+  free(out);
+  cr_assert_eq(cli_run(&p, ARGS("status", "--json", key)), 0);
+  out = cli_out(&p);
+  cr_assert(strstr(out, ",\"owners\":{\"java-uuid:61\":1},\"waiters\":0,"
+                        "\"kind\":\"read/write\",\"mode\":\"read\"}") != NULL,
+            "json: %s", out);
+  free(out);
+  free(before);
+
+  char wkey[64];
+  rt_key(wkey, sizeof wkey, "cli:ekind-w");
+  java_rw_hash(wkey, "write", "java-uuid:62:write");
+  cr_assert_eq(cli_run(&p, ARGS("status", wkey)), 0);
+  out = cli_out(&p);
+  cr_assert(strstr(out, "(read/write lock, write mode)") != NULL &&
+                strstr(out, "\n  writer java-uuid:62  holds 1\n") != NULL,
+            "status: %s", out);
+  free(out);
+  /* unlock --force without a kind is type-blind, as before: the default
+   * force unlock deletes it */
+  cr_assert_eq(cli_run(&p, ARGS("unlock", "--force", wkey)), 0);
+  cr_assert_eq(rt_exists(wkey), 0);
+}
+
+/* [fair] The fair lock on a read/write hash: the same refusal. */
+Test(cli, kinds_fair_on_a_read_write_hash_exits_69) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:ekind-fair");
+  java_rw_hash(key, "read", "java-uuid:61");
+  char *before = hash_dump(key);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("--fair", "-w", "5s", key, "--", "touch",
+                                "ran")),
+               69);
+  cr_assert(cli_elapsed(&p) < PROMPT_MS);
+  char *err = cli_err(&p);
+  cr_assert(strstr(err, "another kind of lock, a read/write lock") != NULL,
+            "stderr: %s", err);
+  free(err);
+  cr_assert(!exists_in("ran"));
+  char *after = hash_dump(key);
+  cr_assert_str_eq(after, before);
+  free(after);
+  free(before);
+}
+
+/* [rw] Two -s holders at once; -x waits for both. */
+Test(cli, kinds_shared_holders_overlap_and_exclusive_waits_for_them) {
+  char key[64], rw_channel[128];
+  rt_key(key, sizeof key, "cli:rw");
+  tagged_key(rw_channel, sizeof rw_channel, "redisson_rwlock:", key);
+  const char *reader =
+      "echo \"$R start\" >> log; touch \"started-$R\";"
+      " while [ ! -e go ]; do sleep 0.02; done; echo \"$R end\" >> log";
+  cli_proc r1, r2, w;
+  setenv("R", "r1", 1);
+  cli_start(&r1, ARGS("-s", key, "--", "sh", "-c", reader));
+  rt_wait_until_what(file_exists, "started-r1", 10000, "first -s runs");
+  setenv("R", "r2", 1);
+  cli_start(&r2, ARGS("--shared", key, "--", "sh", "-c", reader));
+  /* the second reader runs while the first still does: shared */
+  rt_wait_until_what(file_exists, "started-r2", 10000,
+                     "second -s runs beside the first");
+  unsetenv("R");
+  cr_assert(cli_running(&r1) && cli_running(&r2));
+  char *mode = rt_hget(key, "mode");
+  cr_assert(mode != NULL && strcmp(mode, "read") == 0, "mode %s",
+            mode ? mode : "(nil)");
+  free(mode);
+
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("status", key)), 0);
+  char *out = cli_out(&p);
+  cr_assert(strstr(out, ": locked (read/write lock, read mode), expires in ")
+                != NULL,
+            "status: %s", out);
+  char *first = strstr(out, "\n  reader ");
+  cr_assert(first != NULL && strstr(first + 1, "\n  reader ") != NULL,
+            "two readers: %s", out);
+  free(out);
+
+  /* -x: busy with -n, waits without */
+  cr_assert_eq(cli_run(&p, ARGS("-x", "-n", key, "--", "touch", "ran")), 1);
+  cli_start(&w, ARGS("-x", key, "-c", "echo 'w start' >> log"));
+  wait_numsub(rw_channel, 1);
+  rt_sleep_ms(300);
+  cr_assert(cli_running(&w), "-x did not wait for the readers");
+  touch_in("go");
+  cr_assert_eq(cli_wait(&r1, RUN_BOUND_MS), 0);
+  cr_assert_eq(cli_wait(&r2, RUN_BOUND_MS), 0);
+  cr_assert_eq(cli_wait(&w, RUN_BOUND_MS), 0);
+  cr_assert(!exists_in("ran"));
+  size_t n;
+  char **lines = lines_in("log", &n);
+  cr_assert_eq(n, 5, "log has %zu lines", n);
+  /* both started before either ended (they overlapped), the writer last */
+  cr_assert(strstr(lines[0], " start") && strstr(lines[1], " start") &&
+                strstr(lines[2], " end") && strstr(lines[3], " end"),
+            "log: %s / %s / %s / %s", lines[0], lines[1], lines[2],
+            lines[3]);
+  cr_assert_str_eq(lines[4], "w start");
+  lines_free(lines, n);
+  cr_assert_eq(rt_exists(key), 0, "read/write lock left behind");
+}
+
+/* [rw] -x excludes -x (and -s). */
+Test(cli, kinds_exclusive_excludes_exclusive) {
+  char key[64], rw_channel[128];
+  rt_key(key, sizeof key, "cli:rwx");
+  tagged_key(rw_channel, sizeof rw_channel, "redisson_rwlock:", key);
+  cli_proc w1, w2;
+  cli_start(&w1, ARGS("-x", key, "--", "sh", "-c",
+                      "echo \"$RLOCK_OWNER\" > owner.tmp && mv owner.tmp"
+                      " owner; while [ ! -e go ]; do sleep 0.02; done;"
+                      " echo w1 >> log"));
+  rt_wait_until_what(file_exists, "owner", 10000, "first -x runs");
+  char *mode = rt_hget(key, "mode");
+  cr_assert(mode != NULL && strcmp(mode, "write") == 0);
+  free(mode);
+  char *owner = first_line_in("owner");
+  cr_assert(is_owner(owner), "RLOCK_OWNER %s", owner);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("status", key)), 0);
+  char *out = cli_out(&p);
+  char expect[256];
+  snprintf(expect, sizeof expect, "\n  writer %s  holds 1\n", owner);
+  cr_assert(strstr(out, "(read/write lock, write mode)") != NULL &&
+                strstr(out, expect) != NULL,
+            "status: %s", out);
+  free(out);
+  free(owner);
+
+  cr_assert_eq(cli_run(&p, ARGS("-x", "-n", key, "--", "touch", "ran")), 1);
+  cr_assert_eq(cli_run(&p, ARGS("-s", "-n", key, "--", "touch", "ran")), 1);
+  cr_assert_eq(cli_run(&p, ARGS("--exclusive", "-w", "400", key, "--",
+                                "touch", "ran")),
+               1);
+  cli_start(&w2, ARGS("-x", key, "-c", "echo w2 >> log"));
+  wait_numsub(rw_channel, 1);
+  rt_sleep_ms(300);
+  cr_assert(cli_running(&w2), "second -x ran beside the first");
+  int64_t released = rt_now_ms();
+  touch_in("go");
+  cr_assert_eq(cli_wait(&w1, RUN_BOUND_MS), 0);
+  cr_assert_eq(cli_wait(&w2, RUN_BOUND_MS), 0);
+  cr_assert(w2.ended_ms - released < PROMPT_MS, "woken after %" PRId64 " ms",
+            w2.ended_ms - released);
+  char *log = slurp_in("log");
+  cr_assert_str_eq(log, "w1\nw2\n");
+  free(log);
+  cr_assert(!exists_in("ran"));
+  cr_assert_eq(rt_exists(key), 0);
+}
+
+/* [rw] A plain lock on a name held by -s: EKIND's exit and message, the
+ * read/write hash unchanged. */
+Test(cli, kinds_plain_lock_on_a_name_held_by_shared_exits_69) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:rw-ekind");
+  cli_proc r;
+  cli_start(&r, ARGS("-s", key, "--", "sh", "-c",
+                     "touch held; while [ ! -e go ]; do sleep 0.02; done"));
+  rt_wait_until_what(file_exists, "held", 10000, "-s runs");
+  char *before = hash_dump(key);
+  cr_assert(strstr(before, "mode=read\n") != NULL, "hash: %s", before);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS(key, "--", "touch", "ran")), 69);
+  cr_assert(cli_elapsed(&p) < PROMPT_MS);
+  char *err = cli_err(&p), *out = cli_out(&p);
+  char expect[256];
+  snprintf(expect, sizeof expect,
+           "rlock: cannot lock '%s': it holds another kind of lock, a "
+           "read/write lock (use -s or -x for it)\n",
+           key);
+  cr_assert_str_eq(err, expect);
+  cr_assert_str_eq(out, "");
+  free(err);
+  free(out);
+  cr_assert_eq(cli_run(&p, ARGS("--fenced", "-n", key, "--", "touch", "ran")),
+               69);
+  cr_assert(!exists_in("ran"));
+  char *after = hash_dump(key);
+  cr_assert_str_eq(after, before, "the read/write hash changed");
+  free(after);
+  free(before);
+  cr_assert(cli_running(&r));
+  touch_in("go");
+  cr_assert_eq(cli_wait(&r, RUN_BOUND_MS), 0);
+  char *rerr = cli_err(&r);
+  cr_assert_str_eq(rerr, "", "the -s holder was disturbed");
+  free(rerr);
+  cr_assert_eq(rt_exists(key), 0);
+}
+
+/* [rw] -s/-x on a plain lock's hash: the same refusal, the other way. */
+Test(cli, kinds_shared_on_a_plain_lock_exits_69) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:rw-on-plain");
+  held h;
+  hold(&h, key);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("-s", "-w", "5s", key, "--", "touch", "ran")),
+               69);
+  cr_assert(cli_elapsed(&p) < PROMPT_MS);
+  char *err = cli_err(&p);
+  cr_assert(strstr(err, "another kind of lock, not a read/write lock") !=
+                NULL,
+            "stderr: %s", err);
+  free(err);
+  cr_assert(!exists_in("ran"));
+  cr_assert_eq(rt_hlen(key), 1);
+  unhold(&h);
+}
+
+/* [rw] unlock --force -s / -x: the kind's force unlock (only in its mode). */
+Test(cli, kinds_unlock_force_shared_and_exclusive) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:rw-force");
+  java_rw_hash(key, "read", "java-uuid:61");
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("unlock", "--force", "-x", key)), 1);
+  char *out = cli_out(&p);
+  char expect[128];
+  snprintf(expect, sizeof expect, "%s: was not locked in write mode\n", key);
+  cr_assert_str_eq(out, expect);
+  free(out);
+  cr_assert_eq(rt_exists(key), 1, "-x force-unlocked a read-mode lock");
+  cr_assert_eq(cli_run(&p, ARGS("unlock", "--force", "-s", key)), 0);
+  out = cli_out(&p);
+  snprintf(expect, sizeof expect, "%s: unlocked\n", key);
+  cr_assert_str_eq(out, expect);
+  free(out);
+  cr_assert_eq(rt_exists(key), 0);
+}
+
+/* [fair] Three --fair waiters run in the order they queued. */
+Test(cli, kinds_fair_runs_in_arrival_order) {
+  char key[64], queue[128];
+  rt_key(key, sizeof key, "cli:fair");
+  tagged_key(queue, sizeof queue, "redisson_lock_queue:", key);
+  cli_proc holder, w[3];
+  cli_start(&holder, ARGS("--fair", key, "--", "sh", "-c",
+                          "touch held; while [ ! -e go ]; do sleep 0.02;"
+                          " done; echo H >> order"));
+  rt_wait_until_what(file_exists, "held", 10000, "--fair holder runs");
+  const char *names[3] = {"A", "B", "C"};
+  char script[3][64];
+  for (int i = 0; i < 3; i++) {
+    snprintf(script[i], sizeof script[i], "echo %s >> order", names[i]);
+    cli_start(&w[i], ARGS("--fair", key, "-c", script[i]));
+    llen_arg a = {queue, i + 1};
+    rt_wait_until_what(llen_is, &a, 10000, "waiter queued");
+  }
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("status", key)), 0);
+  char *out = cli_out(&p);
+  cr_assert(strstr(out, "\n  fair lock: 3 waiting in its queue\n") != NULL,
+            "status: %s", out);
+  free(out);
+  cr_assert_eq(cli_run(&p, ARGS("status", "--json", key)), 0);
+  out = cli_out(&p);
+  cr_assert(strstr(out, ",\"queue\":3}") != NULL, "json: %s", out);
+  free(out);
+  for (int i = 0; i < 3; i++)
+    cr_assert(cli_running(&w[i]), "waiter %s did not wait", names[i]);
+  touch_in("go");
+  cr_assert_eq(cli_wait(&holder, RUN_BOUND_MS), 0);
+  for (int i = 0; i < 3; i++)
+    cr_assert_eq(cli_wait(&w[i], RUN_BOUND_MS), 0, "waiter %s", names[i]);
+  char *order = slurp_in("order");
+  cr_assert_str_eq(order, "H\nA\nB\nC\n", "not first come, first served");
+  free(order);
+  cr_assert_eq(rt_exists(key), 0);
+  cr_assert_eq(rt_int("LLEN %s", queue), 0, "queue left behind");
+}
+
+/* [rw] A signal while -x waits behind -s: given up, the reader untouched. */
+Test(cli, kinds_signal_while_exclusive_waits_gives_up) {
+  char key[64], rw_channel[128];
+  rt_key(key, sizeof key, "cli:rw-intr");
+  tagged_key(rw_channel, sizeof rw_channel, "redisson_rwlock:", key);
+  cli_proc r, w;
+  cli_start(&r, ARGS("-s", key, "--", "sh", "-c",
+                     "touch held; while [ ! -e go ]; do sleep 0.02; done"));
+  rt_wait_until_what(file_exists, "held", 10000, "-s runs");
+  char *before = hash_dump(key);
+  cli_start(&w, ARGS("-x", key, "--", "touch", "ran"));
+  wait_numsub(rw_channel, 1);
+  int64_t sent = rt_now_ms();
+  kill(w.pid, SIGINT);
+  cr_assert_eq(cli_wait(&w, RUN_BOUND_MS), 128 + SIGINT);
+  cr_assert(w.ended_ms - sent < PROMPT_MS);
+  cr_assert(!exists_in("ran"));
+  cr_assert_eq(rt_numsub(rw_channel), 0, "waiter still subscribed");
+  char *after = hash_dump(key);
+  cr_assert_str_eq(after, before, "the reader's hash changed");
+  free(after);
+  free(before);
+  touch_in("go");
+  cr_assert_eq(cli_wait(&r, RUN_BOUND_MS), 0);
+  cr_assert_eq(rt_exists(key), 0);
 }

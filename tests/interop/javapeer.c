@@ -37,6 +37,47 @@
  * The line protocol on stdin/stdout is the one of peer.js (see there), plus
  * `unlock3 <name>` and the unprompted lines `RENEWED <keys>` (one renewal
  * call) and `LOST <name>` (renewal found the lock gone).
+ *
+ * The rest of Redisson 4.7's lock family (wire facts: the fact sheet
+ * PROTOCOL-PRIMITIVES.md sections 0-3 and 6, in our own Lua). A command is
+ * <prefix><verb>: prefix f (getFairLock), rd / wr (getReadWriteLock's read
+ * and write lock), fx (getFencedLock), sp (getSpinLock); lease <= 0 means
+ * the watchdog timeout, renewed. Answers as for the plain lock.
+ *   <p>lock <name> <lease_ms>              lock(lease)
+ *   <p>trylock <name> <wait_ms> <lease_ms> tryLock(wait, lease)
+ *   <p>unlock <name> | <p>forceunlock <name>
+ *   <p>count <name> <key> <n> <lease_ms> [tag]   `count` on that kind
+ *   ftry <name> <lease_ms>                 fair tryLock(): one attempt
+ *   fxlocktoken <name>                     lockAndGetToken() (watchdog lease:
+ *                                          Java's lease form ignores it) ->
+ *                                          ACQUIRED <ms> <token>
+ *   fxtrylocktoken <name> <wait> <lease>   tryLockAndGetToken -> ACQUIRED
+ *                                          <ms> <token> | NOTACQUIRED <ms>
+ *   fxtoken <name>                         getToken() -> TOKEN <n>
+ * Per kind:
+ *  - fair: keys <name>, redisson_lock_queue:{n}, redisson_lock_timeout:{n};
+ *    the waiting acquire sends ARGV [lease, owner, waitMs, now], tryLock()
+ *    [lease, owner, now, waitMs] (waitMs = the wait if > 0, else 300000;
+ *    now = wall clock ms); a waiter listens on its own channel
+ *    redisson_lock__channel:{n}:<owner> (WAITING shows it); giving up
+ *    (timeout, subscribe timeout, error; also tryLock(0, ...)) runs
+ *    acquireFailed (KEYS [queue, timeouts], ARGV [owner, waitMs]); unlock
+ *    and forceUnlock publish 0 to the queue head's channel. Java retries at
+ *    once, in a busy loop, while the reply is 0 (queued, lock free, not its
+ *    turn); here each such retry is followed by a 1 ms sleep (capped at
+ *    ~1,000 calls/s, Java's observed rate is ~1,100/s).
+ *  - read/write: one hash (`mode`, <owner> read count, <owner>:write write
+ *    count), read-hold keys {n}:<owner>:rwlock_timeout:<i>, channel
+ *    redisson_rwlock:{n} for both (a read unlock that frees the lock
+ *    publishes 0, a write unlock 1; a downgrade publishes nothing); read
+ *    holds without a lease are renewed like Java's ReadLockTask (KEYS in
+ *    pairs [lock, {n}], ARGV [timeout, 1, owner] per pair, every timeout
+ *    keys c..1 and the hash), write holds by the LockTask with owner:write.
+ *  - fenced: RLock's hash, channel and unlock, plus INCR of
+ *    redisson_lock_token:{n} on every acquisition (re-entry included).
+ *  - spin: RLock's hash, no pub/sub at all; a waiter polls after 1 ms, then
+ *    twice the previous pause plus random [0, failures), at most 128 ms,
+ *    and prints `WAITING poll:<name>` once; unlock has no message.
  */
 #include <hiredis/hiredis.h>
 
@@ -119,13 +160,365 @@ static const char renew_lua[] =
     "end "
     "return renewed";
 
-enum { S_ACQUIRE, S_RELEASE4, S_RELEASE3, S_FORCE, S_RENEW, S_COUNT };
+/* ---- the other lock kinds (own Lua, from the fact sheet's account of
+ * Redisson 4.7: fair, read/write, fenced, spin) ---- */
+
+/* Fair lock, the head-of-queue prune shared by its scripts: drop the first
+ * waiter while its deadline (zset score) is at or before `now`. */
+#define FAIR_PRUNE(zkey, qkey)                                                 \
+  "while true do "                                                             \
+  "  local h = redis.call('lindex', " qkey ", 0) "                             \
+  "  if not h then break end "                                                 \
+  "  local s = redis.call('zscore', " zkey ", h) "                             \
+  "  if not s or tonumber(s) > now then break end "                            \
+  "  redis.call('zrem', " zkey ", h) "                                         \
+  "  redis.call('lpop', " qkey ") "                                            \
+  "end "
+
+/* Steps shared by both fair acquires: take the free lock when first in
+ * line (the others' deadlines move up by our wait), or re-enter. */
+#define FAIR_TAKE_OR_REENTER                                                   \
+  "if redis.call('exists', KEYS[1]) == 0 then "                                \
+  "  local h = redis.call('lindex', KEYS[2], 0) "                              \
+  "  if (not h) or h == ARGV[2] then "                                         \
+  "    redis.call('lpop', KEYS[2]) "                                           \
+  "    redis.call('zrem', KEYS[3], ARGV[2]) "                                  \
+  "    for _, m in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do "           \
+  "      redis.call('zincrby', KEYS[3], -wait, m) "                            \
+  "    end "                                                                   \
+  "    redis.call('hset', KEYS[1], ARGV[2], 1) "                               \
+  "    redis.call('pexpire', KEYS[1], ARGV[1]) "                               \
+  "    return nil "                                                            \
+  "  end "                                                                     \
+  "end "                                                                       \
+  "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then "                      \
+  "  redis.call('hincrby', KEYS[1], ARGV[2], 1) "                              \
+  "  redis.call('pexpire', KEYS[1], ARGV[1]) "                                 \
+  "  return nil "                                                              \
+  "end "
+
+/* tryLock(wait, lease) / lock(). KEYS[1] hash, KEYS[2] queue, KEYS[3]
+ * deadlines; ARGV[1] lease, ARGV[2] owner, ARGV[3] waitMs, ARGV[4] now.
+ * nil = acquired, else the wait hint (0: queued, lock free, not our turn). */
+static const char fair_acquire_lua[] =
+    "local now = tonumber(ARGV[4]) "
+    "local wait = tonumber(ARGV[3]) " FAIR_PRUNE(
+        "KEYS[3]", "KEYS[2]") FAIR_TAKE_OR_REENTER
+    "if redis.call('zscore', KEYS[3], ARGV[2]) then "
+    "  local t = redis.call('pttl', KEYS[1]) "
+    "  if t < 0 then t = 0 end "
+    "  return t "
+    "end "
+    "local base = nil "
+    "local last = redis.call('lindex', KEYS[2], -1) "
+    "if last and last ~= ARGV[2] then "
+    "  local s = redis.call('zscore', KEYS[3], last) "
+    "  if s then base = tonumber(s) - now end "
+    "end "
+    "if base == nil then base = redis.call('pttl', KEYS[1]) end "
+    "if redis.call('zadd', KEYS[3], base + wait + now, ARGV[2]) == 1 then "
+    "  redis.call('rpush', KEYS[2], ARGV[2]) "
+    "end "
+    "return base";
+
+/* tryLock(): the same keys, ARGV[3] now and ARGV[4] waitMs (swapped).
+ * nil = acquired, 1 = not (never queues). */
+static const char fair_try_lua[] =
+    "local now = tonumber(ARGV[3]) "
+    "local wait = tonumber(ARGV[4]) " FAIR_PRUNE(
+        "KEYS[3]", "KEYS[2]") FAIR_TAKE_OR_REENTER "return 1";
+
+/* acquireFailed. KEYS[1] queue, KEYS[2] deadlines; ARGV[1] owner,
+ * ARGV[2] waitMs. Everyone behind the owner moves up by waitMs. */
+static const char fair_failed_lua[] =
+    "local behind = false "
+    "for _, m in ipairs(redis.call('lrange', KEYS[1], 0, -1)) do "
+    "  if behind then redis.call('zincrby', KEYS[2], -tonumber(ARGV[2]), m) "
+    "  elseif m == ARGV[1] then behind = true end "
+    "end "
+    "redis.call('zrem', KEYS[2], ARGV[1]) "
+    "redis.call('lrem', KEYS[1], 0, ARGV[1]) "
+    "return nil";
+
+/* unlock. KEYS[1] hash, KEYS[2] queue, KEYS[3] deadlines, KEYS[4] channel
+ * base, KEYS[5] latch; ARGV[1] message, ARGV[2] lease, ARGV[3] owner,
+ * ARGV[4] now, ARGV[5] publish command, ARGV[6] latch TTL. */
+static const char fair_unlock_lua[] =
+    "local done = redis.call('get', KEYS[5]) "
+    "if done then return tonumber(done) end "
+    "local now = tonumber(ARGV[4]) " FAIR_PRUNE("KEYS[3]", "KEYS[2]")
+    "local function tell_head() "
+    "  local h = redis.call('lindex', KEYS[2], 0) "
+    "  if h then redis.call(ARGV[5], KEYS[4] .. ':' .. h, ARGV[1]) end "
+    "end "
+    "if redis.call('exists', KEYS[1]) == 0 then "
+    "  tell_head() "
+    "  redis.call('set', KEYS[5], 1, 'px', ARGV[6]) "
+    "  return 1 "
+    "end "
+    "if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil end "
+    "if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then "
+    "  redis.call('pexpire', KEYS[1], ARGV[2]) "
+    "  redis.call('set', KEYS[5], 0, 'px', ARGV[6]) "
+    "  return 0 "
+    "end "
+    "redis.call('del', KEYS[1]) "
+    "redis.call('set', KEYS[5], 1, 'px', ARGV[6]) "
+    "tell_head() "
+    "return 1";
+
+/* forceUnlock. KEYS[1] hash, KEYS[2] queue, KEYS[3] deadlines, KEYS[4]
+ * channel base; ARGV[1] message, ARGV[2] now, ARGV[3] publish command. */
+static const char fair_force_lua[] =
+    "local now = tonumber(ARGV[2]) " FAIR_PRUNE("KEYS[3]", "KEYS[2]")
+    "if redis.call('del', KEYS[1]) == 1 then "
+    "  local h = redis.call('lindex', KEYS[2], 0) "
+    "  if h then redis.call(ARGV[3], KEYS[4] .. ':' .. h, ARGV[1]) end "
+    "  return 1 "
+    "end "
+    "return 0";
+
+/* Read acquire. KEYS[1] hash, KEYS[2] timeout key base
+ * ({name}:<owner>:rwlock_timeout); ARGV[1] lease, ARGV[2] owner,
+ * ARGV[3] owner:write. nil = acquired, else PTTL. */
+static const char read_acquire_lua[] =
+    "local mode = redis.call('hget', KEYS[1], 'mode') "
+    "if not mode then "
+    "  redis.call('hset', KEYS[1], 'mode', 'read') "
+    "  redis.call('hset', KEYS[1], ARGV[2], 1) "
+    "  redis.call('set', KEYS[2] .. ':1', 1) "
+    "  redis.call('pexpire', KEYS[2] .. ':1', ARGV[1]) "
+    "  redis.call('pexpire', KEYS[1], ARGV[1]) "
+    "  return nil "
+    "end "
+    "if mode == 'read' or (mode == 'write' and "
+    "    redis.call('hexists', KEYS[1], ARGV[3]) == 1) then "
+    "  local i = redis.call('hincrby', KEYS[1], ARGV[2], 1) "
+    "  local k = KEYS[2] .. ':' .. i "
+    "  redis.call('set', k, 1) "
+    "  redis.call('pexpire', k, ARGV[1]) "
+    "  local left = redis.call('pttl', KEYS[1]) "
+    "  redis.call('pexpire', KEYS[1], math.max(left, tonumber(ARGV[1]))) "
+    "  return nil "
+    "end "
+    "return redis.call('pttl', KEYS[1])";
+
+/* Read unlock. KEYS[1] hash, KEYS[2] channel, KEYS[3] timeout key base,
+ * KEYS[4] key prefix ({name}), KEYS[5] latch; ARGV[1] message, ARGV[2]
+ * owner, ARGV[3] publish command, ARGV[4] latch TTL. The hash lives on as
+ * long as the longest remaining read-hold key of any field. */
+static const char read_unlock_lua[] =
+    "local done = redis.call('get', KEYS[5]) "
+    "if done then return tonumber(done) end "
+    "local mode = redis.call('hget', KEYS[1], 'mode') "
+    "if not mode then "
+    "  redis.call(ARGV[3], KEYS[2], ARGV[1]) "
+    "  redis.call('set', KEYS[5], 1, 'px', ARGV[4]) "
+    "  return nil "
+    "end "
+    "if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then return nil end "
+    "local c = redis.call('hincrby', KEYS[1], ARGV[2], -1) "
+    "if c == 0 then redis.call('hdel', KEYS[1], ARGV[2]) end "
+    "redis.call('del', KEYS[3] .. ':' .. (c + 1)) "
+    "if redis.call('hlen', KEYS[1]) > 1 then "
+    "  local best = -3 "
+    "  local all = redis.call('hgetall', KEYS[1]) "
+    "  for j = 1, #all, 2 do "
+    "    local n = tonumber(all[j + 1]) "
+    "    if n then "
+    "      for i = n, 1, -1 do "
+    "        local t = redis.call('pttl', KEYS[4] .. ':' .. all[j] .. "
+    "                             ':rwlock_timeout:' .. i) "
+    "        if t > best then best = t end "
+    "      end "
+    "    end "
+    "  end "
+    "  if best > 0 then "
+    "    redis.call('pexpire', KEYS[1], best) "
+    "    redis.call('set', KEYS[5], 0, 'px', ARGV[4]) "
+    "    return 0 "
+    "  end "
+    "  if mode == 'write' then "
+    "    redis.call('set', KEYS[5], 0, 'px', ARGV[4]) "
+    "    return 0 "
+    "  end "
+    "end "
+    "redis.call('del', KEYS[1]) "
+    "redis.call(ARGV[3], KEYS[2], ARGV[1]) "
+    "redis.call('set', KEYS[5], 1, 'px', ARGV[4]) "
+    "return 1";
+
+/* Write acquire. KEYS[1] hash; ARGV[1] lease, ARGV[2] owner:write.
+ * Re-entry adds the lease to the remaining TTL. */
+static const char write_acquire_lua[] =
+    "local mode = redis.call('hget', KEYS[1], 'mode') "
+    "if not mode then "
+    "  redis.call('hset', KEYS[1], 'mode', 'write') "
+    "  redis.call('hset', KEYS[1], ARGV[2], 1) "
+    "  redis.call('pexpire', KEYS[1], ARGV[1]) "
+    "  return nil "
+    "end "
+    "if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then "
+    "  redis.call('hincrby', KEYS[1], ARGV[2], 1) "
+    "  local left = redis.call('pttl', KEYS[1]) "
+    "  redis.call('pexpire', KEYS[1], left + tonumber(ARGV[1])) "
+    "  return nil "
+    "end "
+    "return redis.call('pttl', KEYS[1])";
+
+/* Write unlock. KEYS[1] hash, KEYS[2] channel, KEYS[3] latch; ARGV[1]
+ * message (1), ARGV[2] lease, ARGV[3] owner:write, ARGV[4] publish command,
+ * ARGV[5] latch TTL. Its own remaining read holds downgrade the lock to
+ * read mode, silently. */
+static const char write_unlock_lua[] =
+    "local done = redis.call('get', KEYS[3]) "
+    "if done then return tonumber(done) end "
+    "local mode = redis.call('hget', KEYS[1], 'mode') "
+    "if not mode then "
+    "  redis.call(ARGV[4], KEYS[2], ARGV[1]) "
+    "  redis.call('set', KEYS[3], 1, 'px', ARGV[5]) "
+    "  return nil "
+    "end "
+    "if mode ~= 'write' or redis.call('hexists', KEYS[1], ARGV[3]) == 0 then "
+    "  return nil "
+    "end "
+    "if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then "
+    "  redis.call('pexpire', KEYS[1], ARGV[2]) "
+    "  redis.call('set', KEYS[3], 0, 'px', ARGV[5]) "
+    "  return 0 "
+    "end "
+    "redis.call('hdel', KEYS[1], ARGV[3]) "
+    "if redis.call('hlen', KEYS[1]) == 1 then "
+    "  redis.call('del', KEYS[1]) "
+    "  redis.call(ARGV[4], KEYS[2], ARGV[1]) "
+    "else "
+    "  redis.call('hset', KEYS[1], 'mode', 'read') "
+    "end "
+    "redis.call('set', KEYS[3], 1, 'px', ARGV[5]) "
+    "return 1";
+
+/* Read forceUnlock. KEYS[1] hash, KEYS[2] channel; ARGV[1] message (0),
+ * ARGV[2] publish command. Only a read-mode lock is deleted. */
+static const char read_force_lua[] =
+    "if redis.call('hget', KEYS[1], 'mode') == 'read' then "
+    "  redis.call('del', KEYS[1]) "
+    "  redis.call(ARGV[2], KEYS[2], ARGV[1]) "
+    "  return 1 "
+    "end "
+    "return 0";
+
+/* Write forceUnlock: the same for a write-mode lock, message 1. */
+static const char write_force_lua[] =
+    "if redis.call('hget', KEYS[1], 'mode') == 'write' then "
+    "  redis.call('del', KEYS[1]) "
+    "  redis.call(ARGV[2], KEYS[2], ARGV[1]) "
+    "  return 1 "
+    "end "
+    "return 0";
+
+/* ReadLockTask. KEYS in pairs (hash, {name}); ARGV[1] timeout, then per
+ * pair: n, owner_1..owner_n. Reply 1/0 per pair. */
+static const char read_renew_lua[] =
+    "local res = {} "
+    "local a = 2 "
+    "for p = 1, #KEYS / 2 do "
+    "  local h, pre = KEYS[2 * p - 1], KEYS[2 * p] "
+    "  local n = tonumber(ARGV[a]) "
+    "  a = a + 1 "
+    "  local alive = 0 "
+    "  for j = 1, n do "
+    "    local o = ARGV[a] "
+    "    a = a + 1 "
+    "    local c = redis.call('hget', h, o) "
+    "    if c then "
+    "      for i = tonumber(c), 1, -1 do "
+    "        redis.call('pexpire', pre .. ':' .. o .. ':rwlock_timeout:' .. i, "
+    "                   ARGV[1]) "
+    "      end "
+    "      alive = 1 "
+    "    end "
+    "  end "
+    "  if alive == 1 then redis.call('pexpire', h, ARGV[1]) end "
+    "  res[p] = alive "
+    "end "
+    "return res";
+
+/* Fenced lock()/tryLock(). KEYS[1] hash, KEYS[2] token counter; ARGV[1]
+ * lease, ARGV[2] owner. nil = acquired (token incremented), else PTTL. */
+static const char fenced_acquire_lua[] =
+    "if redis.call('exists', KEYS[1]) == 0 "
+    "or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then "
+    "  redis.call('incr', KEYS[2]) "
+    "  redis.call('hincrby', KEYS[1], ARGV[2], 1) "
+    "  redis.call('pexpire', KEYS[1], ARGV[1]) "
+    "  return nil "
+    "end "
+    "return redis.call('pttl', KEYS[1])";
+
+/* lockAndGetToken / tryLockAndGetToken: {-1, token} or {pttl, -1}. */
+static const char fenced_token_lua[] =
+    "if redis.call('exists', KEYS[1]) == 0 "
+    "or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then "
+    "  local token = redis.call('incr', KEYS[2]) "
+    "  redis.call('hincrby', KEYS[1], ARGV[2], 1) "
+    "  redis.call('pexpire', KEYS[1], ARGV[1]) "
+    "  return {-1, token} "
+    "end "
+    "return {redis.call('pttl', KEYS[1]), -1}";
+
+/* Spin unlock. KEYS[1] hash, KEYS[2] latch; ARGV[1] lease, ARGV[2] owner,
+ * ARGV[3] latch TTL. No message. */
+static const char spin_unlock_lua[] =
+    "local done = redis.call('get', KEYS[2]) "
+    "if done then return tonumber(done) end "
+    "if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then return nil end "
+    "if redis.call('hincrby', KEYS[1], ARGV[2], -1) > 0 then "
+    "  redis.call('pexpire', KEYS[1], ARGV[1]) "
+    "  redis.call('set', KEYS[2], 0, 'px', ARGV[3]) "
+    "  return 0 "
+    "end "
+    "redis.call('del', KEYS[1]) "
+    "redis.call('set', KEYS[2], 1, 'px', ARGV[3]) "
+    "return 1";
+
+/* Spin forceUnlock. KEYS[1] hash. */
+static const char spin_force_lua[] = "return redis.call('del', KEYS[1])";
+
+enum {
+  S_ACQUIRE,
+  S_RELEASE4,
+  S_RELEASE3,
+  S_FORCE,
+  S_RENEW,
+  S_FAIR_ACQUIRE,
+  S_FAIR_TRY,
+  S_FAIR_FAILED,
+  S_FAIR_UNLOCK,
+  S_FAIR_FORCE,
+  S_READ_ACQUIRE,
+  S_READ_UNLOCK,
+  S_WRITE_ACQUIRE,
+  S_WRITE_UNLOCK,
+  S_READ_FORCE,
+  S_WRITE_FORCE,
+  S_READ_RENEW,
+  S_FENCED_ACQUIRE,
+  S_FENCED_TOKEN,
+  S_SPIN_UNLOCK,
+  S_SPIN_FORCE,
+  S_COUNT
+};
 static struct {
   const char *body;
   char sha[41];
 } scripts[S_COUNT] = {
-    {acquire_lua, ""}, {release4_lua, ""}, {release3_lua, ""},
-    {force_lua, ""},   {renew_lua, ""},
+    {acquire_lua, ""},        {release4_lua, ""},     {release3_lua, ""},
+    {force_lua, ""},          {renew_lua, ""},        {fair_acquire_lua, ""},
+    {fair_try_lua, ""},       {fair_failed_lua, ""},  {fair_unlock_lua, ""},
+    {fair_force_lua, ""},     {read_acquire_lua, ""}, {read_unlock_lua, ""},
+    {write_acquire_lua, ""},  {write_unlock_lua, ""},
+    {read_force_lua, ""},     {write_force_lua, ""},  {read_renew_lua, ""},     {fenced_acquire_lua, ""},
+    {fenced_token_lua, ""},   {spin_unlock_lua, ""},  {spin_force_lua, ""},
 };
 
 /* ---- process state ---- */
@@ -146,8 +539,9 @@ typedef struct entry {
 typedef struct renewal {
   struct renewal *next;
   char *name;
-  char *owner;
+  char *owner; /* the hash field: owner, or owner:write for a write lock */
   long holds;
+  bool read; /* a read lock: ReadLockTask, not LockTask */
 } renewal;
 
 /* Lease to re-apply on unlock, per lock name (Java's internalLockLeaseTime). */
@@ -376,16 +770,18 @@ static void lease_set(const char *name, int64_t lease_ms) {
   g.leases = l;
 }
 
-static void renewal_add(const char *name, const char *owner) {
+static void renewal_add_kind(const char *name, const char *owner, bool read) {
   pthread_mutex_lock(&g.renew_mu);
   renewal *r = g.renewals;
-  while (r && !(strcmp(r->name, name) == 0 && strcmp(r->owner, owner) == 0))
+  while (r && !(strcmp(r->name, name) == 0 && strcmp(r->owner, owner) == 0 &&
+                r->read == read))
     r = r->next;
   if (r == NULL) {
     r = xmalloc(sizeof *r);
     r->name = xstrdup(name);
     r->owner = xstrdup(owner);
     r->holds = 0;
+    r->read = read;
     r->next = g.renewals;
     g.renewals = r;
   }
@@ -393,13 +789,19 @@ static void renewal_add(const char *name, const char *owner) {
   pthread_mutex_unlock(&g.renew_mu);
 }
 
+static void renewal_add(const char *name, const char *owner) {
+  renewal_add_kind(name, owner, false);
+}
+
 /* Removes the renewal of (name, owner) — every one of name's when owner is
- * NULL (force unlock) — or, with all == false, one hold of it. */
-static void renewal_cancel(const char *name, const char *owner, bool all) {
+ * NULL (force unlock) — or, with all == false, one hold of it. read: the
+ * read lock's renewals instead of the others'. */
+static void renewal_cancel_kind(const char *name, const char *owner, bool all,
+                                bool read) {
   pthread_mutex_lock(&g.renew_mu);
   for (renewal **p = &g.renewals; *p;) {
     renewal *r = *p;
-    if (strcmp(r->name, name) == 0 &&
+    if (strcmp(r->name, name) == 0 && r->read == read &&
         (owner == NULL || strcmp(r->owner, owner) == 0) &&
         (all || --r->holds <= 0)) {
       *p = r->next;
@@ -411,6 +813,10 @@ static void renewal_cancel(const char *name, const char *owner, bool all) {
     p = &r->next;
   }
   pthread_mutex_unlock(&g.renew_mu);
+}
+
+static void renewal_cancel(const char *name, const char *owner, bool all) {
+  renewal_cancel_kind(name, owner, all, false);
 }
 
 /* One watchdog round: every renewed lock, at most RENEW_BATCH per call. */
@@ -425,6 +831,8 @@ static void renew_round(void) {
     pthread_mutex_lock(&g.renew_mu);
     size_t skip = done;
     for (renewal *r = g.renewals; r && n < RENEW_BATCH; r = r->next) {
+      if (r->read)
+        continue; /* renew_read_round's */
       if (skip > 0) {
         skip--;
         continue;
@@ -472,6 +880,78 @@ static void renew_round(void) {
   }
 }
 
+/* The read locks' round (Java's ReadLockTask): KEYS in pairs (lock,
+ * {name}), ARGV = timeout, then per pair the number of owners and the
+ * owners (one here: this process has one command thread), at most
+ * READ_RENEW_BATCH pairs per call. A 0 for a pair drops its renewal. */
+#define READ_RENEW_BATCH 40
+static void renew_read_round(void) {
+  char timeout[24];
+  snprintf(timeout, sizeof timeout, "%" PRId64, g.watchdog_ms);
+  char *names[READ_RENEW_BATCH], *owners[READ_RENEW_BATCH],
+      *prefixes[READ_RENEW_BATCH];
+  size_t done = 0;
+  for (;;) {
+    int n = 0;
+    pthread_mutex_lock(&g.renew_mu);
+    size_t skip = done;
+    for (renewal *r = g.renewals; r && n < READ_RENEW_BATCH; r = r->next) {
+      if (!r->read)
+        continue;
+      if (skip > 0) {
+        skip--;
+        continue;
+      }
+      names[n] = xstrdup(r->name);
+      owners[n] = xstrdup(r->owner);
+      n++;
+    }
+    pthread_mutex_unlock(&g.renew_mu);
+    if (n == 0)
+      return;
+    const char *args[1 + 4 * READ_RENEW_BATCH + 1];
+    char numkeys[16];
+    snprintf(numkeys, sizeof numkeys, "%d", 2 * n);
+    int argc = 0;
+    args[argc++] = numkeys;
+    for (int i = 0; i < n; i++) {
+      prefixes[i] = braced(names[i]);
+      args[argc++] = names[i];
+      args[argc++] = prefixes[i];
+    }
+    args[argc++] = timeout;
+    for (int i = 0; i < n; i++) {
+      args[argc++] = "1";
+      args[argc++] = owners[i];
+    }
+    redisReply *r = run_script(S_READ_RENEW, argc, args);
+    size_t lost = 0;
+    if (r->type == REDIS_REPLY_ARRAY) {
+      out("RENEWED %d", n);
+      for (size_t i = 0; i < r->elements && i < (size_t)n; i++) {
+        if (r->element[i]->type == REDIS_REPLY_INTEGER &&
+            r->element[i]->integer == 0) {
+          out("LOST %s", names[i]);
+          renewal_cancel_kind(names[i], owners[i], true, true);
+          lost++;
+        }
+      }
+    } else {
+      out("ERROR read renewal: %s",
+          r->type == REDIS_REPLY_ERROR ? r->str : "?");
+    }
+    freeReplyObject(r);
+    for (int i = 0; i < n; i++) {
+      free(names[i]);
+      free(owners[i]);
+      free(prefixes[i]);
+    }
+    done += (size_t)n - lost;
+    if (n < READ_RENEW_BATCH)
+      return;
+  }
+}
+
 static void *renew_thread(void *arg) {
   (void)arg;
   int64_t period = g.watchdog_ms / 3;
@@ -481,6 +961,7 @@ static void *renew_thread(void *arg) {
     if (left > 0)
       sleep_ms(left);
     renew_round();
+    renew_read_round();
     next += period;
   }
   return NULL;
@@ -850,6 +1331,579 @@ static int64_t num(const char *s) {
   return (s && end != s && *end == '\0') ? (int64_t)v : INT64_MIN;
 }
 
+/* ---- the other lock kinds: fair, read, write, fenced, spin ----
+ * Each follows Java 4.7's wire behaviour (see the header comment): the same
+ * keys, script arguments in Java's order, channels and messages; waiting is
+ * Java's generic loop (try; subscribe; loop { try; wait for a permit up to
+ * min(ttl, remaining) }; unsubscribe) on the kind's channel, except the spin
+ * lock, which polls with a back-off and never subscribes. */
+
+enum kind { K_FAIR, K_READ, K_WRITE, K_FENCED, K_SPIN };
+
+static const char *const kind_names[] = {"fair", "read", "write", "fenced",
+                                         "spin"};
+
+/* One acquire call of a kind. */
+typedef struct kcall {
+  enum kind kind;
+  const char *name;
+  int64_t wait_ms;  /* < 0: lock() (no limit); 0: one try */
+  int64_t lease_ms; /* <= 0: the watchdog timeout, renewed */
+  bool single;      /* fair tryLock(): the non-queueing script */
+  bool want_token;  /* fenced: the *AndGetToken script (reply pair) */
+  int64_t token;    /* fenced + want_token: the token, on success */
+} kcall;
+
+/* Java's System.currentTimeMillis(): the fair lock's deadlines are wall
+ * clock, compared across clients. */
+static int64_t wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static char *str_printf(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+static char *str_printf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  char *s = xmalloc((size_t)n + 1);
+  va_start(ap, fmt);
+  vsnprintf(s, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+/* P(prefix, name): prefix ":" tag. */
+static char *prefixed(const char *prefix, const char *name) {
+  char *b = braced(name);
+  char *s = str_printf("%s:%s", prefix, b);
+  free(b);
+  return s;
+}
+
+/* The lease record of a kind's Java object (internalLockLeaseTime is per
+ * object: the read and write lock of one name are two objects). RLock,
+ * fenced and spin keep the plain name, so `unlock` and `fxunlock` agree. */
+static char *lease_key(enum kind k, const char *name) {
+  if (k == K_FENCED)
+    return xstrdup(name);
+  return str_printf("%s\t%s", kind_names[k], name);
+}
+
+/* The hash field of this process's thread for a kind. */
+static char *field_of(enum kind k) {
+  return k == K_WRITE ? str_printf("%s:write", g.owner) : xstrdup(g.owner);
+}
+
+/* The channel a waiter of this kind listens on; NULL for the spin lock. */
+static char *wait_channel_of(enum kind k, const char *name) {
+  switch (k) {
+  case K_FAIR: {
+    char *base = channel_of(name);
+    char *s = str_printf("%s:%s", base, g.owner);
+    free(base);
+    return s;
+  }
+  case K_READ:
+  case K_WRITE:
+    return prefixed("redisson_rwlock", name);
+  case K_FENCED:
+    return channel_of(name);
+  case K_SPIN:
+    break;
+  }
+  return NULL;
+}
+
+/* The wait a fair waiter announces: the caller's if > 0, else Java's
+ * fairLockWaitTimeout (5 min). */
+static int64_t fair_wait_ms(const kcall *c) {
+  return c->wait_ms > 0 ? c->wait_ms : 300000;
+}
+
+static void print_error_reply(const char *what, const redisReply *r) {
+  out("ERROR %s: %s", what, r->type == REDIS_REPLY_ERROR ? r->str : "?");
+}
+
+/* One attempt. 1 acquired, 0 not (*ttl = the reply's hint), -1 error
+ * (printed). */
+static int kind_try(kcall *c, int64_t *ttl) {
+  char lease[24], now[24], wait[24];
+  int64_t effective = c->lease_ms > 0 ? c->lease_ms : g.watchdog_ms;
+  snprintf(lease, sizeof lease, "%" PRId64, effective);
+  snprintf(now, sizeof now, "%" PRId64, wall_ms());
+  snprintf(wait, sizeof wait, "%" PRId64, fair_wait_ms(c));
+  char *field = field_of(c->kind);
+  redisReply *r = NULL;
+  char *k1 = NULL, *k2 = NULL;
+  switch (c->kind) {
+  case K_FAIR: {
+    k1 = prefixed("redisson_lock_queue", c->name);
+    k2 = prefixed("redisson_lock_timeout", c->name);
+    /* The two argument orders: tryLock() sends now before the wait. */
+    const char *args[8] = {"3",   c->name, k1,
+                           k2,    lease,   g.owner,
+                           c->single ? now : wait, c->single ? wait : now};
+    r = run_script(c->single ? S_FAIR_TRY : S_FAIR_ACQUIRE, 8, args);
+    break;
+  }
+  case K_READ: {
+    char *b = braced(c->name);
+    k1 = str_printf("%s:%s:rwlock_timeout", b, g.owner);
+    free(b);
+    char *writer = str_printf("%s:write", g.owner);
+    const char *args[6] = {"2", c->name, k1, lease, g.owner, writer};
+    r = run_script(S_READ_ACQUIRE, 6, args);
+    free(writer);
+    break;
+  }
+  case K_WRITE: {
+    const char *args[4] = {"1", c->name, lease, field};
+    r = run_script(S_WRITE_ACQUIRE, 4, args);
+    break;
+  }
+  case K_FENCED: {
+    k1 = prefixed("redisson_lock_token", c->name);
+    const char *args[5] = {"2", c->name, k1, lease, g.owner};
+    r = run_script(c->want_token ? S_FENCED_TOKEN : S_FENCED_ACQUIRE, 5,
+                   args);
+    break;
+  }
+  case K_SPIN: {
+    const char *args[4] = {"1", c->name, lease, g.owner};
+    r = run_script(S_ACQUIRE, 4, args); /* RLock's acquire */
+    break;
+  }
+  }
+  int rc;
+  if (c->kind == K_FENCED && c->want_token) {
+    /* Java reads element 0: -1 = acquired, element 1 the token. */
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_INTEGER &&
+        r->element[1]->type == REDIS_REPLY_INTEGER) {
+      if (r->element[0]->integer == -1) {
+        rc = 1;
+        c->token = r->element[1]->integer;
+      } else {
+        rc = 0;
+        *ttl = r->element[0]->integer;
+      }
+    } else {
+      print_error_reply("acquire", r);
+      rc = -1;
+    }
+  } else if (r->type == REDIS_REPLY_NIL) {
+    rc = 1;
+  } else if (r->type == REDIS_REPLY_INTEGER) {
+    rc = 0;
+    *ttl = r->integer;
+  } else {
+    print_error_reply("acquire", r);
+    rc = -1;
+  }
+  if (rc == 1) {
+    char *lk = lease_key(c->kind, c->name);
+    lease_set(lk, effective);
+    free(lk);
+    if (c->lease_ms <= 0)
+      renewal_add_kind(c->name, field, c->kind == K_READ);
+  } else if (rc == 0 && c->kind == K_SPIN) {
+    /* Java's spin lock sets internalLockLeaseTime on every attempt. */
+    char *lk = lease_key(c->kind, c->name);
+    lease_set(lk, effective);
+    free(lk);
+  }
+  freeReplyObject(r);
+  free(k1);
+  free(k2);
+  free(field);
+  return rc;
+}
+
+/* Fair acquireFailed: leave the queue; everyone behind moves up by our
+ * announced wait. */
+static void fair_failed(const kcall *c) {
+  char *q = prefixed("redisson_lock_queue", c->name);
+  char *z = prefixed("redisson_lock_timeout", c->name);
+  char wait[24];
+  snprintf(wait, sizeof wait, "%" PRId64, fair_wait_ms(c));
+  const char *args[5] = {"2", q, z, g.owner, wait};
+  redisReply *r = run_script(S_FAIR_FAILED, 5, args);
+  if (r->type == REDIS_REPLY_ERROR)
+    print_error_reply("acquireFailed", r);
+  freeReplyObject(r);
+  free(q);
+  free(z);
+}
+
+static void kind_failed(const kcall *c) {
+  if (c->kind == K_FAIR && !c->single)
+    fair_failed(c);
+}
+
+/* Takes a permit if one is there, without waiting. */
+static void permit_take_nowait(entry *e) {
+  pthread_mutex_lock(&g.sub_mu);
+  if (e->permits > 0)
+    e->permits--;
+  pthread_mutex_unlock(&g.sub_mu);
+}
+
+/* Most retries per second of a fair waiter answered 0 (queued, lock free,
+ * not its turn yet). Java retries at once, in a busy loop (~1,100 calls/s
+ * observed); we sleep FAIR_BUSY_SLEEP_MS between such retries, which keeps
+ * the same order of magnitude without burning a CPU. */
+#define FAIR_BUSY_SLEEP_MS 1
+
+/* The spin lock's polling (Java's RedissonSpinLock back-off): 1 ms first,
+ * then twice the previous plus random [0, failures), at most 128 ms. */
+#define SPIN_MAX_BACKOFF_MS 128
+
+static int spin_wait(kcall *c) {
+  int64_t t0 = now_ms();
+  int64_t backoff = 1;
+  long failures = 0;
+  bool told = false;
+  for (;;) {
+    int64_t ttl = 0;
+    int rc = kind_try(c, &ttl);
+    if (rc != 0)
+      return rc;
+    int64_t elapsed = now_ms() - t0;
+    if (c->wait_ms >= 0 && elapsed >= c->wait_ms)
+      return 0;
+    if (!told && !g.quiet_waits) {
+      out("WAITING poll:%s", c->name);
+      told = true;
+    }
+    int64_t sleep_for = backoff;
+    if (c->wait_ms >= 0 && sleep_for > c->wait_ms - elapsed)
+      sleep_for = c->wait_ms - elapsed;
+    sleep_ms(sleep_for);
+    failures++;
+    unsigned char rnd[4];
+    random_bytes(rnd, sizeof rnd);
+    uint32_t x = (uint32_t)rnd[0] | (uint32_t)rnd[1] << 8 |
+                 (uint32_t)rnd[2] << 16 | (uint32_t)rnd[3] << 24;
+    backoff = backoff * 2 + (int64_t)(x % (uint32_t)failures);
+    if (backoff > SPIN_MAX_BACKOFF_MS)
+      backoff = SPIN_MAX_BACKOFF_MS;
+  }
+}
+
+/* Java's tryLock(wait, lease) / lock(lease) for a kind: 1/0, or -1 (the
+ * ERROR line is out). */
+static int kind_wait(kcall *c) {
+  if (c->kind == K_SPIN)
+    return spin_wait(c);
+  int64_t t0 = now_ms();
+  int64_t ttl = 0;
+  int rc = kind_try(c, &ttl);
+  if (rc != 0 || c->single) {
+    if (rc < 0)
+      kind_failed(c);
+    return rc;
+  }
+  int64_t deadline = t0 + c->wait_ms;
+  if (c->wait_ms >= 0 && now_ms() >= deadline) {
+    kind_failed(c); /* tryLock(0, ...): queued, then leaves at once */
+    return 0;
+  }
+  char *channel = wait_channel_of(c->kind, c->name);
+  int64_t sub_bound = g.subscribe_timeout_ms;
+  if (c->wait_ms >= 0 && deadline - now_ms() < sub_bound)
+    sub_bound = deadline - now_ms();
+  entry *e = subscribe(channel, sub_bound);
+  if (e == NULL) {
+    free(channel);
+    kind_failed(c);
+    if (c->wait_ms >= 0 && now_ms() >= deadline)
+      return 0;
+    out("ERROR subscribe to %s timed out", c->name);
+    return -1;
+  }
+  for (;;) {
+    rc = kind_try(c, &ttl);
+    if (rc != 0)
+      break;
+    int64_t remaining = c->wait_ms >= 0 ? deadline - now_ms() : -1;
+    if (c->wait_ms >= 0 && remaining <= 0)
+      break;
+    int64_t sleep_for;
+    if (ttl >= 0 && (c->wait_ms < 0 || ttl < remaining))
+      sleep_for = ttl;
+    else
+      sleep_for = remaining; /* -1: until a message */
+    if (sleep_for == 0) {
+      /* Java: an immediate retry (tryAcquire(0) on the semaphore). */
+      permit_take_nowait(e);
+      sleep_ms(FAIR_BUSY_SLEEP_MS);
+      continue;
+    }
+    permit_wait(e, sleep_for);
+  }
+  if (rc != 1)
+    kind_failed(c);
+  unsubscribe(e);
+  free(channel);
+  return rc;
+}
+
+/* One unlock call of a kind (the 4.x form, with the latch and its DEL).
+ * 1 released, 0 still held, -1 not held by this owner (nil), -2 an error
+ * reply (printed). */
+static int kind_release(enum kind k, const char *name) {
+  char *lk = lease_key(k, name);
+  char lease[24], latch_ttl[24], now[24];
+  snprintf(lease, sizeof lease, "%" PRId64, lease_get(lk));
+  free(lk);
+  snprintf(latch_ttl, sizeof latch_ttl, "%" PRId64, g.latch_ttl_ms);
+  snprintf(now, sizeof now, "%" PRId64, wall_ms());
+  char hex[33];
+  random_hex(hex, 16);
+  char *b = braced(name);
+  char *latch = str_printf("redisson_unlock_latch:%s:%s", b, hex);
+  char *field = field_of(k);
+  redisReply *r = NULL;
+  switch (k) {
+  case K_FAIR: {
+    char *q = prefixed("redisson_lock_queue", name);
+    char *z = prefixed("redisson_lock_timeout", name);
+    char *chan = channel_of(name);
+    const char *args[12] = {"5", name,    q,   z,         chan,     latch,
+                            "0", lease,   g.owner, now,   g.publish, latch_ttl};
+    r = run_script(S_FAIR_UNLOCK, 12, args);
+    free(q);
+    free(z);
+    free(chan);
+    break;
+  }
+  case K_READ: {
+    char *chan = prefixed("redisson_rwlock", name);
+    char *tbase = str_printf("%s:%s:rwlock_timeout", b, g.owner);
+    const char *args[10] = {"5",  name, chan,    tbase,     b,
+                            latch, "0", g.owner, g.publish, latch_ttl};
+    r = run_script(S_READ_UNLOCK, 10, args);
+    free(chan);
+    free(tbase);
+    break;
+  }
+  case K_WRITE: {
+    char *chan = prefixed("redisson_rwlock", name);
+    const char *args[9] = {"3",   name,  chan,      latch,    "1",
+                           lease, field, g.publish, latch_ttl};
+    r = run_script(S_WRITE_UNLOCK, 9, args);
+    free(chan);
+    break;
+  }
+  case K_FENCED:
+    break; /* RLock's unlock: release() */
+  case K_SPIN: {
+    const char *args[6] = {"2", name, latch, lease, g.owner, latch_ttl};
+    r = run_script(S_SPIN_UNLOCK, 6, args);
+    break;
+  }
+  }
+  if (k == K_FENCED) {
+    free(b);
+    free(latch);
+    free(field);
+    return release(name, true);
+  }
+  const char *del[2] = {"DEL", latch};
+  freeReplyObject(run_argv(2, del));
+  int rc;
+  if (r->type == REDIS_REPLY_NIL) {
+    rc = -1;
+  } else if (r->type == REDIS_REPLY_INTEGER) {
+    rc = r->integer == 1 ? 1 : 0;
+  } else {
+    print_error_reply("unlock", r);
+    rc = -2;
+  }
+  if (rc != -2)
+    renewal_cancel_kind(name, field, rc != 0, k == K_READ);
+  freeReplyObject(r);
+  free(b);
+  free(latch);
+  free(field);
+  return rc;
+}
+
+static void kind_unlock_cmd(enum kind k, const char *name) {
+  int rc = kind_release(k, name);
+  if (rc == -1)
+    out("ERROR NOTOWNER attempt to unlock lock, not locked by current thread "
+        "by node id: %s thread-id: %s",
+        g.id, strchr(g.owner, ':') + 1);
+  else if (rc >= 0)
+    out("UNLOCKED");
+}
+
+static void kind_force_cmd(enum kind k, const char *name) {
+  redisReply *r = NULL;
+  char now[24];
+  snprintf(now, sizeof now, "%" PRId64, wall_ms());
+  switch (k) {
+  case K_FAIR: {
+    char *q = prefixed("redisson_lock_queue", name);
+    char *z = prefixed("redisson_lock_timeout", name);
+    char *chan = channel_of(name);
+    const char *args[8] = {"4", name, q, z, chan, "0", now, g.publish};
+    r = run_script(S_FAIR_FORCE, 8, args);
+    free(q);
+    free(z);
+    free(chan);
+    break;
+  }
+  case K_READ:
+  case K_WRITE: {
+    char *chan = prefixed("redisson_rwlock", name);
+    const char *args[5] = {"2", name, chan, k == K_READ ? "0" : "1",
+                           g.publish};
+    r = run_script(k == K_READ ? S_READ_FORCE : S_WRITE_FORCE, 5, args);
+    free(chan);
+    break;
+  }
+  case K_FENCED:
+    force_cmd(name); /* RLock's */
+    return;
+  case K_SPIN: {
+    const char *args[2] = {"1", name};
+    r = run_script(S_SPIN_FORCE, 2, args);
+    break;
+  }
+  }
+  renewal_cancel_kind(name, NULL, true, k == K_READ);
+  if (r->type == REDIS_REPLY_INTEGER)
+    out("FORCED %lld", r->integer);
+  else
+    print_error_reply("forceunlock", r);
+  freeReplyObject(r);
+}
+
+/* lock / trylock / try of a kind; prints the answer. */
+static void kind_lock_cmd(enum kind k, const char *name, int64_t wait_ms,
+                          int64_t lease_ms, bool single, bool want_token) {
+  int64_t t0 = now_ms();
+  kcall c = {.kind = k,
+             .name = name,
+             .wait_ms = wait_ms,
+             .lease_ms = lease_ms,
+             .single = single,
+             .want_token = want_token};
+  int rc = kind_wait(&c);
+  if (rc < 0)
+    return;
+  if (rc == 1 && want_token)
+    out("ACQUIRED %" PRId64 " %" PRId64, now_ms() - t0, c.token);
+  else
+    out("%s %" PRId64, rc == 1 ? "ACQUIRED" : "NOTACQUIRED", now_ms() - t0);
+}
+
+static void fenced_token_cmd(const char *name) {
+  char *key = prefixed("redisson_lock_token", name);
+  const char *argv[2] = {"GET", key};
+  redisReply *r = run_argv(2, argv);
+  if (r->type == REDIS_REPLY_STRING)
+    out("TOKEN %s", r->str);
+  else if (r->type == REDIS_REPLY_NIL)
+    out("TOKEN 0");
+  else
+    print_error_reply("getToken", r);
+  freeReplyObject(r);
+  free(key);
+}
+
+/* count for a kind: n x { lock; GET key; SET key v+1; [RPUSH key:log tag];
+ * unlock }. */
+static void kind_count_cmd(enum kind k, const char *name, const char *key,
+                           long n, int64_t lease_ms, const char *tag) {
+  int64_t t0 = now_ms();
+  set_quiet(true);
+  for (long i = 0; i < n; i++) {
+    kcall c = {.kind = k, .name = name, .wait_ms = -1, .lease_ms = lease_ms};
+    if (kind_wait(&c) != 1) {
+      set_quiet(false);
+      return; /* the ERROR line is out */
+    }
+    const char *get[2] = {"GET", key};
+    redisReply *r = run_argv(2, get);
+    long long v = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
+    freeReplyObject(r);
+    char next[24];
+    snprintf(next, sizeof next, "%lld", v + 1);
+    const char *set[3] = {"SET", key, next};
+    freeReplyObject(run_argv(3, set));
+    if (tag != NULL) {
+      char log_key[512];
+      snprintf(log_key, sizeof log_key, "%s:log", key);
+      const char *push[3] = {"RPUSH", log_key, tag};
+      freeReplyObject(run_argv(3, push));
+    }
+    int rc = kind_release(k, name);
+    if (rc != 1) {
+      set_quiet(false);
+      out("ERROR count: unlock in round %ld answered %d", i, rc);
+      return;
+    }
+  }
+  set_quiet(false);
+  out("COUNTED %ld %" PRId64, n, now_ms() - t0);
+}
+
+/* The kind commands: <prefix><verb>, prefix f (fair), rd (read), wr
+ * (write), fx (fenced), sp (spin). True if `cmd` was one of them. */
+static bool kind_command(const char *cmd, int n, char **words) {
+  static const struct {
+    const char *prefix;
+    enum kind kind;
+  } prefixes[] = {{"rd", K_READ}, {"wr", K_WRITE}, {"fx", K_FENCED},
+                  {"sp", K_SPIN}, {"f", K_FAIR}};
+  const char *verb = NULL;
+  enum kind k = K_FAIR;
+  for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes && !verb; i++) {
+    size_t len = strlen(prefixes[i].prefix);
+    if (strncmp(cmd, prefixes[i].prefix, len) == 0) {
+      verb = cmd + len;
+      k = prefixes[i].kind;
+    }
+  }
+  if (verb == NULL)
+    return false;
+  if (strcmp(verb, "lock") == 0 && n == 3 && num(words[2]) != INT64_MIN) {
+    kind_lock_cmd(k, words[1], -1, num(words[2]), false, false);
+  } else if (strcmp(verb, "trylock") == 0 && n == 4 &&
+             num(words[2]) != INT64_MIN && num(words[3]) != INT64_MIN) {
+    kind_lock_cmd(k, words[1], num(words[2]), num(words[3]), false, false);
+  } else if (k == K_FAIR && strcmp(verb, "try") == 0 && n == 3 &&
+             num(words[2]) != INT64_MIN) {
+    kind_lock_cmd(k, words[1], 0, num(words[2]), true, false);
+  } else if (k == K_FENCED && strcmp(verb, "locktoken") == 0 && n == 2) {
+    /* lockAndGetToken(): watchdog lease (Java's lease form ignores it). */
+    kind_lock_cmd(k, words[1], -1, -1, false, true);
+  } else if (k == K_FENCED && strcmp(verb, "trylocktoken") == 0 && n == 4 &&
+             num(words[2]) != INT64_MIN && num(words[3]) != INT64_MIN) {
+    kind_lock_cmd(k, words[1], num(words[2]), num(words[3]), false, true);
+  } else if (k == K_FENCED && strcmp(verb, "token") == 0 && n == 2) {
+    fenced_token_cmd(words[1]);
+  } else if (strcmp(verb, "unlock") == 0 && n == 2) {
+    kind_unlock_cmd(k, words[1]);
+  } else if (strcmp(verb, "forceunlock") == 0 && n == 2) {
+    kind_force_cmd(k, words[1]);
+  } else if (strcmp(verb, "count") == 0 && (n == 5 || n == 6) &&
+             num(words[3]) > 0 && num(words[4]) != INT64_MIN) {
+    kind_count_cmd(k, words[1], words[2], (long)num(words[3]), num(words[4]),
+                   n == 6 ? words[5] : NULL);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 static void run_command(char *line) {
   char *words[8] = {0};
   int n = 0;
@@ -889,7 +1943,7 @@ static void run_command(char *line) {
              num(words[3]) > 0 && num(words[4]) != INT64_MIN) {
     count_cmd(words[1], words[2], (long)num(words[3]), num(words[4]),
               n == 6 ? words[5] : NULL);
-  } else {
+  } else if (!kind_command(cmd, n, words)) {
     out("ERROR unknown command or bad arguments: %s", cmd);
   }
 }

@@ -99,8 +99,8 @@ Test(fenced, continues_a_java_counter_and_waits_for_a_java_holder) {
   rt_key(key, sizeof key, "fj");
   token_key(tk, sizeof tk, key);
   rt_ok("OK", "SET %s 41", tk);
-  rt_cmd("HSET %s java-uuid:61 1", key);
-  rt_cmd("PEXPIRE %s 700", key);
+  freeReplyObject(rt_cmd("HSET %s java-uuid:61 1", key));
+  freeReplyObject(rt_cmd("PEXPIRE %s 700", key));
   rlock *l = fenced(c, key);
   int64_t t = 0;
   int64_t t0 = rt_now_ms();

@@ -17,8 +17,8 @@ typedef int (*get_fn)(rlock_client *, const char *, rlock **);
 
 /* A Java reader's read/write hash, by hand: mode=read, one reader. */
 static void java_reader_hash(const char *key) {
-  rt_cmd("HSET %s mode read java-uuid:61 1", key);
-  rt_cmd("PEXPIRE %s 20000", key);
+  freeReplyObject(rt_cmd("HSET %s mode read java-uuid:61 1", key));
+  freeReplyObject(rt_cmd("PEXPIRE %s 20000", key));
 }
 
 static void check_untouched(const char *key) {
@@ -152,7 +152,7 @@ static void watchdog_and_loss(get_fn get, const char *kind,
   long long pttl = rt_pttl(key);
   cr_assert(pttl > 0 && pttl <= 900, "%s: TTL %lld", kind, pttl);
   cr_assert_eq(atomic_load(&seen.n), 0);
-  rt_cmd("DEL %s", key);
+  freeReplyObject(rt_cmd("DEL %s", key));
   rt_wait_until(lost_seen, &seen, 3000);
   cr_assert_str_eq(seen.name, key);
   rt_owner(owner, sizeof owner, c, rlock_thread_id());

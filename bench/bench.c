@@ -13,6 +13,8 @@
  *       S3h0: S3 on a client with handoff_max 0, no local handoff);
  *   S4  herd: 64 threads on one lock, server commands per acquisition (S4h0:
  *       the same with handoff_max 0);
+ *   K   S3 and S4 again on the fair lock (F3, F4) and on the write lock of
+ *       a read/write lock (W3, W4), beside RLock's;
  *   S5  10 000 locks held in watchdog mode: renewal commands/s and client
  *       memory per held lock;
  * and prints one table (figure, baseline, ratio, target, PASS/MISS) that it
@@ -34,7 +36,7 @@
  * reference) stays on the plain port. S5 runs over plain TCP only.
  *
  * Usage: rlock-bench [--host H] [--port P] [--seconds S] [--csv PATH]
- *                    [--only B,S1,S2,S3,S4,S5] [--tls-port P --tls-ca FILE]
+ *                    [--only B,S1,S2,S3,S4,K,S5] [--tls-port P --tls-ca FILE]
  * Environment (flags win): BENCH_HOST, BENCH_PORT, BENCH_SECONDS, BENCH_CSV,
  * BENCH_ONLY, BENCH_TLS_PORT, BENCH_TLS_CA, BENCH_BASE_SECONDS,
  * BENCH_HERD_THREADS, BENCH_WD_LOCKS,
@@ -781,6 +783,11 @@ static rlock_client *open_client(int64_t watchdog_ms, bool track) {
   return open_client_v(watchdog_ms, track, V_DEFAULT);
 }
 
+/* The kind get_lock() makes (phase K switches it to the fair and the write
+ * lock); kind_label names it in the rows, NULL for RLock. */
+static int (*lock_getter)(rlock_client *, const char *, rlock **) = rlock_get;
+static const char *kind_label;
+
 static rlock *get_lock(rlock_client *c, const char *fmt, ...) {
   char name[256];
   int off = snprintf(name, sizeof(name), "%s", cfg.prefix);
@@ -789,7 +796,7 @@ static rlock *get_lock(rlock_client *c, const char *fmt, ...) {
   vsnprintf(name + off, sizeof(name) - (size_t)off, fmt, ap);
   va_end(ap);
   rlock *l = NULL;
-  check_rc(rlock_get(c, name, &l), "rlock_get");
+  check_rc(lock_getter(c, name, &l), "rlock_get");
   return l;
 }
 
@@ -1293,7 +1300,9 @@ static void phase_s3(rlock_client *c, const char *id, int64_t hold_us,
 
   double rtt = base.have ? base.serial_rtt_us : NAN;
   char metric[72];
-  if (hold_us == 0 && strcmp(id, "S3") != 0)
+  if (kind_label != NULL)
+    snprintf(metric, sizeof(metric), "ping-pong, 2 threads, %s", kind_label);
+  else if (hold_us == 0 && strcmp(id, "S3") != 0)
     snprintf(metric, sizeof(metric), "ping-pong, local handoff off "
              "(handoff_max 0)");
   else if (hold_us == 0)
@@ -1420,7 +1429,9 @@ static void phase_s4(rlock_client *c, const char *id) {
   fflush(stdout);
 
   char metric[72];
-  if (main_run)
+  if (kind_label != NULL)
+    snprintf(metric, sizeof(metric), "herd of %d, %s", n, kind_label);
+  else if (main_run)
     snprintf(metric, sizeof(metric), "herd, %d threads on one lock", n);
   else
     snprintf(metric, sizeof(metric), "herd of %d, local handoff off "
@@ -1456,6 +1467,30 @@ static void phase_s4(rlock_client *c, const char *id) {
   free(w);
   pthread_barrier_destroy(&sh.start);
   rlock_free(sh.lock);
+}
+
+/* ---- K: S3 and S4 on the fair lock and the write lock ---- */
+
+/* Issue 14: the handoff figures of the other kinds beside RLock's S3/S4,
+ * same shapes, same client options, plain TCP. */
+static void phase_kinds(void) {
+  static const struct {
+    int (*get)(rlock_client *, const char *, rlock **);
+    const char *label, *s3, *s4;
+  } kinds[] = {{rlock_get_fair, "fair lock", "F3", "F4"},
+               {rlock_get_write, "write lock (read/write)", "W3", "W4"}};
+  pid_t keep = loop_tid;
+  rlock_client *c = open_client(0, true);
+  for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+    lock_getter = kinds[i].get;
+    kind_label = kinds[i].label;
+    phase_s3(c, kinds[i].s3, 0, cfg.seconds);
+    phase_s4(c, kinds[i].s4);
+  }
+  lock_getter = rlock_get;
+  kind_label = NULL;
+  rlock_client_close(c);
+  loop_tid = keep;
 }
 
 /* ---- S5: many locks held in watchdog mode ---- */
@@ -1635,7 +1670,7 @@ static void run_transport(void) {
 static void usage(void) {
   fprintf(stderr,
           "usage: rlock-bench [--host H] [--port P] [--seconds S] "
-          "[--csv PATH] [--only B,S1,S2,S3,S4,S5] [--tls-port P "
+          "[--csv PATH] [--only B,S1,S2,S3,S4,K,S5] [--tls-port P "
           "[--tls-ca FILE]]\n"
           "Needs a Redis server (bench/run starts a private one) and "
           "redis-benchmark on PATH (or $REDIS_BENCHMARK).\n");
@@ -1725,6 +1760,8 @@ int main(int argc, char **argv) {
          "reference is plain TCP only");
     tls_mode = false;
   }
+  if (phase_on("K"))
+    phase_kinds();
   if (phase_on("S5"))
     phase_s5();
 

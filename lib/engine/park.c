@@ -9,7 +9,11 @@
  * - the spin lasts about twice the smoothed latency of the waits that a
  *   spin can cover, within [SPIN_MIN_NS, max_ns];
  * - when spins mostly fail (waits for a held lock, a slow server), only one
- *   call in PROBE_EVERY spins, to notice when that changes;
+ *   call in PROBE_EVERY spins, to notice when that changes: a probe that
+ *   succeeds halves the failures counted, so a few bring spinning back;
+ * - only a spin that succeeded teaches the latency estimate: a failed one
+ *   measured the park and the wake-up too, and learning from it would
+ *   raise the estimate past what any spin covers and keep it there;
  * - a caller spins only while at most CPUs - 1 blocking calls of the
  *   client are waiting (itself included); with more, it parks at once. */
 #include <sched.h>
@@ -43,31 +47,30 @@ void rlock__parker_init(rlock__parker *p, int64_t spin_us) {
 
 void rlock__wait_init(rlock__wait *w) { atomic_init(&w->state, W_RUNNING); }
 
-/* How long this call may spin (ns), 0 for not at all. */
-static int64_t budget(rlock__parker *p) {
+/* How long this call may spin (ns), 0 for not at all; *probe: spins mostly
+ * failed lately and this is one of the calls that spins anyway. */
+static int64_t budget(rlock__parker *p, bool *probe) {
+  *probe = false;
   if (p->max_ns <= 0)
     return 0;
   unsigned n = atomic_fetch_add_explicit(&p->calls, 1u, memory_order_relaxed);
   int hits = atomic_load_explicit(&p->hits, memory_order_relaxed);
   int misses = atomic_load_explicit(&p->misses, memory_order_relaxed);
-  if (misses > 4 * hits + 8 && n % PROBE_EVERY != 0)
-    return 0;
+  if (misses > 4 * hits + 8) {
+    if (n % PROBE_EVERY != 0)
+      return 0;
+    *probe = true;
+  }
   int64_t b = 2 * atomic_load_explicit(&p->ewma_ns, memory_order_relaxed);
   if (b < SPIN_MIN_NS)
     b = SPIN_MIN_NS;
   return b > p->max_ns ? p->max_ns : b;
 }
 
-static void learn(rlock__parker *p, int64_t latency_ns, bool hit) {
+static void learn(rlock__parker *p, int64_t latency_ns, bool hit,
+                  bool probe) {
   atomic_fetch_add_explicit(hit ? &p->hits : &p->misses, 1,
                             memory_order_relaxed);
-  /* Only waits a spin could have covered move the estimate: a wait for a
-   * held lock says nothing about the round trip. */
-  if (latency_ns < 4 * p->max_ns) {
-    int64_t e = atomic_load_explicit(&p->ewma_ns, memory_order_relaxed);
-    atomic_store_explicit(&p->ewma_ns, e + (latency_ns - e) / 8,
-                          memory_order_relaxed);
-  }
   /* Forget slowly: halve both counts now and then (races only blur it). */
   int h = atomic_load_explicit(&p->hits, memory_order_relaxed);
   int m = atomic_load_explicit(&p->misses, memory_order_relaxed);
@@ -75,6 +78,15 @@ static void learn(rlock__parker *p, int64_t latency_ns, bool hit) {
     atomic_store_explicit(&p->hits, h / 2, memory_order_relaxed);
     atomic_store_explicit(&p->misses, m / 2, memory_order_relaxed);
   }
+  if (!hit)
+    return; /* the wait includes parking: not a reply latency */
+  if (probe) /* spinning pays again: give it its chance back quickly */
+    atomic_store_explicit(
+        &p->misses, atomic_load_explicit(&p->misses, memory_order_relaxed) / 2,
+        memory_order_relaxed);
+  int64_t e = atomic_load_explicit(&p->ewma_ns, memory_order_relaxed);
+  atomic_store_explicit(&p->ewma_ns, e + (latency_ns - e) / 8,
+                        memory_order_relaxed);
 }
 
 /* Sleeps until the wake (or, with no semaphore to be had, yields the CPU
@@ -96,7 +108,8 @@ void rlock__wait_for(rlock__parker *p, rlock__wait *w) {
    * takes the CPU they need. */
   int waiting =
       atomic_fetch_add_explicit(&p->waiting, 1, memory_order_relaxed) + 1;
-  int64_t b = waiting <= p->cap ? budget(p) : 0;
+  bool probe = false;
+  int64_t b = waiting <= p->cap ? budget(p, &probe) : 0;
   if (b == 0) {
     park(w);
     atomic_fetch_sub_explicit(&p->waiting, 1, memory_order_relaxed);
@@ -117,7 +130,7 @@ void rlock__wait_for(rlock__parker *p, rlock__wait *w) {
   if (!hit)
     park(w);
   atomic_fetch_sub_explicit(&p->waiting, 1, memory_order_relaxed);
-  learn(p, (int64_t)(uv_hrtime() - start), hit);
+  learn(p, (int64_t)(uv_hrtime() - start), hit, probe);
 }
 
 void rlock__wait_wake(rlock__wait *w) {

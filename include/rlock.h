@@ -497,6 +497,83 @@ RLOCK_EXTERN int rlock_hold_count_async(rlock *lock, uint64_t owner,
 RLOCK_EXTERN int rlock_remain_ttl_async(rlock *lock, rlock_cb cb, void *data,
                                         rlock_req **req);
 
+/* ---- semaphores (Redisson getSemaphore) ------------------------------- *
+ * N permits shared by every client, Java's included: a string counter under
+ * the name and the channel "redisson_sc:{name}", on which every call that
+ * adds permits publishes the new total (docs/wire-protocol.md, "The
+ * semaphore"). Permits belong to nobody: any caller may release them, and
+ * nothing renews or returns them by itself. A missing key counts as 0
+ * permits. Counts: 1..2^40; 0 or negative is RLOCK_EINVAL (nothing sent),
+ * except that rlock_semaphore_add_permits() also takes -2^40..-1. A count
+ * driven below 0 that way reads as 0 permits.
+ * WRONGTYPE (the name holds another type): RLOCK_EWRONGTYPE. */
+typedef struct rlock_semaphore rlock_semaphore;
+
+/* A handle (cheap, sends nothing). Errors as for rlock_get(). */
+RLOCK_EXTERN int rlock_semaphore_get(rlock_client *client, const char *name,
+                                     rlock_semaphore **sem);
+/* Releases a handle (permits are not released). NULL is accepted. */
+RLOCK_EXTERN void rlock_semaphore_free(rlock_semaphore *sem);
+/* Sets the number of permits if the semaphore does not exist yet (Java
+ * trySetPermits), with a TTL when ttl_ms > 0 (at most 2^40). 1 set, 0 it
+ * existed, or an error. */
+RLOCK_EXTERN int rlock_semaphore_try_set_permits(rlock_semaphore *sem,
+                                                 int64_t permits,
+                                                 int64_t ttl_ms);
+/* Takes `permits` permits, waiting as long as it takes (0 or an error). */
+RLOCK_EXTERN int rlock_semaphore_acquire(rlock_semaphore *sem,
+                                         int64_t permits);
+/* Takes `permits` permits within wait_ms (0: one attempt; < 0: no limit).
+ * 1 taken, 0 not within wait_ms, or an error. */
+RLOCK_EXTERN int rlock_semaphore_try_acquire(rlock_semaphore *sem,
+                                             int64_t permits, int64_t wait_ms);
+/* Adds `permits` permits (creating the counter) and publishes the total.
+ * 0 or an error. Not re-sent after a lost reply (it would add twice). */
+RLOCK_EXTERN int rlock_semaphore_release(rlock_semaphore *sem,
+                                         int64_t permits);
+/* Adds `permits` (may be negative, not 0) to the count and publishes the
+ * new total (Java addPermits). 0 or an error. */
+RLOCK_EXTERN int rlock_semaphore_add_permits(rlock_semaphore *sem,
+                                             int64_t permits);
+/* Takes every available permit: the number taken (>= 0), or an error. */
+RLOCK_EXTERN int64_t rlock_semaphore_drain_permits(rlock_semaphore *sem);
+/* The available permits (>= 0; a missing key is 0), or an error. */
+RLOCK_EXTERN int64_t rlock_semaphore_available_permits(rlock_semaphore *sem);
+/* rlock_semaphore_try_acquire with a callback (status 1/0/error), exactly
+ * once; cancellable with rlock_cancel(). */
+RLOCK_EXTERN int rlock_semaphore_acquire_async(rlock_semaphore *sem,
+                                               int64_t permits,
+                                               int64_t wait_ms, rlock_cb cb,
+                                               void *data, rlock_req **req);
+
+/* ---- count-down latches (Redisson getCountDownLatch) ------------------ *
+ * A count under the name; when count_down takes it to 0 the key is deleted
+ * and "0" published on "redisson_countdownlatch__channel__{name}" (braces
+ * always added), which opens every awaiter, Java's included. */
+typedef struct rlock_latch rlock_latch;
+
+RLOCK_EXTERN int rlock_latch_get(rlock_client *client, const char *name,
+                                 rlock_latch **latch);
+RLOCK_EXTERN void rlock_latch_free(rlock_latch *latch);
+/* Sets the count (>= 1) if the latch does not exist: 1 set, 0 it existed.
+ * Never re-sent (see rlock_latch_count_down). */
+RLOCK_EXTERN int rlock_latch_try_set_count(rlock_latch *latch, int64_t count);
+/* Counts down by one (at 0 the latch opens). 0 or an error. Never re-sent:
+ * after RLOCK_ETIMEDOUT/RLOCK_ECONN it may or may not have run. */
+RLOCK_EXTERN int rlock_latch_count_down(rlock_latch *latch);
+/* The current count (0: open or absent), or an error. */
+RLOCK_EXTERN int64_t rlock_latch_get_count(rlock_latch *latch);
+/* Waits until the count is 0, at most wait_ms (< 0: no limit): 1 open,
+ * 0 still closed at the deadline, or an error. */
+RLOCK_EXTERN int rlock_latch_await(rlock_latch *latch, int64_t wait_ms);
+/* rlock_latch_await with a callback (status 1/0/error), exactly once;
+ * cancellable with rlock_cancel(). */
+RLOCK_EXTERN int rlock_latch_await_async(rlock_latch *latch, int64_t wait_ms,
+                                         rlock_cb cb, void *data,
+                                         rlock_req **req);
+/* Deletes the latch (publishing "1"): 1 deleted, 0 there was none. */
+RLOCK_EXTERN int rlock_latch_delete(rlock_latch *latch);
+
 /*
  * Cancels a pending acquire from any thread: its callback fires with
  * RLOCK_ECANCELED (unless it already fired or fires first with its own

@@ -369,6 +369,17 @@ int rlock_get_fenced(rlock_client *c, const char *name, rlock **out) {
                     RLOCK__LOCK_CHANNEL_PREFIX);
 }
 
+int rlock_semaphore_get(rlock_client *c, const char *name,
+                        rlock_semaphore **out) {
+  return get_handle(c, name, (rlock **)out, &rlock__prim_semaphore,
+                    RLOCK__SEMAPHORE_CHANNEL_PREFIX);
+}
+
+int rlock_latch_get(rlock_client *c, const char *name, rlock_latch **out) {
+  return get_handle(c, name, (rlock **)out, &rlock__prim_latch,
+                    RLOCK__LATCH_CHANNEL_PREFIX);
+}
+
 int rlock_get_spin(rlock_client *c, const char *name, rlock **out) {
   /* no channel: the handle's "channel" is never subscribed or published */
   return get_handle(c, name, out, &rlock__prim_spin, "");

@@ -128,6 +128,10 @@ static void start_trim(rlock__op *op) {
 static void lost_acquire(rlock__op *op, int err) {
   if (op->lost_err == 0)
     op->lost_err = err;
+  if (op->lock->prim->trim == NULL) { /* no holds, nothing to trim */
+    rlock__op_finish(op, err);
+    return;
+  }
   if (has_time(op))
     start_trim(op);
   else
@@ -183,6 +187,10 @@ static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
     return;
   }
   if (got == RLOCK__TRY_ACQUIRED) {
+    if (lock->prim->no_hold) {
+      rlock__op_finish(op, 1);
+      return;
+    }
     int rc = rlock__hold_add(e, lock, op->owner, op->lease_ms,
                              op->handoff_streak);
     rlock__op_finish(op, rc < 0 ? rc : 1);

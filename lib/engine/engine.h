@@ -104,6 +104,14 @@ struct rlock__prim {
   rlock__cmd *(*abandon)(rlock__op *op, rlock__reply_cb cb, void *data);
   /* The kind's own queries and force unlock (NULL entries: none). */
   const rlock__prim_ops *ops;
+  /* An acquisition is not a hold (semaphore permits, a latch's await): no
+   * hold is recorded, renewed, released or trimmed; `trim` and `renew` are
+   * NULL, and an acquire whose reply was lost reports the transport error
+   * without repair (docs/wire-protocol.md says what that can leave). */
+  bool no_hold;
+  /* The handle's channel is channel_prefix + "{" + name + "}" even when the
+   * name has braces (the count-down latch's), not prefix + tag. */
+  bool channel_braces_always;
 };
 
 #define RLOCK__POLL_MAX_MS 128
@@ -143,6 +151,7 @@ struct rlock__op {
   bool canceled;     /* canceled before it started */
   int64_t wait_ms;   /* < 0: no deadline */
   int64_t lease_ms;  /* < 0: watchdog */
+  int64_t arg;       /* the kind's own input (a semaphore's permits) */
   int64_t deadline;  /* rlock__now_ms() based; valid when wait_ms > 0 */
   /* outcome */
   int result;

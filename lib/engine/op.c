@@ -27,9 +27,20 @@ int rlock__handle_new(rlock__engine *e, const rlock__prim *prim,
     lock->name[len] = '\0';
     lock->tag = rlock__tag(name, len, &lock->tag_len);
   }
-  if (lock->tag != NULL)
+  if (lock->tag != NULL && prim->channel_braces_always) {
+    size_t plen = strlen(channel_prefix);
+    lock->channel = malloc(plen + len + 3);
+    if (lock->channel != NULL) {
+      memcpy(lock->channel, channel_prefix, plen);
+      lock->channel[plen] = '{';
+      memcpy(lock->channel + plen + 1, name, len);
+      memcpy(lock->channel + plen + 1 + len, "}", 2);
+      lock->channel_len = plen + len + 2;
+    }
+  } else if (lock->tag != NULL) {
     lock->channel = rlock__prefixed(channel_prefix, lock->tag, lock->tag_len,
                                     &lock->channel_len);
+  }
   if (lock->channel == NULL) {
     free(lock->name);
     free(lock->tag);

@@ -202,6 +202,12 @@ static void hand_off(rlock__op *op, rlock__hold *h) {
 static void start_release(rlock__op *op) {
   rlock *lock = op->lock;
   rlock__engine *e = op->engine;
+  if (lock->prim->send_release == NULL) { /* a semaphore or latch handle */
+    rlock__op_detail(op, "a %s is not a lock: it has no unlock",
+                     lock->prim->kind);
+    rlock__op_finish(op, RLOCK_EINVAL);
+    return;
+  }
   const rlock_options *o = &e->core->opts;
   char hex[33];
   latch_id(e, hex);

@@ -112,6 +112,8 @@ int rlock__suspects_flush(rlock__engine *e) {
 
 void rlock__suspect_add(rlock__engine *e, const rlock *lock,
                         const char *owner) {
+  if (lock->prim->trim == NULL)
+    return; /* nothing to repair: the kind records no holds */
   size_t ol = strlen(owner);
   size_t key_len = lock->name_len + 1 + ol;
   char *key = malloc(key_len + 1);

@@ -99,6 +99,10 @@ uint64_t rlock__chan_epoch(rlock__net *n, const char *channel, size_t len);
 /* Puts a joined waiter to sleep until a message or wait_ms; a stored
  * wake-up (permit) makes it retry at once. */
 void rlock__chan_wait(rlock__waiter *w, int64_t wait_ms);
+/* Wakes up to n waiters of the channel, oldest first (a semaphore's new
+ * total); wake-ups that find nobody asleep are kept as permits, as
+ * rlock__chan_wake_one's. */
+void rlock__chan_wake_n(rlock__chan *e, int64_t n);
 /* Wakes every waiter of the client on `channel`, as a "1" message would
  * (a release the server announced to nobody: the read/write lock's
  * downgrade); nothing when the client has no entry for it. */

@@ -329,6 +329,14 @@ void rlock__chan_wake_one(rlock__chan *e) {
     e->permits++;
 }
 
+void rlock__chan_wake_n(rlock__chan *e, int64_t n) {
+  /* each wake-up finds a sleeper or is kept as a permit, at most refs + 1
+   * (taken before: a woken waiter may leave; the entry itself lingers) */
+  int64_t max = (int64_t)e->refs + 1;
+  for (int64_t i = 0; i < n && i < max; i++)
+    rlock__chan_wake_one(e);
+}
+
 void rlock__chan_wake_all(rlock__chan *e) {
   if (e->wait_head == NULL) {
     e->permits = e->refs + 1;

@@ -22,6 +22,12 @@ extern const rlock__prim rlock__prim_write;
 extern const rlock__prim rlock__prim_fenced;
 /* getSpinLock: no channel. */
 extern const rlock__prim rlock__prim_spin;
+/* getSemaphore: channel "redisson_sc:" + tag. */
+extern const rlock__prim rlock__prim_semaphore;
+#define RLOCK__SEMAPHORE_CHANNEL_PREFIX "redisson_sc:"
+/* getCountDownLatch: channel "redisson_countdownlatch__channel__{name}". */
+extern const rlock__prim rlock__prim_latch;
+#define RLOCK__LATCH_CHANNEL_PREFIX "redisson_countdownlatch__channel__"
 
 /* RLock's pieces that kinds with the same lock hash reuse: the release
  * (KEYS lock, channel, latch; message "0"), its reply reader, the message

@@ -15,6 +15,8 @@
  *       the same with handoff_max 0);
  *   K   S3 and S4 again on the fair lock (F3, F4) and on the write lock of
  *       a read/write lock (W3, W4), beside RLock's;
+ *   M   semaphore acquire+release pairs at 1 and 8 threads (M1, M8), one
+ *       semaphore with as many permits as threads, beside S1/S2;
  *   S5  10 000 locks held in watchdog mode: renewal commands/s and client
  *       memory per held lock;
  * and prints one table (figure, baseline, ratio, target, PASS/MISS) that it
@@ -36,7 +38,7 @@
  * reference) stays on the plain port. S5 runs over plain TCP only.
  *
  * Usage: rlock-bench [--host H] [--port P] [--seconds S] [--csv PATH]
- *                    [--only B,S1,S2,S3,S4,K,S5] [--tls-port P --tls-ca FILE]
+ *                    [--only B,S1,S2,S3,S4,K,M,S5] [--tls-port P --tls-ca FILE]
  * Environment (flags win): BENCH_HOST, BENCH_PORT, BENCH_SECONDS, BENCH_CSV,
  * BENCH_ONLY, BENCH_TLS_PORT, BENCH_TLS_CA, BENCH_BASE_SECONDS,
  * BENCH_HERD_THREADS, BENCH_WD_LOCKS,
@@ -1519,6 +1521,90 @@ static void phase_s4(rlock_client *c, const char *id) {
   rlock_free(sh.lock);
 }
 
+/* ---- M: semaphore acquire+release pairs (issue 15) ---- */
+
+typedef struct m_worker {
+  pthread_t tid;
+  rlock_semaphore *sem;
+  pthread_barrier_t *start;
+  atomic_bool *stop;
+  long pairs;
+  samples lat;
+} m_worker;
+
+static void *m_main(void *arg) {
+  m_worker *w = arg;
+  pthread_barrier_wait(w->start);
+  while (!atomic_load_explicit(w->stop, memory_order_relaxed)) {
+    int64_t t0 = now_ns();
+    check_rc(rlock_semaphore_acquire(w->sem, 1), "rlock_semaphore_acquire");
+    check_rc(rlock_semaphore_release(w->sem, 1), "rlock_semaphore_release");
+    samples_push(&w->lat, now_ns() - t0);
+    w->pairs++;
+  }
+  return NULL;
+}
+
+/* nthreads threads on one semaphore of nthreads permits: nobody waits, as
+ * S1/S2 on free locks. Rows beside S1 (1 thread) and S2 (8 threads). */
+static void phase_semaphore(void) {
+  rlock_client *c = open_client(0, false);
+  static const int counts[] = {1, 8};
+  for (int k = 0; k < 2; k++) {
+    int n = counts[k];
+    char name[160];
+    snprintf(name, sizeof(name), "%ssem:%d", cfg.prefix, n);
+    rlock_semaphore *sem = NULL;
+    check_rc(rlock_semaphore_get(c, name, &sem), "rlock_semaphore_get");
+    check_rc(rlock_semaphore_try_set_permits(sem, n, 0), "try_set_permits");
+    m_worker w[8];
+    pthread_barrier_t start;
+    atomic_bool stop = false;
+    pthread_barrier_init(&start, NULL, (unsigned)n + 1);
+    for (int i = 0; i < n; i++) {
+      w[i] = (m_worker){.sem = sem, .start = &start, .stop = &stop};
+      if (pthread_create(&w[i].tid, NULL, m_main, &w[i]) != 0)
+        die("pthread_create failed");
+    }
+    pthread_barrier_wait(&start);
+    int64_t t0 = now_ns();
+    sleep_ns((int64_t)(cfg.seconds * 1e9));
+    atomic_store(&stop, true);
+    long pairs = 0;
+    samples lat = {0};
+    for (int i = 0; i < n; i++) {
+      pthread_join(w[i].tid, NULL);
+      pairs += w[i].pairs;
+      samples_append(&lat, &w[i].lat);
+      free(w[i].lat.v);
+    }
+    double secs = (double)(now_ns() - t0) / 1e9;
+    pthread_barrier_destroy(&start);
+    if (rlock_semaphore_available_permits(sem) != n)
+      correctness_failure("M", "permits not all back after the run");
+    char metric[72];
+    snprintf(metric, sizeof(metric), "semaphore acquire+release, %d thread%s",
+             n, n == 1 ? "" : "s");
+    double rate = (double)pairs / secs;
+    if (n == 1)
+      add_row("M1", metric, rate, "pairs/s", base.have ? base.serial_rps / 2
+              : NAN, "serial ops/s / 2", base.have ? rate / (base.serial_rps /
+              2) : NAN);
+    else
+      add_row("M8", metric, rate, "pairs/s", base.have ? base.pipe_rps / 2
+              : NAN, "pipelined capacity / 2", base.have ? rate /
+              (base.pipe_rps / 2) : NAN);
+    add_row(n == 1 ? "M1" : "M8", "  pair time p50", samples_pct_us(&lat, 50),
+            "us", NAN, "", NAN);
+    printf("M: %d thread(s): %.0f pairs/s\n", n, rate);
+    fflush(stdout);
+    free(lat.v);
+    freeReplyObject(mon_cmd("DEL %s", name));
+    rlock_semaphore_free(sem);
+  }
+  rlock_client_close(c);
+}
+
 /* ---- K: S3 and S4 on the fair lock and the write lock ---- */
 
 /* Issue 14: the handoff figures of the other kinds beside RLock's S3/S4,
@@ -1720,7 +1806,7 @@ static void run_transport(void) {
 static void usage(void) {
   fprintf(stderr,
           "usage: rlock-bench [--host H] [--port P] [--seconds S] "
-          "[--csv PATH] [--only B,S1,S2,S3,S4,K,S5] [--tls-port P "
+          "[--csv PATH] [--only B,S1,S2,S3,S4,K,M,S5] [--tls-port P "
           "[--tls-ca FILE]]\n"
           "Needs a Redis server (bench/run starts a private one) and "
           "redis-benchmark on PATH (or $REDIS_BENCHMARK).\n");
@@ -1812,6 +1898,8 @@ int main(int argc, char **argv) {
   }
   if (phase_on("K"))
     phase_kinds();
+  if (phase_on("M"))
+    phase_semaphore();
   if (phase_on("S5"))
     phase_s5();
 

@@ -78,6 +78,19 @@
  *  - spin: RLock's hash, no pub/sub at all; a waiter polls after 1 ms, then
  *    twice the previous pause plus random [0, failures), at most 128 ms,
  *    and prints `WAITING poll:<name>` once; unlock has no message.
+ *
+ * The semaphore and the count-down latch (fact sheet sections 4 and 5, own
+ * Lua; commands sem* and lt*, listed above sync_command):
+ *  - semaphore: a string count under the name, channel redisson_sc:<tag>;
+ *    every call that adds permits publishes the new total; a waiter tries,
+ *    subscribes, then loops { try; wait for a local permit for the whole
+ *    remaining time } (no TTL hint); a message v gives min(v, waiters on
+ *    the entry) local permits, anything not a positive integer none;
+ *  - latch: a string count under the name, channel
+ *    redisson_countdownlatch__channel__{<name>} (braces always); countDown
+ *    DECRs, deletes at <= 0, publishes 0 exactly at 0; trySetCount and
+ *    delete publish 1. An awaiter GETs, subscribes, then loops { GET; wait
+ *    on the entry's latch }; 0 opens it (every awaiter re-reads), 1 closes.
  */
 #include <hiredis/hiredis.h>
 
@@ -484,6 +497,79 @@ static const char spin_unlock_lua[] =
 /* Spin forceUnlock. KEYS[1] hash. */
 static const char spin_force_lua[] = "return redis.call('del', KEYS[1])";
 
+/* ---- the semaphore and the count-down latch (own Lua, from the fact
+ * sheet's account of Redisson 4.7's RSemaphore and RCountDownLatch) ---- */
+
+/* tryAcquire(n). KEYS[1] count; ARGV[1] n. 1 taken, 0 not (no message). */
+static const char sem_try_lua[] =
+    "local v = redis.call('get', KEYS[1]) "
+    "if v ~= false and tonumber(v) >= tonumber(ARGV[1]) then "
+    "  redis.call('decrby', KEYS[1], ARGV[1]) "
+    "  return 1 "
+    "end "
+    "return 0";
+
+/* release(n). KEYS[1] count, KEYS[2] channel; ARGV[1] n, ARGV[2] publish
+ * command. Publishes the new total; replies nil. */
+static const char sem_release_lua[] =
+    "local v = redis.call('incrby', KEYS[1], ARGV[1]) "
+    "redis.call(ARGV[2], KEYS[2], v) "
+    "return nil";
+
+/* trySetPermits(n). KEYS[1] count, KEYS[2] channel; ARGV[1] n, ARGV[2]
+ * publish command. 1 set (and n published), 0 it existed. */
+static const char sem_set_lua[] =
+    "if redis.call('exists', KEYS[1]) == 0 then "
+    "  redis.call('set', KEYS[1], ARGV[1]) "
+    "  redis.call(ARGV[2], KEYS[2], ARGV[1]) "
+    "  return 1 "
+    "end "
+    "return 0";
+
+/* addPermits(n), n may be negative. KEYS and ARGV as release: read, SET
+ * the sum, publish it. */
+static const char sem_add_lua[] =
+    "local v = redis.call('get', KEYS[1]) "
+    "if v == false then v = 0 end "
+    "local t = tonumber(v) + tonumber(ARGV[1]) "
+    "redis.call('set', KEYS[1], t) "
+    "redis.call(ARGV[2], KEYS[2], t) "
+    "return nil";
+
+/* drainPermits. KEYS[1] count. The old count (0 when missing), set to 0. */
+static const char sem_drain_lua[] =
+    "local v = redis.call('get', KEYS[1]) "
+    "if v == false then return 0 end "
+    "redis.call('set', KEYS[1], 0) "
+    "return tonumber(v)";
+
+/* trySetCount(n). KEYS[1] count, KEYS[2] channel; ARGV[1] message (1),
+ * ARGV[2] n, ARGV[3] publish command. 1 set, 0 it existed. */
+static const char latch_set_lua[] =
+    "if redis.call('exists', KEYS[1]) == 0 then "
+    "  redis.call('set', KEYS[1], ARGV[2]) "
+    "  redis.call(ARGV[3], KEYS[2], ARGV[1]) "
+    "  return 1 "
+    "end "
+    "return 0";
+
+/* countDown. KEYS[1] count, KEYS[2] channel; ARGV[1] message (0), ARGV[2]
+ * publish command. At <= 0 the key goes; exactly 0 publishes. nil. */
+static const char latch_down_lua[] =
+    "local v = redis.call('decr', KEYS[1]) "
+    "if v <= 0 then redis.call('del', KEYS[1]) end "
+    "if v == 0 then redis.call(ARGV[2], KEYS[2], ARGV[1]) end "
+    "return nil";
+
+/* delete. KEYS[1] count, KEYS[2] channel; ARGV[1] message (1), ARGV[2]
+ * publish command. 1 deleted (and published), 0 there was none. */
+static const char latch_delete_lua[] =
+    "if redis.call('del', KEYS[1]) == 1 then "
+    "  redis.call(ARGV[2], KEYS[2], ARGV[1]) "
+    "  return 1 "
+    "end "
+    "return 0";
+
 enum {
   S_ACQUIRE,
   S_RELEASE4,
@@ -506,6 +592,14 @@ enum {
   S_FENCED_TOKEN,
   S_SPIN_UNLOCK,
   S_SPIN_FORCE,
+  S_SEM_TRY,
+  S_SEM_RELEASE,
+  S_SEM_SET,
+  S_SEM_ADD,
+  S_SEM_DRAIN,
+  S_LATCH_SET,
+  S_LATCH_DOWN,
+  S_LATCH_DELETE,
   S_COUNT
 };
 static struct {
@@ -519,6 +613,9 @@ static struct {
     {write_acquire_lua, ""},  {write_unlock_lua, ""},
     {read_force_lua, ""},     {write_force_lua, ""},  {read_renew_lua, ""},     {fenced_acquire_lua, ""},
     {fenced_token_lua, ""},   {spin_unlock_lua, ""},  {spin_force_lua, ""},
+    {sem_try_lua, ""},        {sem_release_lua, ""},  {sem_set_lua, ""},
+    {sem_add_lua, ""},        {sem_drain_lua, ""},    {latch_set_lua, ""},
+    {latch_down_lua, ""},     {latch_delete_lua, ""},
 };
 
 /* ---- process state ---- */
@@ -533,7 +630,11 @@ typedef struct entry {
   int refs;     /* waiters using the subscription */
   long permits; /* Java's semaphore */
   int sleepers;
+  int kind;  /* E_LOCK, E_SEM (redisson_sc) or E_LATCH (count-down latch) */
+  bool open; /* E_LATCH: Java's reclosable latch, closed at creation */
 } entry;
+
+enum { E_LOCK, E_SEM, E_LATCH };
 
 /* A lock this process renews (taken without a lease). */
 typedef struct renewal {
@@ -1028,7 +1129,20 @@ static void on_push(redisReply *r) {
   } else if (strcmp(kind, "message") == 0 && e->state == SUB_LIVE &&
              r->element[2]->type == REDIS_REPLY_STRING) {
     const char *msg = r->element[2]->str;
-    if (strcmp(msg, "0") == 0)
+    if (e->kind == E_SEM) {
+      /* The new total v: min(v, the entry's waiters) local permits; a
+       * payload that is not a positive integer releases none. */
+      char *end = NULL;
+      errno = 0;
+      long long v = strtoll(msg, &end, 10);
+      if (errno == 0 && end != msg && *end == '\0' && v > 0)
+        e->permits += v < e->refs ? (long)v : e->refs;
+    } else if (e->kind == E_LATCH) {
+      if (strcmp(msg, "0") == 0)
+        e->open = true; /* opens: every awaiter re-reads the count */
+      else if (strcmp(msg, "1") == 0)
+        e->open = false; /* a new count (or a delete): closes again */
+    } else if (strcmp(msg, "0") == 0)
       e->permits++; /* UNLOCK: one waiter */
     else if (strcmp(msg, "1") == 0)
       e->permits += e->sleepers; /* READ_UNLOCK: every waiter */
@@ -1070,8 +1184,9 @@ static void *sub_thread(void *arg) {
   return NULL;
 }
 
-/* Joins the channel's subscription and waits until it is live. */
-static entry *subscribe(const char *channel, int64_t bound_ms) {
+/* Joins the channel's subscription and waits until it is live; a new
+ * entry gets `kind` (how its messages are read). */
+static entry *subscribe_kind(const char *channel, int64_t bound_ms, int kind) {
   pthread_mutex_lock(&g.sub_mu);
   entry *e = entry_find(channel);
   if (e == NULL) {
@@ -1079,6 +1194,7 @@ static entry *subscribe(const char *channel, int64_t bound_ms) {
     memset(e, 0, sizeof *e);
     e->channel = xstrdup(channel);
     e->state = SUB_NONE;
+    e->kind = kind;
     e->next = g.entries;
     g.entries = e;
   }
@@ -1102,10 +1218,15 @@ static entry *subscribe(const char *channel, int64_t bound_ms) {
   return e;
 }
 
+static entry *subscribe(const char *channel, int64_t bound_ms) {
+  return subscribe_kind(channel, bound_ms, E_LOCK);
+}
+
 static void unsubscribe(entry *e) {
   pthread_mutex_lock(&g.sub_mu);
   if (--e->refs == 0) {
     e->permits = 0; /* Java drops the entry, and its semaphore, here */
+    e->open = false;
     if (e->state == SUB_LIVE)
       e->state = UNSUB_PENDING;
     else if (e->state == SUB_PENDING)
@@ -1904,6 +2025,238 @@ static bool kind_command(const char *cmd, int n, char **words) {
   return true;
 }
 
+/* ---- the semaphore and the count-down latch ----
+ *   semtryset <name> <n>          trySetPermits(n) -> RESULT 1|0
+ *   semacquire <name> <n>         acquire(n) -> ACQUIRED <ms>
+ *   semtryacquire <name> <n> <wait_ms>  tryAcquire(n, wait) -> ACQUIRED
+ *                                 <ms> | NOTACQUIRED <ms>
+ *   semrelease <name> <n>         release(n) -> RELEASED
+ *   semadd <name> <n>             addPermits(n) -> ADDED
+ *   semdrain <name>               drainPermits() -> DRAINED <n>
+ *   semavailable <name>           availablePermits() -> AVAILABLE <n>
+ *   lttryset <name> <n>           trySetCount(n) -> RESULT 1|0
+ *   ltcountdown <name>            countDown() -> COUNTEDDOWN
+ *   ltcount <name>                getCount() -> COUNT <n>
+ *   ltawait <name> <wait_ms>      await(wait) (< 0: await()) -> OPENED
+ *                                 <ms> | CLOSED <ms>
+ *   ltdelete <name>               delete() -> DELETED 1|0
+ * A waiter prints `WAITING <channel>` before each sleep. */
+
+static char *sem_channel_of(const char *name) {
+  char *b = braced(name);
+  char *s = str_printf("redisson_sc:%s", b);
+  free(b);
+  return s;
+}
+
+/* The latch channel wraps the name in braces whatever it holds. */
+static char *latch_channel_of(const char *name) {
+  return str_printf("redisson_countdownlatch__channel__{%s}", name);
+}
+
+/* A script with KEYS [name, channel] and ARGV [a1, (a2,) publish command]
+ * (a2 NULL: none); returns the reply (caller frees). */
+static redisReply *two_key_script(int id, const char *name,
+                                  const char *channel, const char *a1,
+                                  const char *a2) {
+  const char *args[6];
+  int argc = 0;
+  args[argc++] = "2";
+  args[argc++] = name;
+  args[argc++] = channel;
+  args[argc++] = a1;
+  if (a2 != NULL)
+    args[argc++] = a2;
+  args[argc++] = g.publish;
+  return run_script(id, argc, args);
+}
+
+/* One tryAcquire(n): 1 taken, 0 not, -1 error (printed). */
+static int sem_try(const char *name, const char *n) {
+  const char *args[3] = {"1", name, n};
+  redisReply *r = run_script(S_SEM_TRY, 3, args);
+  int rc = -1;
+  if (r->type == REDIS_REPLY_INTEGER)
+    rc = r->integer == 1;
+  else
+    print_error_reply("semaphore acquire", r);
+  freeReplyObject(r);
+  return rc;
+}
+
+/* Java's acquire(n) (wait_ms < 0) / tryAcquire(n, wait): try; subscribe;
+ * loop { try; wait for a local permit for the whole remaining time }. */
+static void sem_acquire_cmd(const char *name, const char *n, int64_t wait_ms) {
+  int64_t t0 = now_ms();
+  int rc = sem_try(name, n);
+  if (rc == 0 && wait_ms != 0) {
+    int64_t deadline = t0 + wait_ms;
+    char *channel = sem_channel_of(name);
+    int64_t bound = g.subscribe_timeout_ms;
+    if (wait_ms > 0 && deadline - now_ms() < bound)
+      bound = deadline - now_ms() > 0 ? deadline - now_ms() : 1;
+    entry *e = subscribe_kind(channel, bound, E_SEM);
+    if (e == NULL) {
+      free(channel);
+      if (wait_ms < 0) {
+        out("ERROR subscribe to %s timed out", name);
+        return;
+      }
+    } else {
+      for (;;) {
+        rc = sem_try(name, n);
+        if (rc != 0)
+          break;
+        int64_t remaining = wait_ms > 0 ? deadline - now_ms() : -1;
+        if (wait_ms > 0 && remaining <= 0)
+          break;
+        permit_wait(e, remaining);
+      }
+      unsubscribe(e);
+      free(channel);
+    }
+  }
+  if (rc >= 0)
+    out("%s %" PRId64, rc == 1 ? "ACQUIRED" : "NOTACQUIRED", now_ms() - t0);
+}
+
+static int64_t get_count(const char *name, bool *ok) {
+  const char *argv[2] = {"GET", name};
+  redisReply *r = run_argv(2, argv);
+  int64_t v = 0;
+  *ok = true;
+  if (r->type == REDIS_REPLY_STRING)
+    v = strtoll(r->str, NULL, 10);
+  else if (r->type != REDIS_REPLY_NIL) {
+    print_error_reply("GET", r);
+    *ok = false;
+  }
+  freeReplyObject(r);
+  return v;
+}
+
+/* Java's await: wait on the entry's latch until it opens (ms < 0: no
+ * limit). */
+static void latch_wait(entry *e, int64_t ms) {
+  pthread_mutex_lock(&g.sub_mu);
+  out("WAITING %s", e->channel);
+  struct timespec until;
+  deadline_ts(&until, ms < 0 ? INT64_C(1) << 40 : ms);
+  while (!e->open)
+    if (pthread_cond_timedwait(&g.sub_cond, &g.sub_mu, &until) == ETIMEDOUT)
+      break;
+  pthread_mutex_unlock(&g.sub_mu);
+}
+
+static void latch_await_cmd(const char *name, int64_t wait_ms) {
+  int64_t t0 = now_ms();
+  bool ok;
+  int64_t c = get_count(name, &ok);
+  if (!ok)
+    return;
+  int rc = c <= 0;
+  if (!rc && wait_ms != 0) {
+    int64_t deadline = t0 + wait_ms;
+    char *channel = latch_channel_of(name);
+    int64_t bound = g.subscribe_timeout_ms;
+    if (wait_ms > 0 && deadline - now_ms() < bound)
+      bound = deadline - now_ms() > 0 ? deadline - now_ms() : 1;
+    entry *e = subscribe_kind(channel, bound, E_LATCH);
+    if (e == NULL) {
+      free(channel);
+      if (wait_ms < 0) {
+        out("ERROR subscribe to %s timed out", name);
+        return;
+      }
+    } else {
+      for (;;) {
+        c = get_count(name, &ok);
+        if (!ok) {
+          rc = -1;
+          break;
+        }
+        if (c <= 0) {
+          rc = 1;
+          break;
+        }
+        int64_t remaining = wait_ms > 0 ? deadline - now_ms() : -1;
+        if (wait_ms > 0 && remaining <= 0)
+          break;
+        latch_wait(e, remaining);
+      }
+      unsubscribe(e);
+      free(channel);
+    }
+  }
+  if (rc >= 0)
+    out("%s %" PRId64, rc == 1 ? "OPENED" : "CLOSED", now_ms() - t0);
+}
+
+/* Prints `word` and an integer reply (nil: just `word`), or the error. */
+static void reply_out(const char *word, redisReply *r) {
+  if (r->type == REDIS_REPLY_INTEGER)
+    out("%s %lld", word, r->integer);
+  else if (r->type == REDIS_REPLY_NIL)
+    out("%s", word);
+  else
+    print_error_reply(word, r);
+  freeReplyObject(r);
+}
+
+static bool sync_command(const char *cmd, int n, char **words) {
+  bool count1 = n == 3 && num(words[2]) != INT64_MIN;
+  if (strcmp(cmd, "semtryset") == 0 && count1) {
+    char *ch = sem_channel_of(words[1]);
+    reply_out("RESULT", two_key_script(S_SEM_SET, words[1], ch, words[2],
+                                       NULL));
+    free(ch);
+  } else if (strcmp(cmd, "semacquire") == 0 && count1) {
+    sem_acquire_cmd(words[1], words[2], -1);
+  } else if (strcmp(cmd, "semtryacquire") == 0 && n == 4 &&
+             num(words[2]) != INT64_MIN && num(words[3]) != INT64_MIN) {
+    sem_acquire_cmd(words[1], words[2], num(words[3]));
+  } else if ((strcmp(cmd, "semrelease") == 0 ||
+              strcmp(cmd, "semadd") == 0) &&
+             count1) {
+    bool add = strcmp(cmd, "semadd") == 0;
+    char *ch = sem_channel_of(words[1]);
+    reply_out(add ? "ADDED" : "RELEASED",
+              two_key_script(add ? S_SEM_ADD : S_SEM_RELEASE, words[1], ch,
+                             words[2], NULL));
+    free(ch);
+  } else if (strcmp(cmd, "semdrain") == 0 && n == 2) {
+    const char *args[2] = {"1", words[1]};
+    reply_out("DRAINED", run_script(S_SEM_DRAIN, 2, args));
+  } else if ((strcmp(cmd, "semavailable") == 0 ||
+              strcmp(cmd, "ltcount") == 0) &&
+             n == 2) {
+    bool ok;
+    int64_t v = get_count(words[1], &ok);
+    if (ok)
+      out("%s %" PRId64, cmd[0] == 's' ? "AVAILABLE" : "COUNT", v);
+  } else if (strcmp(cmd, "lttryset") == 0 && count1) {
+    char *ch = latch_channel_of(words[1]);
+    reply_out("RESULT",
+              two_key_script(S_LATCH_SET, words[1], ch, "1", words[2]));
+    free(ch);
+  } else if (strcmp(cmd, "ltcountdown") == 0 && n == 2) {
+    char *ch = latch_channel_of(words[1]);
+    reply_out("COUNTEDDOWN",
+              two_key_script(S_LATCH_DOWN, words[1], ch, "0", NULL));
+    free(ch);
+  } else if (strcmp(cmd, "ltawait") == 0 && count1) {
+    latch_await_cmd(words[1], num(words[2]));
+  } else if (strcmp(cmd, "ltdelete") == 0 && n == 2) {
+    char *ch = latch_channel_of(words[1]);
+    reply_out("DELETED",
+              two_key_script(S_LATCH_DELETE, words[1], ch, "1", NULL));
+    free(ch);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 static void run_command(char *line) {
   char *words[8] = {0};
   int n = 0;
@@ -1943,7 +2296,7 @@ static void run_command(char *line) {
              num(words[3]) > 0 && num(words[4]) != INT64_MIN) {
     count_cmd(words[1], words[2], (long)num(words[3]), num(words[4]),
               n == 6 ? words[5] : NULL);
-  } else if (!kind_command(cmd, n, words)) {
+  } else if (!kind_command(cmd, n, words) && !sync_command(cmd, n, words)) {
     out("ERROR unknown command or bad arguments: %s", cmd);
   }
 }

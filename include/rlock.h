@@ -313,8 +313,9 @@ RLOCK_EXTERN int rlock_get_spin(rlock_client *client, const char *name,
 RLOCK_EXTERN const char *rlock_kind(const rlock *lock);
 
 /* Releases a handle (does not unlock). NULL is accepted. Async operations
- * still pending on it keep it alive until their callbacks have run; a
- * blocking call on it must not race with this. */
+ * still pending on it keep it alive until their callbacks have run, and a
+ * blocking call in progress until it returns; no new call may use the
+ * handle once it is freed. */
 RLOCK_EXTERN void rlock_free(rlock *lock);
 
 /* The lock's name, as given to rlock_get(). */
@@ -545,6 +546,57 @@ RLOCK_EXTERN int rlock_semaphore_acquire_async(rlock_semaphore *sem,
                                                int64_t permits,
                                                int64_t wait_ms, rlock_cb cb,
                                                void *data, rlock_req **req);
+
+/* ---- permit-expirable semaphores (Redisson getPermitExpirableSemaphore)
+ * N permits; each taken permit has an id (32 lowercase hex characters, as
+ * Java shows it; stored as 16 raw bytes) and, optionally, a lease after
+ * which it returns by itself - a crashed holder's permit comes back. Keys:
+ * the count under the name and the zset "{name}:timeout" (id -> absolute
+ * wall-clock expiry in ms); channel "redisson_sc:{name}", shared with the
+ * plain semaphore (docs/wire-protocol.md). lease_ms < 0: no lease (the
+ * permit is held until released); 0 is RLOCK_EINVAL. */
+typedef struct rlock_permit_semaphore rlock_permit_semaphore;
+#define RLOCK_PERMIT_ID_LEN 32
+
+RLOCK_EXTERN int rlock_permit_semaphore_get(rlock_client *client,
+                                            const char *name,
+                                            rlock_permit_semaphore **sem);
+RLOCK_EXTERN void rlock_permit_semaphore_free(rlock_permit_semaphore *sem);
+/* Sets the number of permits if absent: 1 set, 0 it existed. */
+RLOCK_EXTERN int rlock_permit_semaphore_try_set_permits(
+    rlock_permit_semaphore *sem, int64_t permits);
+/* Adds permits (negative: removes) and publishes the new count. */
+RLOCK_EXTERN int rlock_permit_semaphore_add_permits(
+    rlock_permit_semaphore *sem, int64_t permits);
+/* Takes one permit, waiting as long as it takes; its id goes to `id`
+ * (RLOCK_PERMIT_ID_LEN + 1 bytes, NUL-terminated). 0 or an error. */
+RLOCK_EXTERN int rlock_permit_semaphore_acquire(rlock_permit_semaphore *sem,
+                                                int64_t lease_ms, char *id);
+/* Takes one permit within wait_ms (0: one attempt, < 0: no limit): 1 with
+ * its id in `id`, 0 not within wait_ms, or an error. */
+RLOCK_EXTERN int rlock_permit_semaphore_try_acquire(
+    rlock_permit_semaphore *sem, int64_t wait_ms, int64_t lease_ms, char *id);
+/* As try_acquire, with a callback (status 1/0/error) exactly once; `id`
+ * must stay valid until then. Cancellable with rlock_cancel(). */
+RLOCK_EXTERN int rlock_permit_semaphore_acquire_async(
+    rlock_permit_semaphore *sem, int64_t wait_ms, int64_t lease_ms, char *id,
+    rlock_cb cb, void *data, rlock_req **req);
+/* Returns the permit `id`: 0, or RLOCK_ENOTOWNER when no such permit is
+ * taken (never issued, already released, or expired), RLOCK_EINVAL when id
+ * is not 32 hex characters. */
+RLOCK_EXTERN int rlock_permit_semaphore_release(rlock_permit_semaphore *sem,
+                                                const char *id);
+/* As release, but 1 released / 0 not taken instead of RLOCK_ENOTOWNER. */
+RLOCK_EXTERN int rlock_permit_semaphore_try_release(
+    rlock_permit_semaphore *sem, const char *id);
+/* Sets a new lease on a taken permit (< 0: none): 1 done, 0 not taken. */
+RLOCK_EXTERN int rlock_permit_semaphore_update_lease(
+    rlock_permit_semaphore *sem, const char *id, int64_t lease_ms);
+/* Permits free / taken (expired ones are returned first), or an error. */
+RLOCK_EXTERN int64_t rlock_permit_semaphore_available_permits(
+    rlock_permit_semaphore *sem);
+RLOCK_EXTERN int64_t rlock_permit_semaphore_acquired_permits(
+    rlock_permit_semaphore *sem);
 
 /* ---- count-down latches (Redisson getCountDownLatch) ------------------ *
  * A count under the name; when count_down takes it to 0 the key is deleted

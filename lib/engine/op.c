@@ -358,7 +358,16 @@ int rlock__op_run_sync(rlock__op *op) {
                           "thread (e.g. inside a callback)");
     return RLOCK_EDEADLK;
   }
-  return run_and_wait(op->engine, op);
+  /* The op holds a reference on its handle, as an async one does, so an
+   * rlock_free() racing with a blocking call cannot free the handle under
+   * the loop thread (e.g. a latch freed while other threads still await). */
+  rlock *lock = op->lock;
+  if (lock != NULL)
+    atomic_fetch_add(&lock->refs, 1);
+  int rc = run_and_wait(op->engine, op);
+  if (lock != NULL)
+    rlock__handle_release(lock);
+  return rc;
 }
 
 static void noop_done(rlock__op *op) { (void)op; }

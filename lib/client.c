@@ -375,6 +375,12 @@ int rlock_semaphore_get(rlock_client *c, const char *name,
                     RLOCK__SEMAPHORE_CHANNEL_PREFIX);
 }
 
+int rlock_permit_semaphore_get(rlock_client *c, const char *name,
+                               rlock_permit_semaphore **out) {
+  return get_handle(c, name, (rlock **)out, &rlock__prim_permit_semaphore,
+                    RLOCK__SEMAPHORE_CHANNEL_PREFIX);
+}
+
 int rlock_latch_get(rlock_client *c, const char *name, rlock_latch **out) {
   return get_handle(c, name, (rlock **)out, &rlock__prim_latch,
                     RLOCK__LATCH_CHANNEL_PREFIX);

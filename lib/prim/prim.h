@@ -25,6 +25,8 @@ extern const rlock__prim rlock__prim_spin;
 /* getSemaphore: channel "redisson_sc:" + tag. */
 extern const rlock__prim rlock__prim_semaphore;
 #define RLOCK__SEMAPHORE_CHANNEL_PREFIX "redisson_sc:"
+/* getPermitExpirableSemaphore: the semaphore's channel. */
+extern const rlock__prim rlock__prim_permit_semaphore;
 /* getCountDownLatch: channel "redisson_countdownlatch__channel__{name}". */
 extern const rlock__prim rlock__prim_latch;
 #define RLOCK__LATCH_CHANNEL_PREFIX "redisson_countdownlatch__channel__"

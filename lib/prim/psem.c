@@ -1,0 +1,562 @@
+/* Redisson's permit-expirable semaphore (getPermitExpirableSemaphore): the
+ * count of free permits under the plain name, and the zset
+ * "{name}:timeout" holding each taken permit's id (16 raw bytes; shown to
+ * the caller as 32 lowercase hex characters) scored by its absolute
+ * wall-clock expiry in ms, or by the sentinel 922337203685477 when it has
+ * no lease. The channel is the plain semaphore's ("redisson_sc:" + tag),
+ * carrying the new count after every change that adds permits. Permits
+ * are not holds (no_hold). Wire format: docs/wire-protocol.md, "The
+ * permit-expirable semaphore"; scripts: psem_*.lua beside this file.
+ *
+ * The acquire runs through the engine's loop. A try that finds no free
+ * permit replies the time until the earliest lease runs out, so a waiter
+ * sleeps until a release message or that expiry, whichever comes first
+ * (a permit whose lease runs out comes back without any message).
+ *
+ * Each acquire makes its permit id itself (16 random bytes) before its
+ * first try. A try whose reply is never read (cancel, interrupt, close,
+ * the deadline, a lost connection) may still have taken a permit under
+ * that id; the abandon script removes the id and gives the permit back, so
+ * an acquire that does not return success leaves no permit taken. */
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lua_embed.h"
+#include "prim.h"
+#include "util.h"
+
+#define PERMITS_MAX (INT64_C(1) << 40)
+#define ID_BYTES 16
+/* Java's "no lease" score (Long.MAX_VALUE / 10000, as a decimal). */
+#define NO_LEASE "922337203685477"
+
+static const rlock__script try_script = {
+    "psem_try_acquire", RLOCK__LUA_PSEM_TRY_ACQUIRE_BODY,
+    RLOCK__LUA_PSEM_TRY_ACQUIRE_SHA, false};
+/* EVAL: an abandon must run behind its try (no NOSCRIPT round trip). */
+static const rlock__script abandon_script = {
+    "psem_abandon", RLOCK__LUA_PSEM_ABANDON_BODY, RLOCK__LUA_PSEM_ABANDON_SHA,
+    true};
+static const rlock__script release_script = {
+    "psem_release", RLOCK__LUA_PSEM_RELEASE_BODY, RLOCK__LUA_PSEM_RELEASE_SHA,
+    false};
+static const rlock__script add_script = {
+    "psem_add", RLOCK__LUA_PSEM_ADD_BODY, RLOCK__LUA_PSEM_ADD_SHA, false};
+static const rlock__script count_script = {
+    "psem_count", RLOCK__LUA_PSEM_COUNT_BODY, RLOCK__LUA_PSEM_COUNT_SHA,
+    false};
+static const rlock__script update_script = {
+    "psem_update_lease", RLOCK__LUA_PSEM_UPDATE_LEASE_BODY,
+    RLOCK__LUA_PSEM_UPDATE_LEASE_SHA, false};
+/* trySetPermits is the plain semaphore's (same count and channel). */
+static const rlock__script try_set_script = {
+    "semaphore_try_set_permits", RLOCK__LUA_SEMAPHORE_TRY_SET_PERMITS_BODY,
+    RLOCK__LUA_SEMAPHORE_TRY_SET_PERMITS_SHA, false};
+
+/* Expiries are compared with other clients' (Java's
+ * System.currentTimeMillis()): the wall clock, not the monotonic one. */
+static int64_t wall_ms(void) {
+  struct timespec ts;
+  if (timespec_get(&ts, TIME_UTC) != TIME_UTC)
+    return 0;
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The zset "{name}:timeout" (tag + ":timeout"), malloc'd. */
+static char *zset_key(const rlock *lock, size_t *len) {
+  size_t n = lock->tag_len + sizeof(":timeout");
+  char *key = malloc(n);
+  if (key == NULL)
+    return NULL;
+  memcpy(key, lock->tag, lock->tag_len);
+  memcpy(key + lock->tag_len, ":timeout", sizeof(":timeout"));
+  *len = n - 1;
+  return key;
+}
+
+/* The expiry score of a lease started now (lease_ms < 0: none). */
+static void expiry_of(int64_t lease_ms, char *buf, size_t n) {
+  if (lease_ms < 0)
+    snprintf(buf, n, "%s", NO_LEASE);
+  else
+    snprintf(buf, n, "%" PRId64, wall_ms() + lease_ms);
+}
+
+static int hex_val(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
+/* 32 hex characters -> 16 bytes; false when id is not exactly that. */
+static bool id_decode(const char *id, unsigned char raw[ID_BYTES]) {
+  if (id == NULL || strlen(id) != RLOCK_PERMIT_ID_LEN)
+    return false;
+  for (int i = 0; i < ID_BYTES; i++) {
+    int hi = hex_val(id[2 * i]), lo = hex_val(id[2 * i + 1]);
+    if (hi < 0 || lo < 0)
+      return false;
+    raw[i] = (unsigned char)(hi << 4 | lo);
+  }
+  return true;
+}
+
+static void id_encode(const unsigned char raw[ID_BYTES], char *out) {
+  static const char digits[] = "0123456789abcdef";
+  for (int i = 0; i < ID_BYTES; i++) {
+    out[2 * i] = digits[raw[i] >> 4];
+    out[2 * i + 1] = digits[raw[i] & 15];
+  }
+  out[RLOCK_PERMIT_ID_LEN] = '\0';
+}
+
+/* An acquire's fields, as this kind uses them (no holds, so the engine's
+ * hold bookkeeping fields are free):
+ *   value      the permit id: a malloc'd ID_BYTES buffer (as intptr_t),
+ *              made when the acquire starts; the caller (sync facade or
+ *              async trampoline) reads and frees it after completion
+ *   trim_want  1 while a try's reply is unread, else 0 (never trimmed:
+ *              `trim` is NULL)
+ *   lease_ms   the caller's lease (< 0: none) */
+static unsigned char *op_id(const rlock__op *op) {
+  return (unsigned char *)(intptr_t)op->value;
+}
+
+/* ---- the descriptor ---- */
+
+static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
+                            rlock__reply_cb cb) {
+  (void)lease_ms; /* the engine's resolved lease: ours is op->lease_ms */
+  rlock *lock = op->lock;
+  size_t zlen = 0;
+  char *zkey = zset_key(lock, &zlen);
+  if (zkey == NULL)
+    return NULL;
+  char expiry[24], now[24];
+  expiry_of(op->lease_ms, expiry, sizeof(expiry));
+  snprintf(now, sizeof(now), "%" PRId64, wall_ms());
+  const char *publish = rlock__engine_publish(op->engine);
+  const char *argv[8] = {"3",  lock->name, zkey,   lock->channel,
+                         (const char *)op_id(op), expiry, now, publish};
+  size_t lens[8] = {1,        lock->name_len, zlen,        lock->channel_len,
+                    ID_BYTES, strlen(expiry), strlen(now), strlen(publish)};
+  /* Never re-sent: the abandon settles a try whose reply was lost. */
+  rlock__cmd *cmd = rlock__cmd_send(op->engine->net, &try_script, 8, argv,
+                                    lens, 0, cb, op);
+  free(zkey);
+  if (cmd != NULL)
+    op->trim_want = 1;
+  return cmd;
+}
+
+/* OK: taken. An integer: no free permit; >= 1 the ms until the earliest
+ * lease runs out, -1 no lease to wait for (sleep until a message). */
+static int read_try(rlock__op *op, const redisReply *reply, int64_t *ttl_ms) {
+  op->trim_want = 0;
+  if (reply->type == REDIS_REPLY_STATUS && strcmp(reply->str, "OK") == 0)
+    return RLOCK__TRY_ACQUIRED;
+  if (reply->type != REDIS_REPLY_INTEGER) {
+    rlock__op_detail(op, "permit semaphore acquire script replied type %d",
+                     reply->type);
+    return RLOCK_EPROTO;
+  }
+  *ttl_ms = reply->integer >= 1 ? reply->integer : -1;
+  return RLOCK__TRY_WAIT;
+}
+
+/* Sent by the engine when an acquire that tried ends without success; only
+ * a try whose reply was not read can have taken a permit. On the same
+ * connection behind the try. */
+static rlock__cmd *abandon(rlock__op *op, rlock__reply_cb cb, void *data) {
+  bool unread = op->trim_want == 1;
+  op->trim_want = 0;
+  if (!unread || op_id(op) == NULL)
+    return NULL;
+  rlock *lock = op->lock;
+  size_t zlen = 0;
+  char *zkey = zset_key(lock, &zlen);
+  if (zkey == NULL)
+    return NULL;
+  const char *publish = rlock__engine_publish(op->engine);
+  const char *argv[6] = {"3",  lock->name, lock->channel,
+                         zkey, (const char *)op_id(op), publish};
+  size_t lens[6] = {1, lock->name_len, lock->channel_len,
+                    zlen, ID_BYTES, strlen(publish)};
+  /* Re-sent freely: the id is removed once. */
+  rlock__cmd *cmd =
+      rlock__cmd_send(op->engine->net, &abandon_script, 6, argv, lens,
+                      op->engine->core->opts.retry_attempts, cb, data);
+  free(zkey);
+  return cmd;
+}
+
+/* The payload is the new count v: it wakes min(v, local waiters), as Java
+ * releases that many local permits. v <= 0 or garbage wakes nobody. */
+static void on_message(rlock__chan *ch, const char *payload, size_t len) {
+  if (len == 0 || len > 20)
+    return;
+  char buf[24];
+  memcpy(buf, payload, len);
+  buf[len] = '\0';
+  char *end = NULL;
+  long long v = strtoll(buf, &end, 10);
+  if (end != buf + len || v <= 0)
+    return;
+  rlock__chan_wake_n(ch, v);
+}
+
+const rlock__prim rlock__prim_permit_semaphore = {
+    .kind = "permit_semaphore",
+    .send_try = send_try,
+    .read_try = read_try,
+    .on_message = on_message,
+    .abandon = abandon,
+    .no_hold = true};
+
+/* ---- acquire ---- */
+
+static void start_acquire(rlock__op *op) {
+  unsigned char *raw = malloc(ID_BYTES);
+  if (raw == NULL) {
+    rlock__op_finish(op, RLOCK_ENOMEM);
+    return;
+  }
+  if (rlock__random_bytes(raw, ID_BYTES) != 0) {
+    free(raw);
+    rlock__op_detail(op, "no random source for the permit id");
+    rlock__op_finish(op, RLOCK_ESYS);
+    return;
+  }
+  op->value = (int64_t)(intptr_t)raw;
+  op->trim_want = 0;
+  rlock__op_acquire.start(op);
+}
+
+static const rlock__op_type acquire_type = {
+    .name = "permit_semaphore_acquire", .start = start_acquire,
+    .acquires = true};
+
+/* ---- one-command operations ----
+ * op->value carries the input id (a pointer to ID_BYTES raw bytes on the
+ * blocking caller's stack) into start; the reply replaces it. */
+
+static void value_reply(rlock__net *n, redisReply *reply, int err,
+                        void *data) {
+  (void)n;
+  rlock__op *op = data;
+  op->cmd = NULL;
+  if (rlock__op_failed(op, reply, err))
+    return;
+  if (reply->type == REDIS_REPLY_NIL) {
+    op->value = 0;
+  } else if (reply->type == REDIS_REPLY_INTEGER) {
+    op->value = reply->integer;
+  } else {
+    rlock__op_detail(op, "unexpected reply type %d", reply->type);
+    rlock__op_finish(op, RLOCK_EPROTO);
+    return;
+  }
+  rlock__op_finish(op, 0);
+}
+
+/* release: KEYS count, channel, zset. Not re-sent: a second send after the
+ * first landed would answer "not taken". */
+static void start_release(rlock__op *op) {
+  rlock *lock = op->lock;
+  size_t zlen = 0;
+  char *zkey = zset_key(lock, &zlen);
+  if (zkey == NULL) {
+    rlock__op_finish(op, RLOCK_ENOMEM);
+    return;
+  }
+  char now[24];
+  snprintf(now, sizeof(now), "%" PRId64, wall_ms());
+  const char *publish = rlock__engine_publish(op->engine);
+  const char *argv[7] = {"3",  lock->name, lock->channel, zkey,
+                         (const char *)op_id(op), now, publish};
+  size_t lens[7] = {1,        lock->name_len, lock->channel_len, zlen,
+                    ID_BYTES, strlen(now),    strlen(publish)};
+  rlock__op_send(op, &release_script, 7, argv, lens, 0, value_reply);
+  free(zkey);
+}
+
+/* update lease: op->arg the lease (< 0 none). Re-sent: ZADD XX again is
+ * harmless. */
+static void start_update(rlock__op *op) {
+  rlock *lock = op->lock;
+  size_t zlen = 0;
+  char *zkey = zset_key(lock, &zlen);
+  if (zkey == NULL) {
+    rlock__op_finish(op, RLOCK_ENOMEM);
+    return;
+  }
+  char expiry[24], now[24];
+  expiry_of(op->arg, expiry, sizeof(expiry));
+  snprintf(now, sizeof(now), "%" PRId64, wall_ms());
+  const char *argv[5] = {"1", zkey, (const char *)op_id(op), expiry, now};
+  size_t lens[5] = {1, zlen, ID_BYTES, strlen(expiry), strlen(now)};
+  rlock__op_send(op, &update_script, 5, argv, lens,
+                 op->engine->core->opts.retry_attempts, value_reply);
+  free(zkey);
+}
+
+/* add permits: op->arg. Not re-sent (INCRBY twice would add twice). */
+static void start_add(rlock__op *op) {
+  rlock *lock = op->lock;
+  char permits[24];
+  snprintf(permits, sizeof(permits), "%" PRId64, op->arg);
+  const char *publish = rlock__engine_publish(op->engine);
+  const char *argv[5] = {"2", lock->name, lock->channel, permits, publish};
+  size_t lens[5] = {1, lock->name_len, lock->channel_len, strlen(permits),
+                    strlen(publish)};
+  rlock__op_send(op, &add_script, 5, argv, lens, 0, value_reply);
+}
+
+/* try set: op->arg permits. Not re-sent (a second send would answer 0). */
+static void start_try_set(rlock__op *op) {
+  rlock *lock = op->lock;
+  char permits[24];
+  snprintf(permits, sizeof(permits), "%" PRId64, op->arg);
+  const char *publish = rlock__engine_publish(op->engine);
+  const char *argv[6] = {"2", lock->name, lock->channel, permits, publish,
+                         "0"};
+  size_t lens[6] = {1, lock->name_len, lock->channel_len, strlen(permits),
+                    strlen(publish), 1};
+  rlock__op_send(op, &try_set_script, 6, argv, lens, 0, value_reply);
+}
+
+/* free / taken counts: op->arg 0 free, 1 taken. Re-sent: the reclaim
+ * happens once whatever the number of sends. */
+static void start_count(rlock__op *op) {
+  rlock *lock = op->lock;
+  size_t zlen = 0;
+  char *zkey = zset_key(lock, &zlen);
+  if (zkey == NULL) {
+    rlock__op_finish(op, RLOCK_ENOMEM);
+    return;
+  }
+  char now[24];
+  snprintf(now, sizeof(now), "%" PRId64, wall_ms());
+  const char *publish = rlock__engine_publish(op->engine);
+  const char *which = op->arg == 1 ? "taken" : "free";
+  const char *argv[7] = {"3", lock->name, lock->channel, zkey, now, publish,
+                         which};
+  size_t lens[7] = {1,           lock->name_len,  lock->channel_len, zlen,
+                    strlen(now), strlen(publish), strlen(which)};
+  rlock__op_send(op, &count_script, 7, argv, lens,
+                 op->engine->core->opts.retry_attempts, value_reply);
+  free(zkey);
+}
+
+static const rlock__op_type release_type = {.name = "psem_release",
+                                            .start = start_release};
+static const rlock__op_type update_type = {.name = "psem_update_lease",
+                                           .start = start_update};
+static const rlock__op_type add_type = {.name = "psem_add",
+                                        .start = start_add};
+static const rlock__op_type try_set_type = {.name = "psem_try_set",
+                                            .start = start_try_set};
+static const rlock__op_type count_type = {.name = "psem_count",
+                                          .start = start_count};
+
+/* ---- the public API ---- */
+
+static rlock *handle(rlock_permit_semaphore *sem) {
+  rlock *lock = (rlock *)sem;
+  if (lock == NULL) {
+    rlock__bad_arg("permit semaphore is NULL");
+    return NULL;
+  }
+  if (lock->prim != &rlock__prim_permit_semaphore) {
+    rlock__bad_arg("not a permit semaphore (use rlock_permit_semaphore_get)");
+    return NULL;
+  }
+  return lock;
+}
+
+/* Runs a one-command op with input arg and id (may be NULL); its value in
+ * *value. */
+static int run(rlock *lock, const rlock__op_type *type, int64_t arg,
+               const unsigned char *id, int64_t *value) {
+  rlock__op op;
+  rlock__op_init(&op, lock, type, 0);
+  op.arg = arg;
+  op.value = (int64_t)(intptr_t)id;
+  int rc = rlock__op_run_sync(&op);
+  if (rc >= 0 && value != NULL)
+    *value = op.value;
+  return rc;
+}
+
+void rlock_permit_semaphore_free(rlock_permit_semaphore *sem) {
+  rlock_free((rlock *)sem);
+}
+
+int rlock_permit_semaphore_try_set_permits(rlock_permit_semaphore *sem,
+                                           int64_t permits) {
+  rlock *lock = handle(sem);
+  if (lock == NULL)
+    return RLOCK_EINVAL;
+  if (permits <= 0)
+    return rlock__bad_arg("permits must be >= 1");
+  if (permits > PERMITS_MAX)
+    return rlock__bad_arg("permits is too large (max 2^40)");
+  int64_t set = 0;
+  int rc = run(lock, &try_set_type, permits, NULL, &set);
+  return rc < 0 ? rc : (set == 1 ? 1 : 0);
+}
+
+int rlock_permit_semaphore_add_permits(rlock_permit_semaphore *sem,
+                                       int64_t permits) {
+  rlock *lock = handle(sem);
+  if (lock == NULL)
+    return RLOCK_EINVAL;
+  if (permits == 0)
+    return rlock__bad_arg("permits must not be 0");
+  if (permits > PERMITS_MAX || permits < -PERMITS_MAX)
+    return rlock__bad_arg("permits is too large (max 2^40 either way)");
+  int rc = run(lock, &add_type, permits, NULL, NULL);
+  return rc < 0 ? rc : 0;
+}
+
+int rlock_permit_semaphore_try_acquire(rlock_permit_semaphore *sem,
+                                       int64_t wait_ms, int64_t lease_ms,
+                                       char *id) {
+  rlock *lock = handle(sem);
+  if (lock == NULL)
+    return RLOCK_EINVAL;
+  if (id == NULL)
+    return rlock__bad_arg("id is NULL");
+  int rc = rlock__check_lease(lease_ms);
+  if (rc != 0)
+    return rc;
+  rlock__op op;
+  rlock__op_init(&op, lock, &acquire_type, rlock_thread_id());
+  rlock__op_set_wait(&op, wait_ms, lease_ms);
+  rc = rlock__op_run_sync(&op);
+  unsigned char *raw = op_id(&op);
+  if (rc == 1 && raw != NULL)
+    id_encode(raw, id);
+  free(raw);
+  return rc;
+}
+
+int rlock_permit_semaphore_acquire(rlock_permit_semaphore *sem,
+                                   int64_t lease_ms, char *id) {
+  int rc = rlock_permit_semaphore_try_acquire(sem, -1, lease_ms, id);
+  return rc == 1 ? 0 : (rc == 0 ? RLOCK_EPROTO : rc);
+}
+
+/* The async caller's callback, data and id buffer. */
+typedef struct async_ctx {
+  rlock_cb cb;
+  void *data;
+  char *id;
+} async_ctx;
+
+/* value: the op's permit id buffer (or 0 when it never started). */
+static void async_done(int status, int64_t value, void *data) {
+  async_ctx *ctx = data;
+  unsigned char *raw = (unsigned char *)(intptr_t)value;
+  if (status == 1 && raw != NULL)
+    id_encode(raw, ctx->id);
+  free(raw);
+  if (ctx->cb != NULL)
+    ctx->cb(status, 0, ctx->data);
+  free(ctx);
+}
+
+int rlock_permit_semaphore_acquire_async(rlock_permit_semaphore *sem,
+                                         int64_t wait_ms, int64_t lease_ms,
+                                         char *id, rlock_cb cb, void *data,
+                                         rlock_req **req) {
+  if (req != NULL)
+    *req = NULL;
+  rlock *lock = handle(sem);
+  if (lock == NULL)
+    return RLOCK_EINVAL;
+  if (id == NULL)
+    return rlock__bad_arg("id is NULL");
+  async_ctx *ctx = malloc(sizeof(*ctx));
+  if (ctx == NULL) {
+    rlock__set_last_error("out of memory");
+    return RLOCK_ENOMEM;
+  }
+  ctx->cb = cb;
+  ctx->data = data;
+  ctx->id = id;
+  int rc = rlock__op_submit_async(lock, &acquire_type, rlock_thread_id(),
+                                  wait_ms, lease_ms, async_done, ctx, req);
+  if (rc != 0)
+    free(ctx);
+  return rc;
+}
+
+/* 1 released, 0 not taken (also: its lease had run out), or an error. */
+static int release_id(rlock_permit_semaphore *sem, const char *id) {
+  rlock *lock = handle(sem);
+  if (lock == NULL)
+    return RLOCK_EINVAL;
+  unsigned char raw[ID_BYTES];
+  if (!id_decode(id, raw))
+    return rlock__bad_arg("id must be 32 hex characters");
+  int64_t got = 0;
+  int rc = run(lock, &release_type, 0, raw, &got);
+  return rc < 0 ? rc : (got == 1 ? 1 : 0);
+}
+
+int rlock_permit_semaphore_release(rlock_permit_semaphore *sem,
+                                   const char *id) {
+  int rc = release_id(sem, id);
+  if (rc == 0) {
+    rlock__set_last_error("no permit with id %s is taken", id);
+    return RLOCK_ENOTOWNER;
+  }
+  return rc < 0 ? rc : 0;
+}
+
+int rlock_permit_semaphore_try_release(rlock_permit_semaphore *sem,
+                                       const char *id) {
+  return release_id(sem, id);
+}
+
+int rlock_permit_semaphore_update_lease(rlock_permit_semaphore *sem,
+                                        const char *id, int64_t lease_ms) {
+  rlock *lock = handle(sem);
+  if (lock == NULL)
+    return RLOCK_EINVAL;
+  unsigned char raw[ID_BYTES];
+  if (!id_decode(id, raw))
+    return rlock__bad_arg("id must be 32 hex characters");
+  int rc = rlock__check_lease(lease_ms);
+  if (rc != 0)
+    return rc;
+  int64_t got = 0;
+  rc = run(lock, &update_type, lease_ms, raw, &got);
+  return rc < 0 ? rc : (got == 1 ? 1 : 0);
+}
+
+static int64_t count(rlock_permit_semaphore *sem, int64_t which) {
+  rlock *lock = handle(sem);
+  if (lock == NULL)
+    return RLOCK_EINVAL;
+  int64_t n = 0;
+  int rc = run(lock, &count_type, which, NULL, &n);
+  return rc < 0 ? rc : (n > 0 ? n : 0);
+}
+
+int64_t rlock_permit_semaphore_available_permits(rlock_permit_semaphore *sem) {
+  return count(sem, 0);
+}
+
+int64_t rlock_permit_semaphore_acquired_permits(rlock_permit_semaphore *sem) {
+  return count(sem, 1);
+}

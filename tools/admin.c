@@ -608,7 +608,140 @@ static void print_human(const char *name, const lock_state *s) {
   print_kind_lines(s);
 }
 
-static void print_json(const char *name, const lock_state *s, bool first) {
+/* A string NAME: a semaphore's available permits or a latch's count; with
+ * a "{NAME}:timeout" zset, a permit-expirable semaphore's taken permits
+ * (id -> wall-clock expiry in ms). */
+typedef struct string_state {
+  redisReply *count;   /* GET NAME */
+  redisReply *permits; /* ZRANGE {NAME}:timeout 0 -1 WITHSCORES, or NULL */
+  long long now_ms;    /* the server's TIME */
+} string_state;
+
+static void string_state_free(string_state *t) {
+  if (t->count != NULL)
+    freeReplyObject(t->count);
+  if (t->permits != NULL)
+    freeReplyObject(t->permits);
+  memset(t, 0, sizeof *t);
+}
+
+static int read_string_state(pconn *c, const char *name, string_state *t) {
+  memset(t, 0, sizeof *t);
+  size_t zlen;
+  char *zkey = suffixed(name, "timeout", &zlen);
+  if (zkey == NULL) {
+    cli_err("out of memory");
+    return CLI_EX_OSERR;
+  }
+  redisReply *type = pconn_command(c, "TYPE %b", zkey, zlen);
+  redisReply *time = pconn_command(c, "TIME");
+  t->count = pconn_command(c, "GET %b", name, strlen(name));
+  if (type != NULL && type->type == REDIS_REPLY_STATUS &&
+      strcmp(type->str, "zset") == 0)
+    t->permits = pconn_command(c, "ZRANGE %b 0 -1 WITHSCORES", zkey, zlen);
+  free(zkey);
+  int rc = 0;
+  if (type == NULL || time == NULL || t->count == NULL) {
+    cli_err("reading '%s': %s", name, pconn_errstr(c));
+    rc = CLI_EX_TEMPFAIL;
+  } else if (time->type == REDIS_REPLY_ARRAY && time->elements == 2 &&
+             time->element[0]->type == REDIS_REPLY_STRING &&
+             time->element[1]->type == REDIS_REPLY_STRING) {
+    t->now_ms = strtoll(time->element[0]->str, NULL, 10) * 1000 +
+                strtoll(time->element[1]->str, NULL, 10) / 1000;
+  }
+  if (type != NULL)
+    freeReplyObject(type);
+  if (time != NULL)
+    freeReplyObject(time);
+  if (t->permits != NULL && t->permits->type != REDIS_REPLY_ARRAY) {
+    freeReplyObject(t->permits);
+    t->permits = NULL;
+  }
+  if (rc == 0 && t->count->type != REDIS_REPLY_STRING) {
+    freeReplyObject(t->count);
+    t->count = NULL;
+  }
+  if (rc != 0)
+    string_state_free(t);
+  return rc;
+}
+
+/* A permit id as Java shows it: its 16 raw bytes in lowercase hex (or the
+ * member as it is when it is not 16 bytes). */
+static void permit_id(const redisReply *r, char *out, size_t n) {
+  if (r->len == 16) {
+    for (size_t i = 0; i < 16 && 2 * i + 2 < n; i++)
+      snprintf(out + 2 * i, 3, "%02x", (unsigned char)r->str[i]);
+  } else {
+    snprintf(out, n, "%.*s", (int)(r->len > 64 ? 64 : r->len), r->str);
+  }
+}
+
+static void print_string_human(const char *name, const string_state *t) {
+  const char *count = t->count != NULL && is_count(t->count) ? t->count->str
+                                                              : "?";
+  if (t->permits == NULL && strcmp(count, "?") == 0) {
+    printf("%s: not a lock (Redis type string)\n", name);
+    return;
+  }
+  if (t->permits == NULL) {
+    printf("%s: count %s (a count-down latch's count, or a semaphore's "
+           "available permits: Redis cannot tell them apart)\n",
+           name, count);
+    return;
+  }
+  size_t taken = t->permits->elements / 2;
+  printf("%s: semaphore (permit-expirable), %s permit%s available, %zu "
+         "taken\n",
+         name, count, strcmp(count, "1") == 0 ? "" : "s", taken);
+  for (size_t i = 0; i + 1 < t->permits->elements; i += 2) {
+    const redisReply *id = t->permits->element[i];
+    const redisReply *score = t->permits->element[i + 1];
+    char hex[72];
+    permit_id(id, hex, sizeof hex);
+    long long expiry = score->type == REDIS_REPLY_STRING
+                           ? (long long)strtod(score->str, NULL)
+                           : -1;
+    long long left = expiry - t->now_ms;
+    if (score->type != REDIS_REPLY_STRING)
+      printf("  permit %s\n", hex);
+    else if (left >= 0)
+      printf("  permit %s  lease expires in %lld ms\n", hex, left);
+    else
+      printf("  permit %s  lease expired %lld ms ago (returned at the next "
+             "acquire)\n",
+             hex, -left);
+  }
+}
+
+static void print_string_json(const string_state *t) {
+  if (t->count != NULL && is_count(t->count)) {
+    fputs(t->permits != NULL ? ",\"permits_available\":" : ",\"count\":",
+          stdout);
+    fwrite(t->count->str, 1, t->count->len, stdout);
+  }
+  if (t->permits == NULL)
+    return;
+  printf(",\"kind\":\"permit-expirable semaphore\",\"permits_taken\":%zu,"
+         "\"permits\":{",
+         t->permits->elements / 2);
+  for (size_t i = 0; i + 1 < t->permits->elements; i += 2) {
+    char hex[72];
+    permit_id(t->permits->element[i], hex, sizeof hex);
+    const redisReply *score = t->permits->element[i + 1];
+    long long expiry = score->type == REDIS_REPLY_STRING
+                           ? (long long)strtod(score->str, NULL)
+                           : t->now_ms;
+    printf("%s", i > 0 ? "," : "");
+    json_string(stdout, hex, strlen(hex));
+    printf(":%lld", expiry - t->now_ms);
+  }
+  fputc('}', stdout);
+}
+
+static void print_json(const char *name, const lock_state *s, bool first,
+                       const string_state *t) {
   fputs(first ? "  {" : ",\n  {", stdout);
   fputs("\"name\":", stdout);
   json_string(stdout, name, strlen(name));
@@ -650,6 +783,8 @@ static void print_json(const char *name, const lock_state *s, bool first) {
     fputs(",\"token\":", stdout);
     fwrite(s->token->str, 1, s->token->len, stdout);
   }
+  if (t != NULL)
+    print_string_json(t);
   fputc('}', stdout);
 }
 
@@ -814,10 +949,22 @@ int cli_status_main(int argc, char **argv) {
     rc = read_state(ctx, argv[i], &s, &exec);
     if (rc != 0)
       break;
+    string_state t = {0};
+    bool is_string = strcmp(s.type, "string") == 0;
+    if (is_string) {
+      rc = read_string_state(ctx, argv[i], &t);
+      if (rc != 0) {
+        freeReplyObject(exec);
+        break;
+      }
+    }
     if (json)
-      print_json(argv[i], &s, i == optind);
+      print_json(argv[i], &s, i == optind, is_string ? &t : NULL);
+    else if (is_string)
+      print_string_human(argv[i], &t);
     else
       print_human(argv[i], &s);
+    string_state_free(&t);
     freeReplyObject(exec);
   }
   if (json && rc == 0)

@@ -102,6 +102,19 @@ static const char kinds_text[] =
     "share one hash and exclude each other (--fair's queue orders only fair\n"
     "waiters); a read/write lock (-s/-x) is another layout: another kind on its\n"
     "NAME, or -s/-x on theirs, fails with exit 69.\n"
+    "\n"
+    "Semaphore (instead of a KIND):\n"
+    "      --permits N         hold ONE permit of the permit-expirable\n"
+    "                          semaphore NAME (getPermitExpirableSemaphore) of\n"
+    "                          N permits (N >= 1): at most N runs at once across\n"
+    "                          the fleet. NAME is set to N permits if absent; if\n"
+    "                          it has another size, a warning names both and\n"
+    "                          the run goes on with the existing size. The\n"
+    "                          permit has a lease of --watchdog (30s), renewed\n"
+    "                          every third of it while COMMAND runs (with -l:\n"
+    "                          that fixed lease, not renewed), so a crashed\n"
+    "                          rlock's permit returns by itself. -n, -w, -E,\n"
+    "                          --on-lost apply; RLOCK_OWNER is the permit id\n"
     "\n";
 
 /* Three strings: ISO C guarantees string literals only up to 4095 bytes. */
@@ -477,7 +490,7 @@ int cli_getopt_error(int c, char **argv) {
   return CLI_EX_USAGE;
 }
 
-enum { OPT_ON_LOST = 256, OPT_KILL_AFTER, OPT_WATCHDOG };
+enum { OPT_ON_LOST = 256, OPT_KILL_AFTER, OPT_WATCHDOG, OPT_PERMITS };
 
 static const struct option run_longopts[] = {
     {"uri", required_argument, NULL, 'u'},
@@ -488,6 +501,7 @@ static const struct option run_longopts[] = {
     {"conflict-exit-code", required_argument, NULL, 'E'},
     {"lease", required_argument, NULL, 'l'},
     {"watchdog", required_argument, NULL, OPT_WATCHDOG},
+    {"permits", required_argument, NULL, OPT_PERMITS},
     {"on-lost", required_argument, NULL, OPT_ON_LOST},
     {"kill-after", required_argument, NULL, OPT_KILL_AFTER},
     {"verbose", no_argument, NULL, 'v'},
@@ -552,6 +566,20 @@ static int run_main(int argc, char **argv) {
         return CLI_EX_USAGE;
       }
       break;
+    case OPT_PERMITS: {
+      char *end = NULL;
+      errno = 0;
+      long long n = strtoll(optarg, &end, 10);
+      if (errno != 0 || end == optarg || *end != '\0' || n < 1 ||
+          n > INT64_C(2147483647)) {
+        cli_err("invalid --permits '%s' (a number of permits, at least 1)",
+                optarg);
+        usage_hint();
+        return CLI_EX_USAGE;
+      }
+      o.permits = (int64_t)n;
+      break;
+    }
     case OPT_KILL_AFTER:
       if (!duration_opt("kill-after", optarg, &o.kill_after_ms))
         return CLI_EX_USAGE;
@@ -584,6 +612,13 @@ static int run_main(int argc, char **argv) {
       return cli_getopt_error(c, argv);
     }
     }
+  }
+  if (o.permits > 0 && o.kind != CLI_KIND_LOCK) {
+    cli_err("--permits and %s exclude each other (a semaphore is not a "
+            "kind of lock)",
+            cli_kind_option(o.kind));
+    usage_hint();
+    return CLI_EX_USAGE;
   }
   if (optind >= argc) {
     cli_err("missing lock NAME and COMMAND");

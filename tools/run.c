@@ -31,6 +31,7 @@
 #include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -96,6 +97,10 @@ static bool read_event(event *ev) {
 typedef struct holder {
   rlock_client *client;
   rlock *lock;
+  rlock_permit_semaphore *sem; /* --permits: instead of lock */
+  int64_t permits;             /* --permits N */
+  int64_t renew_ms;            /* --permits: update the lease this often
+                                  (0: never, a fixed -l lease) */
   cli_kind kind;
   int64_t wait_ms, lease_ms;
   pthread_t thread;
@@ -106,6 +111,7 @@ typedef struct holder {
   char owner[RLOCK_ID_LEN + 1 + 21];
   int64_t acquired_at_ms;
   int64_t token;    /* --fenced: the fencing token of the acquisition */
+  char id[RLOCK_PERMIT_ID_LEN + 1]; /* --permits: the permit's id */
   char detail[512]; /* rlock_last_error() of the last failed call */
 } holder;
 
@@ -116,8 +122,91 @@ static void holder_set_detail(holder *h, int rc) {
   pthread_mutex_unlock(&h->mutex);
 }
 
+/* --permits: sets NAME to N permits if absent, warns when it has another
+ * size (available + taken, expired permits reclaimed first). */
+static int permits_prepare(holder *h, const char *name) {
+  int rc = rlock_permit_semaphore_try_set_permits(h->sem, h->permits);
+  if (rc < 0)
+    return rc;
+  if (rc == 1)
+    return 0;
+  int64_t avail = rlock_permit_semaphore_available_permits(h->sem);
+  if (avail < 0)
+    return (int)avail;
+  int64_t taken = rlock_permit_semaphore_acquired_permits(h->sem);
+  if (taken < 0)
+    return (int)taken;
+  if (avail + taken != h->permits)
+    cli_err("warning: the semaphore '%s' has %" PRId64 " permits (%" PRId64
+            " available, %" PRId64 " taken), not the %" PRId64
+            " of --permits; going on with its %" PRId64,
+            name, avail + taken, avail, taken, h->permits, avail + taken);
+  return 0;
+}
+
+/* --permits: holds the permit until told to release it, renewing its lease
+ * every renew_ms; a permit found gone is reported as a lost lock. */
+static void *holder_permit(holder *h, const char *name) {
+  char id[RLOCK_PERMIT_ID_LEN + 1] = "";
+  int rc = permits_prepare(h, name);
+  if (rc == 0)
+    rc = rlock_permit_semaphore_try_acquire(h->sem, h->wait_ms, h->lease_ms,
+                                            id);
+  int64_t now = cli_now_ms();
+  holder_set_detail(h, rc);
+  pthread_mutex_lock(&h->mutex);
+  h->acquired_at_ms = now;
+  memcpy(h->id, id, sizeof id);
+  snprintf(h->owner, sizeof h->owner, "%s", id);
+  pthread_mutex_unlock(&h->mutex);
+  post_event(EV_ACQUIRED, 0, rc);
+  if (rc != 1)
+    return NULL;
+
+  bool lost = false;
+  int64_t next = now + h->renew_ms;
+  pthread_mutex_lock(&h->mutex);
+  while (!h->release_requested) {
+    if (h->renew_ms <= 0 || lost) {
+      pthread_cond_wait(&h->cond, &h->mutex);
+      continue;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t wait = next - cli_now_ms();
+    if (wait > 0) {
+      ts.tv_sec += wait / 1000;
+      ts.tv_nsec += (wait % 1000) * 1000000;
+      if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+      }
+      pthread_cond_timedwait(&h->cond, &h->mutex, &ts);
+      continue;
+    }
+    pthread_mutex_unlock(&h->mutex);
+    int urc = rlock_permit_semaphore_update_lease(h->sem, id, h->lease_ms);
+    if (urc == 0) {
+      lost = true;
+      post_event(EV_LOST, 0, 0);
+    }
+    /* an error (Redis unreachable...): try again next period */
+    next = cli_now_ms() + h->renew_ms;
+    pthread_mutex_lock(&h->mutex);
+  }
+  pthread_mutex_unlock(&h->mutex);
+  rc = rlock_permit_semaphore_release(h->sem, id);
+  holder_set_detail(h, rc);
+  post_event(EV_RELEASED, 0, rc == RLOCK_ENOTOWNER ? RLOCK_ELOCKLOST : rc);
+  return NULL;
+}
+
+static const char *g_name; /* the lock NAME, for the holder's messages */
+
 static void *holder_main(void *arg) {
   holder *h = arg;
+  if (h->sem != NULL)
+    return holder_permit(h, g_name);
   pthread_mutex_lock(&h->mutex);
   snprintf(h->owner, sizeof h->owner, "%s:%" PRIu64,
            rlock_client_id(h->client), rlock_thread_id());
@@ -466,7 +555,7 @@ static void on_acquired(run *r, int rc) {
      * whole watchdog lease. RLOCK_ECLOSED does not prove it was not taken:
      * the acquire script may have run in Redis with its reply cut off by
      * the close. */
-    if (rc != 0) {
+    if (rc != 0 && r->h.sem == NULL) {
       pthread_mutex_lock(&r->h.mutex);
       char owner[sizeof r->h.owner];
       memcpy(owner, r->h.owner, sizeof owner);
@@ -517,7 +606,10 @@ static void on_acquired(run *r, int rc) {
   char token_text[24];
   snprintf(token_text, sizeof token_text, "%" PRId64, token);
   if (r->o->verbose) {
-    if (r->o->kind == CLI_KIND_FENCED)
+    if (r->h.sem != NULL)
+      cli_err("acquired a permit of '%s' (id %s) after %" PRId64 " ms",
+              r->o->name, owner, acquired_at - r->started_ms);
+    else if (r->o->kind == CLI_KIND_FENCED)
       cli_err("acquired '%s' (fenced lock, token %s) as %s after %" PRId64
               " ms",
               r->o->name, token_text, owner, acquired_at - r->started_ms);
@@ -703,7 +795,19 @@ static int start(run *r) {
   int rc = rlock_client_open(&r->client, &opts);
   if (rc != 0)
     return cli_open_failed(rc);
-  rc = cli_kind_get(r->client, o->kind, o->name, &r->h.lock);
+  if (o->permits > 0) {
+    rc = rlock_permit_semaphore_get(r->client, o->name, &r->h.sem);
+    r->h.permits = o->permits;
+    if (o->lease_ms > 0) {
+      r->h.lease_ms = o->lease_ms;
+    } else {
+      r->h.lease_ms = o->watchdog_ms > 0 ? o->watchdog_ms : 30000;
+      r->h.renew_ms = r->h.lease_ms / 3;
+    }
+  } else {
+    rc = cli_kind_get(r->client, o->kind, o->name, &r->h.lock);
+    r->h.lease_ms = o->lease_ms;
+  }
   if (rc != 0) {
     cli_err_rlock(rc, "invalid lock name");
     return cli_exit_for(rc);
@@ -711,7 +815,7 @@ static int start(run *r) {
   r->h.client = r->client;
   r->h.kind = o->kind;
   r->h.wait_ms = o->wait_ms;
-  r->h.lease_ms = o->lease_ms;
+  g_name = o->name;
   rc = pthread_create(&r->h.thread, NULL, holder_main, &r->h);
   if (rc != 0) {
     cli_err("cannot start a thread: %s", strerror(rc));
@@ -728,7 +832,11 @@ int cli_run(const cli_run_opts *o) {
   r.phase = PH_WAITING;
   r.started_ms = cli_now_ms();
   pthread_mutex_init(&r.h.mutex, NULL);
-  pthread_cond_init(&r.h.cond, NULL);
+  pthread_condattr_t cattr;
+  pthread_condattr_init(&cattr);
+  pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
+  pthread_cond_init(&r.h.cond, &cattr);
+  pthread_condattr_destroy(&cattr);
   list_fds(&r.start_fds, &r.n_start_fds);
 
   int rc = open_event_pipe();
@@ -767,6 +875,7 @@ int cli_run(const cli_run_opts *o) {
     pthread_join(r.h.thread, NULL);
   }
   rlock_free(r.h.lock);
+  rlock_permit_semaphore_free(r.h.sem);
   rlock_client_close(r.client);
   pthread_cond_destroy(&r.h.cond);
   pthread_mutex_destroy(&r.h.mutex);

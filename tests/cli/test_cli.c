@@ -2306,3 +2306,134 @@ Test(cli, kinds_signal_while_exclusive_waits_gives_up) {
   cr_assert_eq(cli_wait(&r, RUN_BOUND_MS), 0);
   cr_assert_eq(rt_exists(key), 0);
 }
+
+/* ---- --permits: a permit-expirable semaphore ---- */
+
+Test(cli, permits_runs_at_most_n_at_once) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:permits");
+  const char *script = "echo S >> stamps; sleep 1; echo E >> stamps";
+  cli_proc p[3];
+  for (int i = 0; i < 3; i++)
+    cli_start(&p[i], ARGS("--permits", "2", key, "-c", script));
+  for (int i = 0; i < 3; i++)
+    cr_assert_eq(cli_wait(&p[i], RUN_BOUND_MS), 0);
+  char *stamps = slurp_in("stamps");
+  int running = 0, max = 0, starts = 0, ends = 0, third_after_end = 0;
+  for (const char *c = stamps; *c != '\0'; c++) {
+    if (*c == 'S') {
+      running++;
+      starts++;
+      if (starts == 3)
+        third_after_end = ends > 0;
+    } else if (*c == 'E') {
+      running--;
+      ends++;
+    }
+    if (running > max)
+      max = running;
+  }
+  cr_assert_eq(starts, 3, "stamps: %s", stamps);
+  cr_assert_eq(ends, 3, "stamps: %s", stamps);
+  cr_assert(max <= 2, "%d ran at once: %s", max, stamps);
+  cr_assert(third_after_end, "the third started before any ended: %s",
+            stamps);
+  free(stamps);
+  /* all permits back, the semaphore of 2 kept */
+  cr_assert_eq(rt_int("ZCARD {%s}:timeout", key), 0);
+  char *count = rt_str("GET %s", key);
+  cr_assert_str_eq(count, "2");
+  free(count);
+}
+
+Test(cli, permits_of_a_sigkilled_rlock_return_after_the_lease) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:permitkill");
+  cli_proc p;
+  cli_start(&p, ARGS("--permits", "1", "--watchdog", "900", key, "--", "sh",
+                     "-c", "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 30"));
+  rt_wait_until_what(file_exists, "pid", 10000, "COMMAND started");
+  char *pid_text = first_line_in("pid");
+  pid_t child = (pid_t)atoi(pid_text);
+  free(pid_text);
+  cr_assert_eq(kill(p.pid, SIGKILL), 0);
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 128 + SIGKILL);
+  kill(child, SIGKILL);
+  /* still taken: nobody released it */
+  cli_proc busy;
+  cr_assert_eq(cli_run(&busy, ARGS("--permits", "1", "-n", key, "true")), 1);
+  cli_proc next;
+  cr_assert_eq(cli_run(&next, ARGS("--permits", "1", "-w", "10s", key, "--",
+                                   "sh", "-c", "echo ran > ran")),
+               0);
+  cr_assert(cli_elapsed(&next) < 900 + PROMPT_MS, "took %" PRId64 " ms",
+            cli_elapsed(&next));
+  cr_assert(exists_in("ran"));
+}
+
+Test(cli, permits_usage_errors) {
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("--permits", "0", "k", "true")), 64);
+  char *err = cli_err(&p);
+  cr_assert(strstr(err, "--permits") != NULL, "stderr: %s", err);
+  free(err);
+  cr_assert_eq(cli_run(&p, ARGS("--permits", "x", "k", "true")), 64);
+  cr_assert_eq(cli_run(&p, ARGS("--permits", "-1", "k", "true")), 64);
+  cr_assert_eq(cli_run(&p, ARGS("--permits", "2", "-s", "k", "true")), 64);
+  cr_assert_eq(cli_run(&p, ARGS("--fenced", "--permits", "2", "k", "true")),
+               64);
+}
+
+Test(cli, permits_other_size_warns_and_goes_on) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:permitsize");
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("--permits", "3", key, "true")), 0);
+  cr_assert_eq(cli_run(&p, ARGS("--permits", "2", key, "true")), 0);
+  char *err = cli_err(&p);
+  cr_assert(strstr(err, "has 3 permits") != NULL &&
+                strstr(err, "not the 2") != NULL,
+            "stderr: %s", err);
+  free(err);
+}
+
+Test(cli, status_shows_permits_and_latch_count) {
+  char key[64], latch[64];
+  rt_key(key, sizeof key, "cli:permitstatus");
+  rt_key(latch, sizeof latch, "cli:latch");
+  cli_proc p;
+  cli_start(&p, ARGS("--permits", "2", key, "--", "sh", "-c",
+                     "touch started; sleep 30"));
+  rt_wait_until_what(file_exists, "started", 10000, "COMMAND started");
+  cli_proc s;
+  cr_assert_eq(cli_run(&s, ARGS("status", key)), 0);
+  char *out = cli_out(&s);
+  char expect[160];
+  snprintf(expect, sizeof expect,
+           "%s: semaphore (permit-expirable), 1 permit available, 1 taken\n"
+           "  permit ",
+           key);
+  cr_assert(strncmp(out, expect, strlen(expect)) == 0, "status: %s", out);
+  cr_assert(strstr(out, "lease expires in") != NULL, "status: %s", out);
+  free(out);
+  cr_assert_eq(cli_run(&s, ARGS("status", "--json", key)), 0);
+  out = cli_out(&s);
+  cr_assert(strstr(out, "\"permits_available\":1") != NULL &&
+                strstr(out, "\"permits_taken\":1") != NULL,
+            "status: %s", out);
+  free(out);
+  kill(p.pid, SIGTERM);
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 128 + SIGTERM);
+  cr_assert_eq(cli_run(&s, ARGS("status", key)), 0);
+  out = cli_out(&s);
+  /* no permit taken: Redis deleted the empty zset, so it reads as a count */
+  snprintf(expect, sizeof expect, "%s: count 2 (", key);
+  cr_assert(strncmp(out, expect, strlen(expect)) == 0, "status: %s", out);
+  free(out);
+  rt_ok("OK", "SET %s 3", latch);
+  cr_assert_eq(cli_run(&s, ARGS("status", latch)), 0);
+  out = cli_out(&s);
+  snprintf(expect, sizeof expect, "%s: count 3 (", latch);
+  cr_assert(strncmp(out, expect, strlen(expect)) == 0, "status: %s", out);
+  free(out);
+}

@@ -77,7 +77,9 @@ extern "C" {
   X(EFORK, -20, "client used in a forked child process")                      \
   X(ETLS, -21, "TLS failed (handshake, certificate, or TLS not built in)")     \
   X(EBACKLOG, -22, "too much waiting to be written to Redis (write queue full)") \
-  X(EKIND, -23, "the key holds another kind of lock (e.g. a read/write lock)")
+  X(EKIND, -23, "the key holds another kind of lock (e.g. a read/write lock)") \
+  X(ENOREPLICA, -24, "no replica confirmed the write (replica sync)")          \
+  X(ECLUSTER, -25, "Redis Cluster cannot serve the key now (CLUSTERDOWN, TRYAGAIN, redirects, slots)")
 
 typedef enum rlock_errno {
 #define RLOCK__ERR_ENUM(name, value, msg) RLOCK_##name = (value),
@@ -126,7 +128,13 @@ typedef struct rlock_options {
   size_t struct_size;
   /* redis://[[user]:password@]host[:port][/db],
    * rediss://[[user]:password@]host[:port][/db] (TLS, see tls_* below) or
-   * unix:///path[?db=N]. The host may be a DNS name (resolved without
+   * unix:///path[?db=N];
+   * redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/master[/db]
+   * (sentinels, default port 26379; user and password are the master's,
+   * see sentinel_user/sentinel_password for the sentinels' own) or
+   * redis+cluster://[[user]:password@]host[:port][,host[:port]...] (seed
+   * nodes of a Redis Cluster), each also as rediss+sentinel:// and
+   * rediss+cluster:// (TLS). The host may be a DNS name (resolved without
    * blocking; every address it has is tried in turn), an IPv4 address or
    * an IPv6 address in brackets. NULL: $REDIS_URL, else
    * redis://127.0.0.1:6379. Copied at open. */
@@ -148,8 +156,11 @@ typedef struct rlock_options {
   /* Delay before such a retry, and the reconnect back-off base.
    * Default 1500. Range 0..2^31-1. */
   int64_t retry_interval_ms;
-  /* Use SPUBLISH/SSUBSCRIBE (sharded pub/sub, as Java Redisson does against a
-   * Redis 7+ cluster). Default 0 (PUBLISH/SUBSCRIBE). */
+  /* 1: SPUBLISH/SSUBSCRIBE (sharded pub/sub) always; -1: PUBLISH/
+   * SUBSCRIBE always. Default 0 (auto, as Java Redisson's AUTO): sharded
+   * against a cluster whose servers support it (probed once with PUBSUB
+   * SHARDNUMSUB at open), plain otherwise - standalone and Sentinel
+   * included, as before 0.3. */
   int sharded_pubsub;
   /* See rlock_lock_lost_cb. Default NULL. */
   rlock_lock_lost_cb on_lock_lost;
@@ -206,6 +217,28 @@ typedef struct rlock_options {
    * other processes (Java included) get their turn. 0 turns local handoff
    * off. Default 3. Range 0..1000. */
   int handoff_max;
+
+  /* ---- added in 0.3 ---- */
+
+  /* redis+sentinel:// URIs: the user and password the sentinels ask for
+   * (the URI's own are the master's). NULL: no AUTH to the sentinels.
+   * Copied at open. With another scheme: RLOCK_EINVAL. */
+  const char *sentinel_user;
+  const char *sentinel_password;
+  /* Replica sync, as Java Redisson's checkLockSyncedSlaves: when the
+   * master has replicas, each acquire, release and renewal is followed,
+   * in the same write, by WAIT <replicas> replica_sync_timeout_ms, and an
+   * acquire no replica confirmed is undone and fails with
+   * RLOCK_ENOREPLICA. 1 (default): on whenever replicas are connected;
+   * 0: off (no WAIT is sent). */
+  int replica_sync;
+  /* WAIT's timeout. Default 1000. Range 1..2^31-1. */
+  int64_t replica_sync_timeout_ms;
+  /* Cluster: how often the slot map is read again (besides after every
+   * MOVED and every lost connection). Sentinel: how often the master's
+   * replicas are counted again (ROLE), for replica sync. Default 5000.
+   * Range 100..2^31-1. */
+  int64_t cluster_refresh_ms;
 } rlock_options;
 
 /* Fills the first `size` bytes of `o` with the defaults above and sets

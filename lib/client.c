@@ -233,6 +233,8 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
   rc = rlock__uri_parse(c->uri_text, &c->uri); /* sets the last error */
   if (rc == 0) /* $REDIS_URL was not checked against the tls_* fields */
     rc = rlock__options_check_tls(&c->core.opts, &c->uri);
+  if (rc == 0)
+    rc = rlock__options_check_sentinel(&c->core.opts, &c->uri);
   if (rc == 0 && (rlock__uuid4(c->id) != 0 ||
                   rlock__engine_init(&c->engine, &c->core, &c->net, c->id) !=
                       0)) {
@@ -247,7 +249,11 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
     return rc;
   }
   rlock__net_init(&c->net, &c->core, &c->uri, c->client_name);
-  rc = rlock__net_tls_setup(&c->net, &c->core.opts); /* sets the last error */
+  rc = rlock__net_setup(&c->net, &c->core.opts); /* sets the last error */
+  /* The sentinel's credentials were copied by the net layer: the caller's
+   * strings are not kept. */
+  c->core.opts.sentinel_user = NULL;
+  c->core.opts.sentinel_password = NULL;
   if (rc != 0) {
     rlock__engine_free(&c->engine);
     client_free(c);

@@ -165,7 +165,6 @@ static void poll_timer_fire(rlock__timed *t) {
 }
 
 static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
-  (void)n;
   rlock__op *op = data;
   rlock *lock = op->lock;
   rlock__engine *e = op->engine;
@@ -178,6 +177,7 @@ static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
   if (rlock__op_failed(op, reply, err))
     return;
   op->answered = true;
+  int64_t outage_until = op->outage_until;
   op->lost_err = 0;
   op->outage_until = 0;
   int64_t ttl = -1;
@@ -189,6 +189,21 @@ static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
   if (got == RLOCK__TRY_ACQUIRED) {
     if (lock->prim->no_hold) {
       rlock__op_finish(op, 1);
+      return;
+    }
+    if (rlock__net_reply_unsynced(n)) {
+      /* Replica sync: the master granted it, no replica confirmed it in
+       * time - a failover now would hand the lock to someone else. As
+       * Java does, the acquire is undone - the hold count trimmed back to
+       * what this owner knew, before the call returns - and tried again
+       * while the call has time (a wait without deadline: as long as an
+       * outage is ridden out); then it fails with RLOCK_ENOREPLICA. */
+      op->outage_until = outage_until;
+      op->lost_err = RLOCK_ENOREPLICA;
+      rlock__op_detail(op, "no replica confirmed the acquire within "
+                           "replica_sync_timeout_ms (%lld ms); undone",
+                       (long long)e->core->opts.replica_sync_timeout_ms);
+      start_trim(op);
       return;
     }
     int rc = rlock__hold_add(e, lock, op->owner, op->lease_ms,

@@ -281,7 +281,8 @@ void rlock__suspects_free(rlock__engine *e);
 
 /* ---- unlock latches (release.c) ---- */
 
-/* At close: sends the pending latch UNLINK. 1 when sent, else 0. */
+/* At close: sends the pending latch UNLINK (one per slot in a cluster).
+ * Returns how many were sent: close waits for a reply to each. */
 int rlock__latches_flush_at_close(rlock__engine *e);
 void rlock__latches_free(rlock__engine *e);
 
@@ -298,7 +299,8 @@ struct rlock__engine {
   uint64_t next_hold_gen;
   rlock__timed renew_timer;
   int renew_inflight;
-  /* unlock latches to delete, sent as one UNLINK */
+  /* unlock latches to delete, sent as one UNLINK (one per slot in a
+   * cluster) */
   char *latch_del[64];
   int latch_del_n;
   rlock__timed latch_timer;

@@ -1,7 +1,9 @@
 /* What this client believes it holds, and the watchdog that renews the
  * holds taken without a lease: every watchdog_timeout/3, one batched script
  * call per 100 holds of a primitive (as Java 3.44+ does), so 10 000 held
- * locks cost 100 commands per period, not 10 000. */
+ * locks cost 100 commands per period, not 10 000. In a cluster a batch also
+ * keeps to one hash slot (a script's keys must), so there it is one call
+ * per 100 holds of a primitive in a slot. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +12,12 @@
 #include "engine.h"
 
 #define RENEW_BATCH 100
-#define RENEW_SCRIPTS 8 /* distinct renew scripts batched in one period */
+/* Batches filled at once in a round, one per (renew script, slot). Standalone
+ * every slot is -1, so this is one per script, more than there are kinds. In
+ * a cluster holds spread over many slots: when the table is full the fullest
+ * batch goes early to make room (a hold is never left out of a round: one
+ * missed period too many and its lock expires). */
+#define RENEW_OPEN 16
 
 /* Builds "name\0owner" into buf (or a malloc'd buffer when it does not
  * fit). Returns the key or NULL when out of memory. */
@@ -111,6 +118,7 @@ void rlock__hold_trimmed(rlock__engine *e, const char *name,
 typedef struct renew_batch {
   rlock__engine *engine;
   const rlock__script *script;
+  int slot; /* the cluster slot of every key, or -1 (not a cluster) */
   int n;
   uint64_t gen[RENEW_BATCH];
   uint64_t release_seq[RENEW_BATCH]; /* the hold's unlock count when sent */
@@ -186,12 +194,49 @@ static void send_batch(rlock__engine *e, renew_batch *b, const char *timeout) {
   e->renew_inflight++;
 }
 
+/* The index in open[] of the open batch for (script, slot), or of a new
+ * one in the first free entry; when none is free the fullest is sent to
+ * make room. -1 when out of memory. */
+static int batch_for(rlock__engine *e, renew_batch *open[RENEW_OPEN],
+                     const rlock__script *script, int slot,
+                     const char *timeout) {
+  int at = -1;
+  for (int i = 0; i < RENEW_OPEN; i++) {
+    if (open[i] == NULL) {
+      if (at < 0)
+        at = i;
+    } else if (open[i]->script == script && open[i]->slot == slot) {
+      return i;
+    }
+  }
+  if (at < 0) {
+    /* Full (a cluster): of the batches that could go now, the fullest
+     * wastes the least of a command by going early. */
+    at = 0;
+    for (int i = 1; i < RENEW_OPEN; i++)
+      if (open[i]->n > open[at]->n)
+        at = i;
+    send_batch(e, open[at], timeout);
+    open[at] = NULL;
+  }
+  renew_batch *b = calloc(1, sizeof(*b));
+  if (b == NULL)
+    return -1;
+  b->engine = e;
+  b->script = script;
+  b->slot = slot;
+  open[at] = b;
+  return at;
+}
+
 static void renew_round(rlock__engine *e) {
   char timeout[24];
   snprintf(timeout, sizeof(timeout), "%" PRId64,
            e->core->opts.watchdog_timeout_ms);
-  /* One open batch per renew script: a batch never mixes primitives. */
-  renew_batch *open[RENEW_SCRIPTS] = {NULL};
+  /* The open batches: a batch never mixes primitives, nor slots in a
+   * cluster. Standalone they are opened, and sent at the end, in the order
+   * of their script's first hold. */
+  renew_batch *open[RENEW_OPEN] = {NULL};
   rlock__map_iter it;
   rlock__map_node *node;
   rlock__map_iter_init(&it, &e->holds);
@@ -199,20 +244,12 @@ static void renew_round(rlock__engine *e) {
     rlock__hold *h = node->value;
     if (h->watchdog_count <= 0 || h->lost || h->releasing > 0)
       continue; /* an unlock in flight decides what is left to renew */
-    int slot = 0;
-    while (slot < RENEW_SCRIPTS && open[slot] != NULL &&
-           open[slot]->script != h->prim->renew)
-      slot++;
-    if (slot == RENEW_SCRIPTS)
-      continue; /* more kinds than slots: renewed next period */
-    renew_batch *b = open[slot];
-    if (b == NULL) {
-      b = open[slot] = calloc(1, sizeof(*b));
-      if (b == NULL)
-        return;
-      b->engine = e;
-      b->script = h->prim->renew;
-    }
+    /* The renew script's key is the lock's name (the key's first part). */
+    int slot = rlock__net_key_slot(e->net, h->name, strlen(h->name));
+    int at = batch_for(e, open, h->prim->renew, slot, timeout);
+    if (at < 0)
+      break; /* out of memory: what is batched still goes */
+    renew_batch *b = open[at];
     b->key[b->n] = malloc(h->key_len + 1);
     if (b->key[b->n] == NULL)
       break;
@@ -222,14 +259,14 @@ static void renew_round(rlock__engine *e) {
     b->release_seq[b->n] = h->release_seq;
     if (++b->n == RENEW_BATCH) {
       send_batch(e, b, timeout);
-      open[slot] = NULL;
+      open[at] = NULL;
     }
   }
-  for (int slot = 0; slot < RENEW_SCRIPTS; slot++) {
-    if (open[slot] != NULL && open[slot]->n > 0)
-      send_batch(e, open[slot], timeout);
+  for (int i = 0; i < RENEW_OPEN; i++) {
+    if (open[i] != NULL && open[i]->n > 0)
+      send_batch(e, open[i], timeout);
     else
-      free(open[slot]);
+      free(open[i]);
   }
 }
 

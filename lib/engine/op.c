@@ -173,7 +173,7 @@ void rlock__op_send(rlock__op *op, const rlock__script *script, int argc,
 }
 
 const char *rlock__engine_publish(const rlock__engine *e) {
-  return e->core->opts.sharded_pubsub ? "SPUBLISH" : "PUBLISH";
+  return rlock__net_publish(e->net);
 }
 
 /* ---- cancellation ---- */

@@ -26,25 +26,47 @@ static void latch_id(rlock__engine *e, char hex[33]) {
            mix64(e->latch_seed[1] + n));
 }
 
-/* Latches are deleted in batches - one UNLINK per 64 keys or per 100 ms -
- * rather than one DEL per unlock: under contention that is a quarter of the
- * commands per acquisition. A latch left behind expires by its TTL. */
+/* Latches are deleted in batches - one UNLINK per 64 keys or per 100 ms
+ * (in a cluster, one per slot among them) - rather than one DEL per unlock:
+ * under contention that is a quarter of the commands per acquisition. A
+ * latch left behind expires by its TTL. */
 #define LATCH_BATCH_MS 100
 
-/* Sends one UNLINK for every pending latch and forgets them. */
-static rlock__cmd *latch_unlink(rlock__engine *e, rlock__reply_cb cb) {
-  const char *argv[65];
-  size_t lens[65];
-  argv[0] = "UNLINK";
-  lens[0] = 6;
-  for (int i = 0; i < e->latch_del_n; i++) {
-    argv[i + 1] = e->latch_del[i];
-    lens[i + 1] = strlen(e->latch_del[i]);
+/* Sends UNLINK for every pending latch and forgets them: one UNLINK, or in
+ * a cluster one per slot (a command's keys must share one), each in the
+ * order the latches came. Returns how many were sent. */
+static int latch_unlink(rlock__engine *e, rlock__reply_cb cb) {
+  int n = e->latch_del_n;
+  int slot[64];
+  bool sent[64];
+  for (int i = 0; i < n; i++) {
+    slot[i] = rlock__net_key_slot(e->net, e->latch_del[i],
+                                  strlen(e->latch_del[i]));
+    sent[i] = false;
   }
-  rlock__cmd *cmd = rlock__cmd_send(e->net, NULL, e->latch_del_n + 1, argv,
-                                    lens, 0, cb, e);
-  rlock__latches_free(e); /* frees the names: the record copied them */
-  return cmd;
+  int cmds = 0;
+  /* Standalone every slot is -1: the first pass takes them all. At most 64
+   * names, so the passes cost nothing worth a sort. */
+  for (int first = 0; first < n; first++) {
+    if (sent[first])
+      continue;
+    const char *argv[65];
+    size_t lens[65];
+    int argc = 0;
+    argv[argc] = "UNLINK";
+    lens[argc++] = 6;
+    for (int i = first; i < n; i++) {
+      if (sent[i] || slot[i] != slot[first])
+        continue;
+      sent[i] = true;
+      argv[argc] = e->latch_del[i];
+      lens[argc++] = strlen(e->latch_del[i]);
+    }
+    if (rlock__cmd_send(e->net, NULL, argc, argv, lens, 0, cb, e) != NULL)
+      cmds++;
+  }
+  rlock__latches_free(e); /* frees the names: the records copied them */
+  return cmds;
 }
 
 static void latch_flush(rlock__engine *e) {
@@ -79,7 +101,9 @@ static void latch_close_reply(rlock__net *n, redisReply *reply, int err,
 int rlock__latches_flush_at_close(rlock__engine *e) {
   if (e->latch_del_n == 0 || !rlock__net_cmd_connected(e->net))
     return 0;
-  return latch_unlink(e, latch_close_reply) != NULL ? 1 : 0;
+  /* Each UNLINK sent answers once (latch_close_reply): close waits for
+   * that many replies. */
+  return latch_unlink(e, latch_close_reply);
 }
 
 void rlock__latches_free(rlock__engine *e) {

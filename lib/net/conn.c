@@ -12,21 +12,33 @@
  * goes to pubsub.c. */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "link.h"
 #include "net.h"
 
 /* What a reply still to come answers. */
-enum { EXP_AUTH, EXP_SELECT, EXP_SETNAME, EXP_PING, EXP_CMD };
+enum {
+  EXP_AUTH,
+  EXP_SELECT,
+  EXP_SETNAME,
+  EXP_ROLE, /* Sentinel: the server must be the master */
+  EXP_PING,
+  EXP_CMD,
+  EXP_ASKING, /* before a command sent on an ASK redirect */
+  EXP_WAIT,   /* replica sync, after a command */
+};
 
-static const char *const exp_names[] = {"AUTH", "SELECT", "CLIENT SETNAME",
-                                        "PING", "a command"};
+static const char *const exp_names[] = {
+    "AUTH", "SELECT", "CLIENT SETNAME", "ROLE", "PING", "a command",
+    "ASKING", "WAIT"};
 
 static int conn_start(rlock__conn *conn);
 
 struct rlock__expect {
   int kind;
-  rlock__cmd *cmd; /* EXP_CMD */
+  rlock__cmd *cmd; /* EXP_CMD, EXP_WAIT */
+  uint32_t seq;    /* EXP_WAIT: the send it follows */
 };
 
 /* ---- the FIFO of expected replies (a ring) ---- */
@@ -48,11 +60,13 @@ static bool exp_reserve(rlock__conn *conn) {
 }
 
 /* After exp_reserve. */
-static void exp_push(rlock__conn *conn, int kind, rlock__cmd *cmd) {
+static void exp_push(rlock__conn *conn, int kind, rlock__cmd *cmd,
+                     uint32_t seq) {
   struct rlock__expect *e =
       &conn->exp[(conn->exp_head + conn->exp_len) % conn->exp_cap];
   e->kind = kind;
   e->cmd = cmd;
+  e->seq = seq;
   conn->exp_len++;
 }
 
@@ -69,12 +83,32 @@ static bool exp_pop(rlock__conn *conn, struct rlock__expect *out) {
 
 static void peer_name(const rlock__conn *conn, char *buf, size_t n) {
   const rlock__uri *u = conn->net->uri;
+  const rlock__node *node = conn->node;
+  /* (shortened: it goes into details of a few hundred bytes) */
   if (u->is_unix)
-    snprintf(buf, n, "%s", u->path);
-  else if (strchr(u->host, ':') != NULL)
-    snprintf(buf, n, "[%s]:%d", u->host, u->port);
+    snprintf(buf, n, "%.80s", u->path);
+  else if (strchr(node->host, ':') != NULL)
+    snprintf(buf, n, "[%.80s]:%d", node->host, node->port);
   else
-    snprintf(buf, n, "%s:%d", u->host, u->port);
+    snprintf(buf, n, "%.80s:%d", node->host, node->port);
+}
+
+/* A handshake's outcome: open hears of it (standalone and Sentinel), or
+ * the cluster's discovery does (which tells open itself). */
+static void progress(rlock__conn *conn, int err, const char *detail) {
+  rlock__net *n = conn->net;
+  if (n->mode == RLOCK__URI_CLUSTER)
+    rlock__cluster_progress(conn->node, err, detail);
+  else if (n->mode == RLOCK__URI_SENTINEL && !n->opened &&
+           (err == RLOCK_ECONN || err == RLOCK_ETIMEDOUT))
+    return; /* a master that just died: the sentinels are asked again, and
+               open waits for the one they promote (within its bound) */
+  else
+    n->on_open_progress(n, err, detail);
+  if (err == 0 && n->master != NULL &&
+      n->master->cmd.state == RLOCK__CONN_UP &&
+      n->master->sub.state == RLOCK__CONN_UP)
+    n->opened = true;
 }
 
 /* A reply roughly as it looked on the wire: shortened, and with control
@@ -147,11 +181,15 @@ static void cmd_reply(rlock__cmd *cmd, redisReply *reply);
 /* Every reply still expected on a connection that is gone fails: retried,
  * RLOCK_ECONN, or RLOCK_ECLOSED at close (cmd_reply). conn->link is NULL by
  * now, so whatever the callbacks send waits for the next connection. */
+static void wait_reply(rlock__cmd *cmd, uint32_t seq, redisReply *reply);
+
 static void fail_expected(rlock__conn *conn) {
   struct rlock__expect e;
   while (exp_pop(conn, &e))
     if (e.kind == EXP_CMD)
       cmd_reply(e.cmd, NULL);
+    else if (e.kind == EXP_WAIT)
+      wait_reply(e.cmd, e.seq, NULL);
 }
 
 /* The connection is gone: conn->link is NULL (the link closes itself, or
@@ -159,7 +197,8 @@ static void fail_expected(rlock__conn *conn) {
 static void conn_lost(rlock__conn *conn, int err, const char *detail) {
   rlock__net *n = conn->net;
   rlock__timed_stop(n->core, &conn->hs_timer);
-  n->on_open_progress(n, err, detail);
+  if (err != RLOCK__NOT_MASTER)
+    progress(conn, err, detail);
   if (err == RLOCK_EPROTO) {
     /* Every good handshake resets the back-off, so a peer that breaks the
      * protocol right after each one would be reconnected at once, for ever:
@@ -178,7 +217,13 @@ static void conn_lost(rlock__conn *conn, int err, const char *detail) {
     return;
   }
   if (conn->is_sub)
-    rlock__chans_on_disconnect(n);
+    rlock__chans_on_disconnect(conn->node);
+  /* Where is the server now? A cluster's slot map, or the sentinels,
+   * may know of a failover. */
+  if (n->mode == RLOCK__URI_CLUSTER)
+    rlock__cluster_refresh_soon(n);
+  else if (n->mode == RLOCK__URI_SENTINEL)
+    rlock__sentinel_requery(n);
   schedule_reconnect(conn);
 }
 
@@ -234,7 +279,8 @@ static void conn_ready(rlock__conn *conn) {
   if (n->core->closing)
     return;
   if (conn->hs_err != 0) {
-    n->on_open_progress(n, conn->hs_err, conn->hs_detail);
+    if (conn->hs_err != RLOCK__NOT_MASTER)
+      progress(conn, conn->hs_err, conn->hs_detail);
     /* A connection that cannot authenticate is useless: it is dropped, and
      * tried again later (the password may be fixed on the server). Commands
      * pipelined behind the handshake get their answers first (e.g. NOAUTH):
@@ -245,9 +291,33 @@ static void conn_ready(rlock__conn *conn) {
   rlock__timed_stop(n->core, &conn->hs_timer);
   conn->state = RLOCK__CONN_UP;
   conn->backoff_attempt = 0;
-  n->on_open_progress(n, 0, NULL);
+  progress(conn, 0, NULL);
   if (!conn->is_sub)
     n->on_cmd_ready(n);
+}
+
+/* Sentinel: ROLE must say master. A former master that a failover
+ * demoted is refused: its writes would fail (READONLY) or, worse, land on
+ * a server the others no longer follow. */
+static void role_reply(rlock__conn *conn, const redisReply *reply) {
+  int replicas = 0;
+  int role = rlock__parse_role(reply, &replicas);
+  if (role == 1) {
+    if (!conn->is_sub)
+      conn->node->replicas = replicas;
+    return;
+  }
+  if (conn->hs_err != 0)
+    return;
+  char peer[100];
+  peer_name(conn, peer, sizeof(peer));
+  conn->hs_err = role == 0 ? RLOCK__NOT_MASTER : RLOCK_EPROTO;
+  snprintf(conn->hs_detail, sizeof(conn->hs_detail),
+           role == 0 ? "%s is not the master (ROLE): asking the sentinels"
+                     : "unexpected reply to ROLE from %s",
+           peer);
+  if (role == 0)
+    rlock__sentinel_requery(conn->net);
 }
 
 static void hs_error(rlock__conn *conn, int kind, const redisReply *reply) {
@@ -256,7 +326,7 @@ static void hs_error(rlock__conn *conn, int kind, const redisReply *reply) {
   static const char maxclients[] = "ERR max number of clients";
   size_t len = (size_t)reply->len;
   int err = rlock__reply_error(reply);
-  char peer[80];
+  char peer[100];
   peer_name(conn, peer, sizeof(peer));
   if (len >= sizeof(maxclients) - 1 &&
       memcmp(reply->str, maxclients, sizeof(maxclients) - 1) == 0) {
@@ -280,12 +350,16 @@ static void hs_error(rlock__conn *conn, int kind, const redisReply *reply) {
 }
 
 static void hs_reply(rlock__conn *conn, int kind, const redisReply *reply) {
+  if (kind == EXP_ASKING)
+    return; /* the command behind it answers for both */
   if (reply->type == REDIS_REPLY_ERROR) {
     hs_error(conn, kind, reply);
+  } else if (kind == EXP_ROLE) {
+    role_reply(conn, reply);
   } else if (reply->type != REDIS_REPLY_STATUS ||
              (kind == EXP_PING &&
               !(reply->len == 4 && memcmp(reply->str, "PONG", 4) == 0))) {
-    char peer[80], what[96], detail[256];
+    char peer[100], what[96], detail[256];
     peer_name(conn, peer, sizeof(peer));
     describe_reply(reply, what, sizeof(what));
     snprintf(detail, sizeof(detail),
@@ -308,8 +382,9 @@ static int raw_append(rlock__conn *conn, int argc, const char **argv,
 }
 
 /* Sends a request whose reply is matched to `kind` (and cmd). */
-static int expect_append(rlock__conn *conn, int kind, rlock__cmd *cmd,
-                         int argc, const char **argv, const size_t *lens) {
+static int expect_append_seq(rlock__conn *conn, int kind, rlock__cmd *cmd,
+                             uint32_t seq, int argc, const char **argv,
+                             const size_t *lens) {
   if (conn->link == NULL || conn->draining)
     return RLOCK_ECONN;
   /* Room first: a request on the wire without its entry would make its
@@ -318,8 +393,13 @@ static int expect_append(rlock__conn *conn, int kind, rlock__cmd *cmd,
     return RLOCK_ENOMEM;
   int rc = raw_append(conn, argc, argv, lens);
   if (rc == 0)
-    exp_push(conn, kind, cmd);
+    exp_push(conn, kind, cmd, seq);
   return rc;
+}
+
+static int expect_append(rlock__conn *conn, int kind, rlock__cmd *cmd,
+                         int argc, const char **argv, const size_t *lens) {
+  return expect_append_seq(conn, kind, cmd, 0, argc, argv, lens);
 }
 
 static int handshake(rlock__conn *conn, int kind, int argc,
@@ -334,9 +414,9 @@ static int handshake(rlock__conn *conn, int kind, int argc,
  * (SUBSCRIBE and SSUBSCRIBE, "message" and "smessage") itself. They are
  * unasked for by nature: after the handshake every reply on this
  * connection goes to pubsub.c. */
-int rlock__sub_append(rlock__net *n, int argc, const char **argv,
+int rlock__sub_append(rlock__node *node, int argc, const char **argv,
                       const size_t *lens) {
-  return raw_append(&n->sub, argc, argv, lens);
+  return raw_append(&node->sub, argc, argv, lens);
 }
 
 /* ---- receiving ---- */
@@ -347,10 +427,10 @@ static void on_reply(rlock__conn *conn, redisReply *reply) {
   if (!exp_pop(conn, &e)) {
     if (conn->is_sub) {
       if (!n->core->closing)
-        rlock__chans_reply(n, reply);
+        rlock__chans_reply(conn->node, reply);
       return;
     }
-    char peer[80], what[96], detail[256];
+    char peer[100], what[96], detail[256];
     peer_name(conn, peer, sizeof(peer));
     describe_reply(reply, what, sizeof(what));
     snprintf(detail, sizeof(detail),
@@ -359,10 +439,15 @@ static void on_reply(rlock__conn *conn, redisReply *reply) {
     conn_drop(conn, RLOCK_EPROTO, detail);
     return;
   }
-  if (e.kind == EXP_CMD)
+  if (e.kind == EXP_CMD) {
+    conn->net->reply_link = conn->link;
     cmd_reply(e.cmd, reply);
-  else
+    conn->net->reply_link = NULL;
+  } else if (e.kind == EXP_WAIT) {
+    wait_reply(e.cmd, e.seq, reply);
+  } else {
     hs_reply(conn, e.kind, reply);
+  }
 }
 
 /* A reply on the link; any handler may drop the connection. */
@@ -380,11 +465,15 @@ static void send_now(rlock__cmd *cmd);
 static int conn_start(rlock__conn *conn) {
   rlock__net *n = conn->net;
   const rlock__uri *u = n->uri;
-  rlock__link_cfg cfg = {u, n->tls, n->core->opts.connect_timeout_ms,
+  /* The node's address, with the URI's scheme, credentials and db. */
+  rlock__uri addr = *u;
+  addr.host = conn->node->host;
+  addr.port = conn->node->port;
+  rlock__link_cfg cfg = {&addr, n->tls, n->core->opts.connect_timeout_ms,
                          n->core->opts.max_write_queue_bytes};
   conn->link = rlock__link_open(&n->core->loop, &cfg, &link_ops, conn);
   if (conn->link == NULL) {
-    n->on_open_progress(n, RLOCK_ENOMEM, "out of memory");
+    progress(conn, RLOCK_ENOMEM, "out of memory");
     schedule_reconnect(conn);
     return RLOCK_ENOMEM;
   }
@@ -418,6 +507,10 @@ static int conn_start(rlock__conn *conn) {
     argv[2] = n->client_name;
     rc = handshake(conn, EXP_SETNAME, 3, argv);
   }
+  if (rc == 0 && n->mode == RLOCK__URI_SENTINEL) {
+    argv[0] = "ROLE";
+    rc = handshake(conn, EXP_ROLE, 1, argv);
+  }
   if (rc == 0) {
     argv[0] = "PING";
     rc = handshake(conn, EXP_PING, 1, argv);
@@ -429,13 +522,14 @@ static int conn_start(rlock__conn *conn) {
   }
 
   if (conn->is_sub) {
-    rlock__chans_on_connect(n);
+    rlock__chans_on_connect(conn->node);
   } else {
     rlock__cmd *pending = conn->pending_head;
     conn->pending_head = conn->pending_tail = NULL;
     while (pending != NULL) {
       rlock__cmd *next = pending->pending_next;
       pending->pending_next = NULL;
+      pending->is_pending = false;
       send_now(pending);
       pending = next;
     }
@@ -466,7 +560,8 @@ int rlock__reply_error(const redisReply *r) {
 /* ---- command records ---- */
 
 static void cmd_free_if_idle(rlock__cmd *cmd) {
-  if (cmd->state != RLOCK__CMD_DONE || cmd->inflight > 0)
+  if (cmd->state != RLOCK__CMD_DONE || cmd->inflight > 0 ||
+      cmd->wait_inflight > 0)
     return;
   rlock__net *n = cmd->net;
   if (cmd->all_prev != NULL)
@@ -475,32 +570,68 @@ static void cmd_free_if_idle(rlock__cmd *cmd) {
     n->cmd_all = cmd->all_next;
   if (cmd->all_next != NULL)
     cmd->all_next->all_prev = cmd->all_prev;
+  rlock__timed_stop(n->core, &cmd->redo);
+  if (cmd->held != NULL)
+    freeReplyObject(cmd->held);
   free(cmd);
 }
 
+/* The list a waiting record is on: its node's, or the client's unrouted
+ * one (a cluster whose slot map is not known yet). */
+static void pending_list(rlock__cmd *cmd, rlock__cmd ***head,
+                         rlock__cmd ***tail) {
+  rlock__net *n = cmd->net;
+  if (cmd->pending_on != NULL) {
+    *head = &cmd->pending_on->cmd.pending_head;
+    *tail = &cmd->pending_on->cmd.pending_tail;
+  } else {
+    *head = &n->unrouted_head;
+    *tail = &n->unrouted_tail;
+  }
+}
+
+static void pending_push(rlock__cmd *cmd, rlock__node *on) {
+  rlock__cmd **head, **tail;
+  cmd->pending_on = on;
+  cmd->is_pending = true;
+  pending_list(cmd, &head, &tail);
+  cmd->pending_next = NULL;
+  if (*tail != NULL)
+    (*tail)->pending_next = cmd;
+  else
+    *head = cmd;
+  *tail = cmd;
+}
+
 static void pending_remove(rlock__cmd *cmd) {
-  rlock__conn *conn = &cmd->net->cmd;
-  rlock__cmd **slot = &conn->pending_head, *prev = NULL;
+  if (!cmd->is_pending)
+    return;
+  rlock__cmd **head, **tail;
+  pending_list(cmd, &head, &tail);
+  rlock__cmd **slot = head, *prev = NULL;
   while (*slot != NULL && *slot != cmd) {
     prev = *slot;
     slot = &(*slot)->pending_next;
   }
-  if (*slot == NULL)
-    return;
-  *slot = cmd->pending_next;
-  if (conn->pending_tail == cmd)
-    conn->pending_tail = prev;
+  if (*slot != NULL) {
+    *slot = cmd->pending_next;
+    if (*tail == cmd)
+      *tail = prev;
+  }
   cmd->pending_next = NULL;
+  cmd->is_pending = false;
 }
 
 static void complete(rlock__cmd *cmd, redisReply *reply, int err) {
   rlock__net *n = cmd->net;
   rlock__timed_stop(n->core, &cmd->timer);
+  rlock__timed_stop(n->core, &cmd->redo);
   cmd->state = RLOCK__CMD_DONE;
   rlock__reply_cb cb = cmd->cb;
   cmd->cb = NULL;
   if (cb != NULL)
     cb(n, reply, err, cmd->data);
+  n->reply_unsynced = false;
   cmd_free_if_idle(cmd);
 }
 
@@ -510,8 +641,7 @@ static void cmd_timer_fire(rlock__timed *t) {
   rlock__cmd *cmd = RLOCK__CONTAINER_OF(t, rlock__cmd, timer);
   rlock__net *n = cmd->net;
   if (cmd->fail_err != 0) { /* refused before it was sent (send_now) */
-    if (cmd->inflight == 0)
-      pending_remove(cmd);
+    pending_remove(cmd);
     complete(cmd, NULL, cmd->fail_err);
     return;
   }
@@ -521,8 +651,12 @@ static void cmd_timer_fire(rlock__timed *t) {
   }
   /* Reply deadline passed. A reply that still comes is ignored (inflight
    * keeps the record alive until its FIFO entry is answered or failed). */
-  if (cmd->inflight == 0)
-    pending_remove(cmd);
+  pending_remove(cmd);
+  rlock__timed_stop(n->core, &cmd->redo);
+  if (cmd->held != NULL) {
+    freeReplyObject(cmd->held);
+    cmd->held = NULL;
+  }
   if (cmd->retries_left > 0) {
     cmd->retries_left--;
     cmd->state = RLOCK__CMD_WAIT_RETRY;
@@ -533,13 +667,84 @@ static void cmd_timer_fire(rlock__timed *t) {
   complete(cmd, NULL, RLOCK_ETIMEDOUT);
 }
 
+static void send_now(rlock__cmd *cmd);
+
+/* ---- cluster redirects and transient refusals ---- */
+
+/* Redirects and waits one command may follow before its error is the
+ * answer: a cluster that keeps pointing elsewhere is broken, not busy. */
+#define MAX_REDIRECTS 16
+
+static bool err_is(const redisReply *r, const char *word) {
+  size_t k = strlen(word);
+  return (size_t)r->len >= k && memcmp(r->str, word, k) == 0 &&
+         ((size_t)r->len == k || r->str[k] == ' ');
+}
+
+static void redo_fire(rlock__timed *t) {
+  rlock__cmd *cmd = RLOCK__CONTAINER_OF(t, rlock__cmd, redo);
+  if (cmd->state == RLOCK__CMD_WAIT_REPLY && cmd->inflight == 0)
+    send_now(cmd);
+}
+
+/* An error reply that means "not here" or "not now": the command did not
+ * run, so it is sent again - to the node named (MOVED, ASK), or after a
+ * pause (TRYAGAIN during a migration, CLUSTERDOWN, a demoted master's
+ * READONLY while the map or the sentinels catch up) - within the
+ * command's deadline. true when handled. */
+static bool redirect(rlock__cmd *cmd, const redisReply *r) {
+  rlock__net *n = cmd->net;
+  if (n->mode == RLOCK__URI_SINGLE || cmd->fixed != NULL ||
+      cmd->redirects >= MAX_REDIRECTS)
+    return false;
+  char host[RLOCK__HOST_MAX];
+  int slot = -1, port = 0;
+  int kind = rlock__parse_redirect(r->str, (size_t)r->len, &slot, host,
+                                   sizeof(host), &port);
+  if (kind != 0 && n->mode == RLOCK__URI_CLUSTER) {
+    if (host[0] == '\0') /* "the node you asked", by its address */
+      snprintf(host, sizeof(host), "%s",
+               cmd->sent_to != NULL ? cmd->sent_to->host : "");
+    rlock__node *node = rlock__node_get(n, host, port);
+    if (node == NULL)
+      return false;
+    cmd->redirects++;
+    if (kind == 1) {
+      rlock__cluster_moved(n, slot, node);
+    } else {
+      cmd->ask = node;
+    }
+    send_now(cmd);
+    return true;
+  }
+  bool busy = err_is(r, "TRYAGAIN") || err_is(r, "CLUSTERDOWN") ||
+              err_is(r, "READONLY") || err_is(r, "MASTERDOWN") ||
+              err_is(r, "LOADING");
+  if (!busy)
+    return false;
+  int64_t delay = (int64_t)25 << (cmd->redirects > 5 ? 5 : cmd->redirects);
+  if (rlock__now_ms() + delay >= cmd->timer.at)
+    return false; /* no time left: the error is the answer */
+  cmd->redirects++;
+  if (n->mode == RLOCK__URI_CLUSTER)
+    rlock__cluster_refresh_soon(n);
+  else if (err_is(r, "READONLY"))
+    rlock__sentinel_requery(n);
+  cmd->redo.fire = redo_fire;
+  rlock__timed_start(n->core, &cmd->redo, rlock__now_ms() + delay);
+  return true;
+}
+
+/* ---- replies ---- */
+
 /* The reply to one send of cmd, or NULL when its connection was lost. */
 static void cmd_reply(rlock__cmd *cmd, redisReply *reply) {
   rlock__net *n = cmd->net;
   cmd->inflight--;
   /* Replies on one connection come in order, so only the reply to the latest
    * send (inflight back to 0) answers a record that is still waiting. */
-  if (cmd->state != RLOCK__CMD_WAIT_REPLY || cmd->inflight > 0) {
+  if (cmd->state != RLOCK__CMD_WAIT_REPLY || cmd->inflight > 0 ||
+      rlock__timed_active(&cmd->redo)) {
     cmd_free_if_idle(cmd);
     return;
   }
@@ -556,19 +761,74 @@ static void cmd_reply(rlock__cmd *cmd, redisReply *reply) {
     }
     return;
   }
+  if (reply->type == REDIS_REPLY_ERROR && redirect(cmd, reply))
+    return;
   if (reply->type == REDIS_REPLY_ERROR && cmd->script != NULL &&
       !cmd->use_eval && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
     cmd->use_eval = true; /* EVAL also caches it for the next EVALSHA */
     send_now(cmd);
     return;
   }
+  if (cmd->wait_seq == cmd->send_seq && cmd->wait_inflight > 0 &&
+      reply->type != REDIS_REPLY_ERROR && n->reply_link != NULL) {
+    /* Replica sync: the answer is complete with WAIT's, which follows. */
+    rlock__link_keep_reply(n->reply_link);
+    cmd->held = reply;
+    return;
+  }
   complete(cmd, reply, 0);
 }
 
-/* Sends on the command connection, or queues the record for the next one
- * when there is none or it is going away (conn_start flushes it). */
+/* WAIT's reply (NULL: the connection was lost). */
+static void wait_reply(rlock__cmd *cmd, uint32_t seq, redisReply *reply) {
+  rlock__net *n = cmd->net;
+  cmd->wait_inflight--;
+  redisReply *held = cmd->held;
+  if (seq != cmd->send_seq || held == NULL ||
+      cmd->state != RLOCK__CMD_WAIT_REPLY) {
+    cmd_free_if_idle(cmd);
+    return;
+  }
+  cmd->held = NULL;
+  if (reply == NULL) {
+    /* The command ran; whether a replica has it is unknown. As a lost
+     * reply: re-sent when idempotent, else the caller repairs. */
+    freeReplyObject(held);
+    cmd->inflight++; /* cmd_reply counts this answer */
+    cmd_reply(cmd, NULL);
+    return;
+  }
+  n->reply_unsynced =
+      reply->type != REDIS_REPLY_INTEGER || reply->integer < 1;
+  complete(cmd, held, 0);
+  freeReplyObject(held);
+}
+
+/* ---- sending ---- */
+
+/* Where a command goes now, or NULL (a cluster whose map is unknown). */
+static rlock__node *route(rlock__cmd *cmd) {
+  rlock__net *n = cmd->net;
+  if (cmd->fixed != NULL)
+    return cmd->fixed;
+  if (cmd->ask != NULL)
+    return cmd->ask;
+  if (n->mode != RLOCK__URI_CLUSTER)
+    return n->master;
+  return rlock__cluster_node_of(n, cmd->slot);
+}
+
+/* Sends on the command connection of the node it belongs to, or queues
+ * the record for that node's next connection (conn_start flushes it) or
+ * for the slot map. */
 static void send_now(rlock__cmd *cmd) {
-  rlock__conn *conn = &cmd->net->cmd;
+  rlock__net *n = cmd->net;
+  rlock__node *node = route(cmd);
+  if (node == NULL) {
+    pending_push(cmd, NULL);
+    return;
+  }
+  rlock__conn *conn = &node->cmd;
   int off = 2;
   if (cmd->script != NULL) {
     off = 0;
@@ -577,41 +837,73 @@ static void send_now(rlock__cmd *cmd) {
     cmd->argv[1] = cmd->use_eval ? cmd->script->body : cmd->script->sha;
     cmd->argvlen[1] = strlen(cmd->argv[1]);
   }
-  int rc = expect_append(conn, EXP_CMD, cmd, cmd->argc + 2 - off,
-                         cmd->argv + off, cmd->argvlen + off);
+  int rc = 0;
+  if (cmd->ask != NULL) {
+    /* ASK: this one command may run on the importing node, once. */
+    const char *asking = "ASKING";
+    size_t alen = 6;
+    rc = expect_append(conn, EXP_ASKING, NULL, 1, &asking, &alen);
+  }
+  if (rc == 0)
+    rc = expect_append(conn, EXP_CMD, cmd, cmd->argc + 2 - off,
+                       cmd->argv + off, cmd->argvlen + off);
   if (rc == RLOCK_EBACKLOG) {
     /* The write queue is full (the server is not reading): the command
      * fails - never sent - on the next loop turn, not from inside whatever
      * call is sending it. */
     cmd->fail_err = rc;
     cmd->timer.fire = cmd_timer_fire;
-    rlock__timed_start(cmd->net->core, &cmd->timer, rlock__now_ms());
+    rlock__timed_start(n->core, &cmd->timer, rlock__now_ms());
     return;
   }
   if (rc != 0) {
-    cmd->pending_next = NULL;
-    if (conn->pending_tail != NULL)
-      conn->pending_tail->pending_next = cmd;
-    else
-      conn->pending_head = cmd;
-    conn->pending_tail = cmd;
+    pending_push(cmd, node);
     return;
   }
+  cmd->ask = NULL;
+  cmd->sent_to = node;
   cmd->inflight++;
+  cmd->send_seq++;
+  /* Replica sync: WAIT right behind it, in the same write. */
+  if (cmd->sync && node->replicas > 0 && n->core->opts.replica_sync) {
+    char num[16], ms[24];
+    snprintf(num, sizeof(num), "%d", node->replicas);
+    snprintf(ms, sizeof(ms), "%lld",
+             (long long)n->core->opts.replica_sync_timeout_ms);
+    const char *argv[3] = {"WAIT", num, ms};
+    size_t lens[3] = {4, strlen(num), strlen(ms)};
+    if (expect_append_seq(conn, EXP_WAIT, cmd, cmd->send_seq, 3, argv,
+                          lens) == 0) {
+      cmd->wait_inflight++;
+      cmd->wait_seq = cmd->send_seq;
+    }
+  }
 }
 
 static void dispatch(rlock__cmd *cmd) {
   rlock__net *n = cmd->net;
   cmd->state = RLOCK__CMD_WAIT_REPLY;
   cmd->timer.fire = cmd_timer_fire;
+  cmd->redirects = 0;
   rlock__timed_start(n->core, &cmd->timer,
                      rlock__now_ms() + n->core->opts.command_timeout_ms);
   send_now(cmd);
 }
 
-rlock__cmd *rlock__cmd_send(rlock__net *n, const rlock__script *script,
-                            int argc, const char **argv, const size_t *argvlen,
-                            int retries, rlock__reply_cb cb, void *data) {
+/* Commands that name no key: they may go to any node. */
+static bool keyless(const char *name) {
+  static const char *const names[] = {"PING",   "WAIT",   "PUBSUB", "CLUSTER",
+                                      "SENTINEL", "ROLE", "INFO",   "SCRIPT",
+                                      "CLIENT", "ASKING", NULL};
+  for (int i = 0; names[i] != NULL; i++)
+    if (strcasecmp(name, names[i]) == 0)
+      return true;
+  return false;
+}
+
+static rlock__cmd *cmd_new(rlock__net *n, const rlock__script *script,
+                           int argc, const char **argv, const size_t *argvlen,
+                           int retries, rlock__reply_cb cb, void *data) {
   size_t bytes = 0;
   for (int i = 0; i < argc; i++)
     bytes += argvlen[i] + 1;
@@ -628,6 +920,7 @@ rlock__cmd *rlock__cmd_send(rlock__net *n, const rlock__script *script,
   cmd->retries_left = retries;
   cmd->script = script;
   cmd->use_eval = script != NULL && script->eval_only;
+  cmd->slot = -1;
   cmd->argc = argc;
   cmd->argv = (const char **)(void *)(cmd + 1);
   cmd->argvlen = (size_t *)(void *)(cmd->argv + slots);
@@ -643,8 +936,78 @@ rlock__cmd *rlock__cmd_send(rlock__net *n, const rlock__script *script,
   if (n->cmd_all != NULL)
     n->cmd_all->all_prev = cmd;
   n->cmd_all = cmd;
+  return cmd;
+}
+
+rlock__cmd *rlock__cmd_send(rlock__net *n, const rlock__script *script,
+                            int argc, const char **argv, const size_t *argvlen,
+                            int retries, rlock__reply_cb cb, void *data) {
+  rlock__cmd *cmd = cmd_new(n, script, argc, argv, argvlen, retries, cb, data);
+  if (cmd == NULL)
+    return NULL;
+  if (n->mode == RLOCK__URI_CLUSTER) {
+    /* The slot of the first key: a script's KEYS[1] (every key of one
+     * lock shares its tag), or a command's first argument. */
+    if (script != NULL) {
+      if (argc >= 2 && atoi(argv[0]) > 0)
+        cmd->slot = rlock__key_slot(argv[1], argvlen[1]);
+    } else if (argc >= 2 && !keyless(cmd->argv[2])) {
+      cmd->slot = rlock__key_slot(argv[1], argvlen[1]);
+    }
+  }
+  /* Replica sync: scripts write (Java syncs its lock scripts the same
+   * way); plain commands here are reads or latch clean-up. */
+  cmd->sync = script != NULL && n->mode != RLOCK__URI_SINGLE;
   dispatch(cmd);
   return cmd;
+}
+
+rlock__cmd *rlock__cmd_send_to(rlock__node *node, int argc, const char **argv,
+                               const size_t *argvlen, rlock__reply_cb cb,
+                               void *data) {
+  rlock__cmd *cmd =
+      cmd_new(node->net, NULL, argc, argv, argvlen, 0, cb, data);
+  if (cmd == NULL)
+    return NULL;
+  cmd->fixed = node;
+  dispatch(cmd);
+  return cmd;
+}
+
+int rlock__net_key_slot(const rlock__net *n, const char *key, size_t len) {
+  return n->mode == RLOCK__URI_CLUSTER ? rlock__key_slot(key, len) : -1;
+}
+
+void rlock__cmds_reroute(rlock__net *n) {
+  rlock__cmd *list = n->unrouted_head;
+  n->unrouted_head = n->unrouted_tail = NULL;
+  while (list != NULL) {
+    rlock__cmd *next = list->pending_next;
+    list->pending_next = NULL;
+    list->is_pending = false;
+    send_now(list);
+    list = next;
+  }
+  /* Commands queued for a node that no longer serves their slot (a
+   * failover: the old master is down) go where the map says now. */
+  for (rlock__node *node = n->nodes; node != NULL; node = node->next) {
+    rlock__cmd **slot = &node->cmd.pending_head, *prev = NULL;
+    while (*slot != NULL) {
+      rlock__cmd *cmd = *slot;
+      rlock__node *to = route(cmd);
+      if (to == node || cmd->fixed != NULL) {
+        prev = cmd;
+        slot = &cmd->pending_next;
+        continue;
+      }
+      *slot = cmd->pending_next;
+      if (node->cmd.pending_tail == cmd)
+        node->cmd.pending_tail = prev;
+      cmd->pending_next = NULL;
+      cmd->is_pending = false;
+      send_now(cmd);
+    }
+  }
 }
 
 void rlock__cmd_abandon(rlock__cmd *cmd) {
@@ -653,20 +1016,21 @@ void rlock__cmd_abandon(rlock__cmd *cmd) {
   cmd->cb = NULL;
   if (cmd->state != RLOCK__CMD_DONE) {
     rlock__timed_stop(cmd->net->core, &cmd->timer);
-    if (cmd->inflight == 0)
-      pending_remove(cmd);
+    rlock__timed_stop(cmd->net->core, &cmd->redo);
+    pending_remove(cmd);
     cmd->state = RLOCK__CMD_DONE;
   }
   cmd_free_if_idle(cmd);
 }
 
-/* Called at shutdown after both connections are freed: nothing is in flight
+/* Called at shutdown after every connection is freed: nothing is in flight
  * any more, so every record left (waiting for a retry or a connection) is
  * failed and freed. */
 static void cmds_fail_all(rlock__net *n) {
   while (n->cmd_all != NULL) {
     rlock__cmd *cmd = n->cmd_all;
     cmd->inflight = 0;
+    cmd->wait_inflight = 0;
     if (cmd->state != RLOCK__CMD_DONE) {
       pending_remove(cmd);
       complete(cmd, NULL, RLOCK_ECLOSED);
@@ -676,6 +1040,84 @@ static void cmds_fail_all(rlock__net *n) {
   }
 }
 
+/* ---- nodes ---- */
+
+static void node_init_conns(rlock__node *node) {
+  node->cmd.net = node->net;
+  node->cmd.node = node;
+  node->sub.net = node->net;
+  node->sub.node = node;
+  node->sub.is_sub = true;
+}
+
+static rlock__node *node_new(rlock__net *n, const char *host, int port) {
+  rlock__node *node = calloc(1, sizeof(*node));
+  if (node == NULL)
+    return NULL;
+  node->net = n;
+  if (host != NULL) {
+    snprintf(node->host, sizeof(node->host), "%s", host);
+    node->port = port;
+    node->has_addr = true;
+  }
+  node_init_conns(node);
+  node->next = n->nodes;
+  n->nodes = node;
+  return node;
+}
+
+rlock__node *rlock__node_get(rlock__net *n, const char *host, int port) {
+  for (rlock__node *node = n->nodes; node != NULL; node = node->next)
+    if (node->has_addr && node->port == port && strcmp(node->host, host) == 0)
+      return node;
+  rlock__node *node = node_new(n, host, port);
+  if (node != NULL && n->started && !n->core->closing)
+    rlock__node_start(node);
+  return node;
+}
+
+void rlock__node_start(rlock__node *node) {
+  if (node->cmd.state == RLOCK__CONN_DOWN && node->cmd.link == NULL &&
+      !rlock__timed_active(&node->cmd.reconnect) && node->has_addr)
+    conn_start(&node->cmd);
+}
+
+void rlock__node_want_sub(rlock__node *node) {
+  if (node->sub_started || !node->has_addr || node->net->core->closing)
+    return;
+  node->sub_started = true;
+  conn_start(&node->sub);
+}
+
+void rlock__node_set_addr(rlock__node *node, const char *host, int port) {
+  rlock__net *n = node->net;
+  bool had = node->has_addr;
+  if (had && node->port == port && strcmp(node->host, host) == 0)
+    return;
+  snprintf(node->host, sizeof(node->host), "%s", host);
+  node->port = port;
+  node->has_addr = true;
+  if (!had) {
+    conn_start(&node->cmd);
+    node->sub_started = true;
+    conn_start(&node->sub);
+    return;
+  }
+  /* Both connections go; each comes back at once, on the new address. */
+  rlock__conn *conns[2] = {&node->cmd, &node->sub};
+  for (int i = 0; i < 2; i++) {
+    rlock__conn *c = conns[i];
+    c->backoff_attempt = 0;
+    rlock__timed_stop(n->core, &c->reconnect);
+    if (c->link != NULL)
+      conn_drop(c, RLOCK_ECONN, "the master moved (sentinel)");
+    else if (i == 0 || node->sub_started)
+      schedule_reconnect(c);
+  }
+}
+
+static void conn_shutdown(rlock__conn *conn);
+
 /* ---- the layer's life ---- */
 
 void rlock__net_init(rlock__net *n, rlock__core *core, const rlock__uri *uri,
@@ -684,34 +1126,84 @@ void rlock__net_init(rlock__net *n, rlock__core *core, const rlock__uri *uri,
   n->core = core;
   n->uri = uri;
   n->client_name = client_name;
-  n->cmd.net = n;
-  n->sub.net = n;
-  n->sub.is_sub = true;
+  n->mode = uri->mode;
   rlock__map_init(&n->chans);
 }
 
-void rlock__net_start(rlock__net *n) {
-  if (conn_start(&n->cmd) != 0 || conn_start(&n->sub) != 0)
-    n->on_open_progress(n, RLOCK_ECONN, "could not create a connection");
-}
-
-bool rlock__net_cmd_connected(const rlock__net *n) {
-  return n->cmd.link != NULL;
-}
-
-int rlock__net_tls_setup(rlock__net *n, const rlock_options *o) {
+int rlock__net_setup(rlock__net *n, const rlock_options *o) {
+  n->sharded = o->sharded_pubsub == 1;
+  if (n->mode == RLOCK__URI_SINGLE) {
+    n->master = node_new(n, n->uri->is_unix ? "" : n->uri->host,
+                         n->uri->port);
+    if (n->master == NULL) {
+      rlock__set_last_error("out of memory");
+      return RLOCK_ENOMEM;
+    }
+  } else if (n->mode == RLOCK__URI_SENTINEL) {
+    n->master = node_new(n, NULL, 0); /* address from the sentinels */
+    if (n->master == NULL) {
+      rlock__set_last_error("out of memory");
+      return RLOCK_ENOMEM;
+    }
+    int rc = rlock__sentinel_init(n, o);
+    if (rc != 0)
+      return rc;
+  } else {
+    int rc = rlock__cluster_init(n);
+    if (rc != 0)
+      return rc;
+  }
   if (!n->uri->tls)
     return 0;
   return rlock__tls_ctx_new(&n->tls, o, n->uri->host);
 }
 
-void rlock__net_close_sub(rlock__net *n) { conn_shutdown(&n->sub); }
+void rlock__net_start(rlock__net *n) {
+  n->started = true;
+  if (n->mode == RLOCK__URI_CLUSTER) {
+    rlock__cluster_start(n);
+    return;
+  }
+  if (n->mode == RLOCK__URI_SENTINEL) {
+    rlock__sentinel_start(n);
+    return;
+  }
+  n->master->sub_started = true;
+  if (conn_start(&n->master->cmd) != 0 || conn_start(&n->master->sub) != 0)
+    n->on_open_progress(n, RLOCK_ECONN, "could not create a connection");
+}
+
+bool rlock__net_cmd_connected(const rlock__net *n) {
+  for (const rlock__node *node = n->nodes; node != NULL; node = node->next)
+    if (node->cmd.link != NULL)
+      return true;
+  return false;
+}
+
+void rlock__net_close_sub(rlock__net *n) {
+  for (rlock__node *node = n->nodes; node != NULL; node = node->next)
+    conn_shutdown(&node->sub);
+  if (n->mode == RLOCK__URI_SENTINEL)
+    rlock__sentinel_free(n);
+}
 
 void rlock__net_free(rlock__net *n) {
-  conn_shutdown(&n->sub);
-  conn_shutdown(&n->cmd);
+  if (n->mode == RLOCK__URI_SENTINEL)
+    rlock__sentinel_free(n);
+  if (n->mode == RLOCK__URI_CLUSTER)
+    rlock__cluster_free(n);
+  for (rlock__node *node = n->nodes; node != NULL; node = node->next) {
+    conn_shutdown(&node->sub);
+    conn_shutdown(&node->cmd);
+  }
   cmds_fail_all(n);
   rlock__chans_free(n);
+  while (n->nodes != NULL) {
+    rlock__node *node = n->nodes;
+    n->nodes = node->next;
+    free(node);
+  }
+  n->master = NULL;
   /* Sessions still closing keep OpenSSL's context alive by its own count. */
   rlock__tls_ctx_free(n->tls);
   n->tls = NULL;

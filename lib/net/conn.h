@@ -4,11 +4,17 @@
 #define RLOCK_CONN_H
 
 #include "link.h"
+#include "topo.h"
+
+/* A handshake error of the net layer's own, never seen by users: the
+ * server is not the master (Sentinel; the sentinels are asked again). */
+#define RLOCK__NOT_MASTER (-1000)
 
 enum { RLOCK__CONN_DOWN, RLOCK__CONN_CONNECTING, RLOCK__CONN_UP };
 
 typedef struct rlock__conn {
   rlock__net *net;
+  rlock__node *node; /* the server it connects to */
   bool is_sub;
   int state;
   rlock__link *link; /* NULL while down */
@@ -30,6 +36,26 @@ typedef struct rlock__conn {
 
 enum { RLOCK__CMD_WAIT_REPLY, RLOCK__CMD_WAIT_RETRY, RLOCK__CMD_DONE };
 
+/* One server: its command connection, its subscriber connection (started
+ * when a channel is first wanted there), and the (UN)SUBSCRIBEs in flight
+ * on it. Standalone and Sentinel have one (the master, whose address a
+ * sentinel may change); a cluster has one per node it has heard of. Nodes
+ * live until the client closes (a cluster's are few). */
+struct rlock__node {
+  rlock__net *net;
+  rlock__node *next; /* every node of the client */
+  char host[RLOCK__HOST_MAX];
+  int port;
+  bool has_addr; /* Sentinel: false until a sentinel names the master */
+  bool seed;     /* a host of the URI */
+  rlock__conn cmd;
+  rlock__conn sub;
+  bool sub_started;
+  rlock__chan *sub_req_head, *sub_req_tail; /* (UN)SUBSCRIBEs in flight */
+  int replicas; /* replicas of this master for WAIT (0: none known) */
+  int seed_failures; /* cluster open: handshakes failed on this seed */
+};
+
 struct rlock__cmd {
   rlock__net *net;
   rlock__reply_cb cb;
@@ -42,6 +68,20 @@ struct rlock__cmd {
   const rlock__script *script; /* EVALSHA, falling back to EVAL */
   bool use_eval;
   rlock__cmd *pending_next;
+  rlock__node *pending_on; /* whose pending list holds it; NULL: the
+                              client's unrouted list (cluster, no map) */
+  rlock__node *fixed;      /* sent to this node only (topology queries) */
+  rlock__node *ask;        /* ASK: the next send goes here, after ASKING */
+  int slot;                /* cluster slot of its first key, or -1 */
+  int redirects;           /* MOVED / ASK / TRYAGAIN followed so far */
+  rlock__timed redo;       /* re-send after TRYAGAIN / CLUSTERDOWN */
+  bool is_pending;         /* on a pending list */
+  rlock__node *sent_to;    /* the node of the latest send */
+  uint32_t send_seq;       /* sends so far */
+  uint32_t wait_seq;       /* the send the latest WAIT follows */
+  int wait_inflight;       /* WAIT replies still to come */
+  bool sync;               /* followed by WAIT (replica sync) */
+  redisReply *held;        /* the script's reply, until WAIT's comes */
   rlock__cmd *all_prev, *all_next; /* every live record of the client */
   int argc;
   const char **argv;

@@ -28,6 +28,7 @@ struct rlock__link {
   char *path;     /* unix socket */
   int64_t connect_timeout_ms;
   size_t max_queue;
+  bool keep; /* the owner keeps the reply being handed over */
 
   union {
     uv_handle_t handle;
@@ -215,8 +216,10 @@ static void process_replies(rlock__link *l) {
     }
     if (r == NULL)
       return;
+    l->keep = false;
     l->ops->reply(l, r);
-    freeReplyObject(r);
+    if (!l->keep)
+      freeReplyObject(r);
   }
 }
 
@@ -529,6 +532,8 @@ void *rlock__link_data(const rlock__link *l) { return l->data; }
 const char *rlock__link_peer(const rlock__link *l) { return l->peer; }
 
 /* ---- output ---- */
+
+void rlock__link_keep_reply(rlock__link *l) { l->keep = true; }
 
 size_t rlock__link_queued(const rlock__link *l) {
   /* Of the write in flight, only what the kernel has not taken yet (the

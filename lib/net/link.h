@@ -52,6 +52,9 @@ const char *rlock__link_peer(const rlock__link *l);
  * down or close. */
 int rlock__link_send(rlock__link *l, int argc, const char **argv,
                      const size_t *lens);
+/* From inside the reply op: the owner keeps the reply (and frees it with
+ * freeReplyObject) instead of the link freeing it after the call. */
+void rlock__link_keep_reply(rlock__link *l);
 /* Bytes accepted by rlock__link_send and not yet taken by the kernel. */
 size_t rlock__link_queued(const rlock__link *l);
 /* The owner lets go: no more calls; what was queued is dropped; the

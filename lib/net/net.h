@@ -14,9 +14,11 @@
 
 #include "core.h"
 #include "map.h"
+#include "topo.h"
 
 typedef struct rlock__net rlock__net;
 typedef struct rlock__cmd rlock__cmd;
+typedef struct rlock__node rlock__node;
 
 /* ---- scripts ---- */
 
@@ -48,6 +50,10 @@ typedef void (*rlock__reply_cb)(rlock__net *n, redisReply *reply, int err,
 rlock__cmd *rlock__cmd_send(rlock__net *n, const rlock__script *script,
                             int argc, const char **argv, const size_t *argvlen,
                             int retries, rlock__reply_cb cb, void *data);
+/* The cluster slot a command on `key` goes to, or -1 when the client is
+ * not talking to a cluster (then any keys may share a command). Commands
+ * that name several keys (batches) must keep to one slot each. */
+int rlock__net_key_slot(const rlock__net *n, const char *key, size_t len);
 /* The callback will not be called for this record any more. NULL ok. */
 void rlock__cmd_abandon(rlock__cmd *cmd);
 /* Error code for an error reply. */
@@ -125,34 +131,49 @@ void rlock__chan_wake_one(rlock__chan *ch);
 void rlock__chan_wake_all(rlock__chan *ch);
 
 /* For conn.c: the subscriber connection's events and replies. */
-void rlock__chans_on_connect(rlock__net *n);
-void rlock__chans_on_disconnect(rlock__net *n);
-void rlock__chans_reply(rlock__net *n, const redisReply *reply);
+void rlock__chans_on_connect(rlock__node *node);
+void rlock__chans_on_disconnect(rlock__node *node);
+void rlock__chans_reply(rlock__node *node, const redisReply *reply);
 void rlock__chans_free(rlock__net *n);
-/* Appends a command to the subscriber connection. 0 or RLOCK_ECONN /
- * RLOCK_ENOMEM. */
-int rlock__sub_append(rlock__net *n, int argc, const char **argv,
+/* Appends a command to the node's subscriber connection. 0 or RLOCK_ECONN
+ * / RLOCK_ENOMEM. */
+int rlock__sub_append(rlock__node *node, int argc, const char **argv,
                       const size_t *lens);
 
 /* ---- connections (conn.c) ---- */
 
 #include "conn.h"
 
+typedef struct rlock__cluster rlock__cluster;   /* cluster.c */
+typedef struct rlock__sentinel rlock__sentinel; /* sentinel.c */
+
 struct rlock__net {
   rlock__core *core;
   const rlock__uri *uri;   /* owned by the client */
   const char *client_name; /* CLIENT SETNAME, or NULL */
-  rlock__conn cmd;
-  rlock__conn sub;
+  int mode;                /* RLOCK__URI_SINGLE / SENTINEL / CLUSTER */
+  rlock__node *nodes;      /* every node */
+  rlock__node *master;     /* SINGLE, SENTINEL: the one node */
+  rlock__cluster *cluster; /* CLUSTER: the slot map and its refresh */
+  rlock__sentinel *sentinel; /* SENTINEL: discovery and +switch-master */
+  /* CLUSTER: commands waiting for the first slot map */
+  rlock__cmd *unrouted_head, *unrouted_tail;
+  bool sharded;  /* SPUBLISH / SSUBSCRIBE (decided at open) */
+  bool opened;   /* open has been told it succeeded */
+  bool started;  /* rlock__net_start ran: new nodes connect at once */
+  /* Set while a command's callback runs when replica sync was asked for
+   * and no replica confirmed it (rlock__net_reply_unsynced). */
+  bool reply_unsynced;
+  void *reply_link; /* conn.c: the link whose command reply is handled */
   rlock__tls_ctx *tls; /* rediss:// only */
   rlock__cmd *cmd_all; /* every live command record */
   rlock__map chans;    /* channel -> rlock__chan */
-  rlock__chan *sub_req_head, *sub_req_tail; /* (UN)SUBSCRIBEs in flight */
   uint64_t next_epoch;
   /* Hooks, set by the owner. */
   void *owner;
   /* A connection's handshake answered (err 0) or failed, while open waits
-   * (called for every attempt; the owner ignores it after open). */
+   * (called for every attempt; the owner ignores it after open). Open
+   * succeeds after two successes. */
   void (*on_open_progress)(rlock__net *n, int err, const char *detail);
   /* The command connection is up (again). */
   void (*on_cmd_ready)(rlock__net *n);
@@ -160,12 +181,60 @@ struct rlock__net {
   void (*on_cmd_closed)(rlock__net *n);
 };
 
+/* Inside a command's callback: the command asked for replica sync and no
+ * replica confirmed it within replica_sync_timeout_ms (the reply is the
+ * master's, which did run it). */
+static inline bool rlock__net_reply_unsynced(const rlock__net *n) {
+  return n->reply_unsynced;
+}
+/* The publish command of the client's pub/sub mode. */
+static inline const char *rlock__net_publish(const rlock__net *n) {
+  return n->sharded ? "SPUBLISH" : "PUBLISH";
+}
+
+/* ---- inside the net layer (conn.c, pubsub.c, cluster.c, sentinel.c) ---- */
+
+/* A node for host:port (found or made, connections started). NULL when
+ * out of memory. */
+rlock__node *rlock__node_get(rlock__net *n, const char *host, int port);
+/* Starts the node's command connection (its address is known). */
+void rlock__node_start(rlock__node *node);
+/* The subscriber connection, started on first use. */
+void rlock__node_want_sub(rlock__node *node);
+/* Sentinel: the master moved - both connections go and come back on the
+ * new address; what was in flight is failed as after a lost connection. */
+void rlock__node_set_addr(rlock__node *node, const char *host, int port);
+/* Sends a command to one node only (no slot routing, no redirects). */
+rlock__cmd *rlock__cmd_send_to(rlock__node *node, int argc, const char **argv,
+                               const size_t *argvlen, rlock__reply_cb cb,
+                               void *data);
+/* Cluster: the slot map changed: commands waiting for it go out. */
+void rlock__cmds_reroute(rlock__net *n);
+/* Cluster: the node that serves `slot`, or NULL while unknown. */
+rlock__node *rlock__cluster_node_of(rlock__net *n, int slot);
+/* Cluster: read the slot map again soon (a MOVED, a lost node). */
+void rlock__cluster_refresh_soon(rlock__net *n);
+/* Cluster: a MOVED said slot is served by node. */
+void rlock__cluster_moved(rlock__net *n, int slot, rlock__node *node);
+/* A connection of node answered its handshake (err 0) or failed. */
+void rlock__cluster_progress(rlock__node *node, int err, const char *detail);
+int rlock__cluster_init(rlock__net *n);
+void rlock__cluster_start(rlock__net *n);
+void rlock__cluster_free(rlock__net *n);
+int rlock__sentinel_init(rlock__net *n, const rlock_options *o);
+void rlock__sentinel_start(rlock__net *n);
+/* Sentinel: the master's connection was lost or is no master: ask again. */
+void rlock__sentinel_requery(rlock__net *n);
+void rlock__sentinel_free(rlock__net *n);
+/* pubsub.c: re-home channels after the slot map changed. */
+void rlock__chans_on_topology(rlock__net *n);
+
 void rlock__net_init(rlock__net *n, rlock__core *core, const rlock__uri *uri,
                      const char *client_name);
-/* rediss://: builds the TLS context from the options (the opening
- * thread, before rlock__net_start): 0, or RLOCK_ETLS / RLOCK_ENOMEM with
- * the last error set. Nothing to do for other URIs. */
-int rlock__net_tls_setup(rlock__net *n, const rlock_options *o);
+/* rediss://: builds the TLS context from the options; Sentinel and
+ * Cluster: their state (the opening thread, before rlock__net_start): 0,
+ * or RLOCK_ETLS / RLOCK_ENOMEM with the last error set. */
+int rlock__net_setup(rlock__net *n, const rlock_options *o);
 /* Connects both connections (loop thread). */
 void rlock__net_start(rlock__net *n);
 /* Whether the command connection can take commands now. */

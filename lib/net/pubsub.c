@@ -19,6 +19,7 @@ enum { CHAN_NONE, CHAN_SUBSCRIBING, CHAN_SUBSCRIBED, CHAN_UNSUBSCRIBING };
 
 struct rlock__chan {
   rlock__net *net;
+  rlock__node *node; /* where it is (to be) subscribed; NULL: unknown yet */
   char *channel;
   size_t channel_len;
   int state;
@@ -70,7 +71,7 @@ static void list_remove(rlock__waiter **head, rlock__waiter **tail,
 
 /* ---- requests awaiting their reply, oldest first ---- */
 
-static void req_push(rlock__net *n, rlock__chan *e) {
+static void req_push(rlock__node *n, rlock__chan *e) {
   e->req_next = NULL;
   e->req_queued = true;
   if (n->sub_req_tail != NULL)
@@ -80,7 +81,7 @@ static void req_push(rlock__net *n, rlock__chan *e) {
   n->sub_req_tail = e;
 }
 
-static rlock__chan *req_pop(rlock__net *n) {
+static rlock__chan *req_pop(rlock__node *n) {
   rlock__chan *e = n->sub_req_head;
   if (e == NULL)
     return NULL;
@@ -93,7 +94,7 @@ static rlock__chan *req_pop(rlock__net *n) {
 }
 
 /* The connection is gone, and with it every reply still to come. */
-static void req_clear(rlock__net *n) {
+static void req_clear(rlock__node *n) {
   while (req_pop(n) != NULL) {
   }
 }
@@ -101,15 +102,19 @@ static void req_clear(rlock__net *n) {
 /* ---- entries ---- */
 
 static void entry_free(rlock__net *n, rlock__chan *e) {
-  if (e->req_queued) { /* not expected: replies come in request order */
-    rlock__chan **slot = &n->sub_req_head, *prev = NULL;
-    while (*slot != e) {
+  if (e->req_queued && e->node != NULL) { /* not expected: replies come in
+                                             request order */
+    rlock__node *nd = e->node;
+    rlock__chan **slot = &nd->sub_req_head, *prev = NULL;
+    while (*slot != NULL && *slot != e) {
       prev = *slot;
       slot = &(*slot)->req_next;
     }
-    *slot = e->req_next;
-    if (n->sub_req_tail == e)
-      n->sub_req_tail = prev;
+    if (*slot != NULL) {
+      *slot = e->req_next;
+      if (nd->sub_req_tail == e)
+        nd->sub_req_tail = prev;
+    }
   }
   rlock__timed_stop(n->core, &e->linger);
   rlock__map_remove(&n->chans, e->channel, e->channel_len);
@@ -120,19 +125,41 @@ static void entry_free(rlock__net *n, rlock__chan *e) {
 /* SUBSCRIBE/UNSUBSCRIBE, or their sharded forms (as Java uses against a
  * Redis 7 cluster). */
 static int send_sub_cmd(rlock__net *n, rlock__chan *e, bool subscribe) {
-  const char *cmd = n->core->opts.sharded_pubsub
+  const char *cmd = n->sharded
                         ? (subscribe ? "SSUBSCRIBE" : "SUNSUBSCRIBE")
                         : (subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE");
   const char *argv[2] = {cmd, e->channel};
   size_t lens[2] = {strlen(cmd), e->channel_len};
-  int rc = rlock__sub_append(n, 2, argv, lens);
+  if (e->node == NULL)
+    return RLOCK_ECONN;
+  int rc = rlock__sub_append(e->node, 2, argv, lens);
   if (rc == 0)
-    req_push(n, e);
+    req_push(e->node, e);
   return rc;
+}
+
+/* The node a channel is subscribed on: the one server, or in a cluster
+ * the master of the channel's slot (sharded pub/sub must be there; plain
+ * pub/sub reaches every node, and the slot's master is as good as any). */
+static void home(rlock__net *n, rlock__chan *e) {
+  if (n->mode == RLOCK__URI_CLUSTER)
+    e->node = rlock__cluster_node_of(
+        n, rlock__key_slot(e->channel, e->channel_len));
+  else
+    e->node = n->master;
+  if (e->node != NULL)
+    rlock__node_want_sub(e->node);
 }
 
 static void send_subscribe(rlock__net *n, rlock__chan *e) {
   e->resubscribe = false;
+  if (e->state == CHAN_NONE) {
+    home(n, e);
+    /* Starting the node's subscriber connection subscribed every channel
+     * waiting for it, this one included. */
+    if (e->state != CHAN_NONE)
+      return;
+  }
   /* Without a connection, rlock__chans_on_connect subscribes later. */
   e->state = send_sub_cmd(n, e, true) == 0 ? CHAN_SUBSCRIBING : CHAN_NONE;
 }
@@ -378,6 +405,32 @@ static void confirmed(rlock__net *n, rlock__chan *e) {
  * code instead of waiting out subscribe_timeout_ms, and the entry starts
  * afresh: a later wait subscribes again (the ACL may have been fixed). */
 static void refused(rlock__net *n, rlock__chan *e, const redisReply *reply) {
+  /* A cluster: the channel's slot is served elsewhere (MOVED), or is
+   * moving (TRYAGAIN...): subscribe where it is now, once the map says so
+   * - waiters keep their own deadlines meanwhile. */
+  char host[RLOCK__HOST_MAX];
+  int slot, port;
+  if (n->mode == RLOCK__URI_CLUSTER &&
+      rlock__parse_redirect(reply->str, (size_t)reply->len, &slot, host,
+                            sizeof(host), &port) == 1) {
+    rlock__node *to = rlock__node_get(n, host, port);
+    if (to != NULL) {
+      rlock__cluster_moved(n, slot, to);
+      e->state = CHAN_NONE;
+      e->missed = true;
+      send_subscribe(n, e);
+      return;
+    }
+  }
+  if (n->mode == RLOCK__URI_CLUSTER &&
+      (strncmp(reply->str, "TRYAGAIN", 8) == 0 ||
+       strncmp(reply->str, "CLUSTERDOWN", 11) == 0 ||
+       strncmp(reply->str, "ASK", 3) == 0)) {
+    e->state = CHAN_NONE;
+    e->missed = true;
+    rlock__cluster_refresh_soon(n); /* rlock__chans_on_topology retries */
+    return;
+  }
   int err = rlock__reply_error(reply);
   e->state = CHAN_NONE;
   e->resubscribe = false;
@@ -410,10 +463,11 @@ static bool kind_is(const redisReply *kind, const char *what) {
   return strcmp(k, what) == 0;
 }
 
-void rlock__chans_reply(rlock__net *n, const redisReply *reply) {
+void rlock__chans_reply(rlock__node *node, const redisReply *reply) {
+  rlock__net *n = node->net;
   if (reply->type == REDIS_REPLY_ERROR) {
     /* An error names no channel: it answers the oldest request. */
-    rlock__chan *e = req_pop(n);
+    rlock__chan *e = req_pop(node);
     if (e == NULL)
       return;
     if (e->state == CHAN_SUBSCRIBING) {
@@ -433,13 +487,15 @@ void rlock__chans_reply(rlock__net *n, const redisReply *reply) {
     return;
   const redisReply *kind = reply->element[0], *chan = reply->element[1];
   rlock__chan *e = rlock__map_get(&n->chans, chan->str, chan->len);
-  if (e == NULL)
-    return;
+  if (e == NULL || e->node != node)
+    return; /* not ours, or from where it no longer is */
+  bool is_message = kind_is(kind, "message");
   /* A confirmation answers the oldest request, which is this entry's
    * (replies keep the order of requests). */
-  if (!kind_is(kind, "message") && n->sub_req_head == e)
-    req_pop(n);
-  if (kind_is(kind, "message")) {
+  bool answers = !is_message && node->sub_req_head == e;
+  if (answers)
+    req_pop(node);
+  if (is_message) {
     if (e->absorb > 0 && rlock__now_ms() > e->absorb_until)
       e->absorb = 0;
     if (e->absorb > 0)
@@ -457,11 +513,40 @@ void rlock__chans_reply(rlock__net *n, const redisReply *reply) {
         send_subscribe(n, e);
       else
         entry_free(n, e);
+    } else if (!answers && e->state == CHAN_SUBSCRIBED) {
+      /* Unasked: the server dropped the subscription (a sharded channel
+       * whose slot moved to another node). Messages may be missed until
+       * it is back: sleepers try again now, and it is made again where
+       * the slot map says once it has been read. */
+      e->state = CHAN_NONE;
+      e->missed = true;
+      if (e->refs == 0) {
+        entry_free(n, e);
+        return;
+      }
+      rlock__cluster_refresh_soon(n);
+      wake_list(n, e);
     }
   }
 }
 
-void rlock__chans_on_connect(rlock__net *n) {
+void rlock__chans_on_connect(rlock__node *nd) {
+  rlock__net *n = nd->net;
+  rlock__map_iter it;
+  rlock__map_node *node;
+  rlock__map_iter_init(&it, &n->chans);
+  while ((node = rlock__map_next(&it)) != NULL) {
+    rlock__chan *e = node->value;
+    if (e->state != CHAN_NONE || (e->node != nd && e->node != NULL))
+      continue;
+    if (e->refs > 0)
+      send_subscribe(n, e);
+    else
+      entry_free(n, e);
+  }
+}
+
+void rlock__chans_on_topology(rlock__net *n) {
   rlock__map_iter it;
   rlock__map_node *node;
   rlock__map_iter_init(&it, &n->chans);
@@ -476,15 +561,19 @@ void rlock__chans_on_connect(rlock__net *n) {
   }
 }
 
-void rlock__chans_on_disconnect(rlock__net *n) {
+void rlock__chans_on_disconnect(rlock__node *nd) {
+  rlock__net *n = nd->net;
   rlock__waiter *woken = NULL;
-  req_clear(n);
+  req_clear(nd);
   rlock__map_iter it;
   rlock__map_node *node;
   rlock__map_iter_init(&it, &n->chans);
   while ((node = rlock__map_next(&it)) != NULL) {
     rlock__chan *e = node->value;
+    if (e->node != nd)
+      continue;
     e->state = CHAN_NONE;
+    e->req_queued = false;
     if (e->refs == 0) {
       entry_free(n, e);
       continue;
@@ -515,7 +604,8 @@ void rlock__chans_on_disconnect(rlock__net *n) {
 }
 
 void rlock__chans_free(rlock__net *n) {
-  req_clear(n);
+  for (rlock__node *nd = n->nodes; nd != NULL; nd = nd->next)
+    req_clear(nd);
   rlock__map_iter it;
   rlock__map_node *node;
   rlock__map_iter_init(&it, &n->chans);

@@ -97,6 +97,14 @@ int rlock__err_from_server(const char *text, size_t len) {
       {"READONLY", RLOCK_EREADONLY},
       /* rlock's own scripts: the key holds another kind of lock */
       {"WRONGKIND", RLOCK_EKIND},
+      /* Redis Cluster: the slot is not served, is moving, or the keys of
+       * one command are in different slots */
+      {"CLUSTERDOWN", RLOCK_ECLUSTER},
+      {"TRYAGAIN", RLOCK_ECLUSTER},
+      {"CROSSSLOT", RLOCK_ECLUSTER},
+      {"MOVED", RLOCK_ECLUSTER},
+      {"ASK", RLOCK_ECLUSTER},
+      {"MASTERDOWN", RLOCK_ECONN},
   };
   size_t i, at;
 

@@ -23,7 +23,7 @@ void rlock_options_init_size(rlock_options *o, size_t size) {
   d.subscribe_timeout_ms = 7500;
   d.retry_attempts = 3;
   d.retry_interval_ms = 1500;
-  d.sharded_pubsub = 0;
+  d.sharded_pubsub = 0; /* auto: sharded against a cluster that has it */
   d.on_lock_lost = NULL;
   d.on_lock_lost_data = NULL;
   d.connect_timeout_ms = 10000;
@@ -36,6 +36,11 @@ void rlock_options_init_size(rlock_options *o, size_t size) {
   d.tls_insecure = 0;
   d.spin_us = 250;
   d.handoff_max = 3;
+  d.sentinel_user = NULL;
+  d.sentinel_password = NULL;
+  d.replica_sync = 1;
+  d.replica_sync_timeout_ms = 1000;
+  d.cluster_refresh_ms = 5000;
   /* Only what the caller's struct has: it may come from an older header. */
   memcpy(o, &d, d.struct_size);
 }
@@ -135,9 +140,9 @@ int rlock__options_validate(const rlock_options *o) {
   rc = rlock__check_ms("retry_interval_ms", o->retry_interval_ms, 0);
   if (rc != 0)
     return rc;
-  if (o->sharded_pubsub != 0 && o->sharded_pubsub != 1) {
+  if (o->sharded_pubsub < -1 || o->sharded_pubsub > 1) {
     rlock__set_last_error("rlock_options.sharded_pubsub is %d; it must be 0 "
-                          "or 1",
+                          "(auto), 1 (sharded) or -1 (plain)",
                           o->sharded_pubsub);
     return RLOCK_EINVAL;
   }
@@ -166,6 +171,22 @@ int rlock__options_validate(const rlock_options *o) {
                           o->handoff_max);
     return RLOCK_EINVAL;
   }
+  if (o->replica_sync != 0 && o->replica_sync != 1) {
+    rlock__set_last_error("rlock_options.replica_sync is %d; it must be 0 "
+                          "or 1",
+                          o->replica_sync);
+    return RLOCK_EINVAL;
+  }
+  rc = rlock__check_ms("replica_sync_timeout_ms", o->replica_sync_timeout_ms,
+                       1);
+  if (rc != 0)
+    return rc;
+  /* Below 100 ms the refreshes would be a load of their own on the
+   * cluster (CLUSTER SHARDS from every client), for no gain: a MOVED
+   * triggers a refresh anyway. */
+  rc = rlock__check_ms("cluster_refresh_ms", o->cluster_refresh_ms, 100);
+  if (rc != 0)
+    return rc;
   if (o->tls_insecure != 0 && o->tls_insecure != 1) {
     rlock__set_last_error("rlock_options.tls_insecure is %d; it must be 0 "
                           "or 1",
@@ -188,14 +209,36 @@ int rlock__options_validate(const rlock_options *o) {
     return RLOCK_EINVAL;
   }
 
+  if (o->sentinel_user != NULL && o->sentinel_password == NULL) {
+    /* As in the URI: AUTH always needs a password, and a lone user name
+     * would otherwise be dropped without a word. */
+    rlock__set_last_error("rlock_options.sentinel_user is set without "
+                          "sentinel_password (AUTH needs a password)");
+    return RLOCK_EINVAL;
+  }
+  if (o->sentinel_password != NULL && o->sentinel_password[0] == '\0') {
+    rlock__set_last_error("rlock_options.sentinel_password is empty (leave "
+                          "it NULL to connect to the sentinels without "
+                          "AUTH)");
+    return RLOCK_EINVAL;
+  }
+  if (o->sentinel_user != NULL && o->sentinel_user[0] == '\0') {
+    rlock__set_last_error("rlock_options.sentinel_user is empty (leave it "
+                          "NULL for the default user)");
+    return RLOCK_EINVAL;
+  }
+
   /* Only the syntax is checked here; the client resolves $REDIS_URL and the
-   * default itself when uri is NULL (and checks the TLS fields against the
-   * scheme then: rlock__options_check_tls). */
+   * default itself when uri is NULL (and checks the TLS and sentinel
+   * fields against the scheme then: rlock__options_check_tls,
+   * rlock__options_check_sentinel). */
   if (o->uri != NULL) {
     rc = rlock__uri_parse(o->uri, &uri);
     if (rc != 0)
       return rc;
     rc = rlock__options_check_tls(o, &uri);
+    if (rc == 0)
+      rc = rlock__options_check_sentinel(o, &uri);
     rlock__uri_free(&uri);
     if (rc != 0)
       return rc;
@@ -204,6 +247,8 @@ int rlock__options_validate(const rlock_options *o) {
 }
 
 int rlock__options_check_tls(const rlock_options *o, const rlock__uri *uri) {
+  /* uri->tls is set for every TLS scheme: rediss://, rediss+sentinel://
+   * and rediss+cluster://. */
   if (uri->tls)
     return 0;
   const char *field = o->tls_ca_file != NULL     ? "tls_ca_file"
@@ -218,7 +263,32 @@ int rlock__options_check_tls(const rlock_options *o, const rlock__uri *uri) {
   /* A TLS setting on a plain-text URI would be silently ignored: the
    * program would believe it talks TLS. */
   rlock__set_last_error("rlock_options.%s is set but the URI is not "
-                        "rediss:// (TLS settings apply to rediss:// only)",
+                        "rediss:// (TLS settings apply to rediss://, "
+                        "rediss+sentinel:// and rediss+cluster:// only)",
+                        field);
+  return RLOCK_EINVAL;
+}
+
+int rlock__options_check_sentinel(const rlock_options *o,
+                                  const rlock__uri *uri) {
+  const char *field = o->sentinel_user != NULL       ? "sentinel_user"
+                      : o->sentinel_password != NULL ? "sentinel_password"
+                                                     : NULL;
+
+  /* Checked here too, not only in rlock__options_validate: the client
+   * calls this after resolving $REDIS_URL, with options that may not have
+   * gone through validate with a URI. */
+  if (o->sentinel_user != NULL && o->sentinel_password == NULL) {
+    rlock__set_last_error("rlock_options.sentinel_user is set without "
+                          "sentinel_password (AUTH needs a password)");
+    return RLOCK_EINVAL;
+  }
+  if (field == NULL || uri->mode == RLOCK__URI_SENTINEL)
+    return 0;
+  /* Credentials for sentinels on a URI without sentinels would be silently
+   * unused - and most likely mean the URI is not the one intended. */
+  rlock__set_last_error("rlock_options.%s is set but the URI is not "
+                        "redis+sentinel:// (or rediss+sentinel://)",
                         field);
   return RLOCK_EINVAL;
 }

@@ -1,6 +1,12 @@
 /* Redis URI parsing:
  *   redis://[[user]:password@]host[:port][/db]
  *   unix://[[user]:password@]/abs/path[?db=N]
+ *   redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/master[/db]
+ *   redis+cluster://[[user]:password@]host[:port][,host[:port]...][/0]
+ * and rediss:// / rediss+sentinel:// / rediss+cluster:// for TLS. Sentinel
+ * hosts default to port 26379, all others to 6379; the user and password
+ * are always those of the data nodes (the sentinels' are options). Hosts
+ * are DNS names, IPv4 addresses or IPv6 addresses in brackets.
  * The parser is deliberately strict: a URI that is accepted means exactly
  * what it says, and anything else is RLOCK_EURI with a sentence naming the
  * offending part, because a silently misread URI (wrong db, dropped
@@ -12,6 +18,7 @@
 #include "util.h"
 
 #define RLOCK__DEFAULT_PORT 6379
+#define RLOCK__SENTINEL_PORT 26379
 
 static int rlock__is_digit(char c) { return c >= '0' && c <= '9'; }
 
@@ -205,8 +212,12 @@ static int rlock__parse_userinfo(const char *s, size_t len, rlock__uri *out) {
   return rlock__decode(colon + 1, pass_len, "password", &out->password);
 }
 
-/* Parses "host[:port]" or "[ipv6][:port]". */
-static int rlock__parse_hostport(const char *s, size_t len, rlock__uri *out) {
+/* Parses "host[:port]" or "[ipv6][:port]" into *host_out (malloc'd) and
+ * *port_out (default_port when absent). `form` is the URI form quoted when
+ * the host is missing, so the sentence shows the syntax the caller used. */
+static int rlock__parse_hostport(const char *s, size_t len, int default_port,
+                                 const char *form, char **host_out,
+                                 int *port_out) {
   const char *host;
   const char *port_str = NULL;
   size_t host_len, port_len = 0, i;
@@ -265,8 +276,7 @@ static int rlock__parse_hostport(const char *s, size_t len, rlock__uri *out) {
       }
     }
     if (host_len == 0) {
-      rlock__set_last_error("the URI has no host (expected "
-                            "redis://host[:port][/db])");
+      rlock__set_last_error("the URI has no host (expected %s)", form);
       return RLOCK_EURI;
     }
     for (i = 0; i < host_len; i++) {
@@ -281,7 +291,7 @@ static int rlock__parse_hostport(const char *s, size_t len, rlock__uri *out) {
     }
   }
 
-  out->port = RLOCK__DEFAULT_PORT;
+  *port_out = default_port;
   if (port_str != NULL) {
     if (port_len == 0) {
       rlock__set_last_error("the URI has ':' after the host but no port");
@@ -304,11 +314,11 @@ static int rlock__parse_hostport(const char *s, size_t len, rlock__uri *out) {
                             (int)(port_len > 64 ? 64 : port_len), port_str);
       return RLOCK_EURI;
     }
-    out->port = (int)port;
+    *port_out = (int)port;
   }
 
-  out->host = rlock__strndup(host, host_len);
-  if (out->host == NULL)
+  *host_out = rlock__strndup(host, host_len);
+  if (*host_out == NULL)
     return rlock__nomem();
   return 0;
 }
@@ -349,7 +359,9 @@ static int rlock__parse_redis(const char *rest, rlock__uri *out) {
       return rc;
     hostport = at + 1;
   }
-  rc = rlock__parse_hostport(hostport, (size_t)(tail - hostport), out);
+  rc = rlock__parse_hostport(hostport, (size_t)(tail - hostport),
+                             RLOCK__DEFAULT_PORT, "redis://host[:port][/db]",
+                             &out->host, &out->port);
   if (rc != 0)
     return rc;
 
@@ -366,6 +378,190 @@ static int rlock__parse_redis(const char *rest, rlock__uri *out) {
   if (*tail == '?') {
     rlock__set_last_error("query parameters are not supported in redis:// "
                           "URIs (put the database in the path: /db)");
+    return RLOCK_EURI;
+  }
+  if (*tail == '#') {
+    rlock__set_last_error("fragments ('#') are not supported in Redis URIs");
+    return RLOCK_EURI;
+  }
+  return 0;
+}
+
+/* The syntax a multi-host URI of `mode` should have, for error sentences. */
+static const char *rlock__multi_form(int mode) {
+  return mode == RLOCK__URI_SENTINEL
+             ? "redis+sentinel://host[:port][,host[:port]...]/master[/db]"
+             : "redis+cluster://host[:port][,host[:port]...][/0]";
+}
+
+/* Parses the comma-separated host list s[0..len) of a sentinel or cluster
+ * URI into out->addrs, in the order written (the order the sentinels or
+ * seeds are tried in), and copies the first into out->host / out->port. */
+static int rlock__parse_hostlist(const char *s, size_t len, int mode,
+                                 rlock__uri *out) {
+  const int default_port =
+      mode == RLOCK__URI_SENTINEL ? RLOCK__SENTINEL_PORT : RLOCK__DEFAULT_PORT;
+  size_t count = 1, i;
+  int rc;
+
+  if (len == 0) {
+    rlock__set_last_error("the URI has no host (expected %s)",
+                          rlock__multi_form(mode));
+    return RLOCK_EURI;
+  }
+  for (i = 0; i < len; i++) {
+    if (s[i] == ',')
+      count++;
+  }
+  out->addrs = calloc(count, sizeof(*out->addrs));
+  if (out->addrs == NULL)
+    return rlock__nomem();
+  /* Counted as filled from the start: the entries are zeroed, so freeing
+   * a list that failed half-way is safe. */
+  out->naddrs = count;
+
+  for (i = 0; i < count; i++) {
+    const char *comma = memchr(s, ',', len);
+    size_t item_len = comma != NULL ? (size_t)(comma - s) : len;
+
+    if (item_len == 0) {
+      /* "a,,b", ",a" or "a,": most likely a typo or an empty variable in
+       * a generated list; skipping it would hide that. */
+      rlock__set_last_error("host %zu of the %zu in the URI's host list is "
+                            "empty (hosts are separated by single commas, "
+                            "with nothing before the first or after the "
+                            "last)",
+                            i + 1, count);
+      return RLOCK_EURI;
+    }
+    rc = rlock__parse_hostport(s, item_len, default_port,
+                               rlock__multi_form(mode), &out->addrs[i].host,
+                               &out->addrs[i].port);
+    if (rc != 0)
+      return rc;
+    if (comma != NULL) {
+      s = comma + 1;
+      len -= item_len + 1;
+    }
+  }
+
+  out->host = rlock__strndup(out->addrs[0].host, strlen(out->addrs[0].host));
+  if (out->host == NULL)
+    return rlock__nomem();
+  out->port = out->addrs[0].port;
+  return 0;
+}
+
+/* Parses the path of a sentinel URI: "/master[/db]", the master name
+ * percent-decoded. Returns with *tail past what was taken. */
+static int rlock__parse_sentinel_path(const char **tail, rlock__uri *out) {
+  const char *p = *tail;
+  size_t name_len, i;
+  int rc;
+
+  name_len = *p == '/' ? strcspn(p + 1, "/?#") : 0;
+  if (name_len == 0) {
+    rlock__set_last_error("the redis+sentinel:// URI has no master name "
+                          "(expected %s)",
+                          rlock__multi_form(RLOCK__URI_SENTINEL));
+    return RLOCK_EURI;
+  }
+  p++;
+  for (i = 0; i < name_len; i++) {
+    unsigned char c = (unsigned char)p[i];
+    /* A raw space or control byte is not part of a URI; percent-encoded
+     * it is taken as written (the sentinels compare the name byte for
+     * byte). */
+    if (c <= ' ' || c == 0x7f) {
+      rlock__set_last_error("the master name in the URI contains byte 0x%02x "
+                            "at offset %zu; percent-encode it",
+                            c, i);
+      return RLOCK_EURI;
+    }
+  }
+  rc = rlock__decode(p, name_len, "master name", &out->master);
+  if (rc != 0)
+    return rc;
+  p += name_len;
+
+  if (*p == '/') {
+    size_t db_len = strcspn(p + 1, "?#");
+    /* ".../master/" is database 0, as "redis://host/" is. */
+    if (db_len > 0) {
+      rc = rlock__parse_db(p + 1, db_len, &out->db);
+      if (rc != 0)
+        return rc;
+    }
+    p += 1 + db_len;
+  }
+  *tail = p;
+  return 0;
+}
+
+/* Parses the part after "redis+sentinel://" or "redis+cluster://". The
+ * user name and password are those of the data nodes (the master and its
+ * replicas, or the cluster's nodes); the sentinels' own come from
+ * rlock_options, since Redis does not share ACLs between the two. */
+static int rlock__parse_multi(const char *rest, int mode, rlock__uri *out) {
+  size_t auth_len = strcspn(rest, "/?#");
+  const char *at = rlock__split_userinfo(rest, auth_len);
+  const char *hosts = rest;
+  const char *tail = rest + auth_len;
+  int rc;
+
+  out->mode = mode;
+  if (at == NULL && strchr(tail, '@') != NULL) {
+    /* As in rlock__parse_redis: a '/' ended the authority early, or (here)
+     * the master name has a raw '@'. Neither part is quoted back. */
+    rlock__set_last_error(
+        "the URI has an '@' after the host; percent-encode "
+        "'/', '?' and '#' in the user name or password "
+        "(%%2F, %%3F, %%23)%s",
+        mode == RLOCK__URI_SENTINEL ? " and '@' in the master name (%40)" : "");
+    return RLOCK_EURI;
+  }
+  if (at != NULL) {
+    rc = rlock__parse_userinfo(rest, (size_t)(at - rest), out);
+    if (rc != 0)
+      return rc;
+    hosts = at + 1;
+  }
+  rc = rlock__parse_hostlist(hosts, (size_t)(tail - hosts), mode, out);
+  if (rc != 0)
+    return rc;
+
+  if (mode == RLOCK__URI_SENTINEL) {
+    if (strchr(tail, '@') != NULL) {
+      rlock__set_last_error("the master name or database in the URI contains "
+                            "'@'; percent-encode it in the master name (%%40)");
+      return RLOCK_EURI;
+    }
+    rc = rlock__parse_sentinel_path(&tail, out);
+    if (rc != 0)
+      return rc;
+  } else if (*tail == '/') {
+    size_t db_len = strcspn(tail + 1, "?#");
+    if (db_len > 0) {
+      rc = rlock__parse_db(tail + 1, db_len, &out->db);
+      if (rc != 0)
+        return rc;
+      if (out->db != 0) {
+        /* SELECT is refused by cluster nodes: a db here could only be a
+         * mistake, and dropping it silently would put the locks in a
+         * database the program did not ask for. */
+        rlock__set_last_error("the URI selects database %d, but Redis "
+                              "Cluster has only database 0",
+                              out->db);
+        out->db = 0;
+        return RLOCK_EURI;
+      }
+    }
+    tail += 1 + db_len;
+  }
+  if (*tail == '?') {
+    rlock__set_last_error("query parameters are not supported in %s URIs",
+                          mode == RLOCK__URI_SENTINEL ? "redis+sentinel://"
+                                                      : "redis+cluster://");
     return RLOCK_EURI;
   }
   if (*tail == '#') {
@@ -498,9 +694,27 @@ int rlock__uri_parse(const char *uri, rlock__uri *out) {
      * client's question, not the syntax's). */
     rc = rlock__parse_redis(sep + 3, out);
     out->tls = 1;
+  } else if (rlock__prefix_nocase(uri, scheme_len, "redis+sentinel") ||
+             rlock__prefix_nocase(uri, scheme_len, "rediss+sentinel")) {
+    rc = rlock__parse_multi(sep + 3, RLOCK__URI_SENTINEL, out);
+    /* With TLS, to the sentinels and to the master and replicas alike. */
+    out->tls = uri[5] == 's' || uri[5] == 'S';
+  } else if (rlock__prefix_nocase(uri, scheme_len, "redis+cluster") ||
+             rlock__prefix_nocase(uri, scheme_len, "rediss+cluster")) {
+    rc = rlock__parse_multi(sep + 3, RLOCK__URI_CLUSTER, out);
+    out->tls = uri[5] == 's' || uri[5] == 'S';
+  } else if (rlock__prefix_nocase(uri, scheme_len, "unix+sentinel") ||
+             rlock__prefix_nocase(uri, scheme_len, "unix+cluster")) {
+    /* Sentinels hand out the master's host and port, and cluster nodes
+     * each other's: neither can name a unix socket. */
+    rlock__set_last_error("Sentinel and Cluster cannot be reached over unix "
+                          "sockets (use redis+sentinel://host[:port]... or "
+                          "redis+cluster://host[:port]...)");
+    rc = RLOCK_EURI;
   } else {
     rlock__set_last_error("unsupported URI scheme '%.*s' (expected redis://, "
-                          "rediss:// or unix://)",
+                          "rediss://, unix://, redis+sentinel://, "
+                          "redis+cluster:// or their rediss+ forms)",
                           (int)(scheme_len > 32 ? 32 : scheme_len), uri);
     rc = RLOCK_EURI;
   }
@@ -513,6 +727,12 @@ int rlock__uri_parse(const char *uri, rlock__uri *out) {
 void rlock__uri_free(rlock__uri *u) {
   if (u == NULL)
     return;
+  if (u->addrs != NULL) {
+    for (size_t i = 0; i < u->naddrs; i++)
+      free(u->addrs[i].host);
+    free(u->addrs);
+  }
+  free(u->master);
   free(u->host);
   free(u->path);
   free(u->user);

@@ -38,7 +38,22 @@ int rlock__err_from_server(const char *text, size_t len);
 
 /* ---- uri.c ---- */
 
+/* What a URI describes: one server, a sentinel set, or a cluster. */
+enum { RLOCK__URI_SINGLE = 0, RLOCK__URI_SENTINEL = 1, RLOCK__URI_CLUSTER = 2 };
+
+/* One host of a multi-host URI (sentinels, cluster seeds). */
+typedef struct rlock__uri_addr {
+  char *host; /* without IPv6 brackets */
+  int port;
+} rlock__uri_addr;
+
 typedef struct rlock__uri {
+  int mode;       /* RLOCK__URI_* */
+  /* SENTINEL / CLUSTER: every host listed, in order (naddrs >= 1); host
+   * and port below are a copy of the first. NULL / 0 for SINGLE. */
+  rlock__uri_addr *addrs;
+  size_t naddrs;
+  char *master;   /* SENTINEL: the master's name; NULL otherwise */
   int is_unix;    /* 1 for unix:///path */
   int tls;        /* 1 for rediss:// */
   char *host;     /* TCP host, without IPv6 brackets; NULL for unix */
@@ -50,7 +65,12 @@ typedef struct rlock__uri {
 } rlock__uri;
 
 /* Parses redis://[[user]:password@]host[:port][/db], the same with
- * rediss:// (tls = 1), and unix:///path[?db=N]. On success fills *out (strings malloc'd) and returns
+ * rediss:// (tls = 1), and unix:///path[?db=N];
+ * redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/master[/db]
+ * (default port 26379; user and password are the master's) and
+ * redis+cluster://[[user]:password@]host[:port][,host[:port]...][/0]
+ * (default port 6379), each also as rediss+sentinel:// / rediss+cluster://
+ * (tls = 1). On success fills *out (strings malloc'd) and returns
  * 0. On failure returns RLOCK_EURI (or RLOCK_ENOMEM), sets the thread's last
  * error to a sentence naming the problem, and leaves *out zeroed. */
 int rlock__uri_parse(const char *uri, rlock__uri *out);
@@ -63,6 +83,15 @@ void rlock__wipe(void *buf, size_t len);
  * it. NULL ok. */
 void rlock__free_secret(char *s);
 
+/* ---- slot.c ---- */
+
+/* CRC16-CCITT (XMODEM) of buf, as Redis Cluster uses it. */
+uint16_t rlock__crc16(const char *buf, size_t len);
+/* The Redis Cluster hash slot (0..16383) of a key: CRC16 of its hash tag
+ * (the bytes between the first '{' and the first '}' after it, when that
+ * is not empty) or of the whole key, modulo 16384. */
+int rlock__key_slot(const char *key, size_t len);
+
 /* ---- options.c ---- */
 
 /* Checks every field's range (see rlock.h) and the URI's syntax. Returns 0 or
@@ -70,8 +99,14 @@ void rlock__free_secret(char *s);
  * struct of this version (see rlock__options_copy). */
 int rlock__options_validate(const rlock_options *o);
 /* RLOCK_EINVAL (last error naming the field) when a tls_* option is set
- * but the URI is not rediss://, else 0. */
+ * but the URI is not rediss://, rediss+sentinel:// or rediss+cluster://
+ * (uri->tls is 0), else 0. */
 int rlock__options_check_tls(const rlock_options *o, const rlock__uri *uri);
+/* RLOCK_EINVAL (last error naming the field) when sentinel_user or
+ * sentinel_password is set but the URI is not a sentinel URI, or
+ * sentinel_user is set without sentinel_password; else 0. */
+int rlock__options_check_sentinel(const rlock_options *o,
+                                  const rlock__uri *uri);
 /* Fills *out with the defaults, then copies the first in->struct_size bytes
  * of *in over them (in == NULL: defaults only). Returns 0, or RLOCK_EINVAL
  * with rlock_last_error() set when struct_size is 0 (not initialised) or

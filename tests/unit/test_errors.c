@@ -22,7 +22,7 @@ static const struct err_row err_rows[] = {
 Test(errors, table_names_and_messages_match_enum) {
   size_t i;
 
-  cr_assert_eq(N_ERR_ROWS, 23);
+  cr_assert_eq(N_ERR_ROWS, 25);
   for (i = 0; i < N_ERR_ROWS; i++) {
     cr_assert_lt(err_rows[i].code, 0, "%s must be negative", err_rows[i].name);
     cr_assert_str_eq(rlock_err_name(err_rows[i].code), err_rows[i].name);
@@ -54,12 +54,14 @@ Test(errors, stable_values) {
   cr_assert_eq(RLOCK_ETLS, -21);
   cr_assert_eq(RLOCK_EBACKLOG, -22);
   cr_assert_eq(RLOCK_EKIND, -23);
+  cr_assert_eq(RLOCK_ENOREPLICA, -24);
+  cr_assert_eq(RLOCK_ECLUSTER, -25);
   cr_assert_str_eq(rlock_err_name(-9), "RLOCK_ENOTOWNER");
   cr_assert_str_eq(rlock_strerror(-14), "Redis authentication failed");
 }
 
 Test(errors, success_and_unknown_codes) {
-  static const int unknown[] = {1, 2, -24, -100, 1000, INT32_MIN, INT32_MAX};
+  static const int unknown[] = {1, 2, -26, -100, 1000, INT32_MIN, INT32_MAX};
   size_t i;
 
   cr_assert_str_eq(rlock_err_name(0), "RLOCK_OK");

@@ -1,6 +1,7 @@
 /* URI parsing and client option defaults/validation. */
 #include <criterion/criterion.h>
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "rlock.h"
@@ -78,6 +79,10 @@ Test(uri, good) {
     assert_str_or_null(u.user, g->user, g->uri, "user");
     assert_str_or_null(u.password, g->password, g->uri, "password");
     cr_assert_eq(u.db, g->db, "%s: db %d", g->uri, u.db);
+    cr_assert_eq(u.mode, RLOCK__URI_SINGLE, "%s: mode", g->uri);
+    cr_assert_null(u.addrs, "%s: addrs", g->uri);
+    cr_assert_eq(u.naddrs, 0, "%s: naddrs", g->uri);
+    cr_assert_null(u.master, "%s: master", g->uri);
 
     rlock__uri_free(&u);
     cr_assert_null(u.host);
@@ -201,6 +206,11 @@ Test(uri, bad) {
     cr_assert_null(u.password);
     cr_assert_eq(u.port, 0);
     cr_assert_eq(u.db, 0);
+    cr_assert_eq(u.mode, RLOCK__URI_SINGLE);
+    cr_assert_null(u.addrs);
+    cr_assert_eq(u.naddrs, 0);
+    cr_assert_null(u.master);
+    cr_assert_eq(u.tls, 0);
     rlock__uri_free(&u);
   }
 }
@@ -475,7 +485,9 @@ struct option_case {
     "retry_interval_ms")                                                       \
   X(sharded_on, o->sharded_pubsub = 1, 0, NULL)                                \
   X(sharded_two, o->sharded_pubsub = 2, RLOCK_EINVAL, "sharded_pubsub")        \
-  X(sharded_neg, o->sharded_pubsub = -1, RLOCK_EINVAL, "sharded_pubsub")       \
+  X(sharded_off, o->sharded_pubsub = 0, 0, NULL)                               \
+  X(sharded_auto, o->sharded_pubsub = -1, 0, NULL)                             \
+  X(sharded_neg, o->sharded_pubsub = -2, RLOCK_EINVAL, "sharded_pubsub")       \
   X(name_one, o->client_name = "a", 0, NULL)                                   \
   X(name_64, o->client_name = NAME_64, 0, NULL)                                \
   X(name_punct, o->client_name = "my-app:worker_1/2", 0, NULL)                 \
@@ -580,4 +592,233 @@ Test(options, init_size_writes_only_the_callers_prefix) {
   memcpy(&got, buf, sizeof(got));
   cr_assert_eq(got.struct_size, sizeof(rlock_options));
   cr_assert_eq(buf[sizeof(rlock_options)], 0xAB);
+}
+
+/* ---- sentinel and cluster URIs ---- */
+
+#define MAX_HOSTS 4
+
+struct good_multi {
+  const char *uri;
+  int mode;
+  int tls;
+  size_t naddrs;
+  const char *hosts[MAX_HOSTS];
+  int ports[MAX_HOSTS];
+  const char *master;
+  const char *user;
+  const char *password;
+  int db;
+};
+
+static const struct good_multi good_multis[] = {
+    {"redis+sentinel://s1/mymaster", RLOCK__URI_SENTINEL, 0, 1, {"s1"},
+     {26379}, "mymaster", NULL, NULL, 0},
+    {"redis+sentinel://s1:26380,s2,[::1]:26381/mymaster/3",
+     RLOCK__URI_SENTINEL, 0, 3, {"s1", "s2", "::1"}, {26380, 26379, 26381},
+     "mymaster", NULL, NULL, 3},
+    {"redis+sentinel://:pw@10.0.0.1,10.0.0.2:5000/m/", RLOCK__URI_SENTINEL, 0,
+     2, {"10.0.0.1", "10.0.0.2"}, {26379, 5000}, "m", NULL, "pw", 0},
+    {"redis+sentinel://alice:p%40ss@h/my%20master%2Fx", RLOCK__URI_SENTINEL, 0,
+     1, {"h"}, {26379}, "my master/x", "alice", "p@ss", 0},
+    {"redis+sentinel://u:p@ss@h/m/2147483647", RLOCK__URI_SENTINEL, 0, 1,
+     {"h"}, {26379}, "m", "u", "p@ss", INT_MAX},
+    {"rediss+sentinel://[2001:db8::1]:1,b:65535,c,d/M-1.x_y",
+     RLOCK__URI_SENTINEL, 1, 4, {"2001:db8::1", "b", "c", "d"},
+     {1, 65535, 26379, 26379}, "M-1.x_y", NULL, NULL, 0},
+    {"REDIS+SENTINEL://H/m", RLOCK__URI_SENTINEL, 0, 1, {"H"}, {26379}, "m",
+     NULL, NULL, 0},
+    {"RediSS+Sentinel://h/m", RLOCK__URI_SENTINEL, 1, 1, {"h"}, {26379}, "m",
+     NULL, NULL, 0},
+    {"redis+cluster://n1", RLOCK__URI_CLUSTER, 0, 1, {"n1"}, {6379}, NULL,
+     NULL, NULL, 0},
+    {"redis+cluster://n1:7000,n2:7001,n3/", RLOCK__URI_CLUSTER, 0, 3,
+     {"n1", "n2", "n3"}, {7000, 7001, 6379}, NULL, NULL, NULL, 0},
+    {"redis+cluster://u:pw@[::1]:7000,127.0.0.1/0", RLOCK__URI_CLUSTER, 0, 2,
+     {"::1", "127.0.0.1"}, {7000, 6379}, NULL, "u", "pw", 0},
+    {"redis+cluster://n/000", RLOCK__URI_CLUSTER, 0, 1, {"n"}, {6379}, NULL,
+     NULL, NULL, 0},
+    {"rediss+cluster://:s%2Fecret@n1:7000", RLOCK__URI_CLUSTER, 1, 1, {"n1"},
+     {7000}, NULL, NULL, "s/ecret", 0},
+    {"REDISS+CLUSTER://N", RLOCK__URI_CLUSTER, 1, 1, {"N"}, {6379}, NULL, NULL,
+     NULL, 0},
+};
+
+Test(uri_multi, good) {
+  for (size_t i = 0; i < sizeof(good_multis) / sizeof(good_multis[0]); i++) {
+    const struct good_multi *g = &good_multis[i];
+    rlock__uri u;
+    int rc = rlock__uri_parse(g->uri, &u);
+
+    cr_assert_eq(rc, 0, "%s: rc %d (%s)", g->uri, rc, rlock_last_error());
+    cr_assert_eq(u.mode, g->mode, "%s: mode %d", g->uri, u.mode);
+    cr_assert_eq(u.tls, g->tls, "%s: tls %d", g->uri, u.tls);
+    cr_assert_eq(u.is_unix, 0, "%s: is_unix", g->uri);
+    cr_assert_null(u.path, "%s: path", g->uri);
+    cr_assert_eq(u.naddrs, g->naddrs, "%s: naddrs %zu", g->uri, u.naddrs);
+    cr_assert_not_null(u.addrs, "%s: addrs", g->uri);
+    for (size_t j = 0; j < g->naddrs; j++) {
+      cr_assert_not_null(u.addrs[j].host, "%s: host %zu", g->uri, j);
+      cr_assert_str_eq(u.addrs[j].host, g->hosts[j], "%s: host %zu", g->uri,
+                       j);
+      cr_assert_eq(u.addrs[j].port, g->ports[j], "%s: port %zu = %d", g->uri,
+                   j, u.addrs[j].port);
+    }
+    /* host / port: a copy of the first, not the same pointer (each is
+     * freed on its own). */
+    cr_assert_str_eq(u.host, g->hosts[0], "%s: host", g->uri);
+    cr_assert_neq(u.host, u.addrs[0].host, "%s: host aliases addrs", g->uri);
+    cr_assert_eq(u.port, g->ports[0], "%s: port", g->uri);
+    assert_str_or_null(u.master, g->master, g->uri, "master");
+    assert_str_or_null(u.user, g->user, g->uri, "user");
+    assert_str_or_null(u.password, g->password, g->uri, "password");
+    cr_assert_eq(u.db, g->db, "%s: db %d", g->uri, u.db);
+
+    rlock__uri_free(&u);
+    cr_assert_null(u.addrs);
+    cr_assert_eq(u.naddrs, 0);
+    cr_assert_null(u.master);
+    cr_assert_null(u.host);
+    cr_assert_eq(u.mode, RLOCK__URI_SINGLE);
+    rlock__uri_free(&u); /* twice: safe */
+  }
+}
+
+/* Each refusal, with a fragment of its sentence. */
+struct bad_multi {
+  const char *uri;
+  const char *fragment;
+};
+
+static const struct bad_multi bad_multis[] = {
+    /* host list */
+    {"redis+sentinel://a,,b/m", "host 2 of the 3"},
+    {"redis+sentinel://,a/m", "host 1 of the 2"},
+    {"redis+sentinel://a,/m", "host 2 of the 2"},
+    {"redis+cluster://a,,b", "is empty"},
+    {"redis+cluster://,", "host 1 of the 2"},
+    {"redis+sentinel:///m", "no host"},
+    {"redis+cluster://", "no host"},
+    {"redis+cluster:///0", "no host"},
+    {"redis+cluster://:pw@", "no host"},
+    {"redis+cluster://a,:7000", "no host"},
+    {"redis+sentinel://a b/m", "not allowed in a host name"},
+    {"redis+cluster://a,b c", "not allowed in a host name"},
+    {"redis+cluster://a,::1", "brackets"},
+    {"redis+cluster://[::1,[::2]", "no closing ']'"},
+    {"redis+cluster://[::1]x", "after the IPv6 address"},
+    {"redis+cluster://[abc]", "not an IPv6 address"},
+    /* ports */
+    {"redis+sentinel://a:0/m", "out of range (1..65535)"},
+    {"redis+sentinel://a,b:65536/m", "out of range (1..65535)"},
+    {"redis+cluster://a:x", "not a decimal number"},
+    {"redis+cluster://a:7000,b:", "no port"},
+    {"redis+cluster://a:-1", "not a decimal number"},
+    /* master name */
+    {"redis+sentinel://h", "no master name"},
+    {"redis+sentinel://h/", "no master name"},
+    {"redis+sentinel://h//0", "no master name"},
+    {"redis+sentinel://h?x", "no master name"},
+    {"redis+sentinel://h/m%zz", "percent-encoding in the URI master name"},
+    {"redis+sentinel://h/m%00", "%00"},
+    {"redis+sentinel://h/m x", "master name in the URI contains byte 0x20"},
+    {"redis+sentinel://h/m\t", "byte 0x09"},
+    {"redis+sentinel://h/m@x", "'@' in the master name (%40)"},
+    {"redis+sentinel://u:p@h/m@x", "percent-encode it in the master name"},
+    /* database */
+    {"redis+sentinel://h/m/x", "non-negative decimal integer"},
+    {"redis+sentinel://h/m/1/", "non-negative decimal integer"},
+    {"redis+sentinel://h/m/2147483648", "too large"},
+    {"redis+cluster://h/1", "Redis Cluster has only database 0"},
+    {"redis+cluster://h/15", "database 15"},
+    {"rediss+cluster://a,b/2", "Redis Cluster has only database 0"},
+    {"redis+cluster://h/x", "non-negative decimal integer"},
+    {"redis+cluster://h/0/", "non-negative decimal integer"},
+    /* query, fragment, user info */
+    {"redis+sentinel://h/m?db=1", "not supported in redis+sentinel://"},
+    {"redis+cluster://h?x=1", "not supported in redis+cluster://"},
+    {"redis+cluster://h/0?x=1", "not supported in redis+cluster://"},
+    {"redis+sentinel://h/m#f", "fragments"},
+    {"redis+cluster://h#f", "fragments"},
+    {"redis+cluster://user@h", "user name but no password"},
+    {"redis+cluster://u:@h", "password in the URI is empty"},
+    {"redis+sentinel://u:pa/ss@h/m", "percent-encode"},
+    {"redis+cluster://u:%4@h", "percent-encoding"},
+    /* schemes */
+    {"unix+sentinel:///tmp/s/m", "unix sockets"},
+    {"unix+cluster:///tmp/s", "unix sockets"},
+    {"redis-sentinel://h/m", "unsupported URI scheme 'redis-sentinel'"},
+    {"redis+sentinels://h/m", "unsupported URI scheme"},
+    {"redis+replica://h", "redis+sentinel://"},
+};
+
+Test(uri_multi, bad) {
+  for (size_t i = 0; i < sizeof(bad_multis) / sizeof(bad_multis[0]); i++) {
+    const struct bad_multi *b = &bad_multis[i];
+    rlock__uri u;
+    int rc;
+
+    rlock__clear_last_error();
+    memset(&u, 0xa5, sizeof(u));
+    rc = rlock__uri_parse(b->uri, &u);
+    cr_assert_eq(rc, RLOCK_EURI, "'%s' gave %s (%s)", b->uri,
+                 rlock_err_name(rc), rlock_last_error());
+    cr_assert_not_null(strstr(rlock_last_error(), b->fragment),
+                       "'%s': '%s' does not mention '%s'", b->uri,
+                       rlock_last_error(), b->fragment);
+    /* Left zeroed, whatever was filled before the refusal. */
+    cr_assert_eq(u.mode, RLOCK__URI_SINGLE, "%s", b->uri);
+    cr_assert_null(u.addrs, "%s", b->uri);
+    cr_assert_eq(u.naddrs, 0, "%s", b->uri);
+    cr_assert_null(u.master, "%s", b->uri);
+    cr_assert_null(u.host, "%s", b->uri);
+    cr_assert_null(u.user, "%s", b->uri);
+    cr_assert_null(u.password, "%s", b->uri);
+    cr_assert_eq(u.tls, 0, "%s", b->uri);
+    cr_assert_eq(u.db, 0, "%s", b->uri);
+    rlock__uri_free(&u);
+  }
+}
+
+Test(uri_multi, errors_do_not_quote_passwords) {
+  static const char *const leaky[] = {
+      "redis+sentinel://u:se/cret99@h/m",
+      "redis+cluster://u:se?cret99@h",
+      "redis+cluster://u:se#cret99@h",
+      "redis+sentinel://u:secret99@h",
+      "redis+cluster://u:secret99@h/1",
+      "redis+cluster://u:secret99@a,,b",
+  };
+
+  for (size_t i = 0; i < sizeof(leaky) / sizeof(leaky[0]); i++) {
+    rlock__uri u;
+
+    rlock__clear_last_error();
+    cr_assert_eq(rlock__uri_parse(leaky[i], &u), RLOCK_EURI, "%s", leaky[i]);
+    cr_assert_str_neq(rlock_last_error(), "");
+    cr_assert_null(strstr(rlock_last_error(), "cret99"), "%s: '%s'", leaky[i],
+                   rlock_last_error());
+  }
+}
+
+/* A long seed list: every host kept, in order. */
+Test(uri_multi, many_hosts_in_order) {
+  char uri[1024] = "redis+cluster://";
+  size_t n = 40;
+
+  for (size_t i = 0; i < n; i++) {
+    char item[32];
+    snprintf(item, sizeof item, "%sn%zu:%zu", i > 0 ? "," : "", i, 7000 + i);
+    strcat(uri, item);
+  }
+  rlock__uri u;
+  cr_assert_eq(rlock__uri_parse(uri, &u), 0, "%s", rlock_last_error());
+  cr_assert_eq(u.naddrs, n);
+  for (size_t i = 0; i < n; i++) {
+    char want[16];
+    snprintf(want, sizeof want, "n%zu", i);
+    cr_assert_str_eq(u.addrs[i].host, want);
+    cr_assert_eq(u.addrs[i].port, (int)(7000 + i));
+  }
+  rlock__uri_free(&u);
 }

@@ -1,0 +1,286 @@
+/* Redis Cluster: the slot map and how it is kept.
+ *
+ * The map is read with CLUSTER SHARDS (CLUSTER SLOTS on servers without
+ * it) from a node whose command connection is up: the seeds of the URI at
+ * first, then any node known. It is read again every cluster_refresh_ms,
+ * soon after a MOVED, and soon after any connection is lost (a failover
+ * shows as a lost master). A MOVED also updates the one slot it names at
+ * once, so a command never waits for the whole map.
+ *
+ * Open succeeds once the map is known and the pub/sub mode decided: with
+ * sharded_pubsub 0 (auto) PUBSUB SHARDNUMSUB is sent once, and a server
+ * that knows it (Redis 7+) makes the client use SSUBSCRIBE/SPUBLISH, as
+ * Java Redisson's AUTO mode does. A seed that is no cluster node fails
+ * open with RLOCK_ECLUSTER. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "net.h"
+
+/* The soonest a map is read again after the previous read. */
+#define REFRESH_GAP_MS 100
+
+struct rlock__cluster {
+  rlock__net *net;
+  rlock__node *slots[RLOCK__SLOTS];
+  bool known;      /* a map was read */
+  bool use_slots;  /* CLUSTER SHARDS is unknown here: CLUSTER SLOTS */
+  rlock__timed timer; /* the next read */
+  rlock__cmd *reading;  /* CLUSTER SHARDS / SLOTS in flight */
+  rlock__cmd *probing;  /* PUBSUB SHARDNUMSUB in flight */
+  bool probed;
+  int64_t last_read;
+  rlock__node *next_ask; /* round robin over the nodes */
+};
+
+static void read_map(rlock__net *n);
+
+/* ---- open ---- */
+
+static void open_done(rlock__net *n) {
+  if (n->opened)
+    return;
+  n->opened = true;
+  /* Open counts two successes (a command and a subscriber connection in
+   * standalone); a cluster is ready as a whole. */
+  n->on_open_progress(n, 0, NULL);
+  n->on_open_progress(n, 0, NULL);
+}
+
+static void open_fail(rlock__net *n, int err, const char *detail) {
+  if (!n->opened)
+    n->on_open_progress(n, err, detail);
+}
+
+static void probe_reply(rlock__net *n, redisReply *reply, int err,
+                        void *data) {
+  (void)data;
+  rlock__cluster *c = n->cluster;
+  c->probing = NULL;
+  if (err != 0) { /* the node went: ask another */
+    read_map(n);
+    return;
+  }
+  c->probed = true;
+  /* Redis 7 answers [channel, count]; older servers refuse the
+   * subcommand. */
+  n->sharded = reply->type != REDIS_REPLY_ERROR;
+  open_done(n);
+  rlock__chans_on_topology(n);
+}
+
+static void probe(rlock__net *n, rlock__node *node) {
+  rlock__cluster *c = n->cluster;
+  if (c->probed || c->probing != NULL)
+    return;
+  if (n->core->opts.sharded_pubsub != 0) {
+    c->probed = true;
+    open_done(n);
+    return;
+  }
+  const char *argv[2] = {"PUBSUB", "SHARDNUMSUB"};
+  size_t lens[2] = {6, 11};
+  c->probing = rlock__cmd_send_to(node, 2, argv, lens, probe_reply, NULL);
+}
+
+/* ---- reading the map ---- */
+
+static bool node_up(const rlock__node *node) {
+  return node->cmd.state == RLOCK__CONN_UP && !node->cmd.draining;
+}
+
+/* A node to ask: the next one, in turn, whose connection is up. */
+static rlock__node *pick(rlock__net *n) {
+  rlock__cluster *c = n->cluster;
+  rlock__node *start = c->next_ask != NULL ? c->next_ask : n->nodes;
+  rlock__node *node = start;
+  do {
+    rlock__node *next = node->next != NULL ? node->next : n->nodes;
+    if (node_up(node)) {
+      c->next_ask = next;
+      return node;
+    }
+    node = next;
+  } while (node != start);
+  return NULL;
+}
+
+static void schedule(rlock__net *n, int64_t at) {
+  rlock__cluster *c = n->cluster;
+  if (n->core->closing)
+    return;
+  if (rlock__timed_active(&c->timer) && c->timer.at <= at)
+    return;
+  rlock__timed_stop(n->core, &c->timer);
+  rlock__timed_start(n->core, &c->timer, at);
+}
+
+static void map_reply(rlock__net *n, redisReply *reply, int err, void *data) {
+  rlock__node *asked = data;
+  rlock__cluster *c = n->cluster;
+  c->reading = NULL;
+  if (err != 0) {
+    /* That node went away: another is asked (when one is up). */
+    schedule(n, rlock__now_ms() + REFRESH_GAP_MS);
+    return;
+  }
+  char detail[600];
+  if (reply->type == REDIS_REPLY_ERROR) {
+    if (!c->use_slots && (strstr(reply->str, "unknown subcommand") != NULL ||
+                          strstr(reply->str, "Unknown subcommand") != NULL)) {
+      c->use_slots = true; /* Redis before 7.0 */
+      read_map(n);
+      return;
+    }
+    snprintf(detail, sizeof(detail),
+             "%s:%d is not a usable cluster node (%s): %.*s", asked->host,
+             asked->port, c->use_slots ? "CLUSTER SLOTS" : "CLUSTER SHARDS",
+             (int)(reply->len > 200 ? 200 : reply->len), reply->str);
+    open_fail(n, RLOCK_ECLUSTER, detail);
+    schedule(n, rlock__now_ms() + n->core->opts.retry_interval_ms);
+    return;
+  }
+  rlock__slot_range *r = NULL;
+  char why[200];
+  int nr = c->use_slots
+               ? rlock__parse_cluster_slots(reply, asked->host, &r, why,
+                                            sizeof(why))
+               : rlock__parse_cluster_shards(reply, n->uri->tls, asked->host,
+                                             &r, why, sizeof(why));
+  if (nr <= 0) {
+    if (nr == 0)
+      snprintf(why, sizeof(why), "no slot is served (CLUSTERDOWN)");
+    snprintf(detail, sizeof(detail), "the slot map from %s:%d: %s",
+             asked->host, asked->port, why);
+    free(r);
+    open_fail(n, nr == 0 ? RLOCK_ECLUSTER : RLOCK_EPROTO, detail);
+    schedule(n, rlock__now_ms() + n->core->opts.retry_interval_ms);
+    return;
+  }
+  /* The new map replaces the old one whole: a slot it does not list is
+   * not served (commands for it meet CLUSTERDOWN somewhere and wait). */
+  memset(c->slots, 0, sizeof(c->slots));
+  for (int i = 0; i < nr; i++) {
+    rlock__node *node = rlock__node_get(n, r[i].host, r[i].port);
+    if (node == NULL)
+      continue; /* out of memory: those slots stay unknown */
+    node->replicas = r[i].replicas;
+    for (int s = r[i].start; s <= r[i].end; s++)
+      c->slots[s] = node;
+  }
+  free(r);
+  c->known = true;
+  rlock__cmds_reroute(n);
+  rlock__chans_on_topology(n);
+  probe(n, asked);
+  schedule(n, rlock__now_ms() + n->core->opts.cluster_refresh_ms);
+}
+
+static void read_map(rlock__net *n) {
+  rlock__cluster *c = n->cluster;
+  if (c->reading != NULL || n->core->closing)
+    return;
+  rlock__node *node = pick(n);
+  if (node == NULL)
+    return; /* the next connection up asks (rlock__cluster_progress) */
+  c->last_read = rlock__now_ms();
+  const char *argv[2] = {"CLUSTER", c->use_slots ? "SLOTS" : "SHARDS"};
+  size_t lens[2] = {7, strlen(argv[1])};
+  c->reading = rlock__cmd_send_to(node, 2, argv, lens, map_reply, node);
+  if (c->reading == NULL)
+    schedule(n, rlock__now_ms() + REFRESH_GAP_MS);
+}
+
+static void timer_fire(rlock__timed *t) {
+  read_map(RLOCK__CONTAINER_OF(t, rlock__cluster, timer)->net);
+}
+
+/* ---- what the rest of the net layer calls ---- */
+
+rlock__node *rlock__cluster_node_of(rlock__net *n, int slot) {
+  rlock__cluster *c = n->cluster;
+  if (c == NULL || !c->known)
+    return NULL;
+  if (slot >= 0 && slot < RLOCK__SLOTS && c->slots[slot] != NULL)
+    return c->slots[slot];
+  /* No key, or a slot nobody serves: any node (it answers CLUSTERDOWN for
+   * the latter, which is retried within the command's deadline). */
+  for (rlock__node *node = n->nodes; node != NULL; node = node->next)
+    if (node_up(node))
+      return node;
+  return n->nodes;
+}
+
+void rlock__cluster_refresh_soon(rlock__net *n) {
+  rlock__cluster *c = n->cluster;
+  if (c == NULL)
+    return;
+  int64_t at = c->last_read + REFRESH_GAP_MS;
+  int64_t now = rlock__now_ms();
+  schedule(n, at > now ? at : now);
+}
+
+void rlock__cluster_moved(rlock__net *n, int slot, rlock__node *node) {
+  rlock__cluster *c = n->cluster;
+  if (c == NULL || slot < 0 || slot >= RLOCK__SLOTS)
+    return;
+  c->slots[slot] = node;
+  rlock__cluster_refresh_soon(n);
+}
+
+void rlock__cluster_progress(rlock__node *node, int err, const char *detail) {
+  rlock__net *n = node->net;
+  rlock__cluster *c = n->cluster;
+  if (err == 0) {
+    if (!node->cmd.draining && node->cmd.state == RLOCK__CONN_UP &&
+        (!c->known || !c->probed))
+      read_map(n);
+    return;
+  }
+  if (n->opened || c->known || !node->seed)
+    return;
+  /* Open fails when every seed has failed once without a map. */
+  node->seed_failures++;
+  for (rlock__node *s = n->nodes; s != NULL; s = s->next)
+    if (s->seed && s->seed_failures == 0)
+      return;
+  open_fail(n, err, detail);
+}
+
+int rlock__cluster_init(rlock__net *n) {
+  n->cluster = calloc(1, sizeof(*n->cluster));
+  if (n->cluster == NULL) {
+    rlock__set_last_error("out of memory");
+    return RLOCK_ENOMEM;
+  }
+  n->cluster->net = n;
+  n->cluster->timer.fire = timer_fire;
+  /* Seeds in the URI's order (the list is built by prepending). */
+  for (size_t i = n->uri->naddrs; i-- > 0;) {
+    rlock__node *node =
+        rlock__node_get(n, n->uri->addrs[i].host, n->uri->addrs[i].port);
+    if (node == NULL) {
+      rlock__set_last_error("out of memory");
+      return RLOCK_ENOMEM;
+    }
+    node->seed = true;
+  }
+  n->cluster->next_ask = n->nodes;
+  return 0;
+}
+
+void rlock__cluster_start(rlock__net *n) {
+  for (rlock__node *node = n->nodes; node != NULL; node = node->next)
+    rlock__node_start(node);
+}
+
+void rlock__cluster_free(rlock__net *n) {
+  rlock__cluster *c = n->cluster;
+  if (c == NULL)
+    return;
+  rlock__timed_stop(n->core, &c->timer);
+  rlock__cmd_abandon(c->reading);
+  rlock__cmd_abandon(c->probing);
+  free(c);
+  n->cluster = NULL;
+}

@@ -1,0 +1,279 @@
+/* The library against Redis Sentinel (1 master, 1 replica, 3 sentinels,
+ * quorum 2) with "redis+sentinel://S1,S2,S3/mymaster" URIs, through rlock.h
+ * only: locking on the master the sentinels name, failover, bad names and
+ * passwords, and replica sync (WAIT; RLOCK_ENOREPLICA). Each test starts
+ * its own setup (about 7 s). */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "topo_client.h"
+
+TestSuite(sentinel, .init = rt_sentinel_start, .fini = rt_topo_stop_all,
+          .timeout = 120);
+
+static long long numsub(int port, const char *chan) {
+  redisReply *r = rt_node_cmd(port, "PUBSUB NUMSUB %s", chan);
+  cr_assert(r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+  long long n = r->element[1]->integer;
+  freeReplyObject(r);
+  return n;
+}
+
+/* g. Lock/unlock on the master; a waiter woken by the release message. */
+Test(sentinel, lock_unlock_and_wake) {
+  int master = rt_sentinel_master_port();
+  rlock_client *a = tc_open(rt_sentinel_uri(), NULL);
+  rlock_client *b = tc_open(rt_sentinel_uri(), NULL);
+  char name[64], chan[128], owner[128];
+  rt_key(name, sizeof name, "sent");
+  rt_lock_channel(chan, sizeof chan, name);
+  rt_owner(owner, sizeof owner, a, rlock_thread_id());
+  rlock *la = tc_lock(a, name), *lb = tc_lock(b, name);
+
+  TC_EQ(rlock_try_lock(la, 0, 10000), 1, "lock");
+  char *v = rt_node_str(master, "HGET %s %s", name, owner);
+  cr_assert(v && strcmp(v, "1") == 0, "on the master: %s", v ? v : "(nil)");
+  free(v);
+  /* Replicated (replica sync waited for it). */
+  v = rt_node_str(rt_sentinel_replica_port(), "HGET %s %s", name, owner);
+  cr_assert(v && strcmp(v, "1") == 0, "on the replica: %s", v ? v : "(nil)");
+  free(v);
+
+  tc_try w;
+  tc_try_start(&w, lb, 8000, 10000, true);
+  int64_t dl = rt_now_ms() + 3000;
+  while (numsub(master, chan) == 0 && rt_now_ms() < dl)
+    rt_sleep_ms(10);
+  cr_assert_eq(numsub(master, chan), 1, "waiter subscribed on the master");
+  int64_t since = rt_now_ms() - w.started_at;
+  rt_sleep_ms(since < 300 ? 300 - since : 0);
+  int64_t released_at = rt_now_ms();
+  TC_EQ(rlock_unlock(la), 1, "unlock");
+  rt_thread_join(&w.th, 10000);
+  cr_assert_eq(w.rc, 1, "waiter: %d %s (%s)", w.rc, rlock_err_name(w.rc),
+               w.err);
+  cr_assert_lt(w.returned_at - released_at, 2000, "woken after %lld ms",
+               (long long)(w.returned_at - released_at));
+  cr_assert_eq(w.unlock_rc, 1);
+  cr_assert_eq(rt_node_int(master, "EXISTS %s", name), 0);
+  rlock_free(la);
+  rlock_free(lb);
+  rlock_client_close(a);
+  rlock_client_close(b);
+}
+
+/* g. SIGKILL the master: the client follows the sentinels to the promoted
+ * replica. A waiter across the failover returns within its deadline; a
+ * watchdog lock is renewed on the new master or reported lost; a lock taken
+ * afterwards works there. */
+Test(sentinel, failover_kill_master) {
+  int old = rt_sentinel_master_port();
+  tc_lost lost = {0};
+  rlock_options o;
+  rlock_options_init(&o);
+  o.watchdog_timeout_ms = 3000;
+  o.command_timeout_ms = 2000;
+  o.retry_interval_ms = 300;
+  o.on_lock_lost = tc_on_lost;
+  o.on_lock_lost_data = &lost;
+  rlock_client *a = tc_open(rt_sentinel_uri(), &o);
+  rlock_options ob;
+  rlock_options_init(&ob);
+  ob.command_timeout_ms = 2000;
+  ob.retry_interval_ms = 300;
+  rlock_client *b = tc_open(rt_sentinel_uri(), &ob);
+  char wd[64], busy[64], after[64], owner[128];
+  rt_key(wd, sizeof wd, "wd");
+  rt_key(busy, sizeof busy, "busy");
+  rt_key(after, sizeof after, "after");
+  rt_owner(owner, sizeof owner, a, rlock_thread_id());
+  rlock *lwd = tc_lock(a, wd), *lbusy = tc_lock(a, busy);
+  rlock *lbusy_b = tc_lock(b, busy), *lafter = tc_lock(a, after);
+
+  TC_EQ(rlock_try_lock(lwd, 0, -1), 1, "watchdog lock before the failover");
+  TC_EQ(rlock_try_lock(lbusy, 0, 30000), 1, "busy lock");
+  tc_try w;
+  const int64_t wait_ms = 8000;
+  tc_try_start(&w, lbusy_b, wait_ms, 5000, false);
+  rt_sleep_ms(200);
+
+  int64_t t0 = rt_now_ms();
+  int promoted = rt_sentinel_kill_master(20000);
+  fprintf(stderr, "sentinel failover in %lld ms\n",
+          (long long)(rt_now_ms() - t0));
+  cr_assert_neq(promoted, old);
+
+  rt_thread_join(&w.th, wait_ms + 10000);
+  cr_assert_lt(w.returned_at - w.started_at, wait_ms + 3000,
+               "waiter (wait %lld ms) returned after %lld ms: %d %s",
+               (long long)wait_ms, (long long)(w.returned_at - w.started_at),
+               w.rc, w.rc < 0 ? rlock_err_name(w.rc) : "");
+  cr_assert_neq(w.rc, 1, "waiter got a lock its holder still holds (%s)",
+                atomic_load(&lost.count) ? "loss reported" : "no loss");
+
+  /* A lock taken after the failover lands on the new master. */
+  int64_t c0 = rt_now_ms();
+  TC_EQ(rlock_try_lock(lafter, 5000, 10000), 1, "lock after the failover");
+  cr_assert_lt(rt_now_ms() - c0, 15000);
+  cr_assert_eq(rt_node_int(promoted, "EXISTS %s", after), 1);
+  TC_EQ(rlock_unlock(lafter), 1, "unlock after the failover");
+  cr_assert_eq(rt_node_int(promoted, "EXISTS %s", after), 0);
+
+  /* The watchdog lock: renewed on the new master, or reported lost. */
+  rt_sleep_ms(3500); /* more than one lease: held only if renewed there */
+  if (atomic_load(&lost.count) == 0) {
+    long long pttl = rt_node_int(promoted, "PTTL %s", wd);
+    cr_assert(pttl > 0 && pttl <= 3000, "PTTL of the watchdog lock on the "
+              "new master: %lld (and no loss reported)", pttl);
+    char *v = rt_node_str(promoted, "HGET %s %s", wd, owner);
+    cr_assert(v && strcmp(v, "1") == 0);
+    free(v);
+    TC_EQ(rlock_is_held_by_current_thread(lwd), 1, "is_held");
+    TC_EQ(rlock_unlock(lwd), 1, "unlock of the renewed lock");
+  } else {
+    TC_EQ(rlock_unlock(lwd), RLOCK_ELOCKLOST, "unlock of a lost lock");
+  }
+  rlock_free(lwd);
+  rlock_free(lbusy);
+  rlock_free(lbusy_b);
+  rlock_free(lafter);
+  rlock_client_close(a);
+  rlock_client_close(b);
+}
+
+/* g. A planned failover (SENTINEL FAILOVER): locks keep working, on the
+ * new master. */
+Test(sentinel, planned_failover) {
+  rlock_client *a = tc_open(rt_sentinel_uri(), NULL);
+  char name[64];
+  rt_key(name, sizeof name, "planned");
+  rlock *l = tc_lock(a, name);
+  TC_EQ(rlock_try_lock(l, 0, 20000), 1, "lock");
+  int promoted = rt_sentinel_failover(20000);
+  TC_EQ(rlock_is_held_by_current_thread(l), 1, "held across the failover");
+  TC_EQ(rlock_unlock(l), 1, "unlock on the new master");
+  cr_assert_eq(rt_node_int(promoted, "EXISTS %s", name), 0);
+  TC_EQ(rlock_try_lock(l, 0, 20000), 1, "lock on the new master");
+  cr_assert_eq(rt_node_int(promoted, "EXISTS %s", name), 1);
+  TC_EQ(rlock_unlock(l), 1, "unlock");
+  rlock_free(l);
+  rlock_client_close(a);
+}
+
+/* h. An unknown master name: open fails quickly, naming it. */
+Test(sentinel, unknown_master_name) {
+  char uri[256];
+  snprintf(uri, sizeof uri,
+           "redis+sentinel://127.0.0.1:%d,127.0.0.1:%d/nosuchmaster",
+           rt_sentinel_port(0), rt_sentinel_port(1));
+  rlock_options o;
+  rlock_options_init(&o);
+  o.uri = uri;
+  rlock_client *c = NULL;
+  int64_t t0 = rt_now_ms();
+  int rc = rlock_client_open(&c, &o);
+  int64_t took = rt_now_ms() - t0;
+  cr_assert(rc < 0, "open with an unknown master name: %d", rc);
+  cr_assert_null(c);
+  cr_assert_lt(took, 5000, "took %lld ms", (long long)took);
+  cr_assert(strstr(rlock_last_error(), "nosuchmaster") != NULL,
+            "last error does not name the master: \"%s\" (%s)",
+            rlock_last_error(), rlock_err_name(rc));
+}
+
+/* h. Sentinels that require a password. */
+static void sentinel_auth(void) { rt_sentinel_start_auth("s3ntinel"); }
+
+/* A suite of its own: a test's .init runs after the suite's, so inside
+ * `sentinel` it would start a second setup. */
+TestSuite(sentinel_auth, .init = sentinel_auth, .fini = rt_topo_stop_all,
+          .timeout = 120);
+
+Test(sentinel_auth, wrong_missing_and_right_password) {
+  rlock_options o;
+  rlock_options_init(&o);
+  o.uri = rt_sentinel_uri();
+  o.sentinel_password = "wrong";
+  rlock_client *c = NULL;
+  int64_t t0 = rt_now_ms();
+  int rc = rlock_client_open(&c, &o);
+  cr_assert_eq(rc, RLOCK_EAUTH, "wrong sentinel password: %d %s (%s)", rc,
+               rlock_err_name(rc), rlock_last_error());
+  cr_assert_null(c);
+  cr_assert_lt(rt_now_ms() - t0, 5000);
+
+  o.sentinel_password = NULL;
+  rc = rlock_client_open(&c, &o);
+  cr_assert_eq(rc, RLOCK_EAUTH, "no sentinel password: %d %s (%s)", rc,
+               rlock_err_name(rc), rlock_last_error());
+
+  o.sentinel_password = "s3ntinel";
+  c = tc_open(rt_sentinel_uri(), &o);
+  char name[64];
+  rt_key(name, sizeof name, "auth");
+  rlock *l = tc_lock(c, name);
+  TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock with the right password");
+  cr_assert_eq(rt_node_int(rt_sentinel_master_port(), "EXISTS %s", name), 1);
+  TC_EQ(rlock_unlock(l), 1, "unlock");
+  rlock_free(l);
+  rlock_client_close(c);
+}
+
+/* i. Replica sync: with the replica linked, an acquire is WAITed for; with
+ * the replica frozen (SIGSTOP: the master still counts it), an acquire no
+ * replica confirms fails with RLOCK_ENOREPLICA and leaves nothing behind;
+ * with replica_sync = 0 the same acquire succeeds. */
+Test(sentinel, replica_sync) {
+  int master = rt_sentinel_master_port(), replica = rt_sentinel_replica_port();
+  freeReplyObject(rt_node_cmd(master, "CONFIG RESETSTAT"));
+  rlock_options o;
+  rlock_options_init(&o);
+  o.replica_sync_timeout_ms = 500;
+  rlock_client *c = tc_open(rt_sentinel_uri(), &o);
+  char k1[64], k2[64];
+  rt_key(k1, sizeof k1, "sync");
+  rt_key(k2, sizeof k2, "nosync");
+  rlock *l1 = tc_lock(c, k1), *l2 = tc_lock(c, k2);
+
+  TC_EQ(rlock_try_lock(l1, 0, 10000), 1, "lock with the replica linked");
+  cr_assert_geq(tc_calls(master, "wait"), 1, "no WAIT was sent");
+  cr_assert_eq(rt_node_int(replica, "EXISTS %s", k1), 1,
+               "acknowledged, so on the replica");
+  TC_EQ(rlock_unlock(l1), 1, "unlock");
+
+  rt_sentinel_pause_node(replica, true);
+  int64_t t0 = rt_now_ms();
+  int rc = rlock_try_lock(l2, 0, 10000);
+  int64_t took = rt_now_ms() - t0;
+  cr_assert_eq(rc, RLOCK_ENOREPLICA, "acquire with a frozen replica: %d %s (%s)",
+               rc, rlock_err_name(rc), rlock_last_error());
+  cr_assert_lt(took, o.replica_sync_timeout_ms + 2500, "took %lld ms",
+               (long long)took);
+  long long left = rt_node_int(master, "EXISTS %s", k2);
+  long long pttl = rt_node_int(master, "PTTL %s", k2);
+  rt_sleep_ms(1000);
+  long long later = rt_node_int(master, "EXISTS %s", k2);
+  cr_assert_eq(left, 0, "the failed acquire left its key on the master "
+               "(PTTL %lld; 1 s later EXISTS = %lld)", pttl, later);
+  TC_EQ(rlock_is_held_by_current_thread(l2), 0, "not held");
+
+  rlock_options o0;
+  rlock_options_init(&o0);
+  o0.replica_sync = 0;
+  rlock_client *c0 = tc_open(rt_sentinel_uri(), &o0);
+  rlock *l0 = tc_lock(c0, k2);
+  long long waits = tc_calls(master, "wait");
+  TC_EQ(rlock_try_lock(l0, 0, 10000), 1, "replica_sync = 0");
+  cr_assert_eq(rt_node_int(master, "EXISTS %s", k2), 1);
+  TC_EQ(rlock_unlock(l0), 1, "unlock (replica_sync = 0)");
+  cr_assert_eq(tc_calls(master, "wait"), waits, "WAIT sent with replica_sync 0");
+  rt_sentinel_pause_node(replica, false);
+  rlock_free(l0);
+  rlock_free(l1);
+  rlock_free(l2);
+  rlock_client_close(c0);
+  rlock_client_close(c);
+}

@@ -1,0 +1,162 @@
+/* Small helpers shared by the topo suite's library tests (static, header
+ * only): opening clients on a topology URI, timed blocking calls on a
+ * thread, lost-lock bookkeeping, fd and thread counts. */
+#ifndef RLOCK_TOPO_CLIENT_H
+#define RLOCK_TOPO_CLIENT_H
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "rlock.h"
+#include "topo_harness.h"
+
+/* Opens a client on uri with o (NULL: defaults); asserts success. */
+static inline rlock_client *tc_open(const char *uri, rlock_options *o) {
+  rlock_options d;
+  if (!o) {
+    rlock_options_init(&d);
+    o = &d;
+  }
+  o->uri = uri;
+  rlock_client *c = NULL;
+  int64_t t0 = rt_now_ms();
+  int rc = rlock_client_open(&c, o);
+  cr_assert_eq(rc, 0, "rlock_client_open(%s): %s (%s) after %lld ms", uri,
+               rlock_err_name(rc), rlock_last_error(),
+               (long long)(rt_now_ms() - t0));
+  cr_assert(c != NULL);
+  return c;
+}
+
+static inline rlock *tc_lock(rlock_client *c, const char *name) {
+  rlock *l = NULL;
+  int rc = rlock_get(c, name, &l);
+  cr_assert_eq(rc, 0, "rlock_get(%s): %s", name, rlock_err_name(rc));
+  return l;
+}
+
+/* Asserts rc == want, naming the call and the error detail. */
+#define TC_EQ(rc_expr, want, what)                                            \
+  do {                                                                        \
+    int tc_rc_ = (int)(rc_expr);                                              \
+    cr_assert_eq(tc_rc_, (want), "%s: got %d %s (%s), want %d", (what),       \
+                 tc_rc_, tc_rc_ < 0 ? rlock_err_name(tc_rc_) : "",           \
+                 tc_rc_ < 0 ? rlock_last_error() : "", (int)(want));         \
+  } while (0)
+
+/* A try_lock run on a thread (the blocking call must not hold up the test's
+ * main thread, which watches Redis meanwhile). */
+typedef struct tc_try {
+  rlock *lock;
+  int64_t wait_ms, lease_ms;
+  int64_t started_at, returned_at; /* rt_now_ms() */
+  atomic_int done;
+  int rc;
+  char err[256];
+  bool unlock_after; /* unlock right away when acquired */
+  int unlock_rc;
+  rt_thread th;
+} tc_try;
+
+static inline void tc_try_fn(void *p) {
+  tc_try *t = p;
+  t->started_at = rt_now_ms();
+  t->rc = rlock_try_lock(t->lock, t->wait_ms, t->lease_ms);
+  t->returned_at = rt_now_ms();
+  if (t->rc < 0)
+    snprintf(t->err, sizeof t->err, "%s", rlock_last_error());
+  if (t->rc == 1 && t->unlock_after)
+    t->unlock_rc = rlock_unlock(t->lock);
+  atomic_store(&t->done, 1);
+}
+
+static inline void tc_try_start(tc_try *t, rlock *lock, int64_t wait_ms,
+                                int64_t lease_ms, bool unlock_after) {
+  memset(t, 0, sizeof *t);
+  t->lock = lock;
+  t->wait_ms = wait_ms;
+  t->lease_ms = lease_ms;
+  t->unlock_after = unlock_after;
+  rt_thread_start(&t->th, tc_try_fn, t);
+}
+
+/* Lost-lock bookkeeping for on_lock_lost. */
+typedef struct tc_lost {
+  atomic_int count;
+  _Atomic int64_t first_at; /* rt_now_ms() of the first call, 0: none */
+  char name[256];
+} tc_lost;
+
+static inline void tc_on_lost(const char *name, const char *owner,
+                              void *data) {
+  (void)owner;
+  tc_lost *l = data;
+  int64_t zero = 0;
+  atomic_compare_exchange_strong(&l->first_at, &zero, rt_now_ms());
+  if (atomic_fetch_add(&l->count, 1) == 0)
+    snprintf(l->name, sizeof l->name, "%s", name);
+}
+
+/* Entries in /proc/self/<what> ("fd", "task"), "." and ".." excluded. */
+static inline int tc_count_dir(const char *what) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/%s", what);
+  DIR *d = opendir(path);
+  cr_assert(d != NULL);
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.')
+      n++;
+  closedir(d);
+  return n - (strcmp(what, "fd") == 0 ? 1 : 0); /* the DIR's own fd */
+}
+
+/* "fd -> target" of every open fd, space-separated, into buf. */
+static inline void tc_list_fds(char *buf, size_t n) {
+  DIR *d = opendir("/proc/self/fd");
+  cr_assert(d != NULL);
+  size_t used = 0;
+  buf[0] = '\0';
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.')
+      continue;
+    char path[300], target[256];
+    snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+    ssize_t len = readlink(path, target, sizeof target - 1);
+    if (len < 0)
+      continue;
+    target[len] = '\0';
+    int w = snprintf(buf + used, n - used, "%s->%s ", e->d_name, target);
+    if (w < 0 || (size_t)w >= n - used)
+      break;
+    used += (size_t)w;
+  }
+  closedir(d);
+}
+
+/* EXISTS on a node after ASKING (a key in a slot being imported). */
+static inline long long tc_exists_asking(int port, const char *key) {
+  freeReplyObject(rt_node_cmd(port, "ASKING"));
+  return rt_node_int(port, "EXISTS %s", key);
+}
+
+/* Calls of a command on a node since start (INFO commandstats). */
+static inline long long tc_calls(int port, const char *cmd) {
+  char *info = rt_node_str(port, "INFO commandstats");
+  char needle[64];
+  snprintf(needle, sizeof needle, "cmdstat_%s:calls=", cmd);
+  const char *p = info ? strstr(info, needle) : NULL;
+  long long n = p ? atoll(p + strlen(needle)) : 0;
+  free(info);
+  return n;
+}
+
+#endif

@@ -1,0 +1,1258 @@
+/* Topology harness: Redis Cluster and Sentinel setups (see topo_harness.h). */
+#include "topo_harness.h"
+
+#include <criterion/criterion.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CMD_TIMEOUT_MS 5000
+
+/* ---- time and ports (own copies: this harness links without rlock) ---- */
+
+int64_t rt_topo_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void rt_topo_sleep_ms(int64_t ms) {
+  if (ms <= 0)
+    return;
+  struct timespec ts = {.tv_sec = (time_t)(ms / 1000),
+                        .tv_nsec = (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+int rt_topo_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return -1;
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = -1;
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+/* ---- CRC16 (XMODEM), as in Redis' crc16.c ---- */
+
+uint16_t rt_crc16(const char *buf, size_t len) {
+  uint16_t crc = 0;
+  for (size_t i = 0; i < len; i++) {
+    crc ^= (uint16_t)((uint8_t)buf[i] << 8);
+    for (int b = 0; b < 8; b++)
+      crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021)
+                           : (uint16_t)(crc << 1);
+  }
+  return crc;
+}
+
+int rt_key_slot(const char *key) {
+  size_t len = strlen(key);
+  const char *open = memchr(key, '{', len);
+  if (open) {
+    const char *close = memchr(open + 1, '}', len - (size_t)(open + 1 - key));
+    if (close && close > open + 1)
+      return rt_crc16(open + 1, (size_t)(close - open - 1)) & 16383;
+  }
+  return rt_crc16(key, len) & 16383;
+}
+
+/* ---- processes ---- */
+
+typedef struct proc {
+  pid_t pid; /* also the process group id; 0: none */
+  int port;
+  int bus_port;
+  bool stopped; /* SIGSTOPped */
+  char dir[PATH_MAX];
+  char conf[PATH_MAX]; /* sentinel: its conf file; else "" */
+  char id[64];         /* cluster node id */
+} proc;
+
+static struct {
+  bool atexit_done;
+  /* cluster */
+  proc cl[RT_MAX_NODES];
+  int cl_n;
+  int cl_replicas;
+  char cl_dir[PATH_MAX];
+  char cl_uri[512];
+  /* sentinel */
+  proc data[2]; /* [0] first master, [1] first replica */
+  proc sen[3];
+  int master_port, replica_port;
+  char se_dir[PATH_MAX];
+  char se_uri[512];
+  char *se_pass;
+  /* cached connections */
+  struct {
+    int port;
+    redisContext *ctx;
+  } conns[64];
+} T;
+
+static void rm_dir_tree(const char *dir);
+
+/* fork/exec into a new process group; the child dies with us. */
+static pid_t spawn(const char *const *argv, const char *log_path) {
+  int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  cr_assert(log_fd >= 0 && null_fd >= 0, "open %s: %s", log_path,
+            strerror(errno));
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+      _exit(126);
+    dup2(null_fd, STDIN_FILENO);
+    dup2(log_fd, STDOUT_FILENO);
+    dup2(log_fd, STDERR_FILENO);
+    execvp(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  int e = errno;
+  close(log_fd);
+  close(null_fd);
+  cr_assert(pid > 0, "fork: %s", strerror(e));
+  setpgid(pid, pid); /* either side may win the race; both are fine */
+  return pid;
+}
+
+static void kill_proc(proc *p) {
+  if (p->pid <= 0)
+    return;
+  kill(-p->pid, SIGKILL);
+  kill(p->pid, SIGKILL);
+  kill(-p->pid, SIGCONT);
+  while (waitpid(p->pid, NULL, 0) < 0 && errno == EINTR) {
+  }
+  p->pid = 0;
+  p->stopped = false;
+}
+
+static const char *server_bin(void) {
+  const char *bin = getenv("REDIS_SERVER");
+  return bin && *bin ? bin : "redis-server";
+}
+
+static const char *cli_bin(void) {
+  const char *bin = getenv("REDIS_CLI");
+  return bin && *bin ? bin : "redis-cli";
+}
+
+static void make_tmp(char *dir, size_t n, const char *what) {
+  const char *tmp = getenv("TMPDIR");
+  if (!tmp || !*tmp)
+    tmp = "/tmp";
+  snprintf(dir, n, "%s/rlock-topo-%s-XXXXXX", tmp, what);
+  cr_assert(mkdtemp(dir) != NULL, "mkdtemp: %s", strerror(errno));
+}
+
+static void log_tail(const char *path, char *buf, size_t n) {
+  buf[0] = '\0';
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return;
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  long from = size > (long)n - 1 ? size - (long)n + 1 : 0;
+  fseek(f, from, SEEK_SET);
+  size_t got = fread(buf, 1, n - 1, f);
+  buf[got] = '\0';
+  fclose(f);
+}
+
+/* ---- connections ---- */
+
+static redisContext *connect_port(int port, int64_t timeout_ms) {
+  struct timeval tv = {.tv_sec = (time_t)(timeout_ms / 1000),
+                       .tv_usec = (suseconds_t)((timeout_ms % 1000) * 1000)};
+  redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+  if (c && !c->err)
+    redisSetTimeout(c, tv);
+  return c;
+}
+
+static bool is_sentinel_port(int port) {
+  for (int i = 0; i < 3; i++)
+    if (T.sen[i].port == port && port > 0)
+      return true;
+  return false;
+}
+
+static redisContext *auth_if_needed(redisContext *c, int port) {
+  if (c && !c->err && T.se_pass && is_sentinel_port(port)) {
+    redisReply *r = redisCommand(c, "AUTH %s", T.se_pass);
+    if (r)
+      freeReplyObject(r);
+  }
+  return c;
+}
+
+redisContext *rt_node_connect(int port, int64_t timeout_ms) {
+  redisContext *c = connect_port(port, timeout_ms);
+  cr_assert(c && !c->err, "connect 127.0.0.1:%d: %s", port,
+            c ? c->errstr : "oom");
+  return auth_if_needed(c, port);
+}
+
+void rt_node_forget(int port) {
+  for (size_t i = 0; i < sizeof T.conns / sizeof T.conns[0]; i++)
+    if (T.conns[i].port == port && T.conns[i].ctx) {
+      redisFree(T.conns[i].ctx);
+      T.conns[i].ctx = NULL;
+      T.conns[i].port = 0;
+    }
+}
+
+static redisContext *cached(int port, int64_t timeout_ms) {
+  size_t free_slot = SIZE_MAX;
+  for (size_t i = 0; i < sizeof T.conns / sizeof T.conns[0]; i++) {
+    if (T.conns[i].port == port && T.conns[i].ctx)
+      return T.conns[i].ctx;
+    if (!T.conns[i].ctx && free_slot == SIZE_MAX)
+      free_slot = i;
+  }
+  redisContext *c = connect_port(port, timeout_ms);
+  if (!c || c->err) {
+    if (c)
+      redisFree(c);
+    return NULL;
+  }
+  auth_if_needed(c, port);
+  if (free_slot == SIZE_MAX) {
+    redisFree(T.conns[0].ctx);
+    free_slot = 0;
+  }
+  T.conns[free_slot].port = port;
+  T.conns[free_slot].ctx = c;
+  return c;
+}
+
+static redisReply *vtry(int port, int64_t timeout_ms, const char *fmt,
+                        va_list ap) {
+  redisContext *c = cached(port, timeout_ms);
+  if (!c)
+    return NULL;
+  redisReply *r = redisvCommand(c, fmt, ap);
+  if (!r)
+    rt_node_forget(port);
+  return r;
+}
+
+redisReply *rt_node_try_cmd(int port, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  redisReply *r = vtry(port, 1000, fmt, ap);
+  va_end(ap);
+  return r;
+}
+
+static redisReply *vcmd(int port, const char *fmt, va_list ap) {
+  redisReply *r = vtry(port, CMD_TIMEOUT_MS, fmt, ap);
+  cr_assert(r != NULL, "127.0.0.1:%d: \"%s\" got no reply", port, fmt);
+  return r;
+}
+
+redisReply *rt_node_cmd(int port, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  redisReply *r = vcmd(port, fmt, ap);
+  va_end(ap);
+  return r;
+}
+
+long long rt_node_int(int port, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  redisReply *r = vcmd(port, fmt, ap);
+  va_end(ap);
+  int type = r->type;
+  long long v = r->integer;
+  char err[256] = "";
+  if (type == REDIS_REPLY_ERROR)
+    snprintf(err, sizeof err, "%s", r->str);
+  freeReplyObject(r);
+  cr_assert_eq(type, REDIS_REPLY_INTEGER, "%d \"%s\": type %d %s", port, fmt,
+               type, err);
+  return v;
+}
+
+char *rt_node_str(int port, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  redisReply *r = vcmd(port, fmt, ap);
+  va_end(ap);
+  int type = r->type;
+  char *s = NULL;
+  char err[256] = "";
+  if (type == REDIS_REPLY_STRING || type == REDIS_REPLY_STATUS)
+    s = strndup(r->str, r->len);
+  else if (type == REDIS_REPLY_ERROR)
+    snprintf(err, sizeof err, "%s", r->str);
+  freeReplyObject(r);
+  cr_assert(type != REDIS_REPLY_ERROR && type != REDIS_REPLY_ARRAY &&
+                type != REDIS_REPLY_INTEGER,
+            "%d \"%s\": type %d %s", port, fmt, type, err);
+  return s;
+}
+
+/* A string field "name:value" of an INFO-like text, as a malloc'd copy. */
+static char *info_field(const char *text, const char *name) {
+  char needle[128];
+  snprintf(needle, sizeof needle, "%s:", name);
+  const char *p = text;
+  while ((p = strstr(p, needle)) != NULL) {
+    if (p == text || p[-1] == '\n') {
+      p += strlen(needle);
+      size_t n = strcspn(p, "\r\n");
+      return strndup(p, n);
+    }
+    p++;
+  }
+  return NULL;
+}
+
+/* INFO-ish text of a node (NULL when it does not answer). */
+static char *node_text(int port, const char *cmd) {
+  redisReply *r = rt_node_try_cmd(port, cmd);
+  if (!r)
+    return NULL;
+  char *s = NULL;
+  if (r->type == REDIS_REPLY_STRING)
+    s = strndup(r->str, r->len);
+  freeReplyObject(r);
+  return s;
+}
+
+static bool field_is(int port, const char *cmd, const char *field,
+                     const char *value) {
+  char *t = node_text(port, cmd);
+  if (!t)
+    return false;
+  char *v = info_field(t, field);
+  bool eq = v && strcmp(v, value) == 0;
+  free(v);
+  free(t);
+  return eq;
+}
+
+static bool answers_ping(int port) {
+  redisReply *r = rt_node_try_cmd(port, "PING");
+  bool ok = r && (r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_ERROR);
+  if (r)
+    freeReplyObject(r);
+  return ok;
+}
+
+static void wait_ping(int port, pid_t pid, const char *log, int64_t bound) {
+  int64_t deadline = rt_topo_now_ms() + bound;
+  while (rt_topo_now_ms() < deadline) {
+    int st;
+    if (pid > 0 && waitpid(pid, &st, WNOHANG) == pid) {
+      char buf[2048];
+      log_tail(log, buf, sizeof buf);
+      cr_assert_fail("server on port %d exited at startup; log:\n%s", port,
+                     buf);
+    }
+    if (answers_ping(port))
+      return;
+    rt_node_forget(port);
+    rt_topo_sleep_ms(20);
+  }
+  char buf[2048];
+  log_tail(log, buf, sizeof buf);
+  cr_assert_fail("server on port %d did not answer within %" PRId64
+                 " ms; log:\n%s",
+                 port, bound, buf);
+}
+
+/* ---- teardown ---- */
+
+static int rm_cb(const char *path, const struct stat *sb, int flag,
+                 struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  remove(path);
+  return 0;
+}
+
+static void rm_dir_tree(const char *dir) {
+  if (dir[0])
+    nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+void rt_cluster_stop(void) {
+  for (int i = 0; i < T.cl_n; i++) {
+    rt_node_forget(T.cl[i].port);
+    kill_proc(&T.cl[i]);
+  }
+  T.cl_n = 0;
+  rm_dir_tree(T.cl_dir);
+  T.cl_dir[0] = '\0';
+}
+
+void rt_sentinel_stop(void) {
+  for (int i = 0; i < 3; i++) {
+    rt_node_forget(T.sen[i].port);
+    kill_proc(&T.sen[i]);
+    T.sen[i].port = 0;
+  }
+  for (int i = 0; i < 2; i++) {
+    rt_node_forget(T.data[i].port);
+    kill_proc(&T.data[i]);
+    T.data[i].port = 0;
+  }
+  free(T.se_pass);
+  T.se_pass = NULL;
+  rm_dir_tree(T.se_dir);
+  T.se_dir[0] = '\0';
+}
+
+void rt_topo_stop_all(void) {
+  rt_cluster_stop();
+  rt_sentinel_stop();
+  for (size_t i = 0; i < sizeof T.conns / sizeof T.conns[0]; i++)
+    if (T.conns[i].ctx) {
+      redisFree(T.conns[i].ctx);
+      T.conns[i].ctx = NULL;
+      T.conns[i].port = 0;
+    }
+}
+
+static void at_exit(void) {
+  /* Only kill and reap: no assertions at exit. */
+  for (int i = 0; i < T.cl_n; i++)
+    kill_proc(&T.cl[i]);
+  for (int i = 0; i < 3; i++)
+    kill_proc(&T.sen[i]);
+  for (int i = 0; i < 2; i++)
+    kill_proc(&T.data[i]);
+  rm_dir_tree(T.cl_dir);
+  rm_dir_tree(T.se_dir);
+}
+
+static void ensure_atexit(void) {
+  if (!T.atexit_done) {
+    atexit(at_exit);
+    T.atexit_done = true;
+  }
+}
+
+int rt_topo_count_procs(const char *needle) {
+  DIR *d = opendir("/proc");
+  if (!d)
+    return -1;
+  int count = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    char *end;
+    long pid = strtol(e->d_name, &end, 10);
+    if (*end || pid <= 0 || pid == (long)getpid())
+      continue;
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      continue;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+      continue; /* zombie or kernel thread */
+    for (ssize_t i = 0; i < n; i++)
+      if (buf[i] == '\0')
+        buf[i] = ' ';
+    buf[n] = '\0';
+    if (strstr(buf, needle))
+      count++;
+  }
+  closedir(d);
+  return count;
+}
+
+/* ---- cluster ---- */
+
+static void cluster_spawn(proc *p) {
+  char port_s[16], bus_s[16], log[PATH_MAX + 16];
+  snprintf(port_s, sizeof port_s, "%d", p->port);
+  snprintf(bus_s, sizeof bus_s, "%d", p->bus_port);
+  snprintf(log, sizeof log, "%s/redis.log", p->dir);
+  const char *argv[] = {server_bin(),
+                        "--port", port_s,
+                        "--cluster-port", bus_s,
+                        "--bind", "127.0.0.1",
+                        "--cluster-enabled", "yes",
+                        "--cluster-config-file", "nodes.conf",
+                        "--cluster-node-timeout", "1000",
+                        "--dir", p->dir,
+                        "--save", "",
+                        "--appendonly", "no",
+                        "--daemonize", "no",
+                        "--enable-debug-command", "yes",
+                        NULL};
+  p->pid = spawn(argv, log);
+  p->stopped = false;
+}
+
+int rt_cluster_node_count(void) { return T.cl_n; }
+int rt_cluster_port(int i) {
+  cr_assert(i >= 0 && i < T.cl_n, "no cluster node %d", i);
+  return T.cl[i].port;
+}
+pid_t rt_cluster_pid(int i) {
+  cr_assert(i >= 0 && i < T.cl_n, "no cluster node %d", i);
+  return T.cl[i].pid;
+}
+const char *rt_cluster_dir(void) { return T.cl_dir; }
+
+int rt_cluster_index_of_port(int port) {
+  for (int i = 0; i < T.cl_n; i++)
+    if (T.cl[i].port == port)
+      return i;
+  return -1;
+}
+
+static bool node_alive(int i) { return T.cl[i].pid > 0 && !T.cl[i].stopped; }
+
+bool rt_cluster_is_master(int i) {
+  if (!node_alive(i))
+    return false;
+  redisReply *r = rt_node_try_cmd(T.cl[i].port, "ROLE");
+  bool m = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+           r->element[0]->type == REDIS_REPLY_STRING &&
+           strcmp(r->element[0]->str, "master") == 0;
+  if (r)
+    freeReplyObject(r);
+  return m;
+}
+
+/* Ports owning slots according to CLUSTER SLOTS of node `asker`: fills
+ * owner[16384] (-1: none). False when the node does not answer. */
+static bool slot_map(int asker, int *owner) {
+  for (int s = 0; s < RT_SLOTS; s++)
+    owner[s] = -1;
+  redisReply *r = rt_node_try_cmd(asker, "CLUSTER SLOTS");
+  if (!r)
+    return false;
+  bool ok = r->type == REDIS_REPLY_ARRAY;
+  for (size_t i = 0; ok && i < r->elements; i++) {
+    redisReply *e = r->element[i];
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3)
+      continue;
+    long long a = e->element[0]->integer, b = e->element[1]->integer;
+    redisReply *m = e->element[2];
+    if (m->type != REDIS_REPLY_ARRAY || m->elements < 2)
+      continue;
+    for (long long s = a; s <= b && s < RT_SLOTS; s++)
+      owner[s] = (int)m->element[1]->integer;
+  }
+  freeReplyObject(r);
+  return ok;
+}
+
+static int first_live_port(void) {
+  for (int i = 0; i < T.cl_n; i++)
+    if (node_alive(i) && answers_ping(T.cl[i].port))
+      return T.cl[i].port;
+  return -1;
+}
+
+int rt_cluster_slot_owner(int slot) {
+  static int owner[RT_SLOTS];
+  int asker = first_live_port();
+  cr_assert(asker > 0, "no live cluster node");
+  cr_assert(slot_map(asker, owner), "CLUSTER SLOTS on %d failed", asker);
+  return owner[slot];
+}
+
+int rt_cluster_key_owner(const char *key) {
+  return rt_cluster_slot_owner(rt_key_slot(key));
+}
+
+int rt_cluster_masters(int *ports, int max) {
+  static int owner[RT_SLOTS];
+  int asker = first_live_port();
+  cr_assert(asker > 0, "no live cluster node");
+  cr_assert(slot_map(asker, owner), "CLUSTER SLOTS on %d failed", asker);
+  int n = 0;
+  for (int i = 0; i < T.cl_n; i++) {
+    if (!node_alive(i))
+      continue;
+    bool owns = false;
+    for (int s = 0; s < RT_SLOTS && !owns; s++)
+      owns = owner[s] == T.cl[i].port;
+    if (owns && rt_cluster_is_master(i) && n < max)
+      ports[n++] = T.cl[i].port;
+  }
+  /* sort */
+  for (int a = 0; a < n; a++)
+    for (int b = a + 1; b < n; b++)
+      if (ports[b] < ports[a]) {
+        int t = ports[a];
+        ports[a] = ports[b];
+        ports[b] = t;
+      }
+  return n;
+}
+
+const char *rt_cluster_uri(void) {
+  int m[RT_MAX_NODES];
+  int n = rt_cluster_masters(m, RT_MAX_NODES);
+  cr_assert(n >= 1, "no master");
+  if (n == 1)
+    snprintf(T.cl_uri, sizeof T.cl_uri, "redis+cluster://127.0.0.1:%d", m[0]);
+  else
+    snprintf(T.cl_uri, sizeof T.cl_uri,
+             "redis+cluster://127.0.0.1:%d,127.0.0.1:%d", m[0], m[1]);
+  return T.cl_uri;
+}
+
+static bool node_cluster_ok(int port) {
+  char *t = node_text(port, "CLUSTER INFO");
+  if (!t)
+    return false;
+  char *st = info_field(t, "cluster_state");
+  char *ok = info_field(t, "cluster_slots_ok");
+  bool good = st && ok && strcmp(st, "ok") == 0 && atoi(ok) == RT_SLOTS;
+  free(st);
+  free(ok);
+  free(t);
+  return good;
+}
+
+/* All live nodes ok and agreeing on one slot map with every slot owned. */
+static bool cluster_all_ok(char *why, size_t n) {
+  static int ref[RT_SLOTS], cur[RT_SLOTS];
+  bool have_ref = false;
+  for (int i = 0; i < T.cl_n; i++) {
+    if (!node_alive(i))
+      continue;
+    int port = T.cl[i].port;
+    if (!node_cluster_ok(port)) {
+      snprintf(why, n, "node %d not cluster_state:ok", port);
+      return false;
+    }
+    if (!slot_map(port, have_ref ? cur : ref)) {
+      snprintf(why, n, "node %d: no CLUSTER SLOTS", port);
+      return false;
+    }
+    if (have_ref && memcmp(ref, cur, sizeof ref) != 0) {
+      snprintf(why, n, "node %d disagrees on the slot map", port);
+      return false;
+    }
+    have_ref = true;
+  }
+  for (int s = 0; s < RT_SLOTS; s++)
+    if (ref[s] < 0) {
+      snprintf(why, n, "slot %d not covered", s);
+      return false;
+    }
+  return true;
+}
+
+void rt_cluster_wait_ok(int64_t bound_ms) {
+  int64_t deadline = rt_topo_now_ms() + bound_ms;
+  char why[256] = "";
+  while (rt_topo_now_ms() < deadline) {
+    if (cluster_all_ok(why, sizeof why))
+      return;
+    rt_topo_sleep_ms(50);
+  }
+  cr_assert_fail("cluster not ok within %" PRId64 " ms: %s", bound_ms, why);
+}
+
+static bool replicas_linked(char *why, size_t n) {
+  for (int i = 0; i < T.cl_n; i++) {
+    if (!node_alive(i) || rt_cluster_is_master(i))
+      continue;
+    if (!field_is(T.cl[i].port, "INFO replication", "master_link_status",
+                  "up")) {
+      snprintf(why, n, "replica %d not linked", T.cl[i].port);
+      return false;
+    }
+  }
+  return true;
+}
+
+static void read_node_id(proc *p) {
+  char *id = rt_node_str(p->port, "CLUSTER MYID");
+  cr_assert(id != NULL);
+  snprintf(p->id, sizeof p->id, "%s", id);
+  free(id);
+}
+
+void rt_cluster_start(int masters, int replicas_per_master) {
+  rt_cluster_stop();
+  ensure_atexit();
+  int total = masters * (1 + replicas_per_master);
+  cr_assert(masters >= 3 && total <= RT_MAX_NODES,
+            "cluster needs >= 3 masters and <= %d nodes", RT_MAX_NODES);
+  make_tmp(T.cl_dir, sizeof T.cl_dir, "cluster");
+  T.cl_replicas = replicas_per_master;
+  int used[2 * RT_MAX_NODES];
+  int n_used = 0;
+  for (int i = 0; i < total; i++) {
+    proc *p = &T.cl[i];
+    memset(p, 0, sizeof *p);
+    for (int k = 0; k < 2; k++) {
+      int port;
+      bool dup;
+      do {
+        port = rt_topo_free_port();
+        dup = false;
+        for (int j = 0; j < n_used; j++)
+          dup = dup || used[j] == port;
+      } while (dup || port <= 0);
+      used[n_used++] = port;
+      if (k == 0)
+        p->port = port;
+      else
+        p->bus_port = port;
+    }
+    snprintf(p->dir, sizeof p->dir, "%s/node-%d", T.cl_dir, p->port);
+    cr_assert(mkdir(p->dir, 0700) == 0, "mkdir %s: %s", p->dir,
+              strerror(errno));
+    cluster_spawn(p);
+    T.cl_n = i + 1;
+  }
+  for (int i = 0; i < total; i++) {
+    char log[PATH_MAX + 16];
+    snprintf(log, sizeof log, "%s/redis.log", T.cl[i].dir);
+    wait_ping(T.cl[i].port, T.cl[i].pid, log, 10000);
+    read_node_id(&T.cl[i]);
+  }
+
+  /* redis-cli --cluster create */
+  char addrs[RT_MAX_NODES][32], reps[16];
+  const char *argv[RT_MAX_NODES + 10];
+  size_t a = 0;
+  argv[a++] = cli_bin();
+  argv[a++] = "--cluster";
+  argv[a++] = "create";
+  for (int i = 0; i < total; i++) {
+    snprintf(addrs[i], sizeof addrs[i], "127.0.0.1:%d", T.cl[i].port);
+    argv[a++] = addrs[i];
+  }
+  snprintf(reps, sizeof reps, "%d", replicas_per_master);
+  argv[a++] = "--cluster-replicas";
+  argv[a++] = reps;
+  argv[a++] = "--cluster-yes";
+  argv[a] = NULL;
+  char log[PATH_MAX + 32];
+  snprintf(log, sizeof log, "%s/cluster-create.log", T.cl_dir);
+  pid_t cli = spawn(argv, log);
+  int status = 0;
+  int64_t deadline = rt_topo_now_ms() + 30000;
+  bool done = false;
+  while (rt_topo_now_ms() < deadline) {
+    if (waitpid(cli, &status, WNOHANG) == cli) {
+      done = true;
+      break;
+    }
+    rt_topo_sleep_ms(20);
+  }
+  if (!done) {
+    kill(-cli, SIGKILL);
+    waitpid(cli, &status, 0);
+  }
+  char out[3000];
+  log_tail(log, out, sizeof out);
+  cr_assert(done && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+            "redis-cli --cluster create failed (%s); output:\n%s",
+            done ? "exit status" : "timeout", out);
+
+  rt_cluster_wait_ok(30000);
+  int64_t dl = rt_topo_now_ms() + 30000;
+  char why[256] = "";
+  while (!replicas_linked(why, sizeof why)) {
+    cr_assert(rt_topo_now_ms() < dl, "replicas not linked in 30 s: %s", why);
+    rt_topo_sleep_ms(50);
+  }
+  int m[RT_MAX_NODES];
+  cr_assert_eq(rt_cluster_masters(m, RT_MAX_NODES), masters,
+               "expected %d masters", masters);
+}
+
+void rt_cluster_key_on(char *buf, size_t n, const char *base, int port) {
+  static int owner[RT_SLOTS];
+  int asker = first_live_port();
+  cr_assert(slot_map(asker, owner), "CLUSTER SLOTS failed");
+  for (int i = 0; i < 100000; i++) {
+    snprintf(buf, n, "%s:%d", base, i);
+    if (owner[rt_key_slot(buf)] == port)
+      return;
+  }
+  cr_assert_fail("no key for base %s lands on port %d", base, port);
+}
+
+void rt_cluster_key_new_slot(char *buf, size_t n, const char *base,
+                             const int *used, int n_used) {
+  for (int i = 0; i < 100000; i++) {
+    snprintf(buf, n, "%s:%d", base, i);
+    int s = rt_key_slot(buf), k;
+    for (k = 0; k < n_used && used[k] != s; k++) {
+    }
+    if (k == n_used)
+      return;
+  }
+  cr_assert_fail("no key in a new slot");
+}
+
+static proc *proc_of_port(int port) {
+  int i = rt_cluster_index_of_port(port);
+  cr_assert(i >= 0, "port %d is not a cluster node", port);
+  return &T.cl[i];
+}
+
+static void expect_ok(int port, redisReply *r, const char *what) {
+  bool ok = r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0;
+  char got[256];
+  snprintf(got, sizeof got, "type %d %s", r->type, r->str ? r->str : "");
+  freeReplyObject(r);
+  cr_assert(ok, "%d %s: %s", port, what, got);
+}
+
+static void migrate_key(int from, int to, const char *key, size_t len) {
+  redisReply *r = rt_node_cmd(from, "MIGRATE 127.0.0.1 %d %b 0 5000 REPLACE",
+                              to, key, len);
+  bool ok = r->type == REDIS_REPLY_STATUS &&
+            (strcmp(r->str, "OK") == 0 || strcmp(r->str, "NOKEY") == 0);
+  char got[256];
+  snprintf(got, sizeof got, "%s", r->str ? r->str : "?");
+  freeReplyObject(r);
+  cr_assert(ok, "MIGRATE %.*s %d->%d: %s", (int)len, key, from, to, got);
+}
+
+static void migrate_all(int slot, int from, int to) {
+  for (;;) {
+    redisReply *r = rt_node_cmd(from, "CLUSTER GETKEYSINSLOT %d 100", slot);
+    cr_assert(r->type == REDIS_REPLY_ARRAY, "GETKEYSINSLOT");
+    size_t n = r->elements;
+    for (size_t i = 0; i < n; i++)
+      migrate_key(from, to, r->element[i]->str, r->element[i]->len);
+    freeReplyObject(r);
+    if (n == 0)
+      return;
+  }
+}
+
+static void setslot_node_everywhere(int slot, int from, int to) {
+  proc *dst = proc_of_port(to);
+  /* Target first, then source, then the rest (the documented order). */
+  expect_ok(to, rt_node_cmd(to, "CLUSTER SETSLOT %d NODE %s", slot, dst->id),
+            "SETSLOT NODE");
+  expect_ok(from,
+            rt_node_cmd(from, "CLUSTER SETSLOT %d NODE %s", slot, dst->id),
+            "SETSLOT NODE");
+  for (int i = 0; i < T.cl_n; i++) {
+    int p = T.cl[i].port;
+    if (p == to || p == from || !node_alive(i))
+      continue;
+    redisReply *r = rt_node_cmd(p, "CLUSTER SETSLOT %d NODE %s", slot, dst->id);
+    /* A replica answers an error for SETSLOT; that is fine (it follows). */
+    freeReplyObject(r);
+  }
+}
+
+int rt_cluster_migrate_slot(int slot, int to_port, bool half_way,
+                            const char *const *keys_to_move) {
+  int from = rt_cluster_slot_owner(slot);
+  cr_assert(from > 0, "slot %d has no owner", slot);
+  cr_assert_neq(from, to_port, "slot %d already on %d", slot, to_port);
+  proc *src = proc_of_port(from), *dst = proc_of_port(to_port);
+  expect_ok(to_port,
+            rt_node_cmd(to_port, "CLUSTER SETSLOT %d IMPORTING %s", slot,
+                        src->id),
+            "SETSLOT IMPORTING");
+  expect_ok(from,
+            rt_node_cmd(from, "CLUSTER SETSLOT %d MIGRATING %s", slot, dst->id),
+            "SETSLOT MIGRATING");
+  if (half_way) {
+    for (size_t i = 0; keys_to_move && keys_to_move[i]; i++)
+      migrate_key(from, to_port, keys_to_move[i], strlen(keys_to_move[i]));
+    if (!keys_to_move)
+      migrate_all(slot, from, to_port);
+    return from;
+  }
+  migrate_all(slot, from, to_port);
+  setslot_node_everywhere(slot, from, to_port);
+  rt_cluster_wait_slot_owner(slot, to_port, 10000);
+  return from;
+}
+
+void rt_cluster_finish_migration(int slot, int from_port, int to_port) {
+  migrate_all(slot, from_port, to_port);
+  setslot_node_everywhere(slot, from_port, to_port);
+  rt_cluster_wait_slot_owner(slot, to_port, 10000);
+}
+
+void rt_cluster_wait_slot_owner(int slot, int port, int64_t bound_ms) {
+  static int owner[RT_SLOTS];
+  int64_t deadline = rt_topo_now_ms() + bound_ms;
+  int bad = -1, saw = -1;
+  while (rt_topo_now_ms() < deadline) {
+    bad = -1;
+    for (int i = 0; i < T.cl_n && bad < 0; i++) {
+      if (!node_alive(i))
+        continue;
+      if (!slot_map(T.cl[i].port, owner) || owner[slot] != port) {
+        bad = T.cl[i].port;
+        saw = owner[slot];
+      }
+    }
+    if (bad < 0)
+      return;
+    rt_topo_sleep_ms(20);
+  }
+  cr_assert_fail("slot %d: node %d still says owner %d, not %d", slot, bad,
+                 saw, port);
+}
+
+int rt_cluster_fail_master(int port, bool stop_only, int64_t bound_ms) {
+  proc *p = proc_of_port(port);
+  cr_assert(node_alive(rt_cluster_index_of_port(port)), "%d not alive", port);
+  int slot = -1;
+  {
+    static int owner[RT_SLOTS];
+    cr_assert(slot_map(port, owner));
+    for (int s = 0; s < RT_SLOTS && slot < 0; s++)
+      if (owner[s] == port)
+        slot = s;
+    cr_assert(slot >= 0, "%d owns no slot: not a master", port);
+  }
+  rt_node_forget(port);
+  if (stop_only) {
+    kill(-p->pid, SIGSTOP);
+    p->stopped = true;
+  } else {
+    kill(-p->pid, SIGKILL);
+    while (waitpid(p->pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    p->pid = 0;
+  }
+  int64_t deadline = rt_topo_now_ms() + bound_ms;
+  int owner_now = -1;
+  char why[256] = "not promoted";
+  while (rt_topo_now_ms() < deadline) {
+    owner_now = rt_cluster_slot_owner(slot);
+    if (owner_now > 0 && owner_now != port &&
+        rt_cluster_is_master(rt_cluster_index_of_port(owner_now)) &&
+        cluster_all_ok(why, sizeof why))
+      return owner_now;
+    rt_topo_sleep_ms(50);
+  }
+  cr_assert_fail("master %d: no replica promoted within %" PRId64
+                 " ms (slot %d owner %d; %s)",
+                 port, bound_ms, slot, owner_now, why);
+  return -1;
+}
+
+void rt_cluster_restart_node(int port, int64_t bound_ms) {
+  proc *p = proc_of_port(port);
+  rt_node_forget(port);
+  if (p->pid > 0 && p->stopped) {
+    kill(-p->pid, SIGCONT);
+    p->stopped = false;
+  } else if (p->pid <= 0) {
+    cluster_spawn(p);
+  }
+  char log[PATH_MAX + 16];
+  snprintf(log, sizeof log, "%s/redis.log", p->dir);
+  wait_ping(port, p->pid, log, bound_ms);
+  rt_cluster_wait_ok(bound_ms);
+}
+
+/* ---- sentinel ---- */
+
+static void data_spawn(proc *p, int replica_of) {
+  char port_s[16], log[PATH_MAX + 16], master_s[16];
+  snprintf(port_s, sizeof port_s, "%d", p->port);
+  snprintf(master_s, sizeof master_s, "%d", replica_of);
+  snprintf(log, sizeof log, "%s/redis.log", p->dir);
+  const char *argv[32] = {server_bin(), "--port",      port_s,
+                          "--bind",     "127.0.0.1",   "--dir",
+                          p->dir,       "--save",      "",
+                          "--appendonly", "no",        "--daemonize",
+                          "no",         "--enable-debug-command", "yes",
+                          NULL};
+  if (replica_of > 0) {
+    size_t a = 15;
+    argv[a++] = "--replicaof";
+    argv[a++] = "127.0.0.1";
+    argv[a++] = master_s;
+    argv[a] = NULL;
+  }
+  p->pid = spawn(argv, log);
+}
+
+static void sentinel_spawn(proc *p) {
+  char log[PATH_MAX + 16];
+  snprintf(log, sizeof log, "%s/redis.log", p->dir);
+  const char *argv[] = {server_bin(), p->conf, "--sentinel", NULL};
+  p->pid = spawn(argv, log);
+}
+
+int rt_sentinel_port(int i) {
+  cr_assert(i >= 0 && i < 3 && T.sen[i].port > 0, "no sentinel %d", i);
+  return T.sen[i].port;
+}
+int rt_sentinel_master_port(void) { return T.master_port; }
+int rt_sentinel_replica_port(void) { return T.replica_port; }
+const char *rt_sentinel_dir(void) { return T.se_dir; }
+
+static proc *data_of_port(int port) {
+  for (int i = 0; i < 2; i++)
+    if (T.data[i].port == port)
+      return &T.data[i];
+  cr_assert_fail("port %d is no sentinel data node", port);
+  return NULL;
+}
+
+pid_t rt_sentinel_data_pid(int port) { return data_of_port(port)->pid; }
+
+const char *rt_sentinel_uri(void) {
+  snprintf(T.se_uri, sizeof T.se_uri,
+           "redis+sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/mymaster",
+           T.sen[0].port, T.sen[1].port, T.sen[2].port);
+  return T.se_uri;
+}
+
+int rt_sentinel_reported_master(int i) {
+  redisReply *r = rt_node_try_cmd(T.sen[i].port,
+                                  "SENTINEL GET-MASTER-ADDR-BY-NAME mymaster");
+  int port = -1;
+  if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
+    port = atoi(r->element[1]->str);
+  if (r)
+    freeReplyObject(r);
+  return port;
+}
+
+static int array_len(int port, const char *cmd) {
+  redisReply *r = rt_node_try_cmd(port, cmd);
+  int n = (r && r->type == REDIS_REPLY_ARRAY) ? (int)r->elements : -1;
+  if (r)
+    freeReplyObject(r);
+  return n;
+}
+
+/* Replicas sentinel i sees that are not down. */
+static int healthy_replicas(int i) {
+  redisReply *r = rt_node_try_cmd(T.sen[i].port, "SENTINEL REPLICAS mymaster");
+  int n = 0;
+  if (r && r->type == REDIS_REPLY_ARRAY) {
+    for (size_t k = 0; k < r->elements; k++) {
+      redisReply *e = r->element[k];
+      /* flat field/value list (RESP2) */
+      for (size_t f = 0; f + 1 < e->elements; f += 2)
+        if (strcmp(e->element[f]->str, "flags") == 0 &&
+            strstr(e->element[f + 1]->str, "down") == NULL)
+          n++;
+    }
+  }
+  if (r)
+    freeReplyObject(r);
+  return n;
+}
+
+static bool role_is(int port, const char *role) {
+  redisReply *r = rt_node_try_cmd(port, "ROLE");
+  bool m = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+           r->element[0]->type == REDIS_REPLY_STRING &&
+           strcmp(r->element[0]->str, role) == 0;
+  if (r)
+    freeReplyObject(r);
+  return m;
+}
+
+static bool sentinels_agree(int master, bool need_replica, char *why,
+                            size_t n) {
+  if (!role_is(master, "master")) {
+    snprintf(why, n, "%d is not ROLE master", master);
+    return false;
+  }
+  for (int i = 0; i < 3; i++) {
+    int m = rt_sentinel_reported_master(i);
+    if (m != master) {
+      snprintf(why, n, "sentinel %d reports master %d", T.sen[i].port, m);
+      return false;
+    }
+    if (need_replica && healthy_replicas(i) < 1) {
+      snprintf(why, n, "sentinel %d sees no healthy replica", T.sen[i].port);
+      return false;
+    }
+    if (need_replica && array_len(T.sen[i].port,
+                                  "SENTINEL SENTINELS mymaster") < 2) {
+      snprintf(why, n, "sentinel %d does not know the 2 others",
+               T.sen[i].port);
+      return false;
+    }
+  }
+  return true;
+}
+
+static void wait_sentinels(int master, bool need_replica, int64_t bound) {
+  int64_t deadline = rt_topo_now_ms() + bound;
+  char why[256] = "";
+  while (rt_topo_now_ms() < deadline) {
+    if (sentinels_agree(master, need_replica, why, sizeof why))
+      return;
+    rt_topo_sleep_ms(50);
+  }
+  cr_assert_fail("sentinels not settled on %d within %" PRId64 " ms: %s",
+                 master, bound, why);
+}
+
+static void wait_linked(int replica, int64_t bound) {
+  int64_t deadline = rt_topo_now_ms() + bound;
+  while (rt_topo_now_ms() < deadline) {
+    if (field_is(replica, "INFO replication", "master_link_status", "up"))
+      return;
+    rt_topo_sleep_ms(20);
+  }
+  cr_assert_fail("replica %d not linked within %" PRId64 " ms", replica,
+                 bound);
+}
+
+void rt_sentinel_start(void) { rt_sentinel_start_auth(NULL); }
+
+void rt_sentinel_start_auth(const char *sentinel_pass) {
+  rt_sentinel_stop();
+  ensure_atexit();
+  make_tmp(T.se_dir, sizeof T.se_dir, "sentinel");
+  int used[5];
+  for (int i = 0; i < 5; i++) {
+    bool dup;
+    do {
+      used[i] = rt_topo_free_port();
+      dup = used[i] <= 0;
+      for (int j = 0; j < i; j++)
+        dup = dup || used[j] == used[i];
+    } while (dup);
+  }
+  for (int i = 0; i < 2; i++) {
+    memset(&T.data[i], 0, sizeof T.data[i]);
+    T.data[i].port = used[i];
+    snprintf(T.data[i].dir, sizeof T.data[i].dir, "%s/data-%d", T.se_dir,
+             used[i]);
+    cr_assert(mkdir(T.data[i].dir, 0700) == 0);
+  }
+  T.master_port = used[0];
+  T.replica_port = used[1];
+  data_spawn(&T.data[0], 0);
+  data_spawn(&T.data[1], used[0]);
+  for (int i = 0; i < 2; i++) {
+    char log[PATH_MAX + 16];
+    snprintf(log, sizeof log, "%s/redis.log", T.data[i].dir);
+    wait_ping(T.data[i].port, T.data[i].pid, log, 10000);
+  }
+  wait_linked(T.replica_port, 15000);
+
+  T.se_pass = sentinel_pass ? strdup(sentinel_pass) : NULL;
+  for (int i = 0; i < 3; i++) {
+    proc *p = &T.sen[i];
+    memset(p, 0, sizeof *p);
+    p->port = used[2 + i];
+    snprintf(p->dir, sizeof p->dir, "%s/sentinel-%d", T.se_dir, i);
+    cr_assert(mkdir(p->dir, 0700) == 0);
+    snprintf(p->conf, sizeof p->conf, "%s/sentinel-%d.conf", p->dir, i);
+    FILE *f = fopen(p->conf, "w");
+    cr_assert(f != NULL, "%s: %s", p->conf, strerror(errno));
+    fprintf(f,
+            "port %d\nbind 127.0.0.1\ndaemonize no\ndir %s\n"
+            "sentinel monitor mymaster 127.0.0.1 %d 2\n"
+            "sentinel down-after-milliseconds mymaster 1000\n"
+            "sentinel failover-timeout mymaster 3000\n"
+            "sentinel parallel-syncs mymaster 1\n",
+            p->port, p->dir, T.master_port);
+    if (sentinel_pass)
+      fprintf(f, "requirepass %s\n", sentinel_pass);
+    fclose(f);
+    sentinel_spawn(p);
+  }
+  for (int i = 0; i < 3; i++) {
+    char log[PATH_MAX + 16];
+    snprintf(log, sizeof log, "%s/redis.log", T.sen[i].dir);
+    wait_ping(T.sen[i].port, T.sen[i].pid, log, 10000);
+  }
+  wait_sentinels(T.master_port, true, 30000);
+}
+
+int rt_sentinel_kill_master(int64_t bound_ms) {
+  int old = T.master_port, next = T.replica_port;
+  proc *p = data_of_port(old);
+  rt_node_forget(old);
+  kill_proc(p);
+  wait_sentinels(next, false, bound_ms);
+  T.master_port = next;
+  T.replica_port = -1;
+  return next;
+}
+
+int rt_sentinel_failover(int64_t bound_ms) {
+  int old = T.master_port, next = T.replica_port;
+  cr_assert(next > 0, "no replica to fail over to");
+  redisReply *r = rt_node_cmd(T.sen[0].port, "SENTINEL FAILOVER mymaster");
+  bool ok = r->type == REDIS_REPLY_STATUS;
+  char got[256];
+  snprintf(got, sizeof got, "%s", r->str ? r->str : "?");
+  freeReplyObject(r);
+  cr_assert(ok, "SENTINEL FAILOVER: %s", got);
+  wait_sentinels(next, false, bound_ms);
+  /* The old master is turned into a replica of the new one. Sentinel does
+   * that itself only after the old master has reported ROLE master for
+   * 8 s more (4 hello periods) and its next INFO (every 10 s): the harness
+   * sends the same REPLICAOF now instead of waiting up to ~18 s. */
+  if (role_is(old, "master"))
+    freeReplyObject(rt_node_cmd(old, "REPLICAOF 127.0.0.1 %d", next));
+  int64_t deadline = rt_topo_now_ms() + bound_ms;
+  while (!(role_is(old, "slave") &&
+           field_is(old, "INFO replication", "master_link_status", "up"))) {
+    cr_assert(rt_topo_now_ms() < deadline, "old master %d did not become a "
+              "linked replica of %d", old, next);
+    rt_topo_sleep_ms(50);
+  }
+  T.master_port = next;
+  T.replica_port = old;
+  return next;
+}
+
+void rt_sentinel_pause_node(int port, bool stop) {
+  proc *p = data_of_port(port);
+  cr_assert(p->pid > 0, "node %d not running", port);
+  rt_node_forget(port);
+  kill(-p->pid, stop ? SIGSTOP : SIGCONT);
+  p->stopped = stop;
+}

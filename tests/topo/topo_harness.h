@@ -1,0 +1,170 @@
+/*
+ * Topology harness for the `topo` suite: real Redis Cluster and Sentinel
+ * setups from the system's redis-server / redis-cli, on free 127.0.0.1 ports
+ * in a temporary directory, torn down with SIGKILL to each process group.
+ *
+ * Every server is started in a process group of its own, with
+ * PR_SET_PDEATHSIG(SIGKILL) as a second line of defence; rt_topo_stop_all()
+ * (also registered with atexit() at the first start) kills and reaps them
+ * all and removes the directories. Use it as a suite's .fini:
+ *
+ *   TestSuite(cl, .init = cl_init, .fini = rt_topo_stop_all, .timeout = 90);
+ *
+ * One cluster and one sentinel setup at a time per process (Criterion runs
+ * every test in its own process). All functions assert (cr_assert) on
+ * failure, so call them from the test's main thread only, except where
+ * marked "any thread".
+ */
+#ifndef RLOCK_TOPO_HARNESS_H
+#define RLOCK_TOPO_HARNESS_H
+
+#include <hiredis/hiredis.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+
+/* Monotonic ms, sleep, and a free 127.0.0.1 port (any thread). The harness
+ * has its own so that it links without the library (tests/redis/harness.c
+ * needs rlock). */
+int64_t rt_topo_now_ms(void);
+void rt_topo_sleep_ms(int64_t ms);
+int rt_topo_free_port(void);
+
+#define RT_SLOTS 16384
+#define RT_MAX_NODES 12
+
+/* ---- cluster slots ---- */
+
+/* CRC16/XMODEM as Redis Cluster uses it. Any thread. */
+uint16_t rt_crc16(const char *buf, size_t len);
+/* The cluster slot of a key, with the hash-tag rule ({...} non-empty).
+ * Any thread. */
+int rt_key_slot(const char *key);
+
+/* ---- generic per-node helpers ---- */
+
+/* A new hiredis connection to 127.0.0.1:port (timeout_ms for connect and
+ * replies); asserts it connected. Free with redisFree(). */
+redisContext *rt_node_connect(int port, int64_t timeout_ms);
+/* Runs one command on 127.0.0.1:port over a cached connection (one per
+ * port, 5 s timeout, reconnected when broken); asserts a reply came back
+ * (error replies are returned). freeReplyObject() it. */
+redisReply *rt_node_cmd(int port, const char *fmt, ...);
+/* As rt_node_cmd, but returns NULL instead of failing when the node does
+ * not answer (dead or stopped node). */
+redisReply *rt_node_try_cmd(int port, const char *fmt, ...);
+/* Integer reply, asserted. */
+long long rt_node_int(int port, const char *fmt, ...);
+/* String/status reply as malloc'd copy, NULL for nil; asserted. */
+char *rt_node_str(int port, const char *fmt, ...);
+/* Drops the cached connection to port (after a kill/restart). */
+void rt_node_forget(int port);
+
+/* ---- cluster ---- */
+
+/* Starts masters * (1 + replicas_per_master) cluster nodes
+ * (--cluster-enabled yes --cluster-node-timeout 1000, no persistence),
+ * creates the cluster with `redis-cli --cluster create ... --cluster-replicas
+ * N --cluster-yes`, and waits until every node reports cluster_state:ok with
+ * 16384 slots ok and every replica is attached to its master. Asserts. */
+void rt_cluster_start(int masters, int replicas_per_master);
+/* Kills every node (SIGKILL to its process group), reaps, removes the dir.
+ * Safe to call when nothing runs. */
+void rt_cluster_stop(void);
+int rt_cluster_node_count(void);
+int rt_cluster_port(int i);            /* port of node i (0..count-1) */
+pid_t rt_cluster_pid(int i);
+int rt_cluster_index_of_port(int port); /* -1 when unknown */
+/* Whether node i is a master right now (ROLE on the node; a dead node is
+ * not a master). */
+bool rt_cluster_is_master(int i);
+/* Ports of the current masters (alive, ROLE master, owning slots), at most
+ * max; returns how many. Sorted by port. */
+int rt_cluster_masters(int *ports, int max);
+/* Port of the master that owns `slot` per CLUSTER SLOTS asked of a live
+ * node; -1 when no node owns it. */
+int rt_cluster_slot_owner(int slot);
+/* Port of the master owning key's slot. */
+int rt_cluster_key_owner(const char *key);
+/* "redis+cluster://127.0.0.1:P1,127.0.0.1:P2" with the first two live
+ * masters (static storage). */
+const char *rt_cluster_uri(void);
+/* The cluster's temp directory (node-<port>/redis.log for each node). */
+const char *rt_cluster_dir(void);
+
+/* Finds a key "<base>:<n>" whose slot is owned by the master on `port`,
+ * written to buf. Asserts one is found. */
+void rt_cluster_key_on(char *buf, size_t n, const char *base, int port);
+/* Finds a key "<base>:<n>" whose slot is not in used[0..n_used). */
+void rt_cluster_key_new_slot(char *buf, size_t n, const char *base,
+                             const int *used, int n_used);
+
+/* Moves `slot` from its owner to the master on to_port by hand:
+ * CLUSTER SETSLOT IMPORTING on the target, MIGRATING on the source, MIGRATE
+ * of every key in the slot, then (unless half_way) SETSLOT NODE on every
+ * node. half_way: stops after the keys in `keys_to_move` (NULL: all) have
+ * been migrated, leaving the slot MIGRATING/IMPORTING so that a command on
+ * a migrated key gets -ASK. Returns the source port. */
+int rt_cluster_migrate_slot(int slot, int to_port, bool half_way,
+                            const char *const *keys_to_move);
+/* Ends a half-way migration: moves the remaining keys and SETSLOT NODE on
+ * every node. */
+void rt_cluster_finish_migration(int slot, int from_port, int to_port);
+/* Waits until every live node's CLUSTER SLOTS shows `slot` owned by port. */
+void rt_cluster_wait_slot_owner(int slot, int port, int64_t bound_ms);
+
+/* Kills the master on `port` (SIGKILL, or SIGSTOP when stop_only) and
+ * waits (bound_ms) until one of its replicas is a master owning its slots
+ * and every other live node says cluster_state:ok. Returns the new master's
+ * port. */
+int rt_cluster_fail_master(int port, bool stop_only, int64_t bound_ms);
+/* Restarts a killed node (same port, same nodes.conf: it rejoins as a
+ * replica of whoever took its slots) or SIGCONTs a stopped one; waits until
+ * it answers PING and the cluster is ok. */
+void rt_cluster_restart_node(int port, int64_t bound_ms);
+/* Waits until every live node reports cluster_state:ok and all slots ok. */
+void rt_cluster_wait_ok(int64_t bound_ms);
+
+/* ---- sentinel ---- */
+
+/* Starts one master, one replica (replicaof) and 3 sentinels
+ * (`redis-server sentinel-N.conf --sentinel`, monitor mymaster quorum 2,
+ * down-after-milliseconds 1000, failover-timeout 3000), waits until every
+ * sentinel reports the master, sees the replica and knows the other 2
+ * sentinels. sentinel_pass != NULL: the sentinels require it (requirepass
+ * in their conf). Asserts. */
+void rt_sentinel_start(void);
+void rt_sentinel_start_auth(const char *sentinel_pass);
+void rt_sentinel_stop(void);
+int rt_sentinel_port(int i);     /* sentinel i, 0..2 */
+int rt_sentinel_master_port(void); /* the master as the harness last saw it */
+int rt_sentinel_replica_port(void);
+pid_t rt_sentinel_data_pid(int port); /* pid of the data node on port */
+/* get-master-addr-by-name on sentinel i: the port, -1 on error. */
+int rt_sentinel_reported_master(int i);
+/* "redis+sentinel://127.0.0.1:S1,127.0.0.1:S2,127.0.0.1:S3/mymaster"
+ * (static storage). */
+const char *rt_sentinel_uri(void);
+const char *rt_sentinel_dir(void);
+/* SIGKILLs the master and waits until all sentinels report the replica as
+ * master and it says ROLE master. Returns the new master's port. */
+int rt_sentinel_kill_master(int64_t bound_ms);
+/* SENTINEL FAILOVER mymaster and waits as above (the old master becomes a
+ * replica of the new one). Returns the new master's port. */
+int rt_sentinel_failover(int64_t bound_ms);
+/* SIGSTOP / SIGCONT the data node on port. */
+void rt_sentinel_pause_node(int port, bool stop);
+
+/* ---- teardown ---- */
+
+/* Stops everything this process started (cluster, sentinel). atexit() and
+ * suite .fini. */
+void rt_topo_stop_all(void);
+/* Number of processes (other than zombies) whose command line contains
+ * the cluster's/sentinel's temp directory or one of our ports: used to
+ * prove the teardown leaves nothing behind. */
+int rt_topo_count_procs(const char *needle);
+
+#endif

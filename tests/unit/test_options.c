@@ -1,0 +1,229 @@
+/* The options added in 0.3 (sentinel credentials, replica sync, cluster
+ * refresh, sharded_pubsub auto) and how option checks read the new URI
+ * schemes. The older fields are covered in test_uri.c. */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "rlock.h"
+#include "util.h"
+
+#define MS_MAX INT64_C(2147483647)
+
+Test(options03, defaults) {
+  rlock_options o;
+
+  memset(&o, 0x5a, sizeof(o));
+  rlock_options_init(&o);
+  cr_assert_eq(o.sharded_pubsub, 0);
+  cr_assert_null(o.sentinel_user);
+  cr_assert_null(o.sentinel_password);
+  cr_assert_eq(o.replica_sync, 1);
+  cr_assert_eq(o.replica_sync_timeout_ms, 1000);
+  cr_assert_eq(o.cluster_refresh_ms, 5000);
+  cr_assert_eq(rlock__options_validate(&o), 0);
+
+  /* An older caller's struct (up to 0.2) gets these defaults too. */
+  rlock_options full;
+  o.struct_size = offsetof(rlock_options, sentinel_user);
+  memset((char *)&o + o.struct_size, 0x5a, sizeof o - o.struct_size);
+  memset(&full, 0xa5, sizeof full);
+  cr_assert_eq(rlock__options_copy(&full, &o), 0);
+  cr_assert_null(full.sentinel_user);
+  cr_assert_null(full.sentinel_password);
+  cr_assert_eq(full.replica_sync, 1);
+  cr_assert_eq(full.replica_sync_timeout_ms, 1000);
+  cr_assert_eq(full.cluster_refresh_ms, 5000);
+  cr_assert_eq(rlock__options_validate(&full), 0);
+}
+
+struct case03 {
+  const char *label;
+  void (*apply)(rlock_options *o);
+  int want;
+  const char *fragment; /* in the last error when want != 0 */
+};
+
+#define CASE03_FN(label, stmt, want, fragment)                                 \
+  static void apply03_##label(rlock_options *o) { stmt; }
+#define CASES03(X)                                                             \
+  X(sharded_auto, o->sharded_pubsub = -1, 0, NULL)                             \
+  X(sharded_off, o->sharded_pubsub = 0, 0, NULL)                               \
+  X(sharded_on, o->sharded_pubsub = 1, 0, NULL)                                \
+  X(sharded_low, o->sharded_pubsub = -2, RLOCK_EINVAL,                         \
+    "sharded_pubsub is -2; it must be 0 (auto), 1 (sharded) or -1 (plain)")                      \
+  X(sharded_high, o->sharded_pubsub = 2, RLOCK_EINVAL, "sharded_pubsub")       \
+  X(replica_sync_off, o->replica_sync = 0, 0, NULL)                            \
+  X(replica_sync_neg, o->replica_sync = -1, RLOCK_EINVAL,                      \
+    "replica_sync is -1; it must be 0 or 1")                                   \
+  X(replica_sync_two, o->replica_sync = 2, RLOCK_EINVAL, "replica_sync")       \
+  X(wait_min, o->replica_sync_timeout_ms = 1, 0, NULL)                         \
+  X(wait_max, o->replica_sync_timeout_ms = MS_MAX, 0, NULL)                    \
+  X(wait_zero, o->replica_sync_timeout_ms = 0, RLOCK_EINVAL,                   \
+    "replica_sync_timeout_ms is 0; it must be in 1..2147483647")               \
+  X(wait_neg, o->replica_sync_timeout_ms = -5, RLOCK_EINVAL,                   \
+    "replica_sync_timeout_ms")                                                 \
+  X(wait_high, o->replica_sync_timeout_ms = MS_MAX + 1, RLOCK_EINVAL,          \
+    "replica_sync_timeout_ms")                                                 \
+  X(refresh_min, o->cluster_refresh_ms = 100, 0, NULL)                         \
+  X(refresh_max, o->cluster_refresh_ms = MS_MAX, 0, NULL)                      \
+  X(refresh_low, o->cluster_refresh_ms = 99, RLOCK_EINVAL,                     \
+    "cluster_refresh_ms is 99; it must be in 100..2147483647")                 \
+  X(refresh_zero, o->cluster_refresh_ms = 0, RLOCK_EINVAL,                     \
+    "cluster_refresh_ms")                                                      \
+  X(refresh_high, o->cluster_refresh_ms = INT64_MAX, RLOCK_EINVAL,             \
+    "cluster_refresh_ms")                                                      \
+  /* Sentinel credentials: only with a sentinel URI, password required. */     \
+  X(sentinel_pw,                                                               \
+    (o->uri = "redis+sentinel://h/m", o->sentinel_password = "spw"), 0, NULL)  \
+  X(sentinel_user_pw,                                                          \
+    (o->uri = "rediss+sentinel://h/m", o->sentinel_user = "su",                \
+     o->sentinel_password = "spw"),                                            \
+    0, NULL)                                                                   \
+  X(sentinel_user_alone,                                                       \
+    (o->uri = "redis+sentinel://h/m", o->sentinel_user = "su"), RLOCK_EINVAL,  \
+    "sentinel_user is set without sentinel_password")                          \
+  X(sentinel_user_alone_no_uri, o->sentinel_user = "su", RLOCK_EINVAL,         \
+    "sentinel_user is set without sentinel_password")                          \
+  X(sentinel_pw_empty,                                                         \
+    (o->uri = "redis+sentinel://h/m", o->sentinel_password = ""),              \
+    RLOCK_EINVAL, "sentinel_password is empty")                                \
+  X(sentinel_user_empty,                                                       \
+    (o->uri = "redis+sentinel://h/m", o->sentinel_user = "",                   \
+     o->sentinel_password = "p"),                                              \
+    RLOCK_EINVAL, "sentinel_user is empty")                                    \
+  X(sentinel_pw_on_redis, (o->uri = "redis://h", o->sentinel_password = "p"),  \
+    RLOCK_EINVAL,                                                              \
+    "sentinel_password is set but the URI is not "                             \
+    "redis+sentinel://")                                                       \
+  X(sentinel_user_on_cluster,                                                  \
+    (o->uri = "redis+cluster://h", o->sentinel_user = "u",                     \
+     o->sentinel_password = "p"),                                              \
+    RLOCK_EINVAL, "sentinel_user is set but the URI is not")                   \
+  X(sentinel_pw_on_unix, (o->uri = "unix:///s", o->sentinel_password = "p"),   \
+    RLOCK_EINVAL, "sentinel_password")                                         \
+  /* The URI itself: new schemes pass validation, bad ones name the part. */   \
+  X(uri_sentinel, o->uri = "redis+sentinel://a,b:26380/m/1", 0, NULL)          \
+  X(uri_cluster, o->uri = "redis+cluster://a:7000,b:7001", 0, NULL)            \
+  X(uri_cluster_db, o->uri = "redis+cluster://a/3", RLOCK_EURI,                \
+    "only database 0")                                                         \
+  X(uri_sentinel_no_master, o->uri = "redis+sentinel://a", RLOCK_EURI,         \
+    "no master name")                                                          \
+  /* TLS options follow uri->tls, whatever the topology. */                    \
+  X(tls_sentinel,                                                              \
+    (o->uri = "rediss+sentinel://h/m", o->tls_ca_file = "/ca.pem",             \
+     o->tls_insecure = 1),                                                     \
+    0, NULL)                                                                   \
+  X(tls_cluster,                                                               \
+    (o->uri = "rediss+cluster://h", o->tls_cert_file = "/c",                   \
+     o->tls_key_file = "/k", o->tls_server_name = "n"),                        \
+    0, NULL)                                                                   \
+  X(tls_on_plain_sentinel,                                                     \
+    (o->uri = "redis+sentinel://h/m", o->tls_ca_dir = "/d"), RLOCK_EINVAL,     \
+    "tls_ca_dir is set but the URI is not rediss://")                          \
+  X(tls_on_plain_cluster, (o->uri = "redis+cluster://h", o->tls_insecure = 1), \
+    RLOCK_EINVAL, "tls_insecure")
+
+CASES03(CASE03_FN)
+#undef CASE03_FN
+
+static const struct case03 cases03[] = {
+#define CASE03_ROW(label, stmt, want, fragment)                                \
+  {#label, apply03_##label, want, fragment},
+    CASES03(CASE03_ROW)
+#undef CASE03_ROW
+};
+
+Test(options03, each_field_range) {
+  for (size_t i = 0; i < sizeof(cases03) / sizeof(cases03[0]); i++) {
+    const struct case03 *c = &cases03[i];
+    rlock_options o;
+    int rc;
+
+    rlock_options_init(&o);
+    c->apply(&o);
+    rlock__clear_last_error();
+    rc = rlock__options_validate(&o);
+    cr_assert_eq(rc, c->want, "%s: got %s, want %s (%s)", c->label,
+                 rlock_err_name(rc), rlock_err_name(c->want),
+                 rlock_last_error());
+    if (c->want != 0)
+      cr_assert_not_null(strstr(rlock_last_error(), c->fragment),
+                         "%s: '%s' does not mention '%s'", c->label,
+                         rlock_last_error(), c->fragment);
+  }
+}
+
+/* The two checks the client runs on the URI it resolved ($REDIS_URL
+ * included), called directly. */
+static void check_with(const char *uri, const char *user, const char *pw,
+                       int want_sentinel, const char *fragment) {
+  rlock_options o;
+  rlock__uri u;
+
+  rlock_options_init(&o);
+  o.sentinel_user = user;
+  o.sentinel_password = pw;
+  cr_assert_eq(rlock__uri_parse(uri, &u), 0, "%s: %s", uri, rlock_last_error());
+  rlock__clear_last_error();
+  int rc = rlock__options_check_sentinel(&o, &u);
+  cr_assert_eq(rc, want_sentinel, "%s (%s, %s): got %s (%s)", uri,
+               user ? user : "NULL", pw ? pw : "NULL", rlock_err_name(rc),
+               rlock_last_error());
+  if (fragment != NULL)
+    cr_assert_not_null(strstr(rlock_last_error(), fragment), "%s: '%s'", uri,
+                       rlock_last_error());
+  else
+    cr_assert_str_eq(rlock_last_error(), "");
+  rlock__uri_free(&u);
+}
+
+Test(options03, check_sentinel) {
+  check_with("redis://h", NULL, NULL, 0, NULL);
+  check_with("redis+cluster://h", NULL, NULL, 0, NULL);
+  check_with("redis+sentinel://h/m", NULL, NULL, 0, NULL);
+  check_with("redis+sentinel://h/m", NULL, "p", 0, NULL);
+  check_with("rediss+sentinel://h/m", "u", "p", 0, NULL);
+  check_with("redis+sentinel://h/m", "u", NULL, RLOCK_EINVAL,
+             "sentinel_user is set without sentinel_password");
+  check_with("redis://h", "u", NULL, RLOCK_EINVAL, "sentinel_user");
+  check_with("redis://h", NULL, "p", RLOCK_EINVAL,
+             "sentinel_password is set but the URI is not redis+sentinel://");
+  check_with("rediss://h", "u", "p", RLOCK_EINVAL,
+             "sentinel_user is set but the URI is not");
+  check_with("unix:///s", NULL, "p", RLOCK_EINVAL, "sentinel_password");
+  check_with("rediss+cluster://h", NULL, "p", RLOCK_EINVAL,
+             "sentinel_password");
+}
+
+Test(options03, check_tls_by_scheme) {
+  static const struct {
+    const char *uri;
+    int want;
+  } rows[] = {
+      {"rediss://h", 0},
+      {"rediss+sentinel://h/m", 0},
+      {"rediss+cluster://h", 0},
+      {"redis://h", RLOCK_EINVAL},
+      {"redis+sentinel://h/m", RLOCK_EINVAL},
+      {"redis+cluster://h", RLOCK_EINVAL},
+      {"unix:///s", RLOCK_EINVAL},
+  };
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+    rlock_options o;
+    rlock__uri u;
+
+    rlock_options_init(&o);
+    o.tls_server_name = "redis.example.com";
+    cr_assert_eq(rlock__uri_parse(rows[i].uri, &u), 0, "%s", rows[i].uri);
+    int rc = rlock__options_check_tls(&o, &u);
+    cr_assert_eq(rc, rows[i].want, "%s: %s (%s)", rows[i].uri,
+                 rlock_err_name(rc), rlock_last_error());
+    if (rc != 0)
+      cr_assert_not_null(strstr(rlock_last_error(), "tls_server_name"));
+    /* Without any tls_* option, every scheme passes. */
+    rlock_options_init(&o);
+    cr_assert_eq(rlock__options_check_tls(&o, &u), 0, "%s", rows[i].uri);
+    rlock__uri_free(&u);
+  }
+}

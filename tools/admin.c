@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -243,23 +244,33 @@ static int setup_reply(pconn *p, bool quiet, const char *step,
   return exit_code;
 }
 
-/* Connects to uri_text (TLS for rediss://, with the --tls-* options),
- * authenticates and selects the database, as the library's own
- * connections do. On failure returns the exit code; unless `quiet` it also
- * prints why (never the URI itself: it may hold a password). */
-static int plain_connect(const char *uri_text, const cli_tls_opts *tls,
-                         bool quiet, pconn **out) {
+/* One server to connect to: uri's TCP host and port or unix path, or
+ * another address (the master a sentinel names, a cluster node) with
+ * uri's TLS setting; and the credentials to send. */
+typedef struct target {
+  const char *host; /* NULL: unix socket at path */
+  int port;
+  const char *path;
+  bool tls;
+  const char *user, *password; /* password NULL: no AUTH */
+  int db;
+} target;
+
+/* Connects to t (TLS with the --tls-* options), authenticates and selects
+ * the database, as the library's own connections do. On failure returns
+ * the exit code; unless `quiet` it also prints why (never a password). */
+static int connect_one(const target *t, const cli_tls_opts *tls, bool quiet,
+                       pconn **out) {
   *out = NULL;
-  rlock__uri uri;
-  int rc = rlock__uri_parse(uri_text, &uri);
-  if (rc != 0) {
-    if (!quiet)
-      cli_err("invalid Redis URI: %s", rlock_last_error());
-    return cli_exit_for(rc);
-  }
+  int rc;
+  struct {
+    bool is_unix, tls;
+    const char *host, *path, *user, *password;
+    int port, db;
+  } uri = {t->host == NULL, t->tls,    t->host,    t->path,
+           t->user,         t->password, t->port, t->db};
   pconn *p = calloc(1, sizeof *p);
   if (p == NULL) {
-    rlock__uri_free(&uri);
     if (!quiet)
       cli_err("cannot connect to Redis: out of memory");
     return CLI_EX_OSERR;
@@ -342,13 +353,155 @@ static int plain_connect(const char *uri_text, const cli_tls_opts *tls,
   if (exit_code == 0 && uri.db != 0)
     exit_code = setup_reply(p, quiet, "SELECT",
                             pconn_command(p, "SELECT %d", uri.db));
-  rlock__uri_free(&uri);
   if (exit_code != 0) {
     pconn_free(p);
     return exit_code;
   }
   *out = p;
   return 0;
+}
+
+/* Asks the sentinels of `uri`, in turn, where its master is: fills
+ * host[host_n] and *port, or returns the exit code (75 when no sentinel
+ * answered or none knows the master), with why printed unless quiet. */
+static int sentinel_master(const rlock__uri *uri, const cli_tls_opts *tls,
+                           const cli_sentinel_opts *sentinel, bool quiet,
+                           char *host, size_t host_n, int *port) {
+  char why[512] = "";
+  int exit_code = CLI_EX_TEMPFAIL;
+  for (size_t i = 0; i < uri->naddrs; i++) {
+    target t = {.host = uri->addrs[i].host,
+                .port = uri->addrs[i].port,
+                .tls = uri->tls != 0,
+                .user = sentinel != NULL ? sentinel->user : NULL,
+                .password = sentinel != NULL ? sentinel->password : NULL};
+    pconn *p;
+    /* Quiet: only the last sentinel's failure is said, below. */
+    int rc = connect_one(&t, tls, true, &p);
+    if (rc != 0) {
+      snprintf(why, sizeof why, "sentinel %s:%d: cannot connect or log in",
+               t.host, t.port);
+      exit_code = rc;
+      continue;
+    }
+    redisReply *r = pconn_command(p, "SENTINEL get-master-addr-by-name %s",
+                                  uri->master);
+    if (r == NULL) {
+      snprintf(why, sizeof why, "sentinel %s:%d: %.300s", t.host, t.port,
+               pconn_errstr(p));
+      exit_code = CLI_EX_TEMPFAIL;
+    } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+               r->element[0]->type == REDIS_REPLY_STRING &&
+               r->element[1]->type == REDIS_REPLY_STRING) {
+      snprintf(host, host_n, "%s", r->element[0]->str);
+      *port = atoi(r->element[1]->str);
+      freeReplyObject(r);
+      pconn_free(p);
+      return 0;
+    } else if (r->type == REDIS_REPLY_NIL) {
+      snprintf(why, sizeof why, "sentinel %s:%d knows no master named '%s'",
+               t.host, t.port, uri->master);
+      exit_code = CLI_EX_TEMPFAIL;
+    } else if (r->type == REDIS_REPLY_ERROR) {
+      snprintf(why, sizeof why, "sentinel %s:%d: %.300s", t.host, t.port,
+               r->str);
+      exit_code = cli_exit_for(rlock__err_from_server(r->str, r->len));
+    } else {
+      snprintf(why, sizeof why, "sentinel %s:%d: unexpected reply",
+               t.host, t.port);
+      exit_code = CLI_EX_TEMPFAIL;
+    }
+    freeReplyObject(r);
+    pconn_free(p);
+  }
+  if (!quiet)
+    cli_err("cannot connect to Redis: no sentinel gave the address of the "
+            "master '%s' (%s)",
+            uri->master, why);
+  return exit_code;
+}
+
+
+/* Cluster: the master serving `key`'s slot, from p's CLUSTER SLOTS. */
+static bool cluster_owner(pconn *p, const char *key, char *host,
+                          size_t host_n, int *port) {
+  int slot = rlock__key_slot(key, strlen(key));
+  redisReply *r = pconn_command(p, "CLUSTER SLOTS");
+  bool found = false;
+  if (r != NULL && r->type == REDIS_REPLY_ARRAY) {
+    for (size_t i = 0; i < r->elements && !found; i++) {
+      redisReply *e = r->element[i];
+      if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+          e->element[0]->type != REDIS_REPLY_INTEGER ||
+          e->element[1]->type != REDIS_REPLY_INTEGER ||
+          e->element[2]->type != REDIS_REPLY_ARRAY ||
+          e->element[2]->elements < 2)
+        continue;
+      if (slot < e->element[0]->integer || slot > e->element[1]->integer)
+        continue;
+      redisReply *node = e->element[2];
+      if (node->element[0]->type != REDIS_REPLY_STRING ||
+          node->element[1]->type != REDIS_REPLY_INTEGER)
+        continue;
+      snprintf(host, host_n, "%s", node->element[0]->str);
+      *port = (int)node->element[1]->integer;
+      found = true;
+    }
+  }
+  freeReplyObject(r);
+  return found;
+}
+
+/* Connects to uri_text's server as connect_one() does: for a sentinel
+ * URI, to the master its sentinels name (--sentinel-* credentials for
+ * them); for a cluster URI, to its first node that answers, or, with a
+ * `key`, to the master serving key's slot (CLUSTER SLOTS). */
+static int plain_connect_key(const char *uri_text, const cli_tls_opts *tls,
+                             const cli_sentinel_opts *sentinel,
+                             const char *key, bool quiet, pconn **out) {
+  *out = NULL;
+  rlock__uri uri;
+  int rc = rlock__uri_parse(uri_text, &uri);
+  if (rc != 0) {
+    if (!quiet)
+      cli_err("invalid Redis URI: %s", rlock_last_error());
+    return cli_exit_for(rc);
+  }
+  target t = {.host = uri.is_unix ? NULL : uri.host,
+              .port = uri.port,
+              .path = uri.path,
+              .tls = uri.tls != 0,
+              .user = uri.user,
+              .password = uri.password,
+              .db = uri.db};
+  char host[256];
+  int exit_code = 0;
+  if (uri.mode == RLOCK__URI_SENTINEL) {
+    exit_code = sentinel_master(&uri, tls, sentinel, quiet, host,
+                                sizeof host, &t.port);
+    t.host = host;
+  }
+  if (exit_code == 0 && uri.mode == RLOCK__URI_CLUSTER) {
+    /* The first node that answers; then, for a key, its slot's master. */
+    for (size_t i = 0; i < uri.naddrs; i++) {
+      t.host = uri.addrs[i].host;
+      t.port = uri.addrs[i].port;
+      exit_code = connect_one(&t, tls, quiet || i + 1 < uri.naddrs, out);
+      if (exit_code == 0)
+        break;
+    }
+    if (exit_code == 0 && key != NULL &&
+        cluster_owner(*out, key, host, sizeof host, &t.port)) {
+      pconn_free(*out);
+      *out = NULL;
+      t.host = host;
+      exit_code = connect_one(&t, tls, quiet, out);
+    }
+  } else if (exit_code == 0) {
+    exit_code = connect_one(&t, tls, quiet, out);
+  }
+  rlock__uri_free(&uri);
+  return exit_code;
 }
 
 /* `prefix` + the name's tag, with PROTOCOL.md's brace rule: the name is
@@ -425,9 +578,10 @@ static const char orphan_write_script[] =
     "return 1 end; return 0";
 
 int cli_release_orphan(const char *uri, const cli_tls_opts *tls,
-                       cli_kind kind, const char *name, const char *owner) {
+                       const cli_sentinel_opts *sentinel, cli_kind kind,
+                       const char *name, const char *owner) {
   pconn *c;
-  if (plain_connect(uri, tls, true, &c) != 0)
+  if (plain_connect_key(uri, tls, sentinel, name, true, &c) != 0)
     return RLOCK_ECONN;
   size_t len2 = 0, len3 = 0;
   char *key2 = NULL, *key3 = NULL, *field = NULL;
@@ -896,12 +1050,21 @@ static const struct option status_longopts[] = {
     {"uri", required_argument, NULL, 'u'},
     {"help", no_argument, NULL, 'h'},
     CLI_TLS_LONGOPTS,
+    CLI_SENTINEL_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
+
+/* A redis+cluster:// or rediss+cluster:// URI: each NAME is read on the
+ * master serving its slot. */
+static bool is_cluster_uri(const char *uri) {
+  return strncasecmp(uri, "redis+cluster://", 16) == 0 ||
+         strncasecmp(uri, "rediss+cluster://", 17) == 0;
+}
 
 int cli_status_main(int argc, char **argv) {
   const char *uri_flag = NULL;
   cli_tls_opts tls = {0};
+  cli_sentinel_opts sentinel = {0};
   bool json = false;
   int c;
   optind = 1;
@@ -918,7 +1081,8 @@ int cli_status_main(int argc, char **argv) {
       cli_help(stdout);
       return 0;
     default:
-      if (cli_tls_option(&tls, c, optarg))
+      if (cli_tls_option(&tls, c, optarg) ||
+          cli_sentinel_option(&sentinel, c, optarg))
         break;
       return cli_getopt_error(c, argv);
     }
@@ -935,15 +1099,29 @@ int cli_status_main(int argc, char **argv) {
   }
   const char *uri = cli_resolve_uri(uri_flag);
   int rc = cli_tls_check(&tls, uri);
+  if (rc == 0)
+    rc = cli_sentinel_check(&sentinel, uri);
   if (rc != 0)
     return rc;
+  bool cluster = is_cluster_uri(uri);
   pconn *ctx;
-  rc = plain_connect(uri, &tls, false, &ctx);
-  if (rc != 0)
+  rc = plain_connect_key(uri, &tls, &sentinel, cluster ? argv[optind] : NULL,
+                         false, &ctx);
+  if (rc != 0) {
+    cli_sentinel_free(&sentinel);
     return rc;
+  }
   if (json)
     fputs("[\n", stdout);
   for (int i = optind; i < argc && rc == 0; i++) {
+    if (cluster && i > optind) {
+      pconn_free(ctx);
+      rc = plain_connect_key(uri, &tls, &sentinel, argv[i], false, &ctx);
+      if (rc != 0) {
+        ctx = NULL;
+        break;
+      }
+    }
     lock_state s;
     redisReply *exec;
     rc = read_state(ctx, argv[i], &s, &exec);
@@ -970,6 +1148,7 @@ int cli_status_main(int argc, char **argv) {
   if (json && rc == 0)
     fputs("\n]\n", stdout);
   pconn_free(ctx);
+  cli_sentinel_free(&sentinel);
   if (fflush(stdout) != 0 && rc == 0) {
     cli_err("writing the status: %s", strerror(errno));
     rc = CLI_EX_OSERR;
@@ -987,6 +1166,7 @@ static const struct option unlock_longopts[] = {
     {"uri", required_argument, NULL, 'u'},
     {"help", no_argument, NULL, 'h'},
     CLI_TLS_LONGOPTS,
+    CLI_SENTINEL_LONGOPTS,
     CLI_KIND_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
@@ -1022,6 +1202,7 @@ static int key_type(pconn *c, const char *name, char *type, size_t n) {
 int cli_unlock_main(int argc, char **argv) {
   const char *uri_flag = NULL;
   cli_tls_opts tls = {0};
+  cli_sentinel_opts sentinel = {0};
   bool force = false, any_type = false;
   cli_kind kind = CLI_KIND_LOCK;
   int c;
@@ -1045,7 +1226,8 @@ int cli_unlock_main(int argc, char **argv) {
       int kind_rc = cli_kind_parse(&kind, c);
       if (kind_rc > 0)
         return kind_rc;
-      if (kind_rc == 0 || cli_tls_option(&tls, c, optarg))
+      if (kind_rc == 0 || cli_tls_option(&tls, c, optarg) ||
+          cli_sentinel_option(&sentinel, c, optarg))
         break;
       return cli_getopt_error(c, argv);
     }
@@ -1062,23 +1244,32 @@ int cli_unlock_main(int argc, char **argv) {
   }
   const char *uri = cli_resolve_uri(uri_flag);
   int rc = cli_tls_check(&tls, uri);
+  if (rc == 0)
+    rc = cli_sentinel_check(&sentinel, uri);
   if (rc != 0)
     return rc;
-  /* The type check's connection (not needed with --any-type). */
+  /* The type check's connection (not needed with --any-type); with a
+   * cluster URI, made again for each NAME, on its slot's master. */
+  bool cluster = is_cluster_uri(uri);
   pconn *check = NULL;
   if (!any_type) {
-    rc = plain_connect(uri, &tls, false, &check);
-    if (rc != 0)
+    rc = plain_connect_key(uri, &tls, &sentinel,
+                           cluster ? argv[optind] : NULL, false, &check);
+    if (rc != 0) {
+      cli_sentinel_free(&sentinel);
       return rc;
+    }
   }
   rlock_options opts;
   rlock_options_init(&opts);
   opts.uri = uri;
   cli_tls_apply(&tls, &opts);
+  cli_sentinel_apply(&sentinel, &opts);
   rlock_client *client;
   rc = rlock_client_open(&client, &opts);
   if (rc != 0) {
     pconn_free(check);
+    cli_sentinel_free(&sentinel);
     return cli_open_failed(rc);
   }
   /* A NAME that is not a lock is reported and skipped; the other NAMEs are
@@ -1087,6 +1278,16 @@ int cli_unlock_main(int argc, char **argv) {
   int exit_code = 0;
   for (int i = optind; i < argc; i++) {
     rlock *lock;
+    if (cluster && check != NULL && i > optind) {
+      pconn_free(check);
+      check = NULL;
+      int code = plain_connect_key(uri, &tls, &sentinel, argv[i], false,
+                                   &check);
+      if (code != 0) {
+        exit_code = worst(exit_code, code);
+        break;
+      }
+    }
     rc = cli_kind_get(client, kind, argv[i], &lock);
     if (rc == 0 && check != NULL) {
       /* Only a hash is a lock. TYPE and the DEL in rlock_force_unlock()
@@ -1139,6 +1340,7 @@ int cli_unlock_main(int argc, char **argv) {
   }
   rlock_client_close(client);
   pconn_free(check);
+  cli_sentinel_free(&sentinel);
   if (fflush(stdout) != 0 && exit_code == 0)
     exit_code = CLI_EX_OSERR;
   return exit_code;

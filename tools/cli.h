@@ -33,7 +33,12 @@ enum {
   CLI_EX_TEMPFAIL = 75,     /* Redis unreachable, did not answer in time,
                                is not a Redis server (RLOCK_EPROTO), or no
                                TLS session could be made with it
-                               (RLOCK_ETLS: handshake, certificate) */
+                               (RLOCK_ETLS: handshake, certificate); no
+                               sentinel knows the master; no replica
+                               confirmed the acquire (RLOCK_ENOREPLICA,
+                               undone); the cluster cannot serve NAME now
+                               (RLOCK_ECLUSTER: CLUSTERDOWN, TRYAGAIN,
+                               redirect loops) */
   CLI_EX_LOCKLOST = 79,     /* lock lost while COMMAND ran, --on-lost=kill */
   CLI_EX_NOEXEC = 126,      /* COMMAND found but not executable */
   CLI_EX_NOTFOUND = 127,    /* COMMAND not found */
@@ -84,6 +89,20 @@ typedef struct cli_tls_opts {
                               NULL: none */
 } cli_tls_opts;
 
+/* --sentinel-user and --sentinel-password-file (redis+sentinel:// and
+ * rediss+sentinel:// only), shared by the lock command, status and
+ * unlock: the sentinels' own credentials (the URI's are the master's).
+ * Options only, like the --tls-* ones; the password is read from a file so
+ * that it shows neither in ps nor in the environment. */
+typedef struct cli_sentinel_opts {
+  const char *user;          /* --sentinel-user */
+  const char *password_file; /* --sentinel-password-file */
+  char *password;            /* its contents (cli_sentinel_check); freed
+                                by cli_sentinel_free */
+  const char *first;         /* the first --sentinel-* option given;
+                                NULL: none */
+} cli_sentinel_opts;
+
 /* getopt_long values of the --tls-* options (above any short option and
  * the commands' own long-only values), and their table entries. */
 enum {
@@ -95,6 +114,8 @@ enum {
   CLI_OPT_TLS_INSECURE,
   CLI_OPT_KIND_FAIR = 0x220,
   CLI_OPT_KIND_FENCED,
+  CLI_OPT_SENTINEL_USER = 0x240,
+  CLI_OPT_SENTINEL_PASSWORD_FILE,
 };
 #define CLI_TLS_LONGOPTS                                                       \
   {"tls-ca-file", required_argument, NULL, CLI_OPT_TLS_CA_FILE},               \
@@ -103,6 +124,11 @@ enum {
       {"tls-key", required_argument, NULL, CLI_OPT_TLS_KEY},                   \
       {"tls-server-name", required_argument, NULL, CLI_OPT_TLS_SERVER_NAME},   \
       {"tls-insecure", no_argument, NULL, CLI_OPT_TLS_INSECURE}
+
+#define CLI_SENTINEL_LONGOPTS                                                  \
+  {"sentinel-user", required_argument, NULL, CLI_OPT_SENTINEL_USER},           \
+      {"sentinel-password-file", required_argument, NULL,                      \
+       CLI_OPT_SENTINEL_PASSWORD_FILE}
 
 /* The kind options, shared by the lock command and unlock --force. */
 #define CLI_KIND_LONGOPTS                                                      \
@@ -127,6 +153,9 @@ typedef struct cli_run_opts {
   cli_on_lost on_lost;
   bool verbose;
   cli_tls_opts tls;
+  cli_sentinel_opts sentinel;
+  bool no_replica_sync;            /* --no-replica-sync */
+  int64_t replica_sync_timeout_ms; /* --replica-sync-timeout; 0: default */
 } cli_run_opts;
 
 /* Prints "rlock: <message>\n" on stderr. */
@@ -166,6 +195,23 @@ int cli_tls_check(const cli_tls_opts *t, const char *uri);
 /* Copies the --tls-* options into library options. */
 void cli_tls_apply(const cli_tls_opts *t, rlock_options *o);
 
+/* If getopt_long's `c` is a --sentinel-* option, records it and returns
+ * true. */
+bool cli_sentinel_option(cli_sentinel_opts *s, int c, const char *arg);
+
+/* After parsing: the --sentinel-* options against the resolved URI (they
+ * need a redis+sentinel:// or rediss+sentinel:// URI), each other
+ * (--sentinel-user needs the password) and the password file, which is
+ * read here (one line; a final newline is dropped). 0, or CLI_EX_USAGE
+ * with the message printed. */
+int cli_sentinel_check(cli_sentinel_opts *s, const char *uri);
+
+/* Copies the --sentinel-* options into library options. */
+void cli_sentinel_apply(const cli_sentinel_opts *s, rlock_options *o);
+
+/* Wipes and frees the password read by cli_sentinel_check. */
+void cli_sentinel_free(cli_sentinel_opts *s);
+
 /* Monotonic milliseconds. */
 int64_t cli_now_ms(void);
 
@@ -180,10 +226,10 @@ int cli_run(const cli_run_opts *o);
 /* Releases the lock `name` of `kind` if (and only if) `owner` holds it
  * (once: the CLI never re-enters), publishing that kind's unlock message
  * so a waiter wakes, over a fresh plain (synchronous) connection, TLS for
- * rediss://. For the rare case where the lock was acquired by a client
+ * rediss://, to the master a sentinel URI's sentinels name. For the rare case where the lock was acquired by a client
  * that is already closed. Returns 1 released, 0 not held by owner, or a
  * negative RLOCK_E* code. */
 int cli_release_orphan(const char *uri, const cli_tls_opts *tls,
-                       cli_kind kind, const char *name, const char *owner);
+                       const cli_sentinel_opts *sentinel, cli_kind kind, const char *name, const char *owner);
 
 #endif

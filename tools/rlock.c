@@ -23,9 +23,10 @@ static const char usage_text[] =
     "Usage:\n"
     "  rlock [options] NAME [--] COMMAND [ARGS...]\n"
     "  rlock [options] NAME -c SHELL-COMMAND\n"
-    "  rlock status [--json] [-u URI] [TLS options] NAME...\n"
-    "  rlock unlock --force [--any-type] [KIND] [-u URI] [TLS options] "
-    "NAME...\n"
+    "  rlock status [--json] [-u URI] [TLS/sentinel options] NAME...\n"
+    "  rlock unlock --force [--any-type] [KIND] [-u URI] [TLS/sentinel "
+    "options]\n"
+    "               NAME...\n"
     "  rlock --help | --version\n"
     "\n"
     "Run COMMAND while holding the distributed lock NAME, a Redisson lock in\n"
@@ -38,9 +39,17 @@ static const char usage_text[] =
     "Options (KIND is one of -s, -x, --fair, --fenced; see below):\n"
     "  -u, --uri URI           Redis server:\n"
     "                          redis://[[user]:password@]host[:port][/db],\n"
-    "                          rediss://... (TLS, see below) or\n"
-    "                          unix:///path[?db=N]; default $REDIS_URL, else\n"
-    "                          redis://127.0.0.1:6379\n"
+    "                          rediss://... (TLS, see below),\n"
+    "                          unix:///path[?db=N],\n"
+    "                          redis+sentinel://[[user]:password@]h1[:port]\n"
+    "                          [,h2[:port]...]/MASTER[/db] (the master the\n"
+    "                          sentinels name MASTER; port 26379; user and\n"
+    "                          password are the master's),\n"
+    "                          redis+cluster://[[user]:password@]h1[:port]\n"
+    "                          [,h2[:port]...] (any nodes of a Redis Cluster;\n"
+    "                          port 6379), or rediss+sentinel:// and\n"
+    "                          rediss+cluster:// for TLS; default $REDIS_URL,\n"
+    "                          else redis://127.0.0.1:6379\n"
     "  -n, --nonblock          fail at once (exit 1) if the lock is held\n"
     "  -w, --wait, --timeout DURATION\n"
     "                          give up (exit 1) after waiting DURATION; default:\n"
@@ -63,12 +72,22 @@ static const char usage_text[] =
     "                          COMMAND also gets SIGTERM if rlock itself dies\n"
     "      --kill-after DURATION\n"
     "                          grace between SIGTERM and SIGKILL (default 5s)\n"
+    "      --no-replica-sync   do not WAIT for the master's replicas after each\n"
+    "                          acquire, release and renewal (by default, when\n"
+    "                          the master has replicas, an acquire no replica\n"
+    "                          confirmed is undone and rlock exits 75)\n"
+    "      --replica-sync-timeout DURATION\n"
+    "                          how long WAIT waits for the replicas (default\n"
+    "                          1s, at least 1ms)\n"
     "  -c, --command STRING    (after NAME) run STRING with /bin/sh -c\n"
     "  -v, --verbose           report acquiring, giving up and releasing on\n"
     "                          stderr\n"
     "  -h, --help              show this help and exit\n"
     "  -V, --version           show the version and exit\n"
     "\n"
+    ;
+
+static const char commands_text[] =
     "status NAME...            for each lock: its owners (<client-uuid>:<thread-id>)\n"
     "                          with their hold counts, its time to live and the\n"
     "                          number of clients waiting (subscribed to its\n"
@@ -137,6 +156,19 @@ static const char tls_text[] =
     "environment variable sets these; $REDIS_URL may be a rediss:// URI.\n"
     "\n";
 
+static const char sentinel_text[] =
+    "Sentinel options (with a redis+sentinel:// or rediss+sentinel:// URI\n"
+    "only; the lock command, status and unlock all take them):\n"
+    "      --sentinel-user USER\n"
+    "                          the ACL user the sentinels authenticate (needs\n"
+    "                          --sentinel-password-file)\n"
+    "      --sentinel-password-file FILE\n"
+    "                          the sentinels' password, the first line of FILE\n"
+    "                          (not an argument: it would show in ps)\n"
+    "The URI's user and password are the master's. No environment variable\n"
+    "sets these.\n"
+    "\n";
+
 static const char notes_text[] =
     "DURATION is milliseconds, or a number with a unit: 250ms, 1.5s, 2m, 1h.\n"
     "COMMAND gets RLOCK_NAME (the lock name) and RLOCK_OWNER (the lock's hash\n"
@@ -152,7 +184,9 @@ static const char notes_text[] =
     "  128+N  COMMAND died of signal N; or rlock got signal N while waiting\n"
     "  1      the lock was busy (-n) or -w ran out (change with -E)\n"
     "  64     usage error: bad option, DURATION, URI, unreadable --tls-*\n"
-    "         file, TLS option without rediss://, or no NAME or COMMAND\n"
+    "         or --sentinel-password-file file, TLS option without\n"
+    "         rediss://, sentinel option without a sentinel URI, or no NAME\n"
+    "         or COMMAND\n"
     "  69     Redis refused: authentication, ACL permission, NAME holds\n"
     "         another type, server error; or NAME holds another kind of lock\n"
     "         (a read/write lock without -s/-x, another lock with -s/-x)\n"
@@ -161,7 +195,10 @@ static const char notes_text[] =
     "  75     cannot connect to Redis, it did not answer in time, what\n"
     "         answered is not a Redis server, or TLS failed (the server's\n"
     "         certificate or name did not verify, the handshake failed, the\n"
-    "         server does not speak TLS on that port)\n"
+    "         server does not speak TLS on that port); no sentinel named\n"
+    "         the master; no replica confirmed the acquire (replica sync:\n"
+    "         it was undone, see --no-replica-sync); the cluster could not\n"
+    "         serve NAME (CLUSTERDOWN, TRYAGAIN, redirect loop)\n"
     "  79     the lock was lost while COMMAND ran, with --on-lost=kill\n"
     "  126    COMMAND was found but could not be executed\n"
     "  127    COMMAND was not found\n"
@@ -171,8 +208,10 @@ static const char notes_text[] =
 
 void cli_help(FILE *out) {
   fputs(usage_text, out);
+  fputs(commands_text, out);
   fputs(kinds_text, out);
   fputs(tls_text, out);
+  fputs(sentinel_text, out);
   fputs(notes_text, out);
 }
 
@@ -219,6 +258,10 @@ int cli_exit_for(int err) {
                            text on the port (an unreadable --tls-* file is
                            caught before, as a usage error) */
   case RLOCK_EBACKLOG:  /* Redis stopped reading */
+  case RLOCK_ENOREPLICA: /* no replica confirmed the acquire (undone): a
+                            replica down or lagging, worth a retry */
+  case RLOCK_ECLUSTER:  /* CLUSTERDOWN, TRYAGAIN, a resharding's redirect
+                           loop: the cluster cannot serve NAME right now */
     return CLI_EX_TEMPFAIL;
   case RLOCK_EAUTH:
   case RLOCK_ENOPERM:
@@ -391,9 +434,12 @@ static bool tls_file_ok(const char *opt, const char *path, bool dir) {
 int cli_tls_check(const cli_tls_opts *t, const char *uri) {
   if (t->first == NULL)
     return 0;
-  if (strncasecmp(uri, "rediss://", 9) != 0) {
-    cli_err("%s needs a rediss:// URI (TLS options apply to rediss:// "
-            "only; -u or $REDIS_URL)",
+  if (strncasecmp(uri, "rediss://", 9) != 0 &&
+      strncasecmp(uri, "rediss+sentinel://", 18) != 0 &&
+      strncasecmp(uri, "rediss+cluster://", 17) != 0) {
+    cli_err("%s needs a rediss:// URI (TLS options apply to rediss://, "
+            "rediss+sentinel:// and rediss+cluster:// only; -u or "
+            "$REDIS_URL)",
             t->first);
     return CLI_EX_USAGE;
   }
@@ -424,6 +470,118 @@ void cli_tls_apply(const cli_tls_opts *t, rlock_options *o) {
   o->tls_key_file = t->key_file;
   o->tls_server_name = t->server_name;
   o->tls_insecure = t->insecure ? 1 : 0;
+}
+
+bool cli_sentinel_option(cli_sentinel_opts *s, int c, const char *arg) {
+  const char *name;
+  switch (c) {
+  case CLI_OPT_SENTINEL_USER:
+    s->user = arg;
+    name = "--sentinel-user";
+    break;
+  case CLI_OPT_SENTINEL_PASSWORD_FILE:
+    s->password_file = arg;
+    name = "--sentinel-password-file";
+    break;
+  default:
+    return false;
+  }
+  if (s->first == NULL)
+    s->first = name;
+  return true;
+}
+
+/* The longest sentinel password read from a file. */
+#define SENTINEL_PASSWORD_MAX 4096
+
+int cli_sentinel_check(cli_sentinel_opts *s, const char *uri) {
+  if (s->first == NULL)
+    return 0;
+  if (strncasecmp(uri, "redis+sentinel://", 17) != 0 &&
+      strncasecmp(uri, "rediss+sentinel://", 18) != 0) {
+    cli_err("%s needs a redis+sentinel:// or rediss+sentinel:// URI "
+            "(sentinel options apply to sentinel URIs only; -u or "
+            "$REDIS_URL)",
+            s->first);
+    return CLI_EX_USAGE;
+  }
+  if (s->user != NULL && s->user[0] == '\0') {
+    cli_err("--sentinel-user: the user must not be empty");
+    return CLI_EX_USAGE;
+  }
+  if (s->user != NULL && s->password_file == NULL) {
+    cli_err("--sentinel-user needs --sentinel-password-file: the sentinels "
+            "authenticate a user with its password");
+    return CLI_EX_USAGE;
+  }
+  if (s->password_file == NULL)
+    return 0;
+  const char *path = s->password_file;
+  if (path[0] == '\0') {
+    cli_err("--sentinel-password-file: the path must not be empty");
+    return CLI_EX_USAGE;
+  }
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) {
+    cli_err("cannot read --sentinel-password-file '%s': %s", path,
+            strerror(errno));
+    return CLI_EX_USAGE;
+  }
+  char *buf = calloc(1, SENTINEL_PASSWORD_MAX + 2);
+  if (buf == NULL) {
+    fclose(f);
+    cli_err("out of memory");
+    return CLI_EX_OSERR;
+  }
+  size_t n = fread(buf, 1, SENTINEL_PASSWORD_MAX + 1, f);
+  int err = errno;
+  bool failed = ferror(f) != 0;
+  fclose(f);
+  const char *why = NULL;
+  if (failed)
+    why = strerror(err); /* a directory: EISDIR */
+  else if (n > SENTINEL_PASSWORD_MAX)
+    why = "longer than 4096 bytes";
+  else {
+    buf[n] = '\0';
+    size_t len = strcspn(buf, "\r\n");
+    /* Only one line, optionally ended by a newline. */
+    size_t rest = len;
+    if (rest < n && buf[rest] == '\r')
+      rest++;
+    if (rest < n && buf[rest] == '\n')
+      rest++;
+    if (rest != n)
+      why = "more than one line (the password is the whole first line)";
+    else if (len == 0)
+      why = "the file is empty";
+    else if (memchr(buf, '\0', len) != NULL)
+      why = "it holds a NUL byte";
+    buf[len] = '\0';
+  }
+  if (why != NULL) {
+    cli_err("cannot use --sentinel-password-file '%s': %s", path, why);
+    memset(buf, 0, SENTINEL_PASSWORD_MAX + 2);
+    free(buf);
+    return CLI_EX_USAGE;
+  }
+  s->password = buf;
+  return 0;
+}
+
+void cli_sentinel_apply(const cli_sentinel_opts *s, rlock_options *o) {
+  o->sentinel_user = s->user;
+  o->sentinel_password = s->password;
+}
+
+void cli_sentinel_free(cli_sentinel_opts *s) {
+  if (s->password != NULL) {
+    volatile char *p = s->password;
+    while (*p != '\0')
+      *p++ = '\0';
+    free(s->password);
+    s->password = NULL;
+  }
 }
 
 int64_t cli_now_ms(void) {
@@ -490,7 +648,14 @@ int cli_getopt_error(int c, char **argv) {
   return CLI_EX_USAGE;
 }
 
-enum { OPT_ON_LOST = 256, OPT_KILL_AFTER, OPT_WATCHDOG, OPT_PERMITS };
+enum {
+  OPT_ON_LOST = 256,
+  OPT_KILL_AFTER,
+  OPT_WATCHDOG,
+  OPT_PERMITS,
+  OPT_NO_REPLICA_SYNC,
+  OPT_REPLICA_SYNC_TIMEOUT,
+};
 
 static const struct option run_longopts[] = {
     {"uri", required_argument, NULL, 'u'},
@@ -504,10 +669,14 @@ static const struct option run_longopts[] = {
     {"permits", required_argument, NULL, OPT_PERMITS},
     {"on-lost", required_argument, NULL, OPT_ON_LOST},
     {"kill-after", required_argument, NULL, OPT_KILL_AFTER},
+    {"no-replica-sync", no_argument, NULL, OPT_NO_REPLICA_SYNC},
+    {"replica-sync-timeout", required_argument, NULL,
+     OPT_REPLICA_SYNC_TIMEOUT},
     {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     CLI_TLS_LONGOPTS,
+    CLI_SENTINEL_LONGOPTS,
     CLI_KIND_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
@@ -584,6 +753,19 @@ static int run_main(int argc, char **argv) {
       if (!duration_opt("kill-after", optarg, &o.kill_after_ms))
         return CLI_EX_USAGE;
       break;
+    case OPT_NO_REPLICA_SYNC:
+      o.no_replica_sync = true;
+      break;
+    case OPT_REPLICA_SYNC_TIMEOUT:
+      if (!duration_opt("replica-sync-timeout", optarg,
+                        &o.replica_sync_timeout_ms))
+        return CLI_EX_USAGE;
+      if (o.replica_sync_timeout_ms < 1) {
+        cli_err("the replica sync timeout must be at least 1 ms "
+                "(--no-replica-sync turns replica sync off)");
+        return CLI_EX_USAGE;
+      }
+      break;
     case OPT_ON_LOST:
       if (strcmp(optarg, "warn") == 0) {
         o.on_lost = CLI_ON_LOST_WARN;
@@ -607,11 +789,18 @@ static int run_main(int argc, char **argv) {
       int kind_rc = cli_kind_parse(&o.kind, c);
       if (kind_rc > 0)
         return kind_rc;
-      if (kind_rc == 0 || cli_tls_option(&o.tls, c, optarg))
+      if (kind_rc == 0 || cli_tls_option(&o.tls, c, optarg) ||
+          cli_sentinel_option(&o.sentinel, c, optarg))
         break;
       return cli_getopt_error(c, argv);
     }
     }
+  }
+  if (o.no_replica_sync && o.replica_sync_timeout_ms > 0) {
+    cli_err("--replica-sync-timeout and --no-replica-sync exclude each "
+            "other (no WAIT is sent without replica sync)");
+    usage_hint();
+    return CLI_EX_USAGE;
   }
   if (o.permits > 0 && o.kind != CLI_KIND_LOCK) {
     cli_err("--permits and %s exclude each other (a semaphore is not a "
@@ -655,9 +844,13 @@ static int run_main(int argc, char **argv) {
   }
   o.uri = cli_resolve_uri(uri_flag);
   int rc = cli_tls_check(&o.tls, o.uri);
+  if (rc == 0)
+    rc = cli_sentinel_check(&o.sentinel, o.uri);
   if (rc != 0)
     return rc;
-  return cli_run(&o);
+  rc = cli_run(&o);
+  cli_sentinel_free(&o.sentinel);
+  return rc;
 }
 
 int main(int argc, char **argv) {

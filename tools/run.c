@@ -560,7 +560,8 @@ static void on_acquired(run *r, int rc) {
       char owner[sizeof r->h.owner];
       memcpy(owner, r->h.owner, sizeof owner);
       pthread_mutex_unlock(&r->h.mutex);
-      cli_release_orphan(r->o->uri, &r->o->tls, r->o->kind, r->o->name,
+      cli_release_orphan(r->o->uri, &r->o->tls, &r->o->sentinel,
+                         r->o->kind, r->o->name,
                          owner);
     }
     r->exit_code = 128 + r->abort_signal;
@@ -789,6 +790,11 @@ static int start(run *r) {
   rlock_options_init(&opts);
   opts.uri = o->uri;
   cli_tls_apply(&o->tls, &opts);
+  cli_sentinel_apply(&o->sentinel, &opts);
+  if (o->no_replica_sync)
+    opts.replica_sync = 0;
+  if (o->replica_sync_timeout_ms > 0)
+    opts.replica_sync_timeout_ms = o->replica_sync_timeout_ms;
   if (o->watchdog_ms > 0)
     opts.watchdog_timeout_ms = o->watchdog_ms;
   opts.on_lock_lost = on_lock_lost;

@@ -91,7 +91,10 @@ static void remove_tree(const char *dir) {
   rmdir(dir);
 }
 
+static void sentinel_stop(void);
+
 static void cli_teardown(void) {
+  sentinel_stop();
   /* Each rlock leads its own process group, which its COMMAND is in too:
    * a failed test leaves neither behind. */
   for (int i = 0; i < g_npids; i++) {
@@ -374,6 +377,10 @@ Test(cli, help_lists_every_option_and_exit_code) {
       "--tls-server-name", "--tls-insecure", "TLS failed",
       "-s, --shared",   "-x, --exclusive",  "--fair",
       "--fenced",       "RLOCK_TOKEN",      "another kind of lock",
+      "redis+sentinel://", "redis+cluster://", "rediss+sentinel://",
+      "rediss+cluster://", "--sentinel-user", "--sentinel-password-file",
+      "--no-replica-sync", "--replica-sync-timeout", "no replica confirmed",
+      "CLUSTERDOWN",
   };
   for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
     cr_expect(strstr(out, must[i]) != NULL, "--help lacks \"%s\"", must[i]);
@@ -2436,4 +2443,289 @@ Test(cli, status_shows_permits_and_latch_count) {
   snprintf(expect, sizeof expect, "%s: count 3 (", latch);
   cr_assert(strncmp(out, expect, strlen(expect)) == 0, "status: %s", out);
   free(out);
+}
+
+/* ---- Redis Sentinel and replica sync ---- */
+
+/* A real sentinel (redis-server --sentinel) on a free port, its config in
+ * the test's directory, monitoring the suite's server as `mymaster`;
+ * stopped by the teardown (sentinel_stop). */
+static pid_t g_sentinel_pid = -1;
+static int g_sentinel_port;
+
+static void sentinel_stop(void) {
+  if (g_sentinel_pid > 0) {
+    kill(g_sentinel_pid, SIGKILL);
+    waitpid(g_sentinel_pid, NULL, 0);
+  }
+  g_sentinel_pid = -1;
+}
+
+static bool sentinel_answers(void *arg) {
+  (void)arg;
+  struct timeval tv = {0, 200000};
+  redisContext *c = redisConnectWithTimeout("127.0.0.1", g_sentinel_port, tv);
+  bool ok = false;
+  if (c != NULL && !c->err) {
+    redisSetTimeout(c, tv);
+    redisReply *r = redisCommand(c, "PING");
+    /* +PONG, or -NOAUTH from a sentinel with requirepass: it is up */
+    ok = r != NULL && (r->type == REDIS_REPLY_STATUS ||
+                       r->type == REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+  }
+  if (c != NULL)
+    redisFree(c);
+  return ok;
+}
+
+/* Starts the sentinel; `extra_conf` (NULL: none) is appended to its
+ * config, e.g. "requirepass ...\n". */
+static void sentinel_start(const char *extra_conf) {
+  const char *bin = getenv("REDIS_SERVER");
+  if (bin == NULL || bin[0] == '\0')
+    bin = "redis-server";
+  for (int attempt = 0; attempt < 3; attempt++) {
+    g_sentinel_port = rt_free_port();
+    char conf[PATH_LEN], log[PATH_LEN];
+    path_in(conf, sizeof conf, "sentinel.conf");
+    path_in(log, sizeof log, "sentinel.log");
+    FILE *f = fopen(conf, "w");
+    cr_assert(f != NULL, "create %s: %s", conf, strerror(errno));
+    fprintf(f,
+            "port %d\nbind 127.0.0.1\ndir %s\n"
+            "sentinel monitor mymaster 127.0.0.1 %d 1\n%s",
+            g_sentinel_port, g_dir, rt_port(),
+            extra_conf != NULL ? extra_conf : "");
+    cr_assert(fclose(f) == 0);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    cr_assert(pid >= 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent)
+        _exit(120);
+      int in = open("/dev/null", O_RDONLY);
+      int out = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (in < 0 || out < 0)
+        _exit(121);
+      dup2(in, 0);
+      dup2(out, 1);
+      dup2(out, 2);
+      execlp(bin, bin, conf, "--sentinel", (char *)NULL);
+      _exit(122);
+    }
+    g_sentinel_pid = pid;
+    if (rt_poll_until(sentinel_answers, NULL, 5000))
+      return;
+    sentinel_stop(); /* port taken meanwhile, or it failed: try again */
+  }
+  char *text = slurp_in("sentinel.log");
+  cr_assert_fail("the sentinel did not start; its log: %s", text);
+}
+
+static void sentinel_uri(char *buf, size_t n, const char *master) {
+  snprintf(buf, n, "redis+sentinel://127.0.0.1:%d/%s", g_sentinel_port,
+           master);
+}
+
+Test(cli, sentinel_and_replica_sync_options_refuse_bad_values) {
+  char key[64], uri[96], pw_empty[PATH_LEN], pw_two[PATH_LEN];
+  rt_key(key, sizeof key, "cli:sentinel-usage");
+  /* nothing listens there: each case must fail before connecting */
+  snprintf(uri, sizeof uri, "redis+sentinel://127.0.0.1:%d/mymaster",
+           rt_free_port());
+  touch_in("pw.empty");
+  path_in(pw_empty, sizeof pw_empty, "pw.empty");
+  path_in(pw_two, sizeof pw_two, "pw.two");
+  FILE *f = fopen(pw_two, "w");
+  cr_assert(f != NULL);
+  fputs("one\ntwo\n", f);
+  cr_assert(fclose(f) == 0);
+  struct {
+    const char *const *args;
+    const char *says;
+  } cases[] = {
+      {ARGS("--replica-sync-timeout", "0", key, "-c", "touch ran"),
+       "at least 1 ms"},
+      {ARGS("--replica-sync-timeout", "soon", key, "-c", "touch ran"),
+       "invalid replica-sync-timeout 'soon'"},
+      {ARGS("--replica-sync-timeout", "-1", key, "-c", "touch ran"),
+       "invalid replica-sync-timeout '-1'"},
+      {ARGS("--replica-sync-timeout", key, "-c", "touch ran"),
+       "invalid replica-sync-timeout"},
+      {ARGS("--no-replica-sync", "--replica-sync-timeout", "1s", key, "-c",
+            "touch ran"),
+       "exclude each other"},
+      {ARGS("--no-replica-sync=1", key, "-c", "touch ran"),
+       "--no-replica-sync"},
+      {ARGS(key, "-c", "touch ran", "--replica-sync-timeout"), "exactly one"},
+      /* sentinel options need a sentinel URI ($REDIS_URL is redis://) */
+      {ARGS("--sentinel-user", "u", key, "-c", "touch ran"),
+       "--sentinel-user needs a redis+sentinel://"},
+      {ARGS("--sentinel-password-file", pw_two, key, "-c", "touch ran"),
+       "--sentinel-password-file needs a redis+sentinel://"},
+      {ARGS("status", "--sentinel-user", "u", key),
+       "--sentinel-user needs a redis+sentinel://"},
+      {ARGS("unlock", "--force", "--sentinel-password-file", pw_two, key),
+       "--sentinel-password-file needs a redis+sentinel://"},
+      {ARGS("-u", "redis+cluster://127.0.0.1:1", "--sentinel-user", "u",
+            key, "-c", "touch ran"),
+       "needs a redis+sentinel://"},
+      {ARGS("-u", uri, "--sentinel-user", "u", key, "-c", "touch ran"),
+       "--sentinel-user needs --sentinel-password-file"},
+      {ARGS("-u", uri, "--sentinel-user", "", "--sentinel-password-file",
+            pw_two, key, "-c", "touch ran"),
+       "must not be empty"},
+      {ARGS("-u", uri, "--sentinel-password-file", "/nonexistent/pw", key,
+            "-c", "touch ran"),
+       "cannot read --sentinel-password-file '/nonexistent/pw'"},
+      {ARGS("-u", uri, "--sentinel-password-file", pw_empty, key, "-c",
+            "touch ran"),
+       "the file is empty"},
+      {ARGS("-u", uri, "--sentinel-password-file", pw_two, key, "-c",
+            "touch ran"),
+       "more than one line"},
+      {ARGS("-u", uri, "--sentinel-password-file", "/", key, "-c",
+            "touch ran"),
+       "cannot use --sentinel-password-file '/'"},
+      {ARGS("status", "-u", uri, "--sentinel-password-file"), "needs a value"},
+      /* a sentinel URI without a master name, an empty host list */
+      {ARGS("-u", "redis+sentinel://127.0.0.1:26379", key, "-c", "touch ran"),
+       "invalid Redis URI"},
+      {ARGS("-u", "redis+cluster://", key, "-c", "touch ran"),
+       "invalid Redis URI"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cli_proc p;
+    int code = cli_run(&p, cases[i].args);
+    char *err = cli_err(&p), *out = cli_out(&p);
+    cr_expect_eq(code, 64, "case %zu: exit %d, stderr: %s", i, code, err);
+    cr_expect(strncmp(err, "rlock: ", 7) == 0, "case %zu: %s", i, err);
+    cr_expect(strstr(err, cases[i].says) != NULL,
+              "case %zu: no \"%s\" in: %s", i, cases[i].says, err);
+    char *second = strchr(err, '\n');
+    if (second != NULL && second[1] != '\0')
+      cr_expect(strncmp(second + 1, "Try 'rlock --help'", 18) == 0,
+                "case %zu: more than one message: %s", i, err);
+    cr_expect_str_eq(out, "", "case %zu: stdout: %s", i, out);
+    free(err);
+    free(out);
+  }
+  cr_assert(!exists_in("ran"), "a command ran despite a usage error");
+}
+
+Test(cli, replica_sync_options_are_accepted) {
+  /* The suite's server has no replicas: with replica sync on, no WAIT is
+   * sent and the run is as usual; each form parses. */
+  char key[64];
+  rt_key(key, sizeof key, "cli:replica-sync");
+  const char *const *cases[] = {
+      ARGS("--no-replica-sync", key, "-c", "touch ran0"),
+      ARGS("--replica-sync-timeout", "1", key, "-c", "touch ran1"),
+      ARGS("--replica-sync-timeout", "1.5s", key, "-c", "touch ran2"),
+      ARGS("--replica-sync-timeout=250ms", "-s", key, "-c", "touch ran3"),
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cli_proc p;
+    run_expect(&p, cases[i], 0);
+    char file[8];
+    snprintf(file, sizeof file, "ran%zu", i);
+    cr_assert(exists_in(file), "case %zu: COMMAND did not run", i);
+  }
+  cr_assert_eq(rt_exists(key), 0, "the lock was not released");
+}
+
+Test(cli, sentinel_without_the_master_exits_75_naming_it) {
+  sentinel_start(NULL);
+  char key[64], uri[96];
+  rt_key(key, sizeof key, "cli:sentinel-nomaster");
+  sentinel_uri(uri, sizeof uri, "nosuchmaster");
+  const char *const *cases[] = {
+      ARGS("-u", uri, key, "-c", "touch ran"),
+      ARGS("status", "-u", uri, key),
+      ARGS("unlock", "--force", "-u", uri, key),
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cli_proc p;
+    run_expect(&p, cases[i], 75);
+    cr_expect_lt(cli_elapsed(&p), RUN_BOUND_MS, "case %zu", i);
+    expect_one_line_with(
+        &p, ARGS("cannot connect to Redis", "'nosuchmaster'"), "no master");
+  }
+  cr_assert(!exists_in("ran"));
+  cr_assert_eq(rt_exists(key), 0);
+}
+
+Test(cli, sentinel_uri_locks_on_the_master_it_names) {
+  sentinel_start(NULL);
+  char key[64], uri[96];
+  rt_key(key, sizeof key, "cli:sentinel");
+  sentinel_uri(uri, sizeof uri, "mymaster");
+  cli_proc p;
+  run_expect(&p, ARGS("-u", uri, key, "-c", "true"), 0);
+  /* COMMAND runs while the lock is in the master (the suite's server):
+   * status there, through the plain URI, shows the owner rlock gave it */
+  run_expect(&p,
+             ARGS("-u", uri, key, "-c",
+                  "\"$RLOCK_CLI\" status --json -u \"$REDIS_URL\" "
+                  "\"$RLOCK_NAME\" > st && echo \"$RLOCK_OWNER\" > owner"),
+             0);
+  char *st = slurp_in("st"), *owner = first_line_in("owner");
+  cr_assert(owner[0] != '\0', "no RLOCK_OWNER");
+  cr_assert(strstr(st, owner) != NULL, "status in the master: %s (owner %s)",
+            st, owner);
+  free(st);
+  free(owner);
+  cr_assert_eq(rt_exists(key), 0, "the lock was not released");
+  /* status and unlock through the sentinel read the master too */
+  cr_assert_eq(rt_int("HSET %s someone:1 1", key), 1);
+  run_expect(&p, ARGS("status", "-u", uri, key), 0);
+  char *out = cli_out(&p);
+  cr_assert(strstr(out, "someone:1") != NULL, "status: %s", out);
+  free(out);
+  run_expect(&p, ARGS("unlock", "--force", "-u", uri, key), 0);
+  cr_assert_eq(rt_exists(key), 0, "unlock --force through the sentinel");
+  /* -n against a held lock, through the sentinel: exit 1 */
+  cr_assert_eq(rt_int("HSET %s someone:1 1", key), 1);
+  run_expect(&p, ARGS("-n", "-u", uri, key, "-c", "touch ran"), 1);
+  cr_assert(!exists_in("ran"));
+}
+
+Test(cli, sentinel_password_file_authenticates_to_the_sentinel) {
+  sentinel_start("requirepass s3ntinel\n");
+  char key[64], uri[96], good[PATH_LEN], bad[PATH_LEN];
+  rt_key(key, sizeof key, "cli:sentinel-auth");
+  sentinel_uri(uri, sizeof uri, "mymaster");
+  path_in(good, sizeof good, "pw.good");
+  path_in(bad, sizeof bad, "pw.bad");
+  FILE *f = fopen(good, "w");
+  cr_assert(f != NULL);
+  fputs("s3ntinel\n", f); /* the final newline is not part of it */
+  cr_assert(fclose(f) == 0);
+  f = fopen(bad, "w");
+  cr_assert(f != NULL);
+  fputs("wrong", f);
+  cr_assert(fclose(f) == 0);
+  cli_proc p;
+  run_expect(&p,
+             ARGS("-u", uri, "--sentinel-password-file", good, key, "-c",
+                  "touch ran"),
+             0);
+  cr_assert(exists_in("ran"));
+  run_expect(&p, ARGS("status", "-u", uri, "--sentinel-password-file", good,
+                      key),
+             0);
+  /* the password reaches the sentinel only, never argv or stderr */
+  run_expect(&p,
+             ARGS("-u", uri, "--sentinel-password-file", bad, key, "-c",
+                  "touch ran2"),
+             69);
+  char *err = cli_err(&p);
+  cr_expect(strstr(err, "wrong") == NULL, "password in the message: %s", err);
+  free(err);
+  cr_assert(!exists_in("ran2"));
+  /* without the password the sentinel refuses: exit 69 (authentication) */
+  run_expect(&p, ARGS("-u", uri, key, "-c", "touch ran3"), 69);
+  cr_assert(!exists_in("ran3"));
 }

@@ -37,10 +37,28 @@
  * table. The monitoring connection (INFO, SCRIPT LOAD, S1's sync hiredis
  * reference) stays on the plain port. S5 runs over plain TCP only.
  *
+ * Cluster: given a Redis Cluster's seeds (--cluster h:p,h:p; bench/run
+ * --cluster starts a private 3-master one), B and S1-S4 run once more, last,
+ * on a client opened with redis+cluster://seeds. Rows get "C-" before the id
+ * (C-B1, C-S1, ...), no targets, transport "cluster" in the CSV, and a
+ * "cluster beside standalone" list follows the table. The monitoring side
+ * connects to every master (from CLUSTER SLOTS) and sums their INFO
+ * (commandstats, cpu, DBSIZE). Baseline: C-B1 is redis-benchmark -c 1
+ * straight to the master owning C-S1's lock, on keys with that lock's hash
+ * tag (the serial round trip to the node S1 talks to); C-B2 and C-B3 are
+ * redis-benchmark --cluster (keys "{tag}...", clients spread over the
+ * masters), so C-S2's ratio is to the whole cluster's capacity. The acquire
+ * script is loaded on every master. S2's locks hash to different masters
+ * (a note says how they spread); S3's and S4's one lock lives on one.
+ * The variants (S1off, S2off, S3h0, S4h0) and the sync hiredis reference
+ * are not repeated there.
+ *
  * Usage: rlock-bench [--host H] [--port P] [--seconds S] [--csv PATH]
  *                    [--only B,S1,S2,S3,S4,K,M,S5] [--tls-port P --tls-ca FILE]
+ *                    [--cluster HOST:PORT[,HOST:PORT...]]
  * Environment (flags win): BENCH_HOST, BENCH_PORT, BENCH_SECONDS, BENCH_CSV,
- * BENCH_ONLY, BENCH_TLS_PORT, BENCH_TLS_CA, BENCH_BASE_SECONDS,
+ * BENCH_ONLY, BENCH_TLS_PORT, BENCH_TLS_CA, BENCH_CLUSTER_NODES,
+ * BENCH_BASE_SECONDS,
  * BENCH_HERD_THREADS, BENCH_WD_LOCKS,
  * BENCH_WD_MS, BENCH_WD_PERIODS, BENCH_S3_HOLD_US (S3b hold, 0 = no S3b),
  * BENCH_S2_THREADS (default 1,8,32,64), BENCH_S2_CLIENTS (diagnostic:
@@ -91,12 +109,23 @@ static struct {
   int64_t s3_hold_us;
   int tls_port;       /* 0: no TLS run */
   const char *tls_ca; /* CA file for the TLS run; NULL: system trust */
+  const char *cluster; /* cluster seeds "h:p,h:p"; NULL: no cluster run */
   char prefix[64]; /* key prefix unique to this run */
 } cfg;
 
 /* The TLS run (B, S1-S4 over rediss://) is in progress: rows get a "T"
  * before their id and no target, notes "[tls] " before their text. */
 static bool tls_mode;
+
+/* The cluster run (B, S1-S4 on redis+cluster://) is in progress: rows get
+ * "C-" before their id and no target, notes "[cluster] " before their
+ * text. */
+static bool cluster_mode;
+
+/* What progress lines and row ids start with in the current run. */
+static const char *run_tag(void) {
+  return cluster_mode ? "C-" : tls_mode ? "T" : "";
+}
 
 /* ---- small helpers ---- */
 
@@ -210,16 +239,104 @@ static double samples_pct_us(samples *s, double pct) {
 
 static redisContext *mon;
 
+/* The servers whose INFO figures are summed: the standalone server (mon),
+ * or in the cluster run every master. */
+static redisContext **mons = &mon;
+static int nmons = 1;
+
+static redisReply *ctx_vcmd(redisContext *c, const char *fmt, va_list ap) {
+  redisReply *r = redisvCommand(c, fmt, ap);
+  if (r == NULL)
+    die("monitoring connection to %s:%d: %s", c->tcp.host ? c->tcp.host : "?",
+        c->tcp.port, c->errstr);
+  if (r->type == REDIS_REPLY_ERROR)
+    die("monitoring connection to %s:%d: server error: %s",
+        c->tcp.host ? c->tcp.host : "?", c->tcp.port, r->str);
+  return r;
+}
+
+static redisReply *ctx_cmd(redisContext *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  redisReply *r = ctx_vcmd(c, fmt, ap);
+  va_end(ap);
+  return r;
+}
+
 static redisReply *mon_cmd(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  redisReply *r = redisvCommand(mon, fmt, ap);
+  redisReply *r = ctx_vcmd(mon, fmt, ap);
   va_end(ap);
-  if (r == NULL)
-    die("monitoring connection: %s", mon->errstr);
-  if (r->type == REDIS_REPLY_ERROR)
-    die("monitoring connection: server error: %s", r->str);
   return r;
+}
+
+/* redis-server's own CPU time so far (INFO cpu), seconds, summed over the
+ * monitored servers. */
+static double server_cpu_s(void) {
+  double total = 0;
+  for (int i = 0; i < nmons; i++) {
+    redisReply *r = ctx_cmd(mons[i], "INFO cpu");
+    double sys = 0, user = 0;
+    const char *p = strstr(r->str, "used_cpu_sys:");
+    if (p != NULL)
+      sys = strtod(p + 13, NULL);
+    p = strstr(r->str, "used_cpu_user:");
+    if (p != NULL)
+      user = strtod(p + 14, NULL);
+    freeReplyObject(r);
+    total += sys + user;
+  }
+  return total;
+}
+
+/* DBSIZE summed over the monitored servers. */
+static long long dbsize_all(void) {
+  long long n = 0;
+  for (int i = 0; i < nmons; i++) {
+    redisReply *r = ctx_cmd(mons[i], "DBSIZE");
+    n += r->integer;
+    freeReplyObject(r);
+  }
+  return n;
+}
+
+/* ---- the cluster run's view of the cluster ---- */
+
+#define MAX_MASTERS 16
+static struct {
+  int n;
+  char host[MAX_MASTERS][64];
+  int port[MAX_MASTERS];
+  redisContext *ctx[MAX_MASTERS];
+  signed char slot_node[16384]; /* master index per slot, -1: none */
+} cl;
+
+/* Redis Cluster's key hash: CRC16-CCITT (XMODEM) of the key or of its hash
+ * tag (the first {...} with something inside), mod 16384. */
+static unsigned key_slot(const char *key) {
+  size_t len = strlen(key);
+  const char *open = strchr(key, '{');
+  if (open != NULL) {
+    const char *close = strchr(open + 1, '}');
+    if (close != NULL && close > open + 1) {
+      key = open + 1;
+      len = (size_t)(close - open - 1);
+    }
+  }
+  unsigned crc = 0;
+  for (size_t i = 0; i < len; i++) {
+    crc ^= (unsigned)(unsigned char)key[i] << 8;
+    for (int b = 0; b < 8; b++)
+      crc = (crc & 0x8000) ? ((crc << 1) ^ 0x1021) & 0xffff
+                           : (crc << 1) & 0xffff;
+  }
+  return crc & 16383;
+}
+
+/* Master index that owns the lock (key) of that name. */
+static int node_of(const char *name) {
+  return cl.slot_node[key_slot(name)];
 }
 
 /* INFO commandstats as name -> calls. */
@@ -230,20 +347,28 @@ typedef struct cmdstats {
 } cmdstats;
 
 static void cmdstats_take(cmdstats *cs) {
-  redisReply *r = mon_cmd("INFO commandstats");
   cs->n = 0;
-  for (char *line = r->str; line != NULL && *line;) {
-    char *eol = strchr(line, '\n');
-    char name[40];
-    long long calls;
-    if (sscanf(line, "cmdstat_%39[^:]:calls=%lld", name, &calls) == 2 &&
-        cs->n < 128) {
-      snprintf(cs->name[cs->n], sizeof(cs->name[0]), "%s", name);
-      cs->calls[cs->n++] = calls;
+  for (int m = 0; m < nmons; m++) {
+    redisReply *r = ctx_cmd(mons[m], "INFO commandstats");
+    for (char *line = r->str; line != NULL && *line;) {
+      char *eol = strchr(line, '\n');
+      char name[40];
+      long long calls;
+      if (sscanf(line, "cmdstat_%39[^:]:calls=%lld", name, &calls) == 2) {
+        int k = 0;
+        while (k < cs->n && strcmp(cs->name[k], name) != 0)
+          k++;
+        if (k < cs->n) {
+          cs->calls[k] += calls;
+        } else if (cs->n < 128) {
+          snprintf(cs->name[cs->n], sizeof(cs->name[0]), "%s", name);
+          cs->calls[cs->n++] = calls;
+        }
+      }
+      line = eol ? eol + 1 : NULL;
     }
-    line = eol ? eol + 1 : NULL;
+    freeReplyObject(r);
   }
-  freeReplyObject(r);
 }
 
 static long long cmdstats_get(const cmdstats *cs, const char *name) {
@@ -328,7 +453,10 @@ static void cmdstats_settled(cmdstats *cs) {
     if (cmdstats_get(cs, "evalsha") == cmdstats_get(&prev, "evalsha") &&
         cmdstats_get(cs, "eval") == cmdstats_get(&prev, "eval") &&
         cmdstats_get(cs, "del") == cmdstats_get(&prev, "del") &&
-        cmdstats_get(cs, "unsubscribe") == cmdstats_get(&prev, "unsubscribe"))
+        cmdstats_get(cs, "unlink") == cmdstats_get(&prev, "unlink") &&
+        cmdstats_get(cs, "unsubscribe") == cmdstats_get(&prev, "unsubscribe") &&
+        cmdstats_get(cs, "sunsubscribe") ==
+            cmdstats_get(&prev, "sunsubscribe"))
       return;
     prev = *cs;
   }
@@ -341,8 +469,10 @@ static int nnotes;
 static void note(const char *fmt, ...) {
   if (nnotes >= 64)
     return;
-  int off = tls_mode ? snprintf(notes[nnotes], sizeof(notes[0]), "[tls] ")
-                     : 0;
+  int off = cluster_mode ? snprintf(notes[nnotes], sizeof(notes[0]),
+                                    "[cluster] ")
+            : tls_mode ? snprintf(notes[nnotes], sizeof(notes[0]), "[tls] ")
+                       : 0;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(notes[nnotes++] + off, sizeof(notes[0]) - (size_t)off, fmt, ap);
@@ -397,16 +527,7 @@ static void cpu_take(cpu_snap *s) {
   s->client_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
                 (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
   s->loop_s = loop_tid > 0 ? thread_cpu_s(loop_tid) : NAN;
-  redisReply *r = mon_cmd("INFO cpu");
-  double sys = 0, user = 0;
-  const char *p = strstr(r->str, "used_cpu_sys:");
-  if (p != NULL)
-    sys = strtod(p + 13, NULL);
-  p = strstr(r->str, "used_cpu_user:");
-  if (p != NULL)
-    user = strtod(p + 14, NULL);
-  s->server_s = sys + user;
-  freeReplyObject(r);
+  s->server_s = server_cpu_s();
   s->busy_ticks = s->total_ticks = 0;
   FILE *f = fopen("/proc/stat", "r");
   if (f != NULL) {
@@ -460,6 +581,7 @@ typedef struct row {
   double target;
   int status; /* -1 none, 0 MISS, 1 PASS */
   bool tls;   /* measured over TLS (id starts with "T") */
+  bool cluster; /* measured on the cluster (id starts with "C-") */
 } row;
 
 static row rows[192];
@@ -471,8 +593,9 @@ static row *add_row(const char *id, const char *metric, double value,
     die("too many rows");
   row *r = &rows[nrows++];
   memset(r, 0, sizeof(*r));
-  snprintf(r->id, sizeof(r->id), "%s%s", tls_mode ? "T" : "", id);
+  snprintf(r->id, sizeof(r->id), "%s%s", run_tag(), id);
   r->tls = tls_mode;
+  r->cluster = cluster_mode;
   snprintf(r->metric, sizeof(r->metric), "%s", metric);
   r->value = value;
   snprintf(r->unit, sizeof(r->unit), "%s", unit);
@@ -485,8 +608,8 @@ static row *add_row(const char *id, const char *metric, double value,
 }
 
 static void set_target(row *r, int kind, double target, bool on_ratio) {
-  if (r->tls)
-    return; /* informational: the targets are for plain TCP */
+  if (r->tls || r->cluster)
+    return; /* informational: the targets are for one server, plain TCP */
   r->target_kind = kind;
   r->target = target;
   r->target_on_ratio = on_ratio;
@@ -545,21 +668,36 @@ static void print_table(void) {
 }
 
 /* Each TLS row beside its plain TCP row (same id after the "T", same
- * metric): both values and TLS / TCP. */
-static void print_tls_beside_plain(void) {
+ * metric, same occurrence of that pair: S2 repeats its sub-rows per thread
+ * count): both values and TLS / TCP. cluster: each cluster row beside its
+ * standalone plain TCP row (same id after the "C-"), cluster / standalone. */
+static void print_beside(bool cluster) {
   bool any = false;
+  size_t skip = cluster ? 2 : 1;
   for (int i = 0; i < nrows; i++) {
     const row *t = &rows[i];
-    if (!t->tls)
+    if (cluster ? !t->cluster : !t->tls)
       continue;
+    int nth = 0; /* earlier rows of this run with the same id and metric */
+    for (int k = 0; k < i; k++)
+      if (rows[k].tls == t->tls && rows[k].cluster == t->cluster &&
+          strcmp(rows[k].id, t->id) == 0 &&
+          strcmp(rows[k].metric, t->metric) == 0)
+        nth++;
     const row *p = NULL;
     for (int k = 0; k < nrows && p == NULL; k++)
-      if (!rows[k].tls && strcmp(rows[k].id, t->id + 1) == 0 &&
-          strcmp(rows[k].metric, t->metric) == 0)
+      if (!rows[k].tls && !rows[k].cluster &&
+          strcmp(rows[k].id, t->id + skip) == 0 &&
+          strcmp(rows[k].metric, t->metric) == 0 && nth-- == 0)
         p = &rows[k];
     if (p == NULL)
       continue;
-    if (!any)
+    if (!any && cluster)
+      printf("\nCluster beside standalone (plain TCP, same run; ratios "
+             "in the table are to each one's own baseline)\n"
+             "%-5s %-46s %12s %12s %-7s %9s\n",
+             "id", "metric", "standalone", "cluster", "unit", "cl/sa");
+    else if (!any)
       printf("\nTLS beside plain TCP (same server, same run)\n"
              "%-5s %-46s %12s %12s %-7s %9s\n",
              "id", "metric", "tcp", "tls", "unit", "tls/tcp");
@@ -609,7 +747,7 @@ static void write_csv(const char *path) {
     csv_field(f, q, false);
     csv_field(f, r->target_kind == T_NONE ? "" : t, false);
     csv_field(f, r->status < 0 ? "" : status_text(r), false);
-    csv_field(f, r->tls ? "tls" : "tcp", true);
+    csv_field(f, r->cluster ? "cluster" : r->tls ? "tls" : "tcp", true);
   }
   fclose(f);
   printf("csv: %s\n", path);
@@ -623,11 +761,18 @@ static struct {
   double c8_rps;
   double pipe_rps; /* -P 16 -c 50: the server's capacity for the script */
   char sha[41];
+  int node; /* cluster run: the master C-B1 measured (owns C-S1's lock) */
 } base;
 
 typedef struct rb_result {
   double rps, avg_ms, p50_ms, p99_ms;
 } rb_result;
+
+/* The S1 lock's name (get_lock(c, "s1")): C-B1 runs on its master, with
+ * its hash tag. */
+static void s1_lock_name(char *buf, size_t cap) {
+  snprintf(buf, cap, "%ss1", cfg.prefix);
+}
 
 static rb_result redis_benchmark(long n, int conns, int pipeline) {
   char cmd[2048];
@@ -642,11 +787,32 @@ static rb_result redis_benchmark(long n, int conns, int pipeline) {
     snprintf(tls_opt, sizeof(tls_opt), "--tls --cacert '%s'", cfg.tls_ca);
   else if (tls_mode)
     snprintf(tls_opt, sizeof(tls_opt), "--tls");
-  snprintf(cmd, sizeof(cmd),
-           "'%s' -h %s -p %d %s -n %ld -c %d %s -r 1000000 --csv "
-           "EVALSHA %s 1 %sbase:__rand_int__ 5000 %s",
-           cfg.redis_benchmark, cfg.host, tls_mode ? cfg.tls_port : cfg.port,
-           tls_opt, n, conns, pipe_opt, base.sha, cfg.prefix, OWNER_SAMPLE);
+  if (cluster_mode && conns == 1) {
+    /* The serial round trip to the master S1's lock lives on: straight to
+     * it, every key in that lock's slot (its name as hash tag). */
+    char s1[160];
+    s1_lock_name(s1, sizeof(s1));
+    snprintf(cmd, sizeof(cmd),
+             "'%s' -h %s -p %d -n %ld -c %d %s -r 1000000 --csv "
+             "EVALSHA %s 1 '{%s}base:__rand_int__' 5000 %s",
+             cfg.redis_benchmark, cl.host[base.node], cl.port[base.node], n,
+             conns, pipe_opt, base.sha, s1, OWNER_SAMPLE);
+  } else if (cluster_mode) {
+    /* redis-benchmark --cluster: clients spread over the masters, each
+     * sending to its own node's slots ({tag}). */
+    snprintf(cmd, sizeof(cmd),
+             "'%s' --cluster -h %s -p %d -n %ld -c %d %s -r 1000000 --csv "
+             "EVALSHA %s 1 '{tag}%sbase:__rand_int__' 5000 %s",
+             cfg.redis_benchmark, cl.host[0], cl.port[0], n, conns, pipe_opt,
+             base.sha, cfg.prefix, OWNER_SAMPLE);
+  } else {
+    snprintf(cmd, sizeof(cmd),
+             "'%s' -h %s -p %d %s -n %ld -c %d %s -r 1000000 --csv "
+             "EVALSHA %s 1 %sbase:__rand_int__ 5000 %s",
+             cfg.redis_benchmark, cfg.host,
+             tls_mode ? cfg.tls_port : cfg.port, tls_opt, n, conns, pipe_opt,
+             base.sha, cfg.prefix, OWNER_SAMPLE);
+  }
   cmdstats before, after;
   cmdstats_take(&before);
   FILE *p = popen(cmd, "r");
@@ -700,35 +866,31 @@ static rb_result redis_benchmark_timed(int conns, int pipeline, long calib_n) {
   return redis_benchmark(n, conns, pipeline);
 }
 
-/* redis-server's own CPU time so far (INFO cpu), seconds. */
-static double server_cpu_s(void) {
-  redisReply *r = mon_cmd("INFO cpu");
-  double sys = 0, user = 0;
-  const char *p = strstr(r->str, "used_cpu_sys:");
-  if (p != NULL)
-    sys = strtod(p + 13, NULL);
-  p = strstr(r->str, "used_cpu_user:");
-  if (p != NULL)
-    user = strtod(p + 14, NULL);
-  freeReplyObject(r);
-  return sys + user;
-}
-
 static void phase_baseline(void) {
   const rlock__script *acq = rlock__lock_scripts()[0];
-  redisReply *r = mon_cmd("SCRIPT LOAD %s", acq->body);
-  if (r->type != REDIS_REPLY_STRING || strcmp(r->str, acq->sha) != 0)
-    die("SCRIPT LOAD returned %s, the library computes %s",
-        r->type == REDIS_REPLY_STRING ? r->str : "?", acq->sha);
+  for (int i = 0; i < nmons; i++) { /* cluster: on every master */
+    redisReply *r = ctx_cmd(mons[i], "SCRIPT LOAD %s", acq->body);
+    if (r->type != REDIS_REPLY_STRING || strcmp(r->str, acq->sha) != 0)
+      die("SCRIPT LOAD returned %s, the library computes %s",
+          r->type == REDIS_REPLY_STRING ? r->str : "?", acq->sha);
+    freeReplyObject(r);
+  }
   snprintf(base.sha, sizeof(base.sha), "%s", acq->sha);
-  freeReplyObject(r);
+  if (cluster_mode) {
+    char s1[160];
+    s1_lock_name(s1, sizeof(s1));
+    base.node = node_of(s1);
+  }
 
-  printf("%sB: redis-benchmark%s EVALSHA %.12s... (the library's acquire "
-         "script)\n", tls_mode ? "T" : "", tls_mode ? " --tls" : "", base.sha);
+  if (cluster_mode)
+    printf("C-B: redis-benchmark EVALSHA %.12s... (the library's acquire "
+           "script): -c 1 on master %s:%d (S1's lock), the rest --cluster\n",
+           base.sha, cl.host[base.node], cl.port[base.node]);
+  else
+    printf("%sB: redis-benchmark%s EVALSHA %.12s... (the library's acquire "
+           "script)\n", run_tag(), tls_mode ? " --tls" : "", base.sha);
   fflush(stdout);
-  redisReply *d = mon_cmd("DBSIZE");
-  long long keys_before = d->integer;
-  freeReplyObject(d);
+  long long keys_before = dbsize_all();
   rb_result c1 = redis_benchmark_timed(1, 1, 2000);
   rb_result c8 = redis_benchmark_timed(8, 1, 10000);
   rb_result pp = redis_benchmark_timed(50, 16, 40000);
@@ -738,9 +900,7 @@ static void phase_baseline(void) {
   int64_t w0 = now_ns();
   long long left = 0;
   for (int i = 0; i < 400; i++) {
-    d = mon_cmd("DBSIZE");
-    left = d->integer;
-    freeReplyObject(d);
+    left = dbsize_all();
     if (left <= keys_before)
       break;
     sleep_ns(50 * 1000000);
@@ -757,7 +917,7 @@ static void phase_baseline(void) {
   }
   note("%sB: waited %.1f s for the baseline's keys to expire (%lld left) "
        "and the server to settle (%.0f%% of a core)",
-       tls_mode ? "T" : "", (double)(now_ns() - w0) / 1e9,
+       run_tag(), (double)(now_ns() - w0) / 1e9,
        left - keys_before > 0 ? left - keys_before : 0, idle_pct);
   base.have = true;
   base.serial_rps = c1.rps;
@@ -768,6 +928,9 @@ static void phase_baseline(void) {
 
   add_row("B1", "EVALSHA acquire, 1 connection (serial)", c1.rps, "ops/s",
           NAN, "", NAN);
+  if (cluster_mode)
+    snprintf(rows[nrows - 1].base_desc, sizeof(rows[0].base_desc),
+             "(master :%d, S1's lock)", cl.port[base.node]);
   add_row("B1", "  serial round trip (1e6 / ops/s)", base.serial_rtt_us, "us",
           NAN, "", NAN);
   add_row("B1", "  serial round trip p50 (redis-benchmark)",
@@ -776,8 +939,20 @@ static void phase_baseline(void) {
           c1.p99_ms * 1000, "us", NAN, "", NAN);
   add_row("B2", "EVALSHA acquire, 8 connections", c8.rps, "ops/s", NAN, "",
           NAN);
+  if (cluster_mode)
+    snprintf(rows[nrows - 1].base_desc, sizeof(rows[0].base_desc),
+             "(--cluster, %d masters)", cl.n);
   add_row("B3", "EVALSHA acquire, -P 16 -c 50 (server capacity)", pp.rps,
           "ops/s", NAN, "", NAN);
+  if (cluster_mode) {
+    snprintf(rows[nrows - 1].base_desc, sizeof(rows[0].base_desc),
+             "(--cluster, %d masters)", cl.n);
+    note("C-B1 is redis-benchmark -c 1 straight to master %s:%d, which owns "
+         "C-S1's lock (keys with that lock's hash tag); C-B2/C-B3 are "
+         "redis-benchmark --cluster over all %d masters; redis-server CPU "
+         "in the cluster notes is the sum over the masters",
+         cl.host[base.node], cl.port[base.node], cl.n);
+  }
 }
 
 /* ---- clients and locks ---- */
@@ -797,9 +972,12 @@ static rlock_client *open_client_v(int64_t watchdog_ms, bool track,
                                    variant v) {
   rlock_options o;
   rlock_options_init(&o);
-  char uri[128];
-  snprintf(uri, sizeof(uri), "%s://%s:%d", tls_mode ? "rediss" : "redis",
-           cfg.host, tls_mode ? cfg.tls_port : cfg.port);
+  char uri[1100];
+  if (cluster_mode)
+    snprintf(uri, sizeof(uri), "redis+cluster://%s", cfg.cluster);
+  else
+    snprintf(uri, sizeof(uri), "%s://%s:%d", tls_mode ? "rediss" : "redis",
+             cfg.host, tls_mode ? cfg.tls_port : cfg.port);
   o.uri = uri;
   if (tls_mode)
     o.tls_ca_file = cfg.tls_ca;
@@ -858,6 +1036,18 @@ static void lock_pair(rlock *l) {
   check_rc(rc, "rlock_unlock");
   if (rc != 1)
     die("rlock_unlock returned %d, expected 1 (released)", rc);
+}
+
+/* Cluster run: a note naming the master that holds lock prefix+suffix. */
+static void note_lock_node(const char *id, const char *suffix) {
+  if (!cluster_mode)
+    return;
+  char name[256];
+  snprintf(name, sizeof(name), "%s%s", cfg.prefix, suffix);
+  int n = node_of(name);
+  note("%s%s: its lock is on master %s:%d (slot %u)%s", run_tag(), id,
+       cl.host[n], cl.port[n], key_slot(name),
+       base.have && n == base.node ? ", the one C-B1 measured" : "");
 }
 
 static double base_pair_us(void) {
@@ -982,8 +1172,9 @@ static void phase_s1(rlock_client *c) {
   /* The sync hiredis reference is plain TCP (the monitoring connection):
    * not repeated in the TLS run. */
   samples ws = {0};
-  double wire_rate = tls_mode ? NAN : wire_pairs(cfg.seconds / 2, &ws);
-  double wire_p50 = tls_mode ? NAN : samples_pct_us(&ws, 50);
+  bool extra_run = tls_mode || cluster_mode;
+  double wire_rate = extra_run ? NAN : wire_pairs(cfg.seconds / 2, &ws);
+  double wire_p50 = extra_run ? NAN : samples_pct_us(&ws, 50);
   free(ws.v);
   s1_result on = s1_measure(l, "S1", cfg.seconds);
   rlock_free(l);
@@ -1004,7 +1195,8 @@ static void phase_s1(rlock_client *c) {
   add_row("S1", "  pair time p99", on.p99, "us", NAN, "", NAN);
   add_row("S1", "  client CPU per pair (user+sys)", on.cpu_us, "us", NAN, "",
           NAN);
-  if (tls_mode)
+  note_lock_node("S1", "s1");
+  if (extra_run)
     return;
   add_row("S1", "  same 3 cmds, sync hiredis: pair mean", 1e6 / wire_rate,
           "us", bp, "2 serial round trips", 1e6 / wire_rate / bp);
@@ -1170,13 +1362,28 @@ static void phase_s2(rlock_client *c) {
       set_target(r, T_GE, 0.6, true);
     add_row("S2", "  client CPU per pair (user+sys)", cpu, "us", NAN, "",
             NAN);
-    printf("%sS2: %2d threads: %.0f pairs/s\n", tls_mode ? "T" : "",
-           counts[i], rate);
+    printf("%sS2: %2d threads: %.0f pairs/s\n", run_tag(), counts[i], rate);
     fflush(stdout);
+    if (cluster_mode && counts[i] > 1) {
+      /* One lock per thread: their names hash to different masters. */
+      int per[MAX_MASTERS] = {0};
+      for (int t = 0; t < counts[i]; t++) {
+        char name[256];
+        snprintf(name, sizeof(name), "%sS2:%d:%d", cfg.prefix, counts[i], t);
+        per[node_of(name)]++;
+      }
+      char spread[256] = "";
+      size_t len = 0;
+      for (int m = 0; m < cl.n && len < sizeof(spread); m++)
+        len += (size_t)snprintf(spread + len, sizeof(spread) - len, "%s:%d %d",
+                                m ? ", " : "", cl.port[m], per[m]);
+      note("C-S2 %d threads: the %d locks hash to different masters: %s",
+           counts[i], counts[i], spread);
+    }
   }
   for (int i = 0; i < s2_nextra; i++)
     rlock_client_close(s2_extra[i]);
-  if (!tls_mode && s2_nextra == 0)
+  if (!tls_mode && !cluster_mode && s2_nextra == 0)
     s2_spin_off(rates, counts, ncounts);
 }
 
@@ -1346,7 +1553,7 @@ static void phase_s3(rlock_client *c, const char *id, int64_t hold_us,
   cmdcount cc;
   cmdcount_diff(&cs0, &cs1, &cc);
   printf("%s%s: %ld acquisitions (%ld + %ld), %zu handoffs timed, counter "
-         "ok\n", tls_mode ? "T" : "", id, acq, w[0].acquisitions,
+         "ok\n", run_tag(), id, acq, w[0].acquisitions,
          w[1].acquisitions, lat.n);
   fflush(stdout);
 
@@ -1377,6 +1584,7 @@ static void phase_s3(rlock_client *c, const char *id, int64_t hold_us,
           (double)cc.total_top / (double)acq / 2);
   add_row(id, "  client CPU per acquisition (user+sys)", cpu_us, "us", NAN,
           "", NAN);
+  note_lock_node(id, id);
   if (negative > 0)
     note("%s: %ld of %zu handoffs had B's acquire return before A's clock "
          "read after unlock (counted as <0 us)", id, negative, lat.n);
@@ -1476,7 +1684,7 @@ static void phase_s4(rlock_client *c, const char *id) {
   cmdcount cc;
   cmdcount_diff(&cs0, &cs1, &cc);
   printf("%s%s: %ld acquisitions by %d threads (per thread min %ld, max "
-         "%ld), counter ok\n", tls_mode ? "T" : "", id, acq, n, min_acq,
+         "%ld), counter ok\n", run_tag(), id, acq, n, min_acq,
          max_acq);
   fflush(stdout);
 
@@ -1510,7 +1718,8 @@ static void phase_s4(rlock_client *c, const char *id) {
        (double)cc.unsubscribe / acq, (double)cc.other / acq);
   note("%s fairness: acquisitions per thread min %ld / max %ld", id,
        min_acq, max_acq);
-  if (!tls_mode && main_run)
+  note_lock_node(id, id);
+  if (!tls_mode && !cluster_mode && main_run)
     note("commands per acquisition count client-sent (top-level) commands from "
          "INFO commandstats deltas: evalsha + eval + (un)subscribe + ping + "
          "(del - publish) + any other non-script command; Redis 7 also counts "
@@ -1781,7 +1990,7 @@ static void run_transport(void) {
     }
     if (phase_on("S4"))
       phase_s4(c, "S4");
-    if (!tls_mode && (phase_on("S3") || phase_on("S4"))) {
+    if (!tls_mode && !cluster_mode && (phase_on("S3") || phase_on("S4"))) {
       /* issue #13: the same on a client without local handoff */
       pid_t keep = loop_tid;
       rlock_client *h0 = open_client_v(0, true, V_HANDOFF_OFF);
@@ -1803,11 +2012,76 @@ static void run_transport(void) {
   }
 }
 
+/* The cluster run's monitoring side: the slot map (CLUSTER SLOTS) from the
+ * first seed, and one connection to every master. */
+static void cluster_connect(void) {
+  char host[64];
+  int port = 0;
+  if (sscanf(cfg.cluster, "%63[^:,]:%d", host, &port) != 2 || port <= 0)
+    die("--cluster: expected HOST:PORT[,HOST:PORT...], got '%s'",
+        cfg.cluster);
+  struct timeval tv = {5, 0};
+  redisContext *seed = redisConnectWithTimeout(host, port, tv);
+  if (seed == NULL || seed->err)
+    die("cannot connect to cluster seed %s:%d: %s", host, port,
+        seed ? seed->errstr : "out of memory");
+  redisReply *r = ctx_cmd(seed, "CLUSTER SLOTS");
+  memset(cl.slot_node, -1, sizeof(cl.slot_node));
+  cl.n = 0;
+  for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+    redisReply *e = r->element[i];
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+        e->element[2]->type != REDIS_REPLY_ARRAY ||
+        e->element[2]->elements < 2)
+      die("CLUSTER SLOTS: unexpected reply shape");
+    long long from = e->element[0]->integer, to = e->element[1]->integer;
+    redisReply *m = e->element[2];
+    const char *mh = m->element[0]->type == REDIS_REPLY_STRING &&
+                             m->element[0]->str[0] != '\0'
+                         ? m->element[0]->str
+                         : host;
+    int mp = (int)m->element[1]->integer;
+    int k = 0;
+    while (k < cl.n && !(cl.port[k] == mp && strcmp(cl.host[k], mh) == 0))
+      k++;
+    if (k == cl.n) {
+      if (cl.n == MAX_MASTERS)
+        die("more than %d masters", MAX_MASTERS);
+      snprintf(cl.host[k], sizeof(cl.host[0]), "%s", mh);
+      cl.port[k] = mp;
+      cl.n++;
+    }
+    for (long long sl = from; sl <= to && sl < 16384; sl++)
+      cl.slot_node[sl] = (signed char)k;
+  }
+  freeReplyObject(r);
+  for (int sl = 0; sl < 16384; sl++)
+    if (cl.slot_node[sl] < 0)
+      die("cluster at %s:%d: slot %d is not served", host, port, sl);
+  /* The slot function must agree with the server's. */
+  static const char *const probe[] = {"rlock-bench:s1", "{user1000}.following",
+                                      "foo", "a{}b", NULL};
+  for (int i = 0; probe[i] != NULL; i++) {
+    r = ctx_cmd(seed, "CLUSTER KEYSLOT %s", probe[i]);
+    if (r->integer != (long long)key_slot(probe[i]))
+      die("key_slot('%s') = %u, the server says %lld", probe[i],
+          key_slot(probe[i]), r->integer);
+    freeReplyObject(r);
+  }
+  redisFree(seed);
+  for (int k = 0; k < cl.n; k++) {
+    cl.ctx[k] = redisConnectWithTimeout(cl.host[k], cl.port[k], tv);
+    if (cl.ctx[k] == NULL || cl.ctx[k]->err)
+      die("cannot connect to master %s:%d: %s", cl.host[k], cl.port[k],
+          cl.ctx[k] ? cl.ctx[k]->errstr : "out of memory");
+  }
+}
+
 static void usage(void) {
   fprintf(stderr,
           "usage: rlock-bench [--host H] [--port P] [--seconds S] "
           "[--csv PATH] [--only B,S1,S2,S3,S4,K,M,S5] [--tls-port P "
-          "[--tls-ca FILE]]\n"
+          "[--tls-ca FILE]] [--cluster HOST:PORT[,HOST:PORT...]]\n"
           "Needs a Redis server (bench/run starts a private one) and "
           "redis-benchmark on PATH (or $REDIS_BENCHMARK).\n");
   exit(2);
@@ -1828,6 +2102,7 @@ int main(int argc, char **argv) {
   cfg.s3_hold_us = atoll(env_or("BENCH_S3_HOLD_US", "1000"));
   cfg.tls_port = atoi(env_or("BENCH_TLS_PORT", "0"));
   cfg.tls_ca = env_or("BENCH_TLS_CA", NULL);
+  cfg.cluster = env_or("BENCH_CLUSTER_NODES", NULL);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -1845,6 +2120,8 @@ int main(int argc, char **argv) {
       cfg.tls_port = atoi(v), i++;
     else if (strcmp(a, "--tls-ca") == 0 && v)
       cfg.tls_ca = v, i++;
+    else if (strcmp(a, "--cluster") == 0 && v)
+      cfg.cluster = v, i++;
     else
       usage();
   }
@@ -1874,6 +2151,11 @@ int main(int argc, char **argv) {
   if (cfg.tls_port > 0)
     printf("rlock-bench: TLS port %d: B and S1-S4 run over TLS as well\n",
            cfg.tls_port);
+  if (cfg.cluster != NULL && strlen(cfg.cluster) > 1000)
+    die("--cluster: seed list too long");
+  if (cfg.cluster != NULL)
+    printf("rlock-bench: cluster %s: B and S1-S4 run on it as well, last\n",
+           cfg.cluster);
   fflush(stdout);
 
   run_transport();
@@ -1902,9 +2184,44 @@ int main(int argc, char **argv) {
     phase_semaphore();
   if (phase_on("S5"))
     phase_s5();
+  if (cfg.cluster != NULL &&
+      (phase_on("B") || phase_on("S1") || phase_on("S2") || phase_on("S3") ||
+       phase_on("S4"))) {
+    cluster_connect();
+    r = ctx_cmd(cl.ctx[0], "INFO server");
+    snprintf(version, sizeof(version), "?");
+    v = strstr(r->str, "redis_version:");
+    if (v != NULL)
+      sscanf(v, "redis_version:%31s", version);
+    freeReplyObject(r);
+    printf("\nCluster run: redis+cluster://%s (redis %s, %d masters:",
+           cfg.cluster, version, cl.n);
+    for (int k = 0; k < cl.n; k++)
+      printf(" %s:%d", cl.host[k], cl.port[k]);
+    printf("): B and S1-S4 again\n");
+    fflush(stdout);
+    cluster_mode = true;
+    mons = cl.ctx;
+    nmons = cl.n;
+    memset(&base, 0, sizeof(base));
+    s2_peak_rss = 0;
+    snprintf(cfg.prefix, sizeof(cfg.prefix), "rlock-bench:%ld:cluster:",
+             (long)getpid());
+    run_transport();
+    note("cluster rows (C-...): ratios against the cluster baseline (C-B1 "
+         "on the master of C-S1's lock, C-B2/C-B3 over all masters); no "
+         "targets; no spin-off/handoff-off variants, no sync hiredis "
+         "reference");
+    cluster_mode = false;
+    mons = &mon;
+    nmons = 1;
+    for (int k = 0; k < cl.n; k++)
+      redisFree(cl.ctx[k]);
+  }
 
   print_table();
-  print_tls_beside_plain();
+  print_beside(false);
+  print_beside(true);
   write_csv(cfg.csv);
   int misses = 0;
   for (int i = 0; i < nrows; i++)

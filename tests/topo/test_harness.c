@@ -88,7 +88,7 @@ Test(harness, cluster_start_migrate_failover_stop) {
   freeReplyObject(r);
 
   /* Half-way: one key moved, one left; the moved one gets ASK. */
-  char k2[64];
+  char k2[96];
   snprintf(k2, sizeof k2, "{%s}:other", key);
   freeReplyObject(rt_node_cmd(masters[1], "SET %s stays", k2));
   const char *keys[] = {key, NULL};

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "topo_client.h"
 
@@ -20,6 +21,30 @@ static long long numsub(int port, const char *chan) {
   long long n = r->element[1]->integer;
   freeReplyObject(r);
   return n;
+}
+
+/* Reads what a MONITOR connection has buffered (200 ms read timeout) and
+ * keeps the lines that mention `key` or WAIT, abridged, one per line. */
+static void monitor_collect(redisContext *mon, const char *key, char *out,
+                            size_t n) {
+  struct timeval tv = {.tv_sec = 0, .tv_usec = 200000};
+  redisSetTimeout(mon, tv);
+  size_t used = 0;
+  out[0] = '\0';
+  for (;;) {
+    void *rv = NULL;
+    if (redisGetReply(mon, &rv) != REDIS_OK || !rv)
+      break;
+    redisReply *r = rv;
+    if (r->type == REDIS_REPLY_STATUS &&
+        (strstr(r->str, key) || strcasestr(r->str, "\"wait\""))) {
+      const char *p = strchr(r->str, ']'); /* skip "ts [db addr]" */
+      int w = snprintf(out + used, n - used, "  %.200s\n", p ? p + 1 : r->str);
+      if (w > 0 && (size_t)w < n - used)
+        used += (size_t)w;
+    }
+    freeReplyObject(r);
+  }
 }
 
 /* g. Lock/unlock on the master; a waiter woken by the release message. */
@@ -245,6 +270,15 @@ Test(sentinel, replica_sync) {
   TC_EQ(rlock_unlock(l1), 1, "unlock");
 
   rt_sentinel_pause_node(replica, true);
+  /* MONITOR on the master: what the failed acquire sent, for the failure
+   * message. */
+  redisContext *mon = NULL;
+  if (!getenv("TOPO_NO_MONITOR")) { /* MONITOR slows the master a little */
+    mon = rt_node_connect(master, 3000);
+    redisReply *mr = redisCommand(mon, "MONITOR");
+    cr_assert(mr && mr->type == REDIS_REPLY_STATUS);
+    freeReplyObject(mr);
+  }
   int64_t t0 = rt_now_ms();
   int rc = rlock_try_lock(l2, 0, 10000);
   int64_t took = rt_now_ms() - t0;
@@ -256,8 +290,15 @@ Test(sentinel, replica_sync) {
   long long pttl = rt_node_int(master, "PTTL %s", k2);
   rt_sleep_ms(1000);
   long long later = rt_node_int(master, "EXISTS %s", k2);
+  char seen[3000] = "";
+  if (mon) {
+    monitor_collect(mon, k2, seen, sizeof seen);
+    redisFree(mon);
+  }
   cr_assert_eq(left, 0, "the failed acquire left its key on the master "
-               "(PTTL %lld; 1 s later EXISTS = %lld)", pttl, later);
+               "when it returned (PTTL %lld a moment later; 1 s later "
+               "EXISTS = %lld). Commands on the master, in order:\n%s",
+               pttl, later, seen);
   TC_EQ(rlock_is_held_by_current_thread(l2), 0, "not held");
 
   rlock_options o0;

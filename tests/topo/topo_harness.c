@@ -741,7 +741,7 @@ void rt_cluster_start(int masters, int replicas_per_master) {
       else
         p->bus_port = port;
     }
-    snprintf(p->dir, sizeof p->dir, "%s/node-%d", T.cl_dir, p->port);
+    snprintf(p->dir, sizeof p->dir, "%.3900s/node-%d", T.cl_dir, p->port);
     cr_assert(mkdir(p->dir, 0700) == 0, "mkdir %s: %s", p->dir,
               strerror(errno));
     cluster_spawn(p);
@@ -1165,7 +1165,7 @@ void rt_sentinel_start_auth(const char *sentinel_pass) {
   for (int i = 0; i < 2; i++) {
     memset(&T.data[i], 0, sizeof T.data[i]);
     T.data[i].port = used[i];
-    snprintf(T.data[i].dir, sizeof T.data[i].dir, "%s/data-%d", T.se_dir,
+    snprintf(T.data[i].dir, sizeof T.data[i].dir, "%.3900s/data-%d", T.se_dir,
              used[i]);
     cr_assert(mkdir(T.data[i].dir, 0700) == 0);
   }
@@ -1185,7 +1185,7 @@ void rt_sentinel_start_auth(const char *sentinel_pass) {
     proc *p = &T.sen[i];
     memset(p, 0, sizeof *p);
     p->port = used[2 + i];
-    snprintf(p->dir, sizeof p->dir, "%s/sentinel-%d", T.se_dir, i);
+    snprintf(p->dir, sizeof p->dir, "%.3900s/sentinel-%d", T.se_dir, i);
     cr_assert(mkdir(p->dir, 0700) == 0);
     snprintf(p->conf, sizeof p->conf, "%s/sentinel-%d.conf", p->dir, i);
     FILE *f = fopen(p->conf, "w");

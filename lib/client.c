@@ -255,6 +255,7 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
   c->core.opts.sentinel_user = NULL;
   c->core.opts.sentinel_password = NULL;
   if (rc != 0) {
+    rlock__net_free(&c->net); /* the nodes made before the failure */
     rlock__engine_free(&c->engine);
     client_free(c);
     return rc;

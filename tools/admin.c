@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "topo.h"
 #include "tls.h"
 #include "util.h"
 
@@ -390,25 +391,25 @@ static int sentinel_master(const rlock__uri *uri, const cli_tls_opts *tls,
       snprintf(why, sizeof why, "sentinel %s:%d: %.300s", t.host, t.port,
                pconn_errstr(p));
       exit_code = CLI_EX_TEMPFAIL;
-    } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-               r->element[0]->type == REDIS_REPLY_STRING &&
-               r->element[1]->type == REDIS_REPLY_STRING) {
-      snprintf(host, host_n, "%s", r->element[0]->str);
-      *port = atoi(r->element[1]->str);
-      freeReplyObject(r);
-      pconn_free(p);
-      return 0;
-    } else if (r->type == REDIS_REPLY_NIL) {
-      snprintf(why, sizeof why, "sentinel %s:%d knows no master named '%s'",
-               t.host, t.port, uri->master);
-      exit_code = CLI_EX_TEMPFAIL;
     } else if (r->type == REDIS_REPLY_ERROR) {
       snprintf(why, sizeof why, "sentinel %s:%d: %.300s", t.host, t.port,
                r->str);
       exit_code = cli_exit_for(rlock__err_from_server(r->str, r->len));
     } else {
-      snprintf(why, sizeof why, "sentinel %s:%d: unexpected reply",
-               t.host, t.port);
+      /* the library's own reader: the port range-checked, the host sane */
+      char bad[200];
+      int got = rlock__parse_master_addr(r, host, host_n, port, bad,
+                                         sizeof bad);
+      if (got == 1) {
+        freeReplyObject(r);
+        pconn_free(p);
+        return 0;
+      }
+      if (got == 0)
+        snprintf(why, sizeof why, "sentinel %s:%d knows no master named '%s'",
+                 t.host, t.port, uri->master);
+      else
+        snprintf(why, sizeof why, "sentinel %s:%d: %s", t.host, t.port, bad);
       exit_code = CLI_EX_TEMPFAIL;
     }
     freeReplyObject(r);
@@ -422,32 +423,27 @@ static int sentinel_master(const rlock__uri *uri, const cli_tls_opts *tls,
 }
 
 
-/* Cluster: the master serving `key`'s slot, from p's CLUSTER SLOTS. */
-static bool cluster_owner(pconn *p, const char *key, char *host,
-                          size_t host_n, int *port) {
+/* Cluster: the master serving `key`'s slot, from p's CLUSTER SLOTS (read
+ * with the library's own reader; an address the node does not know is
+ * that of the node asked). */
+static bool cluster_owner(pconn *p, const char *asked, const char *key,
+                          char *host, size_t host_n, int *port) {
   int slot = rlock__key_slot(key, strlen(key));
   redisReply *r = pconn_command(p, "CLUSTER SLOTS");
   bool found = false;
-  if (r != NULL && r->type == REDIS_REPLY_ARRAY) {
-    for (size_t i = 0; i < r->elements && !found; i++) {
-      redisReply *e = r->element[i];
-      if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
-          e->element[0]->type != REDIS_REPLY_INTEGER ||
-          e->element[1]->type != REDIS_REPLY_INTEGER ||
-          e->element[2]->type != REDIS_REPLY_ARRAY ||
-          e->element[2]->elements < 2)
-        continue;
-      if (slot < e->element[0]->integer || slot > e->element[1]->integer)
-        continue;
-      redisReply *node = e->element[2];
-      if (node->element[0]->type != REDIS_REPLY_STRING ||
-          node->element[1]->type != REDIS_REPLY_INTEGER)
-        continue;
-      snprintf(host, host_n, "%s", node->element[0]->str);
-      *port = (int)node->element[1]->integer;
-      found = true;
-    }
+  rlock__slot_range *ranges = NULL;
+  char why[200];
+  int n = r != NULL ? rlock__parse_cluster_slots(r, asked, &ranges, why,
+                                                 sizeof why)
+                    : -1;
+  for (int i = 0; i < n && !found; i++) {
+    if (slot < ranges[i].start || slot > ranges[i].end)
+      continue;
+    snprintf(host, host_n, "%s", ranges[i].host);
+    *port = ranges[i].port;
+    found = true;
   }
+  free(ranges);
   freeReplyObject(r);
   return found;
 }
@@ -491,7 +487,7 @@ static int plain_connect_key(const char *uri_text, const cli_tls_opts *tls,
         break;
     }
     if (exit_code == 0 && key != NULL &&
-        cluster_owner(*out, key, host, sizeof host, &t.port)) {
+        cluster_owner(*out, t.host, key, host, sizeof host, &t.port)) {
       pconn_free(*out);
       *out = NULL;
       t.host = host;

@@ -637,6 +637,10 @@ RLOCK_EXTERN int64_t rlock_permit_semaphore_acquired_permits(
  * always added), which opens every awaiter, Java's included. */
 typedef struct rlock_latch rlock_latch;
 
+/* A handle for the latch `name`: 0, RLOCK_EINVAL, RLOCK_ENAMETOOLONG, or
+ * RLOCK_ECLUSTER in a cluster when the name has braces that put its channel
+ * in another slot than its key (the server would refuse every count change
+ * with CROSSSLOT, Java's too). */
 RLOCK_EXTERN int rlock_latch_get(rlock_client *client, const char *name,
                                  rlock_latch **latch);
 RLOCK_EXTERN void rlock_latch_free(rlock_latch *latch);

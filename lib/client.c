@@ -347,6 +347,19 @@ static int get_handle(rlock_client *c, const char *name, rlock **out,
     rlock__set_last_error("out of memory");
     return rc;
   }
+  rlock *h = *out;
+  if (!rlock__net_slots_agree(&c->net, h->name, h->name_len, h->channel,
+                              h->channel_len)) {
+    rlock__set_last_error(
+        "'%s' hashes to slot %d but its channel '%s' to slot %d: Redis "
+        "Cluster refuses a script over both (CROSSSLOT; Java's too), and a "
+        "sharded message never crosses slots; use a name without braces",
+        h->name, rlock__key_slot(h->name, h->name_len), h->channel,
+        rlock__key_slot(h->channel, h->channel_len));
+    rlock__handle_release(h);
+    *out = NULL;
+    return RLOCK_ECLUSTER;
+  }
   rlock__clear_last_error();
   return 0;
 }

@@ -192,6 +192,18 @@ static inline const char *rlock__net_publish(const rlock__net *n) {
   return n->sharded ? "SPUBLISH" : "PUBLISH";
 }
 
+/* False in a cluster when `key` and `channel` hash to different slots:
+ * scripts name the channel among their KEYS (as Java's do), so the server
+ * refuses them with CROSSSLOT, and a sharded message could not cross slots
+ * anyway. Only the count-down latch's channel, which puts braces around a
+ * braced name, can. Any thread after open. */
+static inline bool rlock__net_slots_agree(const rlock__net *n,
+                                          const char *key, size_t klen,
+                                          const char *channel, size_t clen) {
+  return n->mode != RLOCK__URI_CLUSTER ||
+         rlock__key_slot(key, klen) == rlock__key_slot(channel, clen);
+}
+
 /* ---- inside the net layer (conn.c, pubsub.c, cluster.c, sentinel.c) ---- */
 
 /* A node for host:port (found or made, connections started). NULL when

@@ -585,3 +585,58 @@ Test(cluster, dead_first_seed) {
   rlock_free(l);
   rlock_client_close(c);
 }
+
+/* g. A key pattern that would cross slots: a braced latch name puts the
+ * latch's channel ("...__{a{t}b}", tag "a{t") in another slot than its key
+ * (tag "t"). The latch scripts name both as KEYS (as Java's do), which a
+ * cluster refuses with CROSSSLOT (checked here on the node), so the handle
+ * is refused up front with RLOCK_ECLUSTER in either pub/sub mode, leaving
+ * nothing behind; a plain name works. */
+Test(cluster, braced_latch_refused) {
+  int m[RT_MAX_NODES];
+  masters3(m);
+  /* A braced name whose channel lands on another master than its key. */
+  char name[64], chan[128];
+  int i = 0;
+  for (;; i++) {
+    cr_assert_lt(i, 1000, "no braced name with key and channel apart");
+    snprintf(name, sizeof name, "lt%d{t%d}x", i, i);
+    snprintf(chan, sizeof chan, "redisson_countdownlatch__channel__{%s}",
+             name);
+    if (rt_cluster_key_owner(name) != rt_cluster_key_owner(chan))
+      break;
+  }
+  int key_port = rt_cluster_key_owner(name);
+  /* What the server does with a script over both. */
+  redisReply *r = rt_node_cmd(key_port, "EVAL %s 2 %s %s", "return 1", name,
+                              chan);
+  cr_assert(r->type == REDIS_REPLY_ERROR && strstr(r->str, "CROSSSLOT"),
+            "a script over key and channel: type %d %s", r->type,
+            r->str ? r->str : "");
+  freeReplyObject(r);
+
+  for (int sharded = 0; sharded < 2; sharded++) {
+    rlock_options o;
+    rlock_options_init(&o);
+    o.sharded_pubsub = sharded ? 0 : -1; /* auto (sharded on 7+) / plain */
+    rlock_client *c = tc_open(rt_cluster_uri(), &o);
+    int fds_before = tc_count_dir("fd");
+    rlock_latch *bad = (rlock_latch *)&m; /* must be set to NULL */
+    TC_EQ(rlock_latch_get(c, name, &bad), RLOCK_ECLUSTER, "braced latch");
+    cr_assert_null(bad);
+    cr_assert(strstr(rlock_last_error(), "slot") != NULL &&
+                  strstr(rlock_last_error(), name) != NULL,
+              "last error: \"%s\"", rlock_last_error());
+    cr_assert_eq(tc_count_dir("fd"), fds_before, "an fd was left behind");
+    cr_assert_eq(rt_node_int(key_port, "EXISTS %s", name), 0);
+
+    /* A plain name: key and channel share the slot. */
+    rlock_latch *ok = NULL;
+    TC_EQ(rlock_latch_get(c, "plainlatch", &ok), 0, "plain latch");
+    TC_EQ(rlock_latch_try_set_count(ok, 1), 1, "set count");
+    TC_EQ(rlock_latch_count_down(ok), 0, "count down");
+    cr_assert_eq(rlock_latch_get_count(ok), 0);
+    rlock_latch_free(ok);
+    rlock_client_close(c);
+  }
+}

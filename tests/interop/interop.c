@@ -285,6 +285,11 @@ struct peer {
 
 static peer *g_peers[MAX_PEERS];
 static int g_peer_seq;
+/* interop_init_cluster: the seeds peers get ("" = the private server), and
+ * where their logs go. */
+static char g_cluster_seeds[512];
+static char g_log_dir[512];
+static bool g_server_started;
 
 const char *peer_label(const peer *p) {
   return p->kind == PEER_NODE ? "node-redisson" : "java-like";
@@ -380,8 +385,10 @@ peer *peer_start_ex(peer_kind kind, int64_t watchdog_ms, bool sharded) {
   peer *p = calloc(1, sizeof *p);
   cr_assert(p != NULL, "out of memory");
   p->kind = kind;
-  snprintf(p->log_path, sizeof p->log_path, "%s/peer-%d-%s.log",
-           rt_server_dir(), ++g_peer_seq, kind == PEER_NODE ? "node" : "java");
+  int plen = snprintf(p->log_path, sizeof p->log_path, "%s/peer-%d-%s.log",
+                      g_cluster_seeds[0] ? g_log_dir : rt_server_dir(),
+                      ++g_peer_seq, kind == PEER_NODE ? "node" : "java");
+  cr_assert(plen > 0 && (size_t)plen < sizeof p->log_path, "log path too long");
   int log_fd =
       open(p->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   cr_assert(log_fd >= 0, "open %s: %s", p->log_path, strerror(errno));
@@ -390,14 +397,16 @@ peer *peer_start_ex(peer_kind kind, int64_t watchdog_ms, bool sharded) {
             "pipe2: %s", strerror(errno));
 
   char port[16], watchdog[24], deadline[24];
-  snprintf(port, sizeof port, "%d", rt_port());
+  bool cluster = g_cluster_seeds[0] != '\0';
+  if (!cluster)
+    snprintf(port, sizeof port, "%d", rt_port());
   snprintf(watchdog, sizeof watchdog, "%" PRId64,
            watchdog_ms > 0 ? watchdog_ms : 30000);
   snprintf(deadline, sizeof deadline, "%d", PEER_DEADLINE_MS);
   const char *node_argv[] = {env_or("INTEROP_NODE", "node"),
                              INTEROP_PEER_JS,
-                             "--port",
-                             port,
+                             cluster ? "--cluster" : "--port",
+                             cluster ? g_cluster_seeds : port,
                              "--modules",
                              modules,
                              "--watchdog-ms",
@@ -406,8 +415,8 @@ peer *peer_start_ex(peer_kind kind, int64_t watchdog_ms, bool sharded) {
                              deadline,
                              NULL};
   const char *java_argv[] = {env_or("INTEROP_JAVAPEER", INTEROP_JAVAPEER),
-                             "--port",
-                             port,
+                             cluster ? "--cluster" : "--port",
+                             cluster ? g_cluster_seeds : port,
                              "--watchdog-ms",
                              watchdog,
                              "--deadline-ms",
@@ -625,13 +634,28 @@ void peer_kill(peer *p) {
 
 /* ---- suite init / fini ---- */
 
-void interop_init(void) {
+static void start_stall_watch(void) {
   /* A peer that died must give a failed write, not kill the test. */
   signal(SIGPIPE, SIG_IGN);
   atomic_store(&g_stall.stop, false);
   g_stall.started = pthread_create(&g_stall.tid, NULL, stall_watch, NULL) == 0;
   cr_assert(g_stall.started, "cannot start the stall watcher thread");
+}
+
+void interop_init(void) {
+  g_cluster_seeds[0] = '\0';
+  start_stall_watch();
   rt_server_start();
+  g_server_started = true;
+}
+
+void interop_init_cluster(const char *seeds, const char *log_dir) {
+  cr_assert(seeds != NULL && seeds[0] != '\0' &&
+                strlen(seeds) < sizeof g_cluster_seeds,
+            "bad cluster seeds");
+  snprintf(g_cluster_seeds, sizeof g_cluster_seeds, "%s", seeds);
+  snprintf(g_log_dir, sizeof g_log_dir, "%s", log_dir);
+  start_stall_watch();
 }
 
 void interop_kill_peers(void) {
@@ -642,7 +666,10 @@ void interop_kill_peers(void) {
 
 void interop_fini(void) {
   interop_kill_peers();
-  rt_server_stop();
+  if (g_server_started)
+    rt_server_stop();
+  g_server_started = false;
+  g_cluster_seeds[0] = '\0';
   if (g_stall.started) {
     atomic_store(&g_stall.stop, true);
     pthread_join(g_stall.tid, NULL);
@@ -654,6 +681,7 @@ void interop_fini(void) {
 
 struct monitor {
   redisContext *ctx;
+  int port; /* monitor_start_port; 0: the private server */
   char **lines;
   size_t n, cap;
   unsigned marker_seq;
@@ -669,6 +697,41 @@ monitor *monitor_start(void) {
             "MONITOR was refused");
   freeReplyObject(r);
   return m;
+}
+
+monitor *monitor_start_port(int port) {
+  monitor *m = calloc(1, sizeof *m);
+  cr_assert(m != NULL, "out of memory");
+  m->port = port;
+  struct timeval tv = {.tv_sec = 5, .tv_usec = 0};
+  m->ctx = redisConnectWithTimeout("127.0.0.1", port, tv);
+  cr_assert(m->ctx != NULL && m->ctx->err == 0, "connect to %d: %s", port,
+            m->ctx ? m->ctx->errstr : "out of memory");
+  redisSetTimeout(m->ctx, tv);
+  redisReply *r = redisCommand(m->ctx, "MONITOR");
+  cr_assert(r != NULL && r->type == REDIS_REPLY_STATUS &&
+                strcmp(r->str, "OK") == 0,
+            "MONITOR was refused on %d", port);
+  freeReplyObject(r);
+  return m;
+}
+
+/* ECHO marker on the monitored server. */
+static void monitor_echo(monitor *m, const char *marker) {
+  if (m->port == 0) {
+    freeReplyObject(rt_cmd("ECHO %s", marker));
+    return;
+  }
+  struct timeval tv = {.tv_sec = 5, .tv_usec = 0};
+  redisContext *c = redisConnectWithTimeout("127.0.0.1", m->port, tv);
+  cr_assert(c != NULL && c->err == 0, "connect to %d: %s", m->port,
+            c ? c->errstr : "out of memory");
+  redisSetTimeout(c, tv);
+  redisReply *r = redisCommand(c, "ECHO %s", marker);
+  cr_assert(r != NULL && r->type == REDIS_REPLY_STRING, "ECHO on %d failed",
+            m->port);
+  freeReplyObject(r);
+  redisFree(c);
 }
 
 static void monitor_add(monitor *m, const char *text) {
@@ -688,7 +751,7 @@ void monitor_sync(monitor *m) {
   char marker[96];
   snprintf(marker, sizeof marker, "interop-monitor-marker-%ld-%u",
            (long)getpid(), ++m->marker_seq);
-  freeReplyObject(rt_cmd("ECHO %s", marker));
+  monitor_echo(m, marker);
   int64_t start = rt_now_ms();
   for (;;) {
     void *reply = NULL;

@@ -43,6 +43,11 @@
  * watcher; fini also kills every peer still running. */
 void interop_init(void);
 void interop_fini(void);
+/* Instead of interop_init: no private server; every peer started from now
+ * on is a cluster client over `seeds` ("host:port,host:port"; javapeer and
+ * peer.js --cluster), with its log in log_dir. The caller starts and stops
+ * the cluster (tests/topo/topo_harness.h); interop_fini stops the rest. */
+void interop_init_cluster(const char *seeds, const char *log_dir);
 /* SIGKILLs every peer still running (e.g. to abandon a void attempt). */
 void interop_kill_peers(void);
 
@@ -66,11 +71,13 @@ typedef enum peer_kind { PEER_NODE, PEER_JAVA } peer_kind;
 
 typedef struct peer peer;
 
-/* Starts a peer against rt_uri() and waits for its READY line.
+/* Starts a peer against rt_uri() (or the cluster of interop_init_cluster)
+ * and waits for its READY line.
  * watchdog_ms: its lock watchdog timeout (0 = the default 30000). */
 peer *peer_start(peer_kind kind, int64_t watchdog_ms);
 /* As peer_start; sharded: SPUBLISH/SSUBSCRIBE (PEER_JAVA only:
- * node-redisson 1.0.4 has no sharded mode). */
+ * node-redisson 1.0.4 has no sharded mode; against a cluster, Java's
+ * sharded AUTO mode). */
 peer *peer_start_ex(peer_kind kind, int64_t watchdog_ms, bool sharded);
 /* "node-redisson" or "java-like". */
 const char *peer_label(const peer *p);
@@ -119,6 +126,8 @@ typedef struct monitor monitor;
 /* A separate connection in MONITOR mode; everything the server runs from
  * now on is recorded. */
 monitor *monitor_start(void);
+/* The same on the server at 127.0.0.1:port (a cluster node). */
+monitor *monitor_start_port(int port);
 /* Reads the monitor until a marker command sent after this call shows up,
  * so every command that ran before the call has been recorded. */
 void monitor_sync(monitor *m);

@@ -23,16 +23,46 @@
  * Threads: the main thread reads stdin (and ends the process on `quit` or
  * EOF); a command thread runs the commands one at a time (it is the "Java
  * thread" that owns the locks); a subscriber thread owns the pub/sub
- * connection; a renewal thread runs the watchdog. The command connection is
- * shared by the command and renewal threads under a mutex, as a Java client
- * shares its connection pool.
+ * connection(s); a renewal thread runs the watchdog. The command
+ * connection(s) are shared by the command and renewal threads under a
+ * mutex, as a Java client shares its connection pool.
  *
  *   javapeer --port <port> [--host 127.0.0.1] [--watchdog-ms 30000]
  *            [--latch-ttl-ms 18000] [--subscribe-timeout-ms 7500]
  *            [--deadline-ms 120000] [--sharded 0|1]
+ *   javapeer --cluster <host:port>[,<host:port>...] [--sharded 0|1] [...]
  *
  * --sharded 1 uses SPUBLISH/SSUBSCRIBE, as Java does against a Redis 7+
  * cluster (on a standalone server it exercises the same commands).
+ *
+ * Cluster mode (--cluster: seed nodes; --port and --host are not used;
+ * --sharded defaults to 1) behaves like Java against a Redis 7 cluster.
+ * The slot map (slot -> master) is read with CLUSTER SLOTS at start and
+ * again after a MOVED (from the named node first, then the known nodes,
+ * on a short-lived connection of its own). A command goes to the master of
+ * its first key's slot (EVALSHA/EVAL: the first KEYS entry, else argv[1];
+ * slot = CRC16-XModem of the hash tag, or of the whole key, mod 16384), on
+ * one command connection per master, made on first use (it loads the
+ * scripts), all under the one command mutex. -MOVED updates the slot,
+ * re-reads the map and re-sends to the named node; -ASK sends ASKING and
+ * the command to the named node, once, map unchanged (at most 16
+ * redirections per command); -TRYAGAIN / -CLUSTERDOWN are retried every
+ * 50 ms for up to 5 s, then the error is the answer as in standalone mode.
+ * With --sharded 1, SSUBSCRIBE / SUNSUBSCRIBE of a channel go on a
+ * subscriber connection to the master of the channel's slot (one per
+ * master, made on first use; the subscriber thread polls them all): the
+ * scripts SPUBLISH on the key's master, the same one as the channel shares
+ * the key's hash tag. An unasked `sunsubscribe` of a live channel (its slot
+ * moved) re-reads the map and subscribes again on the new owner; an error
+ * reply to a (S)SUBSCRIBE (MOVED, TRYAGAIN, ...) subscribes again (MOVED:
+ * after updating the map; others: after 50 ms). With --sharded 0 every
+ * SUBSCRIBE goes on one subscriber connection to the first seed (a
+ * cluster broadcasts PUBLISH). The watchdog sends one call per slot (at
+ * most 100 keys, or 40 read-lock pairs), as Java's LockTask and
+ * ReadLockTask do per slot, and prints `RENEWED <keys> slot <slot>`. The
+ * keys of one command always share a hash tag (a count-down latch named
+ * with braces is the exception: its channel, KEYS[2] of its scripts,
+ * braces the whole name and may then hash elsewhere: CROSSSLOT).
  *
  * The line protocol on stdin/stdout is the one of peer.js (see there), plus
  * `unlock3 <name>` and the unprompted lines `RENEWED <keys>` (one renewal
@@ -105,11 +135,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
 #define RENEW_BATCH 100
 #define LINE_MAX_LEN 4096
+#define CLUSTER_SLOTS 16384
+#define MAX_NODES 64
+#define MAX_REDIRECTS 16
+#define CLUSTER_BUSY_MS 5000 /* TRYAGAIN / CLUSTERDOWN retried this long */
 
 /* ---- the scripts (own Lua, from docs/wire-protocol.md) ---- */
 
@@ -632,6 +667,12 @@ typedef struct entry {
   int sleepers;
   int kind;  /* E_LOCK, E_SEM (redisson_sc) or E_LATCH (count-down latch) */
   bool open; /* E_LATCH: Java's reclosable latch, closed at creation */
+  /* The node whose subscriber connection has it (sent or live); the order
+   * of its command awaiting a reply (*_SENT); SUB_PENDING: no resend
+   * before this time (a cluster retry). */
+  int node;
+  uint64_t seq;
+  int64_t not_before;
 } entry;
 
 enum { E_LOCK, E_SEM, E_LATCH };
@@ -645,6 +686,14 @@ typedef struct renewal {
   bool read; /* a read lock: ReadLockTask, not LockTask */
 } renewal;
 
+/* A Redis server: in cluster mode a master (or a seed). */
+typedef struct cnode {
+  char *host;
+  int port;
+  redisContext *cmd; /* command connection, lazily made; under cmd_mu */
+  redisContext *sub; /* subscriber connection, lazily made; under sub_mu */
+} cnode;
+
 /* Lease to re-apply on unlock, per lock name (Java's internalLockLeaseTime). */
 typedef struct lease_rec {
   struct lease_rec *next;
@@ -655,6 +704,7 @@ typedef struct lease_rec {
 static struct {
   const char *host;
   int port;
+  bool cluster; /* --cluster: route by slot, follow redirections */
   int64_t watchdog_ms;
   int64_t latch_ttl_ms;
   int64_t subscribe_timeout_ms;
@@ -666,12 +716,16 @@ static struct {
 
   pthread_mutex_t out_mu;
 
-  pthread_mutex_t cmd_mu;
-  redisContext *cmd;
+  pthread_mutex_t cmd_mu; /* every command connection */
+
+  pthread_mutex_t map_mu; /* the node table and the slot map */
+  cnode nodes[MAX_NODES];
+  int n_nodes;
+  int16_t slots[CLUSTER_SLOTS]; /* slot -> master node, -1 unknown */
 
   pthread_mutex_t sub_mu;
   pthread_cond_t sub_cond; /* CLOCK_MONOTONIC */
-  redisContext *sub;
+  uint64_t sub_seq;        /* last *_SENT order given */
   int wake[2];
   entry *entries;
   bool quiet_waits;
@@ -730,6 +784,8 @@ static void die(const char *fmt, ...) {
   fprintf(stderr, "javapeer: %s\n", msg);
   _exit(1);
 }
+
+static int64_t num(const char *s);
 
 static void *xmalloc(size_t n) {
   void *p = malloc(n);
@@ -798,38 +854,297 @@ static char *channel_of(const char *name) {
   return s;
 }
 
-static redisContext *connect_redis(void) {
+static redisContext *connect_to(const char *host, int port) {
   struct timeval tv = {.tv_sec = 10, .tv_usec = 0};
-  redisContext *c = redisConnectWithTimeout(g.host, g.port, tv);
+  redisContext *c = redisConnectWithTimeout(host, port, tv);
   if (c == NULL || c->err)
-    die("connect %s:%d: %s", g.host, g.port, c ? c->errstr : "out of memory");
+    die("connect %s:%d: %s", host, port, c ? c->errstr : "out of memory");
   redisSetTimeout(c, tv);
   return c;
 }
 
-/* ---- the command connection ---- */
+/* ---- cluster mode: nodes, key slots, the slot map ----
+ * A node is added once (seeds first, then what CLUSTER SLOTS, MOVED and
+ * ASK name) and never removed, so an index stays valid. Its command
+ * connection is used under cmd_mu, its subscriber connection under
+ * sub_mu; the table and the slot map are under map_mu, which is taken
+ * last (cmd_mu -> map_mu, sub_mu -> map_mu). In standalone mode node 0 is
+ * the server and every slot is it. */
 
-/* Runs a command (argv) on the command connection; caller frees the reply.
- * A transport failure ends the process: a test then sees the ERROR line. */
-static redisReply *run_argv(int argc, const char **argv) {
-  pthread_mutex_lock(&g.cmd_mu);
-  redisReply *r = redisCommandArgv(g.cmd, argc, argv, NULL);
-  if (r == NULL)
-    die("redis: %s", g.cmd->errstr);
-  pthread_mutex_unlock(&g.cmd_mu);
-  return r;
+/* CRC16-CCITT (XModem): polynomial 0x1021, initial value 0, bitwise. */
+static uint16_t crc16_xmodem(const char *s, size_t n) {
+  uint16_t crc = 0;
+  for (size_t i = 0; i < n; i++) {
+    crc ^= (uint16_t)((uint16_t)(unsigned char)s[i] << 8);
+    for (int bit = 0; bit < 8; bit++)
+      crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021)
+                           : (uint16_t)(crc << 1);
+  }
+  return crc;
 }
 
-static void load_scripts(void) {
+/* The key's cluster slot: of its hash tag (between the first '{' and the
+ * next '}', when not empty), else of the whole key. */
+static int key_slot(const char *key) {
+  size_t n = strlen(key);
+  const char *open = memchr(key, '{', n);
+  if (open != NULL) {
+    const char *tag = open + 1;
+    const char *close = memchr(tag, '}', n - (size_t)(tag - key));
+    if (close != NULL && close > tag)
+      return crc16_xmodem(tag, (size_t)(close - tag)) % CLUSTER_SLOTS;
+  }
+  return crc16_xmodem(key, n) % CLUSTER_SLOTS;
+}
+
+static int node_count(void) {
+  pthread_mutex_lock(&g.map_mu);
+  int n = g.n_nodes;
+  pthread_mutex_unlock(&g.map_mu);
+  return n;
+}
+
+/* The node's index, added if new. */
+static int node_add(const char *host, int port) {
+  pthread_mutex_lock(&g.map_mu);
+  int i = 0;
+  while (i < g.n_nodes &&
+         !(g.nodes[i].port == port && strcmp(g.nodes[i].host, host) == 0))
+    i++;
+  if (i == g.n_nodes) {
+    if (g.n_nodes == MAX_NODES)
+      die("more than %d cluster nodes", MAX_NODES);
+    g.nodes[i].host = xstrdup(host);
+    g.nodes[i].port = port;
+    g.nodes[i].cmd = NULL;
+    g.nodes[i].sub = NULL;
+    g.n_nodes++;
+  }
+  pthread_mutex_unlock(&g.map_mu);
+  return i;
+}
+
+/* "host:port" (the last ':' splits, for IPv6) -> node index, -1 if bad. */
+static int node_of_addr(const char *addr) {
+  const char *colon = strrchr(addr, ':');
+  if (colon == NULL || colon == addr)
+    return -1;
+  int64_t port = num(colon + 1);
+  if (port <= 0 || port > 65535)
+    return -1;
+  char host[256];
+  size_t n = (size_t)(colon - addr);
+  if (n >= sizeof host)
+    return -1;
+  memcpy(host, addr, n);
+  host[n] = '\0';
+  return node_add(host, (int)port);
+}
+
+/* The master owning a slot (node 0 while unknown). */
+static int slot_owner(int slot) {
+  pthread_mutex_lock(&g.map_mu);
+  int i = g.slots[slot];
+  pthread_mutex_unlock(&g.map_mu);
+  return i >= 0 ? i : 0;
+}
+
+static void slot_set(int slot, int node) {
+  pthread_mutex_lock(&g.map_mu);
+  g.slots[slot] = (int16_t)node;
+  pthread_mutex_unlock(&g.map_mu);
+}
+
+/* Reads CLUSTER SLOTS from node i, on a connection of its own (so any
+ * thread may call it, whatever it holds). True if the map was read. */
+static bool slots_from(int i) {
+  pthread_mutex_lock(&g.map_mu);
+  char *host = xstrdup(g.nodes[i].host);
+  int port = g.nodes[i].port;
+  pthread_mutex_unlock(&g.map_mu);
+  struct timeval tv = {.tv_sec = 2, .tv_usec = 0};
+  redisContext *c = redisConnectWithTimeout(host, port, tv);
+  bool ok = false;
+  if (c != NULL && !c->err) {
+    redisSetTimeout(c, tv);
+    redisReply *r = redisCommand(c, "CLUSTER SLOTS");
+    if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
+      ok = true;
+      for (size_t k = 0; k < r->elements; k++) {
+        redisReply *e = r->element[k];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+            e->element[0]->type != REDIS_REPLY_INTEGER ||
+            e->element[1]->type != REDIS_REPLY_INTEGER ||
+            e->element[2]->type != REDIS_REPLY_ARRAY ||
+            e->element[2]->elements < 2 ||
+            e->element[2]->element[0]->type != REDIS_REPLY_STRING ||
+            e->element[2]->element[1]->type != REDIS_REPLY_INTEGER)
+          continue;
+        const char *mhost = e->element[2]->element[0]->str;
+        if (mhost[0] == '\0' || strcmp(mhost, "?") == 0)
+          mhost = host; /* unknown endpoint: the node we asked */
+        int m = node_add(mhost, (int)e->element[2]->element[1]->integer);
+        long long lo = e->element[0]->integer, hi = e->element[1]->integer;
+        pthread_mutex_lock(&g.map_mu);
+        for (long long s = lo; s <= hi && s < CLUSTER_SLOTS; s++)
+          if (s >= 0)
+            g.slots[s] = (int16_t)m;
+        pthread_mutex_unlock(&g.map_mu);
+      }
+    }
+    if (r != NULL)
+      freeReplyObject(r);
+  }
+  if (c != NULL)
+    redisFree(c);
+  free(host);
+  return ok;
+}
+
+/* Re-reads the slot map: from node `prefer` first (if >= 0), else from
+ * the known nodes in order (seeds first). Keeps the old map if none
+ * answers. */
+static bool refresh_slots(int prefer) {
+  if (prefer >= 0 && slots_from(prefer))
+    return true;
+  for (int i = 0; i < node_count(); i++)
+    if (i != prefer && slots_from(i))
+      return true;
+  return false;
+}
+
+/* ---- the command connections ---- */
+
+static void load_scripts_on(redisContext *c) {
   for (int i = 0; i < S_COUNT; i++) {
     const char *argv[3] = {"SCRIPT", "LOAD", scripts[i].body};
-    redisReply *r = run_argv(3, argv);
+    redisReply *r = redisCommandArgv(c, 3, argv, NULL);
+    if (r == NULL)
+      die("redis: %s", c->errstr);
     if (r->type != REDIS_REPLY_STRING || r->len != 40)
       die("SCRIPT LOAD failed: %s",
           r->type == REDIS_REPLY_ERROR ? r->str : "?");
     memcpy(scripts[i].sha, r->str, 41);
     freeReplyObject(r);
   }
+}
+
+/* Node i's command connection, made (and its scripts loaded) on first
+ * use; cmd_mu held. */
+static redisContext *node_cmd(int i) {
+  if (g.nodes[i].cmd == NULL) {
+    pthread_mutex_lock(&g.map_mu);
+    char *host = xstrdup(g.nodes[i].host);
+    int port = g.nodes[i].port;
+    pthread_mutex_unlock(&g.map_mu);
+    redisContext *c = connect_to(host, port);
+    free(host);
+    if (g.cluster)
+      load_scripts_on(c);
+    g.nodes[i].cmd = c;
+  }
+  return g.nodes[i].cmd;
+}
+
+/* The key a command is routed by: an EVALSHA/EVAL's first KEYS entry,
+ * else argv[1]; NULL when there is none. */
+static const char *routing_key(int argc, const char **argv) {
+  if (strcasecmp(argv[0], "EVALSHA") == 0 || strcasecmp(argv[0], "EVAL") == 0)
+    return argc > 3 && num(argv[2]) > 0 ? argv[3] : NULL;
+  return argc > 1 ? argv[1] : NULL;
+}
+
+static bool error_is(const redisReply *r, const char *code) {
+  size_t n = strlen(code);
+  return r->type == REDIS_REPLY_ERROR && strncmp(r->str, code, n) == 0 &&
+         (r->str[n] == ' ' || r->str[n] == '\0');
+}
+
+/* Parses "MOVED|ASK <slot> <host>:<port>": the slot and the node. */
+static bool parse_redirect(const char *msg, int *slot, int *node) {
+  char word[16], addr[300];
+  if (sscanf(msg, "%15s %d %299s", word, slot, addr) != 3 || *slot < 0 ||
+      *slot >= CLUSTER_SLOTS)
+    return false;
+  *node = node_of_addr(addr);
+  return *node >= 0;
+}
+
+/* Cluster mode: runs argv on the master of its key's slot, following
+ * MOVED (the map is updated and re-read) and ASK (ASKING first, the map
+ * kept), at most MAX_REDIRECTS times, and retrying TRYAGAIN/CLUSTERDOWN
+ * every 50 ms for up to ~5 s. cmd_mu held. */
+static redisReply *cluster_run(int argc, const char **argv) {
+  const char *key = routing_key(argc, argv);
+  int node = key != NULL ? slot_owner(key_slot(key)) : slot_owner(0);
+  bool asking = false;
+  int redirects = 0;
+  int64_t busy_since = -1;
+  for (;;) {
+    redisContext *c = node_cmd(node);
+    if (asking) {
+      redisReply *a = redisCommand(c, "ASKING");
+      if (a == NULL)
+        die("redis: %s", c->errstr);
+      freeReplyObject(a);
+      asking = false;
+    }
+    redisReply *r = redisCommandArgv(c, argc, argv, NULL);
+    if (r == NULL)
+      die("redis: %s", c->errstr);
+    if (r->type != REDIS_REPLY_ERROR)
+      return r;
+    int slot, target;
+    if ((error_is(r, "MOVED") || error_is(r, "ASK")) &&
+        redirects < MAX_REDIRECTS && parse_redirect(r->str, &slot, &target)) {
+      redirects++;
+      if (error_is(r, "MOVED")) {
+        refresh_slots(target);
+        slot_set(slot, target); /* the redirect is the newest word */
+      } else {
+        asking = true;
+      }
+      node = target;
+      freeReplyObject(r);
+      continue;
+    }
+    if (error_is(r, "TRYAGAIN") || error_is(r, "CLUSTERDOWN")) {
+      if (busy_since < 0)
+        busy_since = now_ms();
+      if (now_ms() - busy_since < CLUSTER_BUSY_MS) {
+        freeReplyObject(r);
+        sleep_ms(50);
+        if (key != NULL)
+          node = slot_owner(key_slot(key));
+        continue;
+      }
+    }
+    return r;
+  }
+}
+
+/* Runs a command (argv) on the command connection (in cluster mode: the
+ * one to its key's master); caller frees the reply. A transport failure
+ * ends the process: a test then sees the ERROR line. */
+static redisReply *run_argv(int argc, const char **argv) {
+  pthread_mutex_lock(&g.cmd_mu);
+  redisReply *r;
+  if (g.cluster) {
+    r = cluster_run(argc, argv);
+  } else {
+    r = redisCommandArgv(g.nodes[0].cmd, argc, argv, NULL);
+    if (r == NULL)
+      die("redis: %s", g.nodes[0].cmd->errstr);
+  }
+  pthread_mutex_unlock(&g.cmd_mu);
+  return r;
+}
+
+/* Standalone: SCRIPT LOAD on the one command connection, at start. */
+static void load_scripts(void) {
+  pthread_mutex_lock(&g.cmd_mu);
+  load_scripts_on(node_cmd(0));
+  pthread_mutex_unlock(&g.cmd_mu);
 }
 
 /* EVALSHA, falling back to EVAL when the server lost the script cache.
@@ -920,138 +1235,115 @@ static void renewal_cancel(const char *name, const char *owner, bool all) {
   renewal_cancel_kind(name, owner, all, false);
 }
 
-/* One watchdog round: every renewed lock, at most RENEW_BATCH per call. */
-static void renew_round(void) {
-  char timeout[24];
-  snprintf(timeout, sizeof timeout, "%" PRId64, g.watchdog_ms);
-  char *names[RENEW_BATCH], *owners[RENEW_BATCH];
-  size_t done = 0;
-  for (;;) {
-    /* Copy the next batch, so the command runs without renew_mu held. */
-    int n = 0;
-    pthread_mutex_lock(&g.renew_mu);
-    size_t skip = done;
-    for (renewal *r = g.renewals; r && n < RENEW_BATCH; r = r->next) {
-      if (r->read)
-        continue; /* renew_read_round's */
-      if (skip > 0) {
-        skip--;
-        continue;
-      }
-      names[n] = xstrdup(r->name);
-      owners[n] = xstrdup(r->owner);
-      n++;
-    }
-    pthread_mutex_unlock(&g.renew_mu);
-    if (n == 0)
-      return;
-    const char *args[1 + 2 * RENEW_BATCH + 1];
-    char numkeys[16];
-    snprintf(numkeys, sizeof numkeys, "%d", n);
-    int argc = 0;
-    args[argc++] = numkeys;
-    for (int i = 0; i < n; i++)
-      args[argc++] = names[i];
-    args[argc++] = timeout;
-    for (int i = 0; i < n; i++)
-      args[argc++] = owners[i];
-    redisReply *r = run_script(S_RENEW, argc, args);
-    size_t lost = 0;
-    if (r->type == REDIS_REPLY_ARRAY) {
-      out("RENEWED %d", n);
-      for (size_t i = 0; i < r->elements && i < (size_t)n; i++) {
-        if (r->element[i]->type == REDIS_REPLY_INTEGER &&
-            r->element[i]->integer == 0) {
-          out("LOST %s", names[i]);
-          renewal_cancel(names[i], owners[i], true);
-          lost++;
-        }
-      }
-    } else {
-      out("ERROR renewal: %s", r->type == REDIS_REPLY_ERROR ? r->str : "?");
-    }
-    freeReplyObject(r);
-    for (int i = 0; i < n; i++) {
-      free(names[i]);
-      free(owners[i]);
-    }
-    done += (size_t)n - lost;
-    if (n < RENEW_BATCH)
-      return;
+/* One renewal to send: a copy, so the calls run without renew_mu held. */
+typedef struct renew_item {
+  char *name;
+  char *owner;
+  int slot; /* cluster mode: the name's slot; standalone: 0 */
+  bool sent;
+} renew_item;
+
+/* Copies the read (or the other) renewals, in list order. */
+static renew_item *renew_snapshot(bool read, size_t *count) {
+  pthread_mutex_lock(&g.renew_mu);
+  size_t n = 0;
+  for (renewal *r = g.renewals; r; r = r->next)
+    n += r->read == read;
+  renew_item *items = xmalloc((n ? n : 1) * sizeof *items);
+  size_t i = 0;
+  for (renewal *r = g.renewals; r; r = r->next) {
+    if (r->read != read)
+      continue;
+    items[i].name = xstrdup(r->name);
+    items[i].owner = xstrdup(r->owner);
+    items[i].slot = g.cluster ? key_slot(r->name) : 0;
+    items[i].sent = false;
+    i++;
   }
+  pthread_mutex_unlock(&g.renew_mu);
+  *count = n;
+  return items;
 }
 
-/* The read locks' round (Java's ReadLockTask): KEYS in pairs (lock,
- * {name}), ARGV = timeout, then per pair the number of owners and the
- * owners (one here: this process has one command thread), at most
- * READ_RENEW_BATCH pairs per call. A 0 for a pair drops its renewal. */
+/* One watchdog round of the locks (read == false: Java's LockTask, at most
+ * RENEW_BATCH keys per call, the reply 1/0 per key) or of the read locks
+ * (Java's ReadLockTask: KEYS in pairs (lock, {name}), ARGV = timeout, then
+ * per pair the number of owners and the owners, one here as this process
+ * has one command thread; at most READ_RENEW_BATCH pairs per call). A 0
+ * drops that renewal. In cluster mode a call carries the keys of one slot
+ * only (Java's per-slot chunks); standalone, every key is "slot 0". */
 #define READ_RENEW_BATCH 40
-static void renew_read_round(void) {
+static void renew_pass(bool read) {
   char timeout[24];
   snprintf(timeout, sizeof timeout, "%" PRId64, g.watchdog_ms);
-  char *names[READ_RENEW_BATCH], *owners[READ_RENEW_BATCH],
-      *prefixes[READ_RENEW_BATCH];
-  size_t done = 0;
+  size_t count = 0;
+  renew_item *items = renew_snapshot(read, &count);
+  int batch = read ? READ_RENEW_BATCH : RENEW_BATCH;
+  size_t first = 0;
   for (;;) {
+    while (first < count && items[first].sent)
+      first++;
+    if (first == count)
+      break;
+    int slot = items[first].slot;
+    renew_item *pick[RENEW_BATCH];
+    char *prefixes[READ_RENEW_BATCH];
     int n = 0;
-    pthread_mutex_lock(&g.renew_mu);
-    size_t skip = done;
-    for (renewal *r = g.renewals; r && n < READ_RENEW_BATCH; r = r->next) {
-      if (!r->read)
-        continue;
-      if (skip > 0) {
-        skip--;
-        continue;
+    for (size_t i = first; i < count && n < batch; i++)
+      if (!items[i].sent && items[i].slot == slot) {
+        items[i].sent = true;
+        pick[n++] = &items[i];
       }
-      names[n] = xstrdup(r->name);
-      owners[n] = xstrdup(r->owner);
-      n++;
-    }
-    pthread_mutex_unlock(&g.renew_mu);
-    if (n == 0)
-      return;
-    const char *args[1 + 4 * READ_RENEW_BATCH + 1];
+    const char *args[1 + 4 * READ_RENEW_BATCH + 2 * RENEW_BATCH + 1];
     char numkeys[16];
-    snprintf(numkeys, sizeof numkeys, "%d", 2 * n);
+    snprintf(numkeys, sizeof numkeys, "%d", read ? 2 * n : n);
     int argc = 0;
     args[argc++] = numkeys;
     for (int i = 0; i < n; i++) {
-      prefixes[i] = braced(names[i]);
-      args[argc++] = names[i];
-      args[argc++] = prefixes[i];
+      args[argc++] = pick[i]->name;
+      if (read) {
+        prefixes[i] = braced(pick[i]->name);
+        args[argc++] = prefixes[i];
+      }
     }
     args[argc++] = timeout;
     for (int i = 0; i < n; i++) {
-      args[argc++] = "1";
-      args[argc++] = owners[i];
+      if (read)
+        args[argc++] = "1";
+      args[argc++] = pick[i]->owner;
     }
-    redisReply *r = run_script(S_READ_RENEW, argc, args);
-    size_t lost = 0;
+    redisReply *r = run_script(read ? S_READ_RENEW : S_RENEW, argc, args);
     if (r->type == REDIS_REPLY_ARRAY) {
-      out("RENEWED %d", n);
+      if (g.cluster)
+        out("RENEWED %d slot %d", n, slot);
+      else
+        out("RENEWED %d", n);
       for (size_t i = 0; i < r->elements && i < (size_t)n; i++) {
         if (r->element[i]->type == REDIS_REPLY_INTEGER &&
             r->element[i]->integer == 0) {
-          out("LOST %s", names[i]);
-          renewal_cancel_kind(names[i], owners[i], true, true);
-          lost++;
+          out("LOST %s", pick[i]->name);
+          renewal_cancel_kind(pick[i]->name, pick[i]->owner, true, read);
         }
       }
     } else {
-      out("ERROR read renewal: %s",
+      out("ERROR %s: %s", read ? "read renewal" : "renewal",
           r->type == REDIS_REPLY_ERROR ? r->str : "?");
     }
     freeReplyObject(r);
-    for (int i = 0; i < n; i++) {
-      free(names[i]);
-      free(owners[i]);
-      free(prefixes[i]);
-    }
-    done += (size_t)n - lost;
-    if (n < READ_RENEW_BATCH)
-      return;
+    if (read)
+      for (int i = 0; i < n; i++)
+        free(prefixes[i]);
   }
+  for (size_t i = 0; i < count; i++) {
+    free(items[i].name);
+    free(items[i].owner);
+  }
+  free(items);
 }
+
+static void renew_round(void) { renew_pass(false); }
+
+static void renew_read_round(void) { renew_pass(true); }
 
 static void *renew_thread(void *arg) {
   (void)arg;
@@ -1083,8 +1375,29 @@ static void wake_subscriber(void) {
   }
 }
 
+/* Node i's subscriber connection, made on first use; sub_mu held. */
+static redisContext *node_sub(int i) {
+  if (g.nodes[i].sub == NULL) {
+    pthread_mutex_lock(&g.map_mu);
+    char *host = xstrdup(g.nodes[i].host);
+    int port = g.nodes[i].port;
+    pthread_mutex_unlock(&g.map_mu);
+    g.nodes[i].sub = connect_to(host, port);
+    free(host);
+  }
+  return g.nodes[i].sub;
+}
+
+/* Where a channel's subscription goes: sharded in cluster mode, the master
+ * of the channel's slot; otherwise node 0 (the server, or the first seed,
+ * which a cluster broadcasts PUBLISH to). */
+static int sub_node_of(const char *channel) {
+  return g.cluster && g.sharded ? slot_owner(key_slot(channel)) : 0;
+}
+
 /* Sends what the entries ask for; sub_mu held. */
 static void send_pending(void) {
+  int64_t now = g.cluster ? now_ms() : 0;
   for (entry **p = &g.entries; *p;) {
     entry *e = *p;
     if (e->state == SUB_NONE && e->refs == 0) {
@@ -1093,25 +1406,74 @@ static void send_pending(void) {
       free(e);
       continue;
     }
-    if (e->state == SUB_PENDING) {
-      redisAppendCommand(g.sub, g.sharded ? "SSUBSCRIBE %s" : "SUBSCRIBE %s",
+    if (e->state == SUB_PENDING && e->not_before <= now) {
+      e->node = sub_node_of(e->channel);
+      redisAppendCommand(node_sub(e->node),
+                         g.sharded ? "SSUBSCRIBE %s" : "SUBSCRIBE %s",
                          e->channel);
       e->state = SUB_SENT;
+      e->seq = ++g.sub_seq;
     } else if (e->state == UNSUB_PENDING) {
-      redisAppendCommand(
-          g.sub, g.sharded ? "SUNSUBSCRIBE %s" : "UNSUBSCRIBE %s", e->channel);
+      redisAppendCommand(node_sub(e->node),
+                         g.sharded ? "SUNSUBSCRIBE %s" : "UNSUBSCRIBE %s",
+                         e->channel);
       e->state = UNSUB_SENT;
+      e->seq = ++g.sub_seq;
     }
     p = &e->next;
   }
-  int done = 0;
-  while (!done)
-    if (redisBufferWrite(g.sub, &done) != REDIS_OK)
-      die("pub/sub connection: %s", g.sub->errstr);
+  int nodes = node_count();
+  for (int i = 0; i < nodes; i++) {
+    redisContext *c = g.nodes[i].sub;
+    int done = 0;
+    while (c != NULL && !done)
+      if (redisBufferWrite(c, &done) != REDIS_OK)
+        die("pub/sub connection: %s", c->errstr);
+  }
 }
 
-/* Handles one push on the subscriber connection; sub_mu held. */
-static void on_push(redisReply *r) {
+/* After a failed (un)subscribe: subscribe again (after `delay_ms`) if
+ * waiters still want it, else drop it. sub_mu held. */
+static void sub_retry(entry *e, int64_t delay_ms) {
+  e->state = e->refs > 0 ? SUB_PENDING : SUB_NONE;
+  e->not_before = now_ms() + delay_ms;
+}
+
+/* Cluster mode: an error reply on node's subscriber connection. It answers
+ * the oldest command still awaiting a reply there (replies come in order;
+ * each *_SENT entry has exactly one command out). MOVED updates the map;
+ * then the entry is subscribed again (TRYAGAIN, CLUSTERDOWN, ASK: after
+ * 50 ms). sub_mu held. */
+static void on_sub_error(int node, const char *msg) {
+  entry *oldest = NULL;
+  for (entry *e = g.entries; e; e = e->next)
+    if ((e->state == SUB_SENT || e->state == UNSUB_SENT) && e->node == node &&
+        (oldest == NULL || e->seq < oldest->seq))
+      oldest = e;
+  fprintf(stderr, "javapeer: pub/sub error on %s:%d: %s\n", g.nodes[node].host,
+          g.nodes[node].port, msg);
+  if (oldest == NULL)
+    return;
+  int slot, target;
+  if (strncmp(msg, "MOVED ", 6) == 0 && parse_redirect(msg, &slot, &target)) {
+    refresh_slots(target);
+    slot_set(slot, target);
+    sub_retry(oldest, 0);
+  } else if (oldest->state == UNSUB_SENT) {
+    sub_retry(oldest, 0); /* not subscribed there any more */
+  } else {
+    sub_retry(oldest, 50);
+  }
+}
+
+/* Handles one push (or reply) on node's subscriber connection; sub_mu
+ * held. */
+static void on_push(int node, redisReply *r) {
+  if (g.cluster && r->type == REDIS_REPLY_ERROR) {
+    on_sub_error(node, r->str);
+    pthread_cond_broadcast(&g.sub_cond);
+    return;
+  }
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
       r->element[0]->type != REDIS_REPLY_STRING ||
       r->element[1]->type != REDIS_REPLY_STRING)
@@ -1122,10 +1484,18 @@ static void on_push(redisReply *r) {
     return;
   if (g.sharded && kind[0] == 's')
     kind++; /* ssubscribe, sunsubscribe, smessage */
-  if (strcmp(kind, "subscribe") == 0 && e->state == SUB_SENT) {
+  if (strcmp(kind, "subscribe") == 0 && e->state == SUB_SENT &&
+      e->node == node) {
     e->state = e->refs > 0 ? SUB_LIVE : UNSUB_PENDING;
-  } else if (strcmp(kind, "unsubscribe") == 0 && e->state == UNSUB_SENT) {
+  } else if (strcmp(kind, "unsubscribe") == 0 && e->state == UNSUB_SENT &&
+             e->node == node) {
     e->state = e->refs > 0 ? SUB_PENDING : SUB_NONE;
+  } else if (g.cluster && g.sharded && strcmp(kind, "unsubscribe") == 0 &&
+             e->state == SUB_LIVE && e->node == node) {
+    /* Unasked: the channel's slot left this master. Subscribe again on
+     * the new owner. */
+    refresh_slots(-1);
+    sub_retry(e, 0);
   } else if (strcmp(kind, "message") == 0 && e->state == SUB_LIVE &&
              r->element[2]->type == REDIS_REPLY_STRING) {
     const char *msg = r->element[2]->str;
@@ -1152,33 +1522,55 @@ static void on_push(redisReply *r) {
 
 static void *sub_thread(void *arg) {
   (void)arg;
+  struct pollfd fds[MAX_NODES + 1];
+  int fd_node[MAX_NODES];
   for (;;) {
     pthread_mutex_lock(&g.sub_mu);
     send_pending();
-    void *reply = NULL;
-    while (redisReaderGetReply(g.sub->reader, &reply) == REDIS_OK && reply) {
-      on_push(reply);
-      freeReplyObject(reply);
-      reply = NULL;
+    int nodes = node_count();
+    for (int i = 0; i < nodes; i++) {
+      void *reply = NULL;
+      while (g.nodes[i].sub != NULL &&
+             redisReaderGetReply(g.nodes[i].sub->reader, &reply) == REDIS_OK &&
+             reply) {
+        on_push(i, reply);
+        freeReplyObject(reply);
+        reply = NULL;
+      }
     }
     send_pending();
+    /* Every subscriber connection, then the wake pipe; a resend waiting
+     * out its delay shortens the poll. */
+    int nfds = 0, timeout = 1000;
+    nodes = node_count();
+    for (int i = 0; i < nodes; i++)
+      if (g.nodes[i].sub != NULL) {
+        fd_node[nfds] = i;
+        fds[nfds++] =
+            (struct pollfd){.fd = g.nodes[i].sub->fd, .events = POLLIN};
+      }
+    for (entry *e = g.entries; e && g.cluster; e = e->next)
+      if (e->state == SUB_PENDING)
+        timeout = 50;
     pthread_mutex_unlock(&g.sub_mu);
 
-    struct pollfd fds[2] = {{.fd = g.sub->fd, .events = POLLIN},
-                            {.fd = g.wake[0], .events = POLLIN}};
-    if (poll(fds, 2, 1000) < 0 && errno != EINTR)
+    fds[nfds] = (struct pollfd){.fd = g.wake[0], .events = POLLIN};
+    if (poll(fds, (nfds_t)nfds + 1, timeout) < 0 && errno != EINTR)
       die("poll: %s", strerror(errno));
-    if (fds[1].revents & POLLIN) {
+    if (fds[nfds].revents & POLLIN) {
       char buf[64];
       while (read(g.wake[0], buf, sizeof buf) < 0 && errno == EINTR) {
       }
     }
-    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+    for (int k = 0; k < nfds; k++) {
+      if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR)))
+        continue;
       pthread_mutex_lock(&g.sub_mu);
-      int rc = redisBufferRead(g.sub);
+      redisContext *c = g.nodes[fd_node[k]].sub;
+      int rc = redisBufferRead(c);
       pthread_mutex_unlock(&g.sub_mu);
       if (rc != REDIS_OK)
-        die("pub/sub connection: %s", g.sub->errstr);
+        die("pub/sub connection: %s", c->errstr);
     }
   }
   return NULL;
@@ -2369,6 +2761,9 @@ int main(int argc, char **argv) {
   g.subscribe_timeout_ms = 7500;
   g.deadline_ms = 120000;
   pthread_mutex_init(&g.out_mu, NULL);
+  pthread_mutex_init(&g.map_mu, NULL);
+  const char *seeds = NULL;
+  int sharded = -1; /* --sharded not given */
   for (int i = 1; i < argc; i += 2) {
     const char *opt = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(opt, "--host") == 0 && value)
@@ -2384,14 +2779,30 @@ int main(int argc, char **argv) {
     else if (strcmp(opt, "--deadline-ms") == 0)
       g.deadline_ms = opt_num(opt, value);
     else if (strcmp(opt, "--sharded") == 0)
-      g.sharded = opt_num(opt, value) != 0;
+      sharded = opt_num(opt, value) != 0;
+    else if (strcmp(opt, "--cluster") == 0 && value)
+      seeds = value;
     else
       die("unknown option %s", opt);
   }
-  if (g.port <= 0 || g.watchdog_ms < 3)
-    die("usage: javapeer --port <port> [--host h] [--watchdog-ms n] "
-        "[--latch-ttl-ms n] [--subscribe-timeout-ms n] [--deadline-ms n] "
-        "[--sharded 0|1]");
+  g.cluster = seeds != NULL;
+  g.sharded = sharded < 0 ? g.cluster : sharded != 0;
+  if ((!g.cluster && g.port <= 0) || g.watchdog_ms < 3)
+    die("usage: javapeer --port <port> | --cluster <host:port>[,...] "
+        "[--host h] [--watchdog-ms n] [--latch-ttl-ms n] "
+        "[--subscribe-timeout-ms n] [--deadline-ms n] [--sharded 0|1]");
+  for (int i = 0; i < CLUSTER_SLOTS; i++)
+    g.slots[i] = -1;
+  if (g.cluster) {
+    char *list = xstrdup(seeds);
+    for (char *save = NULL, *a = strtok_r(list, ",", &save); a != NULL;
+         a = strtok_r(NULL, ",", &save))
+      if (node_of_addr(a) < 0)
+        die("bad --cluster seed: %s", a);
+    free(list);
+  } else {
+    node_add(g.host, g.port);
+  }
   g.publish = g.sharded ? "SPUBLISH" : "PUBLISH";
 
   /* Bounded life whatever the test does: SIGALRM's default action ends us. */
@@ -2409,9 +2820,23 @@ int main(int argc, char **argv) {
     die("pipe: %s", strerror(errno));
 
   random_uuid(g.id);
-  g.cmd = connect_redis();
-  g.sub = connect_redis();
-  load_scripts();
+  if (g.cluster) {
+    if (node_count() == 0 || !refresh_slots(-1))
+      die("no --cluster seed answered CLUSTER SLOTS");
+    /* The scripts' SHA1s, from the master of slot 0 (every connection
+     * loads them again when made). */
+    pthread_mutex_lock(&g.cmd_mu);
+    node_cmd(slot_owner(0));
+    pthread_mutex_unlock(&g.cmd_mu);
+  } else {
+    pthread_mutex_lock(&g.cmd_mu);
+    node_cmd(0);
+    pthread_mutex_unlock(&g.cmd_mu);
+    pthread_mutex_lock(&g.sub_mu);
+    node_sub(0);
+    pthread_mutex_unlock(&g.sub_mu);
+    load_scripts();
+  }
 
   pthread_t sub_tid, renew_tid, command_tid;
   if (pthread_create(&sub_tid, NULL, sub_thread, NULL) != 0 ||

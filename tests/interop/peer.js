@@ -6,6 +6,12 @@
  *
  *   node peer.js --port <port> --modules <dir with node_modules>
  *                [--host 127.0.0.1] [--watchdog-ms 30000] [--deadline-ms 120000]
+ *   node peer.js --cluster <host:port>[,<host:port>...] --modules <dir> ...
+ *
+ * --cluster runs node-redisson on an ioredis Cluster over those seeds (its
+ * `redis.clusters` config): commands go to the slot's master; pub/sub stays
+ * plain SUBSCRIBE/PUBLISH (node-redisson has no sharded mode), which a
+ * cluster carries to every node.
  *
  * stdin, one command per line, run one after the other:
  *   lock <name> <lease_ms>               lease < 0: watchdog mode
@@ -45,7 +51,7 @@ const path = require('node:path');
 const readline = require('node:readline');
 
 function parseArgs(argv) {
-  const opts = { host: '127.0.0.1', port: 0, modules: '', watchdogMs: 30000, deadlineMs: 120000 };
+  const opts = { host: '127.0.0.1', port: 0, cluster: null, modules: '', watchdogMs: 30000, deadlineMs: 120000 };
   for (let i = 0; i < argv.length; i += 2) {
     const key = argv[i];
     const value = argv[i + 1];
@@ -53,13 +59,20 @@ function parseArgs(argv) {
     switch (key) {
       case '--host': opts.host = value; break;
       case '--port': opts.port = Number(value); break;
+      case '--cluster':
+        opts.cluster = value.split(',').map((hp) => {
+          const at = hp.lastIndexOf(':');
+          return { host: hp.slice(0, at), port: Number(hp.slice(at + 1)) };
+        });
+        break;
       case '--modules': opts.modules = value; break;
       case '--watchdog-ms': opts.watchdogMs = Number(value); break;
       case '--deadline-ms': opts.deadlineMs = Number(value); break;
       default: throw new Error(`unknown option ${key}`);
     }
   }
-  if (!opts.port || !opts.modules) throw new Error('--port and --modules are required');
+  if ((!opts.port && !opts.cluster) || !opts.modules)
+    throw new Error('--port (or --cluster) and --modules are required');
   return opts;
 }
 
@@ -80,8 +93,11 @@ async function main() {
   }, opts.deadlineMs).unref();
 
   const { Redisson } = require(path.join(opts.modules, 'node_modules', 'node-redisson'));
+  const redis_config = opts.cluster
+    ? { clusters: opts.cluster, options: { redisOptions: { maxRetriesPerRequest: 2 } } }
+    : { options: { host: opts.host, port: opts.port, maxRetriesPerRequest: 2 } };
   const redisson = new Redisson({
-    redis: { options: { host: opts.host, port: opts.port, maxRetriesPerRequest: 2 } },
+    redis: redis_config,
     lockWatchdogTimeout: BigInt(opts.watchdogMs),
   });
   const redis = redisson.redis;

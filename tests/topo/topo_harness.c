@@ -89,6 +89,7 @@ typedef struct proc {
   pid_t pid; /* also the process group id; 0: none */
   int port;
   int bus_port;
+  int tls_port; /* TLS mode: the node's --tls-port; else 0 */
   bool stopped; /* SIGSTOPped */
   char dir[PATH_MAX];
   char conf[PATH_MAX]; /* sentinel: its conf file; else "" */
@@ -97,18 +98,24 @@ typedef struct proc {
 
 static struct {
   bool atexit_done;
+  /* TLS mode (rt_topo_tls): the directory with ca.crt, node.crt, node.key;
+   * "" in plain mode */
+  char tls_dir[PATH_MAX];
+  char tls_ca[PATH_MAX + 16], tls_crt[PATH_MAX + 16], tls_key[PATH_MAX + 16];
   /* cluster */
   proc cl[RT_MAX_NODES];
   int cl_n;
   int cl_replicas;
   char cl_dir[PATH_MAX];
   char cl_uri[512];
+  char cl_tls_uri[512];
   /* sentinel */
   proc data[2]; /* [0] first master, [1] first replica */
   proc sen[3];
   int master_port, replica_port;
   char se_dir[PATH_MAX];
   char se_uri[512];
+  char se_tls_uri[512];
   char *se_pass;
   /* cached connections */
   struct {
@@ -191,6 +198,90 @@ static void log_tail(const char *path, char *buf, size_t n) {
   size_t got = fread(buf, 1, n - 1, f);
   buf[got] = '\0';
   fclose(f);
+}
+
+/* ---- TLS mode ---- */
+
+static bool tls_mode(void) { return T.tls_dir[0] != '\0'; }
+
+void rt_topo_tls(const char *dir) {
+  if (!dir || !*dir) {
+    T.tls_dir[0] = '\0';
+    return;
+  }
+  snprintf(T.tls_dir, sizeof T.tls_dir, "%s", dir);
+  snprintf(T.tls_ca, sizeof T.tls_ca, "%s/ca.crt", T.tls_dir);
+  snprintf(T.tls_crt, sizeof T.tls_crt, "%s/node.crt", T.tls_dir);
+  snprintf(T.tls_key, sizeof T.tls_key, "%s/node.key", T.tls_dir);
+  const char *files[] = {T.tls_ca, T.tls_crt, T.tls_key};
+  for (size_t i = 0; i < 3; i++)
+    cr_assert(access(files[i], R_OK) == 0, "TLS mode: %s: %s", files[i],
+              strerror(errno));
+}
+
+bool rt_topo_tls_on(void) { return tls_mode(); }
+
+/* Appends the TLS arguments of a data node or cluster node to argv at *a
+ * (nothing in plain mode). port_s must outlive the spawn. */
+static void tls_args(const char **argv, size_t *a, const char *tls_port_s,
+                     bool cluster) {
+  if (!tls_mode())
+    return;
+  argv[(*a)++] = "--tls-port";
+  argv[(*a)++] = tls_port_s;
+  argv[(*a)++] = "--tls-cert-file";
+  argv[(*a)++] = T.tls_crt;
+  argv[(*a)++] = "--tls-key-file";
+  argv[(*a)++] = T.tls_key;
+  argv[(*a)++] = "--tls-ca-cert-file";
+  argv[(*a)++] = T.tls_ca;
+  argv[(*a)++] = "--tls-auth-clients";
+  argv[(*a)++] = "no";
+  argv[(*a)++] = "--tls-replication";
+  argv[(*a)++] = "yes";
+  if (cluster) {
+    argv[(*a)++] = "--tls-cluster";
+    argv[(*a)++] = "yes";
+  }
+  argv[*a] = NULL;
+}
+
+/* Every node this process runs (cluster, sentinel data nodes, sentinels),
+ * for the port maps below. */
+static proc *proc_by(int port, bool by_tls) {
+  if (port <= 0)
+    return NULL;
+  proc *all[RT_MAX_NODES + 5];
+  int n = 0;
+  for (int i = 0; i < T.cl_n; i++)
+    all[n++] = &T.cl[i];
+  for (int i = 0; i < 2; i++)
+    all[n++] = &T.data[i];
+  for (int i = 0; i < 3; i++)
+    all[n++] = &T.sen[i];
+  for (int i = 0; i < n; i++)
+    if ((by_tls ? all[i]->tls_port : all[i]->port) == port)
+      return all[i];
+  return NULL;
+}
+
+int rt_topo_tls_port(int port) {
+  proc *p = proc_by(port, false);
+  cr_assert(p != NULL, "port %d is none of our nodes", port);
+  cr_assert(p->tls_port > 0, "node %d has no TLS port (not in TLS mode)",
+            port);
+  return p->tls_port;
+}
+
+int rt_topo_plain_port(int tls_port) {
+  proc *p = proc_by(tls_port, true);
+  return p ? p->port : -1;
+}
+
+/* The port other nodes and clients are told about: the TLS one in TLS
+ * mode (tls-replication / tls-cluster), else the plain one. */
+static int announced_port(int port) {
+  return tls_mode() ? rt_topo_tls_port(port) : port;
 }
 
 /* ---- connections ---- */
@@ -429,11 +520,13 @@ void rt_sentinel_stop(void) {
     rt_node_forget(T.sen[i].port);
     kill_proc(&T.sen[i]);
     T.sen[i].port = 0;
+    T.sen[i].tls_port = 0;
   }
   for (int i = 0; i < 2; i++) {
     rt_node_forget(T.data[i].port);
     kill_proc(&T.data[i]);
     T.data[i].port = 0;
+    T.data[i].tls_port = 0;
   }
   free(T.se_pass);
   T.se_pass = NULL;
@@ -444,6 +537,7 @@ void rt_sentinel_stop(void) {
 void rt_topo_stop_all(void) {
   rt_cluster_stop();
   rt_sentinel_stop();
+  T.tls_dir[0] = '\0'; /* back to plain mode */
   for (size_t i = 0; i < sizeof T.conns / sizeof T.conns[0]; i++)
     if (T.conns[i].ctx) {
       redisFree(T.conns[i].ctx);
@@ -505,11 +599,12 @@ int rt_topo_count_procs(const char *needle) {
 /* ---- cluster ---- */
 
 static void cluster_spawn(proc *p) {
-  char port_s[16], bus_s[16], log[PATH_MAX + 16];
+  char port_s[16], bus_s[16], tls_s[16], log[PATH_MAX + 16];
   snprintf(port_s, sizeof port_s, "%d", p->port);
   snprintf(bus_s, sizeof bus_s, "%d", p->bus_port);
+  snprintf(tls_s, sizeof tls_s, "%d", p->tls_port);
   snprintf(log, sizeof log, "%s/redis.log", p->dir);
-  const char *argv[] = {server_bin(),
+  const char *argv[48] = {server_bin(),
                         "--port", port_s,
                         "--cluster-port", bus_s,
                         "--bind", "127.0.0.1",
@@ -522,6 +617,10 @@ static void cluster_spawn(proc *p) {
                         "--daemonize", "no",
                         "--enable-debug-command", "yes",
                         NULL};
+  size_t a = 0;
+  while (argv[a])
+    a++;
+  tls_args(argv, &a, tls_s, true);
   p->pid = spawn(argv, log);
   p->stopped = false;
 }
@@ -639,6 +738,27 @@ const char *rt_cluster_uri(void) {
   return T.cl_uri;
 }
 
+int rt_cluster_tls_port(int i) {
+  cr_assert(i >= 0 && i < T.cl_n, "no cluster node %d", i);
+  cr_assert(T.cl[i].tls_port > 0, "cluster not started in TLS mode");
+  return T.cl[i].tls_port;
+}
+
+const char *rt_cluster_tls_uri(void) {
+  int m[RT_MAX_NODES];
+  int n = rt_cluster_masters(m, RT_MAX_NODES);
+  cr_assert(n >= 1, "no master");
+  int q0 = rt_topo_tls_port(m[0]);
+  if (n == 1)
+    snprintf(T.cl_tls_uri, sizeof T.cl_tls_uri,
+             "rediss+cluster://127.0.0.1:%d", q0);
+  else
+    snprintf(T.cl_tls_uri, sizeof T.cl_tls_uri,
+             "rediss+cluster://127.0.0.1:%d,127.0.0.1:%d", q0,
+             rt_topo_tls_port(m[1]));
+  return T.cl_tls_uri;
+}
+
 static bool node_cluster_ok(int port) {
   char *t = node_text(port, "CLUSTER INFO");
   if (!t)
@@ -721,12 +841,13 @@ void rt_cluster_start(int masters, int replicas_per_master) {
             "cluster needs >= 3 masters and <= %d nodes", RT_MAX_NODES);
   make_tmp(T.cl_dir, sizeof T.cl_dir, "cluster");
   T.cl_replicas = replicas_per_master;
-  int used[2 * RT_MAX_NODES];
+  int used[3 * RT_MAX_NODES];
   int n_used = 0;
+  int per_node = tls_mode() ? 3 : 2; /* port, bus port[, TLS port] */
   for (int i = 0; i < total; i++) {
     proc *p = &T.cl[i];
     memset(p, 0, sizeof *p);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < per_node; k++) {
       int port;
       bool dup;
       do {
@@ -738,8 +859,10 @@ void rt_cluster_start(int masters, int replicas_per_master) {
       used[n_used++] = port;
       if (k == 0)
         p->port = port;
-      else
+      else if (k == 1)
         p->bus_port = port;
+      else
+        p->tls_port = port;
     }
     snprintf(p->dir, sizeof p->dir, "%.3900s/node-%d", T.cl_dir, p->port);
     cr_assert(mkdir(p->dir, 0700) == 0, "mkdir %s: %s", p->dir,
@@ -754,15 +877,22 @@ void rt_cluster_start(int masters, int replicas_per_master) {
     read_node_id(&T.cl[i]);
   }
 
-  /* redis-cli --cluster create */
+  /* redis-cli --cluster create (TLS mode: --tls on the TLS ports, the
+   * addresses the nodes announce to each other with tls-cluster) */
   char addrs[RT_MAX_NODES][32], reps[16];
-  const char *argv[RT_MAX_NODES + 10];
+  const char *argv[RT_MAX_NODES + 16];
   size_t a = 0;
   argv[a++] = cli_bin();
+  if (tls_mode()) {
+    argv[a++] = "--tls";
+    argv[a++] = "--cacert";
+    argv[a++] = T.tls_ca;
+  }
   argv[a++] = "--cluster";
   argv[a++] = "create";
   for (int i = 0; i < total; i++) {
-    snprintf(addrs[i], sizeof addrs[i], "127.0.0.1:%d", T.cl[i].port);
+    snprintf(addrs[i], sizeof addrs[i], "127.0.0.1:%d",
+             tls_mode() ? T.cl[i].tls_port : T.cl[i].port);
     argv[a++] = addrs[i];
   }
   snprintf(reps, sizeof reps, "%d", replicas_per_master);
@@ -845,8 +975,11 @@ static void expect_ok(int port, redisReply *r, const char *what) {
 }
 
 static void migrate_key(int from, int to, const char *key, size_t len) {
+  /* With tls-cluster, MIGRATE connects over TLS: the target's TLS port. */
+  int to_addr = proc_of_port(to)->tls_port > 0 ? proc_of_port(to)->tls_port
+                                               : to;
   redisReply *r = rt_node_cmd(from, "MIGRATE 127.0.0.1 %d %b 0 5000 REPLACE",
-                              to, key, len);
+                              to_addr, key, len);
   bool ok = r->type == REDIS_REPLY_STATUS &&
             (strcmp(r->str, "OK") == 0 || strcmp(r->str, "NOKEY") == 0);
   char got[256];
@@ -997,23 +1130,26 @@ void rt_cluster_restart_node(int port, int64_t bound_ms) {
 /* ---- sentinel ---- */
 
 static void data_spawn(proc *p, int replica_of) {
-  char port_s[16], log[PATH_MAX + 16], master_s[16];
+  char port_s[16], log[PATH_MAX + 16], master_s[16], tls_s[16];
   snprintf(port_s, sizeof port_s, "%d", p->port);
-  snprintf(master_s, sizeof master_s, "%d", replica_of);
+  snprintf(master_s, sizeof master_s, "%d",
+           replica_of > 0 ? announced_port(replica_of) : 0);
+  snprintf(tls_s, sizeof tls_s, "%d", p->tls_port);
   snprintf(log, sizeof log, "%s/redis.log", p->dir);
-  const char *argv[32] = {server_bin(), "--port",      port_s,
+  const char *argv[48] = {server_bin(), "--port",      port_s,
                           "--bind",     "127.0.0.1",   "--dir",
                           p->dir,       "--save",      "",
                           "--appendonly", "no",        "--daemonize",
                           "no",         "--enable-debug-command", "yes",
                           NULL};
+  size_t a = 15;
   if (replica_of > 0) {
-    size_t a = 15;
     argv[a++] = "--replicaof";
     argv[a++] = "127.0.0.1";
     argv[a++] = master_s;
     argv[a] = NULL;
   }
+  tls_args(argv, &a, tls_s, false);
   p->pid = spawn(argv, log);
 }
 
@@ -1041,6 +1177,15 @@ static proc *data_of_port(int port) {
 }
 
 pid_t rt_sentinel_data_pid(int port) { return data_of_port(port)->pid; }
+
+const char *rt_sentinel_tls_uri(void) {
+  cr_assert(T.sen[0].tls_port > 0, "sentinels not started in TLS mode");
+  snprintf(T.se_tls_uri, sizeof T.se_tls_uri,
+           "rediss+sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/"
+           "mymaster",
+           T.sen[0].tls_port, T.sen[1].tls_port, T.sen[2].tls_port);
+  return T.se_tls_uri;
+}
 
 const char *rt_sentinel_uri(void) {
   snprintf(T.se_uri, sizeof T.se_uri,
@@ -1103,9 +1248,10 @@ static bool sentinels_agree(int master, bool need_replica, char *why,
     snprintf(why, n, "%d is not ROLE master", master);
     return false;
   }
+  int want = announced_port(master);
   for (int i = 0; i < 3; i++) {
     int m = rt_sentinel_reported_master(i);
-    if (m != master) {
+    if (m != want) {
       snprintf(why, n, "sentinel %d reports master %d", T.sen[i].port, m);
       return false;
     }
@@ -1152,8 +1298,9 @@ void rt_sentinel_start_auth(const char *sentinel_pass) {
   rt_sentinel_stop();
   ensure_atexit();
   make_tmp(T.se_dir, sizeof T.se_dir, "sentinel");
-  int used[5];
-  for (int i = 0; i < 5; i++) {
+  int used[10];
+  int n_ports = tls_mode() ? 10 : 5; /* [5..9]: TLS ports, same order */
+  for (int i = 0; i < n_ports; i++) {
     bool dup;
     do {
       used[i] = rt_topo_free_port();
@@ -1165,6 +1312,7 @@ void rt_sentinel_start_auth(const char *sentinel_pass) {
   for (int i = 0; i < 2; i++) {
     memset(&T.data[i], 0, sizeof T.data[i]);
     T.data[i].port = used[i];
+    T.data[i].tls_port = tls_mode() ? used[5 + i] : 0;
     snprintf(T.data[i].dir, sizeof T.data[i].dir, "%.3900s/data-%d", T.se_dir,
              used[i]);
     cr_assert(mkdir(T.data[i].dir, 0700) == 0);
@@ -1185,6 +1333,7 @@ void rt_sentinel_start_auth(const char *sentinel_pass) {
     proc *p = &T.sen[i];
     memset(p, 0, sizeof *p);
     p->port = used[2 + i];
+    p->tls_port = tls_mode() ? used[7 + i] : 0;
     snprintf(p->dir, sizeof p->dir, "%.3900s/sentinel-%d", T.se_dir, i);
     cr_assert(mkdir(p->dir, 0700) == 0);
     snprintf(p->conf, sizeof p->conf, "%s/sentinel-%d.conf", p->dir, i);
@@ -1196,7 +1345,16 @@ void rt_sentinel_start_auth(const char *sentinel_pass) {
             "sentinel down-after-milliseconds mymaster 1000\n"
             "sentinel failover-timeout mymaster 3000\n"
             "sentinel parallel-syncs mymaster 1\n",
-            p->port, p->dir, T.master_port);
+            p->port, p->dir, announced_port(T.master_port));
+    if (tls_mode())
+      /* TLS port beside the plain one; tls-replication: the sentinel
+       * reaches the master, replicas and other sentinels over TLS and
+       * announces its own TLS port */
+      fprintf(f,
+              "tls-port %d\ntls-cert-file %s\ntls-key-file %s\n"
+              "tls-ca-cert-file %s\ntls-auth-clients no\n"
+              "tls-replication yes\n",
+              p->tls_port, T.tls_crt, T.tls_key, T.tls_ca);
     if (sentinel_pass)
       fprintf(f, "requirepass %s\n", sentinel_pass);
     fclose(f);
@@ -1236,7 +1394,8 @@ int rt_sentinel_failover(int64_t bound_ms) {
    * 8 s more (4 hello periods) and its next INFO (every 10 s): the harness
    * sends the same REPLICAOF now instead of waiting up to ~18 s. */
   if (role_is(old, "master"))
-    freeReplyObject(rt_node_cmd(old, "REPLICAOF 127.0.0.1 %d", next));
+    freeReplyObject(
+        rt_node_cmd(old, "REPLICAOF 127.0.0.1 %d", announced_port(next)));
   int64_t deadline = rt_topo_now_ms() + bound_ms;
   while (!(role_is(old, "slave") &&
            field_is(old, "INFO replication", "master_link_status", "up"))) {

@@ -35,6 +35,33 @@ int rt_topo_free_port(void);
 #define RT_SLOTS 16384
 #define RT_MAX_NODES 12
 
+/* ---- TLS mode ---- */
+
+/* TLS mode for the next rt_cluster_start / rt_sentinel_start in this
+ * process: dir holds ca.crt, node.crt and node.key (PEM; the node
+ * certificate signed by ca.crt, valid for 127.0.0.1, usable as server and
+ * client certificate). Every redis-server then also listens on a TLS port
+ * (--tls-port, --tls-auth-clients no, --tls-replication yes; cluster
+ * nodes also --tls-cluster yes) beside its plain port, which the harness
+ * keeps using for its own admin traffic (rt_node_*: hiredis 0.14 has no
+ * TLS). With tls-cluster, the nodes announce their TLS ports to each
+ * other; Redis 7.0 answers CLUSTER SLOTS / NODES and MOVED with the TLS
+ * ports on a TLS connection and the plain ports on a plain one (CLUSTER
+ * SHARDS lists both, "port" and "tls-port"), so every port the harness
+ * deals in (rt_cluster_port, rt_cluster_masters, ...) stays the plain
+ * one; map with rt_topo_tls_port. With tls-replication, replicas follow
+ * their master's TLS port and sentinels monitor, report (GET-MASTER-ADDR-
+ * BY-NAME, rt_sentinel_reported_master) and announce TLS ports.
+ * dir NULL or "": plain mode. rt_topo_stop_all() goes back to plain mode.
+ * The files must stay until the topology is stopped. */
+void rt_topo_tls(const char *dir);
+bool rt_topo_tls_on(void);
+/* The TLS port of the node (cluster node, sentinel data node or sentinel)
+ * whose plain port is `port`; asserts it is ours and has one. */
+int rt_topo_tls_port(int port);
+/* The plain port of the node whose TLS port is tls_port; -1: none. */
+int rt_topo_plain_port(int tls_port);
+
 /* ---- cluster slots ---- */
 
 /* CRC16/XMODEM as Redis Cluster uses it. Any thread. */
@@ -91,6 +118,11 @@ int rt_cluster_key_owner(const char *key);
 /* "redis+cluster://127.0.0.1:P1,127.0.0.1:P2" with the first two live
  * masters (static storage). */
 const char *rt_cluster_uri(void);
+/* TLS mode: TLS port of node i. */
+int rt_cluster_tls_port(int i);
+/* TLS mode: "rediss+cluster://127.0.0.1:Q1,127.0.0.1:Q2", the TLS ports of
+ * the first two live masters (static storage). */
+const char *rt_cluster_tls_uri(void);
 /* The cluster's temp directory (node-<port>/redis.log for each node). */
 const char *rt_cluster_dir(void);
 
@@ -142,11 +174,15 @@ int rt_sentinel_port(int i);     /* sentinel i, 0..2 */
 int rt_sentinel_master_port(void); /* the master as the harness last saw it */
 int rt_sentinel_replica_port(void);
 pid_t rt_sentinel_data_pid(int port); /* pid of the data node on port */
-/* get-master-addr-by-name on sentinel i: the port, -1 on error. */
+/* get-master-addr-by-name on sentinel i: the port, -1 on error (in TLS
+ * mode that is the TLS port of the master). */
 int rt_sentinel_reported_master(int i);
 /* "redis+sentinel://127.0.0.1:S1,127.0.0.1:S2,127.0.0.1:S3/mymaster"
  * (static storage). */
 const char *rt_sentinel_uri(void);
+/* TLS mode: "rediss+sentinel://127.0.0.1:S1,...,127.0.0.1:S3/mymaster"
+ * with the sentinels' TLS ports (static storage). */
+const char *rt_sentinel_tls_uri(void);
 const char *rt_sentinel_dir(void);
 /* SIGKILLs the master and waits until all sentinels report the replica as
  * master and it says ROLE master. Returns the new master's port. */

@@ -256,6 +256,11 @@ static void session_error(rlock__tls *t, char *detail, size_t n) {
            strstr(why, "handshake failure") != NULL)
     hint = " (does the server require a client certificate: "
            "tls_cert_file and tls_key_file?)";
+  else if (strstr(why, "alert unknown ca") != NULL ||
+           strstr(why, "alert bad certificate") != NULL)
+    /* alerts a server sends only about the client's certificate */
+    hint = " (the server refused tls_cert_file: is it signed by a CA the "
+           "server trusts?)";
   snprintf(detail, n, "%s%s", why, hint);
 }
 

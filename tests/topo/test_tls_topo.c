@@ -23,6 +23,7 @@
 
 static char g_dir[256]; /* certificates: ca.crt, node.crt/key, other.crt */
 static char g_ca[300], g_other_ca[300];
+static char g_client_crt[300], g_client_key[300]; /* make_client_cert */
 
 static const char cnf[] =
     "[req]\n"
@@ -39,7 +40,11 @@ static const char cnf[] =
     "keyUsage = critical,digitalSignature\n"
     /* a node is a TLS client too: cluster bus, replication, sentinels */
     "extendedKeyUsage = serverAuth,clientAuth\n"
-    "subjectAltName = IP:127.0.0.1,DNS:localhost\n";
+    "subjectAltName = IP:127.0.0.1,DNS:localhost\n"
+    "[v3_client]\n"
+    "basicConstraints = critical,CA:FALSE\n"
+    "keyUsage = critical,digitalSignature\n"
+    "extendedKeyUsage = clientAuth\n";
 
 static void openssl(const char *fmt, ...) {
   char args[600], cmd[1024];
@@ -81,6 +86,25 @@ static void make_certs(void) {
   snprintf(g_other_ca, sizeof g_other_ca, "%s/otherca.crt", g_dir);
 }
 
+/* client.crt/key: a client certificate (CN=client, extendedKeyUsage
+ * clientAuth only) signed by ca.crt, for mutual TLS; otherclient.crt: the
+ * same key certified by otherca.crt, which the nodes do not trust. After
+ * make_certs. */
+static void make_client_cert(void) {
+  openssl("ecparam -name prime256v1 -genkey -noout -out client.key");
+  openssl("req -new -key client.key -config tls.cnf -subj /CN=client "
+          "-out client.csr");
+  openssl("x509 -req -in client.csr -CA ca.crt -CAkey ca.key -set_serial 3 "
+          "-days 2 -sha256 -extfile tls.cnf -extensions v3_client "
+          "-out client.crt");
+  /* and one from the CA that signed nothing else (otherclient.crt) */
+  openssl("x509 -req -in client.csr -CA otherca.crt -CAkey otherca.key "
+          "-set_serial 4 -days 2 -sha256 -extfile tls.cnf "
+          "-extensions v3_client -out otherclient.crt");
+  snprintf(g_client_crt, sizeof g_client_crt, "%s/client.crt", g_dir);
+  snprintf(g_client_key, sizeof g_client_key, "%s/client.key", g_dir);
+}
+
 static void tls_fini(void) {
   rt_topo_stop_all();
   if (g_dir[0])
@@ -119,6 +143,34 @@ TestSuite(tls_cluster_failover, .init = tls_cluster_replicas_init,
 TestSuite(tls_sentinel, .init = tls_sentinel_init, .fini = tls_fini,
           .timeout = 120);
 
+/* Mutual TLS: the same topologies with --tls-auth-clients yes on every
+ * node and sentinel (rt_topo_tls_auth_clients), and a client certificate
+ * signed by the nodes' CA. */
+static void mtls_cluster_init(void) {
+  cr_assert(rlock__tls_available,
+            "this rlock is built without TLS: the tls topo suites need it");
+  make_certs();
+  make_client_cert();
+  rt_topo_tls(g_dir);
+  rt_topo_tls_auth_clients(true);
+  rt_cluster_start(3, 0);
+}
+
+static void mtls_sentinel_init(void) {
+  cr_assert(rlock__tls_available,
+            "this rlock is built without TLS: the tls topo suites need it");
+  make_certs();
+  make_client_cert();
+  rt_topo_tls(g_dir);
+  rt_topo_tls_auth_clients(true);
+  rt_sentinel_start();
+}
+
+TestSuite(mtls_cluster, .init = mtls_cluster_init, .fini = tls_fini,
+          .timeout = 120);
+TestSuite(mtls_sentinel, .init = mtls_sentinel_init, .fini = tls_fini,
+          .timeout = 120);
+
 #define CLIENT_NAME "rlock-topo-tls"
 
 static void tls_opts(rlock_options *o, const char *ca) {
@@ -130,6 +182,19 @@ static void tls_opts(rlock_options *o, const char *ca) {
 static rlock_client *tls_open(const char *uri) {
   rlock_options o;
   tls_opts(&o, g_ca);
+  return tc_open(uri, &o);
+}
+
+/* tls_opts with the client certificate (make_client_cert). */
+static void mtls_opts(rlock_options *o) {
+  tls_opts(o, g_ca);
+  o->tls_cert_file = g_client_crt;
+  o->tls_key_file = g_client_key;
+}
+
+static rlock_client *mtls_open(const char *uri) {
+  rlock_options o;
+  mtls_opts(&o);
   return tc_open(uri, &o);
 }
 
@@ -270,14 +335,15 @@ Test(tls_cluster, map_has_tls_ports) {
   freeReplyObject(r);
 }
 
-/* A lock on every master over TLS: held on the owning node, the library's
- * connections on the TLS ports, and a waiter (second client) woken by the
- * sharded release message although the lease is 30 s. */
-Test(tls_cluster, lock_on_every_master) {
+/* Locks on every master through clients a and b (opened by open(uri)):
+ * held on the owning node, the library's connections on the TLS ports, and
+ * a waiter (b) woken by the sharded release message although the lease is
+ * 30 s. */
+static void lock_every_master(rlock_client *(*open)(const char *uri)) {
   int m[RT_MAX_NODES];
   cr_assert_eq(rt_cluster_masters(m, RT_MAX_NODES), 3);
-  rlock_client *a = tls_open(rt_cluster_tls_uri());
-  rlock_client *b = tls_open(rt_cluster_tls_uri());
+  rlock_client *a = open(rt_cluster_tls_uri());
+  rlock_client *b = open(rt_cluster_tls_uri());
   char owner[128];
   rt_owner(owner, sizeof owner, a, rlock_thread_id());
   for (int i = 0; i < 3; i++) {
@@ -316,6 +382,9 @@ Test(tls_cluster, lock_on_every_master) {
   rlock_client_close(a);
   rlock_client_close(b);
 }
+
+/* A lock on every master over TLS (see lock_every_master). */
+Test(tls_cluster, lock_on_every_master) { lock_every_master(tls_open); }
 
 /* A CA that did not sign the nodes: open fails with RLOCK_ETLS (certificate
  * verify failed) within the connect timeout, leaving no descriptor behind;
@@ -551,4 +620,151 @@ Test(tls_sentinel, lock_and_wake) {
   rlock_free(la);
   rlock_client_close(a);
   rlock_client_close(b);
+}
+
+/* ---- mutual TLS ---- */
+
+/* Opening uri without a client certificate against nodes that require one
+ * (--tls-auth-clients yes): RLOCK_ETLS, *client NULL, a detail that names
+ * the server's complaint and the tls_cert_file hint, within the connect
+ * timeout, and no descriptor left behind; then the certificate still
+ * opens. */
+static void no_client_cert_fails(const char *uri) {
+  /* warm-up: what libuv and OpenSSL keep for the process */
+  rlock_client *w = mtls_open(uri);
+  rlock_client_close(w);
+  int fds0 = tc_count_dir("fd");
+
+  rlock_options o;
+  tls_opts(&o, g_ca); /* the right CA, no client certificate */
+  o.uri = uri;
+  o.connect_timeout_ms = 3000;
+  rlock_client *c = (rlock_client *)&o; /* must come back NULL */
+  int64_t t0 = rt_now_ms();
+  int rc = rlock_client_open(&c, &o);
+  int64_t took = rt_now_ms() - t0;
+  char err[512];
+  snprintf(err, sizeof err, "%s", rlock_last_error());
+  fprintf(stderr, "open without a client certificate (%s): %s after %lld ms: "
+          "%s\n", uri, rlock_err_name(rc), (long long)took, err);
+  cr_assert_eq(rc, RLOCK_ETLS,
+               "open without a client certificate: %s (%s) after %lld ms",
+               rlock_err_name(rc), err, (long long)took);
+  cr_assert_null(c, "*client is NULL after a failed open");
+  cr_assert_not_null(strstr(err, "certificate required"),
+                     "the server's alert is not named: %s", err);
+  cr_assert_not_null(strstr(err, "tls_cert_file"),
+                     "no hint to set tls_cert_file: %s", err);
+  cr_assert_lt(took, 3000 + 1000, "failed open took %lld ms", (long long)took);
+
+  int64_t dl = rt_now_ms() + 3000;
+  int fds = tc_count_dir("fd");
+  while (fds != fds0 && rt_now_ms() < dl) {
+    rt_sleep_ms(20);
+    fds = tc_count_dir("fd");
+  }
+  char list[2048];
+  tc_list_fds(list, sizeof list);
+  cr_assert_eq(fds, fds0, "%d descriptors before the failed open, %d after: %s",
+               fds0, fds, list);
+
+  /* the client certificate still opens */
+  rlock_client *ok = mtls_open(uri);
+  rlock_client_close(ok);
+}
+
+/* Asserts the node on plain port `port` requires client certificates. */
+static void assert_auth_clients(int port) {
+  redisReply *r = rt_node_cmd(port, "CONFIG GET tls-auth-clients");
+  cr_assert(r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+                r->element[1]->str != NULL &&
+                strcmp(r->element[1]->str, "yes") == 0,
+            "node %d: tls-auth-clients is not yes", port);
+  freeReplyObject(r);
+}
+
+/* With the client certificate: a lock on every master, a waiter woken by
+ * the release, every connection of the library on a TLS port. */
+Test(mtls_cluster, client_cert_locks_every_master) {
+  for (int i = 0; i < rt_cluster_node_count(); i++)
+    assert_auth_clients(rt_cluster_port(i));
+  lock_every_master(mtls_open);
+}
+
+/* Without one: a clean RLOCK_ETLS at open. A client certificate from a CA
+ * the nodes do not trust: RLOCK_ETLS too, with the server's alert. */
+Test(mtls_cluster, no_client_cert_fails) {
+  no_client_cert_fails(rt_cluster_tls_uri());
+
+  char other[300];
+  snprintf(other, sizeof other, "%s/otherclient.crt", g_dir);
+  rlock_options o;
+  mtls_opts(&o);
+  o.tls_cert_file = other;
+  o.uri = rt_cluster_tls_uri();
+  o.connect_timeout_ms = 3000;
+  rlock_client *c = (rlock_client *)&o; /* must come back NULL */
+  int64_t t0 = rt_now_ms();
+  int rc = rlock_client_open(&c, &o);
+  int64_t took = rt_now_ms() - t0;
+  fprintf(stderr, "open with an untrusted client certificate: %s after %lld "
+          "ms: %s\n", rlock_err_name(rc), (long long)took, rlock_last_error());
+  cr_assert_eq(rc, RLOCK_ETLS,
+               "open with an untrusted client certificate: %s (%s)",
+               rlock_err_name(rc), rlock_last_error());
+  cr_assert_null(c);
+  cr_assert_not_null(strstr(rlock_last_error(), "alert unknown ca"),
+                     "the server's alert is not named: %s",
+                     rlock_last_error());
+  cr_assert_not_null(strstr(rlock_last_error(), "refused tls_cert_file"),
+                     "no hint at the client certificate: %s",
+                     rlock_last_error());
+  cr_assert_lt(took, 3000 + 1000, "failed open took %lld ms", (long long)took);
+}
+
+/* Over rediss+sentinel:// with the client certificate: the sentinels
+ * (which want one too) name the master's TLS port, the lock lives on the
+ * master, the library's connections to the master and the sentinels are
+ * TLS ones, a waiter is woken by the release message. */
+Test(mtls_sentinel, client_cert_lock_and_wake) {
+  int master = rt_sentinel_master_port();
+  assert_auth_clients(master);
+  assert_auth_clients(rt_sentinel_replica_port());
+  for (int i = 0; i < 3; i++)
+    cr_assert_eq(rt_sentinel_reported_master(i), rt_topo_tls_port(master),
+                 "sentinel %d reports master port %d (TLS port %d)", i,
+                 rt_sentinel_reported_master(i), rt_topo_tls_port(master));
+  rlock_client *a = mtls_open(rt_sentinel_tls_uri());
+  rlock_client *b = mtls_open(rt_sentinel_tls_uri());
+  char name[64], owner[128];
+  rt_key(name, sizeof name, "mtls-sentinel");
+  rt_owner(owner, sizeof owner, a, rlock_thread_id());
+  rlock *l = tc_lock(a, name);
+  TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock");
+  cr_assert_eq(rt_node_int(master, "EXISTS %s", name), 1);
+  char *v = rt_node_str(master, "HGET %s %s", name, owner);
+  cr_assert(v != NULL && strcmp(v, "1") == 0, "hold count: %s",
+            v ? v : "(nil)");
+  free(v);
+  cr_assert_geq(named_conns_on_tls(master), 1,
+                "the library's connections to the master are not TLS ones");
+  /* whatever the library keeps open to the sentinels is TLS too */
+  for (int i = 0; i < 3; i++)
+    (void)named_conns_on_tls(rt_sentinel_port(i));
+  TC_EQ(rlock_unlock(l), 1, "unlock");
+  cr_assert_eq(rt_node_int(master, "EXISTS %s", name), 0);
+  rlock_free(l);
+
+  char wake[64];
+  rt_key(wake, sizeof wake, "mtls-sentinel-wake");
+  waiter_woken(a, b, wake, master, "NUMSUB");
+  cr_assert_geq(named_conns_on_tls(master), 2);
+  rlock_client_close(a);
+  rlock_client_close(b);
+}
+
+/* Without a client certificate: the sentinels refuse it, a clean
+ * RLOCK_ETLS at open. */
+Test(mtls_sentinel, no_client_cert_fails) {
+  no_client_cert_fails(rt_sentinel_tls_uri());
 }

@@ -102,6 +102,8 @@ static struct {
    * "" in plain mode */
   char tls_dir[PATH_MAX];
   char tls_ca[PATH_MAX + 16], tls_crt[PATH_MAX + 16], tls_key[PATH_MAX + 16];
+  /* rt_topo_tls_auth_clients: the nodes require a client certificate */
+  bool tls_auth_clients;
   /* cluster */
   proc cl[RT_MAX_NODES];
   int cl_n;
@@ -221,6 +223,8 @@ void rt_topo_tls(const char *dir) {
 
 bool rt_topo_tls_on(void) { return tls_mode(); }
 
+void rt_topo_tls_auth_clients(bool yes) { T.tls_auth_clients = yes; }
+
 /* Appends the TLS arguments of a data node or cluster node to argv at *a
  * (nothing in plain mode). port_s must outlive the spawn. */
 static void tls_args(const char **argv, size_t *a, const char *tls_port_s,
@@ -236,7 +240,7 @@ static void tls_args(const char **argv, size_t *a, const char *tls_port_s,
   argv[(*a)++] = "--tls-ca-cert-file";
   argv[(*a)++] = T.tls_ca;
   argv[(*a)++] = "--tls-auth-clients";
-  argv[(*a)++] = "no";
+  argv[(*a)++] = T.tls_auth_clients ? "yes" : "no";
   argv[(*a)++] = "--tls-replication";
   argv[(*a)++] = "yes";
   if (cluster) {
@@ -538,6 +542,7 @@ void rt_topo_stop_all(void) {
   rt_cluster_stop();
   rt_sentinel_stop();
   T.tls_dir[0] = '\0'; /* back to plain mode */
+  T.tls_auth_clients = false;
   for (size_t i = 0; i < sizeof T.conns / sizeof T.conns[0]; i++)
     if (T.conns[i].ctx) {
       redisFree(T.conns[i].ctx);
@@ -887,6 +892,13 @@ void rt_cluster_start(int masters, int replicas_per_master) {
     argv[a++] = "--tls";
     argv[a++] = "--cacert";
     argv[a++] = T.tls_ca;
+    if (T.tls_auth_clients) {
+      /* the nodes want a client certificate: the node's own will do */
+      argv[a++] = "--cert";
+      argv[a++] = T.tls_crt;
+      argv[a++] = "--key";
+      argv[a++] = T.tls_key;
+    }
   }
   argv[a++] = "--cluster";
   argv[a++] = "create";
@@ -1352,9 +1364,10 @@ void rt_sentinel_start_auth(const char *sentinel_pass) {
        * announces its own TLS port */
       fprintf(f,
               "tls-port %d\ntls-cert-file %s\ntls-key-file %s\n"
-              "tls-ca-cert-file %s\ntls-auth-clients no\n"
+              "tls-ca-cert-file %s\ntls-auth-clients %s\n"
               "tls-replication yes\n",
-              p->tls_port, T.tls_crt, T.tls_key, T.tls_ca);
+              p->tls_port, T.tls_crt, T.tls_key, T.tls_ca,
+              T.tls_auth_clients ? "yes" : "no");
     if (sentinel_pass)
       fprintf(f, "requirepass %s\n", sentinel_pass);
     fclose(f);

@@ -41,8 +41,9 @@ int rt_topo_free_port(void);
  * process: dir holds ca.crt, node.crt and node.key (PEM; the node
  * certificate signed by ca.crt, valid for 127.0.0.1, usable as server and
  * client certificate). Every redis-server then also listens on a TLS port
- * (--tls-port, --tls-auth-clients no, --tls-replication yes; cluster
- * nodes also --tls-cluster yes) beside its plain port, which the harness
+ * (--tls-port, --tls-auth-clients no unless rt_topo_tls_auth_clients,
+ * --tls-replication yes; cluster nodes also --tls-cluster yes) beside
+ * its plain port, which the harness
  * keeps using for its own admin traffic (rt_node_*: hiredis 0.14 has no
  * TLS). With tls-cluster, the nodes announce their TLS ports to each
  * other; Redis 7.0 answers CLUSTER SLOTS / NODES and MOVED with the TLS
@@ -56,6 +57,16 @@ int rt_topo_free_port(void);
  * The files must stay until the topology is stopped. */
 void rt_topo_tls(const char *dir);
 bool rt_topo_tls_on(void);
+/* Mutual TLS for the next start in TLS mode: yes gives every data node,
+ * cluster node and sentinel --tls-auth-clients yes (tls-auth-clients yes
+ * in the sentinel confs), so a client must present a certificate signed by
+ * ca.crt on the TLS ports. The nodes use node.crt/node.key as client
+ * certificate towards each other (cluster bus, replication, sentinels),
+ * and so does the harness's `redis-cli --cluster create` (--cert/--key);
+ * the harness's own admin traffic stays on the plain ports, which are
+ * unaffected. Call before rt_cluster_start / rt_sentinel_start;
+ * rt_topo_stop_all() goes back to no. */
+void rt_topo_tls_auth_clients(bool yes);
 /* The TLS port of the node (cluster node, sentinel data node or sentinel)
  * whose plain port is `port`; asserts it is ours and has one. */
 int rt_topo_tls_port(int port);

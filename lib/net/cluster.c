@@ -126,9 +126,13 @@ static void map_reply(rlock__net *n, redisReply *reply, int err, void *data) {
   }
   char detail[600];
   if (reply->type == REDIS_REPLY_ERROR) {
+    /* Redis before 7.0 has no CLUSTER SHARDS; an ACL user may be denied
+     * it (NOPERM) and still be allowed CLUSTER SLOTS, which tells the
+     * same for a client that reads only masters. */
     if (!c->use_slots && (strstr(reply->str, "unknown subcommand") != NULL ||
-                          strstr(reply->str, "Unknown subcommand") != NULL)) {
-      c->use_slots = true; /* Redis before 7.0 */
+                          strstr(reply->str, "Unknown subcommand") != NULL ||
+                          strncmp(reply->str, "NOPERM", 6) == 0)) {
+      c->use_slots = true;
       read_map(n);
       return;
     }

@@ -640,3 +640,114 @@ Test(cluster, braced_latch_refused) {
     rlock_client_close(c);
   }
 }
+
+/* Field `field` (e.g. "calls") of cmdstat_<cmd> in INFO commandstats on a
+ * node; 0 when the command never ran there. */
+static long long cmdstat(int port, const char *cmd, const char *field) {
+  char *info = rt_node_str(port, "INFO commandstats");
+  cr_assert_not_null(info);
+  char key[96];
+  snprintf(key, sizeof key, "cmdstat_%s:", cmd);
+  long long v = 0;
+  const char *line = strstr(info, key);
+  if (line) {
+    const char *eol = strchr(line, '\n');
+    char want[48];
+    snprintf(want, sizeof want, "%s=", field);
+    const char *f = strstr(line, want);
+    /* "calls=" is also the end of "rejected_calls="; take the field that
+     * follows ':' or ',' */
+    while (f && (!eol || f < eol) && f[-1] != ':' && f[-1] != ',')
+      f = strstr(f + 1, want);
+    if (f && (!eol || f < eol))
+      v = atoll(f + strlen(want));
+  }
+  free(info);
+  return v;
+}
+
+/* An ACL user denied CLUSTER SHARDS but allowed CLUSTER SLOTS (as some
+ * managed services set their users up): the map comes from CLUSTER SLOTS
+ * (the same path as on Redis before 7.0), locks on every master work and
+ * a waiter is woken by message. The nodes' command statistics show the
+ * refused SHARDS and the SLOTS that followed. */
+Test(cluster, slot_map_from_cluster_slots_when_shards_denied) {
+  int m[RT_MAX_NODES];
+  masters3(m);
+  long long slots0 = 0, rejected0 = 0;
+  for (int i = 0; i < 3; i++) {
+    redisReply *r = rt_node_cmd(m[i], "ACL SETUSER rl_slots on >slotspw ~* "
+                                      "&* +@all -cluster|shards");
+    cr_assert(r->type == REDIS_REPLY_STATUS, "ACL SETUSER on %d: %s", m[i],
+              r->str ? r->str : "");
+    freeReplyObject(r);
+    slots0 += cmdstat(m[i], "cluster|slots", "calls");
+    rejected0 += cmdstat(m[i], "cluster|shards", "rejected_calls");
+  }
+  char uri[256];
+  snprintf(uri, sizeof uri,
+           "redis+cluster://rl_slots:slotspw@127.0.0.1:%d,127.0.0.1:%d", m[0],
+           m[1]);
+  rlock_client *c = tc_open(uri, NULL);
+  rlock_client *d = tc_open(uri, NULL);
+  long long slots1 = 0, rejected1 = 0;
+  for (int i = 0; i < 3; i++) {
+    slots1 += cmdstat(m[i], "cluster|slots", "calls");
+    rejected1 += cmdstat(m[i], "cluster|shards", "rejected_calls");
+  }
+  cr_assert_geq(rejected1 - rejected0, 2,
+                "CLUSTER SHARDS refused %lld times for 2 opens",
+                rejected1 - rejected0);
+  cr_assert_geq(slots1 - slots0, 2, "CLUSTER SLOTS ran %lld times",
+                slots1 - slots0);
+
+  for (int i = 0; i < 3; i++) {
+    char name[64], base[32];
+    snprintf(base, sizeof base, "slotsmap:%d", i);
+    rt_cluster_key_on(name, sizeof name, base, m[i]);
+    rlock *l = tc_lock(c, name), *lw = tc_lock(d, name);
+    TC_EQ(rlock_try_lock(l, 0, 10000), 1, "try_lock");
+    cr_assert_eq(rt_node_int(m[i], "EXISTS %s", name), 1,
+                 "%s not on its owner %d", name, m[i]);
+    tc_try w;
+    tc_try_start(&w, lw, 8000, 10000, true);
+    rt_sleep_ms(200);
+    cr_assert_eq(atomic_load(&w.done), 0, "waiter returned while held: %d",
+                 w.rc);
+    int64_t released_at = rt_now_ms();
+    TC_EQ(rlock_unlock(l), 1, "unlock");
+    rt_thread_join(&w.th, 10000);
+    cr_assert_eq(w.rc, 1, "waiter on %d: %d %s (%s)", m[i], w.rc,
+                 rlock_err_name(w.rc), w.err);
+    cr_assert_lt(w.returned_at - released_at, 2000,
+                 "waiter on %d took %lld ms after the release", m[i],
+                 (long long)(w.returned_at - released_at));
+    cr_assert_eq(w.unlock_rc, 1, "waiter unlock");
+    cr_assert_eq(rt_node_int(m[i], "EXISTS %s", name), 0);
+    rlock_free(l);
+    rlock_free(lw);
+  }
+  rlock_client_close(c);
+  rlock_client_close(d);
+  /* A user denied both: a clear RLOCK_ECLUSTER at open, no fallback loop. */
+  for (int i = 0; i < 3; i++)
+    freeReplyObject(rt_node_cmd(m[i], "ACL SETUSER rl_slots -cluster|slots"));
+  rlock_options o;
+  rlock_options_init(&o);
+  o.uri = uri;
+  o.connect_timeout_ms = 2000;
+  o.command_timeout_ms = 2000;
+  rlock_client *bad = NULL;
+  int64_t t0 = rt_now_ms();
+  int rc = rlock_client_open(&bad, &o);
+  int64_t took = rt_now_ms() - t0;
+  cr_assert_eq(rc, RLOCK_ECLUSTER, "open denied both: %s (%s)",
+               rlock_err_name(rc), rlock_last_error());
+  cr_assert_null(bad);
+  cr_assert(strstr(rlock_last_error(), "CLUSTER SLOTS") != NULL &&
+                strstr(rlock_last_error(), "NOPERM") != NULL,
+            "last error: %s", rlock_last_error());
+  cr_assert_lt(took, 5000, "failed open took %lld ms", (long long)took);
+  for (int i = 0; i < 3; i++)
+    freeReplyObject(rt_node_cmd(m[i], "ACL DELUSER rl_slots"));
+}

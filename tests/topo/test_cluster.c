@@ -28,16 +28,6 @@ static int masters3(int *m) {
   return n;
 }
 
-/* PUBSUB NUMSUB / SHARDNUMSUB of one channel on a node. */
-static long long numsub(int port, const char *sub, const char *chan) {
-  redisReply *r = rt_node_cmd(port, "PUBSUB %s %s", sub, chan);
-  cr_assert(r->type == REDIS_REPLY_ARRAY && r->elements == 2,
-            "PUBSUB %s: type %d %s", sub, r->type, r->str ? r->str : "");
-  long long n = r->element[1]->integer;
-  freeReplyObject(r);
-  return n;
-}
-
 /* Major version of the server on port (INFO server). */
 static int redis_major(int port) {
   char *info = rt_node_str(port, "INFO server");
@@ -159,12 +149,12 @@ Test(cluster, waiter_woken_by_sharded_message) {
   const char *mine = v7 ? "SHARDNUMSUB" : "NUMSUB";
   int64_t dl = rt_now_ms() + 3000;
   long long subs = 0;
-  while ((subs = numsub(node, mine, chan)) == 0 && rt_now_ms() < dl)
+  while ((subs = tc_numsub(node, mine, chan)) == 0 && rt_now_ms() < dl)
     rt_sleep_ms(10);
   cr_assert_eq(subs, 1, "PUBSUB %s %s on %d: %lld subscribers", mine, chan,
                node, subs);
   if (v7)
-    cr_assert_eq(numsub(node, "NUMSUB", chan), 0,
+    cr_assert_eq(tc_numsub(node, "NUMSUB", chan), 0,
                  "plain SUBSCRIBE used in a Redis 7 cluster");
   cr_assert_eq(atomic_load(&w.done), 0, "waiter returned while held: %d",
                w.rc);
@@ -365,9 +355,9 @@ Test(cluster, full_slot_migration_while_held_and_waited) {
   tc_try_start(&w, lb, 15000, 10000, false);
   int64_t dl = rt_now_ms() + 3000;
   const char *sub = redis_major(m[0]) >= 7 ? "SHARDNUMSUB" : "NUMSUB";
-  while (numsub(m[0], sub, chan) == 0 && rt_now_ms() < dl)
+  while (tc_numsub(m[0], sub, chan) == 0 && rt_now_ms() < dl)
     rt_sleep_ms(10);
-  cr_assert_eq(numsub(m[0], sub, chan), 1, "waiter subscribed");
+  cr_assert_eq(tc_numsub(m[0], sub, chan), 1, "waiter subscribed");
   cr_assert_eq(atomic_load(&w.done), 0);
 
   int from = rt_cluster_migrate_slot(slot, m[1], false, NULL);
@@ -397,23 +387,6 @@ Test(cluster, full_slot_migration_while_held_and_waited) {
   rlock_free(lb);
   rlock_client_close(a);
   rlock_client_close(b);
-}
-
-typedef struct unl_arg {
-  rlock *lock;
-  uint64_t owner;
-  int rc;
-  int64_t took;
-  char err[256];
-} unl_arg;
-
-static void unl_fn(void *p) {
-  unl_arg *u = p;
-  int64_t t0 = rt_now_ms();
-  u->rc = rlock_unlock_owner(u->lock, u->owner);
-  u->took = rt_now_ms() - t0;
-  if (u->rc < 0)
-    snprintf(u->err, sizeof u->err, "%s", rlock_last_error());
 }
 
 /* d. Half-way migration: keys already moved are reached through -ASK. */
@@ -452,9 +425,9 @@ Test(cluster, half_way_migration_ask) {
    * all of its keys are on the target: Redis means it to be retried, as
    * Redisson does. The migration ends 300 ms after the unlock starts; the
    * unlock must then succeed (default retries: 3 x 1500 ms). */
-  unl_arg u = {.lock = l1, .owner = rlock_thread_id()};
+  tc_unl u = {.lock = l1, .owner = rlock_thread_id()};
   rt_thread th;
-  rt_thread_start(&th, unl_fn, &u);
+  rt_thread_start(&th, tc_unl_fn, &u);
   rt_sleep_ms(300);
   rt_cluster_finish_migration(slot, m[0], m[1]);
   rt_thread_join(&th, 10000);
@@ -641,31 +614,6 @@ Test(cluster, braced_latch_refused) {
   }
 }
 
-/* Field `field` (e.g. "calls") of cmdstat_<cmd> in INFO commandstats on a
- * node; 0 when the command never ran there. */
-static long long cmdstat(int port, const char *cmd, const char *field) {
-  char *info = rt_node_str(port, "INFO commandstats");
-  cr_assert_not_null(info);
-  char key[96];
-  snprintf(key, sizeof key, "cmdstat_%s:", cmd);
-  long long v = 0;
-  const char *line = strstr(info, key);
-  if (line) {
-    const char *eol = strchr(line, '\n');
-    char want[48];
-    snprintf(want, sizeof want, "%s=", field);
-    const char *f = strstr(line, want);
-    /* "calls=" is also the end of "rejected_calls="; take the field that
-     * follows ':' or ',' */
-    while (f && (!eol || f < eol) && f[-1] != ':' && f[-1] != ',')
-      f = strstr(f + 1, want);
-    if (f && (!eol || f < eol))
-      v = atoll(f + strlen(want));
-  }
-  free(info);
-  return v;
-}
-
 /* An ACL user denied CLUSTER SHARDS but allowed CLUSTER SLOTS (as some
  * managed services set their users up): the map comes from CLUSTER SLOTS
  * (the same path as on Redis before 7.0), locks on every master work and
@@ -681,8 +629,8 @@ Test(cluster, slot_map_from_cluster_slots_when_shards_denied) {
     cr_assert(r->type == REDIS_REPLY_STATUS, "ACL SETUSER on %d: %s", m[i],
               r->str ? r->str : "");
     freeReplyObject(r);
-    slots0 += cmdstat(m[i], "cluster|slots", "calls");
-    rejected0 += cmdstat(m[i], "cluster|shards", "rejected_calls");
+    slots0 += tc_cmdstat(m[i], "cluster|slots", "calls");
+    rejected0 += tc_cmdstat(m[i], "cluster|shards", "rejected_calls");
   }
   char uri[256];
   snprintf(uri, sizeof uri,
@@ -692,8 +640,8 @@ Test(cluster, slot_map_from_cluster_slots_when_shards_denied) {
   rlock_client *d = tc_open(uri, NULL);
   long long slots1 = 0, rejected1 = 0;
   for (int i = 0; i < 3; i++) {
-    slots1 += cmdstat(m[i], "cluster|slots", "calls");
-    rejected1 += cmdstat(m[i], "cluster|shards", "rejected_calls");
+    slots1 += tc_cmdstat(m[i], "cluster|slots", "calls");
+    rejected1 += tc_cmdstat(m[i], "cluster|shards", "rejected_calls");
   }
   cr_assert_geq(rejected1 - rejected0, 2,
                 "CLUSTER SHARDS refused %lld times for 2 opens",

@@ -15,14 +15,6 @@
 TestSuite(sentinel, .init = rt_sentinel_start, .fini = rt_topo_stop_all,
           .timeout = 120);
 
-static long long numsub(int port, const char *chan) {
-  redisReply *r = rt_node_cmd(port, "PUBSUB NUMSUB %s", chan);
-  cr_assert(r->type == REDIS_REPLY_ARRAY && r->elements == 2);
-  long long n = r->element[1]->integer;
-  freeReplyObject(r);
-  return n;
-}
-
 /* Reads what a MONITOR connection has buffered (200 ms read timeout) and
  * keeps the lines that mention `key` or WAIT, abridged, one per line. */
 static void monitor_collect(redisContext *mon, const char *key, char *out,
@@ -70,9 +62,9 @@ Test(sentinel, lock_unlock_and_wake) {
   tc_try w;
   tc_try_start(&w, lb, 8000, 10000, true);
   int64_t dl = rt_now_ms() + 3000;
-  while (numsub(master, chan) == 0 && rt_now_ms() < dl)
+  while (tc_numsub(master, "NUMSUB", chan) == 0 && rt_now_ms() < dl)
     rt_sleep_ms(10);
-  cr_assert_eq(numsub(master, chan), 1, "waiter subscribed on the master");
+  cr_assert_eq(tc_numsub(master, "NUMSUB", chan), 1, "waiter subscribed on the master");
   int64_t since = rt_now_ms() - w.started_at;
   rt_sleep_ms(since < 300 ? 300 - since : 0);
   int64_t released_at = rt_now_ms();

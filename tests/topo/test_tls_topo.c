@@ -59,6 +59,22 @@ static void openssl(const char *fmt, ...) {
                g_dir);
 }
 
+/* <name>.key (P-256) and <name>.csr for CN=<name>, in g_dir. */
+static void key_and_csr(const char *name) {
+  openssl("ecparam -name prime256v1 -genkey -noout -out %s.key", name);
+  openssl("req -new -key %s.key -config tls.cnf -subj /CN=%s -out %s.csr",
+          name, name, name);
+}
+
+/* <out>.crt: <csr>.csr certified by the CA <ca>.crt/<ca>.key with the
+ * tls.cnf extension section `ext`, valid 2 days. */
+static void sign(const char *csr, const char *out, const char *ca, int serial,
+                 const char *ext) {
+  openssl("x509 -req -in %s.csr -CA %s.crt -CAkey %s.key -set_serial %d "
+          "-days 2 -sha256 -extfile tls.cnf -extensions %s -out %s.crt",
+          csr, ca, ca, serial, ext, out);
+}
+
 /* ca.crt/key, node.crt/key signed by it, and otherca.crt (a CA that signed
  * nothing here). */
 static void make_certs(void) {
@@ -76,12 +92,8 @@ static void make_certs(void) {
   openssl("ecparam -name prime256v1 -genkey -noout -out otherca.key");
   openssl("req -x509 -new -key otherca.key -config tls.cnf -extensions v3_ca "
           "-subj /CN=other -days 2 -sha256 -out otherca.crt");
-  openssl("ecparam -name prime256v1 -genkey -noout -out node.key");
-  openssl("req -new -key node.key -config tls.cnf -subj /CN=node "
-          "-out node.csr");
-  openssl("x509 -req -in node.csr -CA ca.crt -CAkey ca.key -set_serial 2 "
-          "-days 2 -sha256 -extfile tls.cnf -extensions v3_node "
-          "-out node.crt");
+  key_and_csr("node");
+  sign("node", "node", "ca", 2, "v3_node");
   snprintf(g_ca, sizeof g_ca, "%s/ca.crt", g_dir);
   snprintf(g_other_ca, sizeof g_other_ca, "%s/otherca.crt", g_dir);
 }
@@ -91,16 +103,10 @@ static void make_certs(void) {
  * same key certified by otherca.crt, which the nodes do not trust. After
  * make_certs. */
 static void make_client_cert(void) {
-  openssl("ecparam -name prime256v1 -genkey -noout -out client.key");
-  openssl("req -new -key client.key -config tls.cnf -subj /CN=client "
-          "-out client.csr");
-  openssl("x509 -req -in client.csr -CA ca.crt -CAkey ca.key -set_serial 3 "
-          "-days 2 -sha256 -extfile tls.cnf -extensions v3_client "
-          "-out client.crt");
+  key_and_csr("client");
+  sign("client", "client", "ca", 3, "v3_client");
   /* and one from the CA that signed nothing else (otherclient.crt) */
-  openssl("x509 -req -in client.csr -CA otherca.crt -CAkey otherca.key "
-          "-set_serial 4 -days 2 -sha256 -extfile tls.cnf "
-          "-extensions v3_client -out otherclient.crt");
+  sign("client", "otherclient", "otherca", 4, "v3_client");
   snprintf(g_client_crt, sizeof g_client_crt, "%s/client.crt", g_dir);
   snprintf(g_client_key, sizeof g_client_key, "%s/client.key", g_dir);
 }
@@ -112,32 +118,33 @@ static void tls_fini(void) {
   g_dir[0] = '\0';
 }
 
-static void tls_cluster_init(void) {
+/* Certificates and TLS mode for one test; mutual: client certificates
+ * too, and every node and sentinel requires one. The caller then starts
+ * its topology. */
+static void tls_setup(bool mutual) {
   cr_assert(rlock__tls_available,
             "this rlock is built without TLS: the tls topo suites need it");
   make_certs();
+  if (mutual)
+    make_client_cert();
   rt_topo_tls(g_dir);
+  rt_topo_tls_auth_clients(mutual);
+}
+
+static void tls_cluster_init(void) {
+  tls_setup(false);
   rt_cluster_start(3, 0);
 }
-
-static void tls_sentinel_init(void) {
-  cr_assert(rlock__tls_available,
-            "this rlock is built without TLS: the tls topo suites need it");
-  make_certs();
-  rt_topo_tls(g_dir);
-  rt_sentinel_start();
-}
-
-TestSuite(tls_cluster, .init = tls_cluster_init, .fini = tls_fini,
-          .timeout = 120);
 static void tls_cluster_replicas_init(void) {
-  cr_assert(rlock__tls_available,
-            "this rlock is built without TLS: the tls topo suites need it");
-  make_certs();
-  rt_topo_tls(g_dir);
+  tls_setup(false);
   rt_cluster_start(3, 1);
 }
-
+static void tls_sentinel_init(void) {
+  tls_setup(false);
+  rt_sentinel_start();
+}
+TestSuite(tls_cluster, .init = tls_cluster_init, .fini = tls_fini,
+          .timeout = 120);
 TestSuite(tls_cluster_failover, .init = tls_cluster_replicas_init,
           .fini = tls_fini, .timeout = 120);
 TestSuite(tls_sentinel, .init = tls_sentinel_init, .fini = tls_fini,
@@ -147,25 +154,13 @@ TestSuite(tls_sentinel, .init = tls_sentinel_init, .fini = tls_fini,
  * node and sentinel (rt_topo_tls_auth_clients), and a client certificate
  * signed by the nodes' CA. */
 static void mtls_cluster_init(void) {
-  cr_assert(rlock__tls_available,
-            "this rlock is built without TLS: the tls topo suites need it");
-  make_certs();
-  make_client_cert();
-  rt_topo_tls(g_dir);
-  rt_topo_tls_auth_clients(true);
+  tls_setup(true);
   rt_cluster_start(3, 0);
 }
-
 static void mtls_sentinel_init(void) {
-  cr_assert(rlock__tls_available,
-            "this rlock is built without TLS: the tls topo suites need it");
-  make_certs();
-  make_client_cert();
-  rt_topo_tls(g_dir);
-  rt_topo_tls_auth_clients(true);
+  tls_setup(true);
   rt_sentinel_start();
 }
-
 TestSuite(mtls_cluster, .init = mtls_cluster_init, .fini = tls_fini,
           .timeout = 120);
 TestSuite(mtls_sentinel, .init = mtls_sentinel_init, .fini = tls_fini,
@@ -220,15 +215,6 @@ static int named_conns_on_tls(int port) {
   return n;
 }
 
-static long long numsub(int port, const char *sub, const char *chan) {
-  redisReply *r = rt_node_cmd(port, "PUBSUB %s %s", sub, chan);
-  cr_assert(r->type == REDIS_REPLY_ARRAY && r->elements == 2,
-            "PUBSUB %s: type %d %s", sub, r->type, r->str ? r->str : "");
-  long long n = r->element[1]->integer;
-  freeReplyObject(r);
-  return n;
-}
-
 /* Holder on client a holds `name` (lease 30 s); a waiter on client b is
  * subscribed on `node` (PUBSUB <sub>), then the holder's release wakes it
  * within 1.5 s. */
@@ -242,12 +228,12 @@ static void waiter_woken(rlock_client *a, rlock_client *b, const char *name,
   tc_try_start(&w, lb, 10000, 30000, true);
   int64_t dl = rt_now_ms() + 5000;
   long long subs = 0;
-  while ((subs = numsub(node, sub, chan)) == 0 && rt_now_ms() < dl)
+  while ((subs = tc_numsub(node, sub, chan)) == 0 && rt_now_ms() < dl)
     rt_sleep_ms(10);
   cr_assert_eq(subs, 1, "PUBSUB %s %s on %d: %lld subscribers", sub, chan,
                node, subs);
   if (strcmp(sub, "SHARDNUMSUB") == 0)
-    cr_assert_eq(numsub(node, "NUMSUB", chan), 0,
+    cr_assert_eq(tc_numsub(node, "NUMSUB", chan), 0,
                  "plain SUBSCRIBE used in a Redis 7 cluster");
   rt_sleep_ms(200);
   cr_assert_eq(atomic_load(&w.done), 0, "waiter returned while held: %d",
@@ -268,25 +254,6 @@ static void waiter_woken(rlock_client *a, rlock_client *b, const char *name,
 }
 
 /* ---- cluster ---- */
-
-/* rlock_unlock_owner on a thread (it blocks while the main thread finishes a
- * migration). */
-typedef struct tc_unl {
-  rlock *lock;
-  uint64_t owner; /* the thread that holds it */
-  int rc;
-  int64_t took;
-  char err[256];
-} tc_unl;
-
-static void tc_unl_fn(void *p) {
-  tc_unl *u = p;
-  int64_t t0 = rt_now_ms();
-  u->rc = rlock_unlock_owner(u->lock, u->owner);
-  u->took = rt_now_ms() - t0;
-  if (u->rc < 0)
-    snprintf(u->err, sizeof u->err, "%s", rlock_last_error());
-}
 
 /* What Redis 7.0 tells a TLS client (and a plain one) about the cluster:
  * the map the library reads has the TLS ports. */

@@ -148,15 +148,59 @@ static inline long long tc_exists_asking(int port, const char *key) {
   return rt_node_int(port, "EXISTS %s", key);
 }
 
+/* Field `field` ("calls", "rejected_calls", ...) of cmdstat_<cmd> in INFO
+ * commandstats on a node; 0 when the command never ran there. */
+static inline long long tc_cmdstat(int port, const char *cmd,
+                                   const char *field) {
+  char *info = rt_node_str(port, "INFO commandstats");
+  char key[96], want[48];
+  snprintf(key, sizeof key, "cmdstat_%s:", cmd);
+  snprintf(want, sizeof want, "%s=", field);
+  const char *line = info ? strstr(info, key) : NULL;
+  const char *eol = line ? strchr(line, '\n') : NULL;
+  const char *f = line ? strstr(line, want) : NULL;
+  /* "calls=" is also the end of "rejected_calls=": take the field that
+   * follows ':' or ',' */
+  while (f && (!eol || f < eol) && f[-1] != ':' && f[-1] != ',')
+    f = strstr(f + 1, want);
+  long long v = f && (!eol || f < eol) ? atoll(f + strlen(want)) : 0;
+  free(info);
+  return v;
+}
+
 /* Calls of a command on a node since start (INFO commandstats). */
 static inline long long tc_calls(int port, const char *cmd) {
-  char *info = rt_node_str(port, "INFO commandstats");
-  char needle[64];
-  snprintf(needle, sizeof needle, "cmdstat_%s:calls=", cmd);
-  const char *p = info ? strstr(info, needle) : NULL;
-  long long n = p ? atoll(p + strlen(needle)) : 0;
-  free(info);
+  return tc_cmdstat(port, cmd, "calls");
+}
+
+/* PUBSUB NUMSUB / SHARDNUMSUB (`sub`) of one channel on a node. */
+static inline long long tc_numsub(int port, const char *sub,
+                                  const char *chan) {
+  redisReply *r = rt_node_cmd(port, "PUBSUB %s %s", sub, chan);
+  cr_assert(r->type == REDIS_REPLY_ARRAY && r->elements == 2,
+            "PUBSUB %s: type %d %s", sub, r->type, r->str ? r->str : "");
+  long long n = r->element[1]->integer;
+  freeReplyObject(r);
   return n;
+}
+
+/* rlock_unlock_owner on a thread (it blocks while the test finishes a
+ * slot migration): start with rt_thread_start(&th, tc_unl_fn, &u). */
+typedef struct tc_unl {
+  rlock *lock;
+  uint64_t owner; /* the thread that holds it */
+  int rc;
+  int64_t took;
+  char err[256];
+} tc_unl;
+
+static inline void tc_unl_fn(void *p) {
+  tc_unl *u = p;
+  int64_t t0 = rt_now_ms();
+  u->rc = rlock_unlock_owner(u->lock, u->owner);
+  u->took = rt_now_ms() - t0;
+  if (u->rc < 0)
+    snprintf(u->err, sizeof u->err, "%s", rlock_last_error());
 }
 
 #endif

@@ -221,8 +221,6 @@ void rt_topo_tls(const char *dir) {
               strerror(errno));
 }
 
-bool rt_topo_tls_on(void) { return tls_mode(); }
-
 void rt_topo_tls_auth_clients(bool yes) { T.tls_auth_clients = yes; }
 
 /* Appends the TLS arguments of a data node or cluster node to argv at *a
@@ -250,9 +248,9 @@ static void tls_args(const char **argv, size_t *a, const char *tls_port_s,
   argv[*a] = NULL;
 }
 
-/* Every node this process runs (cluster, sentinel data nodes, sentinels),
- * for the port maps below. */
-static proc *proc_by(int port, bool by_tls) {
+/* The node with plain port `port` among every node this process runs
+ * (cluster, sentinel data nodes, sentinels); NULL: none. */
+static proc *proc_at(int port) {
   if (port <= 0)
     return NULL;
   proc *all[RT_MAX_NODES + 5];
@@ -264,22 +262,17 @@ static proc *proc_by(int port, bool by_tls) {
   for (int i = 0; i < 3; i++)
     all[n++] = &T.sen[i];
   for (int i = 0; i < n; i++)
-    if ((by_tls ? all[i]->tls_port : all[i]->port) == port)
+    if (all[i]->port == port)
       return all[i];
   return NULL;
 }
 
 int rt_topo_tls_port(int port) {
-  proc *p = proc_by(port, false);
+  proc *p = proc_at(port);
   cr_assert(p != NULL, "port %d is none of our nodes", port);
   cr_assert(p->tls_port > 0, "node %d has no TLS port (not in TLS mode)",
             port);
   return p->tls_port;
-}
-
-int rt_topo_plain_port(int tls_port) {
-  proc *p = proc_by(tls_port, true);
-  return p ? p->port : -1;
 }
 
 /* The port other nodes and clients are told about: the TLS one in TLS
@@ -743,12 +736,6 @@ const char *rt_cluster_uri(void) {
   return T.cl_uri;
 }
 
-int rt_cluster_tls_port(int i) {
-  cr_assert(i >= 0 && i < T.cl_n, "no cluster node %d", i);
-  cr_assert(T.cl[i].tls_port > 0, "cluster not started in TLS mode");
-  return T.cl[i].tls_port;
-}
-
 const char *rt_cluster_tls_uri(void) {
   int m[RT_MAX_NODES];
   int n = rt_cluster_masters(m, RT_MAX_NODES);
@@ -988,10 +975,8 @@ static void expect_ok(int port, redisReply *r, const char *what) {
 
 static void migrate_key(int from, int to, const char *key, size_t len) {
   /* With tls-cluster, MIGRATE connects over TLS: the target's TLS port. */
-  int to_addr = proc_of_port(to)->tls_port > 0 ? proc_of_port(to)->tls_port
-                                               : to;
   redisReply *r = rt_node_cmd(from, "MIGRATE 127.0.0.1 %d %b 0 5000 REPLACE",
-                              to_addr, key, len);
+                              announced_port(to), key, len);
   bool ok = r->type == REDIS_REPLY_STATUS &&
             (strcmp(r->str, "OK") == 0 || strcmp(r->str, "NOKEY") == 0);
   char got[256];

@@ -56,7 +56,6 @@ int rt_topo_free_port(void);
  * dir NULL or "": plain mode. rt_topo_stop_all() goes back to plain mode.
  * The files must stay until the topology is stopped. */
 void rt_topo_tls(const char *dir);
-bool rt_topo_tls_on(void);
 /* Mutual TLS for the next start in TLS mode: yes gives every data node,
  * cluster node and sentinel --tls-auth-clients yes (tls-auth-clients yes
  * in the sentinel confs), so a client must present a certificate signed by
@@ -70,8 +69,6 @@ void rt_topo_tls_auth_clients(bool yes);
 /* The TLS port of the node (cluster node, sentinel data node or sentinel)
  * whose plain port is `port`; asserts it is ours and has one. */
 int rt_topo_tls_port(int port);
-/* The plain port of the node whose TLS port is tls_port; -1: none. */
-int rt_topo_plain_port(int tls_port);
 
 /* ---- cluster slots ---- */
 
@@ -129,8 +126,6 @@ int rt_cluster_key_owner(const char *key);
 /* "redis+cluster://127.0.0.1:P1,127.0.0.1:P2" with the first two live
  * masters (static storage). */
 const char *rt_cluster_uri(void);
-/* TLS mode: TLS port of node i. */
-int rt_cluster_tls_port(int i);
 /* TLS mode: "rediss+cluster://127.0.0.1:Q1,127.0.0.1:Q2", the TLS ports of
  * the first two live masters (static storage). */
 const char *rt_cluster_tls_uri(void);

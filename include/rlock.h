@@ -118,7 +118,8 @@ typedef void (*rlock_lock_lost_cb)(const char *name, const char *owner,
 
 /* Client options. Always fill with rlock_options_init() first, then set the
  * fields you need: the struct may grow in later versions, and fields are
- * only ever added at the end. */
+ * only ever added at the end (each marked with the version that added it;
+ * every field below is in 0.1.0, the first release). */
 typedef struct rlock_options {
   /* Set to sizeof(rlock_options) by rlock_options_init(); do not change it.
    * rlock_client_open() reads only this many bytes, so a program built
@@ -160,13 +161,11 @@ typedef struct rlock_options {
    * SUBSCRIBE always. Default 0 (auto, as Java Redisson's AUTO): sharded
    * against a cluster whose servers support it (probed once with PUBSUB
    * SHARDNUMSUB at open), plain otherwise - standalone and Sentinel
-   * included, as before 0.3. */
+   * included. */
   int sharded_pubsub;
   /* See rlock_lock_lost_cb. Default NULL. */
   rlock_lock_lost_cb on_lock_lost;
   void *on_lock_lost_data;
-
-  /* ---- added in 0.2 ---- */
 
   /* Time one connection attempt may take: resolving the host, connecting
    * to each of its addresses in turn, and the TLS handshake. A connection
@@ -217,8 +216,6 @@ typedef struct rlock_options {
    * other processes (Java included) get their turn. 0 turns local handoff
    * off. Default 3. Range 0..1000. */
   int handoff_max;
-
-  /* ---- added in 0.3 ---- */
 
   /* redis+sentinel:// URIs: the user and password the sentinels ask for
    * (the URI's own are the master's). NULL: no AUTH to the sentinels.

@@ -500,9 +500,10 @@ static int plain_connect_key(const char *uri_text, const cli_tls_opts *tls,
   return exit_code;
 }
 
-/* `prefix` + the name's tag, with PROTOCOL.md's brace rule: the name is
- * wrapped in braces unless it already contains '{' (Redisson's
- * prefixName). "redisson_lock__channel:" gives the lock channel.
+/* `prefix` + the name's tag, with the brace rule (docs/wire-protocol.md,
+ * "Names"): the name is wrapped in braces unless it already contains '{'
+ * (Redisson's prefixName). "redisson_lock__channel:" gives the lock
+ * channel.
  * malloc'd; NULL when out of memory. */
 static char *tagged(const char *prefix, const char *name, size_t *len_out) {
   size_t len = strlen(name);

@@ -1,6 +1,7 @@
-/* The primitives layer: one file per Redisson primitive (lock.c the
- * reentrant lock, fair.c, rwlock.c (read and write), fenced.c, spin.c),
- * each filling an rlock__prim descriptor that the engine drives, plus its
+/* The primitives layer: one file per Redisson primitive, eight in all
+ * (lock.c the reentrant lock, fair.c, rwlock.c (read and write), fenced.c,
+ * spin.c, semaphore.c, psem.c the permit-expirable semaphore, latch.c the
+ * count-down latch), each filling an rlock__prim descriptor that the engine drives, plus its
  * Lua scripts (<kind>_*.lua beside it, embedded at build time) and its
  * public API. Internal. */
 #ifndef RLOCK_PRIM_H

@@ -984,7 +984,8 @@ Test(cli, status_of_unlocked_and_non_lock_keys) {
 }
 
 Test(cli, status_counts_waiters_with_the_brace_rule) {
-  /* A name with '{' gets no extra braces in its channel (PROTOCOL.md). */
+  /* A name with '{' gets no extra braces in its channel
+   * (docs/wire-protocol.md, "Names"). */
   char key[64], channel[128], wrong[160];
   rt_key(key, sizeof key, "cli{tag}:st");
   snprintf(channel, sizeof channel, "redisson_lock__channel:%s", key);

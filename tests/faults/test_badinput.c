@@ -73,8 +73,9 @@ static void row_empty_name(row_result *r) {
   rlock_client_close(c);
 }
 
-/* A name containing '{' is valid; its channel is the bare name
- * (PROTOCOL.md brace rule), and waiting on it works end to end. */
+/* A name containing '{' is valid; its channel is the bare name (the brace
+ * rule, docs/wire-protocol.md "Names"), and waiting on it works end to
+ * end. */
 static void row_brace_name(row_result *r) {
   char key[KEY_MAX], chan[CHAN_MAX], wrong[CHAN_MAX];
   rt_key(key, sizeof key, "fk{brace}");

@@ -1,5 +1,5 @@
-/* The options added in 0.3 (sentinel credentials, replica sync, cluster
- * refresh, sharded_pubsub auto) and how option checks read the new URI
+/* The options for Sentinel and Cluster (sentinel credentials, replica sync,
+ * cluster refresh, sharded_pubsub auto) and how option checks read the new URI
  * schemes. The older fields are covered in test_uri.c. */
 #include <criterion/criterion.h>
 #include <stdint.h>
@@ -23,7 +23,8 @@ Test(options03, defaults) {
   cr_assert_eq(o.cluster_refresh_ms, 5000);
   cr_assert_eq(rlock__options_validate(&o), 0);
 
-  /* An older caller's struct (up to 0.2) gets these defaults too. */
+  /* A caller's struct that ends before sentinel_user (built against a
+   * header without them) gets these defaults too. */
   rlock_options full;
   o.struct_size = offsetof(rlock_options, sentinel_user);
   memset((char *)&o + o.struct_size, 0x5a, sizeof o - o.struct_size);

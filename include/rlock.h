@@ -40,6 +40,10 @@ extern "C" {
 #define RLOCK_EXTERN
 #endif
 
+/* The version of this header (semantic versioning; meson.build's project
+ * version, which the build checks them against). A program built against
+ * it may run with a newer library of the same soname: rlock_version() says
+ * which version is running. */
 #define RLOCK_VERSION_MAJOR 0
 #define RLOCK_VERSION_MINOR 1
 #define RLOCK_VERSION_PATCH 0
@@ -92,6 +96,11 @@ RLOCK_EXTERN const char *rlock_strerror(int err);
 
 /* Symbolic name of an error code, e.g. "RLOCK_ENOTOWNER"; never NULL. */
 RLOCK_EXTERN const char *rlock_err_name(int err);
+
+/* The running library's version, "MAJOR.MINOR.PATCH" (e.g. "0.1.0"): the
+ * RLOCK_VERSION_STRING it was built with, which may be newer than the
+ * header a program was compiled against. Static; never NULL. Thread-safe. */
+RLOCK_EXTERN const char *rlock_version(void);
 
 /*
  * Detail of the calling thread's most recent failed rlock call: the server's

@@ -17,6 +17,9 @@
  *        (server: argv[1] if not "", else $REDIS_URL, else
  *        redis://127.0.0.1:6379)
  */
+/* uv.h needs POSIX types (pthread_rwlock_t, ...) that plain C11 hides:
+ * ask for them, so that `cc -std=c11` builds this file too. */
+#define _POSIX_C_SOURCE 200809L
 #include <rlock.h>
 #include <uv.h>
 

@@ -3,6 +3,9 @@
  *   <epoch-microseconds> <LABEL>.<thread> want|enter|leave <round>
  * so that scripts/demo can merge it with other processes' timelines.
  * Usage: contend URI NAME THREADS ROUNDS HOLD_MS LABEL */
+/* nanosleep() and clock_gettime() are POSIX, not C11: ask for them, so
+ * that `cc -std=c11` builds this file too. */
+#define _POSIX_C_SOURCE 200809L
 #include <rlock.h>
 #include <pthread.h>
 #include <stdint.h>

@@ -711,6 +711,13 @@ static void print_beside(bool cluster) {
   }
 }
 
+static void csv_num(char *buf, size_t size, const char *fmt, double x) {
+  if (isnan(x))
+    buf[0] = '\0';
+  else
+    snprintf(buf, size, fmt, x);
+}
+
 static void csv_field(FILE *f, const char *s, bool last) {
   fputc('"', f);
   for (; *s; s++) {
@@ -734,9 +741,11 @@ static void write_csv(const char *path) {
   for (int i = 0; i < nrows; i++) {
     const row *r = &rows[i];
     char v[32], b[32], q[32], t[64];
-    snprintf(v, sizeof(v), isnan(r->value) ? "" : "%.6g", r->value);
-    snprintf(b, sizeof(b), isnan(r->base) ? "" : "%.6g", r->base);
-    snprintf(q, sizeof(q), isnan(r->ratio) ? "" : "%.4g", r->ratio);
+    /* NaN: an empty field (one format per call: clang -Wformat-zero-length
+     * refuses an empty format string even in a conditional). */
+    csv_num(v, sizeof(v), "%.6g", r->value);
+    csv_num(b, sizeof(b), "%.6g", r->base);
+    csv_num(q, sizeof(q), "%.4g", r->ratio);
     fmt_target(r, t, sizeof(t));
     csv_field(f, r->id, false);
     csv_field(f, r->metric, false);

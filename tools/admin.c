@@ -949,7 +949,9 @@ static void print_json(const char *name, const lock_state *s, bool first,
 static int read_state(pconn *c, const char *name, lock_state *s,
                       redisReply **exec_out) {
   *exec_out = NULL;
-  size_t channel_len, rw_len, queue_len, token_len;
+  /* Zeroed: gcc -O3 cannot see that a NULL from tagged() ends the
+   * function before they are read (-Wmaybe-uninitialized). */
+  size_t channel_len = 0, rw_len = 0, queue_len = 0, token_len = 0;
   char *channel = lock_channel(name, &channel_len);
   char *rw_channel = tagged("redisson_rwlock:", name, &rw_len);
   char *queue = tagged("redisson_lock_queue:", name, &queue_len);

@@ -64,7 +64,9 @@ static void failed(rlock__sentinel *s, int err, const char *detail) {
   rlock__net *n = s->net;
   drop_link(s);
   s->last_err = err;
-  snprintf(s->last_detail, sizeof(s->last_detail), "%s", detail);
+  /* Cut to fit, with a bound gcc can see (-Wformat-truncation at -O3). */
+  snprintf(s->last_detail, sizeof(s->last_detail), "%.*s",
+           (int)sizeof(s->last_detail) - 1, detail);
   s->at = (s->at + 1) % n->uri->naddrs;
   int64_t delay = 0;
   if (++s->tried >= (int)n->uri->naddrs) {

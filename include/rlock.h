@@ -316,8 +316,8 @@ RLOCK_EXTERN int rlock_get(rlock_client *client, const char *name,
  * call below accepts (lock, try_lock, unlock, force_unlock, is_locked,
  * is_held, hold_count, remain_ttl, their _owner and _async forms), on the
  * same keys, channels and messages as Java Redisson (docs/wire-protocol.md;
- * README, "Lock kinds", says which kinds exclude which on one name). Errors
- * as for rlock_get().
+ * docs/api.md, "Lock kinds", says which kinds exclude which on one name).
+ * Errors as for rlock_get().
  *
  *  rlock_get_fair    Redisson getFairLock(name): first come, first served
  *                    across all clients (a queue list and a deadline zset

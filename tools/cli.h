@@ -19,8 +19,7 @@
 
 /* Exit codes of the tool itself (sysexits.h values where one fits). A
  * command's own status, or 128+N when it died of signal N, passes through
- * unchanged. The table is repeated in --help and in README.md (Command-line
- * tool). */
+ * unchanged. The table is repeated in --help and in docs/cli.md. */
 enum {
   CLI_EXIT_CONFLICT = 1,    /* -n busy or -w ran out (default; see -E) */
   CLI_EX_USAGE = 64,        /* bad arguments or URI */

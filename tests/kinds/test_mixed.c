@@ -1,4 +1,4 @@
-/* Kinds on one name (README, "Lock kinds"): RLock, fenced, spin and fair
+/* Kinds on one name (docs/api.md, "Lock kinds"): RLock, fenced, spin and fair
  * locks share RLock's hash and exclude each other; a read/write lock's hash
  * (its "mode" field) is another layout, and a call of another kind on it
  * fails with RLOCK_EKIND, changing nothing. */

@@ -151,6 +151,8 @@ typedef struct cli_run_opts {
   int64_t kill_after_ms;  /* grace between SIGTERM and SIGKILL */
   int conflict_exit_code; /* -E */
   cli_on_lost on_lost;
+  bool orphan_ok;         /* --orphan-ok: no SIGTERM to COMMAND when rlock
+                             dies */
   bool verbose;
   cli_tls_opts tls;
   cli_sentinel_opts sentinel;

@@ -68,10 +68,13 @@ static const char usage_text[] =
     "      --on-lost=warn|kill when the lock is lost while COMMAND runs (deleted,\n"
     "                          expired, -l ran out): warn prints a warning (the\n"
     "                          default); kill sends SIGTERM to COMMAND, SIGKILL\n"
-    "                          after --kill-after, and exits 79; with kill,\n"
-    "                          COMMAND also gets SIGTERM if rlock itself dies\n"
+    "                          after --kill-after, and exits 79\n"
     "      --kill-after DURATION\n"
     "                          grace between SIGTERM and SIGKILL (default 5s)\n"
+    "      --orphan-ok         let COMMAND run on if rlock itself dies (by\n"
+    "                          default COMMAND gets SIGTERM then: nothing holds\n"
+    "                          the lock for it any more); not with\n"
+    "                          --on-lost=kill\n"
     "      --no-replica-sync   do not WAIT for the master's replicas after each\n"
     "                          acquire, release and renewal (by default, when\n"
     "                          the master has replicas, an acquire no replica\n"
@@ -176,8 +179,9 @@ static const char notes_text[] =
     "environment, and with --fenced RLOCK_TOKEN (decimal). SIGINT, SIGTERM,\n"
     "SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to rlock are passed on to\n"
     "COMMAND (not those a terminal sends to both); the lock is released\n"
-    "whichever way COMMAND ends. If rlock itself is killed with SIGKILL the\n"
-    "lock expires after the watchdog lease (or -l).\n"
+    "whichever way COMMAND ends. If rlock itself dies (SIGKILL, a crash),\n"
+    "COMMAND gets SIGTERM (not with --orphan-ok; processes COMMAND started\n"
+    "do not) and the lock expires after the watchdog lease (or -l).\n"
     "\n"
     "Exit status:\n"
     "  N      COMMAND's exit status\n"
@@ -655,6 +659,7 @@ enum {
   OPT_PERMITS,
   OPT_NO_REPLICA_SYNC,
   OPT_REPLICA_SYNC_TIMEOUT,
+  OPT_ORPHAN_OK,
 };
 
 static const struct option run_longopts[] = {
@@ -669,6 +674,7 @@ static const struct option run_longopts[] = {
     {"permits", required_argument, NULL, OPT_PERMITS},
     {"on-lost", required_argument, NULL, OPT_ON_LOST},
     {"kill-after", required_argument, NULL, OPT_KILL_AFTER},
+    {"orphan-ok", no_argument, NULL, OPT_ORPHAN_OK},
     {"no-replica-sync", no_argument, NULL, OPT_NO_REPLICA_SYNC},
     {"replica-sync-timeout", required_argument, NULL,
      OPT_REPLICA_SYNC_TIMEOUT},
@@ -756,6 +762,9 @@ static int run_main(int argc, char **argv) {
     case OPT_NO_REPLICA_SYNC:
       o.no_replica_sync = true;
       break;
+    case OPT_ORPHAN_OK:
+      o.orphan_ok = true;
+      break;
     case OPT_REPLICA_SYNC_TIMEOUT:
       if (!duration_opt("replica-sync-timeout", optarg,
                         &o.replica_sync_timeout_ms))
@@ -799,6 +808,12 @@ static int run_main(int argc, char **argv) {
   if (o.no_replica_sync && o.replica_sync_timeout_ms > 0) {
     cli_err("--replica-sync-timeout and --no-replica-sync exclude each "
             "other (no WAIT is sent without replica sync)");
+    usage_hint();
+    return CLI_EX_USAGE;
+  }
+  if (o.orphan_ok && o.on_lost == CLI_ON_LOST_KILL) {
+    cli_err("--orphan-ok and --on-lost=kill exclude each other (kill stops "
+            "COMMAND when the lock is lost, and rlock's death loses it)");
     usage_hint();
     return CLI_EX_USAGE;
   }

@@ -793,15 +793,21 @@ static bool process_ended(void *arg) {
   return ended;
 }
 
+/* --orphan-ok (issue 24): in warn mode COMMAND outlives rlock only when
+ * asked to. */
 Test(cli, rlock_sigkilled_lock_expires_and_kill_mode_stops_command) {
   for (int kill_mode = 0; kill_mode <= 1; kill_mode++) {
     char key[64];
     rt_key(key, sizeof key, "cli:rlockkilled");
     cli_proc p;
-    cli_start(&p, ARGS("--watchdog", "900",
-                       kill_mode ? "--on-lost=kill" : "--on-lost=warn", key,
-                       "--", "sh", "-c",
-                       "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 30"));
+    if (kill_mode)
+      cli_start(&p, ARGS("--watchdog", "900", "--on-lost=kill", key, "--",
+                         "sh", "-c",
+                         "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 30"));
+    else
+      cli_start(&p, ARGS("--watchdog", "900", "--on-lost=warn", "--orphan-ok",
+                         key, "--", "sh", "-c",
+                         "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 30"));
     rt_wait_until_what(file_exists, "pid", 10000, "COMMAND started");
     char *pid_text = first_line_in("pid");
     pid_t child = (pid_t)atoi(pid_text);
@@ -822,6 +828,53 @@ Test(cli, rlock_sigkilled_lock_expires_and_kill_mode_stops_command) {
       kill(child, SIGKILL);
     }
   }
+}
+
+/*
+ * Issue 24: a SIGKILLed rlock left its COMMAND running with nothing holding
+ * the lock, and after the lease a second rlock ran its COMMAND alongside.
+ * By default COMMAND now gets SIGTERM when rlock dies: it is gone at once,
+ * while the dead rlock's lock still exists, so no second holder can have
+ * started. The default watchdog here (30 s): the lock is still there.
+ */
+Test(cli, sigkilled_rlock_takes_its_command_along_by_default) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:deathsig");
+  cli_proc p;
+  cli_start(&p, ARGS(key, "--", "sh", "-c",
+                     "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 30"));
+  rt_wait_until_what(file_exists, "pid", 10000, "COMMAND started");
+  char *pid_text = first_line_in("pid");
+  pid_t child = (pid_t)atoi(pid_text);
+  free(pid_text);
+  cr_assert_gt(child, 0);
+  cr_assert(!process_ended(&child));
+  cr_assert_eq(kill(p.pid, SIGKILL), 0);
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 128 + SIGKILL);
+  int64_t died = rt_now_ms();
+  bool ended = rt_poll_until(process_ended, &child, PROMPT_MS);
+  if (!ended)
+    kill(child, SIGKILL);
+  cr_assert(ended, "COMMAND (pid %d) still runs %d ms after rlock died",
+            (int)child, PROMPT_MS);
+  cr_assert_lt(rt_now_ms() - died, PROMPT_MS);
+  /* Stopped while the dead rlock's lock still stood: no overlap. */
+  cr_assert_eq(rt_exists(key), 1);
+}
+
+Test(cli, orphan_ok_and_on_lost_kill_exclude_each_other) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:orphankill");
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("--orphan-ok", "--on-lost=kill", key, "--",
+                                "sh", "-c", "echo ran > ran")),
+               64);
+  char *err = slurp(p.err_path);
+  cr_assert(strstr(err, "--orphan-ok and --on-lost=kill exclude each other")
+                != NULL, "stderr: %s", err);
+  free(err);
+  cr_assert(!exists_in("ran"));
+  cr_assert_eq(rt_exists(key), 0);
 }
 
 /* ---- lost locks ---- */

@@ -126,17 +126,17 @@ static const char kinds_text[] =
     "NAME, or -s/-x on theirs, fails with exit 69.\n"
     "\n"
     "Semaphore (instead of a KIND):\n"
-    "      --permits N         hold ONE permit of the permit-expirable\n"
-    "                          semaphore NAME (getPermitExpirableSemaphore) of\n"
-    "                          N permits (N >= 1): at most N runs at once across\n"
-    "                          the fleet. NAME is set to N permits if absent; if\n"
-    "                          it has another size, a warning names both and\n"
-    "                          the run goes on with the existing size. The\n"
-    "                          permit has a lease of --watchdog (30s), renewed\n"
-    "                          every third of it while COMMAND runs (with -l:\n"
-    "                          that fixed lease, not renewed), so a crashed\n"
-    "                          rlock's permit returns by itself. -n, -w, -E,\n"
-    "                          --on-lost apply; RLOCK_OWNER is the permit id\n"
+    "      --permits N         hold ONE permit of the permit-expirable semaphore\n"
+    "                          NAME (getPermitExpirableSemaphore) of N permits (1\n"
+    "                          to 2147483647): at most N runs at once across the\n"
+    "                          fleet. NAME is set to N permits if absent; if it has\n"
+    "                          another size, a warning names both and the run goes\n"
+    "                          on with the existing size. The permit has a lease of\n"
+    "                          --watchdog (30s), renewed every third of it while\n"
+    "                          COMMAND runs (with -l: that fixed lease, not\n"
+    "                          renewed), so a crashed rlock's permit returns by\n"
+    "                          itself. -n, -w, -E, --on-lost apply; RLOCK_OWNER is\n"
+    "                          the permit id\n"
     "\n";
 
 /* Three strings: ISO C guarantees string literals only up to 4095 bytes. */
@@ -747,7 +747,8 @@ static int run_main(int argc, char **argv) {
       long long n = strtoll(optarg, &end, 10);
       if (errno != 0 || end == optarg || *end != '\0' || n < 1 ||
           n > INT64_C(2147483647)) {
-        cli_err("invalid --permits '%s' (a number of permits, at least 1)",
+        cli_err("invalid --permits '%s' (a number of permits from 1 to "
+                "2147483647)",
                 optarg);
         usage_hint();
         return CLI_EX_USAGE;

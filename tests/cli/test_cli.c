@@ -2444,6 +2444,30 @@ Test(cli, permits_usage_errors) {
                64);
 }
 
+/* Issue 24: 2^31 and more were refused as if below 1 ("at least 1"). */
+Test(cli, permits_out_of_range_names_the_range) {
+  const char *const too_big[] = {"2147483648", "9223372036854775807",
+                                 "99999999999999999999"};
+  cli_proc p;
+  for (size_t i = 0; i < sizeof too_big / sizeof too_big[0]; i++) {
+    cr_assert_eq(cli_run(&p, ARGS("--permits", too_big[i], "k", "true")), 64);
+    char *err = cli_err(&p);
+    cr_assert(strstr(err, "from 1 to 2147483647") != NULL, "stderr: %s", err);
+    cr_assert(strstr(err, "at least 1") == NULL, "stderr: %s", err);
+    free(err);
+  }
+  /* The top of the range is taken. */
+  char key[64];
+  rt_key(key, sizeof key, "cli:permitsmax");
+  cr_assert_eq(cli_run(&p, ARGS("--permits", "2147483647", "-n", key, "--",
+                                "sh", "-c", "echo ran > ran")),
+               0);
+  cr_assert(exists_in("ran"));
+  char *count = rt_str("GET %s", key);
+  cr_assert_str_eq(count, "2147483647");
+  free(count);
+}
+
 Test(cli, permits_other_size_warns_and_goes_on) {
   char key[64];
   rt_key(key, sizeof key, "cli:permitsize");

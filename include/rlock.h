@@ -274,7 +274,10 @@ static inline void rlock_options_init(rlock_options *o) {
  * connect_timeout_ms, or no answer to PING within command_timeout_ms),
  * RLOCK_ETLS (rediss://: the handshake failed, the certificate or its name
  * did not verify, a TLS file could not be used, the server speaks plain
- * text, or this build has no TLS), RLOCK_ENOMEM, RLOCK_ESYS.
+ * text, or this build has no TLS), RLOCK_ENOMEM, RLOCK_ESYS (no thread,
+ * or too few free file descriptors: the first client in a process also
+ * sets up libuv's process-wide signal pipe, and with too few it returns
+ * RLOCK_ESYS rather than let libuv abort the process).
  * rlock_last_error() gives the detail (the server's text, or what the peer
  * sent).
  */

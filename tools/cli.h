@@ -1,6 +1,8 @@
 /* The rlock command-line tool: pieces shared by its files.
  *
- *   rlock.c  argument parsing, --help/--version, dispatch
+ *   rlock.c  argument parsing, --help/--version, dispatch (connection
+ *            options may come before status and unlock)
+ *   rlock.1.scd  the manual page, rlock(1), in scdoc (tools/meson.build)
  *   run.c    `rlock NAME -- COMMAND`: the lock thread, signals, the child
  *   admin.c  `rlock status` and `rlock unlock --force`, and the plain
  *            synchronous connection they (and run.c's clean-up) use:
@@ -19,7 +21,8 @@
 
 /* Exit codes of the tool itself (sysexits.h values where one fits). A
  * command's own status, or 128+N when it died of signal N, passes through
- * unchanged. The table is repeated in --help and in docs/cli.md. */
+ * unchanged. The table is repeated in the manual page (rlock.1.scd, EXIT
+ * STATUS), in short in --help, and in docs/cli.md. */
 enum {
   CLI_EXIT_CONFLICT = 1,    /* -n busy or -w ran out (default; see -E) */
   CLI_EX_USAGE = 64,        /* bad arguments or URI */
@@ -150,6 +153,8 @@ typedef struct cli_run_opts {
   int64_t kill_after_ms;  /* grace between SIGTERM and SIGKILL */
   int conflict_exit_code; /* -E */
   cli_on_lost on_lost;
+  bool orphan_ok;         /* --orphan-ok: no SIGTERM to COMMAND when rlock
+                             dies */
   bool verbose;
   cli_tls_opts tls;
   cli_sentinel_opts sentinel;
@@ -168,7 +173,7 @@ void cli_err_rlock(int err, const char *what);
  * and a hint to --help; returns CLI_EX_USAGE. */
 int cli_getopt_error(int c, char **argv);
 
-/* Writes the --help text. */
+/* Writes the --help text: a short usage that names the manual page. */
 void cli_help(FILE *out);
 
 /* Reports a failed rlock_client_open() and returns the exit code. */

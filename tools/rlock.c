@@ -19,201 +19,39 @@
  * at 2^31-1 ms (~24.8 days). */
 #define DURATION_MAX_MS INT64_C(2147483647)
 
-static const char usage_text[] =
+/* A short usage; every option, the exit statuses, the environment and
+ * examples are in the manual page, rlock(1) (tools/rlock.1.scd). */
+static const char help_text[] =
     "Usage:\n"
     "  rlock [options] NAME [--] COMMAND [ARGS...]\n"
     "  rlock [options] NAME -c SHELL-COMMAND\n"
-    "  rlock status [--json] [-u URI] [TLS/sentinel options] NAME...\n"
-    "  rlock unlock --force [--any-type] [KIND] [-u URI] [TLS/sentinel "
-    "options]\n"
-    "               NAME...\n"
+    "  rlock [connection options] status [--json] NAME...\n"
+    "  rlock [connection options] unlock --force [--any-type] [KIND] NAME...\n"
     "  rlock --help | --version\n"
     "\n"
     "Run COMMAND while holding the distributed lock NAME, a Redisson lock in\n"
-    "Redis: Java services using getLock(NAME) and other rlock processes take\n"
-    "turns with it. The lock is released when COMMAND exits, and rlock exits\n"
-    "with COMMAND's status. Options come before NAME; everything after NAME\n"
-    "(and an optional `--`) is COMMAND. Put `--` before a NAME that is\n"
-    "`status` or `unlock`.\n"
+    "Redis, and exit with COMMAND's status: COMMAND runs on one machine at a\n"
+    "time. Options come before NAME; a lock called status or unlock follows --.\n"
     "\n"
-    "Options (KIND is one of -s, -x, --fair, --fenced; see below):\n"
-    "  -u, --uri URI           Redis server:\n"
-    "                          redis://[[user]:password@]host[:port][/db],\n"
-    "                          rediss://... (TLS, see below),\n"
-    "                          unix:///path[?db=N],\n"
-    "                          redis+sentinel://[[user]:password@]h1[:port]\n"
-    "                          [,h2[:port]...]/MASTER[/db] (the master the\n"
-    "                          sentinels name MASTER; port 26379; user and\n"
-    "                          password are the master's),\n"
-    "                          redis+cluster://[[user]:password@]h1[:port]\n"
-    "                          [,h2[:port]...] (any nodes of a Redis Cluster;\n"
-    "                          port 6379), or rediss+sentinel:// and\n"
-    "                          rediss+cluster:// for TLS; default $REDIS_URL,\n"
-    "                          else redis://127.0.0.1:6379\n"
-    "  -n, --nonblock          fail at once (exit 1) if the lock is held\n"
-    "  -w, --wait, --timeout DURATION\n"
-    "                          give up (exit 1) after waiting DURATION; default:\n"
-    "                          wait as long as it takes (-n is -w 0; the last of\n"
-    "                          -n and -w wins)\n"
-    "  -E, --conflict-exit-code CODE\n"
-    "                          exit with CODE (0-255) instead of 1 when -n or -w\n"
-    "                          gives up\n"
-    "  -l, --lease DURATION    the lock expires DURATION after it was taken, even\n"
-    "                          if COMMAND still runs (see --on-lost); default: no\n"
-    "                          lease, the watchdog renews the lock until COMMAND\n"
-    "                          exits\n"
-    "      --watchdog DURATION watchdog lease, renewed every third of it (default\n"
-    "                          30s, at least 300ms); a lost lock is noticed within\n"
-    "                          a third of it\n"
-    "      --on-lost=warn|kill when the lock is lost while COMMAND runs (deleted,\n"
-    "                          expired, -l ran out): warn prints a warning (the\n"
-    "                          default); kill sends SIGTERM to COMMAND, SIGKILL\n"
-    "                          after --kill-after, and exits 79; with kill,\n"
-    "                          COMMAND also gets SIGTERM if rlock itself dies\n"
-    "      --kill-after DURATION\n"
-    "                          grace between SIGTERM and SIGKILL (default 5s)\n"
-    "      --no-replica-sync   do not WAIT for the master's replicas after each\n"
-    "                          acquire, release and renewal (by default, when\n"
-    "                          the master has replicas, an acquire no replica\n"
-    "                          confirmed is undone and rlock exits 75)\n"
-    "      --replica-sync-timeout DURATION\n"
-    "                          how long WAIT waits for the replicas (default\n"
-    "                          1s, at least 1ms)\n"
-    "  -c, --command STRING    (after NAME) run STRING with /bin/sh -c\n"
-    "  -v, --verbose           report acquiring, giving up and releasing on\n"
-    "                          stderr\n"
-    "  -h, --help              show this help and exit\n"
-    "  -V, --version           show the version and exit\n"
+    "  -u, --uri URI           Redis (redis://, rediss://, unix://,\n"
+    "                          redis+sentinel://, redis+cluster://); default\n"
+    "                          $REDIS_URL, else redis://127.0.0.1:6379\n"
+    "  -n, --nonblock          exit 1 at once if the lock is held\n"
+    "  -w, --wait DURATION     exit 1 after waiting DURATION (250ms, 1.5s, 2m)\n"
+    "  -l, --lease DURATION    a fixed lease instead of the renewing watchdog\n"
+    "  -s, -x, --fair, --fenced, --permits N\n"
+    "                          read, write, fair or fenced lock; semaphore\n"
+    "  -c, --command STRING    run STRING with /bin/sh -c\n"
+    "  -v, --verbose           report acquiring and releasing on stderr\n"
+    "Connection options: -u, --tls-*, --sentinel-* (before or after status\n"
+    "and unlock).\n"
     "\n"
-    ;
-
-static const char commands_text[] =
-    "status NAME...            for each lock: its owners (<client-uuid>:<thread-id>)\n"
-    "                          with their hold counts, its time to live and the\n"
-    "                          number of clients waiting (subscribed to its\n"
-    "                          channel); and where it can tell, its kind: a\n"
-    "                          read/write lock's mode and readers or writer, a\n"
-    "                          fair lock's queue, a fenced lock's token; --json\n"
-    "                          prints a JSON array instead\n"
-    "unlock --force NAME...    delete the locks whoever holds them and wake a\n"
-    "                          waiter; a NAME that holds another Redis type (not\n"
-    "                          a hash) is left as it is, reported, and makes the\n"
-    "                          exit status 69; the other NAMEs are still unlocked\n"
-    "      --any-type          (with unlock --force) delete each NAME whatever\n"
-    "                          its type, like Redisson's forceUnlock\n"
-    "      KIND                (with unlock --force) that kind's force unlock:\n"
-    "                          -s (-x) deletes a read/write lock only in read\n"
-    "                          (write) mode; --fair also wakes the first fair\n"
-    "                          waiter\n"
-    "\n";
-
-static const char kinds_text[] =
-    "Kinds of lock (KIND; at most one; default Redisson's getLock(NAME)):\n"
-    "  -s, --shared            the READ lock of the read/write lock NAME\n"
-    "                          (getReadWriteLock(NAME).readLock()): shared with\n"
-    "                          other -s holders, excluded by -x (like flock -s)\n"
-    "  -x, --exclusive         its WRITE lock: excludes -s and -x (like flock -x)\n"
-    "      --fair              the fair lock (getFairLock): waiters get it first\n"
-    "                          come, first served, across the fleet\n"
-    "      --fenced            the fenced lock (getFencedLock): COMMAND gets this\n"
-    "                          acquisition's fencing token in RLOCK_TOKEN\n"
-    "On one NAME the plain lock, --fenced and --fair (and Redisson's spin lock)\n"
-    "share one hash and exclude each other (--fair's queue orders only fair\n"
-    "waiters); a read/write lock (-s/-x) is another layout: another kind on its\n"
-    "NAME, or -s/-x on theirs, fails with exit 69.\n"
+    "Exit status: COMMAND's; 1 busy; 64 usage; 69 refused by Redis; 75 Redis\n"
+    "unreachable; 79 lock lost (--on-lost=kill); 126/127 COMMAND not runnable.\n"
     "\n"
-    "Semaphore (instead of a KIND):\n"
-    "      --permits N         hold ONE permit of the permit-expirable\n"
-    "                          semaphore NAME (getPermitExpirableSemaphore) of\n"
-    "                          N permits (N >= 1): at most N runs at once across\n"
-    "                          the fleet. NAME is set to N permits if absent; if\n"
-    "                          it has another size, a warning names both and\n"
-    "                          the run goes on with the existing size. The\n"
-    "                          permit has a lease of --watchdog (30s), renewed\n"
-    "                          every third of it while COMMAND runs (with -l:\n"
-    "                          that fixed lease, not renewed), so a crashed\n"
-    "                          rlock's permit returns by itself. -n, -w, -E,\n"
-    "                          --on-lost apply; RLOCK_OWNER is the permit id\n"
-    "\n";
+    "Every option, exit status and example: man rlock (rlock(1)).\n";
 
-/* Three strings: ISO C guarantees string literals only up to 4095 bytes. */
-static const char tls_text[] =
-    "TLS options (with a rediss:// URI only; the lock command, status and\n"
-    "unlock all take them):\n"
-    "      --tls-ca-file FILE  trust the CA certificates in FILE (PEM) instead\n"
-    "                          of the system's trust store\n"
-    "      --tls-ca-dir DIR    trust the CA certificates in DIR (OpenSSL hashed\n"
-    "                          form, c_rehash)\n"
-    "      --tls-cert FILE     client certificate (PEM) for mutual TLS; needs\n"
-    "                          --tls-key\n"
-    "      --tls-key FILE      its private key (PEM, unencrypted)\n"
-    "      --tls-server-name NAME\n"
-    "                          the name sent as SNI and checked against the\n"
-    "                          server's certificate (default: the URI's host)\n"
-    "      --tls-insecure      accept any certificate and name (encryption\n"
-    "                          without authentication: for tests only)\n"
-    "The server's certificate and name are verified (TLS 1.2 or later). No\n"
-    "environment variable sets these; $REDIS_URL may be a rediss:// URI.\n"
-    "\n";
-
-static const char sentinel_text[] =
-    "Sentinel options (with a redis+sentinel:// or rediss+sentinel:// URI\n"
-    "only; the lock command, status and unlock all take them):\n"
-    "      --sentinel-user USER\n"
-    "                          the ACL user the sentinels authenticate (needs\n"
-    "                          --sentinel-password-file)\n"
-    "      --sentinel-password-file FILE\n"
-    "                          the sentinels' password, the first line of FILE\n"
-    "                          (not an argument: it would show in ps)\n"
-    "The URI's user and password are the master's. No environment variable\n"
-    "sets these.\n"
-    "\n";
-
-static const char notes_text[] =
-    "DURATION is milliseconds, or a number with a unit: 250ms, 1.5s, 2m, 1h.\n"
-    "COMMAND gets RLOCK_NAME (the lock name) and RLOCK_OWNER (the lock's hash\n"
-    "field, <client-uuid>:<thread-id>; -x's field is RLOCK_OWNER:write) in its\n"
-    "environment, and with --fenced RLOCK_TOKEN (decimal). SIGINT, SIGTERM,\n"
-    "SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to rlock are passed on to\n"
-    "COMMAND (not those a terminal sends to both); the lock is released\n"
-    "whichever way COMMAND ends. If rlock itself is killed with SIGKILL the\n"
-    "lock expires after the watchdog lease (or -l).\n"
-    "\n"
-    "Exit status:\n"
-    "  N      COMMAND's exit status\n"
-    "  128+N  COMMAND died of signal N; or rlock got signal N while waiting\n"
-    "  1      the lock was busy (-n) or -w ran out (change with -E)\n"
-    "  64     usage error: bad option, DURATION, URI, unreadable --tls-*\n"
-    "         or --sentinel-password-file file, TLS option without\n"
-    "         rediss://, sentinel option without a sentinel URI, or no NAME\n"
-    "         or COMMAND\n"
-    "  69     Redis refused: authentication, ACL permission, NAME holds\n"
-    "         another type, server error; or NAME holds another kind of lock\n"
-    "         (a read/write lock without -s/-x, another lock with -s/-x)\n"
-    "  70     internal error\n"
-    "  71     system error: fork, pipe, thread or memory\n"
-    "  75     cannot connect to Redis, it did not answer in time, what\n"
-    "         answered is not a Redis server, or TLS failed (the server's\n"
-    "         certificate or name did not verify, the handshake failed, the\n"
-    "         server does not speak TLS on that port); no sentinel named\n"
-    "         the master; no replica confirmed the acquire (replica sync:\n"
-    "         it was undone, see --no-replica-sync); the cluster could not\n"
-    "         serve NAME (CLUSTERDOWN, TRYAGAIN, redirect loop)\n"
-    "  79     the lock was lost while COMMAND ran, with --on-lost=kill\n"
-    "  126    COMMAND was found but could not be executed\n"
-    "  127    COMMAND was not found\n"
-    "  status exits 0. unlock --force exits with the highest status of its\n"
-    "  NAMEs: 0 every lock was held and is deleted, 1 one was not locked, 69\n"
-    "  one holds another type (left alone), or the error that stopped it.\n";
-
-void cli_help(FILE *out) {
-  fputs(usage_text, out);
-  fputs(commands_text, out);
-  fputs(kinds_text, out);
-  fputs(tls_text, out);
-  fputs(sentinel_text, out);
-  fputs(notes_text, out);
-}
+void cli_help(FILE *out) { fputs(help_text, out); }
 
 static void usage_hint(void) {
   fprintf(stderr, "Try 'rlock --help' for more information.\n");
@@ -655,6 +493,7 @@ enum {
   OPT_PERMITS,
   OPT_NO_REPLICA_SYNC,
   OPT_REPLICA_SYNC_TIMEOUT,
+  OPT_ORPHAN_OK,
 };
 
 static const struct option run_longopts[] = {
@@ -669,6 +508,7 @@ static const struct option run_longopts[] = {
     {"permits", required_argument, NULL, OPT_PERMITS},
     {"on-lost", required_argument, NULL, OPT_ON_LOST},
     {"kill-after", required_argument, NULL, OPT_KILL_AFTER},
+    {"orphan-ok", no_argument, NULL, OPT_ORPHAN_OK},
     {"no-replica-sync", no_argument, NULL, OPT_NO_REPLICA_SYNC},
     {"replica-sync-timeout", required_argument, NULL,
      OPT_REPLICA_SYNC_TIMEOUT},
@@ -680,6 +520,10 @@ static const struct option run_longopts[] = {
     CLI_KIND_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
+
+static bool is_subcommand(const char *arg) {
+  return strcmp(arg, "status") == 0 || strcmp(arg, "unlock") == 0;
+}
 
 static int run_main(int argc, char **argv) {
   cli_run_opts o = {
@@ -741,7 +585,8 @@ static int run_main(int argc, char **argv) {
       long long n = strtoll(optarg, &end, 10);
       if (errno != 0 || end == optarg || *end != '\0' || n < 1 ||
           n > INT64_C(2147483647)) {
-        cli_err("invalid --permits '%s' (a number of permits, at least 1)",
+        cli_err("invalid --permits '%s' (a number of permits from 1 to "
+                "2147483647)",
                 optarg);
         usage_hint();
         return CLI_EX_USAGE;
@@ -755,6 +600,9 @@ static int run_main(int argc, char **argv) {
       break;
     case OPT_NO_REPLICA_SYNC:
       o.no_replica_sync = true;
+      break;
+    case OPT_ORPHAN_OK:
+      o.orphan_ok = true;
       break;
     case OPT_REPLICA_SYNC_TIMEOUT:
       if (!duration_opt("replica-sync-timeout", optarg,
@@ -802,6 +650,12 @@ static int run_main(int argc, char **argv) {
     usage_hint();
     return CLI_EX_USAGE;
   }
+  if (o.orphan_ok && o.on_lost == CLI_ON_LOST_KILL) {
+    cli_err("--orphan-ok and --on-lost=kill exclude each other (kill stops "
+            "COMMAND when the lock is lost, and rlock's death loses it)");
+    usage_hint();
+    return CLI_EX_USAGE;
+  }
   if (o.permits > 0 && o.kind != CLI_KIND_LOCK) {
     cli_err("--permits and %s exclude each other (a semaphore is not a "
             "kind of lock)",
@@ -814,7 +668,20 @@ static int run_main(int argc, char **argv) {
     usage_hint();
     return CLI_EX_USAGE;
   }
+  /* getopt consumed a `--` before NAME when the argument before it is one
+   * (no option value here can be a bare "--"). */
+  bool after_dashes = strcmp(argv[optind - 1], "--") == 0;
   o.name = argv[optind++];
+  if (is_subcommand(o.name) && !after_dashes) {
+    /* `rlock -n status job` would lock a lock called "status": most likely
+     * a subcommand given an option it does not take. */
+    cli_err("'%s' after options that only the lock command takes: for a "
+            "lock called '%s' write `-- %s`; %s takes -u, --tls-* and "
+            "--sentinel-* before it",
+            o.name, o.name, o.name, o.name);
+    usage_hint();
+    return CLI_EX_USAGE;
+  }
   if (o.name[0] == '\0') {
     cli_err("the lock NAME must not be empty");
     return CLI_EX_USAGE;
@@ -853,10 +720,62 @@ static int run_main(int argc, char **argv) {
   return rc;
 }
 
+/* The connection options, which status and unlock take as well as the lock
+ * command, and which may so come before a subcommand (issue 26). */
+static const struct option global_longopts[] = {
+    {"uri", required_argument, NULL, 'u'},
+    CLI_TLS_LONGOPTS,
+    CLI_SENTINEL_LONGOPTS,
+    {NULL, 0, NULL, 0},
+};
+
+/* How many arguments the connection option at argv[i] spans (1 or 2), or 0
+ * when argv[i] is not one. Full names only, as in the table: getopt itself
+ * cannot look ahead without taking its state with it. */
+static int global_option_span(int argc, char **argv, int i) {
+  const char *a = argv[i];
+  if (strcmp(a, "-u") == 0)
+    return i + 1 < argc ? 2 : 0;
+  if (strncmp(a, "-u", 2) == 0)
+    return 1; /* -uURI */
+  if (strncmp(a, "--", 2) != 0 || a[2] == '\0')
+    return 0;
+  const char *name = a + 2;
+  size_t len = strcspn(name, "=");
+  for (const struct option *o = global_longopts; o->name != NULL; o++) {
+    if (strlen(o->name) != len || strncmp(o->name, name, len) != 0)
+      continue;
+    if (o->has_arg == no_argument)
+      return name[len] == '\0' ? 1 : 0;
+    if (name[len] == '=')
+      return 1;
+    return i + 1 < argc ? 2 : 0;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  if (argc >= 2 && strcmp(argv[1], "status") == 0)
-    return cli_status_main(argc - 1, argv + 1);
-  if (argc >= 2 && strcmp(argv[1], "unlock") == 0)
-    return cli_unlock_main(argc - 1, argv + 1);
+  /* `rlock [connection options] status|unlock ...`: the subcommand gets its
+   * arguments with the options moved after it, where its own parser (which
+   * takes options anywhere) reads them. */
+  int i = 1, span;
+  while (i < argc && (span = global_option_span(argc, argv, i)) > 0)
+    i += span;
+  if (i < argc && is_subcommand(argv[i])) {
+    /* argv without the program name: argc - 1 arguments. */
+    char **sub = malloc((size_t)argc * sizeof *sub);
+    if (sub == NULL) {
+      cli_err("out of memory");
+      return CLI_EX_OSERR;
+    }
+    sub[0] = argv[i];
+    memcpy(sub + 1, argv + 1, (size_t)(i - 1) * sizeof *sub);
+    memcpy(sub + i, argv + i + 1, (size_t)(argc - i - 1) * sizeof *sub);
+    sub[argc - 1] = NULL;
+    int rc = strcmp(sub[0], "status") == 0 ? cli_status_main(argc - 1, sub)
+                                           : cli_unlock_main(argc - 1, sub);
+    free(sub);
+    return rc;
+  }
   return run_main(argc, argv);
 }

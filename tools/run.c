@@ -458,8 +458,15 @@ _Noreturn static void child_exec(const run *r, char **envp, int err_fd,
       sigaction(forward_signals[i], &r->saved_forward[i], NULL);
   }
   sigaction(SIGCHLD, &r->saved_chld, NULL);
-  if (r->o->on_lost == CLI_ON_LOST_KILL) {
-    /* If rlock dies, nothing keeps the lock: stop COMMAND as if lost. */
+  if (!r->o->orphan_ok) {
+    /* If rlock dies (SIGKILL, the OOM killer, a crash), nothing renews or
+     * releases the lock any more and another machine may take it once it
+     * expires: COMMAND must not go on in its name (issue 24). The kernel
+     * sends the signal when the thread that forked exits, and that is the
+     * main thread, which lives as long as rlock. SIGTERM, as for a lost
+     * lock with --on-lost=kill: COMMAND may clean up within what is left
+     * of the lease. If rlock died before the prctl, getppid() already
+     * names another process and COMMAND is not started. */
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent)
       _exit(CLI_EX_LOCKLOST);

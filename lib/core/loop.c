@@ -1,6 +1,8 @@
 /* The client's loop thread, the cross-thread task queue, the timer heap and
  * the skeleton of close (the order of what closes is the owner's, through
  * its hooks). */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -269,12 +271,66 @@ int rlock__core_init(rlock__core *core, const rlock_options *opts) {
   return 0;
 }
 
-int rlock__core_start(rlock__core *core) {
-  int rc = uv_loop_init(&core->loop);
+/* The first uv_loop_init() in a process also sets up libuv's process-wide
+ * signal lock, a pipe, and libuv abort()s when that pipe cannot be made
+ * (libuv 1.44, src/unix/signal.c): with one or two descriptors free, the
+ * loop's epoll descriptor fits and the pipe does not, and the host dies
+ * (issue 24). So until a first loop exists, opens are serialized here and
+ * each first checks that the three descriptors libuv takes before it can
+ * report a failure itself (epoll, then the pipe) can be had. Descriptors
+ * are numbered lowest-free-first, so the ones just closed are what libuv
+ * gets, unless another thread of the host opens files in the microseconds
+ * between; opens of rlock itself cannot. Once the setup is done (it stays
+ * for the process; fork's re-creation closes its old pipe first), loops
+ * start without this. */
+static pthread_mutex_t first_loop_mutex = PTHREAD_MUTEX_INITIALIZER;
+static atomic_bool first_loop_done;
+
+static int reserve_fds_for_libuv(void) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0)
+    return errno;
+  int third = fcntl(p[0], F_DUPFD_CLOEXEC, 0);
+  int err = third < 0 ? errno : 0;
+  close(p[0]);
+  close(p[1]);
+  if (third >= 0)
+    close(third);
+  return err;
+}
+
+static int loop_init(uv_loop_t *loop) {
+  if (atomic_load(&first_loop_done))
+    return uv_loop_init(loop);
+  pthread_mutex_lock(&first_loop_mutex);
+  int rc;
+  if (atomic_load(&first_loop_done)) {
+    rc = uv_loop_init(loop);
+  } else {
+    int err = reserve_fds_for_libuv();
+    if (err != 0) {
+      pthread_mutex_unlock(&first_loop_mutex);
+      rlock__set_last_error("cannot start the event loop: %s (libuv needs 3 "
+                            "free file descriptors for its first loop in "
+                            "a process)", strerror(err));
+      return RLOCK_ESYS;
+    }
+    rc = uv_loop_init(loop);
+    if (rc == 0)
+      atomic_store(&first_loop_done, true);
+  }
+  pthread_mutex_unlock(&first_loop_mutex);
   if (rc != 0) {
     rlock__set_last_error("uv_loop_init: %s", uv_strerror(rc));
     return RLOCK_ESYS;
   }
+  return 0;
+}
+
+int rlock__core_start(rlock__core *core) {
+  int rc = loop_init(&core->loop);
+  if (rc != 0)
+    return rc; /* the last error is set */
   core->loop.data = core;
   rc = uv_async_init(&core->loop, &core->wakeup, wakeup_cb);
   if (rc != 0) {

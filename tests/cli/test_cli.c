@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -357,22 +358,67 @@ Test(cli, version_prints_name_and_version) {
   }
 }
 
-Test(cli, help_lists_every_option_and_exit_code) {
-  cli_proc p;
-  cr_assert_eq(cli_run(&p, ARGS("--help")), 0);
-  char *out = cli_out(&p), *err = cli_err(&p);
+/* Issue 26: --help was 172 lines; it is now a short usage that sends the
+ * reader to the manual page, for the lock command and the subcommands. */
+Test(cli, help_is_short_and_names_the_man_page) {
+  const char *const *cases[] = {ARGS("--help"), ARGS("-h"),
+                                ARGS("status", "--help"),
+                                ARGS("unlock", "--help")};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cli_proc p;
+    cr_assert_eq(cli_run(&p, cases[i]), 0, "case %zu", i);
+    char *out = cli_out(&p), *err = cli_err(&p);
+    int lines = 0;
+    for (const char *c = out; *c != '\0'; c++)
+      lines += *c == '\n';
+    cr_assert(lines >= 10 && lines <= 40, "case %zu: %d lines", i, lines);
+    cr_assert(strncmp(out, "Usage:\n", 7) == 0, "case %zu: %s", i, out);
+    cr_assert(strstr(out, "man rlock") != NULL, "case %zu: %s", i, out);
+    cr_assert(strstr(out, "status") != NULL && strstr(out, "unlock") != NULL);
+    cr_assert_str_eq(err, "");
+    free(out);
+    free(err);
+  }
+}
+
+/* The manual page's source with scdoc's markup taken out: `*` (bold),
+ * backslashes, and `_` (underline) where it is not inside a word, so that
+ * "*-u*, *--uri* _URI_" reads "-u, --uri URI" and RLOCK_OWNER stays. */
+static char *man_text(void) {
+  const char *src = getenv("RLOCK_MAN_SRC");
+  cr_assert(src != NULL, "RLOCK_MAN_SRC is not set (run through meson test)");
+  char *s = slurp(src);
+  cr_assert(s[0] != '\0', "cannot read %s", src);
+  size_t k = 0;
+  for (size_t i = 0; s[i] != '\0'; i++) {
+    char c = s[i];
+    if (c == '*' || c == '\\')
+      continue;
+    if (c == '_' && !(i > 0 && isalnum((unsigned char)s[i - 1]) &&
+                      isalnum((unsigned char)s[i + 1])))
+      continue;
+    s[k++] = c;
+  }
+  s[k] = '\0';
+  return s;
+}
+
+/* What --help used to list, every option and exit status, is in rlock(1)
+ * (tools/rlock.1.scd), with the sections and examples issue 26 asks for. */
+Test(cli, man_page_lists_every_option_and_exit_code) {
+  char *man = man_text();
   const char *must[] = {
-      "Usage:",         "-u, --uri",        "-n, --nonblock",
+      "# SYNOPSIS",     "-u, --uri",        "-n, --nonblock",
       "-w, --wait",     "--timeout",        "-E, --conflict-exit-code",
       "-l, --lease",    "--watchdog",       "--on-lost=warn|kill",
       "--kill-after",   "-c, --command",    "-v, --verbose",
       "-h, --help",     "-V, --version",    "rlock status",
       "--json",         "unlock --force",   "--any-type",
-      "REDIS_URL",      "RLOCK_OWNER",      "Exit status:",
-      "128+N",          "  1 ",             "  64 ",
-      "  69 ",          "  70 ",            "  71 ",
-      "  75 ",          "  79 ",            "  126 ",
-      "  127 ",         "rediss://",        "--tls-ca-file",
+      "REDIS_URL",      "RLOCK_OWNER",      "# EXIT STATUS",
+      "\n128+N\n",      "\n1\n",            "\n64\n",
+      "\n69\n",         "\n70\n",           "\n71\n",
+      "\n75\n",         "\n79\n",           "\n126\n",
+      "\n127\n",        "rediss://",        "--tls-ca-file",
       "--tls-ca-dir",   "--tls-cert",       "--tls-key",
       "--tls-server-name", "--tls-insecure", "TLS failed",
       "-s, --shared",   "-x, --exclusive",  "--fair",
@@ -381,18 +427,25 @@ Test(cli, help_lists_every_option_and_exit_code) {
       "rediss+cluster://", "--sentinel-user", "--sentinel-password-file",
       "--no-replica-sync", "--replica-sync-timeout", "no replica confirmed",
       "CLUSTERDOWN",
+      /* issue 24 and 26 */
+      "--orphan-ok", "--permits N", "1 to 2147483647", "RLOCK_NAME",
+      "# NAME", "# DESCRIPTION", "# ENVIRONMENT", "# EXAMPLES", "# SEE ALSO",
+      "A cron job", "cleanup -- /usr/local/bin/cleanup", "[Service]", "ExecStart=/usr/bin/rlock",
+      "rlock --permits 3", "--token \"$RLOCK_TOKEN\"",
+      "rlock -u redis://redis.internal status",
   };
   for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
-    cr_expect(strstr(out, must[i]) != NULL, "--help lacks \"%s\"", must[i]);
-  cr_assert_str_eq(err, "");
-  free(out);
-  free(err);
-  /* status and unlock have --help too */
-  cli_proc q;
-  cr_assert_eq(cli_run(&q, ARGS("status", "--help")), 0);
-  out = cli_out(&q);
-  cr_assert(strstr(out, "Usage:") != NULL);
-  free(out);
+    cr_expect(strstr(man, must[i]) != NULL, "rlock(1) lacks \"%s\"", must[i]);
+  free(man);
+  /* Built by meson when scdoc is found: troff for man(1). */
+  const char *page = getenv("RLOCK_MAN_PAGE");
+  if (page != NULL) {
+    char *troff = slurp(page);
+    cr_assert(strstr(troff, ".TH \"rlock\" \"1\"") != NULL,
+              "%s is not rlock(1) in troff", page);
+    cr_assert(strstr(troff, ".SH EXIT STATUS") != NULL);
+    free(troff);
+  }
 }
 
 Test(cli, usage_errors_exit_64_with_one_message) {
@@ -793,15 +846,21 @@ static bool process_ended(void *arg) {
   return ended;
 }
 
+/* --orphan-ok (issue 24): in warn mode COMMAND outlives rlock only when
+ * asked to. */
 Test(cli, rlock_sigkilled_lock_expires_and_kill_mode_stops_command) {
   for (int kill_mode = 0; kill_mode <= 1; kill_mode++) {
     char key[64];
     rt_key(key, sizeof key, "cli:rlockkilled");
     cli_proc p;
-    cli_start(&p, ARGS("--watchdog", "900",
-                       kill_mode ? "--on-lost=kill" : "--on-lost=warn", key,
-                       "--", "sh", "-c",
-                       "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 30"));
+    if (kill_mode)
+      cli_start(&p, ARGS("--watchdog", "900", "--on-lost=kill", key, "--",
+                         "sh", "-c",
+                         "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 30"));
+    else
+      cli_start(&p, ARGS("--watchdog", "900", "--on-lost=warn", "--orphan-ok",
+                         key, "--", "sh", "-c",
+                         "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 30"));
     rt_wait_until_what(file_exists, "pid", 10000, "COMMAND started");
     char *pid_text = first_line_in("pid");
     pid_t child = (pid_t)atoi(pid_text);
@@ -822,6 +881,53 @@ Test(cli, rlock_sigkilled_lock_expires_and_kill_mode_stops_command) {
       kill(child, SIGKILL);
     }
   }
+}
+
+/*
+ * Issue 24: a SIGKILLed rlock left its COMMAND running with nothing holding
+ * the lock, and after the lease a second rlock ran its COMMAND alongside.
+ * By default COMMAND now gets SIGTERM when rlock dies: it is gone at once,
+ * while the dead rlock's lock still exists, so no second holder can have
+ * started. The default watchdog here (30 s): the lock is still there.
+ */
+Test(cli, sigkilled_rlock_takes_its_command_along_by_default) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:deathsig");
+  cli_proc p;
+  cli_start(&p, ARGS(key, "--", "sh", "-c",
+                     "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 30"));
+  rt_wait_until_what(file_exists, "pid", 10000, "COMMAND started");
+  char *pid_text = first_line_in("pid");
+  pid_t child = (pid_t)atoi(pid_text);
+  free(pid_text);
+  cr_assert_gt(child, 0);
+  cr_assert(!process_ended(&child));
+  cr_assert_eq(kill(p.pid, SIGKILL), 0);
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 128 + SIGKILL);
+  int64_t died = rt_now_ms();
+  bool ended = rt_poll_until(process_ended, &child, PROMPT_MS);
+  if (!ended)
+    kill(child, SIGKILL);
+  cr_assert(ended, "COMMAND (pid %d) still runs %d ms after rlock died",
+            (int)child, PROMPT_MS);
+  cr_assert_lt(rt_now_ms() - died, PROMPT_MS);
+  /* Stopped while the dead rlock's lock still stood: no overlap. */
+  cr_assert_eq(rt_exists(key), 1);
+}
+
+Test(cli, orphan_ok_and_on_lost_kill_exclude_each_other) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:orphankill");
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("--orphan-ok", "--on-lost=kill", key, "--",
+                                "sh", "-c", "echo ran > ran")),
+               64);
+  char *err = slurp(p.err_path);
+  cr_assert(strstr(err, "--orphan-ok and --on-lost=kill exclude each other")
+                != NULL, "stderr: %s", err);
+  free(err);
+  cr_assert(!exists_in("ran"));
+  cr_assert_eq(rt_exists(key), 0);
 }
 
 /* ---- lost locks ---- */
@@ -1207,6 +1313,73 @@ Test(cli, uri_flag_overrides_redis_url) {
   cr_assert_eq(cli_run(&p, ARGS("-u", good, key, "--", "true")), 0);
   cr_assert_eq(cli_run(&p, ARGS("--uri", good, key, "--", "true")), 0);
   cr_assert_eq(cli_run(&p, ARGS("status", "-u", good, key)), 0);
+}
+
+/*
+ * Issue 26: the connection options may come before status and unlock.
+ * `rlock -u URI status job1` used to lock a lock called "status" and run
+ * `job1` (exit 127). REDIS_URL points at nothing here, so a 0 proves that
+ * the -u given before the subcommand was used.
+ */
+Test(cli, connection_options_before_the_subcommand) {
+  char key[64], bad[64], good[64], uri_eq[96], uri_attached[96];
+  rt_key(key, sizeof key, "cli:before");
+  snprintf(bad, sizeof bad, "redis://127.0.0.1:%d", rt_free_port());
+  snprintf(good, sizeof good, "%s", rt_uri());
+  snprintf(uri_eq, sizeof uri_eq, "--uri=%s", good);
+  snprintf(uri_attached, sizeof uri_attached, "-u%s", good);
+  held h;
+  hold(&h, key);
+  cr_assert_eq(setenv("REDIS_URL", bad, 1), 0);
+  char expect[192];
+  snprintf(expect, sizeof expect, "\n  owner %s  holds 1\n", h.owner);
+  const char *const *status_cases[] = {
+      ARGS("-u", good, "status", key),
+      ARGS(uri_eq, "status", key),
+      ARGS(uri_attached, "status", "--json", key),
+      ARGS("status", "-u", good, key), /* after, as before */
+  };
+  for (size_t i = 0; i < sizeof status_cases / sizeof status_cases[0]; i++) {
+    cli_proc p;
+    cr_assert_eq(cli_run(&p, status_cases[i]), 0, "case %zu", i);
+    char *out = cli_out(&p);
+    cr_assert(strstr(out, i == 2 ? h.owner : expect) != NULL, "case %zu: %s",
+              i, out);
+    free(out);
+  }
+  /* A --tls-* option before status reaches status's own check. */
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("-u", good, "--tls-insecure", "status", key)),
+               64);
+  char *err = cli_err(&p);
+  cr_assert(strstr(err, "--tls-insecure needs a rediss:// URI") != NULL,
+            "stderr: %s", err);
+  free(err);
+  /* unlock --force, options first: the lock is gone. */
+  cr_assert_eq(cli_run(&p, ARGS("-u", good, "unlock", "--force", key)), 0);
+  cr_assert_eq(rt_exists(key), 0);
+  rlock_free(h.lock);
+  h.lock = NULL;
+  unhold(&h);
+  /* No lock called "status" or "unlock" was ever taken. */
+  cr_assert_eq(rt_exists("status"), 0);
+  cr_assert_eq(rt_exists("unlock"), 0);
+  /* Options the subcommands do not take, then "status": refused, rather
+   * than a lock called "status"; after --, it is that lock. */
+  cr_assert_eq(cli_run(&p, ARGS("-u", good, "-n", "status", "--", "sh", "-c",
+                                "echo ran > ran")),
+               64);
+  err = cli_err(&p);
+  cr_assert(strstr(err, "-- status") != NULL, "stderr: %s", err);
+  free(err);
+  cr_assert(!exists_in("ran"));
+  cr_assert_eq(cli_run(&p, ARGS("-u", good, "-n", "--", "status", "sh", "-c",
+                                "echo \"$RLOCK_NAME\" > ran")),
+               0);
+  char *ran = first_line_in("ran");
+  cr_assert_str_eq(ran, "status");
+  free(ran);
+  cr_assert_eq(setenv("REDIS_URL", good, 1), 0);
 }
 
 /* ---- a peer that is not a Redis server ---- */
@@ -2390,6 +2563,30 @@ Test(cli, permits_usage_errors) {
   cr_assert_eq(cli_run(&p, ARGS("--permits", "2", "-s", "k", "true")), 64);
   cr_assert_eq(cli_run(&p, ARGS("--fenced", "--permits", "2", "k", "true")),
                64);
+}
+
+/* Issue 24: 2^31 and more were refused as if below 1 ("at least 1"). */
+Test(cli, permits_out_of_range_names_the_range) {
+  const char *const too_big[] = {"2147483648", "9223372036854775807",
+                                 "99999999999999999999"};
+  cli_proc p;
+  for (size_t i = 0; i < sizeof too_big / sizeof too_big[0]; i++) {
+    cr_assert_eq(cli_run(&p, ARGS("--permits", too_big[i], "k", "true")), 64);
+    char *err = cli_err(&p);
+    cr_assert(strstr(err, "from 1 to 2147483647") != NULL, "stderr: %s", err);
+    cr_assert(strstr(err, "at least 1") == NULL, "stderr: %s", err);
+    free(err);
+  }
+  /* The top of the range is taken. */
+  char key[64];
+  rt_key(key, sizeof key, "cli:permitsmax");
+  cr_assert_eq(cli_run(&p, ARGS("--permits", "2147483647", "-n", key, "--",
+                                "sh", "-c", "echo ran > ran")),
+               0);
+  cr_assert(exists_in("ran"));
+  char *count = rt_str("GET %s", key);
+  cr_assert_str_eq(count, "2147483647");
+  free(count);
 }
 
 Test(cli, permits_other_size_warns_and_goes_on) {

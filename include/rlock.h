@@ -672,6 +672,165 @@ RLOCK_EXTERN int rlock_latch_await_async(rlock_latch *latch, int64_t wait_ms,
 /* Deletes the latch (publishing "1"): 1 deleted, 0 there was none. */
 RLOCK_EXTERN int rlock_latch_delete(rlock_latch *latch);
 
+/* ---- introspection and administration (`rlock status`, `rlock unlock
+ * --force`) ------------------------------------------------------------- *
+ * What is stored under a name, whichever primitive (or program) put it
+ * there: read from the keys and channels Java Redisson and rlock use (docs/
+ * wire-protocol.md), in one atomic script on the node serving the name
+ * (Cluster: by its slot; Sentinel: the current master), so every number is
+ * of one moment. Reads only. */
+
+/* The kind the keys show. Redis stores some kinds alike, so some cannot be
+ * told apart: RLock and the spin lock have the same hash (LOCK); a fair
+ * lock nobody waits for has no queue keys (LOCK); a fenced lock is told by
+ * its token key, which outlives the lock (FENCED, locked or not); a
+ * semaphore's permits and a latch's count are the same string (COUNT); a
+ * permit-expirable semaphore with no permit taken has no lease zset
+ * (COUNT). */
+typedef enum rlock_info_kind {
+  RLOCK_INFO_NONE = 0,   /* nothing under the name */
+  RLOCK_INFO_LOCK = 1,   /* a lock hash (RLock, spin lock, idle fair lock) */
+  RLOCK_INFO_FAIR = 2,   /* a lock hash and/or a fair lock's queue */
+  RLOCK_INFO_RWLOCK = 3, /* a read/write lock's hash (see mode) */
+  RLOCK_INFO_FENCED = 4, /* a fenced lock's token (and its hash if held) */
+  RLOCK_INFO_COUNT = 5,  /* an integer string: semaphore permits or a
+                            latch's count (see count) */
+  RLOCK_INFO_PERMIT_SEMAPHORE = 6, /* the count and its lease zset */
+  RLOCK_INFO_FOREIGN = 7 /* not a primitive's: another Redis type (see
+                            type), a string that is not an integer, or a
+                            hash with a field no lock writes (a value that
+                            is not an integer, a mode that is neither
+                            "read" nor "write") */
+} rlock_info_kind;
+
+/* rlock_info_entry.count of a hash field whose value is not an integer. */
+#define RLOCK_INFO_NOT_A_COUNT INT64_MIN
+/* rlock_info_entry.ttl_ms of a permit without lease, or of a queued waiter
+ * without deadline. */
+#define RLOCK_INFO_NO_EXPIRY INT64_MAX
+/* At most this many holders, queued waiters and permits are returned
+ * (each list's full length is in its *_total). */
+#define RLOCK_INFO_MAX_ENTRIES 1000
+
+/* One holder, queued waiter or taken permit. Strings are NUL-terminated
+ * (and may hold NUL bytes within their _len). */
+typedef struct rlock_info_entry {
+  /* holders: the hash field as stored, an owner string
+   * ("<client-uuid>:<thread-id>"; the writer's ends in ":write");
+   * queue: the waiting owner; permits: the id as 32 lowercase hex
+   * characters (the member as stored when it is not 16 bytes). */
+  const char *key;
+  size_t key_len;
+  /* holders: the field's value as stored; NULL otherwise. */
+  const char *value;
+  size_t value_len;
+  /* holders: the hold count (RLOCK_INFO_NOT_A_COUNT for a foreign field);
+   * 0 otherwise. */
+  int64_t count;
+  /* queue: ms until the waiter's deadline; permits: ms until its lease
+   * runs out; negative: passed (cleared at the next acquire by anyone);
+   * RLOCK_INFO_NO_EXPIRY: none. 0 for holders (see rlock_info.ttl_ms). */
+  int64_t ttl_ms;
+  /* holders of a read/write lock: 1 for the writer's field. */
+  int writer;
+} rlock_info_entry;
+
+/* What rlock_info_get() found. Set struct_size (rlock_info_init()) before
+ * the call: the struct may grow at its end in later versions, and only
+ * struct_size bytes are written, so a program built against an older
+ * rlock.h gets the fields it knows. The entries and strings live in one
+ * block the library allocates: valid until rlock_info_free(). */
+typedef struct rlock_info {
+  size_t struct_size;
+  void *mem_;              /* the library's block; rlock_info_free() */
+  rlock_info_kind kind;
+  char type[16];           /* Redis's TYPE of the name: "none", "hash",
+                              "string", "list", ... */
+  int locked;              /* 1: a lock hash with at least one holder */
+  int64_t ttl_ms;          /* PTTL of the name: -2 no key, -1 no TTL */
+  /* Clients subscribed to the kind's channels: for hashes and missing
+   * names the lock and the read/write lock channel, for strings the
+   * semaphore's and the latch's (a fair lock's waiters have channels of
+   * their own: see queue). */
+  int64_t waiters;
+  /* A lock hash's "mode" field ("read" or "write" for a read/write lock);
+   * NULL when it has none. Not among the holders. */
+  const char *mode;
+  const rlock_info_entry *holders; /* the hash's fields */
+  size_t holders_n, holders_total;
+  const rlock_info_entry *queue;   /* a fair lock's waiters, first first */
+  size_t queue_n, queue_total;
+  int64_t token;   /* a fenced lock's latest token; -1: no token key */
+  int64_t count;   /* COUNT / PERMIT_SEMAPHORE: the string's integer
+                      (available permits, or a latch's count); -1 else */
+  const rlock_info_entry *permits; /* taken permits, soonest expiry first */
+  size_t permits_n, permits_total;
+  int64_t server_ms; /* the server's clock (TIME) when it was read */
+} rlock_info;
+
+/* Zeroes `info` and sets struct_size to `size`; use rlock_info_init(). */
+RLOCK_EXTERN void rlock_info_init_size(rlock_info *info, size_t size);
+static inline void rlock_info_init(rlock_info *info) {
+  rlock_info_init_size(info, sizeof(*info));
+}
+
+/*
+ * Reads what is stored under `name` into *info (blocking; one round trip,
+ * re-sent after a timeout or lost connection as other queries are). 0 on
+ * success - also for a missing name (kind NONE, type "none") and for
+ * values that are no primitive's (kind FOREIGN: never RLOCK_EWRONGTYPE,
+ * nothing is changed); then release the result with rlock_info_free().
+ * Errors: RLOCK_EINVAL (NULL client or info, empty name, struct_size 0 or
+ * larger than this library's sizeof(rlock_info)), RLOCK_ENAMETOOLONG,
+ * RLOCK_ECLOSED, RLOCK_EDEADLK (on the loop thread), RLOCK_ENOPERM (the
+ * ACL user may not run TYPE, PTTL, HGETALL, HSCAN, GET, LRANGE, ZRANGE,
+ * PUBSUB or TIME), the transport errors; on failure *info holds no block
+ * (rlock_info_free() is still safe).
+ */
+RLOCK_EXTERN int rlock_info_get(rlock_client *client, const char *name,
+                                rlock_info *info);
+
+/* Frees the block of a result and clears its pointers (within
+ * struct_size). NULL, and a result already freed, are accepted. */
+RLOCK_EXTERN void rlock_info_free(rlock_info *info);
+
+/*
+ * Kind-aware force unlock of `name`: deletes the lock whoever holds it
+ * with the release its own kind makes, so its waiters wake. `kind` NULL
+ * or "": the kind the keys show (rlock_info_get): a read/write lock is
+ * force-unlocked as one in its mode (message on its own channel), a fair
+ * lock tells the first waiter in its queue, anything else (RLock, fenced,
+ * spin, a hash with foreign fields) as rlock_force_unlock() on an RLock.
+ * Otherwise one of rlock_kind()'s names ("lock", "fair", "read", "write",
+ * "fenced", "spin"): that kind's force unlock, as rlock_force_unlock() on
+ * a handle of it ("read"/"write" delete only a lock in that mode).
+ * Unlike rlock_force_unlock() it leaves any value that is not a hash
+ * alone: RLOCK_EWRONGTYPE, with rlock_last_error() "not a lock (Redis type
+ * <type>)" - semaphores and latches (strings) included. `found` (NULL, or
+ * with struct_size set): what was read before the release, whenever the
+ * read succeeded (type "none": there was nothing), to be freed with
+ * rlock_info_free(). Returns 1 released, 0 nothing was locked (no key;
+ * "read"/"write": not in that mode), or a negative error (RLOCK_EINVAL
+ * also for an unknown kind). The read and the delete are two commands: a
+ * value stored under the name in between is deleted all the same.
+ */
+RLOCK_EXTERN int rlock_client_force_unlock(rlock_client *client,
+                                           const char *name,
+                                           const char *kind,
+                                           rlock_info *found);
+
+/*
+ * Releases every hold `owner` has on `lock`, as the lock's kind releases
+ * its last hold (message included): for a holder whose client is gone
+ * (closed, crashed) and whose owner string ("<client-uuid>:<thread-id>",
+ * as RLOCK_OWNER and rlock_info show it; for a write lock without
+ * ":write") is known. Other holders keep theirs. Runs rlock's trim script
+ * (docs/wire-protocol.md, "Trim") with a count of 0. Returns 1 released,
+ * 0 `owner` held nothing, or a negative error: RLOCK_EINVAL for a NULL or
+ * over-long owner, or a handle that is no lock (semaphore, latch).
+ */
+RLOCK_EXTERN int rlock_force_unlock_owner(rlock *lock, const char *owner);
+
 /*
  * Cancels a pending acquire from any thread: its callback fires with
  * RLOCK_ECANCELED (unless it already fired or fires first with its own

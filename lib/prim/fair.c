@@ -277,3 +277,13 @@ const rlock__prim rlock__prim_fair = {
     .wait_channel = wait_channel,
     .abandon = abandon,
     .ops = &fair_ops};
+
+/* ---- names for introspection (info.c) ---- */
+
+char *rlock__fair_queue_key(const rlock *lock, size_t *len) {
+  return rlock__prefixed(QUEUE_PREFIX, lock->tag, lock->tag_len, len);
+}
+
+char *rlock__fair_timeout_key(const rlock *lock, size_t *len) {
+  return rlock__prefixed(TIMEOUT_PREFIX, lock->tag, lock->tag_len, len);
+}

@@ -169,3 +169,9 @@ int rlock_fenced_token(rlock *lock, int64_t *token) {
     *token = op.value;
   return rc;
 }
+
+/* ---- names for introspection (info.c) ---- */
+
+char *rlock__fenced_token_key(const rlock *lock, size_t *len) {
+  return rlock__prefixed(TOKEN_PREFIX, lock->tag, lock->tag_len, len);
+}

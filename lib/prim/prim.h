@@ -69,4 +69,16 @@ int rlock__acquire(rlock *lock, uint64_t owner, int64_t wait_ms,
  * force unlock, renew, trim (for tests and the benchmark). */
 const rlock__script *const *rlock__lock_scripts(void);
 
+/* Introspection (info.c): the keys a kind keeps beside the name, malloc'd
+ * (NULL: out of memory), for any handle on the name: the fair lock's queue
+ * and deadlines, the fenced lock's token, the permit-expirable semaphore's
+ * lease zset. */
+char *rlock__fair_queue_key(const rlock *lock, size_t *len);
+char *rlock__fair_timeout_key(const rlock *lock, size_t *len);
+char *rlock__fenced_token_key(const rlock *lock, size_t *len);
+char *rlock__psem_timeout_key(const rlock *lock, size_t *len);
+/* Reads what is stored under the handle's name into *out, a full-size
+ * struct zeroed by the caller (blocking; info.c). 0 or an error. */
+int rlock__info_read(rlock *lock, rlock_info *out);
+
 #endif

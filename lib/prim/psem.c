@@ -560,3 +560,9 @@ int64_t rlock_permit_semaphore_available_permits(rlock_permit_semaphore *sem) {
 int64_t rlock_permit_semaphore_acquired_permits(rlock_permit_semaphore *sem) {
   return count(sem, 1);
 }
+
+/* ---- names for introspection (info.c) ---- */
+
+char *rlock__psem_timeout_key(const rlock *lock, size_t *len) {
+  return zset_key(lock, len);
+}

@@ -1,0 +1,126 @@
+/* Introspection and the kind-aware force unlock: the public facades over
+ * prim/info.c. They sit beside client.c at the top and reach the client
+ * only through the public API (a handle on the name), so the client's
+ * own code knows nothing of them. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "prim.h"
+
+/* The smallest struct_size accepted: up to and including `kind`. */
+#define INFO_MIN_SIZE (offsetof(rlock_info, kind) + sizeof(rlock_info_kind))
+
+void rlock_info_init_size(rlock_info *info, size_t size) {
+  if (info == NULL)
+    return;
+  if (size > sizeof(rlock_info))
+    size = sizeof(rlock_info);
+  memset(info, 0, size);
+  info->struct_size = size;
+}
+
+int rlock_info_get(rlock_client *client, const char *name, rlock_info *info) {
+  if (info == NULL)
+    return rlock__bad_arg("info is NULL");
+  size_t size = info->struct_size;
+  if (size < INFO_MIN_SIZE || size > sizeof(rlock_info))
+    return rlock__bad_arg("info->struct_size is not set (rlock_info_init) "
+                          "or larger than this library's rlock_info");
+  memset(info, 0, size);
+  info->struct_size = size;
+  rlock *lock;
+  int rc = rlock_get(client, name, &lock); /* checks and the last error */
+  if (rc != 0)
+    return rc;
+  rlock_info full;
+  memset(&full, 0, sizeof(full));
+  rc = rlock__info_read(lock, &full);
+  rlock_free(lock);
+  if (rc < 0)
+    return rc;
+  /* Only as far as the caller's struct reaches; the block is freed
+   * through mem_, which every version has. */
+  full.struct_size = size;
+  memcpy(info, &full, size);
+  return 0;
+}
+
+void rlock_info_free(rlock_info *info) {
+  if (info == NULL || info->struct_size < INFO_MIN_SIZE)
+    return;
+  free(info->mem_);
+  size_t size = info->struct_size > sizeof(rlock_info) ? sizeof(rlock_info)
+                                                       : info->struct_size;
+  memset(info, 0, size);
+  info->struct_size = size;
+}
+
+/* A handle of the kind rlock_kind() calls `kind`; RLOCK_EINVAL for a name
+ * that is no lock kind. */
+static int kind_handle(rlock_client *client, const char *name,
+                       const char *kind, rlock **out) {
+  static const struct {
+    const char *kind;
+    int (*get)(rlock_client *, const char *, rlock **);
+  } kinds[] = {{"lock", rlock_get},         {"fair", rlock_get_fair},
+               {"read", rlock_get_read},    {"write", rlock_get_write},
+               {"fenced", rlock_get_fenced}, {"spin", rlock_get_spin}};
+  for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+    if (strcmp(kind, kinds[i].kind) == 0)
+      return kinds[i].get(client, name, out);
+  return rlock__bad_arg("unknown lock kind (lock, fair, read, write, "
+                        "fenced or spin)");
+}
+
+/* The force unlock the keys call for: a read/write lock's in its mode, a
+ * fair lock's (which tells the first waiter), else RLock's. */
+static const char *kind_shown(const rlock_info *info) {
+  if (info->kind == RLOCK_INFO_RWLOCK)
+    return strcmp(info->mode, "read") == 0 ? "read" : "write";
+  if (info->kind == RLOCK_INFO_FAIR)
+    return "fair";
+  return "lock";
+}
+
+int rlock_client_force_unlock(rlock_client *client, const char *name,
+                              const char *kind, rlock_info *found) {
+  static const char *const known[] = {"lock", "fair",   "read",
+                                      "write", "fenced", "spin"};
+  bool any = kind == NULL || kind[0] == '\0', ok = any;
+  for (size_t i = 0; !ok && i < sizeof(known) / sizeof(known[0]); i++)
+    ok = strcmp(kind, known[i]) == 0;
+  if (!ok)
+    return rlock__bad_arg("unknown lock kind (lock, fair, read, write, "
+                          "fenced or spin)");
+  if (found != NULL && (found->struct_size < INFO_MIN_SIZE ||
+                        found->struct_size > sizeof(rlock_info)))
+    return rlock__bad_arg("found->struct_size is not set (rlock_info_init) "
+                          "or larger than this library's rlock_info");
+  rlock_info info;
+  rlock_info_init(&info);
+  int rc = rlock_info_get(client, name, &info);
+  if (rc < 0)
+    return rc;
+  rlock *lock = NULL;
+  if (strcmp(info.type, "none") == 0) {
+    rc = 0;
+  } else if (strcmp(info.type, "hash") != 0) {
+    rlock__set_last_error("not a lock (Redis type %s)", info.type);
+    rc = RLOCK_EWRONGTYPE;
+  } else {
+    rc = kind_handle(client, name, any ? kind_shown(&info) : kind, &lock);
+    if (rc == 0)
+      rc = rlock_force_unlock(lock);
+    rlock_free(lock);
+  }
+  if (found != NULL) { /* the block goes with it */
+    size_t size = found->struct_size;
+    info.struct_size = size;
+    memcpy(found, &info, size);
+  } else {
+    rlock_info_free(&info);
+  }
+  if (rc == 0 && lock == NULL)
+    rlock__clear_last_error();
+  return rc;
+}

@@ -4,9 +4,11 @@
  *            options may come before status and unlock)
  *   rlock.1.scd  the manual page, rlock(1), in scdoc (tools/meson.build)
  *   run.c    `rlock NAME -- COMMAND`: the lock thread, signals, the child
- *   admin.c  `rlock status` and `rlock unlock --force`, and the plain
- *            synchronous connection they (and run.c's clean-up) use:
- *            hiredis, with the library's TLS session for rediss://
+ *   admin.c  `rlock status`, `rlock unlock --force` and run.c's clean-up
+ *            of a lock left by a closed client, through the library
+ *            (rlock_info_get, rlock_client_force_unlock,
+ *            rlock_force_unlock_owner): tools/ has no Redis connection of
+ *            its own
  */
 #ifndef RLOCK_CLI_H
 #define RLOCK_CLI_H
@@ -227,12 +229,12 @@ int cli_unlock_main(int argc, char **argv);
 /* `rlock [options] NAME -- COMMAND`. Returns the process exit code. */
 int cli_run(const cli_run_opts *o);
 
-/* Releases the lock `name` of `kind` if (and only if) `owner` holds it
- * (once: the CLI never re-enters), publishing that kind's unlock message
- * so a waiter wakes, over a fresh plain (synchronous) connection, TLS for
- * rediss://, to the master a sentinel URI's sentinels name. For the rare case where the lock was acquired by a client
- * that is already closed. Returns 1 released, 0 not held by owner, or a
- * negative RLOCK_E* code. */
+/* Releases the lock `name` of `kind` if (and only if) `owner` holds it,
+ * publishing that kind's unlock message so a waiter wakes, through a
+ * client of its own (rlock_force_unlock_owner), on the same URI, TLS and
+ * sentinel options. For the rare case where the lock was acquired by a
+ * client that is already closed. Returns 1 released, 0 not held by owner,
+ * or a negative RLOCK_E* code. */
 int cli_release_orphan(const char *uri, const cli_tls_opts *tls,
                        const cli_sentinel_opts *sentinel, cli_kind kind, const char *name, const char *owner);
 

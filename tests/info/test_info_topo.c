@@ -1,0 +1,141 @@
+/* rlock_info_get and rlock_client_force_unlock through a Redis Cluster and
+ * through Sentinel: each name is read on the node that serves it (its
+ * slot's master; the current master after a failover), waiters counted
+ * with the client's pub/sub mode (sharded in a cluster). */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "topo_client.h"
+
+static void cluster3(void) { rt_cluster_start(3, 0); }
+
+TestSuite(info_cluster, .init = cluster3, .fini = rt_topo_stop_all,
+          .timeout = 120);
+TestSuite(info_sentinel, .init = rt_sentinel_start, .fini = rt_topo_stop_all,
+          .timeout = 120);
+
+typedef struct waiter {
+  atomic_int status; /* 2: pending */
+} waiter;
+
+static void waiter_cb(int status, int64_t value, void *data) {
+  (void)value;
+  atomic_store(&((waiter *)data)->status, status);
+}
+
+static bool waiter_done(void *arg) {
+  return atomic_load(&((waiter *)arg)->status) != 2;
+}
+
+typedef struct shard_sub {
+  int port;
+  const char *channel;
+} shard_sub;
+
+static bool one_shard_subscriber(void *arg) {
+  shard_sub *s = arg;
+  redisReply *r = rt_node_cmd(s->port, "PUBSUB SHARDNUMSUB %s", s->channel);
+  bool one = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+             r->element[1]->integer == 1;
+  freeReplyObject(r);
+  return one;
+}
+
+Test(info_cluster, read_and_force_unlock_on_every_master) {
+  int m[RT_MAX_NODES];
+  cr_assert_eq(rt_cluster_masters(m, RT_MAX_NODES), 3);
+  rlock_client *c = tc_open(rt_cluster_uri(), NULL);
+  rlock_client *c2 = tc_open(rt_cluster_uri(), NULL);
+  for (int i = 0; i < 3; i++) {
+    char name[64], base[32], channel[128], owner[96], str[64];
+    snprintf(base, sizeof base, "info:%d", i);
+    rt_cluster_key_on(name, sizeof name, base, m[i]);
+    snprintf(channel, sizeof channel, "redisson_lock__channel:{%s}", name);
+    rlock *l = tc_lock(c, name), *l2 = tc_lock(c2, name);
+    uint64_t me = rlock_owner_new();
+    TC_EQ(rlock_lock_owner(l, me, 30000), 0, "lock");
+    TC_EQ(rlock_lock_owner(l, me, 30000), 0, "re-enter");
+    waiter w;
+    atomic_init(&w.status, 2);
+    TC_EQ(rlock_lock_async(l2, rlock_owner_new(), 60000, 10000, waiter_cb, &w,
+                           NULL),
+          0, "waiter");
+    shard_sub s = {m[i], channel};
+    rt_wait_until_what(one_shard_subscriber, &s, 5000, "waiter subscribed");
+
+    rlock_info info;
+    rlock_info_init(&info);
+    TC_EQ(rlock_info_get(c, name, &info), 0, "info");
+    cr_assert_eq(info.kind, RLOCK_INFO_LOCK, "master %d", i);
+    cr_assert_eq(info.holders_n, 1);
+    rt_owner(owner, sizeof owner, c, me);
+    cr_assert_str_eq(info.holders[0].key, owner);
+    cr_assert_eq(info.holders[0].count, 2);
+    cr_assert(info.ttl_ms > 25000 && info.ttl_ms <= 30000);
+    cr_assert_eq(info.waiters, 1, "sharded subscribers on master %d", i);
+    rlock_info_free(&info);
+
+    TC_EQ(rlock_client_force_unlock(c, name, NULL, NULL), 1, "force");
+    rt_wait_until_what(waiter_done, &w, 5000, "waiter woke");
+    cr_assert_eq(atomic_load(&w.status), 1);
+    /* the waiter holds it now (10 s lease), the old holder does not */
+    cr_assert_eq(rt_node_int(m[i], "HEXISTS %s %s", name, owner), 0);
+    cr_assert_eq(rt_node_int(m[i], "HLEN %s", name), 1);
+
+    /* a string on that master: foreign, left alone */
+    rt_cluster_key_on(str, sizeof str, "info:str", m[i]);
+    redisReply *r = rt_node_cmd(m[i], "SET %s v", str);
+    freeReplyObject(r);
+    rlock_info_init(&info);
+    TC_EQ(rlock_info_get(c, str, &info), 0, "info of a string");
+    cr_assert_eq(info.kind, RLOCK_INFO_FOREIGN);
+    cr_assert_str_eq(info.type, "string");
+    rlock_info_free(&info);
+    TC_EQ(rlock_client_force_unlock(c, str, NULL, NULL), RLOCK_EWRONGTYPE,
+          "force on a string");
+    cr_assert_eq(rt_node_int(m[i], "EXISTS %s", str), 1);
+    rlock_free(l);
+    rlock_free(l2);
+  }
+  rlock_client_close(c2);
+  rlock_client_close(c);
+}
+
+Test(info_sentinel, reads_the_current_master_after_a_failover) {
+  rlock_client *c = tc_open(rt_sentinel_uri(), NULL);
+  rlock *l = tc_lock(c, "info:sentinel");
+  uint64_t me = rlock_owner_new();
+  TC_EQ(rlock_lock_owner(l, me, 60000), 0, "lock");
+  rlock_info info;
+  rlock_info_init(&info);
+  TC_EQ(rlock_info_get(c, "info:sentinel", &info), 0, "info");
+  cr_assert_eq(info.kind, RLOCK_INFO_LOCK);
+  cr_assert_eq(info.holders_n, 1);
+  rlock_info_free(&info);
+  int old = rt_sentinel_master_port();
+  int now = rt_sentinel_failover(30000);
+  cr_assert_neq(now, old);
+  /* the library follows the sentinels; the read goes to the new master */
+  int rc = -1;
+  for (int tries = 0; tries < 50; tries++) {
+    rlock_info_init(&info);
+    rc = rlock_info_get(c, "info:sentinel", &info);
+    if (rc == 0)
+      break;
+    rt_topo_sleep_ms(100);
+  }
+  TC_EQ(rc, 0, "info after failover");
+  cr_assert_eq(info.kind, RLOCK_INFO_LOCK);
+  cr_assert_eq(info.holders_n, 1);
+  char owner[96];
+  rt_owner(owner, sizeof owner, c, me);
+  cr_assert_str_eq(info.holders[0].key, owner);
+  rlock_info_free(&info);
+  TC_EQ(rlock_unlock_owner(l, me), 1, "unlock on the new master");
+  rlock_free(l);
+  rlock_client_close(c);
+}

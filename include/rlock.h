@@ -434,7 +434,8 @@ RLOCK_EXTERN int rlock_unlock(rlock *lock);
  * Redisson's forceUnlock: if the name holds a value that is not a lock (a
  * string, a list, ...), that value is deleted, the unlock message is
  * published and the call returns 1. Check the type first (TYPE) if that
- * matters; `rlock unlock --force` does, unless given --any-type.
+ * matters, or use rlock_client_force_unlock(), which leaves non-lock
+ * values alone (`rlock unlock --force` does, unless given --any-type).
  * Other kinds: a fair lock's message goes to the first waiter (its queue is
  * kept); a spin lock publishes nothing; a read (write) handle deletes only
  * a read/write lock in read (write) mode, and otherwise returns 0. */
@@ -780,8 +781,9 @@ static inline void rlock_info_init(rlock_info *info) {
  * success - also for a missing name (kind NONE, type "none") and for
  * values that are no primitive's (kind FOREIGN: never RLOCK_EWRONGTYPE,
  * nothing is changed); then release the result with rlock_info_free().
- * Errors: RLOCK_EINVAL (NULL client or info, empty name, struct_size 0 or
- * larger than this library's sizeof(rlock_info)), RLOCK_ENAMETOOLONG,
+ * Errors: RLOCK_EINVAL (NULL client or info, empty name, struct_size not
+ * set - too small to reach `kind` - or larger than this library's
+ * sizeof(rlock_info)), RLOCK_ENAMETOOLONG,
  * RLOCK_ECLOSED, RLOCK_EDEADLK (on the loop thread), RLOCK_ENOPERM (the
  * ACL user may not run TYPE, PTTL, HGETALL, HSCAN, GET, LRANGE, ZRANGE,
  * PUBSUB or TIME), the transport errors; on failure *info holds no block

@@ -55,21 +55,21 @@ void rlock_info_free(rlock_info *info) {
   info->struct_size = size;
 }
 
-/* A handle of the kind rlock_kind() calls `kind`; RLOCK_EINVAL for a name
- * that is no lock kind. */
-static int kind_handle(rlock_client *client, const char *name,
-                       const char *kind, rlock **out) {
+typedef int (*kind_get_fn)(rlock_client *, const char *, rlock **);
+
+/* The handle getter of the kind rlock_kind() calls `kind`; NULL for a
+ * name that is no lock kind. */
+static kind_get_fn kind_getter(const char *kind) {
   static const struct {
     const char *kind;
-    int (*get)(rlock_client *, const char *, rlock **);
-  } kinds[] = {{"lock", rlock_get},         {"fair", rlock_get_fair},
-               {"read", rlock_get_read},    {"write", rlock_get_write},
+    kind_get_fn get;
+  } kinds[] = {{"lock", rlock_get},          {"fair", rlock_get_fair},
+               {"read", rlock_get_read},     {"write", rlock_get_write},
                {"fenced", rlock_get_fenced}, {"spin", rlock_get_spin}};
   for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
     if (strcmp(kind, kinds[i].kind) == 0)
-      return kinds[i].get(client, name, out);
-  return rlock__bad_arg("unknown lock kind (lock, fair, read, write, "
-                        "fenced or spin)");
+      return kinds[i].get;
+  return NULL;
 }
 
 /* The force unlock the keys call for: a read/write lock's in its mode, a
@@ -84,12 +84,8 @@ static const char *kind_shown(const rlock_info *info) {
 
 int rlock_client_force_unlock(rlock_client *client, const char *name,
                               const char *kind, rlock_info *found) {
-  static const char *const known[] = {"lock", "fair",   "read",
-                                      "write", "fenced", "spin"};
-  bool any = kind == NULL || kind[0] == '\0', ok = any;
-  for (size_t i = 0; !ok && i < sizeof(known) / sizeof(known[0]); i++)
-    ok = strcmp(kind, known[i]) == 0;
-  if (!ok)
+  bool any = kind == NULL || kind[0] == '\0';
+  if (!any && kind_getter(kind) == NULL)
     return rlock__bad_arg("unknown lock kind (lock, fair, read, write, "
                           "fenced or spin)");
   if (found != NULL && (found->struct_size < INFO_MIN_SIZE ||
@@ -108,7 +104,7 @@ int rlock_client_force_unlock(rlock_client *client, const char *name,
     rlock__set_last_error("not a lock (Redis type %s)", info.type);
     rc = RLOCK_EWRONGTYPE;
   } else {
-    rc = kind_handle(client, name, any ? kind_shown(&info) : kind, &lock);
+    rc = kind_getter(any ? kind_shown(&info) : kind)(client, name, &lock);
     if (rc == 0)
       rc = rlock_force_unlock(lock);
     rlock_free(lock);

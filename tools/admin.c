@@ -35,23 +35,6 @@ static int open_client(const char *uri, const cli_tls_opts *tls,
   return rc == 0 ? 0 : cli_open_failed(rc);
 }
 
-/* The name rlock_kind() gives a handle of `kind`. */
-static const char *kind_name(cli_kind kind) {
-  switch (kind) {
-  case CLI_KIND_FAIR:
-    return "fair";
-  case CLI_KIND_READ:
-    return "read";
-  case CLI_KIND_WRITE:
-    return "write";
-  case CLI_KIND_FENCED:
-    return "fenced";
-  case CLI_KIND_LOCK:
-  default:
-    return "lock";
-  }
-}
-
 int cli_release_orphan(const char *uri, const cli_tls_opts *tls,
                        const cli_sentinel_opts *sentinel, cli_kind kind,
                        const char *name, const char *owner) {
@@ -428,9 +411,7 @@ int cli_unlock_main(int argc, char **argv) {
    * NAME. */
   int exit_code = 0;
   for (int i = optind; i < argc; i++) {
-    /* Without a kind option, the kind the keys show (a read/write lock is
-     * released as one, waking its waiters on its own channel). */
-    rlock_info found;
+    rlock_info found; /* what was there: "none" says "was not locked" */
     rlock_info_init(&found);
     if (any_type) {
       rlock *lock;
@@ -439,10 +420,19 @@ int cli_unlock_main(int argc, char **argv) {
         rc = rlock_force_unlock(lock);
         rlock_free(lock);
       }
+    } else if (kind == CLI_KIND_LOCK) {
+      /* no kind option: the kind the keys show (a read/write lock is
+       * released as one, waking its waiters on its own channel) */
+      rc = rlock_client_force_unlock(client, argv[i], NULL, &found);
     } else {
-      rc = rlock_client_force_unlock(
-          client, argv[i], kind == CLI_KIND_LOCK ? NULL : kind_name(kind),
-          &found);
+      /* the kind's name as the library spells it (rlock_kind) */
+      rlock *lock;
+      rc = cli_kind_get(client, kind, argv[i], &lock);
+      if (rc == 0) {
+        rc = rlock_client_force_unlock(client, argv[i], rlock_kind(lock),
+                                       &found);
+        rlock_free(lock);
+      }
     }
     bool missing = strcmp(found.type, "none") == 0;
     rlock_info_free(&found);

@@ -785,9 +785,11 @@ static inline void rlock_info_init(rlock_info *info) {
  * set - too small to reach `kind` - or larger than this library's
  * sizeof(rlock_info)), RLOCK_ENAMETOOLONG,
  * RLOCK_ECLOSED, RLOCK_EDEADLK (on the loop thread), RLOCK_ENOPERM (the
- * ACL user may not run TYPE, PTTL, HGETALL, HSCAN, GET, LRANGE, ZRANGE,
- * PUBSUB or TIME), the transport errors; on failure *info holds no block
- * (rlock_info_free() is still safe).
+ * ACL user may not run the script - EVALSHA/EVAL - or one of its reads:
+ * TYPE, PTTL, HLEN, HGETALL, HSCAN, GET, LLEN, LRANGE, ZSCORE, ZCARD,
+ * ZRANGE, PUBSUB, TIME), the transport errors; on failure *info holds no
+ * block (rlock_info_free() is still safe). A struct still holding an
+ * unfreed result is overwritten (its block leaks).
  */
 RLOCK_EXTERN int rlock_info_get(rlock_client *client, const char *name,
                                 rlock_info *info);

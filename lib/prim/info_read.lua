@@ -14,6 +14,15 @@
 -- {lock, read/write, semaphore, latch subscribers}, queue length,
 -- {queued owner...}, {their deadline or nil...}, token or nil, permit
 -- count, {permit id, expiry...}, server seconds, microseconds}.
+-- An ACL user who may not make one of the reads gets NOPERM naming it
+-- (the guard of the scripts that write), not the server's generic error.
+--! include _acl_guard.lua
+local d = denied({{'type', KEYS[1]}, {'pttl', KEYS[1]}, {'hlen', KEYS[1]},
+  {'hgetall', KEYS[1]}, {'hscan', KEYS[1], '0'}, {'get', KEYS[1]},
+  {'pubsub', ARGV[1], ARGV[2]}, {'llen', KEYS[2]}, {'lrange', KEYS[2], '0', '0'},
+  {'zscore', KEYS[3], 'x'}, {'get', KEYS[4]}, {'zcard', KEYS[5]},
+  {'zrange', KEYS[5], '0', '0'}, {'time'}});
+if d then return refuse(d); end;
 local limit = tonumber(ARGV[6]);
 local function kind_of(k) return redis.call('type', k)['ok']; end;
 local t = kind_of(KEYS[1]);

@@ -712,3 +712,28 @@ Test(info, force_unlock_owner_releases_only_that_owner) {
   rlock_free(lock);
   rlock_client_close(c);
 }
+
+/* An ACL user who may not run one of the reads: a clear RLOCK_ENOPERM with
+ * the server's words, nothing left behind. */
+Test(info, a_user_without_pubsub_gets_enoperm) {
+  char key[64], uri[128];
+  rt_key(key, sizeof key, "info:acl");
+  rt_ok("OK", "ACL SETUSER nopubsub on >pw ~* &* +@all -pubsub");
+  snprintf(uri, sizeof uri, "redis://nopubsub:pw@127.0.0.1:%d", rt_port());
+  rlock_options o;
+  rlock_options_init(&o);
+  o.uri = uri;
+  rlock_client *c = NULL;
+  cr_assert_eq(rlock_client_open(&c, &o), 0, "%s", rlock_last_error());
+  rlock_info info;
+  rlock_info_init(&info);
+  int rc = rlock_info_get(c, key, &info);
+  cr_assert_eq(rc, RLOCK_ENOPERM, "%s (%s)", rlock_err_name(rc),
+               rlock_last_error());
+  cr_assert(strstr(rlock_last_error(), "pubsub") != NULL, "%s",
+            rlock_last_error());
+  cr_assert_null(info.mem_);
+  rlock_info_free(&info);
+  cr_assert_eq(rt_exists(key), 0);
+  rlock_client_close(c);
+}

@@ -346,26 +346,23 @@ static void start_acquire(rlock__op *op) {
 
 /* ---- abandon: undoing a wait that ends without the lock ---- */
 
+/* Every abandon in flight counts in e->abandons_inflight, whenever it was
+ * sent: one sent by a give-up just before close may still be on its way
+ * (an EVALSHA answered NOSCRIPT is re-sent as EVAL only when that answer
+ * comes), and close waits for each (issue 24). */
 static void abandon_reply(rlock__net *n, redisReply *reply, int err,
                           void *data) {
-  (void)n, (void)reply, (void)err, (void)data;
-}
-
-static void abandon_reply_at_close(rlock__net *n, redisReply *reply, int err,
-                                   void *data) {
   (void)n, (void)reply, (void)err;
   rlock__engine *e = data;
+  e->abandons_inflight--;
   if (e->draining > 0 && --e->draining == 0 && e->on_drained != NULL)
     e->on_drained(e);
 }
 
 void rlock__abandon_send(rlock__op *op) {
   rlock__engine *e = op->engine;
-  bool closing = e->core->closing;
-  rlock__cmd *cmd = op->lock->prim->abandon(
-      op, closing ? abandon_reply_at_close : abandon_reply, e);
-  if (cmd != NULL && closing)
-    e->abandons_at_close++;
+  if (op->lock->prim->abandon(op, abandon_reply, e) != NULL)
+    e->abandons_inflight++;
 }
 
 const rlock__op_type rlock__op_acquire = {

@@ -33,7 +33,7 @@ int rlock__engine_close(rlock__engine *e) {
   if (!rlock__net_cmd_connected(e->net))
     return 0;
   e->draining = rlock__suspects_flush(e) + rlock__latches_flush_at_close(e) +
-                e->abandons_at_close;
+                e->abandons_inflight;
   return e->draining;
 }
 

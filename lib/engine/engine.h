@@ -223,7 +223,7 @@ extern const rlock__op_type rlock__op_acquire;
 extern const rlock__op_type rlock__op_release;
 
 /* Sends the kind's abandon for an acquire that ends without the lock
- * (acquire.c); at close, close waits for its reply. */
+ * (acquire.c); close waits for the reply of every abandon in flight. */
 void rlock__abandon_send(rlock__op *op);
 
 /* ---- what this client holds (hold.c) ---- */
@@ -308,7 +308,7 @@ struct rlock__engine {
   uint64_t latch_count;
   /* close: trims (and the latch UNLINK) sent at close, unanswered */
   int draining;
-  int abandons_at_close; /* abandons sent by close's own finishing */
+  int abandons_inflight; /* abandons sent, unanswered: close waits */
   /* hook: every command sent at close has answered */
   void (*on_drained)(rlock__engine *e);
 };

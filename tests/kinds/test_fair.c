@@ -598,6 +598,38 @@ Test(fair, cancel_interrupt_and_close_leave_no_entry) {
   rlock_client_close(b);
 }
 
+/* Issue 24: a waiter that gives up (its wait ran out) and whose client
+ * closes right away still leaves the queue when the server's script cache
+ * lacks the queue-leave script: its EVALSHA is answered NOSCRIPT, and the
+ * EVAL sent then must not be dropped by the close. Three rounds, each with
+ * a flushed script cache and a fresh client. */
+Test(fair, give_up_then_close_leaves_no_entry_after_script_flush) {
+  rlock_client *a = rt_client();
+  char key[64];
+  rt_key(key, sizeof key, "fg");
+  names n;
+  fair_names(&n, key);
+  rlock *la = fair(a, key);
+  cr_assert_eq(rlock_lock_owner(la, 1, 30000), 0);
+  for (int round = 0; round < 3; round++) {
+    rt_ok("OK", "SCRIPT FLUSH");
+    rlock_client *b = rt_client();
+    rlock *lb = fair(b, key);
+    cr_assert_eq(rlock_try_lock_owner(lb, 2, 200, 30000), 0,
+                 "round %d: the wait runs out", round);
+    rlock_free(lb);
+    rlock_client_close(b);
+    /* close waited for the queue-leave's reply, EVAL re-send included */
+    cr_assert_eq(rt_exists(n.queue), 0, "round %d: the give-up left the "
+                 "queue entry behind", round);
+    cr_assert_eq(rt_exists(n.timeout), 0, "round %d", round);
+  }
+  cr_assert_eq(rlock_unlock_owner(la, 1), 1);
+  cr_assert_eq(rt_exists(key), 0);
+  rlock_free(la);
+  rlock_client_close(a);
+}
+
 /* rlock's addition to the queue-leave: the first waiter leaving while the
  * lock is free tells the next one (else it would sleep on its hint, here
  * the old holder's ~30 s TTL). */

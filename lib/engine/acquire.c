@@ -14,8 +14,9 @@ static void send_try(rlock__op *op);
 
 /* Whether an op may ride out a connection problem a little longer: until its
  * deadline, or, without one, for as long as an unlock keeps re-sending
- * ((retry_attempts + 1) x (command_timeout + retry_interval)) - after that a
- * dead server is reported, not waited for. */
+ * ((retry_attempts + 1) x (command_timeout + retry_interval), counted from
+ * the send of the try that went unanswered) - after that a dead server is
+ * reported, not waited for. */
 static bool has_time(rlock__op *op) {
   const rlock_options *o = &op->engine->core->opts;
   if (op->engine->core->closing || op->wait_ms == 0)
@@ -24,9 +25,21 @@ static bool has_time(rlock__op *op) {
   if (op->wait_ms > 0)
     return now < op->deadline;
   if (op->outage_until == 0)
-    op->outage_until = now + (int64_t)(o->retry_attempts + 1) *
-                                 (o->command_timeout_ms + o->retry_interval_ms);
+    op->outage_until = (op->try_sent_ms > 0 ? op->try_sent_ms : now) +
+                       (int64_t)(o->retry_attempts + 1) *
+                           (o->command_timeout_ms + o->retry_interval_ms);
   return now < op->outage_until;
+}
+
+/* The time by which the op must have ended whatever is in flight: its
+ * deadline, or while it rides out an outage without one, the outage's end;
+ * 0: none. */
+static int64_t end_by(const rlock__op *op) {
+  if (op->wait_ms > 0)
+    return op->deadline;
+  if (op->wait_ms < 0)
+    return op->outage_until;
+  return 0;
 }
 
 static void start_trim(rlock__op *op);
@@ -72,12 +85,24 @@ static void deadline_fire(rlock__timed *t) {
   rlock__op_finish(op, RLOCK_ETIMEDOUT);
 }
 
-/* Bounds the command just sent by the op's own deadline. */
+/* An op without deadline riding out an outage reaches the outage's end
+ * with a command (a trim, or a try after one) still unanswered: it gives up
+ * now rather than wait out that command's own timeout - the documented
+ * bound holds (issue 24). The command may still run: trimmed later. */
+static void outage_fire(rlock__timed *t) {
+  rlock__op *op = RLOCK__CONTAINER_OF(t, rlock__op, timer);
+  if (op->state == RLOCK__ST_CMD)
+    give_up(op);
+}
+
+/* Bounds the command just sent by the op's own deadline, or by the end of
+ * the outage it rides out. */
 static void arm_deadline(rlock__op *op) {
-  if (op->wait_ms <= 0 || op->state != RLOCK__ST_CMD || op->cmd == NULL)
+  int64_t at = end_by(op);
+  if (at == 0 || op->state != RLOCK__ST_CMD || op->cmd == NULL)
     return;
-  op->timer.fire = deadline_fire;
-  rlock__timed_start(op->engine->core, &op->timer, op->deadline);
+  op->timer.fire = op->wait_ms > 0 ? deadline_fire : outage_fire;
+  rlock__timed_start(op->engine->core, &op->timer, at);
 }
 
 static void trim_reply(rlock__net *n, redisReply *reply, int err,
@@ -98,8 +123,9 @@ static void trim_reply(rlock__net *n, redisReply *reply, int err,
     op->state = RLOCK__ST_CMD;
     op->timer.fire = trim_timer_fire;
     int64_t at = rlock__now_ms() + e->core->opts.retry_interval_ms;
-    if (op->wait_ms > 0 && op->deadline < at)
-      at = op->deadline;
+    int64_t end = end_by(op);
+    if (end > 0 && end < at)
+      at = end;
     rlock__timed_start(e->core, &op->timer, at);
     return;
   }
@@ -292,6 +318,7 @@ static void send_try(rlock__op *op) {
                        : rlock__chan_epoch(e->net, op->wchan, op->wchan_len);
   op->state = RLOCK__ST_CMD;
   op->tried = true;
+  op->try_sent_ms = rlock__now_ms();
   op->cmd = lock->prim->send_try(op, lease, try_reply);
   if (op->cmd == NULL) {
     rlock__op_finish(op, RLOCK_ENOMEM);

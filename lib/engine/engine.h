@@ -169,6 +169,7 @@ struct rlock__op {
   char *latch;          /* release: its latch key */
   int lost_err;         /* first transport error of an acquire, or 0 */
   int64_t outage_until; /* how long a deadline-less op rides out errors */
+  int64_t try_sent_ms;  /* acquire: when the last try was sent */
   int64_t trim_want;    /* count sent with the op's trim */
   bool answered;        /* the server answered one of this op's commands */
   int handoff_streak;   /* acquire: woken by a local handoff, the streak's

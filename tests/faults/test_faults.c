@@ -1436,3 +1436,71 @@ Test(faults, try_lock_wait_bounds_the_call_when_server_stalls) {
   rlock_client_close(c);
   fk_assert_clean(name, true, CLEAN_BOUND_MS);
 }
+
+/*
+ * Issue 24: rlock_lock() (no deadline) rides out an outage for the
+ * documented (retry_attempts + 1) x (command_timeout_ms + retry_interval_ms)
+ * from the try that went unanswered, and no longer: a repair trim sent just
+ * before the bound used to be waited for in full (up to one more
+ * retry_interval_ms, or a command timeout). Server frozen (SIGSTOP: every
+ * command times out) or killed (every connection attempt refused).
+ */
+#define OUTAGE_TOLERANCE_MS 150
+static void lock_outage_bound(bool sigstop) {
+  const char *name = sigstop ? "fk-outage-stop" : "fk-outage-kill";
+  char key[KEY_MAX];
+  rt_key(key, sizeof key, "outage-bound");
+  rlock_options o;
+  fk_options(&o, name);
+  o.command_timeout_ms = 1000;
+  o.retry_interval_ms = 500;
+  o.retry_attempts = 1;
+  int64_t bound = (int64_t)(o.retry_attempts + 1) *
+                  (o.command_timeout_ms + o.retry_interval_ms);
+  rlock_client *c = open_named(&o);
+  rlock *lock = rt_lock(c, key);
+  /* Scripts cached and the connection warm. */
+  cr_assert_eq(rlock_try_lock(lock, 0, 5000), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(lock), 1, "%s", rlock_last_error());
+
+  if (sigstop)
+    fk_server_freeze();
+  else
+    rt_server_kill();
+  int64_t t0 = rt_now_ms();
+  int rc = rlock_lock(lock, 30000);
+  int64_t took = rt_now_ms() - t0;
+  char err[256];
+  fk_copy_last_error(err, sizeof err);
+  cr_log_info("rlock_lock during the outage: %s in %" PRId64 " ms (bound %"
+              PRId64 "; %s; longest stall %" PRId64 " ms)", rc_name(rc),
+              took, bound, err, fk_max_stall_ms());
+  cr_assert(is_transport_error(rc), "rlock_lock during the outage: %s (%s)",
+            rc_name(rc), err);
+  cr_assert_leq(took, bound + OUTAGE_TOLERANCE_MS,
+                "rlock_lock gave up after %" PRId64 " ms; documented bound %"
+                PRId64 " ms (longest stall of this process %" PRId64 " ms)",
+                took, bound, fk_max_stall_ms());
+  cr_assert_geq(took, bound - OUTAGE_TOLERANCE_MS,
+                "rlock_lock gave up after %" PRId64 " ms, before riding out "
+                "the documented %" PRId64 " ms", took, bound);
+
+  if (sigstop) {
+    fk_server_thaw();
+    /* The unanswered try ran after the thaw; the background trim undid it. */
+    rt_wait_until_what(key_gone, key, 5000, "no hold left by the try");
+    cr_assert_eq(rlock_hold_count(lock), 0);
+  }
+  rlock_free(lock);
+  rlock_client_close(c);
+  if (sigstop)
+    fk_assert_clean(name, true, CLEAN_BOUND_MS);
+}
+
+Test(faults, lock_gives_up_within_documented_bound_server_sigstopped) {
+  lock_outage_bound(true);
+}
+
+Test(faults, lock_gives_up_within_documented_bound_server_killed) {
+  lock_outage_bound(false);
+}

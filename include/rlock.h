@@ -367,7 +367,13 @@ RLOCK_EXTERN const char *rlock_name(const rlock *lock);
  * Acquires the lock for the calling thread, waiting as long as it takes.
  * Re-entrant. lease_ms > 0: the lock expires after lease_ms unless unlocked
  * (no renewal). lease_ms < 0: watchdog mode (held until unlocked, renewed).
- * lease_ms == 0 is RLOCK_EINVAL. Returns 0 or a negative error.
+ * lease_ms == 0 is RLOCK_EINVAL, and so is lease_ms above 2^40 (about 34
+ * years: a garbage value, whose expiry arithmetic would overflow on the
+ * server). Returns 0 or a negative error.
+ * During an outage (no reply, or no connection) it rides out errors for
+ * (retry_attempts + 1) x (command_timeout_ms + retry_interval_ms) from its
+ * first unanswered try, then returns RLOCK_ETIMEDOUT or RLOCK_ECONN; a
+ * try that lands late is trimmed in the background (no hold is left).
  */
 RLOCK_EXTERN int rlock_lock(rlock *lock, int64_t lease_ms);
 
@@ -376,7 +382,12 @@ RLOCK_EXTERN int rlock_lock(rlock *lock, int64_t lease_ms);
  * rlock_try_lock() / their _owner forms, and on success store in *token
  * the fencing token of this acquisition (Redisson's lockAndGetToken): a
  * number that grows with every acquisition of the lock by anyone, so a
- * storage system can reject writes carrying an older token. Not written
+ * storage system can reject writes carrying an older token. It grows only
+ * while its key survives: a Redis restart without persistence, FLUSHALL or
+ * FLUSHDB, eviction of the key, or a failover to a replica that had not
+ * received the last increments starts it again from 1 (Java's too). Run
+ * Redis with AOF (appendonly yes, appendfsync always for no loss at all)
+ * and noeviction where tokens must never go back. Not written
  * when the lock was not acquired. RLOCK_EINVAL on a handle of another kind
  * or a NULL token. The asynchronous rlock_lock_async() on a fenced handle
  * gives the token as the callback's value.
@@ -426,6 +437,12 @@ RLOCK_EXTERN int rlock_try_lock(rlock *lock, int64_t wait_ms, int64_t lease_ms);
  * that remain return RLOCK_ELOCKLOST as well.
  * RLOCK_ENOPERM: the ACL user may not make one of the unlock's writes (e.g.
  * PUBLISH the release message); nothing was changed (Redis 7+).
+ * RLOCK_ECONN / RLOCK_ETIMEDOUT: no reply came, after every re-send. The
+ * hold is given up locally all the same: the client counts one hold fewer
+ * (renewal of a last hold stops) and sets the server's count to match in
+ * the background once Redis answers. Do not call rlock_unlock() again for
+ * it: a retry releases another hold, or returns RLOCK_ENOTOWNER when that
+ * was the last one.
  */
 RLOCK_EXTERN int rlock_unlock(rlock *lock);
 

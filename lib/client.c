@@ -1,7 +1,7 @@
 /* The client: the top of the library. It assembles the layers - core (loop
  * thread, tasks, timers), net (connections, channels), engine (operations,
  * holds) - wires their hooks, and owns the order of open and close. It also
- * hands out lock handles and thread ids. */
+ * hands out lock handles. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,24 +27,11 @@ struct rlock_client {
 
 #define CLIENT_OF(ptr, member) RLOCK__CONTAINER_OF(ptr, rlock_client, member)
 
-/* ---- ids ---- */
+/* ---- ids (the counter lives in core: ids.c) ---- */
 
-/* Thread ids start at 1 and are never reused, so an owner string can never
- * name two threads of one process over its life. */
-static atomic_uint_fast64_t next_thread_id = 1;
-static _Thread_local uint64_t this_thread_id;
+uint64_t rlock_thread_id(void) { return rlock__thread_id(); }
 
-static uint64_t id_next(void) {
-  return (uint64_t)atomic_fetch_add(&next_thread_id, 1);
-}
-
-uint64_t rlock_thread_id(void) {
-  if (this_thread_id == 0)
-    this_thread_id = id_next();
-  return this_thread_id;
-}
-
-uint64_t rlock_owner_new(void) { return id_next(); }
+uint64_t rlock_owner_new(void) { return rlock__id_next(); }
 
 /* ---- open ---- */
 

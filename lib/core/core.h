@@ -59,6 +59,15 @@ bool rlock__core_on_loop_thread(const rlock__core *core);
  * client (its loop thread does not exist there), else 0. Any thread. */
 int rlock__core_fork_check(const rlock__core *core);
 
+/* ---- ids (ids.c) ---- */
+
+/* The calling thread's owner id (rlock_thread_id()): taken from the
+ * process-wide counter on its first call. Any thread. */
+uint64_t rlock__thread_id(void);
+/* A new id from that counter, never handed out before (rlock_owner_new()).
+ * Any thread. */
+uint64_t rlock__id_next(void);
+
 /* ---- the core ---- */
 
 struct rlock__core {

@@ -146,12 +146,12 @@ int rlock_try_lock_fenced_owner(rlock *lock, uint64_t owner, int64_t wait_ms,
 }
 
 int rlock_lock_fenced(rlock *lock, int64_t lease_ms, int64_t *token) {
-  return rlock_lock_fenced_owner(lock, rlock_thread_id(), lease_ms, token);
+  return rlock_lock_fenced_owner(lock, rlock__thread_id(), lease_ms, token);
 }
 
 int rlock_try_lock_fenced(rlock *lock, int64_t wait_ms, int64_t lease_ms,
                           int64_t *token) {
-  return rlock_try_lock_fenced_owner(lock, rlock_thread_id(), wait_ms,
+  return rlock_try_lock_fenced_owner(lock, rlock__thread_id(), wait_ms,
                                      lease_ms, token);
 }
 

@@ -259,7 +259,7 @@ int rlock_latch_await(rlock_latch *latch, int64_t wait_ms) {
   if (rc != 0)
     return rc;
   /* The thread id as owner: rlock_interrupt() of this thread ends it. */
-  return rlock__acquire((rlock *)latch, rlock_thread_id(), wait_ms,
+  return rlock__acquire((rlock *)latch, rlock__thread_id(), wait_ms,
                         AWAIT_LEASE, NULL);
 }
 
@@ -271,6 +271,6 @@ int rlock_latch_await_async(rlock_latch *latch, int64_t wait_ms, rlock_cb cb,
   if (rc != 0)
     return rc;
   return rlock__op_submit_async((rlock *)latch, &rlock__op_acquire,
-                                rlock_thread_id(), wait_ms, AWAIT_LEASE, cb,
+                                rlock__thread_id(), wait_ms, AWAIT_LEASE, cb,
                                 data, req);
 }

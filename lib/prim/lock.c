@@ -275,15 +275,15 @@ int64_t rlock_hold_count_owner(rlock *lock, uint64_t owner) {
 }
 
 int rlock_lock(rlock *lock, int64_t lease_ms) {
-  return rlock_lock_owner(lock, rlock_thread_id(), lease_ms);
+  return rlock_lock_owner(lock, rlock__thread_id(), lease_ms);
 }
 
 int rlock_try_lock(rlock *lock, int64_t wait_ms, int64_t lease_ms) {
-  return acquire(lock, rlock_thread_id(), wait_ms, lease_ms);
+  return acquire(lock, rlock__thread_id(), wait_ms, lease_ms);
 }
 
 int rlock_unlock(rlock *lock) {
-  return rlock_unlock_owner(lock, rlock_thread_id());
+  return rlock_unlock_owner(lock, rlock__thread_id());
 }
 
 int rlock_force_unlock(rlock *lock) {
@@ -295,11 +295,11 @@ int rlock_is_locked(rlock *lock) {
 }
 
 int rlock_is_held_by_current_thread(rlock *lock) {
-  return rlock_is_held_by_owner(lock, rlock_thread_id());
+  return rlock_is_held_by_owner(lock, rlock__thread_id());
 }
 
 int64_t rlock_hold_count(rlock *lock) {
-  return rlock_hold_count_owner(lock, rlock_thread_id());
+  return rlock_hold_count_owner(lock, rlock__thread_id());
 }
 
 int rlock_remain_ttl(rlock *lock, int64_t *ttl_ms) {

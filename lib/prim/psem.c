@@ -439,7 +439,7 @@ int rlock_permit_semaphore_try_acquire(rlock_permit_semaphore *sem,
   if (rc != 0)
     return rc;
   rlock__op op;
-  rlock__op_init(&op, lock, &acquire_type, rlock_thread_id());
+  rlock__op_init(&op, lock, &acquire_type, rlock__thread_id());
   rlock__op_set_wait(&op, wait_ms, lease_ms);
   rc = rlock__op_run_sync(&op);
   unsigned char *raw = op_id(&op);
@@ -493,7 +493,7 @@ int rlock_permit_semaphore_acquire_async(rlock_permit_semaphore *sem,
   ctx->cb = cb;
   ctx->data = data;
   ctx->id = id;
-  int rc = rlock__op_submit_async(lock, &acquire_type, rlock_thread_id(),
+  int rc = rlock__op_submit_async(lock, &acquire_type, rlock__thread_id(),
                                   wait_ms, lease_ms, async_done, ctx, req);
   if (rc != 0)
     free(ctx);

@@ -336,7 +336,7 @@ int rlock_semaphore_try_acquire(rlock_semaphore *sem, int64_t permits,
   if (rc != 0)
     return rc;
   rlock__op op;
-  rlock__op_init(&op, lock, &acquire_type, rlock_thread_id());
+  rlock__op_init(&op, lock, &acquire_type, rlock__thread_id());
   rlock__op_set_wait(&op, wait_ms, -1);
   op.arg = permits;
   return rlock__op_run_sync(&op);
@@ -404,6 +404,6 @@ int rlock_semaphore_acquire_async(rlock_semaphore *sem, int64_t permits,
   /* The async facade has no slot for the permits: they ride as the lease
    * (in 1..2^40, which it accepts), and start_acquire moves them to arg
    * before the engine sees the op. */
-  return rlock__op_submit_async(lock, &acquire_type, rlock_thread_id(),
+  return rlock__op_submit_async(lock, &acquire_type, rlock__thread_id(),
                                 wait_ms, permits, cb, data, req);
 }

@@ -3,7 +3,8 @@
  * microseconds then costs no thread wake-up - and parks on a semaphore
  * only after a bounded spin. The bound adapts to the reply latency the
  * client observes, spinning stops where it rarely pays off, and nobody
- * spins while more than CPUs - 1 callers wait. Internal to the engine. */
+ * spins while more than CPUs - 1 callers wait. Internal (core: the engine
+ * waits with it; it knows nothing of operations). */
 #ifndef RLOCK_PARK_H
 #define RLOCK_PARK_H
 

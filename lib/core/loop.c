@@ -1,6 +1,7 @@
 /* The client's loop thread, the cross-thread task queue, the timer heap and
  * the skeleton of close (the order of what closes is the owner's, through
  * its hooks). */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -53,6 +54,18 @@ static void heap_down(rlock__core *core, size_t i) {
   }
 }
 
+/* The heap's invariant around slot i (debug builds): the entry knows its
+ * place, no parent fires later than it, no child earlier. */
+static void heap_check_at(const rlock__core *core, size_t i) {
+  (void)core, (void)i;
+  assert(i < core->heap_len && core->heap[i]->index == i + 1);
+  assert(i == 0 || core->heap[(i - 1) / 2]->at <= core->heap[i]->at);
+  assert(2 * i + 1 >= core->heap_len ||
+         core->heap[2 * i + 1]->at >= core->heap[i]->at);
+  assert(2 * i + 2 >= core->heap_len ||
+         core->heap[2 * i + 2]->at >= core->heap[i]->at);
+}
+
 static void heap_timer_cb(uv_timer_t *timer);
 
 static void arm_timer(rlock__core *core) {
@@ -91,10 +104,12 @@ void rlock__timed_start(rlock__core *core, rlock__timed *t, int64_t at) {
     core->heap = h;
     core->heap_cap = cap;
   }
+  assert(t->fire != NULL);
   t->at = at;
   core->heap[core->heap_len] = t;
   t->index = ++core->heap_len;
   heap_up(core, core->heap_len - 1);
+  heap_check_at(core, t->index - 1);
   arm_timer(core);
 }
 
@@ -102,14 +117,17 @@ void rlock__timed_stop(rlock__core *core, rlock__timed *t) {
   if (t->index == 0)
     return;
   size_t i = t->index - 1;
+  assert(i < core->heap_len && core->heap[i] == t);
   t->index = 0;
   core->heap_len--;
   if (i == core->heap_len)
     return;
-  core->heap[i] = core->heap[core->heap_len];
-  core->heap[i]->index = i + 1;
+  rlock__timed *moved = core->heap[core->heap_len];
+  core->heap[i] = moved;
+  moved->index = i + 1;
   heap_up(core, i);
-  heap_down(core, core->heap[i]->index - 1);
+  heap_down(core, moved->index - 1);
+  heap_check_at(core, moved->index - 1);
 }
 
 /* ---- the task queue ---- */

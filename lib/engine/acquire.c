@@ -381,9 +381,11 @@ static void abandon_reply(rlock__net *n, redisReply *reply, int err,
                           void *data) {
   (void)n, (void)reply, (void)err;
   rlock__engine *e = data;
+  assert(e->abandons_inflight > 0);
   e->abandons_inflight--;
-  if (e->draining > 0 && --e->draining == 0 && e->on_drained != NULL)
-    e->on_drained(e);
+  /* Sent before close, answered after it began: counted in draining. */
+  if (e->draining > 0)
+    rlock__engine_drained_one(e);
 }
 
 void rlock__abandon_send(rlock__op *op) {

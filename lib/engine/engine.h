@@ -17,6 +17,7 @@
 #ifndef RLOCK_ENGINE_H
 #define RLOCK_ENGINE_H
 
+#include <assert.h>
 #include <stdatomic.h>
 
 #include "net.h"
@@ -313,6 +314,15 @@ struct rlock__engine {
   /* hook: every command sent at close has answered */
   void (*on_drained)(rlock__engine *e);
 };
+
+/* One of the replies close waits for has come (any of the trims, latch
+ * deletes and abandons counted in draining): the last one calls
+ * on_drained. */
+static inline void rlock__engine_drained_one(rlock__engine *e) {
+  assert(e->draining > 0);
+  if (--e->draining == 0 && e->on_drained != NULL)
+    e->on_drained(e);
+}
 
 /* 0 or RLOCK_ESYS (no random seed). */
 int rlock__engine_init(rlock__engine *e, rlock__core *core, rlock__net *net,

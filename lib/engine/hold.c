@@ -82,6 +82,8 @@ int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
     h->watchdog_count++;
   else
     h->lease_ms = lease_ms;
+  assert(h->count > 0 && h->watchdog_count >= 0 &&
+         h->watchdog_count <= h->count);
   return 0;
 }
 
@@ -110,6 +112,7 @@ void rlock__hold_trimmed(rlock__engine *e, const char *name,
     h->count = now_held;
     if (h->watchdog_count > h->count)
       h->watchdog_count = h->count;
+    assert(h->count > 0 && h->watchdog_count >= 0);
   }
 }
 
@@ -137,6 +140,7 @@ static void renew_reply(rlock__net *n, redisReply *reply, int err,
   (void)n;
   renew_batch *b = data;
   rlock__engine *e = b->engine;
+  assert(e->renew_inflight > 0);
   e->renew_inflight--;
   /* A failed renewal is tried again next period; only a definite "0" from
    * the server means the hold is gone. */

@@ -2,6 +2,7 @@
  * handles; and the two facades every public call goes through - blocking
  * (run and wait on a semaphore) and asynchronous (a callback on the loop
  * thread, with a reference-counted request handle). */
+#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +58,9 @@ int rlock__handle_new(rlock__engine *e, const rlock__prim *prim,
 }
 
 void rlock__handle_release(rlock *lock) {
-  if (atomic_fetch_sub(&lock->refs, 1) != 1)
+  int was = atomic_fetch_sub(&lock->refs, 1);
+  assert(was >= 1);
+  if (was != 1)
     return;
   rlock__core *core = lock->engine->core;
   free(lock->name);
@@ -91,6 +94,10 @@ static void active_add(rlock__engine *e, rlock__op *op) {
 }
 
 static void active_remove(rlock__engine *e, rlock__op *op) {
+  /* Only an op on the list leaves it (control ops never join it). */
+  assert(op->active_prev != NULL ? op->active_prev->active_next == op
+                                 : e->active_head == op);
+  assert(op->active_next == NULL || op->active_next->active_prev == op);
   if (op->active_prev != NULL)
     op->active_prev->active_next = op->active_next;
   else
@@ -119,6 +126,10 @@ static void release_unmark(rlock__op *op) {
 }
 
 void rlock__op_finish(rlock__op *op, int result) {
+  /* Exactly once: every path that may race a finish (a reply, a timer, a
+   * cancel, close) checks the state or lets go of its callback first. */
+  assert(op->state != RLOCK__ST_DONE);
+  assert(!op->type->control);
   if (op->state == RLOCK__ST_DONE)
     return;
   rlock__engine *e = op->engine;
@@ -397,7 +408,9 @@ struct rlock_req {
 };
 
 static void req_release(rlock_req *req) {
-  if (atomic_fetch_sub(&req->refs, 1) != 1)
+  int was = atomic_fetch_sub(&req->refs, 1);
+  assert(was >= 1);
+  if (was != 1)
     return;
   rlock *lock = req->op.lock;
   free(req);

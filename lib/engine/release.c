@@ -93,9 +93,7 @@ static void latch_forget(rlock__engine *e, char *latch) {
 static void latch_close_reply(rlock__net *n, redisReply *reply, int err,
                               void *data) {
   (void)n, (void)reply, (void)err;
-  rlock__engine *e = data;
-  if (--e->draining == 0 && e->on_drained != NULL)
-    e->on_drained(e);
+  rlock__engine_drained_one(data);
 }
 
 int rlock__latches_flush_at_close(rlock__engine *e) {
@@ -127,6 +125,7 @@ static void release_reply(rlock__net *n, redisReply *reply, int err,
      * up one hold, so the client now counts one fewer and trims the
      * server's count down to that once it answers. */
     if (h != NULL) {
+      assert(h->count > 0);
       if (--h->count <= 0)
         rlock__hold_drop(e, h);
       else if (h->watchdog_count > h->count)

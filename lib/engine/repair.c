@@ -57,8 +57,8 @@ static void suspect_reply(rlock__net *n, redisReply *reply, int err,
   rlock__engine *e = s->engine;
   s->inflight = false;
   if (e->core->closing) {
-    if (s->at_close && --e->draining == 0 && e->on_drained != NULL)
-      e->on_drained(e);
+    if (s->at_close)
+      rlock__engine_drained_one(e);
     return;
   }
   if (err != 0 || reply->type != REDIS_REPLY_INTEGER)

@@ -7,6 +7,7 @@
  * owner's count is trimmed back to what the client knows (repair.c). */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "engine.h"
 
@@ -24,11 +25,11 @@ static bool has_time(rlock__op *op) {
   int64_t now = rlock__now_ms();
   if (op->wait_ms > 0)
     return now < op->deadline;
-  if (op->outage_until == 0)
-    op->outage_until = (op->try_sent_ms > 0 ? op->try_sent_ms : now) +
+  if (op->u.acq.outage_until == 0)
+    op->u.acq.outage_until = (op->u.acq.try_sent_ms > 0 ? op->u.acq.try_sent_ms : now) +
                        (int64_t)(o->retry_attempts + 1) *
                            (o->command_timeout_ms + o->retry_interval_ms);
-  return now < op->outage_until;
+  return now < op->u.acq.outage_until;
 }
 
 /* The time by which the op must have ended whatever is in flight: its
@@ -38,7 +39,7 @@ static int64_t end_by(const rlock__op *op) {
   if (op->wait_ms > 0)
     return op->deadline;
   if (op->wait_ms < 0)
-    return op->outage_until;
+    return op->u.acq.outage_until;
   return 0;
 }
 
@@ -49,7 +50,7 @@ static void start_trim(rlock__op *op);
  * background, so no hold it doesn't know of survives. */
 static void give_up(rlock__op *op) {
   rlock__suspect_add(op->engine, op->lock, op->owner);
-  rlock__op_finish(op, op->lost_err);
+  rlock__op_finish(op, op->u.acq.lost_err);
 }
 
 static void trim_timer_fire(rlock__timed *t) {
@@ -76,7 +77,7 @@ static void deadline_fire(rlock__timed *t) {
     return;
   }
   rlock__suspect_add(op->engine, op->lock, op->owner);
-  if (op->answered) {
+  if (op->u.acq.answered) {
     rlock__op_finish(op, 0);
     return;
   }
@@ -129,20 +130,20 @@ static void trim_reply(rlock__net *n, redisReply *reply, int err,
     rlock__timed_start(e->core, &op->timer, at);
     return;
   }
-  op->answered = true;
+  op->u.acq.answered = true;
   rlock__hold_trimmed(e, op->lock->name, op->owner, reply->integer,
-                      op->trim_want);
+                      op->u.acq.trim_want);
   if (has_time(op))
     send_try(op);
   else
-    rlock__op_finish(op, op->lost_err);
+    rlock__op_finish(op, op->u.acq.lost_err);
 }
 
 static void start_trim(rlock__op *op) {
   rlock__engine *e = op->engine;
-  op->trim_want = rlock__hold_count_known(e, op->lock->name, op->owner);
+  op->u.acq.trim_want = rlock__hold_count_known(e, op->lock->name, op->owner);
   op->state = RLOCK__ST_CMD;
-  op->cmd = rlock__trim_send(e, op->lock, op->owner, op->trim_want,
+  op->cmd = rlock__trim_send(e, op->lock, op->owner, op->u.acq.trim_want,
                              trim_reply, op);
   if (op->cmd == NULL)
     give_up(op);
@@ -152,8 +153,8 @@ static void start_trim(rlock__op *op) {
 
 /* The reply to an acquire never came: it may or may not have run. */
 static void lost_acquire(rlock__op *op, int err) {
-  if (op->lost_err == 0)
-    op->lost_err = err;
+  if (op->u.acq.lost_err == 0)
+    op->u.acq.lost_err = err;
   if (op->lock->prim->trim == NULL) { /* no holds, nothing to trim */
     rlock__op_finish(op, err);
     return;
@@ -171,19 +172,19 @@ static void lost_acquire(rlock__op *op, int err) {
  * the number of polls so far, at most RLOCK__POLL_MAX_MS
  * (docs/wire-protocol.md, "The spin lock"). */
 static int64_t backoff_next(rlock__op *op) {
-  op->polls++;
-  if (op->backoff_ms <= 0) {
-    op->backoff_ms = 1;
+  op->u.acq.polls++;
+  if (op->u.acq.backoff_ms <= 0) {
+    op->u.acq.backoff_ms = 1;
   } else {
     /* jitter: a cheap hash of the op's address and poll count */
-    uint64_t h = ((uint64_t)(uintptr_t)op ^ (uint64_t)op->polls) *
+    uint64_t h = ((uint64_t)(uintptr_t)op ^ (uint64_t)op->u.acq.polls) *
                  UINT64_C(0x9e3779b97f4a7c15);
-    op->backoff_ms = op->backoff_ms * 2 + (int64_t)((h >> 33) %
-                                                    (uint64_t)op->polls);
-    if (op->backoff_ms > RLOCK__POLL_MAX_MS)
-      op->backoff_ms = RLOCK__POLL_MAX_MS;
+    op->u.acq.backoff_ms = op->u.acq.backoff_ms * 2 + (int64_t)((h >> 33) %
+                                                    (uint64_t)op->u.acq.polls);
+    if (op->u.acq.backoff_ms > RLOCK__POLL_MAX_MS)
+      op->u.acq.backoff_ms = RLOCK__POLL_MAX_MS;
   }
-  return op->backoff_ms;
+  return op->u.acq.backoff_ms;
 }
 
 static void poll_timer_fire(rlock__timed *t) {
@@ -202,10 +203,10 @@ static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
   rlock__timed_stop(e->core, &op->timer); /* the deadline, if armed */
   if (rlock__op_failed(op, reply, err))
     return;
-  op->answered = true;
-  int64_t outage_until = op->outage_until;
-  op->lost_err = 0;
-  op->outage_until = 0;
+  op->u.acq.answered = true;
+  int64_t outage_until = op->u.acq.outage_until;
+  op->u.acq.lost_err = 0;
+  op->u.acq.outage_until = 0;
   int64_t ttl = -1;
   int got = lock->prim->read_try(op, reply, &ttl);
   if (got < 0) {
@@ -224,8 +225,8 @@ static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
        * what this owner knew, before the call returns - and tried again
        * while the call has time (a wait without deadline: as long as an
        * outage is ridden out); then it fails with RLOCK_ENOREPLICA. */
-      op->outage_until = outage_until;
-      op->lost_err = RLOCK_ENOREPLICA;
+      op->u.acq.outage_until = outage_until;
+      op->u.acq.lost_err = RLOCK_ENOREPLICA;
       rlock__op_detail(op, "no replica confirmed the acquire within "
                            "replica_sync_timeout_ms (%lld ms); undone",
                        (long long)e->core->opts.replica_sync_timeout_ms);
@@ -233,7 +234,7 @@ static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
       return;
     }
     int rc = rlock__hold_add(e, lock, op->owner, op->lease_ms,
-                             op->handoff_streak);
+                             op->u.acq.handoff_streak);
     rlock__op_finish(op, rc < 0 ? rc : 1);
     return;
   }
@@ -241,10 +242,10 @@ static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
    * try went did not free the lock first (it was re-sent after NOSCRIPT,
    * or another client came between). Its message must wake normally, and
    * if it was already taken for this try's, this waiter sleeps briefly. */
-  bool handoff_missed = op->handoff_streak > 0;
+  bool handoff_missed = op->u.acq.handoff_streak > 0;
   if (handoff_missed)
-    rlock__chan_unabsorb(e->net, op->wchan, op->wchan_len);
-  op->handoff_streak = 0;
+    rlock__chan_unabsorb(e->net, op->u.acq.wchan, op->u.acq.wchan_len);
+  op->u.acq.handoff_streak = 0;
   if (op->wait_ms == 0) {
     rlock__op_finish(op, 0);
     return;
@@ -270,14 +271,14 @@ static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
   if (ttl == 0)
     ttl = backoff_next(op);
   else
-    op->backoff_ms = op->polls = 0;
+    op->u.acq.backoff_ms = op->u.acq.polls = 0;
   if (op->waiter.chan == NULL) {
     int64_t confirm_by = now + e->core->opts.subscribe_timeout_ms;
     if (op->wait_ms > 0 && op->deadline < confirm_by)
       confirm_by = op->deadline;
     op->state = RLOCK__ST_WAITING;
-    int joined = rlock__chan_join(e->net, &op->waiter, op->wchan,
-                                  op->wchan_len, lock->prim->on_message,
+    int joined = rlock__chan_join(e->net, &op->waiter, op->u.acq.wchan,
+                                  op->u.acq.wchan_len, lock->prim->on_message,
                                   confirm_by);
     if (joined < 0) {
       rlock__op_finish(op, joined);
@@ -289,9 +290,9 @@ static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
      * sent, any release after the try is heard, so sleep now; otherwise try
      * once more (docs/wire-protocol.md, Waiting: subscribe before the
      * re-try). */
-    if (op->seen_epoch == 0 ||
-        op->seen_epoch !=
-            rlock__chan_epoch(e->net, op->wchan, op->wchan_len)) {
+    if (op->u.acq.seen_epoch == 0 ||
+        op->u.acq.seen_epoch !=
+            rlock__chan_epoch(e->net, op->u.acq.wchan, op->u.acq.wchan_len)) {
       send_try(op);
       return;
     }
@@ -313,12 +314,12 @@ static void send_try(rlock__op *op) {
   rlock__engine *e = op->engine;
   int64_t lease =
       op->lease_ms < 0 ? e->core->opts.watchdog_timeout_ms : op->lease_ms;
-  op->seen_epoch = lock->prim->polls
+  op->u.acq.seen_epoch = lock->prim->polls
                        ? 0
-                       : rlock__chan_epoch(e->net, op->wchan, op->wchan_len);
+                       : rlock__chan_epoch(e->net, op->u.acq.wchan, op->u.acq.wchan_len);
   op->state = RLOCK__ST_CMD;
-  op->tried = true;
-  op->try_sent_ms = rlock__now_ms();
+  op->u.acq.tried = true;
+  op->u.acq.try_sent_ms = rlock__now_ms();
   op->cmd = lock->prim->send_try(op, lease, try_reply);
   if (op->cmd == NULL) {
     rlock__op_finish(op, RLOCK_ENOMEM);
@@ -340,14 +341,14 @@ static void waiter_sub_timeout(rlock__waiter *w) {
     return;
   }
   rlock__op_detail(op, "SUBSCRIBE to %s not confirmed within "
-                       "subscribe_timeout_ms", op->wchan);
+                       "subscribe_timeout_ms", op->u.acq.wchan);
   rlock__op_finish(op, RLOCK_ETIMEDOUT);
 }
 
 static void waiter_sub_failed(rlock__waiter *w, int err, const char *text,
                               size_t len) {
   rlock__op *op = RLOCK__CONTAINER_OF(w, rlock__op, waiter);
-  rlock__op_detail(op, "SUBSCRIBE to %s refused: %.*s", op->wchan,
+  rlock__op_detail(op, "SUBSCRIBE to %s refused: %.*s", op->u.acq.wchan,
                    (int)len, text);
   rlock__op_finish(op, err);
 }
@@ -359,14 +360,14 @@ static void start_acquire(rlock__op *op) {
   op->waiter.ops = &acquire_waiter;
   const rlock__prim *prim = op->lock->prim;
   if (prim->wait_channel != NULL) {
-    op->wchan = prim->wait_channel(op, &op->wchan_len);
-    if (op->wchan == NULL) {
+    op->u.acq.wchan = prim->wait_channel(op, &op->u.acq.wchan_len);
+    if (op->u.acq.wchan == NULL) {
       rlock__op_finish(op, RLOCK_ENOMEM);
       return;
     }
   } else {
-    op->wchan = op->lock->channel;
-    op->wchan_len = op->lock->channel_len;
+    op->u.acq.wchan = op->lock->channel;
+    op->u.acq.wchan_len = op->lock->channel_len;
   }
   send_try(op);
 }
@@ -388,12 +389,16 @@ static void abandon_reply(rlock__net *n, redisReply *reply, int err,
     rlock__engine_drained_one(e);
 }
 
-void rlock__abandon_send(rlock__op *op) {
+void rlock__acquire_finish(rlock__op *op, int result) {
   rlock__engine *e = op->engine;
-  if (op->lock->prim->abandon(op, abandon_reply, e) != NULL)
+  if (op->u.acq.tried && result != 1 && op->lock->prim->abandon != NULL &&
+      op->lock->prim->abandon(op, abandon_reply, e) != NULL)
     e->abandons_inflight++;
+  if (op->u.acq.wchan != op->lock->channel)
+    free(op->u.acq.wchan);
+  op->u.acq.wchan = NULL;
 }
 
 const rlock__op_type rlock__op_acquire = {
-    .name = "acquire", .start = start_acquire, .acquires = true,
-    .touches_hold = true};
+    .name = "acquire", .start = start_acquire,
+    .finish = rlock__acquire_finish, .acquires = true, .touches_hold = true};

@@ -131,6 +131,11 @@ struct rlock__prim_ops {
 struct rlock__op_type {
   const char *name;
   void (*start)(rlock__op *op);
+  /* The type's own clean-up when the op finishes with `result` (NULL:
+   * none): called once by rlock__op_finish after the op let go of its
+   * command, channel and timer, before its completion runs. An acquire's
+   * sends the kind's abandon; a release's forgets its latch. */
+  void (*finish)(rlock__op *op, int result);
   bool acquires;      /* ended by rlock_cancel() / rlock_interrupt() */
   bool touches_hold;  /* an acquire or release: repair waits for it */
   bool control;       /* acts on other ops at once: never an active op */
@@ -140,6 +145,33 @@ enum { RLOCK__ST_NEW, RLOCK__ST_CMD, RLOCK__ST_WAITING, RLOCK__ST_DONE };
 
 #define RLOCK__OWNER_MAX (RLOCK_ID_LEN + 1 + 21 + 8)
 
+/* The engine's state of an acquire (acquire.c). */
+typedef struct rlock__acquire_state {
+  uint64_t seen_epoch;  /* subscription epoch when the try was sent */
+  int lost_err;         /* first transport error, or 0 */
+  int64_t outage_until; /* how long a deadline-less op rides out errors */
+  int64_t try_sent_ms;  /* when the last try was sent */
+  int64_t trim_want;    /* count sent with the op's trim */
+  bool answered;        /* the server answered one of this op's commands */
+  bool tried;           /* a try was sent */
+  int handoff_streak;   /* woken by a local handoff: the streak's length */
+  char *wchan;          /* the channel it waits on (the handle's, or its
+                           own, malloc'd) */
+  size_t wchan_len;
+  int polls;            /* back-offs so far (spin, or "try again now") */
+  int64_t backoff_ms;   /* the last back-off */
+} rlock__acquire_state;
+
+/* The engine's state of a release (release.c). */
+typedef struct rlock__release_state {
+  char *latch;         /* its unlock latch key, malloc'd */
+  uint64_t hold_gen;   /* the hold it counts as releasing, or 0 */
+  int handoff_streak;  /* > 0 when it handed the lock off locally */
+} rlock__release_state;
+
+/* One public call. A kind whose ops need state of their own embeds this as
+ * the first member of its own struct (as libuv's requests embed uv_req_t)
+ * and finds it with RLOCK__CONTAINER_OF; the engine never looks past it. */
 struct rlock__op {
   rlock__task task; /* the request queue (core) */
   rlock__op *active_prev, *active_next;
@@ -148,11 +180,9 @@ struct rlock__op {
   rlock__engine *engine;
   uint64_t owner_id;
   char owner[RLOCK__OWNER_MAX];
-  rlock__op *target; /* cancel: the op to cancel */
   bool canceled;     /* canceled before it started */
-  int64_t wait_ms;   /* < 0: no deadline */
-  int64_t lease_ms;  /* < 0: watchdog */
-  int64_t arg;       /* the kind's own input (a semaphore's permits) */
+  int64_t wait_ms;   /* acquires: < 0 no deadline */
+  int64_t lease_ms;  /* acquires: < 0 watchdog */
   int64_t deadline;  /* rlock__now_ms() based; valid when wait_ms > 0 */
   /* outcome */
   int result;
@@ -166,22 +196,12 @@ struct rlock__op {
   rlock__cmd *cmd;      /* command in flight */
   rlock__timed timer;   /* deadline, or a retry delay */
   rlock__waiter waiter; /* on the primitive's channel */
-  uint64_t seen_epoch;  /* subscription epoch when the try was sent */
-  char *latch;          /* release: its latch key */
-  int lost_err;         /* first transport error of an acquire, or 0 */
-  int64_t outage_until; /* how long a deadline-less op rides out errors */
-  int64_t try_sent_ms;  /* acquire: when the last try was sent */
-  int64_t trim_want;    /* count sent with the op's trim */
-  bool answered;        /* the server answered one of this op's commands */
-  int handoff_streak;   /* acquire: woken by a local handoff, the streak's
-                           length; release: > 0 when it handed off */
-  uint64_t hold_gen;    /* release: the hold it counted as releasing */
-  /* acquire: the channel it waits on (the handle's, or its own) */
-  char *wchan;
-  size_t wchan_len;
-  bool tried;           /* acquire: a try was sent */
-  int polls;            /* acquire: back-offs so far (spin, or "now") */
-  int64_t backoff_ms;   /* acquire: the last back-off */
+  /* the engine's state by the op's type */
+  union {
+    rlock__acquire_state acq; /* type->acquires */
+    rlock__release_state rel; /* rlock__op_release */
+    rlock__op *target;        /* cancel: the op to cancel */
+  } u;
 };
 
 /* Sets up an op of `type` on `lock` for `owner` (op->owner gets the
@@ -212,6 +232,17 @@ static inline bool rlock__transient(int err) {
  * or queue it with a callback. */
 int rlock__op_run_sync(rlock__op *op);
 typedef void (*rlock__async_cb)(int status, int64_t value, void *data);
+/* An async request for an op of op_size bytes (sizeof(rlock__op), or the
+ * kind's struct that starts with one), set up as rlock__op_init does; the
+ * caller fills its arguments, then submits it. NULL: out of memory (last
+ * error set). */
+rlock__op *rlock__req_new(rlock *lock, const rlock__op_type *type,
+                          uint64_t owner, size_t op_size, rlock__async_cb cb,
+                          void *data);
+/* Queues a request from rlock__req_new (freed when that fails): 0, or the
+ * error with the last error set. out (may be NULL) gets the handle. */
+int rlock__req_submit(rlock__op *op, rlock_req **out);
+/* Both, for an op without state of its own; checks an acquire's lease. */
 int rlock__op_submit_async(rlock *lock, const rlock__op_type *type,
                            uint64_t owner, int64_t wait_ms, int64_t lease_ms,
                            rlock__async_cb cb, void *data, rlock_req **out);
@@ -224,9 +255,11 @@ void rlock__op_set_wait(rlock__op *op, int64_t wait_ms, int64_t lease_ms);
 extern const rlock__op_type rlock__op_acquire;
 extern const rlock__op_type rlock__op_release;
 
-/* Sends the kind's abandon for an acquire that ends without the lock
- * (acquire.c); close waits for the reply of every abandon in flight. */
-void rlock__abandon_send(rlock__op *op);
+/* The acquire's finish (acquire.c), for kinds whose acquire type has a
+ * finish of its own to call first: an acquire that sent a try and ends
+ * without success sends the kind's abandon (close waits for the reply of
+ * every abandon in flight). */
+void rlock__acquire_finish(rlock__op *op, int result);
 
 /* ---- what this client holds (hold.c) ---- */
 

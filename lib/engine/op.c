@@ -4,6 +4,7 @@
  * thread, with a reference-counted request handle). */
 #include <assert.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,17 +115,6 @@ void rlock__op_detail(rlock__op *op, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* A release counts on its hold as "releasing" while it runs (hold.c
- * neither renews such a hold nor takes a "0" for a loss). */
-static void release_unmark(rlock__op *op) {
-  if (op->hold_gen == 0)
-    return;
-  rlock__hold *h = rlock__hold_find(op->engine, op->lock->name, op->owner);
-  if (h != NULL && h->gen == op->hold_gen && h->releasing > 0)
-    h->releasing--;
-  op->hold_gen = 0;
-}
-
 void rlock__op_finish(rlock__op *op, int result) {
   /* Exactly once: every path that may race a finish (a reply, a timer, a
    * cancel, close) checks the state or lets go of its callback first. */
@@ -133,20 +123,13 @@ void rlock__op_finish(rlock__op *op, int result) {
   if (op->state == RLOCK__ST_DONE)
     return;
   rlock__engine *e = op->engine;
-  release_unmark(op);
   rlock__cmd_abandon(op->cmd);
   op->cmd = NULL;
   rlock__chan_leave(&op->waiter);
   rlock__timed_stop(e->core, &op->timer);
   active_remove(e, op);
-  free(op->latch);
-  op->latch = NULL;
-  if (op->type->acquires && op->tried && result != 1 &&
-      op->lock->prim->abandon != NULL)
-    rlock__abandon_send(op);
-  if (op->wchan != NULL && op->wchan != op->lock->channel)
-    free(op->wchan);
-  op->wchan = NULL;
+  if (op->type->finish != NULL)
+    op->type->finish(op, result);
   op->state = RLOCK__ST_DONE;
   op->result = result;
   if (result < 0 && op->detail[0] == '\0') {
@@ -201,7 +184,7 @@ static void cancel_acquire(rlock__op *op) {
 }
 
 static void start_cancel(rlock__op *op) {
-  rlock__op *target = op->target;
+  rlock__op *target = op->u.target;
   int count = 0;
   if (target->state != RLOCK__ST_DONE && target->state != RLOCK__ST_NEW) {
     cancel_acquire(target);
@@ -228,21 +211,36 @@ static void start_interrupt(rlock__op *op) {
   rlock__engine *e = op->engine;
   op->result = 0;
   rlock__core_queue_each(e->core, mark_queued, op);
-  /* Collect first: finishing ops edits the active list. */
-  rlock__op *hit = NULL;
-  for (rlock__op *a = e->active_head; a != NULL; a = a->active_next) {
-    if (a->type->acquires && a->owner_id == op->owner_id) {
-      a->target = hit;
-      hit = a;
-      op->result++;
+  /* Collect first: finishing an op (and the callbacks it runs, which may
+   * cancel others) edits the active list. */
+  size_t n = 0;
+  for (rlock__op *a = e->active_head; a != NULL; a = a->active_next)
+    if (a->type->acquires && a->owner_id == op->owner_id)
+      n++;
+  rlock__op **hit = n > 0 ? malloc(n * sizeof(*hit)) : NULL;
+  if (hit != NULL) {
+    size_t i = 0;
+    for (rlock__op *a = e->active_head; a != NULL; a = a->active_next)
+      if (a->type->acquires && a->owner_id == op->owner_id)
+        hit[i++] = a;
+    for (i = 0; i < n; i++)
+      if (hit[i]->state != RLOCK__ST_DONE) /* a callback may have */
+        cancel_acquire(hit[i]);
+    free(hit);
+  } else if (n > 0) {
+    /* Out of memory: the first match from the head each time (only
+     * finished ops leave the list, so this ends). */
+    for (size_t i = 0; i < n; i++) {
+      rlock__op *a = e->active_head;
+      while (a != NULL &&
+             !(a->type->acquires && a->owner_id == op->owner_id))
+        a = a->active_next;
+      if (a == NULL)
+        break;
+      cancel_acquire(a);
     }
   }
-  while (hit != NULL) {
-    rlock__op *next = hit->target;
-    hit->target = NULL;
-    cancel_acquire(hit);
-    hit = next;
-  }
+  op->result += (int)n;
   op->state = RLOCK__ST_DONE;
   op->done(op);
 }
@@ -399,26 +397,33 @@ int rlock__engine_interrupt(rlock__engine *e, uint64_t owner) {
 /* ---- asynchronous facade ---- */
 
 /* Two references: the caller's (rlock_req_free) and the loop's (dropped
- * after the callback), so rlock_cancel() never touches freed memory. */
+ * after the callback), so rlock_cancel() never touches freed memory. The
+ * op follows, as large as its kind's struct (rlock__req_new). */
 struct rlock_req {
   atomic_int refs;
   rlock__async_cb cb;
   void *data;
-  rlock__op op;
+  _Alignas(max_align_t) unsigned char op[];
 };
+
+static rlock__op *req_op(rlock_req *req) { return (rlock__op *)req->op; }
+
+static rlock_req *req_of(rlock__op *op) {
+  return (rlock_req *)((unsigned char *)op - offsetof(rlock_req, op));
+}
 
 static void req_release(rlock_req *req) {
   int was = atomic_fetch_sub(&req->refs, 1);
   assert(was >= 1);
   if (was != 1)
     return;
-  rlock *lock = req->op.lock;
+  rlock *lock = req_op(req)->lock;
   free(req);
   rlock__handle_release(lock);
 }
 
 static void async_done(rlock__op *op) {
-  rlock_req *req = RLOCK__CONTAINER_OF(op, rlock_req, op);
+  rlock_req *req = req_of(op);
   /* Inside the callback, rlock_last_error() describes a failure. */
   if (op->result < 0)
     rlock__set_last_error("%s", op->detail[0] ? op->detail
@@ -428,6 +433,46 @@ static void async_done(rlock__op *op) {
   if (req->cb != NULL)
     req->cb(op->result, op->value, req->data);
   req_release(req);
+}
+
+rlock__op *rlock__req_new(rlock *lock, const rlock__op_type *type,
+                          uint64_t owner, size_t op_size, rlock__async_cb cb,
+                          void *data) {
+  assert(op_size >= sizeof(rlock__op));
+  rlock_req *req = malloc(sizeof(*req) + op_size);
+  if (req == NULL) {
+    rlock__set_last_error("out of memory");
+    return NULL;
+  }
+  memset(req->op, 0, op_size);
+  atomic_init(&req->refs, 1);
+  req->cb = cb;
+  req->data = data;
+  rlock__op *op = req_op(req);
+  rlock__op_init(op, lock, type, owner);
+  op->done = async_done;
+  return op;
+}
+
+int rlock__req_submit(rlock__op *op, rlock_req **out) {
+  rlock_req *req = req_of(op);
+  rlock *lock = op->lock;
+  if (out != NULL) {
+    atomic_store(&req->refs, 2);
+    *out = req;
+  }
+  atomic_fetch_add(&lock->refs, 1);
+  int rc = rlock__core_submit(lock->engine->core, &op->task);
+  if (rc != 0) {
+    if (out != NULL)
+      *out = NULL;
+    atomic_fetch_sub(&lock->refs, 1);
+    free(req);
+    rlock__set_last_error("%s", rlock__core_submit_error(rc));
+    return rc;
+  }
+  rlock__clear_last_error();
+  return 0;
 }
 
 int rlock__op_submit_async(rlock *lock, const rlock__op_type *type,
@@ -442,49 +487,31 @@ int rlock__op_submit_async(rlock *lock, const rlock__op_type *type,
     if (rc != 0)
       return rc;
   }
-  rlock_req *req = malloc(sizeof(*req));
-  if (req == NULL) {
-    rlock__set_last_error("out of memory");
+  rlock__op *op =
+      rlock__req_new(lock, type, owner, sizeof(rlock__op), cb, data);
+  if (op == NULL)
     return RLOCK_ENOMEM;
-  }
-  atomic_init(&req->refs, out != NULL ? 2 : 1);
-  req->cb = cb;
-  req->data = data;
-  rlock__op_init(&req->op, lock, type, owner);
   if (type->acquires)
-    rlock__op_set_wait(&req->op, wait_ms, lease_ms);
-  req->op.done = async_done;
-  atomic_fetch_add(&lock->refs, 1);
-  if (out != NULL)
-    *out = req;
-  int rc = rlock__core_submit(lock->engine->core, &req->op.task);
-  if (rc != 0) {
-    if (out != NULL)
-      *out = NULL;
-    atomic_fetch_sub(&lock->refs, 1);
-    free(req);
-    rlock__set_last_error("%s", rlock__core_submit_error(rc));
-    return rc;
-  }
-  rlock__clear_last_error();
-  return 0;
+    rlock__op_set_wait(op, wait_ms, lease_ms);
+  return rlock__req_submit(op, out);
 }
 
 static void cancel_done(rlock__op *op) {
-  rlock_req *target = RLOCK__CONTAINER_OF(op->target, rlock_req, op);
+  rlock_req *target = req_of(op->u.target);
   free(op);
   req_release(target);
 }
 
 int rlock_cancel(rlock_req *req) {
-  if (req == NULL || !req->op.type->acquires)
+  if (req == NULL || !req_op(req)->type->acquires)
     return rlock__bad_arg("rlock_cancel takes an acquire request");
-  rlock__engine *e = req->op.engine;
+  rlock__op *target = req_op(req);
+  rlock__engine *e = target->engine;
   if (rlock__core_on_loop_thread(e->core)) {
-    if (req->op.state == RLOCK__ST_NEW)
-      req->op.canceled = true; /* still queued: ends as soon as it starts */
-    else if (req->op.state != RLOCK__ST_DONE)
-      cancel_acquire(&req->op);
+    if (target->state == RLOCK__ST_NEW)
+      target->canceled = true; /* still queued: ends as soon as it starts */
+    else if (target->state != RLOCK__ST_DONE)
+      cancel_acquire(target);
     rlock__clear_last_error();
     return 0;
   }
@@ -494,7 +521,7 @@ int rlock_cancel(rlock_req *req) {
     return RLOCK_ENOMEM;
   }
   op_base(op, e, &cancel_type);
-  op->target = &req->op;
+  op->u.target = target;
   op->done = cancel_done;
   atomic_fetch_add(&req->refs, 1); /* the target stays valid until then */
   int rc = rlock__core_submit(e->core, &op->task);

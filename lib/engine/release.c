@@ -138,7 +138,7 @@ static void release_reply(rlock__net *n, redisReply *reply, int err,
   int got = err != 0 || reply->type == REDIS_REPLY_ERROR
                 ? RLOCK_ESERVER
                 : op->lock->prim->read_release(op, reply);
-  if (op->handoff_streak > 0 && got != RLOCK__REL_RELEASED)
+  if (op->u.rel.handoff_streak > 0 && got != RLOCK__REL_RELEASED)
     /* Not released: no message will come for the handoff to absorb. */
     rlock__chan_unabsorb(e->net, op->lock->channel, op->lock->channel_len);
   if (rlock__op_failed(op, reply, err))
@@ -162,8 +162,8 @@ static void release_reply(rlock__net *n, redisReply *reply, int err,
     return;
   }
   /* The latch did its job once this reply arrived; Java deletes it too. */
-  latch_forget(e, op->latch);
-  op->latch = NULL;
+  latch_forget(e, op->u.rel.latch);
+  op->u.rel.latch = NULL;
   if (h != NULL) {
     if (got == RLOCK__REL_RELEASED && h->count > 1) {
       /* Released on the server while the client counted more holds: the
@@ -217,8 +217,8 @@ static void hand_off(rlock__op *op, rlock__hold *h) {
   rlock__op *waiter = RLOCK__CONTAINER_OF(w, rlock__op, waiter);
   if (strcmp(waiter->owner, op->owner) == 0)
     return;
-  op->handoff_streak = h->handoff_streak + 1;
-  waiter->handoff_streak = op->handoff_streak;
+  op->u.rel.handoff_streak = h->handoff_streak + 1;
+  waiter->u.acq.handoff_streak = op->u.rel.handoff_streak;
   rlock__chan_kick(w, e->core->opts.command_timeout_ms);
 }
 
@@ -237,18 +237,18 @@ static void start_release(rlock__op *op) {
   /* redisson_unlock_latch:{name}:<32 hex>, a fresh request id per unlock
    * call; re-sends of this call reuse it. */
   size_t latch_len = 22 + lock->tag_len + 1 + 32;
-  op->latch = malloc(latch_len + 1);
-  if (op->latch == NULL) {
+  op->u.rel.latch = malloc(latch_len + 1);
+  if (op->u.rel.latch == NULL) {
     rlock__op_finish(op, RLOCK_ENOMEM);
     return;
   }
-  snprintf(op->latch, latch_len + 1, "redisson_unlock_latch:%s:%s", lock->tag,
+  snprintf(op->u.rel.latch, latch_len + 1, "redisson_unlock_latch:%s:%s", lock->tag,
            hex);
   rlock__hold *h = rlock__hold_find(e, lock->name, op->owner);
   if (h != NULL) {
     h->releasing++;
     h->release_seq++;
-    op->hold_gen = h->gen;
+    op->u.rel.hold_gen = h->gen;
   }
   int64_t lease = o->watchdog_timeout_ms;
   if (h != NULL && h->watchdog_count == 0 && h->lease_ms > 0)
@@ -257,7 +257,7 @@ static void start_release(rlock__op *op) {
   int64_t latch_ttl = (int64_t)(o->retry_attempts + 1) *
                       (o->command_timeout_ms + o->retry_interval_ms);
   op->state = RLOCK__ST_CMD;
-  op->cmd = lock->prim->send_release(op, op->latch, lease, latch_ttl,
+  op->cmd = lock->prim->send_release(op, op->u.rel.latch, lease, latch_ttl,
                                      release_reply);
   if (op->cmd == NULL) {
     rlock__op_finish(op, RLOCK_ENOMEM);
@@ -267,5 +267,21 @@ static void start_release(rlock__op *op) {
     hand_off(op, h);
 }
 
+/* A release counts on its hold as "releasing" while it runs (hold.c
+ * neither renews such a hold nor takes a "0" for a loss); its latch, if
+ * its reply never came, is left to expire by its TTL. */
+static void finish_release(rlock__op *op, int result) {
+  (void)result;
+  if (op->u.rel.hold_gen != 0) {
+    rlock__hold *h = rlock__hold_find(op->engine, op->lock->name, op->owner);
+    if (h != NULL && h->gen == op->u.rel.hold_gen && h->releasing > 0)
+      h->releasing--;
+    op->u.rel.hold_gen = 0;
+  }
+  free(op->u.rel.latch);
+  op->u.rel.latch = NULL;
+}
+
 const rlock__op_type rlock__op_release = {
-    .name = "release", .start = start_release, .touches_hold = true};
+    .name = "release", .start = start_release, .finish = finish_release,
+    .touches_hold = true};

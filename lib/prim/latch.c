@@ -135,13 +135,20 @@ static void script_reply(rlock__net *n, redisReply *reply, int err,
     rlock__op_finish(op, reply->integer != 0 ? 1 : 0);
 }
 
+/* trySetCount's op: the count to set. */
+typedef struct set_op {
+  rlock__op op;
+  int64_t count;
+} set_op;
+
 /* trySetCount. Not re-sent after a lost reply: if the first send ran and the
  * latch then opened (and went), a second would close it again. */
 static void start_set(rlock__op *op) {
   rlock *lock = op->lock;
   const char *publish = rlock__engine_publish(op->engine);
   char count[24];
-  snprintf(count, sizeof(count), "%" PRId64, op->arg);
+  snprintf(count, sizeof(count), "%" PRId64,
+           RLOCK__CONTAINER_OF(op, set_op, op)->count);
   const char *argv[6] = {"2", lock->name, lock->channel, "1", count, publish};
   size_t lens[6] = {1, lock->name_len, lock->channel_len, 1, strlen(count),
                     strlen(publish)};
@@ -209,11 +216,11 @@ static int check(const rlock_latch *latch) {
   return 0;
 }
 
-static int run(rlock_latch *latch, const rlock__op_type *type, int64_t arg,
+/* Runs a one-command op (no arguments of its own); its value in *value. */
+static int run(rlock_latch *latch, const rlock__op_type *type,
                int64_t *value) {
   rlock__op op;
   rlock__op_init(&op, (rlock *)latch, type, 0);
-  op.arg = arg;
   int rc = rlock__op_run_sync(&op);
   if (value != NULL && rc >= 0)
     *value = op.value;
@@ -228,12 +235,16 @@ int rlock_latch_try_set_count(rlock_latch *latch, int64_t count) {
     return rc;
   if (count < 1)
     return rlock__bad_arg("count must be >= 1");
-  return run(latch, &set_type, count, NULL);
+  set_op s;
+  memset(&s, 0, sizeof(s));
+  rlock__op_init(&s.op, (rlock *)latch, &set_type, 0);
+  s.count = count;
+  return rlock__op_run_sync(&s.op);
 }
 
 int rlock_latch_count_down(rlock_latch *latch) {
   int rc = check(latch);
-  return rc != 0 ? rc : run(latch, &count_down_type, 0, NULL);
+  return rc != 0 ? rc : run(latch, &count_down_type, NULL);
 }
 
 int64_t rlock_latch_get_count(rlock_latch *latch) {
@@ -241,13 +252,13 @@ int64_t rlock_latch_get_count(rlock_latch *latch) {
   if (rc != 0)
     return rc;
   int64_t count = 0;
-  rc = run(latch, &get_count_type, 0, &count);
+  rc = run(latch, &get_count_type, &count);
   return rc < 0 ? rc : count;
 }
 
 int rlock_latch_delete(rlock_latch *latch) {
   int rc = check(latch);
-  return rc != 0 ? rc : run(latch, &delete_type, 0, NULL);
+  return rc != 0 ? rc : run(latch, &delete_type, NULL);
 }
 
 /* The engine needs a lease it can check (not 0); with no_hold nothing is

@@ -118,17 +118,24 @@ static void id_encode(const unsigned char raw[ID_BYTES], char *out) {
   out[RLOCK_PERMIT_ID_LEN] = '\0';
 }
 
-/* An acquire's fields, as this kind uses them (no holds, so the engine's
- * hold bookkeeping fields are free):
- *   value      the permit id: a malloc'd ID_BYTES buffer (as intptr_t),
- *              made when the acquire starts; the caller (sync facade or
- *              async trampoline) reads and frees it after completion
- *   trim_want  1 while a try's reply is unread, else 0 (never trimmed:
- *              `trim` is NULL)
- *   lease_ms   the caller's lease (< 0: none) */
-static unsigned char *op_id(const rlock__op *op) {
-  return (unsigned char *)(intptr_t)op->value;
+/* A permit semaphore op: the engine's, and this kind's arguments and
+ * state. The acquire's lease is the op's lease_ms (< 0: none). */
+typedef struct psem_op {
+  rlock__op op;
+  unsigned char id[ID_BYTES]; /* the permit id: made when an acquire
+                                 starts, else the caller's */
+  int64_t arg;    /* update_lease: the lease (< 0 none); add and try_set:
+                     permits; count: 0 free, 1 taken */
+  /* acquire */
+  bool unread;    /* a try was sent and its reply not read */
+  char *id_out;   /* the caller's buffer: the id, hex, when acquired */
+} psem_op;
+
+static psem_op *psem_of(rlock__op *op) {
+  return RLOCK__CONTAINER_OF(op, psem_op, op);
 }
+
+static const unsigned char *op_id(rlock__op *op) { return psem_of(op)->id; }
 
 /* ---- the descriptor ---- */
 
@@ -153,14 +160,14 @@ static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
                                     lens, 0, cb, op);
   free(zkey);
   if (cmd != NULL)
-    op->trim_want = 1;
+    psem_of(op)->unread = true;
   return cmd;
 }
 
 /* OK: taken. An integer: no free permit; >= 1 the ms until the earliest
  * lease runs out, -1 no lease to wait for (sleep until a message). */
 static int read_try(rlock__op *op, const redisReply *reply, int64_t *ttl_ms) {
-  op->trim_want = 0;
+  psem_of(op)->unread = false;
   if (reply->type == REDIS_REPLY_STATUS && strcmp(reply->str, "OK") == 0)
     return RLOCK__TRY_ACQUIRED;
   if (reply->type != REDIS_REPLY_INTEGER) {
@@ -176,9 +183,9 @@ static int read_try(rlock__op *op, const redisReply *reply, int64_t *ttl_ms) {
  * a try whose reply was not read can have taken a permit. On the same
  * connection behind the try. */
 static rlock__cmd *abandon(rlock__op *op, rlock__reply_cb cb, void *data) {
-  bool unread = op->trim_want == 1;
-  op->trim_want = 0;
-  if (!unread || op_id(op) == NULL)
+  bool unread = psem_of(op)->unread;
+  psem_of(op)->unread = false;
+  if (!unread)
     return NULL;
   rlock *lock = op->lock;
   size_t zlen = 0;
@@ -224,29 +231,26 @@ const rlock__prim rlock__prim_permit_semaphore = {
 /* ---- acquire ---- */
 
 static void start_acquire(rlock__op *op) {
-  unsigned char *raw = malloc(ID_BYTES);
-  if (raw == NULL) {
-    rlock__op_finish(op, RLOCK_ENOMEM);
-    return;
-  }
-  if (rlock__random_bytes(raw, ID_BYTES) != 0) {
-    free(raw);
+  if (rlock__random_bytes(psem_of(op)->id, ID_BYTES) != 0) {
     rlock__op_detail(op, "no random source for the permit id");
     rlock__op_finish(op, RLOCK_ESYS);
     return;
   }
-  op->value = (int64_t)(intptr_t)raw;
-  op->trim_want = 0;
   rlock__op_acquire.start(op);
+}
+
+/* Acquired: the id goes to the caller's buffer before its completion. */
+static void finish_acquire(rlock__op *op, int result) {
+  rlock__acquire_finish(op, result);
+  if (result == 1)
+    id_encode(psem_of(op)->id, psem_of(op)->id_out);
 }
 
 static const rlock__op_type acquire_type = {
     .name = "permit_semaphore_acquire", .start = start_acquire,
-    .acquires = true};
+    .finish = finish_acquire, .acquires = true};
 
-/* ---- one-command operations ----
- * op->value carries the input id (a pointer to ID_BYTES raw bytes on the
- * blocking caller's stack) into start; the reply replaces it. */
+/* ---- one-command operations ---- */
 
 static void value_reply(rlock__net *n, redisReply *reply, int err,
                         void *data) {
@@ -288,7 +292,7 @@ static void start_release(rlock__op *op) {
   free(zkey);
 }
 
-/* update lease: op->arg the lease (< 0 none). Re-sent: ZADD XX again is
+/* update lease: arg the lease (< 0 none). Re-sent: ZADD XX again is
  * harmless. */
 static void start_update(rlock__op *op) {
   rlock *lock = op->lock;
@@ -299,7 +303,7 @@ static void start_update(rlock__op *op) {
     return;
   }
   char expiry[24], now[24];
-  expiry_of(op->arg, expiry, sizeof(expiry));
+  expiry_of(psem_of(op)->arg, expiry, sizeof(expiry));
   snprintf(now, sizeof(now), "%" PRId64, wall_ms());
   const char *argv[5] = {"1", zkey, (const char *)op_id(op), expiry, now};
   size_t lens[5] = {1, zlen, ID_BYTES, strlen(expiry), strlen(now)};
@@ -308,11 +312,11 @@ static void start_update(rlock__op *op) {
   free(zkey);
 }
 
-/* add permits: op->arg. Not re-sent (INCRBY twice would add twice). */
+/* add permits: arg. Not re-sent (INCRBY twice would add twice). */
 static void start_add(rlock__op *op) {
   rlock *lock = op->lock;
   char permits[24];
-  snprintf(permits, sizeof(permits), "%" PRId64, op->arg);
+  snprintf(permits, sizeof(permits), "%" PRId64, psem_of(op)->arg);
   const char *publish = rlock__engine_publish(op->engine);
   const char *argv[5] = {"2", lock->name, lock->channel, permits, publish};
   size_t lens[5] = {1, lock->name_len, lock->channel_len, strlen(permits),
@@ -320,11 +324,11 @@ static void start_add(rlock__op *op) {
   rlock__op_send(op, &add_script, 5, argv, lens, 0, value_reply);
 }
 
-/* try set: op->arg permits. Not re-sent (a second send would answer 0). */
+/* try set: arg permits. Not re-sent (a second send would answer 0). */
 static void start_try_set(rlock__op *op) {
   rlock *lock = op->lock;
   char permits[24];
-  snprintf(permits, sizeof(permits), "%" PRId64, op->arg);
+  snprintf(permits, sizeof(permits), "%" PRId64, psem_of(op)->arg);
   const char *publish = rlock__engine_publish(op->engine);
   const char *argv[6] = {"2", lock->name, lock->channel, permits, publish,
                          "0"};
@@ -333,7 +337,7 @@ static void start_try_set(rlock__op *op) {
   rlock__op_send(op, &try_set_script, 6, argv, lens, 0, value_reply);
 }
 
-/* free / taken counts: op->arg 0 free, 1 taken. Re-sent: the reclaim
+/* free / taken counts: arg 0 free, 1 taken. Re-sent: the reclaim
  * happens once whatever the number of sends. */
 static void start_count(rlock__op *op) {
   rlock *lock = op->lock;
@@ -346,7 +350,7 @@ static void start_count(rlock__op *op) {
   char now[24];
   snprintf(now, sizeof(now), "%" PRId64, wall_ms());
   const char *publish = rlock__engine_publish(op->engine);
-  const char *which = op->arg == 1 ? "taken" : "free";
+  const char *which = psem_of(op)->arg == 1 ? "taken" : "free";
   const char *argv[7] = {"3", lock->name, lock->channel, zkey, now, publish,
                          which};
   size_t lens[7] = {1,           lock->name_len,  lock->channel_len, zlen,
@@ -386,13 +390,15 @@ static rlock *handle(rlock_permit_semaphore *sem) {
  * *value. */
 static int run(rlock *lock, const rlock__op_type *type, int64_t arg,
                const unsigned char *id, int64_t *value) {
-  rlock__op op;
-  rlock__op_init(&op, lock, type, 0);
-  op.arg = arg;
-  op.value = (int64_t)(intptr_t)id;
-  int rc = rlock__op_run_sync(&op);
+  psem_op p;
+  memset(&p, 0, sizeof(p));
+  rlock__op_init(&p.op, lock, type, 0);
+  p.arg = arg;
+  if (id != NULL)
+    memcpy(p.id, id, ID_BYTES);
+  int rc = rlock__op_run_sync(&p.op);
   if (rc >= 0 && value != NULL)
-    *value = op.value;
+    *value = p.op.value;
   return rc;
 }
 
@@ -438,40 +444,18 @@ int rlock_permit_semaphore_try_acquire(rlock_permit_semaphore *sem,
   int rc = rlock__check_lease(lease_ms);
   if (rc != 0)
     return rc;
-  rlock__op op;
-  rlock__op_init(&op, lock, &acquire_type, rlock__thread_id());
-  rlock__op_set_wait(&op, wait_ms, lease_ms);
-  rc = rlock__op_run_sync(&op);
-  unsigned char *raw = op_id(&op);
-  if (rc == 1 && raw != NULL)
-    id_encode(raw, id);
-  free(raw);
-  return rc;
+  psem_op p;
+  memset(&p, 0, sizeof(p));
+  rlock__op_init(&p.op, lock, &acquire_type, rlock__thread_id());
+  rlock__op_set_wait(&p.op, wait_ms, lease_ms);
+  p.id_out = id;
+  return rlock__op_run_sync(&p.op);
 }
 
 int rlock_permit_semaphore_acquire(rlock_permit_semaphore *sem,
                                    int64_t lease_ms, char *id) {
   int rc = rlock_permit_semaphore_try_acquire(sem, -1, lease_ms, id);
   return rc == 1 ? 0 : (rc == 0 ? RLOCK_EPROTO : rc);
-}
-
-/* The async caller's callback, data and id buffer. */
-typedef struct async_ctx {
-  rlock_cb cb;
-  void *data;
-  char *id;
-} async_ctx;
-
-/* value: the op's permit id buffer (or 0 when it never started). */
-static void async_done(int status, int64_t value, void *data) {
-  async_ctx *ctx = data;
-  unsigned char *raw = (unsigned char *)(intptr_t)value;
-  if (status == 1 && raw != NULL)
-    id_encode(raw, ctx->id);
-  free(raw);
-  if (ctx->cb != NULL)
-    ctx->cb(status, 0, ctx->data);
-  free(ctx);
 }
 
 int rlock_permit_semaphore_acquire_async(rlock_permit_semaphore *sem,
@@ -485,19 +469,16 @@ int rlock_permit_semaphore_acquire_async(rlock_permit_semaphore *sem,
     return RLOCK_EINVAL;
   if (id == NULL)
     return rlock__bad_arg("id is NULL");
-  async_ctx *ctx = malloc(sizeof(*ctx));
-  if (ctx == NULL) {
-    rlock__set_last_error("out of memory");
-    return RLOCK_ENOMEM;
-  }
-  ctx->cb = cb;
-  ctx->data = data;
-  ctx->id = id;
-  int rc = rlock__op_submit_async(lock, &acquire_type, rlock__thread_id(),
-                                  wait_ms, lease_ms, async_done, ctx, req);
+  int rc = rlock__check_lease(lease_ms);
   if (rc != 0)
-    free(ctx);
-  return rc;
+    return rc;
+  rlock__op *op = rlock__req_new(lock, &acquire_type, rlock__thread_id(),
+                                 sizeof(psem_op), cb, data);
+  if (op == NULL)
+    return RLOCK_ENOMEM;
+  rlock__op_set_wait(op, wait_ms, lease_ms);
+  psem_of(op)->id_out = id;
+  return rlock__req_submit(op, req);
 }
 
 /* 1 released, 0 not taken (also: its lease had run out), or an error. */

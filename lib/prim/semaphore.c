@@ -51,23 +51,32 @@ static const rlock__script drain_script = {
  * several async acquires at once). */
 static atomic_uint_fast64_t next_take_id = 1;
 
-/* An acquire's fields, as the semaphore uses them (no holds, so the
- * engine's hold bookkeeping fields are free):
- *   arg        permits wanted
- *   trim_want  take record id (never trimmed: `trim` is NULL)
- *   value      1 while a try's reply is unread, else 0 (reset before the
- *              caller sees it) */
+/* A semaphore op: the engine's, and this kind's arguments and state. */
+typedef struct sem_op {
+  rlock__op op;
+  int64_t permits; /* acquire, release, add, try_set */
+  int64_t ttl_ms;  /* try_set: the TTL (0: none) */
+  bool persist;    /* release / add: false keeps the TTL (release), true
+                      drops it (add_permits) */
+  /* acquire */
+  uint64_t take_id; /* its take record's id */
+  bool unread;      /* a try was sent and its reply not read */
+} sem_op;
+
+static sem_op *sem_of(rlock__op *op) {
+  return RLOCK__CONTAINER_OF(op, sem_op, op);
+}
 
 /* "rlock_semaphore_take:" + tag + ":" + owner + ":" + id, malloc'd. */
-static char *take_key(const rlock__op *op, size_t *len) {
+static char *take_key(rlock__op *op, size_t *len) {
   const rlock *lock = op->lock;
   size_t cap = sizeof(TAKE_PREFIX) + lock->tag_len + 1 + strlen(op->owner) +
                1 + 21;
   char *key = malloc(cap);
   if (key == NULL)
     return NULL;
-  int n = snprintf(key, cap, TAKE_PREFIX "%s:%s:%" PRId64, lock->tag,
-                   op->owner, op->trim_want);
+  int n = snprintf(key, cap, TAKE_PREFIX "%s:%s:%" PRIu64, lock->tag,
+                   op->owner, sem_of(op)->take_id);
   *len = (size_t)n;
   return key;
 }
@@ -93,7 +102,7 @@ static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
   if (key == NULL)
     return NULL;
   char permits[24], ttl[24];
-  snprintf(permits, sizeof(permits), "%" PRId64, op->arg);
+  snprintf(permits, sizeof(permits), "%" PRId64, sem_of(op)->permits);
   snprintf(ttl, sizeof(ttl), "%" PRId64, take_ttl_ms(op));
   const char *argv[5] = {"2", lock->name, key, permits, ttl};
   size_t lens[5] = {1, lock->name_len, key_len, strlen(permits),
@@ -104,13 +113,13 @@ static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
                                     lens, 0, cb, op);
   free(key);
   if (cmd != NULL)
-    op->value = 1;
+    sem_of(op)->unread = true;
   return cmd;
 }
 
 /* nil: taken. -1: not enough permits, no hint (sleep until a message). */
 static int read_try(rlock__op *op, const redisReply *reply, int64_t *ttl_ms) {
-  op->value = 0;
+  sem_of(op)->unread = false;
   if (reply->type == REDIS_REPLY_NIL)
     return RLOCK__TRY_ACQUIRED;
   if (reply->type != REDIS_REPLY_INTEGER) {
@@ -127,8 +136,8 @@ static int read_try(rlock__op *op, const redisReply *reply, int64_t *ttl_ms) {
  * on the same connection behind the try, so it sees the try's take record
  * if the try ran (a try never written is dropped by the net layer). */
 static rlock__cmd *abandon(rlock__op *op, rlock__reply_cb cb, void *data) {
-  bool unread = op->value == 1;
-  op->value = 0;
+  bool unread = sem_of(op)->unread;
+  sem_of(op)->unread = false;
   if (!unread)
     return NULL;
   rlock *lock = op->lock;
@@ -175,18 +184,15 @@ const rlock__prim rlock__prim_semaphore = {
 /* ---- acquire ---- */
 
 static void start_acquire(rlock__op *op) {
-  if (op->arg == 0) { /* from the async facade: permits came as the lease */
-    op->arg = op->lease_ms;
-    op->lease_ms = -1;
-  }
-  op->trim_want = (int64_t)atomic_fetch_add(&next_take_id, 1);
+  sem_of(op)->take_id = (uint64_t)atomic_fetch_add(&next_take_id, 1);
   rlock__op_acquire.start(op);
 }
 
-/* The engine's acquire, with the permits put in place first. Touches no
- * hold: repair never waits for it. */
+/* The engine's acquire, with a take record id first. Touches no hold:
+ * repair never waits for it. */
 static const rlock__op_type acquire_type = {
-    .name = "semaphore_acquire", .start = start_acquire, .acquires = true};
+    .name = "semaphore_acquire", .start = start_acquire,
+    .finish = rlock__acquire_finish, .acquires = true};
 
 /* ---- one-command operations ---- */
 
@@ -219,14 +225,14 @@ static void value_reply(rlock__net *n, redisReply *reply, int err,
   rlock__op_finish(op, 0);
 }
 
-/* release and add_permits: op->arg permits, op->lease_ms 1 = drop the TTL.
- * Not re-sent: INCRBY twice would add the permits twice. */
+/* release and add_permits. Not re-sent: INCRBY twice would add the
+ * permits twice. */
 static void start_add(rlock__op *op) {
   rlock *lock = op->lock;
   char permits[24];
-  snprintf(permits, sizeof(permits), "%" PRId64, op->arg);
+  snprintf(permits, sizeof(permits), "%" PRId64, sem_of(op)->permits);
   const char *publish = rlock__engine_publish(op->engine);
-  const char *persist = op->lease_ms == 1 ? "1" : "0";
+  const char *persist = sem_of(op)->persist ? "1" : "0";
   const char *argv[6] = {"2", lock->name, lock->channel, permits, publish,
                          persist};
   size_t lens[6] = {1, lock->name_len, lock->channel_len, strlen(permits),
@@ -234,13 +240,13 @@ static void start_add(rlock__op *op) {
   rlock__op_send(op, &release_script, 6, argv, lens, 0, value_reply);
 }
 
-/* op->arg permits, op->lease_ms the TTL (0: none). Not re-sent: a second
- * send after the first landed would answer 0 ("it existed"). */
+/* Not re-sent: a second send after the first landed would answer 0 ("it
+ * existed"). */
 static void start_try_set(rlock__op *op) {
   rlock *lock = op->lock;
   char permits[24], ttl[24];
-  snprintf(permits, sizeof(permits), "%" PRId64, op->arg);
-  snprintf(ttl, sizeof(ttl), "%" PRId64, op->lease_ms);
+  snprintf(permits, sizeof(permits), "%" PRId64, sem_of(op)->permits);
+  snprintf(ttl, sizeof(ttl), "%" PRId64, sem_of(op)->ttl_ms);
   const char *publish = rlock__engine_publish(op->engine);
   const char *argv[6] = {"2", lock->name, lock->channel, permits, publish,
                          ttl};
@@ -297,16 +303,18 @@ static int check_permits(int64_t permits) {
   return 0;
 }
 
-/* Runs a one-command op; its value in *value. */
-static int run(rlock *lock, const rlock__op_type *type, int64_t arg,
-               int64_t arg2, int64_t *value) {
-  rlock__op op;
-  rlock__op_init(&op, lock, type, 0);
-  op.arg = arg;
-  op.lease_ms = arg2;
-  int rc = rlock__op_run_sync(&op);
+/* Runs a one-command op with its arguments; its value in *value. */
+static int run(rlock *lock, const rlock__op_type *type, int64_t permits,
+               int64_t ttl_ms, bool persist, int64_t *value) {
+  sem_op s;
+  memset(&s, 0, sizeof(s));
+  rlock__op_init(&s.op, lock, type, 0);
+  s.permits = permits;
+  s.ttl_ms = ttl_ms;
+  s.persist = persist;
+  int rc = rlock__op_run_sync(&s.op);
   if (rc >= 0 && value != NULL)
-    *value = op.value;
+    *value = s.op.value;
   return rc;
 }
 
@@ -323,7 +331,8 @@ int rlock_semaphore_try_set_permits(rlock_semaphore *sem, int64_t permits,
   if (ttl_ms > PERMITS_MAX)
     return rlock__bad_arg("ttl_ms is too large (max 2^40 ms)");
   int64_t set = 0;
-  rc = run(lock, &try_set_type, permits, ttl_ms > 0 ? ttl_ms : 0, &set);
+  rc = run(lock, &try_set_type, permits, ttl_ms > 0 ? ttl_ms : 0, false,
+           &set);
   return rc < 0 ? rc : (set == 1 ? 1 : 0);
 }
 
@@ -335,11 +344,12 @@ int rlock_semaphore_try_acquire(rlock_semaphore *sem, int64_t permits,
   int rc = check_permits(permits);
   if (rc != 0)
     return rc;
-  rlock__op op;
-  rlock__op_init(&op, lock, &acquire_type, rlock__thread_id());
-  rlock__op_set_wait(&op, wait_ms, -1);
-  op.arg = permits;
-  return rlock__op_run_sync(&op);
+  sem_op s;
+  memset(&s, 0, sizeof(s));
+  rlock__op_init(&s.op, lock, &acquire_type, rlock__thread_id());
+  rlock__op_set_wait(&s.op, wait_ms, -1);
+  s.permits = permits;
+  return rlock__op_run_sync(&s.op);
 }
 
 int rlock_semaphore_acquire(rlock_semaphore *sem, int64_t permits) {
@@ -354,7 +364,7 @@ int rlock_semaphore_release(rlock_semaphore *sem, int64_t permits) {
   int rc = check_permits(permits);
   if (rc != 0)
     return rc;
-  rc = run(lock, &add_type, permits, 0, NULL);
+  rc = run(lock, &add_type, permits, 0, false, NULL);
   return rc < 0 ? rc : 0;
 }
 
@@ -366,7 +376,7 @@ int rlock_semaphore_add_permits(rlock_semaphore *sem, int64_t permits) {
     return rlock__bad_arg("permits must not be 0");
   if (permits > PERMITS_MAX || permits < -PERMITS_MAX)
     return rlock__bad_arg("permits is too large (max 2^40 either way)");
-  int rc = run(lock, &add_type, permits, 1, NULL);
+  int rc = run(lock, &add_type, permits, 0, true, NULL);
   return rc < 0 ? rc : 0;
 }
 
@@ -377,7 +387,7 @@ int64_t rlock_semaphore_drain_permits(rlock_semaphore *sem) {
   if (lock == NULL)
     return RLOCK_EINVAL;
   int64_t taken = 0;
-  int rc = run(lock, &drain_type, 0, 0, &taken);
+  int rc = run(lock, &drain_type, 0, 0, false, &taken);
   return rc < 0 ? rc : (taken > 0 ? taken : 0);
 }
 
@@ -386,7 +396,7 @@ int64_t rlock_semaphore_available_permits(rlock_semaphore *sem) {
   if (lock == NULL)
     return RLOCK_EINVAL;
   int64_t have = 0;
-  int rc = run(lock, &available_type, 0, 0, &have);
+  int rc = run(lock, &available_type, 0, 0, false, &have);
   return rc < 0 ? rc : (have > 0 ? have : 0);
 }
 
@@ -401,9 +411,11 @@ int rlock_semaphore_acquire_async(rlock_semaphore *sem, int64_t permits,
   int rc = check_permits(permits);
   if (rc != 0)
     return rc;
-  /* The async facade has no slot for the permits: they ride as the lease
-   * (in 1..2^40, which it accepts), and start_acquire moves them to arg
-   * before the engine sees the op. */
-  return rlock__op_submit_async(lock, &acquire_type, rlock__thread_id(),
-                                wait_ms, permits, cb, data, req);
+  sem_op *s = (sem_op *)(void *)rlock__req_new(
+      lock, &acquire_type, rlock__thread_id(), sizeof(sem_op), cb, data);
+  if (s == NULL)
+    return RLOCK_ENOMEM;
+  rlock__op_set_wait(&s->op, wait_ms, -1);
+  s->permits = permits;
+  return rlock__req_submit(&s->op, req);
 }

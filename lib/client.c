@@ -80,7 +80,7 @@ static void loop_start(rlock__core *core) {
   rlock__timed_start(core, &c->open_timer,
                      rlock__now_ms() + open_bound_ms(core));
   rlock__net_start(&c->net);
-  rlock__holds_start(&c->engine);
+  rlock__engine_start(&c->engine);
 }
 
 /* ---- close ---- */
@@ -302,7 +302,7 @@ int rlock_interrupt(rlock_client *c, uint64_t owner) {
 /* ---- lock handles ---- */
 
 static int get_handle(rlock_client *c, const char *name, rlock **out,
-                      const rlock__prim *prim, const char *channel_prefix) {
+                      const rlock__prim *prim) {
   if (out == NULL || c == NULL || name == NULL || name[0] == '\0') {
     if (out != NULL)
       *out = NULL;
@@ -328,8 +328,7 @@ static int get_handle(rlock_client *c, const char *name, rlock **out,
     rlock__set_last_error("client is closed");
     return RLOCK_ECLOSED;
   }
-  int rc = rlock__handle_new(&c->engine, prim, name, len, channel_prefix,
-                             out);
+  int rc = rlock__handle_new(&c->engine, prim, name, len, out);
   if (rc != 0) {
     rlock__set_last_error("out of memory");
     return rc;
@@ -352,48 +351,40 @@ static int get_handle(rlock_client *c, const char *name, rlock **out,
 }
 
 int rlock_get(rlock_client *c, const char *name, rlock **out) {
-  return get_handle(c, name, out, &rlock__prim_lock,
-                    RLOCK__LOCK_CHANNEL_PREFIX);
+  return get_handle(c, name, out, &rlock__prim_lock);
 }
 
 int rlock_get_fair(rlock_client *c, const char *name, rlock **out) {
-  return get_handle(c, name, out, &rlock__prim_fair,
-                    RLOCK__LOCK_CHANNEL_PREFIX);
+  return get_handle(c, name, out, &rlock__prim_fair);
 }
 
 int rlock_get_read(rlock_client *c, const char *name, rlock **out) {
-  return get_handle(c, name, out, &rlock__prim_read,
-                    RLOCK__RWLOCK_CHANNEL_PREFIX);
+  return get_handle(c, name, out, &rlock__prim_read);
 }
 
 int rlock_get_write(rlock_client *c, const char *name, rlock **out) {
-  return get_handle(c, name, out, &rlock__prim_write,
-                    RLOCK__RWLOCK_CHANNEL_PREFIX);
+  return get_handle(c, name, out, &rlock__prim_write);
 }
 
 int rlock_get_fenced(rlock_client *c, const char *name, rlock **out) {
-  return get_handle(c, name, out, &rlock__prim_fenced,
-                    RLOCK__LOCK_CHANNEL_PREFIX);
+  return get_handle(c, name, out, &rlock__prim_fenced);
 }
 
 int rlock_semaphore_get(rlock_client *c, const char *name,
                         rlock_semaphore **out) {
-  return get_handle(c, name, (rlock **)out, &rlock__prim_semaphore,
-                    RLOCK__SEMAPHORE_CHANNEL_PREFIX);
+  return get_handle(c, name, (rlock **)out, &rlock__prim_semaphore);
 }
 
 int rlock_permit_semaphore_get(rlock_client *c, const char *name,
                                rlock_permit_semaphore **out) {
-  return get_handle(c, name, (rlock **)out, &rlock__prim_permit_semaphore,
-                    RLOCK__SEMAPHORE_CHANNEL_PREFIX);
+  return get_handle(c, name, (rlock **)out, &rlock__prim_permit_semaphore);
 }
 
 int rlock_latch_get(rlock_client *c, const char *name, rlock_latch **out) {
-  return get_handle(c, name, (rlock **)out, &rlock__prim_latch,
-                    RLOCK__LATCH_CHANNEL_PREFIX);
+  return get_handle(c, name, (rlock **)out, &rlock__prim_latch);
 }
 
 int rlock_get_spin(rlock_client *c, const char *name, rlock **out) {
   /* no channel: the handle's "channel" is never subscribed or published */
-  return get_handle(c, name, out, &rlock__prim_spin, "");
+  return get_handle(c, name, out, &rlock__prim_spin);
 }

@@ -155,7 +155,7 @@ static void start_trim(rlock__op *op) {
 static void lost_acquire(rlock__op *op, int err) {
   if (op->u.acq.lost_err == 0)
     op->u.acq.lost_err = err;
-  if (op->lock->prim->trim == NULL) { /* no holds, nothing to trim */
+  if (op->lock->prim->hold == NULL) { /* no holds, nothing to trim */
     rlock__op_finish(op, err);
     return;
   }
@@ -214,7 +214,7 @@ static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
     return;
   }
   if (got == RLOCK__TRY_ACQUIRED) {
-    if (lock->prim->no_hold) {
+    if (lock->prim->hold == NULL) { /* nothing is held */
       rlock__op_finish(op, 1);
       return;
     }

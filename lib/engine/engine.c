@@ -17,6 +17,22 @@ int rlock__engine_init(rlock__engine *e, rlock__core *core, rlock__net *net,
   return rlock__random_bytes(e->latch_seed, sizeof(e->latch_seed));
 }
 
+/* The period: repairs still pending are tried again, and what is held is
+ * renewed. */
+static void tick(rlock__timed *t) {
+  rlock__engine *e = RLOCK__CONTAINER_OF(t, rlock__engine, tick);
+  rlock__timed_start(e->core, &e->tick,
+                     rlock__now_ms() + e->core->opts.watchdog_timeout_ms / 3);
+  rlock__suspects_run(e);
+  rlock__holds_renew(e);
+}
+
+void rlock__engine_start(rlock__engine *e) {
+  e->tick.fire = tick;
+  rlock__timed_start(e->core, &e->tick,
+                     rlock__now_ms() + e->core->opts.watchdog_timeout_ms / 3);
+}
+
 void rlock__engine_on_cmd_ready(rlock__engine *e) { rlock__suspects_run(e); }
 
 int rlock__engine_close(rlock__engine *e) {
@@ -28,7 +44,7 @@ int rlock__engine_close(rlock__engine *e) {
       rlock__suspect_add(e, op->lock, op->owner);
     rlock__op_finish(op, RLOCK_ECLOSED);
   }
-  rlock__holds_stop(e);
+  rlock__timed_stop(e->core, &e->tick);
   rlock__timed_stop(e->core, &e->latch_timer);
   if (!rlock__net_cmd_connected(e->net))
     return 0;

@@ -43,11 +43,10 @@ struct rlock {
   size_t channel_len;
 };
 
-/* A new handle on `name` for `prim` (its channel is `channel_prefix` +
- * tag). Takes a reference on the engine's core. 0 or RLOCK_ENOMEM. */
+/* A new handle on `name` for `prim` (its channel named as the descriptor
+ * says). Takes a reference on the engine's core. 0 or RLOCK_ENOMEM. */
 int rlock__handle_new(rlock__engine *e, const rlock__prim *prim,
-                      const char *name, size_t len,
-                      const char *channel_prefix, rlock **out);
+                      const char *name, size_t len, rlock **out);
 /* Drops a reference (the handle is freed with the last). Any thread. */
 void rlock__handle_release(rlock *lock);
 
@@ -57,18 +56,10 @@ void rlock__handle_release(rlock *lock);
 enum { RLOCK__TRY_WAIT = 0, RLOCK__TRY_ACQUIRED = 1 };
 enum { RLOCK__REL_HELD = 0, RLOCK__REL_RELEASED = 1, RLOCK__REL_NOT_HELD = 2 };
 
-struct rlock__prim {
-  const char *kind; /* "lock", ... */
-  /* Sends one acquire try for op (op->lock, op->owner, op->lease_ms; the
-   * lease already resolved to the watchdog timeout when < 0). Returns the
-   * command, or NULL when out of memory. */
-  rlock__cmd *(*send_try)(rlock__op *op, int64_t lease_ms,
-                          rlock__reply_cb cb);
-  /* Reads a try's reply: RLOCK__TRY_ACQUIRED, or RLOCK__TRY_WAIT with
-   * *ttl_ms the longest it makes sense to sleep before trying again (-1:
-   * unknown), or a negative RLOCK_E* code (detail set with
-   * rlock__op_detail). */
-  int (*read_try)(rlock__op *op, const redisReply *reply, int64_t *ttl_ms);
+/* The hold part of a descriptor: only kinds whose acquisition is a hold
+ * (the locks) fill it. The engine records, renews, releases and repairs
+ * holds through it. */
+typedef struct rlock__prim_hold {
   /* Sends the release of one hold, with its request latch key (a re-send
    * must answer what the first send did), the lease to re-apply while
    * still held and the latch's TTL. */
@@ -77,8 +68,6 @@ struct rlock__prim {
                               rlock__reply_cb cb);
   /* Reads its reply: RLOCK__REL_* or a negative RLOCK_E* code. */
   int (*read_release)(rlock__op *op, const redisReply *reply);
-  /* What a message on the primitive's channel does to the waiters. */
-  rlock__chan_message_fn on_message;
   /* Sets an owner's hold count on the server back to `want` (KEYS lock,
    * channel; ARGV owner, want, publish command, "0"; replies the count it
    * found). The engine's repair after lost replies. */
@@ -92,6 +81,30 @@ struct rlock__prim {
   /* Appended to the owner id in every field this kind writes (the write
    * lock's ":write"); NULL: none. */
   const char *owner_suffix;
+} rlock__prim_hold;
+
+/* A primitive's descriptor: a wait part every kind fills, and a hold part
+ * for the kinds whose acquisition is a hold. */
+struct rlock__prim {
+  const char *kind; /* "lock", ... */
+  /* ---- the wait part ---- */
+  /* The handle's channel: channel_prefix + the name's tag ({name}, or the
+   * name when it has braces) - unless channel_name makes it (malloc'd;
+   * NULL: out of memory), as the count-down latch's always-braced one. */
+  const char *channel_prefix;
+  char *(*channel_name)(const char *name, size_t len, size_t *out_len);
+  /* Sends one acquire try for op (op->lock, op->owner, op->lease_ms; the
+   * lease already resolved to the watchdog timeout when < 0). Returns the
+   * command, or NULL when out of memory. */
+  rlock__cmd *(*send_try)(rlock__op *op, int64_t lease_ms,
+                          rlock__reply_cb cb);
+  /* Reads a try's reply: RLOCK__TRY_ACQUIRED, or RLOCK__TRY_WAIT with
+   * *ttl_ms the longest it makes sense to sleep before trying again (-1:
+   * unknown), or a negative RLOCK_E* code (detail set with
+   * rlock__op_detail). */
+  int (*read_try)(rlock__op *op, const redisReply *reply, int64_t *ttl_ms);
+  /* What a message on the primitive's channel does to the waiters. */
+  rlock__chan_message_fn on_message;
   /* The channel an acquire of op waits on, malloc'd (the fair lock's own
    * channel per waiter); NULL: the handle's channel. NULL return: out of
    * memory. */
@@ -105,14 +118,12 @@ struct rlock__prim {
   rlock__cmd *(*abandon)(rlock__op *op, rlock__reply_cb cb, void *data);
   /* The kind's own queries and force unlock (NULL entries: none). */
   const rlock__prim_ops *ops;
-  /* An acquisition is not a hold (semaphore permits, a latch's await): no
-   * hold is recorded, renewed, released or trimmed; `trim` and `renew` are
-   * NULL, and an acquire whose reply was lost reports the transport error
-   * without repair (docs/wire-protocol.md says what that can leave). */
-  bool no_hold;
-  /* The handle's channel is channel_prefix + "{" + name + "}" even when the
-   * name has braces (the count-down latch's), not prefix + tag. */
-  bool channel_braces_always;
+  /* ---- the hold part ----
+   * NULL: an acquisition is not a hold (semaphore permits, a latch's
+   * await): nothing is recorded, renewed, released or trimmed, and an
+   * acquire whose reply was lost reports the transport error without
+   * repair (docs/wire-protocol.md says what that can leave). */
+  const rlock__prim_hold *hold;
 };
 
 #define RLOCK__POLL_MAX_MS 128
@@ -205,7 +216,7 @@ struct rlock__op {
 };
 
 /* Sets up an op of `type` on `lock` for `owner` (op->owner gets the
- * kind's owner_suffix). */
+ * hold part's owner_suffix). */
 void rlock__op_init(rlock__op *op, rlock *lock, const rlock__op_type *type,
                     uint64_t owner);
 /* Sets the op's detail (rlock_last_error() of its caller). */
@@ -251,9 +262,11 @@ int rlock__bad_arg(const char *what);
 int rlock__check_lease(int64_t lease_ms);
 void rlock__op_set_wait(rlock__op *op, int64_t wait_ms, int64_t lease_ms);
 
-/* The generic kinds. */
+/* The generic kinds. The release is for handles with a hold part only. */
 extern const rlock__op_type rlock__op_acquire;
 extern const rlock__op_type rlock__op_release;
+/* The release's finish (release.c), for a type that wraps its start. */
+void rlock__release_finish(rlock__op *op, int result);
 
 /* The acquire's finish (acquire.c), for kinds whose acquire type has a
  * finish of its own to call first: an acquire that sent a try and ends
@@ -296,8 +309,9 @@ int64_t rlock__hold_count_known(rlock__engine *e, const char *name,
 void rlock__hold_trimmed(rlock__engine *e, const char *name,
                          const char *owner, int64_t server_before,
                          int64_t want);
-void rlock__holds_start(rlock__engine *e); /* starts the renewal period */
-void rlock__holds_stop(rlock__engine *e);
+/* One renewal round (engine.c's tick, every watchdog_timeout/3), unless the
+ * last one is still retrying. */
+void rlock__holds_renew(rlock__engine *e);
 void rlock__holds_free(rlock__engine *e);
 
 /* ---- repair after lost replies (repair.c) ---- */
@@ -332,7 +346,7 @@ struct rlock__engine {
   rlock__map holds;    /* name '\0' owner -> rlock__hold */
   rlock__map suspects; /* name '\0' owner: holds to re-check */
   uint64_t next_hold_gen;
-  rlock__timed renew_timer;
+  rlock__timed tick; /* every watchdog_timeout/3: renewal, repairs */
   int renew_inflight;
   /* unlock latches to delete, sent as one UNLINK (one per slot in a
    * cluster) */
@@ -360,6 +374,9 @@ static inline void rlock__engine_drained_one(rlock__engine *e) {
 /* 0 or RLOCK_ESYS (no random seed). */
 int rlock__engine_init(rlock__engine *e, rlock__core *core, rlock__net *net,
                        const char *client_id);
+/* The loop runs: the engine's period starts (renewal of what is held,
+ * retries of pending repairs). */
+void rlock__engine_start(rlock__engine *e);
 /* The command connection is (back) up: pending repairs go out. */
 void rlock__engine_on_cmd_ready(rlock__engine *e);
 /* Close, first half: every running op ends with RLOCK_ECLOSED (acquires in

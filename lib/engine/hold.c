@@ -250,7 +250,7 @@ static void renew_round(rlock__engine *e) {
       continue; /* an unlock in flight decides what is left to renew */
     /* The renew script's key is the lock's name (the key's first part). */
     int slot = rlock__net_key_slot(e->net, h->name, strlen(h->name));
-    int at = batch_for(e, open, h->prim->renew, slot, timeout);
+    int at = batch_for(e, open, h->prim->hold->renew, slot, timeout);
     if (at < 0)
       break; /* out of memory: what is batched still goes */
     renew_batch *b = open[at];
@@ -274,24 +274,10 @@ static void renew_round(rlock__engine *e) {
   }
 }
 
-static void renew_tick(rlock__timed *t) {
-  rlock__engine *e = RLOCK__CONTAINER_OF(t, rlock__engine, renew_timer);
-  rlock__timed_start(e->core, &e->renew_timer,
-                     rlock__now_ms() + e->core->opts.watchdog_timeout_ms / 3);
-  rlock__suspects_run(e);
+void rlock__holds_renew(rlock__engine *e) {
   if (e->renew_inflight > 0)
     return; /* the previous round is still retrying: don't pile up */
   renew_round(e);
-}
-
-void rlock__holds_start(rlock__engine *e) {
-  e->renew_timer.fire = renew_tick;
-  rlock__timed_start(e->core, &e->renew_timer,
-                     rlock__now_ms() + e->core->opts.watchdog_timeout_ms / 3);
-}
-
-void rlock__holds_stop(rlock__engine *e) {
-  rlock__timed_stop(e->core, &e->renew_timer);
 }
 
 void rlock__holds_free(rlock__engine *e) {

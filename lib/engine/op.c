@@ -1,5 +1,5 @@
-/* Operations: start, finish exactly once, cancel and interrupt; lock
- * handles; and the two facades every public call goes through - blocking
+/* Operations: start, finish exactly once, cancel and interrupt; and the
+ * two facades every public call goes through - blocking
  * (run and wait on a semaphore) and asynchronous (a callback on the loop
  * thread, with a reference-counted request handle). */
 #include <assert.h>
@@ -14,75 +14,6 @@
 /* Leases up to ~34 years; beyond that a caller almost surely passed a
  * garbage value, and PEXPIRE arithmetic would overflow on the server. */
 #define LEASE_MAX_MS (INT64_C(1) << 40)
-
-/* ---- handles ---- */
-
-int rlock__handle_new(rlock__engine *e, const rlock__prim *prim,
-                      const char *name, size_t len,
-                      const char *channel_prefix, rlock **out) {
-  rlock *lock = calloc(1, sizeof(*lock));
-  if (lock == NULL)
-    return RLOCK_ENOMEM;
-  lock->name = malloc(len + 1);
-  if (lock->name != NULL) {
-    memcpy(lock->name, name, len);
-    lock->name[len] = '\0';
-    lock->tag = rlock__tag(name, len, &lock->tag_len);
-  }
-  if (lock->tag != NULL && prim->channel_braces_always) {
-    size_t plen = strlen(channel_prefix);
-    lock->channel = malloc(plen + len + 3);
-    if (lock->channel != NULL) {
-      memcpy(lock->channel, channel_prefix, plen);
-      lock->channel[plen] = '{';
-      memcpy(lock->channel + plen + 1, name, len);
-      memcpy(lock->channel + plen + 1 + len, "}", 2);
-      lock->channel_len = plen + len + 2;
-    }
-  } else if (lock->tag != NULL) {
-    lock->channel = rlock__prefixed(channel_prefix, lock->tag, lock->tag_len,
-                                    &lock->channel_len);
-  }
-  if (lock->channel == NULL) {
-    free(lock->name);
-    free(lock->tag);
-    free(lock);
-    return RLOCK_ENOMEM;
-  }
-  lock->name_len = len;
-  lock->engine = e;
-  lock->prim = prim;
-  atomic_init(&lock->refs, 1);
-  rlock__core_ref(e->core);
-  *out = lock;
-  return 0;
-}
-
-void rlock__handle_release(rlock *lock) {
-  int was = atomic_fetch_sub(&lock->refs, 1);
-  assert(was >= 1);
-  if (was != 1)
-    return;
-  rlock__core *core = lock->engine->core;
-  free(lock->name);
-  free(lock->tag);
-  free(lock->channel);
-  free(lock);
-  rlock__core_unref(core);
-}
-
-void rlock_free(rlock *lock) {
-  if (lock != NULL)
-    rlock__handle_release(lock);
-}
-
-const char *rlock_name(const rlock *lock) {
-  return lock != NULL ? lock->name : NULL;
-}
-
-const char *rlock_kind(const rlock *lock) {
-  return lock != NULL ? lock->prim->kind : "";
-}
 
 /* ---- op bookkeeping ---- */
 
@@ -303,7 +234,8 @@ void rlock__op_init(rlock__op *op, rlock *lock, const rlock__op_type *type,
   op_base(op, lock->engine, type);
   op->lock = lock;
   op->owner_id = owner;
-  const char *suffix = lock->prim->owner_suffix;
+  const rlock__prim_hold *hold = lock->prim->hold;
+  const char *suffix = hold != NULL ? hold->owner_suffix : NULL;
   snprintf(op->owner, sizeof(op->owner), "%s:%" PRIu64 "%s",
            lock->engine->client_id, owner, suffix != NULL ? suffix : "");
 }

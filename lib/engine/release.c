@@ -137,7 +137,7 @@ static void release_reply(rlock__net *n, redisReply *reply, int err,
   }
   int got = err != 0 || reply->type == REDIS_REPLY_ERROR
                 ? RLOCK_ESERVER
-                : op->lock->prim->read_release(op, reply);
+                : op->lock->prim->hold->read_release(op, reply);
   if (op->u.rel.handoff_streak > 0 && got != RLOCK__REL_RELEASED)
     /* Not released: no message will come for the handoff to absorb. */
     rlock__chan_unabsorb(e->net, op->lock->channel, op->lock->channel_len);
@@ -208,7 +208,8 @@ static void hand_off(rlock__op *op, rlock__hold *h) {
   rlock__engine *e = op->engine;
   rlock *lock = op->lock;
   int max = e->core->opts.handoff_max;
-  if (!lock->prim->local_handoff || max == 0 || h->handoff_streak >= max)
+  if (!lock->prim->hold->local_handoff || max == 0 ||
+      h->handoff_streak >= max)
     return;
   rlock__waiter *w =
       rlock__chan_sleeper(e->net, lock->channel, lock->channel_len);
@@ -225,12 +226,7 @@ static void hand_off(rlock__op *op, rlock__hold *h) {
 static void start_release(rlock__op *op) {
   rlock *lock = op->lock;
   rlock__engine *e = op->engine;
-  if (lock->prim->send_release == NULL) { /* a semaphore or latch handle */
-    rlock__op_detail(op, "a %s is not a lock: it has no unlock",
-                     lock->prim->kind);
-    rlock__op_finish(op, RLOCK_EINVAL);
-    return;
-  }
+  assert(lock->prim->hold != NULL); /* the facade refuses other kinds */
   const rlock_options *o = &e->core->opts;
   char hex[33];
   latch_id(e, hex);
@@ -257,7 +253,7 @@ static void start_release(rlock__op *op) {
   int64_t latch_ttl = (int64_t)(o->retry_attempts + 1) *
                       (o->command_timeout_ms + o->retry_interval_ms);
   op->state = RLOCK__ST_CMD;
-  op->cmd = lock->prim->send_release(op, op->u.rel.latch, lease, latch_ttl,
+  op->cmd = lock->prim->hold->send_release(op, op->u.rel.latch, lease, latch_ttl,
                                      release_reply);
   if (op->cmd == NULL) {
     rlock__op_finish(op, RLOCK_ENOMEM);
@@ -270,7 +266,7 @@ static void start_release(rlock__op *op) {
 /* A release counts on its hold as "releasing" while it runs (hold.c
  * neither renews such a hold nor takes a "0" for a loss); its latch, if
  * its reply never came, is left to expire by its TTL. */
-static void finish_release(rlock__op *op, int result) {
+void rlock__release_finish(rlock__op *op, int result) {
   (void)result;
   if (op->u.rel.hold_gen != 0) {
     rlock__hold *h = rlock__hold_find(op->engine, op->lock->name, op->owner);
@@ -283,5 +279,5 @@ static void finish_release(rlock__op *op, int result) {
 }
 
 const rlock__op_type rlock__op_release = {
-    .name = "release", .start = start_release, .finish = finish_release,
+    .name = "release", .start = start_release, .finish = rlock__release_finish,
     .touches_hold = true};

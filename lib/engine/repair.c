@@ -32,14 +32,14 @@ rlock__cmd *rlock__trim_send(rlock__engine *e, const rlock *lock,
                              rlock__reply_cb cb, void *data) {
   char want_s[24];
   snprintf(want_s, sizeof(want_s), "%lld", (long long)want);
-  const char *publish = rlock__engine_publish(e);
+  const char *publish = rlock__net_publish(e->net);
   const char *argv[7] = {"2",   lock->name, lock->channel, owner,
                          want_s, publish,   "0"};
   size_t lens[7] = {1, lock->name_len, lock->channel_len, strlen(owner),
                     strlen(want_s), strlen(publish), 1};
   /* Never re-sent by the command layer: a re-send could run after a later
    * acquire of the same owner and undo it. The caller decides. */
-  return rlock__cmd_send(e->net, lock->prim->trim, 7, argv, lens, 0, cb,
+  return rlock__cmd_send(e->net, lock->prim->hold->trim, 7, argv, lens, 0, cb,
                          data);
 }
 
@@ -112,7 +112,7 @@ int rlock__suspects_flush(rlock__engine *e) {
 
 void rlock__suspect_add(rlock__engine *e, const rlock *lock,
                         const char *owner) {
-  if (lock->prim->trim == NULL)
+  if (lock->prim->hold == NULL)
     return; /* nothing to repair: the kind records no holds */
   size_t ol = strlen(owner);
   size_t key_len = lock->name_len + 1 + ol;

@@ -262,21 +262,26 @@ static const rlock__prim_ops fair_ops = {
     .hold_count = &rlock__q_hold_count,
     .remain_ttl = &rlock__q_remain_ttl};
 
-const rlock__prim rlock__prim_fair = {
-    .kind = "fair",
-    .send_try = send_try,
-    .read_try = read_try,
+static const rlock__prim_hold fair_hold = {
     .send_release = send_release,
     .read_release = rlock__lock_read_release,
-    .on_message = on_message,
     .trim = &trim_script,
     .renew = &rlock__lock_renew_script, /* the lock hash only */
     /* First come, first served across clients: a release never hands the
      * lock to a local waiter ahead of the queue. */
-    .local_handoff = false,
+    .local_handoff = false};
+
+const rlock__prim rlock__prim_fair = {
+    .kind = "fair",
+    /* The base of each waiter's own channel (wait_channel). */
+    .channel_prefix = RLOCK__LOCK_CHANNEL_PREFIX,
+    .send_try = send_try,
+    .read_try = read_try,
+    .on_message = on_message,
     .wait_channel = wait_channel,
     .abandon = abandon,
-    .ops = &fair_ops};
+    .ops = &fair_ops,
+    .hold = &fair_hold};
 
 /* ---- names for introspection (info.c) ---- */
 

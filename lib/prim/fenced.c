@@ -111,15 +111,12 @@ static const rlock__op_type token_type = {.name = "fenced_token",
 
 const rlock__prim rlock__prim_fenced = {
     .kind = "fenced",
+    .channel_prefix = RLOCK__LOCK_CHANNEL_PREFIX,
     .send_try = send_try,
     .read_try = read_try,
-    .send_release = rlock__lock_send_release,
-    .read_release = rlock__lock_read_release,
     .on_message = rlock__lock_on_message,
-    .trim = &rlock__lock_trim_script,
-    .renew = &rlock__lock_renew_script,
-    .local_handoff = true,
-    .ops = &rlock__lock_ops};
+    .ops = &rlock__lock_ops,
+    .hold = &rlock__lock_hold};
 
 /* ---- the public API ---- */
 

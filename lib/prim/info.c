@@ -318,12 +318,11 @@ static const rlock__op_type read_type = {.name = "info_read",
                                          .start = start_read};
 
 /* A handle of `prim` on the same name, for its channel: the naming stays
- * the handle's. NULL when out of memory. */
-static rlock *sibling(const rlock *lock, const rlock__prim *prim,
-                      const char *prefix) {
+ * the descriptor's. NULL when out of memory. */
+static rlock *sibling(const rlock *lock, const rlock__prim *prim) {
   rlock *h = NULL;
   if (rlock__handle_new(lock->engine, prim, lock->name, lock->name_len,
-                        prefix, &h) != 0)
+                        &h) != 0)
     return NULL;
   return h;
 }
@@ -338,11 +337,9 @@ int rlock__info_read(rlock *lock, rlock_info *out) {
   char *deadlines = rlock__fair_timeout_key(lock, &tl);
   char *token = rlock__fenced_token_key(lock, &kl);
   char *leases = rlock__psem_timeout_key(lock, &pl);
-  rlock *rw = sibling(lock, &rlock__prim_read, RLOCK__RWLOCK_CHANNEL_PREFIX);
-  rlock *sem = sibling(lock, &rlock__prim_semaphore,
-                       RLOCK__SEMAPHORE_CHANNEL_PREFIX);
-  rlock *latch = sibling(lock, &rlock__prim_latch,
-                         RLOCK__LATCH_CHANNEL_PREFIX);
+  rlock *rw = sibling(lock, &rlock__prim_read);
+  rlock *sem = sibling(lock, &rlock__prim_semaphore);
+  rlock *latch = sibling(lock, &rlock__prim_latch);
   char limit[24];
   snprintf(limit, sizeof(limit), "%d", RLOCK_INFO_MAX_ENTRIES);
   int rc = RLOCK_ENOMEM;
@@ -413,12 +410,12 @@ static const rlock__op_type owner_type = {.name = "force_unlock_owner",
 int rlock_force_unlock_owner(rlock *lock, const char *owner) {
   if (lock == NULL || owner == NULL || owner[0] == '\0')
     return rlock__bad_arg("lock and owner must be given");
-  if (lock->prim->trim == NULL)
+  if (lock->prim->hold == NULL)
     return rlock__bad_arg("not a lock: semaphores and latches have no "
                           "holders to release");
   rlock__op op;
   rlock__op_init(&op, lock, &owner_type, 0);
-  const char *suffix = lock->prim->owner_suffix;
+  const char *suffix = lock->prim->hold->owner_suffix;
   int n = snprintf(op.owner, sizeof(op.owner), "%s%s", owner,
                    suffix != NULL ? suffix : "");
   if (n < 0 || (size_t)n >= sizeof(op.owner))

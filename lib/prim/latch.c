@@ -4,7 +4,7 @@
  * name that has its own (.channel_braces_always). Wire format:
  * docs/wire-protocol.md, "The count-down latch"; scripts: latch_*.lua.
  *
- * An await is the engine's acquire loop with nothing held (.no_hold): the
+ * An await is the engine's acquire loop with nothing held (no hold part): the
  * "try" reads the count, 0 or no key is "acquired" (open), anything else is
  * "wait" without a TTL hint, so a sleeper re-reads on a message, or at the
  * latest every watchdog_timeout_ms (a lost message costs that, never a
@@ -17,6 +17,8 @@
 
 #include "lua_embed.h"
 #include "prim.h"
+
+#define LATCH_CHANNEL_PREFIX "redisson_countdownlatch__channel__"
 
 /* ---- scripts ---- */
 
@@ -92,12 +94,26 @@ static void on_message(rlock__chan *ch, const char *payload, size_t len) {
   rlock__chan_wake_all(ch);
 }
 
+/* "redisson_countdownlatch__channel__{" + name + "}": braces even around a
+ * name that has its own (Java's name), unlike every other kind's tag. */
+static char *channel_name(const char *name, size_t len, size_t *out_len) {
+  size_t plen = sizeof(LATCH_CHANNEL_PREFIX) - 1;
+  char *ch = malloc(plen + len + 3);
+  if (ch == NULL)
+    return NULL;
+  memcpy(ch, LATCH_CHANNEL_PREFIX, plen);
+  ch[plen] = '{';
+  memcpy(ch + plen + 1, name, len);
+  memcpy(ch + plen + 1 + len, "}", 2);
+  *out_len = plen + len + 2;
+  return ch;
+}
+
 const rlock__prim rlock__prim_latch = {.kind = "latch",
+                                       .channel_name = channel_name,
                                        .send_try = send_try,
                                        .read_try = read_try,
-                                       .on_message = on_message,
-                                       .no_hold = true,
-                                       .channel_braces_always = true};
+                                       .on_message = on_message};
 
 /* ---- one-command operations ---- */
 
@@ -261,7 +277,7 @@ int rlock_latch_delete(rlock_latch *latch) {
   return rc != 0 ? rc : run(latch, &delete_type, NULL);
 }
 
-/* The engine needs a lease it can check (not 0); with no_hold nothing is
+/* The engine needs a lease it can check (not 0); with no hold part nothing is
  * held, so it is never sent or used. */
 #define AWAIT_LEASE (-1)
 

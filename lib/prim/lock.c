@@ -107,17 +107,21 @@ void rlock__lock_on_message(rlock__chan *ch, const char *payload,
 }
 
 
-const rlock__prim rlock__prim_lock = {
-    .kind = "lock",
-    .send_try = send_try,
-    .read_try = read_try,
+const rlock__prim_hold rlock__lock_hold = {
     .send_release = rlock__lock_send_release,
     .read_release = rlock__lock_read_release,
-    .on_message = rlock__lock_on_message,
     .trim = &rlock__lock_trim_script,
     .renew = &rlock__lock_renew_script,
-    .local_handoff = true,
-    .ops = &rlock__lock_ops};
+    .local_handoff = true};
+
+const rlock__prim rlock__prim_lock = {
+    .kind = "lock",
+    .channel_prefix = RLOCK__LOCK_CHANNEL_PREFIX,
+    .send_try = send_try,
+    .read_try = read_try,
+    .on_message = rlock__lock_on_message,
+    .ops = &rlock__lock_ops,
+    .hold = &rlock__lock_hold};
 
 /* ---- force unlock and queries ---- */
 
@@ -201,6 +205,23 @@ void rlock__query_reply(rlock__net *n, redisReply *reply, int err,
 
 /* ---- the blocking API ---- */
 
+/* The engine's release, for handles of a kind with a hold part only: a
+ * semaphore or latch handle has no unlock (the call fails on the loop, as
+ * any other failure of the op would). */
+static void start_unlock(rlock__op *op) {
+  if (op->lock->prim->hold == NULL) {
+    rlock__op_detail(op, "a %s is not a lock: it has no unlock",
+                     op->lock->prim->kind);
+    rlock__op_finish(op, RLOCK_EINVAL);
+    return;
+  }
+  rlock__op_release.start(op);
+}
+
+static const rlock__op_type unlock_type = {
+    .name = "release", .start = start_unlock,
+    .finish = rlock__release_finish, .touches_hold = true};
+
 int rlock__acquire(rlock *lock, uint64_t owner, int64_t wait_ms,
                    int64_t lease_ms, int64_t *value) {
   if (lock == NULL)
@@ -261,7 +282,7 @@ int rlock_try_lock_owner(rlock *lock, uint64_t owner, int64_t wait_ms,
 }
 
 int rlock_unlock_owner(rlock *lock, uint64_t owner) {
-  return simple(lock, &rlock__op_release, owner, NULL);
+  return simple(lock, &unlock_type, owner, NULL);
 }
 
 int rlock_is_held_by_owner(rlock *lock, uint64_t owner) {
@@ -319,7 +340,7 @@ int rlock_lock_async(rlock *lock, uint64_t owner, int64_t wait_ms,
 
 int rlock_unlock_async(rlock *lock, uint64_t owner, rlock_cb cb, void *data,
                        rlock_req **req) {
-  return rlock__op_submit_async(lock, &rlock__op_release, owner, 0, 0, cb,
+  return rlock__op_submit_async(lock, &unlock_type, owner, 0, 0, cb,
                                 data, req);
 }
 

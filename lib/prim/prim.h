@@ -18,7 +18,6 @@ extern const rlock__prim rlock__prim_fair;
 /* getReadWriteLock: read and write share "redisson_rwlock:" + tag. */
 extern const rlock__prim rlock__prim_read;
 extern const rlock__prim rlock__prim_write;
-#define RLOCK__RWLOCK_CHANNEL_PREFIX "redisson_rwlock:"
 /* getFencedLock: RLock's channel. */
 extern const rlock__prim rlock__prim_fenced;
 /* getSpinLock: no channel. */
@@ -30,7 +29,6 @@ extern const rlock__prim rlock__prim_semaphore;
 extern const rlock__prim rlock__prim_permit_semaphore;
 /* getCountDownLatch: channel "redisson_countdownlatch__channel__{name}". */
 extern const rlock__prim rlock__prim_latch;
-#define RLOCK__LATCH_CHANNEL_PREFIX "redisson_countdownlatch__channel__"
 
 /* RLock's pieces that kinds with the same lock hash reuse: the release
  * (KEYS lock, channel, latch; message "0"), its reply reader, the message
@@ -43,6 +41,9 @@ int rlock__lock_read_release(rlock__op *op, const redisReply *reply);
 void rlock__lock_on_message(rlock__chan *ch, const char *payload,
                             size_t len);
 extern const rlock__op_type rlock__q_force_unlock;
+/* RLock's hold part (release, renewal, trim, local handoff), the fenced
+ * lock's too. */
+extern const rlock__prim_hold rlock__lock_hold;
 /* RLock's renewal (owner field -> PEXPIRE) and trim (with message "0"). */
 extern const rlock__script rlock__lock_renew_script;
 extern const rlock__script rlock__lock_trim_script;

@@ -5,7 +5,7 @@
  * wall-clock expiry in ms, or by the sentinel 922337203685477 when it has
  * no lease. The channel is the plain semaphore's ("redisson_sc:" + tag),
  * carrying the new count after every change that adds permits. Permits
- * are not holds (no_hold). Wire format: docs/wire-protocol.md, "The
+ * are not holds (no hold part). Wire format: docs/wire-protocol.md, "The
  * permit-expirable semaphore"; scripts: psem_*.lua beside this file.
  *
  * The acquire runs through the engine's loop. A try that finds no free
@@ -222,11 +222,11 @@ static void on_message(rlock__chan *ch, const char *payload, size_t len) {
 
 const rlock__prim rlock__prim_permit_semaphore = {
     .kind = "permit_semaphore",
+    .channel_prefix = RLOCK__SEMAPHORE_CHANNEL_PREFIX, /* the semaphore's */
     .send_try = send_try,
     .read_try = read_try,
     .on_message = on_message,
-    .abandon = abandon,
-    .no_hold = true};
+    .abandon = abandon};
 
 /* ---- acquire ---- */
 

@@ -19,6 +19,7 @@
 #include "prim.h"
 
 #define WRITE_SUFFIX ":write"
+#define RWLOCK_CHANNEL_PREFIX "redisson_rwlock:"
 #define TIMEOUT_SUFFIX ":rwlock_timeout"
 
 /* ---- scripts ---- */
@@ -272,30 +273,38 @@ static const rlock__prim_ops write_ops = {
 /* No local handoff for either: a release that frees the lock may admit
  * every waiting reader, or one writer; the messages say which ("1" wakes
  * all, "0" one), and a handed-off try could not. */
-const rlock__prim rlock__prim_read = {
-    .kind = "read",
-    .send_try = read_send_try,
-    .read_try = read_try,
+static const rlock__prim_hold read_hold = {
     .send_release = read_send_release,
     /* nil: not read-held by the owner; 0: it still has read holds; 1: its
      * last one ended (other owners' reads may still hold the lock). */
     .read_release = rlock__lock_read_release,
-    .on_message = rlock__lock_on_message,
     .trim = &read_trim_script,
     .renew = &read_renew_script,
-    .local_handoff = false,
-    .ops = &read_ops};
+    .local_handoff = false};
 
-const rlock__prim rlock__prim_write = {
-    .kind = "write",
-    .send_try = write_send_try,
+const rlock__prim rlock__prim_read = {
+    .kind = "read",
+    .channel_prefix = RWLOCK_CHANNEL_PREFIX,
+    .send_try = read_send_try,
     .read_try = read_try,
+    .on_message = rlock__lock_on_message,
+    .ops = &read_ops,
+    .hold = &read_hold};
+
+static const rlock__prim_hold write_hold = {
     .send_release = write_send_release,
     .read_release = write_read_release,
-    .on_message = rlock__lock_on_message,
     .trim = &write_trim_script,
     /* RLock's: owner:write field exists -> PEXPIRE the hash. */
     .renew = &rlock__lock_renew_script,
     .local_handoff = false,
-    .owner_suffix = WRITE_SUFFIX,
-    .ops = &write_ops};
+    .owner_suffix = WRITE_SUFFIX};
+
+const rlock__prim rlock__prim_write = {
+    .kind = "write",
+    .channel_prefix = RWLOCK_CHANNEL_PREFIX,
+    .send_try = write_send_try,
+    .read_try = read_try,
+    .on_message = rlock__lock_on_message,
+    .ops = &write_ops,
+    .hold = &write_hold};

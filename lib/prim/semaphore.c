@@ -1,7 +1,7 @@
 /* Redisson's semaphore (getSemaphore): a string counter of available
  * permits under the plain name, and the channel "redisson_sc:" + tag, on
  * which every change that adds permits publishes the new total. Permits
- * are not holds (no_hold): nothing is recorded, renewed or trimmed.
+ * are not holds (no hold part): nothing is recorded, renewed or trimmed.
  * Wire format: docs/wire-protocol.md, "The semaphore"; scripts:
  * semaphore_*.lua beside this file.
  *
@@ -175,11 +175,11 @@ static void on_message(rlock__chan *ch, const char *payload, size_t len) {
 
 const rlock__prim rlock__prim_semaphore = {
     .kind = "semaphore",
+    .channel_prefix = RLOCK__SEMAPHORE_CHANNEL_PREFIX,
     .send_try = send_try,
     .read_try = read_try,
     .on_message = on_message,
-    .abandon = abandon,
-    .no_hold = true};
+    .abandon = abandon};
 
 /* ---- acquire ---- */
 

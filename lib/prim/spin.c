@@ -76,14 +76,18 @@ static const rlock__prim_ops spin_ops = {
     .hold_count = &rlock__q_hold_count,
     .remain_ttl = &rlock__q_remain_ttl};
 
+static const rlock__prim_hold spin_hold = {
+    .send_release = send_release,
+    .read_release = rlock__lock_read_release,
+    .trim = &trim_script,
+    .renew = &rlock__lock_renew_script}; /* same hash and field as RLock */
+
+/* No channel: the handle's is the bare tag, never subscribed. */
 const rlock__prim rlock__prim_spin = {
     .kind = "spin",
     .send_try = send_try,
     .read_try = read_try,
-    .send_release = send_release,
-    .read_release = rlock__lock_read_release,
     .on_message = NULL,
-    .trim = &trim_script,
-    .renew = &rlock__lock_renew_script, /* same hash and field as RLock */
     .polls = true,
-    .ops = &spin_ops};
+    .ops = &spin_ops,
+    .hold = &spin_hold};

@@ -869,7 +869,7 @@ Test(fair, unlock_not_held_is_enotowner) {
  * owner's count back; at 0 it deletes the hash and tells the first waiter
  * on its own channel, the queue being found from the channel base. */
 Test(fair, trim_sets_the_count_back_and_tells_the_first_waiter) {
-  const rlock__script *trim = rlock__prim_fair.trim;
+  const rlock__script *trim = rlock__prim_fair.hold->trim;
   cr_assert(trim != NULL && trim->eval_only, "sent as EVAL only");
   char key[64];
   rt_key(key, sizeof key, "fr");

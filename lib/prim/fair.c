@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "lua_embed.h"
 #include "prim.h"
@@ -43,16 +42,6 @@ static const rlock__script trim_script = {
     "fair_trim", RLOCK__LUA_FAIR_TRIM_BODY, RLOCK__LUA_FAIR_TRIM_SHA, true};
 
 /* ---- helpers ---- */
-
-/* The client's wall clock in ms. Deadlines in the zset are compared across
- * clients (Java's System.currentTimeMillis()), so the monotonic clock the
- * engine uses elsewhere would not do. */
-static int64_t wall_ms(void) {
-  struct timespec ts;
-  if (timespec_get(&ts, TIME_UTC) != TIME_UTC)
-    return 0;
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* The queue and deadline keys of a fair lock, in one allocation (free
  * keys->buf). */
@@ -102,7 +91,7 @@ static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
   char lease[24], wait[24], now[24];
   snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
   snprintf(wait, sizeof(wait), "%" PRId64, announced_wait(op));
-  snprintf(now, sizeof(now), "%" PRId64, wall_ms());
+  snprintf(now, sizeof(now), "%" PRId64, rlock__wall_ms());
   bool single = op->wait_ms == 0;
   const char *argv[8] = {"3",       lock->name, k.queue, k.timeout,
                          lease,     op->owner,  single ? now : wait,
@@ -123,20 +112,6 @@ static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
                                     argv, lens, 0, cb, op);
   free(k.buf);
   return cmd;
-}
-
-/* nil: acquired. An integer: the wait hint in ms (0: the lock is free but
- * another waiter is first in line - the engine then backs off from 1 ms,
- * cut short by a message, instead of trying again at once as Java does). */
-static int read_try(rlock__op *op, const redisReply *reply, int64_t *ttl_ms) {
-  if (reply->type == REDIS_REPLY_NIL)
-    return RLOCK__TRY_ACQUIRED;
-  if (reply->type != REDIS_REPLY_INTEGER) {
-    rlock__op_detail(op, "fair acquire script replied type %d", reply->type);
-    return RLOCK_EPROTO;
-  }
-  *ttl_ms = reply->integer < -1 ? -1 : reply->integer;
-  return RLOCK__TRY_WAIT;
 }
 
 /* Each waiter waits on its own channel: the handle's channel + ":" +
@@ -203,7 +178,7 @@ static rlock__cmd *send_release(rlock__op *op, const char *latch,
     return NULL;
   char lease[24], now[24], latch_ttl[24];
   snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
-  snprintf(now, sizeof(now), "%" PRId64, wall_ms());
+  snprintf(now, sizeof(now), "%" PRId64, rlock__wall_ms());
   snprintf(latch_ttl, sizeof(latch_ttl), "%" PRId64, latch_ttl_ms);
   const char *publish = rlock__engine_publish(op->engine);
   const char *argv[12] = {"5",   lock->name, k.queue,   k.timeout,
@@ -235,7 +210,7 @@ static void start_force(rlock__op *op) {
     return;
   }
   char now[24];
-  snprintf(now, sizeof(now), "%" PRId64, wall_ms());
+  snprintf(now, sizeof(now), "%" PRId64, rlock__wall_ms());
   const char *publish = rlock__engine_publish(op->engine);
   const char *argv[8] = {"4",           lock->name, k.queue, k.timeout,
                          lock->channel, "0",        now,     publish};
@@ -276,7 +251,11 @@ const rlock__prim rlock__prim_fair = {
     /* The base of each waiter's own channel (wait_channel). */
     .channel_prefix = RLOCK__LOCK_CHANNEL_PREFIX,
     .send_try = send_try,
-    .read_try = read_try,
+    /* nil: acquired. An integer: the wait hint in ms (0: the lock is free
+     * but another waiter is first in line - the engine then backs off from
+     * 1 ms, cut short by a message, instead of trying again at once as
+     * Java does). */
+    .read_try = rlock__lock_read_try,
     .on_message = on_message,
     .wait_channel = wait_channel,
     .abandon = abandon,

@@ -50,14 +50,18 @@ static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
                          cb, op);
 }
 
-static int read_try(rlock__op *op, const redisReply *reply, int64_t *ttl_ms) {
+int rlock__lock_read_try(rlock__op *op, const redisReply *reply,
+                         int64_t *ttl_ms) {
   if (reply->type == REDIS_REPLY_NIL)
     return RLOCK__TRY_ACQUIRED;
   if (reply->type != REDIS_REPLY_INTEGER) {
-    rlock__op_detail(op, "acquire script replied type %d", reply->type);
+    rlock__op_detail(op, "%s acquire script replied type %d",
+                     op->lock->prim->kind, reply->type);
     return RLOCK_EPROTO;
   }
-  *ttl_ms = reply->integer;
+  /* -1 (a hold without TTL) is the engine's "unknown"; below that is not
+   * a TTL Redis gives. */
+  *ttl_ms = reply->integer < -1 ? -1 : reply->integer;
   return RLOCK__TRY_WAIT;
 }
 
@@ -106,7 +110,6 @@ void rlock__lock_on_message(rlock__chan *ch, const char *payload,
     rlock__chan_wake_all(ch);
 }
 
-
 const rlock__prim_hold rlock__lock_hold = {
     .send_release = rlock__lock_send_release,
     .read_release = rlock__lock_read_release,
@@ -118,7 +121,7 @@ const rlock__prim rlock__prim_lock = {
     .kind = "lock",
     .channel_prefix = RLOCK__LOCK_CHANNEL_PREFIX,
     .send_try = send_try,
-    .read_try = read_try,
+    .read_try = rlock__lock_read_try,
     .on_message = rlock__lock_on_message,
     .ops = &rlock__lock_ops,
     .hold = &rlock__lock_hold};

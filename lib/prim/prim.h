@@ -34,6 +34,10 @@ extern const rlock__prim rlock__prim_latch;
  * (KEYS lock, channel, latch; message "0"), its reply reader, the message
  * handler ("0" wakes one local waiter, "1" all), the force unlock (DEL and
  * "0"), and the ops table (force unlock and the queries). */
+/* RLock's try reply, and that of every kind whose acquire script answers
+ * as RLock's: nil = acquired, an integer = the holder's TTL (ms; -1 none). */
+int rlock__lock_read_try(rlock__op *op, const redisReply *reply,
+                         int64_t *ttl_ms);
 rlock__cmd *rlock__lock_send_release(rlock__op *op, const char *latch,
                                      int64_t lease_ms, int64_t latch_ttl_ms,
                                      rlock__reply_cb cb);

@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "lua_embed.h"
 #include "prim.h"
@@ -57,15 +56,6 @@ static const rlock__script try_set_script = {
     "semaphore_try_set_permits", RLOCK__LUA_SEMAPHORE_TRY_SET_PERMITS_BODY,
     RLOCK__LUA_SEMAPHORE_TRY_SET_PERMITS_SHA, false};
 
-/* Expiries are compared with other clients' (Java's
- * System.currentTimeMillis()): the wall clock, not the monotonic one. */
-static int64_t wall_ms(void) {
-  struct timespec ts;
-  if (timespec_get(&ts, TIME_UTC) != TIME_UTC)
-    return 0;
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The zset "{name}:timeout" (tag + ":timeout"), malloc'd. */
 static char *zset_key(const rlock *lock, size_t *len) {
   size_t n = lock->tag_len + sizeof(":timeout");
@@ -83,7 +73,7 @@ static void expiry_of(int64_t lease_ms, char *buf, size_t n) {
   if (lease_ms < 0)
     snprintf(buf, n, "%s", NO_LEASE);
   else
-    snprintf(buf, n, "%" PRId64, wall_ms() + lease_ms);
+    snprintf(buf, n, "%" PRId64, rlock__wall_ms() + lease_ms);
 }
 
 static int hex_val(char c) {
@@ -149,7 +139,7 @@ static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
     return NULL;
   char expiry[24], now[24];
   expiry_of(op->lease_ms, expiry, sizeof(expiry));
-  snprintf(now, sizeof(now), "%" PRId64, wall_ms());
+  snprintf(now, sizeof(now), "%" PRId64, rlock__wall_ms());
   const char *publish = rlock__engine_publish(op->engine);
   const char *argv[8] = {"3",  lock->name, zkey,   lock->channel,
                          (const char *)op_id(op), expiry, now, publish};
@@ -282,7 +272,7 @@ static void start_release(rlock__op *op) {
     return;
   }
   char now[24];
-  snprintf(now, sizeof(now), "%" PRId64, wall_ms());
+  snprintf(now, sizeof(now), "%" PRId64, rlock__wall_ms());
   const char *publish = rlock__engine_publish(op->engine);
   const char *argv[7] = {"3",  lock->name, lock->channel, zkey,
                          (const char *)op_id(op), now, publish};
@@ -304,7 +294,7 @@ static void start_update(rlock__op *op) {
   }
   char expiry[24], now[24];
   expiry_of(psem_of(op)->arg, expiry, sizeof(expiry));
-  snprintf(now, sizeof(now), "%" PRId64, wall_ms());
+  snprintf(now, sizeof(now), "%" PRId64, rlock__wall_ms());
   const char *argv[5] = {"1", zkey, (const char *)op_id(op), expiry, now};
   size_t lens[5] = {1, zlen, ID_BYTES, strlen(expiry), strlen(now)};
   rlock__op_send(op, &update_script, 5, argv, lens,
@@ -348,7 +338,7 @@ static void start_count(rlock__op *op) {
     return;
   }
   char now[24];
-  snprintf(now, sizeof(now), "%" PRId64, wall_ms());
+  snprintf(now, sizeof(now), "%" PRId64, rlock__wall_ms());
   const char *publish = rlock__engine_publish(op->engine);
   const char *which = psem_of(op)->arg == 1 ? "taken" : "free";
   const char *argv[7] = {"3", lock->name, lock->channel, zkey, now, publish,

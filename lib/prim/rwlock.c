@@ -74,19 +74,6 @@ static char *timeout_base(const rlock *lock, const char *owner, size_t *len) {
   return base;
 }
 
-/* Both acquires: nil = acquired, an integer = the hash's PTTL. */
-static int read_try(rlock__op *op, const redisReply *reply, int64_t *ttl_ms) {
-  if (reply->type == REDIS_REPLY_NIL)
-    return RLOCK__TRY_ACQUIRED;
-  if (reply->type != REDIS_REPLY_INTEGER) {
-    rlock__op_detail(op, "%s acquire script replied type %d",
-                     op->lock->prim->kind, reply->type);
-    return RLOCK_EPROTO;
-  }
-  *ttl_ms = reply->integer;
-  return RLOCK__TRY_WAIT;
-}
-
 /* ---- the read lock ---- */
 
 static rlock__cmd *read_send_try(rlock__op *op, int64_t lease_ms,
@@ -286,7 +273,7 @@ const rlock__prim rlock__prim_read = {
     .kind = "read",
     .channel_prefix = RWLOCK_CHANNEL_PREFIX,
     .send_try = read_send_try,
-    .read_try = read_try,
+    .read_try = rlock__lock_read_try, /* nil, or the hash's PTTL */
     .on_message = rlock__lock_on_message,
     .ops = &read_ops,
     .hold = &read_hold};
@@ -304,7 +291,7 @@ const rlock__prim rlock__prim_write = {
     .kind = "write",
     .channel_prefix = RWLOCK_CHANNEL_PREFIX,
     .send_try = write_send_try,
-    .read_try = read_try,
+    .read_try = rlock__lock_read_try,
     .on_message = rlock__lock_on_message,
     .ops = &write_ops,
     .hold = &write_hold};

@@ -31,17 +31,6 @@ static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
                          cb, op);
 }
 
-static int read_try(rlock__op *op, const redisReply *reply, int64_t *ttl_ms) {
-  if (reply->type == REDIS_REPLY_NIL)
-    return RLOCK__TRY_ACQUIRED;
-  if (reply->type != REDIS_REPLY_INTEGER) {
-    rlock__op_detail(op, "spin acquire script replied type %d", reply->type);
-    return RLOCK_EPROTO;
-  }
-  *ttl_ms = reply->integer;
-  return RLOCK__TRY_WAIT;
-}
-
 static rlock__cmd *send_release(rlock__op *op, const char *latch,
                                 int64_t lease_ms, int64_t latch_ttl_ms,
                                 rlock__reply_cb cb) {
@@ -86,7 +75,7 @@ static const rlock__prim_hold spin_hold = {
 const rlock__prim rlock__prim_spin = {
     .kind = "spin",
     .send_try = send_try,
-    .read_try = read_try,
+    .read_try = rlock__lock_read_try,
     .on_message = NULL,
     .polls = true,
     .ops = &spin_ops,

@@ -113,6 +113,14 @@ int rlock__options_check_sentinel(const rlock_options *o,
  * larger than sizeof(rlock_options) (a newer header). */
 int rlock__options_copy(rlock_options *out, const rlock_options *in);
 
+/* ---- clock.c ---- */
+
+/* The wall clock in ms (0 if it cannot be read). For the values that are
+ * compared across clients - the fair lock's queue deadlines, the permit
+ * semaphore's expiries - as Java's System.currentTimeMillis() is; every
+ * other time in the client is rlock__now_ms(), the monotonic clock. */
+int64_t rlock__wall_ms(void);
+
 /* ---- random.c ---- */
 
 /* Fills buf with n cryptographically random bytes (uv_random). Returns 0,

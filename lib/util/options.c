@@ -1,4 +1,5 @@
 /* Client option defaults and validation. */
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -10,37 +11,80 @@
 #define RLOCK__QUEUE_MIN INT64_C(65536)
 #define RLOCK__QUEUE_MAX (INT64_C(1) << 40)
 
+/* The numeric options: default and range, in the order they are checked.
+ * rlock_options_init fills the defaults from here and
+ * rlock__options_validate checks the ranges; tests/unit/test_options.c
+ * holds it against the options table of docs/api.md. */
+#define INT_OPT(f) offsetof(rlock_options, f), true
+#define I64_OPT(f) offsetof(rlock_options, f), false
+static const rlock__option_spec specs[] = {
+    {"watchdog_timeout_ms", I64_OPT(watchdog_timeout_ms), 30000, 300,
+     RLOCK__MS_MAX, NULL},
+    {"command_timeout_ms", I64_OPT(command_timeout_ms), 3000, 10,
+     RLOCK__MS_MAX, NULL},
+    {"subscribe_timeout_ms", I64_OPT(subscribe_timeout_ms), 7500, 10,
+     RLOCK__MS_MAX, NULL},
+    {"retry_attempts", INT_OPT(retry_attempts), 3, 0, 100, NULL},
+    {"retry_interval_ms", I64_OPT(retry_interval_ms), 1500, 0, RLOCK__MS_MAX,
+     NULL},
+    /* auto: sharded against a cluster that has it */
+    {"sharded_pubsub", INT_OPT(sharded_pubsub), 0, -1, 1,
+     "0 (auto), 1 (sharded) or -1 (plain)"},
+    {"connect_timeout_ms", I64_OPT(connect_timeout_ms), 10000, 10,
+     RLOCK__MS_MAX, NULL},
+    {"max_write_queue_bytes", I64_OPT(max_write_queue_bytes),
+     INT64_C(64) << 20, RLOCK__QUEUE_MIN, RLOCK__QUEUE_MAX, NULL},
+    {"spin_us", I64_OPT(spin_us), 250, 0, 100000, NULL},
+    {"handoff_max", INT_OPT(handoff_max), 3, 0, 1000, NULL},
+    {"replica_sync", INT_OPT(replica_sync), 1, 0, 1, "0 or 1"},
+    {"replica_sync_timeout_ms", I64_OPT(replica_sync_timeout_ms), 1000, 1,
+     RLOCK__MS_MAX, NULL},
+    /* Below 100 ms the refreshes would be a load of their own on the
+     * cluster (CLUSTER SHARDS from every client), for no gain: a MOVED
+     * triggers a refresh anyway. */
+    {"cluster_refresh_ms", I64_OPT(cluster_refresh_ms), 5000, 100,
+     RLOCK__MS_MAX, NULL},
+    {"tls_insecure", INT_OPT(tls_insecure), 0, 0, 1, "0 or 1"},
+};
+
+const rlock__option_spec *rlock__options_specs(size_t *n) {
+  *n = sizeof(specs) / sizeof(specs[0]);
+  return specs;
+}
+
+static int64_t spec_get(const rlock__option_spec *s, const rlock_options *o) {
+  const char *p = (const char *)o + s->offset;
+  if (s->is_int) {
+    int v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+  }
+  int64_t v;
+  memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+static void spec_set(const rlock__option_spec *s, rlock_options *o,
+                     int64_t value) {
+  char *p = (char *)o + s->offset;
+  if (s->is_int) {
+    int v = (int)value;
+    memcpy(p, &v, sizeof(v));
+  } else {
+    memcpy(p, &value, sizeof(value));
+  }
+}
+
 void rlock_options_init_size(rlock_options *o, size_t size) {
   if (o == NULL)
     return;
+  /* Pointers (uri, client_name, the callback, tls_* and sentinel_*) are
+   * NULL; numbers take their defaults from the table. */
   rlock_options d;
   memset(&d, 0, sizeof(d));
   d.struct_size = size < sizeof(d) ? size : sizeof(d);
-  d.uri = NULL;
-  d.client_name = NULL;
-  d.watchdog_timeout_ms = 30000;
-  d.command_timeout_ms = 3000;
-  d.subscribe_timeout_ms = 7500;
-  d.retry_attempts = 3;
-  d.retry_interval_ms = 1500;
-  d.sharded_pubsub = 0; /* auto: sharded against a cluster that has it */
-  d.on_lock_lost = NULL;
-  d.on_lock_lost_data = NULL;
-  d.connect_timeout_ms = 10000;
-  d.max_write_queue_bytes = INT64_C(64) << 20;
-  d.tls_ca_file = NULL;
-  d.tls_ca_dir = NULL;
-  d.tls_cert_file = NULL;
-  d.tls_key_file = NULL;
-  d.tls_server_name = NULL;
-  d.tls_insecure = 0;
-  d.spin_us = 250;
-  d.handoff_max = 3;
-  d.sentinel_user = NULL;
-  d.sentinel_password = NULL;
-  d.replica_sync = 1;
-  d.replica_sync_timeout_ms = 1000;
-  d.cluster_refresh_ms = 5000;
+  for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++)
+    spec_set(&specs[i], &d, specs[i].def);
   /* Only what the caller's struct has: it may come from an older header. */
   memcpy(o, &d, d.struct_size);
 }
@@ -71,14 +115,19 @@ int rlock__options_copy(rlock_options *out, const rlock_options *in) {
   return 0;
 }
 
-static int rlock__check_ms(const char *field, int64_t value, int64_t min) {
-  if (value < min || value > RLOCK__MS_MAX) {
-    rlock__set_last_error("rlock_options.%s is %lld; it must be in %lld..%lld",
-                          field, (long long)value, (long long)min,
-                          (long long)RLOCK__MS_MAX);
-    return RLOCK_EINVAL;
-  }
-  return 0;
+static int check_spec(const rlock__option_spec *s, const rlock_options *o) {
+  int64_t v = spec_get(s, o);
+  if (v >= s->min && v <= s->max)
+    return 0;
+  if (s->must != NULL)
+    rlock__set_last_error("rlock_options.%s is %lld; it must be %s", s->name,
+                          (long long)v, s->must);
+  else
+    rlock__set_last_error("rlock_options.%s is %lld; it must be in "
+                          "%lld..%lld",
+                          s->name, (long long)v, (long long)s->min,
+                          (long long)s->max);
+  return RLOCK_EINVAL;
 }
 
 /* Redis refuses CLIENT SETNAME with any byte outside '!'..'~' ("Client names
@@ -122,76 +171,10 @@ int rlock__options_validate(const rlock_options *o) {
     if (rc != 0)
       return rc;
   }
-  rc = rlock__check_ms("watchdog_timeout_ms", o->watchdog_timeout_ms, 300);
-  if (rc != 0)
-    return rc;
-  rc = rlock__check_ms("command_timeout_ms", o->command_timeout_ms, 10);
-  if (rc != 0)
-    return rc;
-  rc = rlock__check_ms("subscribe_timeout_ms", o->subscribe_timeout_ms, 10);
-  if (rc != 0)
-    return rc;
-  if (o->retry_attempts < 0 || o->retry_attempts > 100) {
-    rlock__set_last_error("rlock_options.retry_attempts is %d; it must be in "
-                          "0..100",
-                          o->retry_attempts);
-    return RLOCK_EINVAL;
-  }
-  rc = rlock__check_ms("retry_interval_ms", o->retry_interval_ms, 0);
-  if (rc != 0)
-    return rc;
-  if (o->sharded_pubsub < -1 || o->sharded_pubsub > 1) {
-    rlock__set_last_error("rlock_options.sharded_pubsub is %d; it must be 0 "
-                          "(auto), 1 (sharded) or -1 (plain)",
-                          o->sharded_pubsub);
-    return RLOCK_EINVAL;
-  }
-
-  rc = rlock__check_ms("connect_timeout_ms", o->connect_timeout_ms, 10);
-  if (rc != 0)
-    return rc;
-  if (o->max_write_queue_bytes < RLOCK__QUEUE_MIN ||
-      o->max_write_queue_bytes > RLOCK__QUEUE_MAX) {
-    rlock__set_last_error("rlock_options.max_write_queue_bytes is %lld; it "
-                          "must be in %lld..%lld",
-                          (long long)o->max_write_queue_bytes,
-                          (long long)RLOCK__QUEUE_MIN,
-                          (long long)RLOCK__QUEUE_MAX);
-    return RLOCK_EINVAL;
-  }
-  if (o->spin_us < 0 || o->spin_us > 100000) {
-    rlock__set_last_error("rlock_options.spin_us is %lld; it must be in "
-                          "0..100000",
-                          (long long)o->spin_us);
-    return RLOCK_EINVAL;
-  }
-  if (o->handoff_max < 0 || o->handoff_max > 1000) {
-    rlock__set_last_error("rlock_options.handoff_max is %d; it must be in "
-                          "0..1000",
-                          o->handoff_max);
-    return RLOCK_EINVAL;
-  }
-  if (o->replica_sync != 0 && o->replica_sync != 1) {
-    rlock__set_last_error("rlock_options.replica_sync is %d; it must be 0 "
-                          "or 1",
-                          o->replica_sync);
-    return RLOCK_EINVAL;
-  }
-  rc = rlock__check_ms("replica_sync_timeout_ms", o->replica_sync_timeout_ms,
-                       1);
-  if (rc != 0)
-    return rc;
-  /* Below 100 ms the refreshes would be a load of their own on the
-   * cluster (CLUSTER SHARDS from every client), for no gain: a MOVED
-   * triggers a refresh anyway. */
-  rc = rlock__check_ms("cluster_refresh_ms", o->cluster_refresh_ms, 100);
-  if (rc != 0)
-    return rc;
-  if (o->tls_insecure != 0 && o->tls_insecure != 1) {
-    rlock__set_last_error("rlock_options.tls_insecure is %d; it must be 0 "
-                          "or 1",
-                          o->tls_insecure);
-    return RLOCK_EINVAL;
+  for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
+    rc = check_spec(&specs[i], o);
+    if (rc != 0)
+      return rc;
   }
   if ((o->tls_cert_file == NULL) != (o->tls_key_file == NULL)) {
     rlock__set_last_error("rlock_options.%s is set without %s: mutual TLS "

@@ -94,6 +94,18 @@ int rlock__key_slot(const char *key, size_t len);
 
 /* ---- options.c ---- */
 
+/* A numeric option: its field, default and range (min..max; `must`, when
+ * set, words an enumerated range in the error instead). */
+typedef struct rlock__option_spec {
+  const char *name;
+  size_t offset; /* in rlock_options */
+  bool is_int;   /* an int field; else int64_t */
+  int64_t def, min, max;
+  const char *must;
+} rlock__option_spec;
+/* The table of the numeric options, in the order they are checked. */
+const rlock__option_spec *rlock__options_specs(size_t *n);
+
 /* Checks every field's range (see rlock.h) and the URI's syntax. Returns 0 or
  * RLOCK_EINVAL / RLOCK_EURI with rlock_last_error() set. `o` must be a full
  * struct of this version (see rlock__options_copy). */

@@ -3,7 +3,10 @@
  * schemes. The older fields are covered in test_uri.c. */
 #include <criterion/criterion.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "rlock.h"
 #include "util.h"
@@ -226,5 +229,112 @@ Test(options03, check_tls_by_scheme) {
     rlock_options_init(&o);
     cr_assert_eq(rlock__options_check_tls(&o, &u), 0, "%s", rows[i].uri);
     rlock__uri_free(&u);
+  }
+}
+
+/* ---- the options table against its documentation ---- */
+
+/* docs/api.md, found from this file's path: meson compiles it from the
+ * build root with a path relative to it, and this binary is
+ * <build root>/tests/test-unit. */
+static char *read_api_doc(void) {
+  char exe[4096], path[8192];
+  const char *here = __FILE__;
+  size_t dir = (size_t)(strrchr(here, '/') - here);
+  if (here[0] == '/') {
+    snprintf(path, sizeof path, "%.*s/../../docs/api.md", (int)dir, here);
+  } else {
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    cr_assert_gt(len, 0, "readlink /proc/self/exe");
+    exe[len] = '\0';
+    *strrchr(exe, '/') = '\0'; /* <build root>/tests */
+    *strrchr(exe, '/') = '\0'; /* <build root> */
+    snprintf(path, sizeof path, "%s/%.*s/../../docs/api.md", exe, (int)dir,
+             here);
+  }
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f, "cannot open %s", path);
+  static char buf[1 << 17];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  return buf;
+}
+
+/* A documented number: decimal, "2^N", "2^N-1", or "N MiB". */
+static bool doc_number(const char *s, int64_t *out, const char **end) {
+  char *e = NULL;
+  long long v = strtoll(s, &e, 10);
+  if (e == s)
+    return false;
+  if (v == 2 && *e == '^') {
+    long long p = strtoll(e + 1, &e, 10);
+    v = 1LL << p;
+    if (strncmp(e, "-1", 2) == 0) {
+      v -= 1;
+      e += 2;
+    }
+  } else if (strncmp(e, " MiB", 4) == 0) {
+    v <<= 20;
+    e += 4;
+  }
+  *out = v;
+  if (end != NULL)
+    *end = e;
+  return true;
+}
+
+/* Every numeric option has a row in docs/api.md's options table whose
+ * default is the library's, and whose range "(min..max)", where the row
+ * gives one, is the library's; a plain range must be documented. */
+Test(options_doc, table_matches_docs_api) {
+  char *doc = read_api_doc();
+  size_t n = 0;
+  const rlock__option_spec *specs = rlock__options_specs(&n);
+  cr_assert_gt(n, 10);
+  rlock_options o;
+  rlock_options_init(&o);
+  for (size_t i = 0; i < n; i++) {
+    const rlock__option_spec *s = &specs[i];
+    char head[96];
+    snprintf(head, sizeof head, "\n| `%s` | ", s->name);
+    const char *row = strstr(doc, head);
+    cr_assert_not_null(row, "%s: no row in docs/api.md's options table",
+                       s->name);
+    const char *line_end = strchr(row + 1, '\n');
+    cr_assert_not_null(line_end);
+    int64_t def = 0;
+    cr_assert(doc_number(row + strlen(head), &def, NULL),
+              "%s: the documented default is not a number", s->name);
+    cr_assert_eq(def, s->def, "%s: documented default %lld, library %lld",
+                 s->name, (long long)def, (long long)s->def);
+    /* rlock_options_init gives the same. */
+    int64_t got = s->is_int ? *(const int *)((const char *)&o + s->offset)
+                            : *(const int64_t *)((const char *)&o +
+                                                 s->offset);
+    cr_assert_eq(got, s->def, "%s: rlock_options_init gives %lld", s->name,
+                 (long long)got);
+    if (s->must != NULL)
+      continue; /* an enumerated range, worded in the row's text */
+    /* The last "(... min..max" of the row (e.g. "(10..2^31-1)",
+     * "(µs, 0..100000)", "(0..1000; 0: off)"). */
+    const char *range = NULL;
+    for (const char *p = row; p < line_end; p++) {
+      int64_t a = 0;
+      const char *e = NULL;
+      if ((p[-1] == '(' || p[-1] == ' ') && doc_number(p, &a, &e) &&
+          strncmp(e, "..", 2) == 0)
+        range = p;
+    }
+    cr_assert_not_null(range, "%s: docs/api.md gives no range (%lld..%lld)",
+                       s->name, (long long)s->min, (long long)s->max);
+    int64_t min = 0, max = 0;
+    const char *e = NULL;
+    cr_assert(doc_number(range, &min, &e));
+    cr_assert(doc_number(e + 2, &max, NULL));
+    cr_assert_eq(min, s->min, "%s: documented min %lld, library %lld",
+                 s->name, (long long)min, (long long)s->min);
+    cr_assert_eq(max, s->max, "%s: documented max %lld, library %lld",
+                 s->name, (long long)max, (long long)s->max);
   }
 }

@@ -68,12 +68,12 @@ static char *zset_key(const rlock *lock, size_t *len) {
   return key;
 }
 
-/* The expiry score of a lease started now (lease_ms < 0: none). */
-static void expiry_of(int64_t lease_ms, char *buf, size_t n) {
+/* Adds the expiry score of a lease started now (lease_ms < 0: none). */
+static void argv_expiry(rlock__argv *a, int64_t lease_ms) {
   if (lease_ms < 0)
-    snprintf(buf, n, "%s", NO_LEASE);
+    rlock__argv_str(a, NO_LEASE);
   else
-    snprintf(buf, n, "%" PRId64, rlock__wall_ms() + lease_ms);
+    rlock__argv_int(a, rlock__wall_ms() + lease_ms);
 }
 
 static int hex_val(char c) {
@@ -137,17 +137,18 @@ static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
   char *zkey = zset_key(lock, &zlen);
   if (zkey == NULL)
     return NULL;
-  char expiry[24], now[24];
-  expiry_of(op->lease_ms, expiry, sizeof(expiry));
-  snprintf(now, sizeof(now), "%" PRId64, rlock__wall_ms());
-  const char *publish = rlock__engine_publish(op->engine);
-  const char *argv[8] = {"3",  lock->name, zkey,   lock->channel,
-                         (const char *)op_id(op), expiry, now, publish};
-  size_t lens[8] = {1,        lock->name_len, zlen,        lock->channel_len,
-                    ID_BYTES, strlen(expiry), strlen(now), strlen(publish)};
+  rlock__argv a = {0};
+  rlock__argv_str(&a, "3");
+  rlock__argv_mem(&a, lock->name, lock->name_len);
+  rlock__argv_mem(&a, zkey, zlen);
+  rlock__argv_mem(&a, lock->channel, lock->channel_len);
+  rlock__argv_mem(&a, op_id(op), ID_BYTES);
+  argv_expiry(&a, op->lease_ms);
+  rlock__argv_int(&a, rlock__wall_ms());
+  rlock__argv_str(&a, rlock__engine_publish(op->engine));
   /* Never re-sent: the abandon settles a try whose reply was lost. */
-  rlock__cmd *cmd = rlock__cmd_send(op->engine->net, &try_script, 8, argv,
-                                    lens, 0, cb, op);
+  rlock__cmd *cmd = rlock__cmd_send(op->engine->net, &try_script, a.argc,
+                                    a.argv, a.lens, 0, cb, op);
   free(zkey);
   if (cmd != NULL)
     psem_of(op)->unread = true;
@@ -182,15 +183,17 @@ static rlock__cmd *abandon(rlock__op *op, rlock__reply_cb cb, void *data) {
   char *zkey = zset_key(lock, &zlen);
   if (zkey == NULL)
     return NULL;
-  const char *publish = rlock__engine_publish(op->engine);
-  const char *argv[6] = {"3",  lock->name, lock->channel,
-                         zkey, (const char *)op_id(op), publish};
-  size_t lens[6] = {1, lock->name_len, lock->channel_len,
-                    zlen, ID_BYTES, strlen(publish)};
+  rlock__argv a = {0};
+  rlock__argv_str(&a, "3");
+  rlock__argv_mem(&a, lock->name, lock->name_len);
+  rlock__argv_mem(&a, lock->channel, lock->channel_len);
+  rlock__argv_mem(&a, zkey, zlen);
+  rlock__argv_mem(&a, op_id(op), ID_BYTES);
+  rlock__argv_str(&a, rlock__engine_publish(op->engine));
   /* Re-sent freely: the id is removed once. */
   rlock__cmd *cmd =
-      rlock__cmd_send(op->engine->net, &abandon_script, 6, argv, lens,
-                      op->engine->core->opts.retry_attempts, cb, data);
+      rlock__cmd_send(op->engine->net, &abandon_script, a.argc, a.argv,
+                      a.lens, op->engine->core->opts.retry_attempts, cb, data);
   free(zkey);
   return cmd;
 }
@@ -271,14 +274,16 @@ static void start_release(rlock__op *op) {
     rlock__op_finish(op, RLOCK_ENOMEM);
     return;
   }
-  char now[24];
-  snprintf(now, sizeof(now), "%" PRId64, rlock__wall_ms());
-  const char *publish = rlock__engine_publish(op->engine);
-  const char *argv[7] = {"3",  lock->name, lock->channel, zkey,
-                         (const char *)op_id(op), now, publish};
-  size_t lens[7] = {1,        lock->name_len, lock->channel_len, zlen,
-                    ID_BYTES, strlen(now),    strlen(publish)};
-  rlock__op_send(op, &release_script, 7, argv, lens, 0, value_reply);
+  rlock__argv a = {0};
+  rlock__argv_str(&a, "3");
+  rlock__argv_mem(&a, lock->name, lock->name_len);
+  rlock__argv_mem(&a, lock->channel, lock->channel_len);
+  rlock__argv_mem(&a, zkey, zlen);
+  rlock__argv_mem(&a, op_id(op), ID_BYTES);
+  rlock__argv_int(&a, rlock__wall_ms());
+  rlock__argv_str(&a, rlock__engine_publish(op->engine));
+  rlock__op_send(op, &release_script, a.argc, a.argv, a.lens, 0,
+                 value_reply);
   free(zkey);
 }
 
@@ -292,39 +297,42 @@ static void start_update(rlock__op *op) {
     rlock__op_finish(op, RLOCK_ENOMEM);
     return;
   }
-  char expiry[24], now[24];
-  expiry_of(psem_of(op)->arg, expiry, sizeof(expiry));
-  snprintf(now, sizeof(now), "%" PRId64, rlock__wall_ms());
-  const char *argv[5] = {"1", zkey, (const char *)op_id(op), expiry, now};
-  size_t lens[5] = {1, zlen, ID_BYTES, strlen(expiry), strlen(now)};
-  rlock__op_send(op, &update_script, 5, argv, lens,
+  rlock__argv a = {0};
+  rlock__argv_str(&a, "1");
+  rlock__argv_mem(&a, zkey, zlen);
+  rlock__argv_mem(&a, op_id(op), ID_BYTES);
+  argv_expiry(&a, psem_of(op)->arg);
+  rlock__argv_int(&a, rlock__wall_ms());
+  rlock__op_send(op, &update_script, a.argc, a.argv, a.lens,
                  op->engine->core->opts.retry_attempts, value_reply);
   free(zkey);
 }
 
-/* add permits: arg. Not re-sent (INCRBY twice would add twice). */
-static void start_add(rlock__op *op) {
-  rlock *lock = op->lock;
-  char permits[24];
-  snprintf(permits, sizeof(permits), "%" PRId64, psem_of(op)->arg);
-  const char *publish = rlock__engine_publish(op->engine);
-  const char *argv[5] = {"2", lock->name, lock->channel, permits, publish};
-  size_t lens[5] = {1, lock->name_len, lock->channel_len, strlen(permits),
-                    strlen(publish)};
-  rlock__op_send(op, &add_script, 5, argv, lens, 0, value_reply);
+/* KEYS count, channel; ARGV permits (arg), publish command: add's
+ * arguments, and the start of try_set's. */
+static void count_args(rlock__op *op, rlock__argv *a) {
+  rlock__argv_str(a, "2");
+  rlock__argv_mem(a, op->lock->name, op->lock->name_len);
+  rlock__argv_mem(a, op->lock->channel, op->lock->channel_len);
+  rlock__argv_int(a, psem_of(op)->arg);
+  rlock__argv_str(a, rlock__engine_publish(op->engine));
 }
 
-/* try set: arg permits. Not re-sent (a second send would answer 0). */
+/* add permits: arg. Not re-sent (INCRBY twice would add twice). */
+static void start_add(rlock__op *op) {
+  rlock__argv a = {0};
+  count_args(op, &a);
+  rlock__op_send(op, &add_script, a.argc, a.argv, a.lens, 0, value_reply);
+}
+
+/* try set: arg permits, no TTL. Not re-sent (a second send would answer
+ * 0). */
 static void start_try_set(rlock__op *op) {
-  rlock *lock = op->lock;
-  char permits[24];
-  snprintf(permits, sizeof(permits), "%" PRId64, psem_of(op)->arg);
-  const char *publish = rlock__engine_publish(op->engine);
-  const char *argv[6] = {"2", lock->name, lock->channel, permits, publish,
-                         "0"};
-  size_t lens[6] = {1, lock->name_len, lock->channel_len, strlen(permits),
-                    strlen(publish), 1};
-  rlock__op_send(op, &try_set_script, 6, argv, lens, 0, value_reply);
+  rlock__argv a = {0};
+  count_args(op, &a);
+  rlock__argv_str(&a, "0");
+  rlock__op_send(op, &try_set_script, a.argc, a.argv, a.lens, 0,
+                 value_reply);
 }
 
 /* free / taken counts: arg 0 free, 1 taken. Re-sent: the reclaim
@@ -337,15 +345,15 @@ static void start_count(rlock__op *op) {
     rlock__op_finish(op, RLOCK_ENOMEM);
     return;
   }
-  char now[24];
-  snprintf(now, sizeof(now), "%" PRId64, rlock__wall_ms());
-  const char *publish = rlock__engine_publish(op->engine);
-  const char *which = psem_of(op)->arg == 1 ? "taken" : "free";
-  const char *argv[7] = {"3", lock->name, lock->channel, zkey, now, publish,
-                         which};
-  size_t lens[7] = {1,           lock->name_len,  lock->channel_len, zlen,
-                    strlen(now), strlen(publish), strlen(which)};
-  rlock__op_send(op, &count_script, 7, argv, lens,
+  rlock__argv a = {0};
+  rlock__argv_str(&a, "3");
+  rlock__argv_mem(&a, lock->name, lock->name_len);
+  rlock__argv_mem(&a, lock->channel, lock->channel_len);
+  rlock__argv_mem(&a, zkey, zlen);
+  rlock__argv_int(&a, rlock__wall_ms());
+  rlock__argv_str(&a, rlock__engine_publish(op->engine));
+  rlock__argv_str(&a, psem_of(op)->arg == 1 ? "taken" : "free");
+  rlock__op_send(op, &count_script, a.argc, a.argv, a.lens,
                  op->engine->core->opts.retry_attempts, value_reply);
   free(zkey);
 }

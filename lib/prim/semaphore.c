@@ -101,16 +101,16 @@ static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
   char *key = take_key(op, &key_len);
   if (key == NULL)
     return NULL;
-  char permits[24], ttl[24];
-  snprintf(permits, sizeof(permits), "%" PRId64, sem_of(op)->permits);
-  snprintf(ttl, sizeof(ttl), "%" PRId64, take_ttl_ms(op));
-  const char *argv[5] = {"2", lock->name, key, permits, ttl};
-  size_t lens[5] = {1, lock->name_len, key_len, strlen(permits),
-                    strlen(ttl)};
+  rlock__argv a = {0};
+  rlock__argv_str(&a, "2");
+  rlock__argv_mem(&a, lock->name, lock->name_len);
+  rlock__argv_mem(&a, key, key_len);
+  rlock__argv_int(&a, sem_of(op)->permits);
+  rlock__argv_int(&a, take_ttl_ms(op));
   /* Never re-sent: a second DECRBY after a lost reply would take the
    * permits twice (the abandon gives back what the one send took). */
-  rlock__cmd *cmd = rlock__cmd_send(op->engine->net, &try_script, 5, argv,
-                                    lens, 0, cb, op);
+  rlock__cmd *cmd = rlock__cmd_send(op->engine->net, &try_script, a.argc,
+                                    a.argv, a.lens, 0, cb, op);
   free(key);
   if (cmd != NULL)
     sem_of(op)->unread = true;
@@ -145,14 +145,16 @@ static rlock__cmd *abandon(rlock__op *op, rlock__reply_cb cb, void *data) {
   char *key = take_key(op, &key_len);
   if (key == NULL)
     return NULL;
-  const char *publish = rlock__engine_publish(op->engine);
-  const char *argv[5] = {"3", lock->name, lock->channel, key, publish};
-  size_t lens[5] = {1, lock->name_len, lock->channel_len, key_len,
-                    strlen(publish)};
+  rlock__argv a = {0};
+  rlock__argv_str(&a, "3");
+  rlock__argv_mem(&a, lock->name, lock->name_len);
+  rlock__argv_mem(&a, lock->channel, lock->channel_len);
+  rlock__argv_mem(&a, key, key_len);
+  rlock__argv_str(&a, rlock__engine_publish(op->engine));
   /* Re-sent freely: the record is deleted when the permits go back. */
   rlock__cmd *cmd =
-      rlock__cmd_send(op->engine->net, &abandon_script, 5, argv, lens,
-                      op->engine->core->opts.retry_attempts, cb, data);
+      rlock__cmd_send(op->engine->net, &abandon_script, a.argc, a.argv,
+                      a.lens, op->engine->core->opts.retry_attempts, cb, data);
   free(key);
   return cmd;
 }
@@ -225,34 +227,34 @@ static void value_reply(rlock__net *n, redisReply *reply, int err,
   rlock__op_finish(op, 0);
 }
 
+/* KEYS count, channel; ARGV permits, publish command: the start of the
+ * release's and try_set's arguments. */
+static void sem_args(rlock__op *op, rlock__argv *a) {
+  rlock__argv_str(a, "2");
+  rlock__argv_mem(a, op->lock->name, op->lock->name_len);
+  rlock__argv_mem(a, op->lock->channel, op->lock->channel_len);
+  rlock__argv_int(a, sem_of(op)->permits);
+  rlock__argv_str(a, rlock__engine_publish(op->engine));
+}
+
 /* release and add_permits. Not re-sent: INCRBY twice would add the
  * permits twice. */
 static void start_add(rlock__op *op) {
-  rlock *lock = op->lock;
-  char permits[24];
-  snprintf(permits, sizeof(permits), "%" PRId64, sem_of(op)->permits);
-  const char *publish = rlock__engine_publish(op->engine);
-  const char *persist = sem_of(op)->persist ? "1" : "0";
-  const char *argv[6] = {"2", lock->name, lock->channel, permits, publish,
-                         persist};
-  size_t lens[6] = {1, lock->name_len, lock->channel_len, strlen(permits),
-                    strlen(publish), 1};
-  rlock__op_send(op, &release_script, 6, argv, lens, 0, value_reply);
+  rlock__argv a = {0};
+  sem_args(op, &a);
+  rlock__argv_str(&a, sem_of(op)->persist ? "1" : "0");
+  rlock__op_send(op, &release_script, a.argc, a.argv, a.lens, 0,
+                 value_reply);
 }
 
 /* Not re-sent: a second send after the first landed would answer 0 ("it
  * existed"). */
 static void start_try_set(rlock__op *op) {
-  rlock *lock = op->lock;
-  char permits[24], ttl[24];
-  snprintf(permits, sizeof(permits), "%" PRId64, sem_of(op)->permits);
-  snprintf(ttl, sizeof(ttl), "%" PRId64, sem_of(op)->ttl_ms);
-  const char *publish = rlock__engine_publish(op->engine);
-  const char *argv[6] = {"2", lock->name, lock->channel, permits, publish,
-                         ttl};
-  size_t lens[6] = {1, lock->name_len, lock->channel_len, strlen(permits),
-                    strlen(publish), strlen(ttl)};
-  rlock__op_send(op, &try_set_script, 6, argv, lens, 0, value_reply);
+  rlock__argv a = {0};
+  sem_args(op, &a);
+  rlock__argv_int(&a, sem_of(op)->ttl_ms);
+  rlock__op_send(op, &try_set_script, a.argc, a.argv, a.lens, 0,
+                 value_reply);
 }
 
 /* Not re-sent: a second drain would answer 0, losing the count taken. */

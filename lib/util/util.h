@@ -6,10 +6,13 @@
 #ifndef RLOCK_UTIL_H
 #define RLOCK_UTIL_H
 
+#include <assert.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "rlock.h"
 
@@ -124,6 +127,33 @@ int rlock__options_check_sentinel(const rlock_options *o,
  * with rlock_last_error() set when struct_size is 0 (not initialised) or
  * larger than sizeof(rlock_options) (a newer header). */
 int rlock__options_copy(rlock_options *out, const rlock_options *in);
+
+/* ---- an argument vector (argv, lens) for a command ---- */
+
+/* Built on the stack, one argument at a time: no hand-counted argc or
+ * lens[], and numbers formatted into its own storage. Enough for every
+ * script's arguments; overflowing it is a bug (asserted). */
+#define RLOCK__ARGV_MAX 12
+typedef struct rlock__argv {
+  int argc;
+  const char *argv[RLOCK__ARGV_MAX];
+  size_t lens[RLOCK__ARGV_MAX];
+  char num[RLOCK__ARGV_MAX][24];
+} rlock__argv;
+
+static inline void rlock__argv_mem(rlock__argv *a, const void *p, size_t n) {
+  assert(a->argc < RLOCK__ARGV_MAX);
+  a->argv[a->argc] = (const char *)p;
+  a->lens[a->argc++] = n;
+}
+static inline void rlock__argv_str(rlock__argv *a, const char *s) {
+  rlock__argv_mem(a, s, strlen(s));
+}
+static inline void rlock__argv_int(rlock__argv *a, int64_t v) {
+  assert(a->argc < RLOCK__ARGV_MAX);
+  int n = snprintf(a->num[a->argc], sizeof(a->num[0]), "%lld", (long long)v);
+  rlock__argv_mem(a, a->num[a->argc], (size_t)n);
+}
 
 /* ---- clock.c ---- */
 

@@ -170,6 +170,17 @@ static int read_try(rlock__op *op, const redisReply *reply, int64_t *ttl_ms) {
   return RLOCK__TRY_WAIT;
 }
 
+/* KEYS count, channel, zset; ARGV the permit id: the head of the abandon's
+ * and the release's arguments. */
+static void id_args(rlock__op *op, rlock__argv *a, const char *zkey,
+                    size_t zlen) {
+  rlock__argv_str(a, "3");
+  rlock__argv_mem(a, op->lock->name, op->lock->name_len);
+  rlock__argv_mem(a, op->lock->channel, op->lock->channel_len);
+  rlock__argv_mem(a, zkey, zlen);
+  rlock__argv_mem(a, op_id(op), ID_BYTES);
+}
+
 /* Sent by the engine when an acquire that tried ends without success; only
  * a try whose reply was not read can have taken a permit. On the same
  * connection behind the try. */
@@ -184,11 +195,7 @@ static rlock__cmd *abandon(rlock__op *op, rlock__reply_cb cb, void *data) {
   if (zkey == NULL)
     return NULL;
   rlock__argv a = {0};
-  rlock__argv_str(&a, "3");
-  rlock__argv_mem(&a, lock->name, lock->name_len);
-  rlock__argv_mem(&a, lock->channel, lock->channel_len);
-  rlock__argv_mem(&a, zkey, zlen);
-  rlock__argv_mem(&a, op_id(op), ID_BYTES);
+  id_args(op, &a, zkey, zlen);
   rlock__argv_str(&a, rlock__engine_publish(op->engine));
   /* Re-sent freely: the id is removed once. */
   rlock__cmd *cmd =
@@ -275,11 +282,7 @@ static void start_release(rlock__op *op) {
     return;
   }
   rlock__argv a = {0};
-  rlock__argv_str(&a, "3");
-  rlock__argv_mem(&a, lock->name, lock->name_len);
-  rlock__argv_mem(&a, lock->channel, lock->channel_len);
-  rlock__argv_mem(&a, zkey, zlen);
-  rlock__argv_mem(&a, op_id(op), ID_BYTES);
+  id_args(op, &a, zkey, zlen);
   rlock__argv_int(&a, rlock__wall_ms());
   rlock__argv_str(&a, rlock__engine_publish(op->engine));
   rlock__op_send(op, &release_script, a.argc, a.argv, a.lens, 0,

@@ -25,6 +25,10 @@ extern const rlock__prim rlock__prim_spin;
 /* getSemaphore: channel "redisson_sc:" + tag. */
 extern const rlock__prim rlock__prim_semaphore;
 #define RLOCK__SEMAPHORE_CHANNEL_PREFIX "redisson_sc:"
+/* A message on a semaphore's channel (the new count v) wakes min(v, local
+ * waiters); both semaphores' handler. */
+void rlock__semaphore_on_message(rlock__chan *ch, const char *payload,
+                                 size_t len);
 /* getPermitExpirableSemaphore: the semaphore's channel. */
 extern const rlock__prim rlock__prim_permit_semaphore;
 /* getCountDownLatch: channel "redisson_countdownlatch__channel__{name}". */

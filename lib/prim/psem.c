@@ -205,27 +205,12 @@ static rlock__cmd *abandon(rlock__op *op, rlock__reply_cb cb, void *data) {
   return cmd;
 }
 
-/* The payload is the new count v: it wakes min(v, local waiters), as Java
- * releases that many local permits. v <= 0 or garbage wakes nobody. */
-static void on_message(rlock__chan *ch, const char *payload, size_t len) {
-  if (len == 0 || len > 20)
-    return;
-  char buf[24];
-  memcpy(buf, payload, len);
-  buf[len] = '\0';
-  char *end = NULL;
-  long long v = strtoll(buf, &end, 10);
-  if (end != buf + len || v <= 0)
-    return;
-  rlock__chan_wake_n(ch, v);
-}
-
 const rlock__prim rlock__prim_permit_semaphore = {
     .kind = "permit_semaphore",
     .channel_prefix = RLOCK__SEMAPHORE_CHANNEL_PREFIX, /* the semaphore's */
     .send_try = send_try,
     .read_try = read_try,
-    .on_message = on_message,
+    .on_message = rlock__semaphore_on_message, /* the same messages */
     .abandon = abandon};
 
 /* ---- acquire ---- */

@@ -162,7 +162,8 @@ static rlock__cmd *abandon(rlock__op *op, rlock__reply_cb cb, void *data) {
 /* The payload is the new total v: it wakes min(v, local waiters) - as
  * Java, which releases that many local permits. v <= 0, or anything that
  * is not a decimal integer, wakes nobody. */
-static void on_message(rlock__chan *ch, const char *payload, size_t len) {
+void rlock__semaphore_on_message(rlock__chan *ch, const char *payload,
+                                 size_t len) {
   if (len == 0 || len > 20)
     return;
   char buf[24];
@@ -180,7 +181,7 @@ const rlock__prim rlock__prim_semaphore = {
     .channel_prefix = RLOCK__SEMAPHORE_CHANNEL_PREFIX,
     .send_try = send_try,
     .read_try = read_try,
-    .on_message = on_message,
+    .on_message = rlock__semaphore_on_message,
     .abandon = abandon};
 
 /* ---- acquire ---- */

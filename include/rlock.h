@@ -235,16 +235,41 @@ typedef struct rlock_options {
    * master has replicas, each acquire, release and renewal is followed,
    * in the same write, by WAIT <replicas> replica_sync_timeout_ms, and an
    * acquire no replica confirmed is undone and fails with
-   * RLOCK_ENOREPLICA. 1 (default): on whenever replicas are connected;
-   * 0: off (no WAIT is sent). */
+   * RLOCK_ENOREPLICA. 1 (default): on whenever the master has replicas
+   * (connected, or - see replica_sync_connected_only - listed by the
+   * sentinels or the cluster); 0: off (no WAIT is sent). Standalone URIs
+   * (redis://, rediss://) never send WAIT. */
   int replica_sync;
   /* WAIT's timeout. Default 1000. Range 1..2^31-1. */
   int64_t replica_sync_timeout_ms;
   /* Cluster: how often the slot map is read again (besides after every
    * MOVED and every lost connection). Sentinel: how often the master's
-   * replicas are counted again (ROLE), for replica sync. Default 5000.
+   * connected replicas are counted again (ROLE), for replica sync (the
+   * sentinels' replica list is read at each connection to a sentinel and
+   * after every failover). Default 5000.
    * Range 100..2^31-1. */
   int64_t cluster_refresh_ms;
+
+  /* ---- added in 0.4 ---- */
+
+  /* Replica sync when the master has no replica connected. 0 (default,
+   * safety first): the replicas the topology lists count too - Sentinel's
+   * replica list (SENTINEL REPLICAS, whatever their flags: a replica that
+   * is down now may be back and promoted later; forget a removed replica
+   * with SENTINEL RESET; a failed master that the sentinels list as a
+   * replica of its successor counts once they have reached it again) and
+   * a cluster shard's replicas (failed or not).
+   * A master that lists replicas but has none connected (its links to them
+   * broken) then gets WAIT 1, which no replica acknowledges: every acquire
+   * fails with RLOCK_ENOREPLICA (undone, after replica_sync_timeout_ms)
+   * until a replica is linked again, as Redis's min-replicas-to-write 1
+   * would refuse it - so that a failover to a stale replica cannot hand
+   * the lock to a second owner. 1 (availability first): only connected
+   * replicas count (the master's ROLE; a cluster shard's replicas not
+   * failed): without one, no WAIT is sent and acquires succeed
+   * unreplicated - a failover may then lose them. Applies only with
+   * replica_sync = 1. Range 0..1. */
+  int replica_sync_connected_only;
 } rlock_options;
 
 /* Fills the first `size` bytes of `o` with the defaults above and sets

@@ -168,7 +168,8 @@ static void map_reply(rlock__net *n, redisReply *reply, int err, void *data) {
     rlock__node *node = rlock__node_get(n, r[i].host, r[i].port);
     if (node == NULL)
       continue; /* out of memory: those slots stay unknown */
-    node->replicas = r[i].replicas;
+    node->replicas = r[i].replicas_online;
+    node->replicas_listed = r[i].replicas;
     for (int s = r[i].start; s <= r[i].end; s++)
       c->slots[s] = node;
   }

@@ -818,6 +818,25 @@ static rlock__node *route(rlock__cmd *cmd) {
   return rlock__cluster_node_of(n, cmd->slot);
 }
 
+/* How many replicas replica sync's WAIT asks for on this master: every
+ * replica it has connected (as Java Redisson's WAIT <connected_slaves>);
+ * and when it has none connected but the topology lists some (Sentinel's
+ * replica list, the cluster shard's replicas), one: a master whose links to
+ * its replicas are down must not take locks that a failover to one of
+ * those replicas would lose - WAIT 1 then times out, 0 acknowledged, and
+ * the acquire is undone (RLOCK_ENOREPLICA), as Redis's min-replicas-to-
+ * write 1 would refuse the write. replica_sync_connected_only = 1 keeps
+ * the connected count alone: no WAIT without a connected replica
+ * (availability over safety). */
+static int wait_count(const rlock__node *node) {
+  if (node->replicas > 0)
+    return node->replicas;
+  if (node->replicas_listed > 0 &&
+      !node->net->core->opts.replica_sync_connected_only)
+    return 1;
+  return 0;
+}
+
 /* Sends on the command connection of the node it belongs to, or queues
  * the record for that node's next connection (conn_start flushes it) or
  * for the slot map. */
@@ -865,9 +884,10 @@ static void send_now(rlock__cmd *cmd) {
   cmd->inflight++;
   cmd->send_seq++;
   /* Replica sync: WAIT right behind it, in the same write. */
-  if (cmd->sync && node->replicas > 0 && n->core->opts.replica_sync) {
+  int wait_n = cmd->sync && n->core->opts.replica_sync ? wait_count(node) : 0;
+  if (wait_n > 0) {
     char num[16], ms[24];
-    snprintf(num, sizeof(num), "%d", node->replicas);
+    snprintf(num, sizeof(num), "%d", wait_n);
     snprintf(ms, sizeof(ms), "%lld",
              (long long)n->core->opts.replica_sync_timeout_ms);
     const char *argv[3] = {"WAIT", num, ms};

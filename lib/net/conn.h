@@ -52,7 +52,13 @@ struct rlock__node {
   rlock__conn sub;
   bool sub_started;
   rlock__chan *sub_req_head, *sub_req_tail; /* (UN)SUBSCRIBEs in flight */
-  int replicas; /* replicas of this master for WAIT (0: none known) */
+  /* Replica sync (conn.c, wait_count): the replicas this master has
+   * connected as far as known (Sentinel: ROLE; cluster: the shard's
+   * replicas not failed), and the replicas the topology says it has
+   * (Sentinel: SENTINEL REPLICAS; cluster: the shard's, failed or not),
+   * which may be promoted in a failover whether connected or not. */
+  int replicas;
+  int replicas_listed;
   int seed_failures; /* cluster open: handshakes failed on this seed */
 };
 

@@ -41,6 +41,7 @@ void rlock_options_init_size(rlock_options *o, size_t size) {
   d.replica_sync = 1;
   d.replica_sync_timeout_ms = 1000;
   d.cluster_refresh_ms = 5000;
+  d.replica_sync_connected_only = 0; /* listed replicas count too */
   /* Only what the caller's struct has: it may come from an older header. */
   memcpy(o, &d, d.struct_size);
 }
@@ -175,6 +176,14 @@ int rlock__options_validate(const rlock_options *o) {
     rlock__set_last_error("rlock_options.replica_sync is %d; it must be 0 "
                           "or 1",
                           o->replica_sync);
+    return RLOCK_EINVAL;
+  }
+  if (o->replica_sync_connected_only != 0 &&
+      o->replica_sync_connected_only != 1) {
+    rlock__set_last_error("rlock_options.replica_sync_connected_only is %d; "
+                          "it must be 0 (listed replicas count) or 1 "
+                          "(connected replicas only)",
+                          o->replica_sync_connected_only);
     return RLOCK_EINVAL;
   }
   rc = rlock__check_ms("replica_sync_timeout_ms", o->replica_sync_timeout_ms,

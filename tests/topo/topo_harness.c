@@ -1382,6 +1382,19 @@ int rt_sentinel_kill_master(int64_t bound_ms) {
   return next;
 }
 
+int rt_sentinel_kill_master_resume_replica(int64_t bound_ms) {
+  int old = T.master_port, next = T.replica_port;
+  proc *r = data_of_port(next);
+  cr_assert(r->stopped, "the replica %d is not stopped", next);
+  rt_node_forget(old);
+  kill_proc(data_of_port(old));
+  rt_sentinel_pause_node(next, false);
+  wait_sentinels(next, false, bound_ms);
+  T.master_port = next;
+  T.replica_port = -1;
+  return next;
+}
+
 int rt_sentinel_failover(int64_t bound_ms) {
   int old = T.master_port, next = T.replica_port;
   cr_assert(next > 0, "no replica to fail over to");

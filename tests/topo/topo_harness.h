@@ -193,6 +193,10 @@ const char *rt_sentinel_dir(void);
 /* SIGKILLs the master and waits until all sentinels report the replica as
  * master and it says ROLE master. Returns the new master's port. */
 int rt_sentinel_kill_master(int64_t bound_ms);
+/* The replica stopped (rt_sentinel_pause_node): SIGKILLs the master
+ * first, then SIGCONTs the replica, so that it cannot sync again before it
+ * is promoted with what it had; waits as above. Returns its port. */
+int rt_sentinel_kill_master_resume_replica(int64_t bound_ms);
 /* SENTINEL FAILOVER mymaster and waits as above (the old master becomes a
  * replica of the new one). Returns the new master's port. */
 int rt_sentinel_failover(int64_t bound_ms);

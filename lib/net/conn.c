@@ -27,18 +27,19 @@ enum {
   EXP_CMD,
   EXP_ASKING, /* before a command sent on an ASK redirect */
   EXP_WAIT,   /* replica sync, after a command */
+  EXP_PROBE,  /* a capability probe (seq: which one): never fatal */
 };
 
 static const char *const exp_names[] = {
     "AUTH", "SELECT", "CLIENT SETNAME", "ROLE", "PING", "a command",
-    "ASKING", "WAIT"};
+    "ASKING", "WAIT", "a probe"};
 
 static int conn_start(rlock__conn *conn);
 
 struct rlock__expect {
   int kind;
   rlock__cmd *cmd; /* EXP_CMD, EXP_WAIT */
-  uint32_t seq;    /* EXP_WAIT: the send it follows */
+  uint32_t seq;    /* EXP_WAIT: the send it follows; EXP_PROBE: which */
 };
 
 /* ---- the FIFO of expected replies (a ring) ---- */
@@ -419,6 +420,97 @@ int rlock__sub_append(rlock__node *node, int argc, const char **argv,
   return raw_append(&node->sub, argc, argv, lens);
 }
 
+/* ---- capability probes ---- */
+
+/* Sent on every new connection inside the handshake, in the same write,
+ * just before its PING (which stays the last step, so the connection's
+ * last command is PING until it is used): a server processes a pipeline in
+ * order and answers these at once, so they cost open no round trip, and
+ * their answers come before any command's. Whatever they are answered -
+ * an error, something unexpected - only sets what the node is taken to
+ * support, never fails the handshake; a probe never answered holds up the
+ * PING behind it, which then fails the handshake at command_timeout_ms as
+ * any silent server does. Per connection: a node whose server changes (a
+ * Sentinel failover) is probed again.
+ *
+ *   CLIENT SETINFO LIB-NAME rlock, CLIENT SETINFO LIB-VER <version>:
+ *     operators see rlock in CLIENT LIST (Redis 7.2+, Valkey); refused by
+ *     older servers, which is fine.
+ *   WAIT 0 0 (command connection, replica sync on, Sentinel or Cluster):
+ *     returns at once; "unknown command" (a managed service without it,
+ *     rename-command) turns replica sync off for the node, reported once
+ *     (rlock__net_sync_report). */
+enum { PROBE_LIB_NAME, PROBE_LIB_VER, PROBE_WAIT };
+
+static bool unknown_command(const redisReply *r) {
+  static const char text[] = "ERR unknown command";
+  return r->type == REDIS_REPLY_ERROR && (size_t)r->len >= sizeof(text) - 1 &&
+         strncasecmp(r->str, text, sizeof(text) - 1) == 0;
+}
+
+/* WAIT is not there: replica sync is off for this node (reported once per
+ * client, the first time; the node's flag says it for each). */
+static void wait_missing(rlock__conn *conn, const redisReply *r) {
+  rlock__net *n = conn->net;
+  rlock__node *node = conn->node;
+  node->cap_wait = -1;
+  if (atomic_load_explicit(&n->sync_report_set, memory_order_acquire))
+    return;
+  char peer[100], what[96];
+  peer_name(conn, peer, sizeof(peer));
+  describe_reply(r, what, sizeof(what));
+  snprintf(n->sync_report, sizeof(n->sync_report),
+           "replica sync is off on %s: WAIT was answered %s (no WAIT there: "
+           "locks are not confirmed by replicas)",
+           peer, what);
+  atomic_store_explicit(&n->sync_report_set, true, memory_order_release);
+}
+
+static void probe_reply(rlock__conn *conn, int which, const redisReply *r) {
+  rlock__node *node = conn->node;
+  if (which == PROBE_WAIT) {
+    if (unknown_command(r))
+      wait_missing(conn, r);
+    else if (r->type == REDIS_REPLY_INTEGER)
+      node->cap_wait = 1;
+    /* anything else (a proxy's own error, garbage): left unknown, so WAIT
+     * is still sent and what it answers decides each command */
+  } else if (which == PROBE_LIB_NAME && !conn->is_sub) {
+    node->cap_setinfo = r->type == REDIS_REPLY_STATUS ? 1 : -1;
+  }
+}
+
+static int probe(rlock__conn *conn, int which, int argc, const char **argv) {
+  size_t lens[4];
+  for (int i = 0; i < argc; i++)
+    lens[i] = strlen(argv[i]);
+  return expect_append_seq(conn, EXP_PROBE, NULL, (uint32_t)which, argc,
+                           argv, lens);
+}
+
+static int probes_send(rlock__conn *conn) {
+  rlock__net *n = conn->net;
+  const char *lib[3] = {"CLIENT", "SETINFO", "LIB-NAME"};
+  const char *argv[4] = {lib[0], lib[1], lib[2], "rlock"};
+  int rc = probe(conn, PROBE_LIB_NAME, 4, argv);
+  argv[2] = "LIB-VER";
+  argv[3] = RLOCK_VERSION_STRING;
+  if (rc == 0)
+    rc = probe(conn, PROBE_LIB_VER, 4, argv);
+  if (rc == 0 && !conn->is_sub && n->mode != RLOCK__URI_SINGLE &&
+      n->core->opts.replica_sync) {
+    const char *w[3] = {"WAIT", "0", "0"};
+    rc = probe(conn, PROBE_WAIT, 3, w);
+  }
+  return rc;
+}
+
+const char *rlock__net_sync_report(const rlock__net *n) {
+  return atomic_load_explicit(&n->sync_report_set, memory_order_acquire)
+             ? n->sync_report
+             : NULL;
+}
+
 /* ---- receiving ---- */
 
 static void on_reply(rlock__conn *conn, redisReply *reply) {
@@ -445,6 +537,8 @@ static void on_reply(rlock__conn *conn, redisReply *reply) {
     conn->net->reply_link = NULL;
   } else if (e.kind == EXP_WAIT) {
     wait_reply(e.cmd, e.seq, reply);
+  } else if (e.kind == EXP_PROBE) {
+    probe_reply(conn, (int)e.seq, reply);
   } else {
     hs_reply(conn, e.kind, reply);
   }
@@ -511,6 +605,12 @@ static int conn_start(rlock__conn *conn) {
     argv[0] = "ROLE";
     rc = handshake(conn, EXP_ROLE, 1, argv);
   }
+  if (!conn->is_sub) {
+    conn->node->cap_wait = 0;
+    conn->node->cap_setinfo = 0;
+  }
+  if (rc == 0)
+    rc = probes_send(conn);
   if (rc == 0) {
     argv[0] = "PING";
     rc = handshake(conn, EXP_PING, 1, argv);
@@ -798,6 +898,11 @@ static void wait_reply(rlock__cmd *cmd, uint32_t seq, redisReply *reply) {
     cmd_reply(cmd, NULL);
     return;
   }
+  /* Not confirmed, whatever the reason - WAIT unknown to a server that
+   * lost it (a failover to one without it) included: that command counts
+   * as unconfirmed, and the ones after it go without WAIT. */
+  if (unknown_command(reply) && cmd->sent_to != NULL)
+    wait_missing(&cmd->sent_to->cmd, reply);
   n->reply_unsynced =
       reply->type != REDIS_REPLY_INTEGER || reply->integer < 1;
   complete(cmd, held, 0);
@@ -829,6 +934,8 @@ static rlock__node *route(rlock__cmd *cmd) {
  * the connected count alone: no WAIT without a connected replica
  * (availability over safety). */
 static int wait_count(const rlock__node *node) {
+  if (node->cap_wait < 0)
+    return 0; /* no WAIT on this server (probe, or a refused WAIT) */
   if (node->replicas > 0)
     return node->replicas;
   if (node->replicas_listed > 0 &&

@@ -59,6 +59,10 @@ struct rlock__node {
    * which may be promoted in a failover whether connected or not. */
   int replicas;
   int replicas_listed;
+  /* What the server of the current command connection supports (conn.c,
+   * capability probes): 1 yes, -1 no, 0 not known (yet). */
+  int cap_wait;    /* WAIT (-1: replica sync off on this node) */
+  int cap_setinfo; /* CLIENT SETINFO */
   int seed_failures; /* cluster open: handshakes failed on this seed */
 };
 

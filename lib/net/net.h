@@ -11,6 +11,7 @@
 #define RLOCK_NET_H
 
 #include <hiredis.h>
+#include <stdatomic.h>
 
 #include "core.h"
 #include "map.h"
@@ -165,6 +166,11 @@ struct rlock__net {
    * and no replica confirmed it (rlock__net_reply_unsynced). */
   bool reply_unsynced;
   void *reply_link; /* conn.c: the link whose command reply is handled */
+  /* The first node found without WAIT (conn.c, probes): a sentence,
+   * written once by the loop thread, readable from any thread once
+   * sync_report_set is. */
+  char sync_report[300];
+  atomic_bool sync_report_set;
   rlock__tls_ctx *tls; /* rediss:// only */
   rlock__cmd *cmd_all; /* every live command record */
   rlock__map chans;    /* channel -> rlock__chan */
@@ -187,6 +193,13 @@ struct rlock__net {
 static inline bool rlock__net_reply_unsynced(const rlock__net *n) {
   return n->reply_unsynced;
 }
+/* Why replica sync is off on a node although asked for (the server has no
+ * WAIT: a managed service, rename-command), said once per client; NULL
+ * while every node has it. Any thread. */
+const char *rlock__net_sync_report(const rlock__net *n);
+/* A client's net layer, for internal queries such as the one above (the
+ * CLI, tests). Defined by the client (lib/client.c). */
+const rlock__net *rlock__client_net(const rlock_client *c);
 /* The publish command of the client's pub/sub mode. */
 static inline const char *rlock__net_publish(const rlock__net *n) {
   return n->sharded ? "SPUBLISH" : "PUBLISH";

@@ -1,0 +1,116 @@
+/* What managed services and proxies do to rlock (issue 27), against real
+ * servers: a master and replica without WAIT (rename-command, as a service
+ * that lacks it), the capability probes at connect, and CLIENT SETINFO. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "net.h"
+#include "topo_client.h"
+
+static void nowait_init(void) {
+  static const char *const args[] = {"--rename-command", "WAIT", "", NULL};
+  rt_sentinel_data_args(args);
+  rt_sentinel_start();
+}
+
+TestSuite(sentinel_nowait, .init = nowait_init, .fini = rt_topo_stop_all,
+          .timeout = 120);
+
+/* WAIT renamed away on the master (and its replica): the probe at connect
+ * finds it unknown, replica sync is off for that node - acquires succeed
+ * (before: every acquire's WAIT was refused, RLOCK_ENOREPLICA every time)
+ * and the client says why, once. */
+Test(sentinel_nowait, acquires_succeed_sync_reported_off) {
+  int master = rt_sentinel_master_port();
+  redisReply *w = rt_node_cmd(master, "WAIT 0 0");
+  cr_assert_eq(w->type, REDIS_REPLY_ERROR, "WAIT still there");
+  freeReplyObject(w);
+  rlock_options o;
+  rlock_options_init(&o);
+  o.replica_sync_timeout_ms = 300;
+  rlock_client *c = tc_open(rt_sentinel_uri(), &o);
+  const char *report = rlock__net_sync_report(rlock__client_net(c));
+  cr_assert(report != NULL && strstr(report, "replica sync is off") &&
+                strstr(report, "unknown command"),
+            "report: %s", report ? report : "(none)");
+  char name[64];
+  rt_key(name, sizeof name, "nowait");
+  rlock *l = tc_lock(c, name);
+  for (int i = 0; i < 3; i++) {
+    TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock without WAIT");
+    cr_assert_eq(rt_node_int(master, "EXISTS %s", name), 1);
+    TC_EQ(rlock_unlock(l), 1, "unlock");
+  }
+  cr_assert_eq(rlock__net_sync_report(rlock__client_net(c)), report,
+               "reported once");
+  rlock_free(l);
+  rlock_client_close(c);
+}
+
+/* ---- a cluster ---- */
+
+static void cluster3(void) { rt_cluster_start(3, 0); }
+
+TestSuite(managed_cluster, .init = cluster3, .fini = rt_topo_stop_all,
+          .timeout = 120);
+
+/* MONITOR connections on every master, started before a client opens. */
+typedef struct {
+  redisContext *mon[RT_MAX_NODES];
+  int n;
+} monitors;
+
+static void monitors_start(monitors *m) {
+  int ports[RT_MAX_NODES];
+  m->n = rt_cluster_masters(ports, RT_MAX_NODES);
+  for (int i = 0; i < m->n; i++) {
+    m->mon[i] = rt_node_connect(ports[i], 3000);
+    redisReply *r = redisCommand(m->mon[i], "MONITOR");
+    cr_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+  }
+}
+
+/* Appends every monitored line containing `needle` (case-insensitive) to
+ * out, and frees the monitors. */
+static void monitors_collect(monitors *m, const char *needle, char *out,
+                             size_t n) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (int i = 0; i < m->n; i++) {
+    struct timeval tv = {.tv_sec = 0, .tv_usec = 200000};
+    redisSetTimeout(m->mon[i], tv);
+    void *rv = NULL;
+    while (redisGetReply(m->mon[i], &rv) == REDIS_OK && rv) {
+      redisReply *r = rv;
+      if (r->type == REDIS_REPLY_STATUS && strcasestr(r->str, needle)) {
+        const char *p = strchr(r->str, ']');
+        int w = snprintf(out + used, n - used, "%s\n", p ? p + 2 : r->str);
+        if (w > 0 && (size_t)w < n - used)
+          used += (size_t)w;
+      }
+      freeReplyObject(r);
+      rv = NULL;
+    }
+    redisFree(m->mon[i]);
+  }
+}
+
+/* The sharded pub/sub probe carries one channel argument (Azure Managed
+ * Redis never answers the bare PUBSUB SHARDNUMSUB), and the client goes
+ * sharded on its answer. */
+Test(managed_cluster, shardnumsub_probe_has_a_channel) {
+  monitors m;
+  monitors_start(&m);
+  rlock_client *c = tc_open(rt_cluster_uri(), NULL);
+  char seen[4000];
+  monitors_collect(&m, "shardnumsub", seen, sizeof seen);
+  cr_assert(strstr(seen, "\"PUBSUB\" \"SHARDNUMSUB\" \"0\"\n") != NULL,
+            "the probe as the masters saw it:\n%s", seen);
+  cr_assert(strstr(seen, "\"PUBSUB\" \"SHARDNUMSUB\"\n") == NULL,
+            "a bare probe was sent:\n%s", seen);
+  cr_assert(rlock__client_net(c)->sharded, "not sharded after the probe");
+  rlock_client_close(c);
+}

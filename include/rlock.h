@@ -270,7 +270,30 @@ typedef struct rlock_options {
    * unreplicated - a failover may then lose them. Applies only with
    * replica_sync = 1. Range 0..1. */
   int replica_sync_connected_only;
+  /* What replica sync waits for (with replica_sync = 1; 0 turns it off),
+   * as Java Redisson's SyncMode. The command sent behind each acquire,
+   * release and renewal is either WAIT <n> replica_sync_timeout_ms (the
+   * write reached n replicas' memory) or WAITAOF <local> <n>
+   * replica_sync_timeout_ms (Redis 7.2+, Valkey: the write was fsynced to
+   * the append-only file of n replicas and, with local 1, of the master),
+   * confirmed when at least one replica acknowledges.
+   * RLOCK_REPLICA_SYNC_AUTO (default): WAITAOF 1 <n> where the master has
+   * appendonly on and knows WAITAOF (both read at connect: INFO
+   * persistence, WAITAOF 0 0 0), WAIT elsewhere - it assumes replicas
+   * share their master's appendonly setting (replicas without AOF never
+   * acknowledge a WAITAOF: every acquire would fail RLOCK_ENOREPLICA).
+   * RLOCK_REPLICA_SYNC_WAIT: WAIT only. RLOCK_REPLICA_SYNC_WAITAOF:
+   * WAITAOF wherever the server knows it (local 1 when the master's AOF is
+   * on, else 0), WAIT where it does not. A server without WAIT (a managed
+   * service, rename-command) gets neither: replica sync is off there.
+   * Range 0..2. */
+  int replica_sync_mode;
 } rlock_options;
+
+/* rlock_options.replica_sync_mode values. */
+#define RLOCK_REPLICA_SYNC_AUTO 0
+#define RLOCK_REPLICA_SYNC_WAIT 1
+#define RLOCK_REPLICA_SYNC_WAITAOF 2
 
 /* Fills the first `size` bytes of `o` with the defaults above and sets
  * struct_size to `size` (at most this library's sizeof(rlock_options)).

@@ -439,8 +439,11 @@ int rlock__sub_append(rlock__node *node, int argc, const char **argv,
  *   WAIT 0 0 (command connection, replica sync on, Sentinel or Cluster):
  *     returns at once; "unknown command" (a managed service without it,
  *     rename-command) turns replica sync off for the node, reported once
- *     (rlock__net_sync_report). */
-enum { PROBE_LIB_NAME, PROBE_LIB_VER, PROBE_WAIT };
+ *     (rlock__net_sync_report).
+ *   WAITAOF 0 0 0 and INFO persistence (the same, unless replica_sync_mode
+ *     is WAIT): whether WAITAOF can stand in for WAIT (replica_sync_mode). */
+enum { PROBE_LIB_NAME, PROBE_LIB_VER, PROBE_WAIT, PROBE_WAITAOF,
+       PROBE_AOF };
 
 static bool unknown_command(const redisReply *r) {
   static const char text[] = "ERR unknown command";
@@ -475,6 +478,26 @@ static void probe_reply(rlock__conn *conn, int which, const redisReply *r) {
       node->cap_wait = 1;
     /* anything else (a proxy's own error, garbage): left unknown, so WAIT
      * is still sent and what it answers decides each command */
+  } else if (which == PROBE_WAITAOF) {
+    if (unknown_command(r))
+      node->cap_waitaof = -1;
+    else if (r->type == REDIS_REPLY_ARRAY)
+      node->cap_waitaof = 1;
+  } else if (which == PROBE_AOF) {
+    if (r->type == REDIS_REPLY_STRING && r->str != NULL) {
+      /* "...\r\naof_enabled:1\r\n..." (only the bytes of the reply) */
+      static const char f[] = "aof_enabled:";
+      const char *p = r->str, *end = r->str + r->len;
+      while (p != NULL && (size_t)(end - p) > sizeof(f) - 1) {
+        if (memcmp(p, f, sizeof(f) - 1) == 0) {
+          node->aof_on = p[sizeof(f) - 1] == '1' ? 1 : -1;
+          break;
+        }
+        p = memchr(p, '\n', (size_t)(end - p));
+        if (p != NULL)
+          p++;
+      }
+    }
   } else if (which == PROBE_LIB_NAME && !conn->is_sub) {
     node->cap_setinfo = r->type == REDIS_REPLY_STATUS ? 1 : -1;
   }
@@ -499,8 +522,17 @@ static int probes_send(rlock__conn *conn) {
     rc = probe(conn, PROBE_LIB_VER, 4, argv);
   if (rc == 0 && !conn->is_sub && n->mode != RLOCK__URI_SINGLE &&
       n->core->opts.replica_sync) {
-    const char *w[3] = {"WAIT", "0", "0"};
+    const char *w[4] = {"WAIT", "0", "0"};
     rc = probe(conn, PROBE_WAIT, 3, w);
+    if (rc == 0 &&
+        n->core->opts.replica_sync_mode != RLOCK_REPLICA_SYNC_WAIT) {
+      w[0] = "WAITAOF";
+      w[3] = "0";
+      rc = probe(conn, PROBE_WAITAOF, 4, w);
+      const char *info[2] = {"INFO", "persistence"};
+      if (rc == 0)
+        rc = probe(conn, PROBE_AOF, 2, info);
+    }
   }
   return rc;
 }
@@ -608,6 +640,8 @@ static int conn_start(rlock__conn *conn) {
   if (!conn->is_sub) {
     conn->node->cap_wait = 0;
     conn->node->cap_setinfo = 0;
+    conn->node->cap_waitaof = 0;
+    conn->node->aof_on = 0;
   }
   if (rc == 0)
     rc = probes_send(conn);
@@ -901,10 +935,19 @@ static void wait_reply(rlock__cmd *cmd, uint32_t seq, redisReply *reply) {
   /* Not confirmed, whatever the reason - WAIT unknown to a server that
    * lost it (a failover to one without it) included: that command counts
    * as unconfirmed, and the ones after it go without WAIT. */
-  if (unknown_command(reply) && cmd->sent_to != NULL)
-    wait_missing(&cmd->sent_to->cmd, reply);
-  n->reply_unsynced =
-      reply->type != REDIS_REPLY_INTEGER || reply->integer < 1;
+  if (unknown_command(reply) && cmd->sent_to != NULL) {
+    if (strcasestr(reply->str, "WAITAOF") != NULL)
+      cmd->sent_to->cap_waitaof = -1; /* WAIT from now on */
+    else
+      wait_missing(&cmd->sent_to->cmd, reply);
+  }
+  /* WAIT answers the replicas that acknowledged; WAITAOF [local,
+   * replicas]: replicas count, as Java Redisson counts them. */
+  bool synced = reply->type == REDIS_REPLY_INTEGER && reply->integer >= 1;
+  if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+      reply->element[1]->type == REDIS_REPLY_INTEGER)
+    synced = reply->element[1]->integer >= 1;
+  n->reply_unsynced = !synced;
   complete(cmd, held, 0);
   freeReplyObject(held);
 }
@@ -942,6 +985,18 @@ static int wait_count(const rlock__node *node) {
       !node->net->core->opts.replica_sync_connected_only)
     return 1;
   return 0;
+}
+
+/* WAITAOF instead of WAIT (replica_sync_mode, read at connect). */
+static bool use_waitaof(const rlock__node *node) {
+  switch (node->net->core->opts.replica_sync_mode) {
+  case RLOCK_REPLICA_SYNC_AUTO:
+    return node->cap_waitaof > 0 && node->aof_on > 0;
+  case RLOCK_REPLICA_SYNC_WAITAOF:
+    return node->cap_waitaof > 0;
+  default:
+    return false;
+  }
 }
 
 /* Sends on the command connection of the node it belongs to, or queues
@@ -997,9 +1052,19 @@ static void send_now(rlock__cmd *cmd) {
     snprintf(num, sizeof(num), "%d", wait_n);
     snprintf(ms, sizeof(ms), "%lld",
              (long long)n->core->opts.replica_sync_timeout_ms);
-    const char *argv[3] = {"WAIT", num, ms};
-    size_t lens[3] = {4, strlen(num), strlen(ms)};
-    if (expect_append_seq(conn, EXP_WAIT, cmd, cmd->send_seq, 3, argv,
+    const char *argv[4] = {"WAIT", num, ms};
+    int argc = 3;
+    if (use_waitaof(node)) {
+      argv[0] = "WAITAOF";
+      argv[1] = node->aof_on > 0 ? "1" : "0";
+      argv[2] = num;
+      argv[3] = ms;
+      argc = 4;
+    }
+    size_t lens[4];
+    for (int i = 0; i < argc; i++)
+      lens[i] = strlen(argv[i]);
+    if (expect_append_seq(conn, EXP_WAIT, cmd, cmd->send_seq, argc, argv,
                           lens) == 0) {
       cmd->wait_inflight++;
       cmd->wait_seq = cmd->send_seq;

@@ -63,6 +63,8 @@ struct rlock__node {
    * capability probes): 1 yes, -1 no, 0 not known (yet). */
   int cap_wait;    /* WAIT (-1: replica sync off on this node) */
   int cap_setinfo; /* CLIENT SETINFO */
+  int cap_waitaof; /* WAITAOF */
+  int aof_on;      /* INFO persistence says aof_enabled:1 (-1: :0) */
   int seed_failures; /* cluster open: handshakes failed on this seed */
 };
 

@@ -42,6 +42,7 @@ void rlock_options_init_size(rlock_options *o, size_t size) {
   d.replica_sync_timeout_ms = 1000;
   d.cluster_refresh_ms = 5000;
   d.replica_sync_connected_only = 0; /* listed replicas count too */
+  d.replica_sync_mode = RLOCK_REPLICA_SYNC_AUTO;
   /* Only what the caller's struct has: it may come from an older header. */
   memcpy(o, &d, d.struct_size);
 }
@@ -184,6 +185,13 @@ int rlock__options_validate(const rlock_options *o) {
                           "it must be 0 (listed replicas count) or 1 "
                           "(connected replicas only)",
                           o->replica_sync_connected_only);
+    return RLOCK_EINVAL;
+  }
+  if (o->replica_sync_mode < RLOCK_REPLICA_SYNC_AUTO ||
+      o->replica_sync_mode > RLOCK_REPLICA_SYNC_WAITAOF) {
+    rlock__set_last_error("rlock_options.replica_sync_mode is %d; it must be "
+                          "0 (auto), 1 (WAIT) or 2 (WAITAOF)",
+                          o->replica_sync_mode);
     return RLOCK_EINVAL;
   }
   rc = rlock__check_ms("replica_sync_timeout_ms", o->replica_sync_timeout_ms,

@@ -114,3 +114,95 @@ Test(managed_cluster, shardnumsub_probe_has_a_channel) {
   cr_assert(rlock__client_net(c)->sharded, "not sharded after the probe");
   rlock_client_close(c);
 }
+
+/* ---- WAITAOF ---- */
+
+static void aof_init(void) {
+  static const char *const args[] = {"--appendonly", "yes", NULL};
+  rt_sentinel_data_args(args);
+  rt_sentinel_start();
+}
+
+TestSuite(sentinel_aof, .init = aof_init, .fini = rt_topo_stop_all,
+          .timeout = 120);
+
+/* A MONITOR connection to port. */
+static redisContext *monitor_on(int port) {
+  redisContext *mon = rt_node_connect(port, 3000);
+  redisReply *mr = redisCommand(mon, "MONITOR");
+  cr_assert(mr && mr->type == REDIS_REPLY_STATUS);
+  freeReplyObject(mr);
+  return mon;
+}
+
+/* Lines a MONITOR connection has buffered that mention WAIT (WAITAOF
+ * included) or `key`, as "cmd args" one per line; the connection is freed
+ * (its read timed out). */
+static void monitor_lines(redisContext *mon, const char *key, char *out,
+                          size_t n) {
+  struct timeval tv = {.tv_sec = 0, .tv_usec = 200000};
+  redisSetTimeout(mon, tv);
+  size_t used = 0;
+  out[0] = '\0';
+  void *rv = NULL;
+  while (redisGetReply(mon, &rv) == REDIS_OK && rv) {
+    redisReply *r = rv;
+    if (r->type == REDIS_REPLY_STATUS &&
+        (strcasestr(r->str, "\"wait") || strstr(r->str, key))) {
+      const char *p = strchr(r->str, ']');
+      int w = snprintf(out + used, n - used, "%.120s\n", p ? p + 2 : r->str);
+      if (w > 0 && (size_t)w < n - used)
+        used += (size_t)w;
+    }
+    freeReplyObject(r);
+    rv = NULL;
+  }
+  redisFree(mon);
+}
+
+/* appendonly yes on master and replica. AUTO (the default): where the
+ * server knows WAITAOF (Redis 7.2+, Valkey) each acquire and release is
+ * followed by WAITAOF 1 1 <timeout>; where it does not (Redis 7.0) the
+ * probe's refusal keeps WAIT 1. replica_sync_mode WAIT: WAIT either way. */
+Test(sentinel_aof, auto_uses_waitaof_where_known) {
+  int master = rt_sentinel_master_port();
+  redisReply *pr = rt_node_cmd(master, "WAITAOF 0 0 0");
+  bool has_waitaof = pr->type == REDIS_REPLY_ARRAY;
+  freeReplyObject(pr);
+  redisContext *mon = monitor_on(master);
+  rlock_client *c = tc_open(rt_sentinel_uri(), NULL);
+  rlock_options ow;
+  rlock_options_init(&ow);
+  ow.replica_sync_mode = RLOCK_REPLICA_SYNC_WAIT;
+  rlock_client *cw = tc_open(rt_sentinel_uri(), &ow);
+  char name[64], namew[64];
+  rt_key(name, sizeof name, "aof");
+  rt_key(namew, sizeof namew, "aofw");
+  rlock *l = tc_lock(c, name), *lw = tc_lock(cw, namew);
+  TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock (AUTO)");
+  cr_assert_eq(rt_node_int(rt_sentinel_replica_port(), "EXISTS %s", name), 1);
+  TC_EQ(rlock_unlock(l), 1, "unlock (AUTO)");
+  char seen[8000];
+  monitor_lines(mon, name, seen, sizeof seen);
+  const char *want = has_waitaof ? "\"WAITAOF\" \"1\" \"1\" \"1000\""
+                                 : "\"WAIT\" \"1\" \"1000\"";
+  const char *lock_line = strstr(seen, name);
+  cr_assert(lock_line != NULL, "no acquire seen:\n%s", seen);
+  const char *after = strstr(lock_line, want);
+  cr_assert(after != NULL, "%s not behind the acquire (server %s "
+            "WAITAOF):\n%s", want, has_waitaof ? "has" : "lacks", seen);
+
+  mon = monitor_on(master);
+  TC_EQ(rlock_try_lock(lw, 0, 10000), 1, "lock (WAIT mode)");
+  TC_EQ(rlock_unlock(lw), 1, "unlock (WAIT mode)");
+  monitor_lines(mon, namew, seen, sizeof seen);
+  lock_line = strstr(seen, namew);
+  cr_assert(lock_line != NULL, "no acquire seen:\n%s", seen);
+  cr_assert(strstr(lock_line, "\"WAIT\" \"1\" \"1000\"") != NULL &&
+                strstr(lock_line, "\"WAITAOF\" \"1\"") == NULL,
+            "WAIT mode:\n%s", seen);
+  rlock_free(l);
+  rlock_free(lw);
+  rlock_client_close(cw);
+  rlock_client_close(c);
+}

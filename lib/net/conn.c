@@ -441,9 +441,19 @@ int rlock__sub_append(rlock__node *node, int argc, const char **argv,
  *     rename-command) turns replica sync off for the node, reported once
  *     (rlock__net_sync_report).
  *   WAITAOF 0 0 0 and INFO persistence (the same, unless replica_sync_mode
- *     is WAIT): whether WAITAOF can stand in for WAIT (replica_sync_mode). */
+ *     is WAIT): whether WAITAOF can stand in for WAIT (replica_sync_mode).
+ *   EVAL <two GETs> 2 test1 test2 (command connection, standalone and
+ *     Sentinel URIs): a CROSSSLOT refusal means a cluster behind one
+ *     endpoint (a proxy: Envoy, Redis Enterprise); from then on commands
+ *     that name several keys keep to one slot each, as in cluster mode
+ *     (rlock__net_key_slot). */
 enum { PROBE_LIB_NAME, PROBE_LIB_VER, PROBE_WAIT, PROBE_WAITAOF,
-       PROBE_AOF };
+       PROBE_AOF, PROBE_CROSSSLOT };
+
+/* The cross-slot probe, as Java Redisson's: two keys in different slots
+ * (4768, 8899), read only. */
+static const char crossslot_script[] =
+    "redis.call('get', KEYS[1]); redis.call('get', KEYS[2]); return nil";
 
 static bool unknown_command(const redisReply *r) {
   static const char text[] = "ERR unknown command";
@@ -498,13 +508,17 @@ static void probe_reply(rlock__conn *conn, int which, const redisReply *r) {
           p++;
       }
     }
+  } else if (which == PROBE_CROSSSLOT) {
+    if (r->type == REDIS_REPLY_ERROR && r->len >= 9 &&
+        strncmp(r->str, "CROSSSLOT", 9) == 0)
+      conn->net->per_slot = true;
   } else if (which == PROBE_LIB_NAME && !conn->is_sub) {
     node->cap_setinfo = r->type == REDIS_REPLY_STATUS ? 1 : -1;
   }
 }
 
 static int probe(rlock__conn *conn, int which, int argc, const char **argv) {
-  size_t lens[4];
+  size_t lens[5];
   for (int i = 0; i < argc; i++)
     lens[i] = strlen(argv[i]);
   return expect_append_seq(conn, EXP_PROBE, NULL, (uint32_t)which, argc,
@@ -533,6 +547,11 @@ static int probes_send(rlock__conn *conn) {
       if (rc == 0)
         rc = probe(conn, PROBE_AOF, 2, info);
     }
+  }
+  if (rc == 0 && !conn->is_sub && n->mode != RLOCK__URI_CLUSTER &&
+      !n->per_slot) {
+    const char *e[5] = {"EVAL", crossslot_script, "2", "test1", "test2"};
+    rc = probe(conn, PROBE_CROSSSLOT, 5, e);
   }
   return rc;
 }
@@ -1167,7 +1186,9 @@ rlock__cmd *rlock__cmd_send_to(rlock__node *node, int argc, const char **argv,
 }
 
 int rlock__net_key_slot(const rlock__net *n, const char *key, size_t len) {
-  return n->mode == RLOCK__URI_CLUSTER ? rlock__key_slot(key, len) : -1;
+  return n->mode == RLOCK__URI_CLUSTER || n->per_slot
+             ? rlock__key_slot(key, len)
+             : -1;
 }
 
 void rlock__cmds_reroute(rlock__net *n) {

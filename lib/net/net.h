@@ -53,7 +53,9 @@ rlock__cmd *rlock__cmd_send(rlock__net *n, const rlock__script *script,
                             int retries, rlock__reply_cb cb, void *data);
 /* The cluster slot a command on `key` goes to, or -1 when the client is
  * not talking to a cluster (then any keys may share a command). Commands
- * that name several keys (batches) must keep to one slot each. */
+ * that name several keys (batches) must keep to one slot each. A
+ * standalone URI whose server refused the cross-slot probe (a proxy in
+ * front of a cluster) counts as a cluster here. Loop thread. */
 int rlock__net_key_slot(const rlock__net *n, const char *key, size_t len);
 /* The callback will not be called for this record any more. NULL ok. */
 void rlock__cmd_abandon(rlock__cmd *cmd);
@@ -160,6 +162,10 @@ struct rlock__net {
   /* CLUSTER: commands waiting for the first slot map */
   rlock__cmd *unrouted_head, *unrouted_tail;
   bool sharded;  /* SPUBLISH / SSUBSCRIBE (decided at open) */
+  /* Standalone, Sentinel: the server refused a command whose keys span
+   * slots (CROSSSLOT: a cluster behind a proxy), so multi-key commands
+   * keep to one slot each (conn.c, the cross-slot probe). Loop thread. */
+  bool per_slot;
   bool opened;   /* open has been told it succeeded */
   bool started;  /* rlock__net_start ran: new nodes connect at once */
   /* Set while a command's callback runs when replica sync was asked for

@@ -206,3 +206,51 @@ Test(sentinel_aof, auto_uses_waitaof_where_known) {
   rlock_client_close(cw);
   rlock_client_close(c);
 }
+
+/* A cluster behind one slot-routing endpoint that refuses cross-slot
+ * commands (rt_slot_proxy, as Envoy): a redis:// client finds out with
+ * the cross-slot probe at connect and renews its watchdog locks in
+ * batches of one slot each. 300 locks with a 1 s watchdog stay held for
+ * 5 s (before: the mixed renewal batches were refused with CROSSSLOT and
+ * every lock expired after 1 s). */
+Test(managed_cluster, cluster_behind_a_proxy_keeps_300_locks) {
+  int port = rt_slot_proxy_start();
+  char uri[64];
+  snprintf(uri, sizeof uri, "redis://127.0.0.1:%d", port);
+  rlock_options o;
+  rlock_options_init(&o);
+  o.watchdog_timeout_ms = 1000;
+  rlock_client *c = tc_open(uri, &o);
+  cr_assert_geq(rt_slot_proxy_refused(), 1, "the probe was not refused");
+  enum { N = 300 };
+  static char names[N][48];
+  static rlock *locks[N];
+  for (int i = 0; i < N; i++) {
+    rt_key(names[i], sizeof names[i], "px");
+    locks[i] = tc_lock(c, names[i]);
+    TC_EQ(rlock_try_lock(locks[i], 0, -1), 1, "lock through the proxy");
+  }
+  long refused = rt_slot_proxy_refused();
+  rt_sleep_ms(5000);
+  int held = 0;
+  char missing[256] = "";
+  for (int i = 0; i < N; i++) {
+    int owner = rt_cluster_key_owner(names[i]);
+    long long pttl = rt_node_int(owner, "PTTL %s", names[i]);
+    if (pttl > 0)
+      held++;
+    else if (strlen(missing) < 200)
+      snprintf(missing + strlen(missing), sizeof missing - strlen(missing),
+               " %.40s(%lld)", names[i], pttl);
+  }
+  cr_assert_eq(held, N, "%d of %d locks held after 5 s; refused with "
+               "CROSSSLOT since the locks: %ld; gone:%s", held, N,
+               rt_slot_proxy_refused() - refused, missing);
+  cr_assert_eq(rt_slot_proxy_refused(), refused, "cross-slot batches sent");
+  for (int i = 0; i < N; i++) {
+    TC_EQ(rlock_unlock(locks[i]), 1, "unlock through the proxy");
+    rlock_free(locks[i]);
+  }
+  rlock_client_close(c);
+  rt_slot_proxy_stop();
+}

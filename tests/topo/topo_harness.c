@@ -72,8 +72,9 @@ uint16_t rt_crc16(const char *buf, size_t len) {
   return crc;
 }
 
-int rt_key_slot(const char *key) {
-  size_t len = strlen(key);
+int rt_key_slot(const char *key) { return rt_key_slot_n(key, strlen(key)); }
+
+int rt_key_slot_n(const char *key, size_t len) {
   const char *open = memchr(key, '{', len);
   if (open) {
     const char *close = memchr(open + 1, '}', len - (size_t)(open + 1 - key));
@@ -544,6 +545,7 @@ void rt_sentinel_data_args(const char *const *args) {
 }
 
 void rt_topo_stop_all(void) {
+  rt_slot_proxy_stop();
   rt_cluster_stop();
   rt_sentinel_stop();
   T.tls_dir[0] = '\0'; /* back to plain mode */

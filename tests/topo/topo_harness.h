@@ -77,6 +77,7 @@ uint16_t rt_crc16(const char *buf, size_t len);
 /* The cluster slot of a key, with the hash-tag rule ({...} non-empty).
  * Any thread. */
 int rt_key_slot(const char *key);
+int rt_key_slot_n(const char *key, size_t len); /* binary-safe */
 
 /* ---- generic per-node helpers ---- */
 
@@ -207,6 +208,21 @@ int rt_sentinel_kill_master_resume_replica(int64_t bound_ms);
 int rt_sentinel_failover(int64_t bound_ms);
 /* SIGSTOP / SIGCONT the data node on port. */
 void rt_sentinel_pause_node(int port, bool stop);
+
+/* ---- a slot-routing proxy (slot_proxy.c) ---- */
+
+/* Starts a forwarder on a free 127.0.0.1 port in front of the running
+ * cluster (its slot map read once, now): every request goes to the master
+ * owning its keys' slot (keyless ones to the first master); a request whose
+ * keys span slots is answered -CROSSSLOT, as Envoy's and Redis
+ * Enterprise's proxies do; no pub/sub. Returns the port. Threads of this
+ * process; rt_topo_stop_all() stops it. */
+int rt_slot_proxy_start(void);
+void rt_slot_proxy_stop(void);
+/* Requests refused with CROSSSLOT, and forwarded, since the start. Any
+ * thread. */
+long rt_slot_proxy_refused(void);
+long rt_slot_proxy_forwarded(void);
 
 /* ---- teardown ---- */
 

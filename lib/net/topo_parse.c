@@ -303,6 +303,12 @@ static int rlock__push_range(rlock__slot_range **v, size_t *n, size_t *cap,
   return 0;
 }
 
+/* A node's "health": Redis says "failed", Valkey 8 "fail". */
+static int rlock__health_failed(const redisReply *health) {
+  return health && (rlock__text_is(health, "failed") ||
+                    rlock__text_is(health, "fail"));
+}
+
 /* The master of one shard's node list, its address and port, and the
  * number of replicas. A failed master is passed over for one that is not
  * (a shard may list a stale master beside the new one during a failover). */
@@ -326,11 +332,11 @@ static int rlock__shard_master(const redisReply *nodes, size_t shard, int tls,
     }
     if (!rlock__text_is(role, "master")) {
       replicas++;
-      if (!(health && rlock__text_is(health, "failed")))
+      if (!rlock__health_failed(health))
         online++;
       continue;
     }
-    int failed = health && rlock__text_is(health, "failed");
+    int failed = rlock__health_failed(health);
     if (!master || (master_failed && !failed)) {
       master = n;
       master_failed = failed;

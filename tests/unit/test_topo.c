@@ -423,6 +423,29 @@ Test(topo_shards, failed_master_passed_over) {
   free(v);
 }
 
+/* Valkey 8 says "fail" where Redis says "failed" (issue 27): the failed
+ * master, listed first, is passed over all the same, and a failed replica
+ * is not counted online. */
+Test(topo_shards, valkey_fail_health) {
+  rlock__slot_range *v = NULL;
+  char err[256];
+  cr_assert_eq(SHARDS("*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:9\r\n"
+                      "$5\r\nnodes\r\n*3\r\n"
+                      "*8\r\n$2\r\nip\r\n$3\r\nold\r\n$4\r\nport\r\n:1\r\n"
+                      "$4\r\nrole\r\n$6\r\nmaster\r\n"
+                      "$6\r\nhealth\r\n$4\r\nfail\r\n"
+                      "*8\r\n$2\r\nip\r\n$3\r\nnew\r\n$4\r\nport\r\n:2\r\n"
+                      "$4\r\nrole\r\n$6\r\nmaster\r\n"
+                      "$6\r\nhealth\r\n$6\r\nonline\r\n"
+                      "*8\r\n$2\r\nip\r\n$3\r\nrep\r\n$4\r\nport\r\n:3\r\n"
+                      "$4\r\nrole\r\n$7\r\nreplica\r\n"
+                      "$6\r\nhealth\r\n$4\r\nfail\r\n",
+                      0, NULL, &v, err), 1, "%s", err);
+  expect_range(&v[0], 0, 9, "new", 2, 1);
+  cr_assert_eq(v[0].replicas_online, 0);
+  free(v);
+}
+
 #define SHARD1(slots, nodes)                                                 \
   "*1\r\n*4\r\n$5\r\nslots\r\n" slots "$5\r\nnodes\r\n" nodes
 #define MASTER_OK                                                            \

@@ -254,3 +254,163 @@ Test(managed_cluster, cluster_behind_a_proxy_keeps_300_locks) {
   rlock_client_close(c);
   rt_slot_proxy_stop();
 }
+
+/* CLIENT SETINFO at connect: where the server has it (Redis 7.2+, Valkey)
+ * CLIENT LIST shows lib-name=rlock lib-ver=<version> on the client's
+ * connections; where it does not (Redis 7.0) the refusal is ignored and
+ * the client works as before. */
+Test(managed_cluster, client_setinfo_where_known) {
+  int m[RT_MAX_NODES];
+  int nm = rt_cluster_masters(m, RT_MAX_NODES);
+  cr_assert_geq(nm, 1);
+  redisContext *probe = rt_node_connect(m[0], 3000);
+  redisReply *r = redisCommand(probe, "CLIENT SETINFO LIB-NAME probe");
+  cr_assert(r != NULL);
+  bool has = r->type == REDIS_REPLY_STATUS;
+  freeReplyObject(r);
+  redisFree(probe);
+
+  rlock_options o;
+  rlock_options_init(&o);
+  o.client_name = "setinfo-test";
+  rlock_client *c = tc_open(rt_cluster_uri(), &o);
+  char name[64];
+  rt_key(name, sizeof name, "si");
+  rlock *l = tc_lock(c, name);
+  TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock");
+  TC_EQ(rlock_unlock(l), 1, "unlock");
+  int mine = 0, labelled = 0;
+  for (int i = 0; i < nm; i++) {
+    char *list = rt_node_str(m[i], "CLIENT LIST");
+    for (char *line = strtok(list, "\n"); line; line = strtok(NULL, "\n")) {
+      if (!strstr(line, " name=setinfo-test "))
+        continue;
+      mine++;
+      if (strstr(line, " lib-name=rlock lib-ver=" RLOCK_VERSION_STRING))
+        labelled++;
+    }
+    free(list);
+  }
+  cr_assert_geq(mine, nm, "the client's connections (%d) on %d masters",
+                mine, nm);
+  if (has)
+    cr_assert_eq(labelled, mine, "%d of %d connections show lib-name=rlock",
+                 labelled, mine);
+  else
+    cr_assert_eq(labelled, 0, "lib-name on a server without SETINFO?");
+  rlock_free(l);
+  rlock_client_close(c);
+}
+
+/* ---- commands a managed service disables ---- */
+
+static void renamed_init(void) {
+  static const char *const args[] = {
+      "--rename-command", "CONFIG",  "", "--rename-command", "DEBUG",    "",
+      "--rename-command", "KEYS",    "", "--rename-command", "MONITOR",  "",
+      "--rename-command", "SCRIPT",  "", "--rename-command", "FLUSHALL", "",
+      "--rename-command", "FLUSHDB", "", "--rename-command", "BGSAVE",   "",
+      "--rename-command", "BGREWRITEAOF", "", NULL};
+  rt_sentinel_data_args(args);
+  rt_sentinel_start();
+}
+
+TestSuite(managed_renamed, .init = renamed_init, .fini = rt_topo_stop_all,
+          .timeout = 120);
+
+/* The main lock paths on one client URI: lock and unlock, a waiter woken
+ * by the release message, watchdog renewal, fair and read/write locks, a
+ * semaphore and a count-down latch. */
+static void main_paths(const char *uri, int master) {
+  rlock_options o;
+  rlock_options_init(&o);
+  o.watchdog_timeout_ms = 1000;
+  rlock_client *a = tc_open(uri, &o), *b = tc_open(uri, &o);
+  char name[64], wd[64], fair[64], rw[64], sem[64], latch[64];
+  rt_key(name, sizeof name, "mr");
+  rt_key(wd, sizeof wd, "mrwd");
+  rt_key(fair, sizeof fair, "mrfair");
+  rt_key(rw, sizeof rw, "mrrw");
+  rt_key(sem, sizeof sem, "mrsem");
+  rt_key(latch, sizeof latch, "mrlatch");
+
+  rlock *la = tc_lock(a, name), *lb = tc_lock(b, name);
+  TC_EQ(rlock_try_lock(la, 0, 10000), 1, "lock");
+  tc_try w;
+  tc_try_start(&w, lb, 8000, 10000, true);
+  char chan[128];
+  rt_lock_channel(chan, sizeof chan, name);
+  int64_t dl = rt_now_ms() + 3000;
+  while (tc_numsub(master, "NUMSUB", chan) == 0 && rt_now_ms() < dl)
+    rt_sleep_ms(10);
+  cr_assert_eq(tc_numsub(master, "NUMSUB", chan), 1, "waiter subscribed");
+  int64_t released = rt_now_ms();
+  TC_EQ(rlock_unlock(la), 1, "unlock");
+  rt_thread_join(&w.th, 10000);
+  cr_assert_eq(w.rc, 1, "waiter: %d %s (%s)", w.rc, rlock_err_name(w.rc),
+               w.err);
+  cr_assert_lt(w.returned_at - released, 2000, "woken after %lld ms",
+               (long long)(w.returned_at - released));
+  cr_assert_eq(w.unlock_rc, 1);
+
+  rlock *lw = tc_lock(a, wd);
+  TC_EQ(rlock_try_lock(lw, 0, -1), 1, "watchdog lock");
+  rt_sleep_ms(2500);
+  long long pttl = rt_node_int(master, "PTTL %s", wd);
+  cr_assert(pttl > 0 && pttl <= 1000, "renewed: PTTL %lld", pttl);
+  TC_EQ(rlock_unlock(lw), 1, "unlock watchdog lock");
+
+  rlock *lf = NULL, *lr = NULL, *lwr = NULL;
+  cr_assert_eq(rlock_get_fair(a, fair, &lf), 0);
+  TC_EQ(rlock_try_lock(lf, 1000, 10000), 1, "fair lock");
+  TC_EQ(rlock_unlock(lf), 1, "fair unlock");
+  cr_assert_eq(rlock_get_read(a, rw, &lr), 0);
+  cr_assert_eq(rlock_get_write(b, rw, &lwr), 0);
+  TC_EQ(rlock_try_lock(lr, 0, 10000), 1, "read lock");
+  TC_EQ(rlock_try_lock(lwr, 0, 10000), 0, "write lock while read held");
+  TC_EQ(rlock_unlock(lr), 1, "read unlock");
+  TC_EQ(rlock_try_lock(lwr, 1000, 10000), 1, "write lock");
+  TC_EQ(rlock_unlock(lwr), 1, "write unlock");
+
+  rlock_semaphore *s = NULL;
+  cr_assert_eq(rlock_semaphore_get(a, sem, &s), 0);
+  TC_EQ(rlock_semaphore_try_set_permits(s, 1, 0), 1, "set permits");
+  TC_EQ(rlock_semaphore_try_acquire(s, 1, 0), 1, "acquire a permit");
+  TC_EQ(rlock_semaphore_try_acquire(s, 1, 0), 0, "no permit left");
+  TC_EQ(rlock_semaphore_release(s, 1), 0, "release the permit");
+  rlock_latch *l = NULL;
+  cr_assert_eq(rlock_latch_get(b, latch, &l), 0);
+  TC_EQ(rlock_latch_try_set_count(l, 1), 1, "latch count");
+  TC_EQ(rlock_latch_count_down(l), 0, "count down");
+  TC_EQ(rlock_latch_await(l, 1000), 1, "latch open");
+
+  rlock_latch_free(l);
+  rlock_semaphore_free(s);
+  rlock_free(lf);
+  rlock_free(lr);
+  rlock_free(lwr);
+  rlock_free(lw);
+  rlock_free(la);
+  rlock_free(lb);
+  rlock_client_close(b);
+  rlock_client_close(a);
+}
+
+/* CONFIG, DEBUG, KEYS, MONITOR, SCRIPT, FLUSHALL, FLUSHDB, BGSAVE and
+ * BGREWRITEAOF renamed away on master and replica (as ElastiCache and
+ * others refuse them): the main paths work through the sentinels and on
+ * the master's own redis:// URI, replica sync included. */
+Test(managed_renamed, main_paths_without_admin_commands) {
+  int master = rt_sentinel_master_port();
+  static const char *const gone[] = {"CONFIG GET maxmemory", "KEYS *",
+                                     "SCRIPT FLUSH", "DEBUG SLEEP 0", NULL};
+  for (int i = 0; gone[i]; i++) {
+    redisReply *r = rt_node_cmd(master, gone[i]);
+    cr_assert_eq(r->type, REDIS_REPLY_ERROR, "%s still there", gone[i]);
+    freeReplyObject(r);
+  }
+  main_paths(rt_sentinel_uri(), master);
+  char uri[64];
+  snprintf(uri, sizeof uri, "redis://127.0.0.1:%d", master);
+  main_paths(uri, master);
+}

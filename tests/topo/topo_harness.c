@@ -1148,7 +1148,7 @@ static void data_spawn(proc *p, int replica_of) {
            replica_of > 0 ? announced_port(replica_of) : 0);
   snprintf(tls_s, sizeof tls_s, "%d", p->tls_port);
   snprintf(log, sizeof log, "%s/redis.log", p->dir);
-  const char *argv[64] = {server_bin(), "--port",      port_s,
+  const char *argv[80] = {server_bin(), "--port",      port_s,
                           "--bind",     "127.0.0.1",   "--dir",
                           p->dir,       "--save",      "",
                           "--appendonly", "no",        "--daemonize",

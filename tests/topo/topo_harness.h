@@ -178,7 +178,7 @@ void rt_sentinel_start(void);
 /* Extra redis-server arguments for the data nodes (master and replica) of
  * the next rt_sentinel_start, e.g. {"--rename-command", "WAIT", "", NULL};
  * copied as pointers (keep them alive); rt_topo_stop_all() clears them. */
-#define RT_DATA_ARGS_MAX 16
+#define RT_DATA_ARGS_MAX 32
 void rt_sentinel_data_args(const char *const *args);
 void rt_sentinel_start_auth(const char *sentinel_pass);
 void rt_sentinel_stop(void);

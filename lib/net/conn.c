@@ -446,7 +446,8 @@ int rlock__sub_append(rlock__node *node, int argc, const char **argv,
  *     Sentinel URIs): a CROSSSLOT refusal means a cluster behind one
  *     endpoint (a proxy: Envoy, Redis Enterprise); from then on commands
  *     that name several keys keep to one slot each, as in cluster mode
- *     (rlock__net_key_slot). */
+ *     (rlock__net_key_slot); so do they after any command is refused with
+ *     CROSSSLOT (cmd_reply), whatever the probe was answered. */
 enum { PROBE_LIB_NAME, PROBE_LIB_VER, PROBE_WAIT, PROBE_WAITAOF,
        PROBE_AOF, PROBE_CROSSSLOT };
 
@@ -916,6 +917,13 @@ static void cmd_reply(rlock__cmd *cmd, redisReply *reply) {
   }
   if (reply->type == REDIS_REPLY_ERROR && redirect(cmd, reply))
     return;
+  if (reply->type == REDIS_REPLY_ERROR && n->mode != RLOCK__URI_CLUSTER &&
+      !n->per_slot && err_is(reply, "CROSSSLOT")) {
+    /* A proxy that let the probe pass refused a batch: it is a cluster
+     * after all. This command fails (a renewal is tried again at the next
+     * tick), the next batches keep to one slot. */
+    n->per_slot = true;
+  }
   if (reply->type == REDIS_REPLY_ERROR && cmd->script != NULL &&
       !cmd->use_eval && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
     cmd->use_eval = true; /* EVAL also caches it for the next EVALSHA */

@@ -35,6 +35,9 @@ static struct {
   int n_conns;
   pthread_mutex_t mu;
   atomic_bool stop;
+  /* rt_slot_proxy_answer: requests starting with `match` get `raw`. */
+  char quirk_match[8][64], quirk_raw[8][128];
+  int n_quirks;
   atomic_long refused, forwarded;
 } P = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -116,6 +119,16 @@ static void handle(pconn *c, const redisReply *req) {
       return;
     }
   const redisReply *cmd = req->element[0];
+  for (int q = 0; q < P.n_quirks; q++) {
+    char line[64];
+    snprintf(line, sizeof line, "%.*s %.*s", (int)cmd->len, cmd->str,
+             argc > 1 ? (int)req->element[1]->len : 0,
+             argc > 1 ? req->element[1]->str : "");
+    if (strncasecmp(line, P.quirk_match[q], strlen(P.quirk_match[q])) == 0) {
+      out_add(c, P.quirk_raw[q], strlen(P.quirk_raw[q]));
+      return;
+    }
+  }
   static const char *const keyless[] = {
       "PING", "CLIENT", "SELECT", "AUTH",  "INFO",   "WAIT",  "WAITAOF",
       "SCRIPT", "PUBSUB", "HELLO", "COMMAND", "ROLE", "ECHO", NULL};
@@ -294,6 +307,14 @@ int rt_slot_proxy_start(void) {
   return P.port;
 }
 
+void rt_slot_proxy_answer(const char *match, const char *raw) {
+  cr_assert(!P.running && P.n_quirks < 8 && strlen(match) < 64 &&
+            strlen(raw) < 128);
+  snprintf(P.quirk_match[P.n_quirks], 64, "%s", match);
+  snprintf(P.quirk_raw[P.n_quirks], 128, "%s", raw);
+  P.n_quirks++;
+}
+
 long rt_slot_proxy_refused(void) { return atomic_load(&P.refused); }
 long rt_slot_proxy_forwarded(void) { return atomic_load(&P.forwarded); }
 
@@ -306,4 +327,5 @@ void rt_slot_proxy_stop(void) {
     pthread_join(P.conn_th[i], NULL);
   close(P.listen_fd);
   P.running = false;
+  P.n_quirks = 0;
 }

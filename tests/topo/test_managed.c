@@ -77,23 +77,10 @@ static void monitors_start(monitors *m) {
  * out, and frees the monitors. */
 static void monitors_collect(monitors *m, const char *needle, char *out,
                              size_t n) {
-  size_t used = 0;
   out[0] = '\0';
+  const char *needles[] = {needle, NULL};
   for (int i = 0; i < m->n; i++) {
-    struct timeval tv = {.tv_sec = 0, .tv_usec = 200000};
-    redisSetTimeout(m->mon[i], tv);
-    void *rv = NULL;
-    while (redisGetReply(m->mon[i], &rv) == REDIS_OK && rv) {
-      redisReply *r = rv;
-      if (r->type == REDIS_REPLY_STATUS && strcasestr(r->str, needle)) {
-        const char *p = strchr(r->str, ']');
-        int w = snprintf(out + used, n - used, "%s\n", p ? p + 2 : r->str);
-        if (w > 0 && (size_t)w < n - used)
-          used += (size_t)w;
-      }
-      freeReplyObject(r);
-      rv = NULL;
-    }
+    tc_monitor_lines(m->mon[i], needles, 1000, out, n);
     redisFree(m->mon[i]);
   }
 }
@@ -140,23 +127,9 @@ static redisContext *monitor_on(int port) {
  * (its read timed out). */
 static void monitor_lines(redisContext *mon, const char *key, char *out,
                           size_t n) {
-  struct timeval tv = {.tv_sec = 0, .tv_usec = 200000};
-  redisSetTimeout(mon, tv);
-  size_t used = 0;
+  const char *needles[] = {"\"wait", key, NULL};
   out[0] = '\0';
-  void *rv = NULL;
-  while (redisGetReply(mon, &rv) == REDIS_OK && rv) {
-    redisReply *r = rv;
-    if (r->type == REDIS_REPLY_STATUS &&
-        (strcasestr(r->str, "\"wait") || strstr(r->str, key))) {
-      const char *p = strchr(r->str, ']');
-      int w = snprintf(out + used, n - used, "%.120s\n", p ? p + 2 : r->str);
-      if (w > 0 && (size_t)w < n - used)
-        used += (size_t)w;
-    }
-    freeReplyObject(r);
-    rv = NULL;
-  }
+  tc_monitor_lines(mon, needles, 120, out, n);
   redisFree(mon);
 }
 
@@ -255,6 +228,54 @@ Test(managed_cluster, cluster_behind_a_proxy_keeps_300_locks) {
   rt_slot_proxy_stop();
 }
 
+/* Bad answers to the probes: a proxy that answers CLIENT SETINFO with an
+ * array, the cross-slot probe with a plain value (it lets the probe pass)
+ * and WAIT with garbage. Open succeeds, and the first renewal batch the
+ * proxy refuses with CROSSSLOT turns per-slot batching on: 300 locks with a
+ * 1 s watchdog stay held for 5 s all the same. */
+Test(managed_cluster, proxy_garbles_the_probes) {
+  rt_slot_proxy_answer("CLIENT SETINFO", "*1\r\n$3\r\nwho\r\n");
+  rt_slot_proxy_answer("EVAL redis.call('get', KEYS[1]); redis.call",
+                       "$2\r\nok\r\n");
+  rt_slot_proxy_answer("WAIT", "+maybe\r\n");
+  int port = rt_slot_proxy_start();
+  char uri[64];
+  snprintf(uri, sizeof uri, "redis://127.0.0.1:%d", port);
+  rlock_options o;
+  rlock_options_init(&o);
+  o.watchdog_timeout_ms = 1000;
+  int64_t t0 = rt_now_ms();
+  rlock_client *c = tc_open(uri, &o);
+  cr_assert_lt(rt_now_ms() - t0, 1000, "open took %lld ms",
+               (long long)(rt_now_ms() - t0));
+  cr_assert_eq(rt_slot_proxy_refused(), 0, "the probe was refused");
+  enum { N = 300 };
+  static char names[N][48];
+  static rlock *locks[N];
+  for (int i = 0; i < N; i++) {
+    rt_key(names[i], sizeof names[i], "pg");
+    locks[i] = tc_lock(c, names[i]);
+    TC_EQ(rlock_try_lock(locks[i], 0, -1), 1, "lock through the proxy");
+  }
+  rt_sleep_ms(5000);
+  int held = 0;
+  for (int i = 0; i < N; i++)
+    held += rt_node_int(rt_cluster_key_owner(names[i]), "PTTL %s",
+                        names[i]) > 0;
+  long refused = rt_slot_proxy_refused();
+  cr_assert_eq(held, N, "%d of %d locks held after 5 s (%ld refused)", held,
+               N, refused);
+  cr_assert_geq(refused, 1, "no mixed batch was ever sent");
+  cr_assert_lt(refused, 20, "%ld batches refused: per-slot batching did "
+               "not stick", refused);
+  for (int i = 0; i < N; i++) {
+    TC_EQ(rlock_unlock(locks[i]), 1, "unlock through the proxy");
+    rlock_free(locks[i]);
+  }
+  rlock_client_close(c);
+  rt_slot_proxy_stop();
+}
+
 /* CLIENT SETINFO at connect: where the server has it (Redis 7.2+, Valkey)
  * CLIENT LIST shows lib-name=rlock lib-ver=<version> on the client's
  * connections; where it does not (Redis 7.0) the refusal is ignored and
@@ -336,22 +357,7 @@ static void main_paths(const char *uri, int master) {
 
   rlock *la = tc_lock(a, name), *lb = tc_lock(b, name);
   TC_EQ(rlock_try_lock(la, 0, 10000), 1, "lock");
-  tc_try w;
-  tc_try_start(&w, lb, 8000, 10000, true);
-  char chan[128];
-  rt_lock_channel(chan, sizeof chan, name);
-  int64_t dl = rt_now_ms() + 3000;
-  while (tc_numsub(master, "NUMSUB", chan) == 0 && rt_now_ms() < dl)
-    rt_sleep_ms(10);
-  cr_assert_eq(tc_numsub(master, "NUMSUB", chan), 1, "waiter subscribed");
-  int64_t released = rt_now_ms();
-  TC_EQ(rlock_unlock(la), 1, "unlock");
-  rt_thread_join(&w.th, 10000);
-  cr_assert_eq(w.rc, 1, "waiter: %d %s (%s)", w.rc, rlock_err_name(w.rc),
-               w.err);
-  cr_assert_lt(w.returned_at - released, 2000, "woken after %lld ms",
-               (long long)(w.returned_at - released));
-  cr_assert_eq(w.unlock_rc, 1);
+  tc_release_wakes(master, la, lb);
 
   rlock *lw = tc_lock(a, wd);
   TC_EQ(rlock_try_lock(lw, 0, -1), 1, "watchdog lock");

@@ -19,24 +19,9 @@ TestSuite(sentinel, .init = rt_sentinel_start, .fini = rt_topo_stop_all,
  * keeps the lines that mention `key` or WAIT, abridged, one per line. */
 static void monitor_collect(redisContext *mon, const char *key, char *out,
                             size_t n) {
-  struct timeval tv = {.tv_sec = 0, .tv_usec = 200000};
-  redisSetTimeout(mon, tv);
-  size_t used = 0;
+  const char *needles[] = {key, "\"wait\"", NULL};
   out[0] = '\0';
-  for (;;) {
-    void *rv = NULL;
-    if (redisGetReply(mon, &rv) != REDIS_OK || !rv)
-      break;
-    redisReply *r = rv;
-    if (r->type == REDIS_REPLY_STATUS &&
-        (strstr(r->str, key) || strcasestr(r->str, "\"wait\""))) {
-      const char *p = strchr(r->str, ']'); /* skip "ts [db addr]" */
-      int w = snprintf(out + used, n - used, "  %.200s\n", p ? p + 1 : r->str);
-      if (w > 0 && (size_t)w < n - used)
-        used += (size_t)w;
-    }
-    freeReplyObject(r);
-  }
+  tc_monitor_lines(mon, needles, 200, out, n);
 }
 
 /* g. Lock/unlock on the master; a waiter woken by the release message. */
@@ -44,9 +29,8 @@ Test(sentinel, lock_unlock_and_wake) {
   int master = rt_sentinel_master_port();
   rlock_client *a = tc_open(rt_sentinel_uri(), NULL);
   rlock_client *b = tc_open(rt_sentinel_uri(), NULL);
-  char name[64], chan[128], owner[128];
+  char name[64], owner[128];
   rt_key(name, sizeof name, "sent");
-  rt_lock_channel(chan, sizeof chan, name);
   rt_owner(owner, sizeof owner, a, rlock_thread_id());
   rlock *la = tc_lock(a, name), *lb = tc_lock(b, name);
 
@@ -59,22 +43,7 @@ Test(sentinel, lock_unlock_and_wake) {
   cr_assert(v && strcmp(v, "1") == 0, "on the replica: %s", v ? v : "(nil)");
   free(v);
 
-  tc_try w;
-  tc_try_start(&w, lb, 8000, 10000, true);
-  int64_t dl = rt_now_ms() + 3000;
-  while (tc_numsub(master, "NUMSUB", chan) == 0 && rt_now_ms() < dl)
-    rt_sleep_ms(10);
-  cr_assert_eq(tc_numsub(master, "NUMSUB", chan), 1, "waiter subscribed on the master");
-  int64_t since = rt_now_ms() - w.started_at;
-  rt_sleep_ms(since < 300 ? 300 - since : 0);
-  int64_t released_at = rt_now_ms();
-  TC_EQ(rlock_unlock(la), 1, "unlock");
-  rt_thread_join(&w.th, 10000);
-  cr_assert_eq(w.rc, 1, "waiter: %d %s (%s)", w.rc, rlock_err_name(w.rc),
-               w.err);
-  cr_assert_lt(w.returned_at - released_at, 2000, "woken after %lld ms",
-               (long long)(w.returned_at - released_at));
-  cr_assert_eq(w.unlock_rc, 1);
+  tc_release_wakes(master, la, lb);
   cr_assert_eq(rt_node_int(master, "EXISTS %s", name), 0);
   rlock_free(la);
   rlock_free(lb);

@@ -219,6 +219,11 @@ void rt_sentinel_pause_node(int port, bool stop);
  * process; rt_topo_stop_all() stops it. */
 int rt_slot_proxy_start(void);
 void rt_slot_proxy_stop(void);
+/* Before rt_slot_proxy_start: requests whose "<command> <first arg>"
+ * starts with `match` (case-insensitive) are answered with the RESP bytes
+ * `raw` instead of being forwarded (a proxy's own answers to probes). At
+ * most 8; rt_slot_proxy_stop() forgets them. */
+void rt_slot_proxy_answer(const char *match, const char *raw);
 /* Requests refused with CROSSSLOT, and forwarded, since the start. Any
  * thread. */
 long rt_slot_proxy_refused(void);

@@ -180,6 +180,64 @@ Test(sentinel_aof, auto_uses_waitaof_where_known) {
   rlock_client_close(c);
 }
 
+/* PX_N locks with a 1 s watchdog, taken through the slot proxy. */
+enum { PX_N = 300 };
+typedef struct {
+  rlock_client *c;
+  char names[PX_N][48];
+  rlock *locks[PX_N];
+} px_locks;
+
+/* Starts the proxy, opens a redis:// client on it (asserting open takes
+ * less than 1 s whatever the probes were answered) and takes the locks
+ * (names "<base>:<n>"). */
+static px_locks *px_lock_all(const char *base, long *refused_at_open) {
+  static px_locks p;
+  int port = rt_slot_proxy_start();
+  char uri[64];
+  snprintf(uri, sizeof uri, "redis://127.0.0.1:%d", port);
+  rlock_options o;
+  rlock_options_init(&o);
+  o.watchdog_timeout_ms = 1000;
+  int64_t t0 = rt_now_ms();
+  p.c = tc_open(uri, &o);
+  cr_assert_lt(rt_now_ms() - t0, 1000, "open took %lld ms",
+               (long long)(rt_now_ms() - t0));
+  *refused_at_open = rt_slot_proxy_refused();
+  for (int i = 0; i < PX_N; i++) {
+    rt_key(p.names[i], sizeof p.names[i], base);
+    p.locks[i] = tc_lock(p.c, p.names[i]);
+    TC_EQ(rlock_try_lock(p.locks[i], 0, -1), 1, "lock through the proxy");
+  }
+  return &p;
+}
+
+/* How many locks have a TTL on their slot's master; the first missing
+ * ones (name and PTTL) into missing. */
+static int px_held(const px_locks *p, char *missing, size_t n) {
+  int held = 0;
+  missing[0] = '\0';
+  for (int i = 0; i < PX_N; i++) {
+    long long pttl = rt_node_int(rt_cluster_key_owner(p->names[i]),
+                                 "PTTL %s", p->names[i]);
+    size_t used = strlen(missing);
+    if (pttl > 0)
+      held++;
+    else if (used + 60 < n)
+      snprintf(missing + used, n - used, " %.40s(%lld)", p->names[i], pttl);
+  }
+  return held;
+}
+
+static void px_unlock_all(px_locks *p) {
+  for (int i = 0; i < PX_N; i++) {
+    TC_EQ(rlock_unlock(p->locks[i]), 1, "unlock through the proxy");
+    rlock_free(p->locks[i]);
+  }
+  rlock_client_close(p->c);
+  rt_slot_proxy_stop();
+}
+
 /* A cluster behind one slot-routing endpoint that refuses cross-slot
  * commands (rt_slot_proxy, as Envoy): a redis:// client finds out with
  * the cross-slot probe at connect and renews its watchdog locks in
@@ -187,45 +245,18 @@ Test(sentinel_aof, auto_uses_waitaof_where_known) {
  * 5 s (before: the mixed renewal batches were refused with CROSSSLOT and
  * every lock expired after 1 s). */
 Test(managed_cluster, cluster_behind_a_proxy_keeps_300_locks) {
-  int port = rt_slot_proxy_start();
-  char uri[64];
-  snprintf(uri, sizeof uri, "redis://127.0.0.1:%d", port);
-  rlock_options o;
-  rlock_options_init(&o);
-  o.watchdog_timeout_ms = 1000;
-  rlock_client *c = tc_open(uri, &o);
-  cr_assert_geq(rt_slot_proxy_refused(), 1, "the probe was not refused");
-  enum { N = 300 };
-  static char names[N][48];
-  static rlock *locks[N];
-  for (int i = 0; i < N; i++) {
-    rt_key(names[i], sizeof names[i], "px");
-    locks[i] = tc_lock(c, names[i]);
-    TC_EQ(rlock_try_lock(locks[i], 0, -1), 1, "lock through the proxy");
-  }
+  long at_open = 0;
+  px_locks *p = px_lock_all("px", &at_open);
+  cr_assert_geq(at_open, 1, "the probe was not refused");
   long refused = rt_slot_proxy_refused();
   rt_sleep_ms(5000);
-  int held = 0;
-  char missing[256] = "";
-  for (int i = 0; i < N; i++) {
-    int owner = rt_cluster_key_owner(names[i]);
-    long long pttl = rt_node_int(owner, "PTTL %s", names[i]);
-    if (pttl > 0)
-      held++;
-    else if (strlen(missing) < 200)
-      snprintf(missing + strlen(missing), sizeof missing - strlen(missing),
-               " %.40s(%lld)", names[i], pttl);
-  }
-  cr_assert_eq(held, N, "%d of %d locks held after 5 s; refused with "
-               "CROSSSLOT since the locks: %ld; gone:%s", held, N,
+  char missing[256];
+  int held = px_held(p, missing, sizeof missing);
+  cr_assert_eq(held, PX_N, "%d of %d locks held after 5 s; refused with "
+               "CROSSSLOT since the locks: %ld; gone:%s", held, PX_N,
                rt_slot_proxy_refused() - refused, missing);
   cr_assert_eq(rt_slot_proxy_refused(), refused, "cross-slot batches sent");
-  for (int i = 0; i < N; i++) {
-    TC_EQ(rlock_unlock(locks[i]), 1, "unlock through the proxy");
-    rlock_free(locks[i]);
-  }
-  rlock_client_close(c);
-  rt_slot_proxy_stop();
+  px_unlock_all(p);
 }
 
 /* Bad answers to the probes: a proxy that answers CLIENT SETINFO with an
@@ -238,42 +269,19 @@ Test(managed_cluster, proxy_garbles_the_probes) {
   rt_slot_proxy_answer("EVAL redis.call('get', KEYS[1]); redis.call",
                        "$2\r\nok\r\n");
   rt_slot_proxy_answer("WAIT", "+maybe\r\n");
-  int port = rt_slot_proxy_start();
-  char uri[64];
-  snprintf(uri, sizeof uri, "redis://127.0.0.1:%d", port);
-  rlock_options o;
-  rlock_options_init(&o);
-  o.watchdog_timeout_ms = 1000;
-  int64_t t0 = rt_now_ms();
-  rlock_client *c = tc_open(uri, &o);
-  cr_assert_lt(rt_now_ms() - t0, 1000, "open took %lld ms",
-               (long long)(rt_now_ms() - t0));
-  cr_assert_eq(rt_slot_proxy_refused(), 0, "the probe was refused");
-  enum { N = 300 };
-  static char names[N][48];
-  static rlock *locks[N];
-  for (int i = 0; i < N; i++) {
-    rt_key(names[i], sizeof names[i], "pg");
-    locks[i] = tc_lock(c, names[i]);
-    TC_EQ(rlock_try_lock(locks[i], 0, -1), 1, "lock through the proxy");
-  }
+  long at_open = 0;
+  px_locks *p = px_lock_all("pg", &at_open);
+  cr_assert_eq(at_open, 0, "the probe was refused");
   rt_sleep_ms(5000);
-  int held = 0;
-  for (int i = 0; i < N; i++)
-    held += rt_node_int(rt_cluster_key_owner(names[i]), "PTTL %s",
-                        names[i]) > 0;
+  char missing[256];
+  int held = px_held(p, missing, sizeof missing);
   long refused = rt_slot_proxy_refused();
-  cr_assert_eq(held, N, "%d of %d locks held after 5 s (%ld refused)", held,
-               N, refused);
+  cr_assert_eq(held, PX_N, "%d of %d locks held after 5 s (%ld refused); "
+               "gone:%s", held, PX_N, refused, missing);
   cr_assert_geq(refused, 1, "no mixed batch was ever sent");
   cr_assert_lt(refused, 20, "%ld batches refused: per-slot batching did "
                "not stick", refused);
-  for (int i = 0; i < N; i++) {
-    TC_EQ(rlock_unlock(locks[i]), 1, "unlock through the proxy");
-    rlock_free(locks[i]);
-  }
-  rlock_client_close(c);
-  rt_slot_proxy_stop();
+  px_unlock_all(p);
 }
 
 /* CLIENT SETINFO at connect: where the server has it (Redis 7.2+, Valkey)

@@ -235,17 +235,65 @@ typedef struct rlock_options {
    * master has replicas, each acquire, release and renewal is followed,
    * in the same write, by WAIT <replicas> replica_sync_timeout_ms, and an
    * acquire no replica confirmed is undone and fails with
-   * RLOCK_ENOREPLICA. 1 (default): on whenever replicas are connected;
-   * 0: off (no WAIT is sent). */
+   * RLOCK_ENOREPLICA. 1 (default): on whenever the master has replicas
+   * (connected, or - see replica_sync_connected_only - listed by the
+   * sentinels or the cluster); 0: off (no WAIT is sent). Standalone URIs
+   * (redis://, rediss://) never send WAIT. */
   int replica_sync;
   /* WAIT's timeout. Default 1000. Range 1..2^31-1. */
   int64_t replica_sync_timeout_ms;
   /* Cluster: how often the slot map is read again (besides after every
    * MOVED and every lost connection). Sentinel: how often the master's
-   * replicas are counted again (ROLE), for replica sync. Default 5000.
+   * connected replicas are counted again (ROLE), for replica sync (the
+   * sentinels' replica list is read at each connection to a sentinel and
+   * after every failover). Default 5000.
    * Range 100..2^31-1. */
   int64_t cluster_refresh_ms;
+
+  /* ---- added in 0.2.0 (unreleased) ---- */
+
+  /* Replica sync when the master has no replica connected. 0 (default,
+   * safety first): the replicas the topology lists count too - Sentinel's
+   * replica list (SENTINEL REPLICAS, whatever their flags: a replica that
+   * is down now may be back and promoted later; forget a removed replica
+   * with SENTINEL RESET; a failed master that the sentinels list as a
+   * replica of its successor counts once they have reached it again) and
+   * a cluster shard's replicas (failed or not).
+   * A master that lists replicas but has none connected (its links to them
+   * broken) then gets WAIT 1, which no replica acknowledges: every acquire
+   * fails with RLOCK_ENOREPLICA (undone, after replica_sync_timeout_ms)
+   * until a replica is linked again, as Redis's min-replicas-to-write 1
+   * would refuse it - so that a failover to a stale replica cannot hand
+   * the lock to a second owner. 1 (availability first): only connected
+   * replicas count (the master's ROLE; a cluster shard's replicas not
+   * failed): without one, no WAIT is sent and acquires succeed
+   * unreplicated - a failover may then lose them. Applies only with
+   * replica_sync = 1. Range 0..1. */
+  int replica_sync_connected_only;
+  /* What replica sync waits for (with replica_sync = 1; 0 turns it off),
+   * as Java Redisson's SyncMode. The command sent behind each acquire,
+   * release and renewal is either WAIT <n> replica_sync_timeout_ms (the
+   * write reached n replicas' memory) or WAITAOF <local> <n>
+   * replica_sync_timeout_ms (Redis 7.2+, Valkey: the write was fsynced to
+   * the append-only file of n replicas and, with local 1, of the master),
+   * confirmed when at least one replica acknowledges.
+   * RLOCK_REPLICA_SYNC_AUTO (default): WAITAOF 1 <n> where the master has
+   * appendonly on and knows WAITAOF (both read at connect: INFO
+   * persistence, WAITAOF 0 0 0), WAIT elsewhere - it assumes replicas
+   * share their master's appendonly setting (replicas without AOF never
+   * acknowledge a WAITAOF: every acquire would fail RLOCK_ENOREPLICA).
+   * RLOCK_REPLICA_SYNC_WAIT: WAIT only. RLOCK_REPLICA_SYNC_WAITAOF:
+   * WAITAOF wherever the server knows it (local 1 when the master's AOF is
+   * on, else 0), WAIT where it does not. A server without WAIT (a managed
+   * service, rename-command) gets neither: replica sync is off there.
+   * Range 0..2. */
+  int replica_sync_mode;
 } rlock_options;
+
+/* rlock_options.replica_sync_mode values. */
+#define RLOCK_REPLICA_SYNC_AUTO 0
+#define RLOCK_REPLICA_SYNC_WAIT 1
+#define RLOCK_REPLICA_SYNC_WAITAOF 2
 
 /* Fills the first `size` bytes of `o` with the defaults above and sets
  * struct_size to `size` (at most this library's sizeof(rlock_options)).

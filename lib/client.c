@@ -293,6 +293,10 @@ const char *rlock_client_id(const rlock_client *c) {
   return c != NULL ? c->id : "";
 }
 
+const rlock__net *rlock__client_net(const rlock_client *c) {
+  return &c->net;
+}
+
 int rlock_interrupt(rlock_client *c, uint64_t owner) {
   if (c == NULL)
     return rlock__bad_arg("client is NULL");

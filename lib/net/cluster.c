@@ -8,7 +8,7 @@
  * once, so a command never waits for the whole map.
  *
  * Open succeeds once the map is known and the pub/sub mode decided: with
- * sharded_pubsub 0 (auto) PUBSUB SHARDNUMSUB is sent once, and a server
+ * sharded_pubsub 0 (auto) PUBSUB SHARDNUMSUB 0 is sent once, and a server
  * that knows it (Redis 7+) makes the client use SSUBSCRIBE/SPUBLISH, as
  * Java Redisson's AUTO mode does. A seed that is no cluster node fails
  * open with RLOCK_ECLUSTER. */
@@ -57,14 +57,15 @@ static void probe_reply(rlock__net *n, redisReply *reply, int err,
   (void)data;
   rlock__cluster *c = n->cluster;
   c->probing = NULL;
-  if (err != 0) { /* the node went: ask another */
+  if (err != 0 && err != RLOCK_ETIMEDOUT) { /* the node went: ask another */
     read_map(n);
     return;
   }
   c->probed = true;
   /* Redis 7 answers [channel, count]; older servers refuse the
-   * subcommand. */
-  n->sharded = reply->type != REDIS_REPLY_ERROR;
+   * subcommand. No answer within command_timeout_ms, or anything but an
+   * array (a proxy's own reply): plain pub/sub, which every server has. */
+  n->sharded = err == 0 && reply->type == REDIS_REPLY_ARRAY;
   open_done(n);
   rlock__chans_on_topology(n);
 }
@@ -78,9 +79,11 @@ static void probe(rlock__net *n, rlock__node *node) {
     open_done(n);
     return;
   }
-  const char *argv[2] = {"PUBSUB", "SHARDNUMSUB"};
-  size_t lens[2] = {6, 11};
-  c->probing = rlock__cmd_send_to(node, 2, argv, lens, probe_reply, NULL);
+  /* With one channel argument, as Java Redisson sends it: some services
+   * (Azure Managed Redis) never answer the bare form. */
+  const char *argv[3] = {"PUBSUB", "SHARDNUMSUB", "0"};
+  size_t lens[3] = {6, 11, 1};
+  c->probing = rlock__cmd_send_to(node, 3, argv, lens, probe_reply, NULL);
 }
 
 /* ---- reading the map ---- */
@@ -168,7 +171,8 @@ static void map_reply(rlock__net *n, redisReply *reply, int err, void *data) {
     rlock__node *node = rlock__node_get(n, r[i].host, r[i].port);
     if (node == NULL)
       continue; /* out of memory: those slots stay unknown */
-    node->replicas = r[i].replicas;
+    node->replicas = r[i].replicas_online;
+    node->replicas_listed = r[i].replicas;
     for (int s = r[i].start; s <= r[i].end; s++)
       c->slots[s] = node;
   }

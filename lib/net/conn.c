@@ -27,18 +27,19 @@ enum {
   EXP_CMD,
   EXP_ASKING, /* before a command sent on an ASK redirect */
   EXP_WAIT,   /* replica sync, after a command */
+  EXP_PROBE,  /* a capability probe (seq: which one): never fatal */
 };
 
 static const char *const exp_names[] = {
     "AUTH", "SELECT", "CLIENT SETNAME", "ROLE", "PING", "a command",
-    "ASKING", "WAIT"};
+    "ASKING", "WAIT", "a probe"};
 
 static int conn_start(rlock__conn *conn);
 
 struct rlock__expect {
   int kind;
   rlock__cmd *cmd; /* EXP_CMD, EXP_WAIT */
-  uint32_t seq;    /* EXP_WAIT: the send it follows */
+  uint32_t seq;    /* EXP_WAIT: the send it follows; EXP_PROBE: which */
 };
 
 /* ---- the FIFO of expected replies (a ring) ---- */
@@ -419,6 +420,149 @@ int rlock__sub_append(rlock__node *node, int argc, const char **argv,
   return raw_append(&node->sub, argc, argv, lens);
 }
 
+/* ---- capability probes ---- */
+
+/* Sent on every new connection inside the handshake, in the same write,
+ * just before its PING (which stays the last step, so the connection's
+ * last command is PING until it is used): a server processes a pipeline in
+ * order and answers these at once, so they cost open no round trip, and
+ * their answers come before any command's. Whatever they are answered -
+ * an error, something unexpected - only sets what the node is taken to
+ * support, never fails the handshake; a probe never answered holds up the
+ * PING behind it, which then fails the handshake at command_timeout_ms as
+ * any silent server does. Per connection: a node whose server changes (a
+ * Sentinel failover) is probed again.
+ *
+ *   CLIENT SETINFO LIB-NAME rlock, CLIENT SETINFO LIB-VER <version>:
+ *     operators see rlock in CLIENT LIST (Redis 7.2+, Valkey); refused by
+ *     older servers, which is fine.
+ *   WAIT 0 0 (command connection, replica sync on, Sentinel or Cluster):
+ *     returns at once; "unknown command" (a managed service without it,
+ *     rename-command) turns replica sync off for the node, reported once
+ *     (rlock__net_sync_report).
+ *   WAITAOF 0 0 0 and INFO persistence (the same, unless replica_sync_mode
+ *     is WAIT): whether WAITAOF can stand in for WAIT (replica_sync_mode).
+ *   EVAL <two GETs> 2 test1 test2 (command connection, standalone and
+ *     Sentinel URIs): a CROSSSLOT refusal means a cluster behind one
+ *     endpoint (a proxy: Envoy, Redis Enterprise); from then on commands
+ *     that name several keys keep to one slot each, as in cluster mode
+ *     (rlock__net_key_slot); so do they after any command is refused with
+ *     CROSSSLOT (cmd_reply), whatever the probe was answered. */
+enum { PROBE_LIB_NAME, PROBE_LIB_VER, PROBE_WAIT, PROBE_WAITAOF,
+       PROBE_AOF, PROBE_CROSSSLOT };
+
+/* The cross-slot probe, as Java Redisson's: two keys in different slots
+ * (4768, 8899), read only. */
+static const char crossslot_script[] =
+    "redis.call('get', KEYS[1]); redis.call('get', KEYS[2]); return nil";
+
+static bool unknown_command(const redisReply *r) {
+  static const char text[] = "ERR unknown command";
+  return r->type == REDIS_REPLY_ERROR && (size_t)r->len >= sizeof(text) - 1 &&
+         strncasecmp(r->str, text, sizeof(text) - 1) == 0;
+}
+
+/* WAIT is not there: replica sync is off for this node (reported once per
+ * client, the first time; the node's flag says it for each). */
+static void wait_missing(rlock__conn *conn, const redisReply *r) {
+  rlock__net *n = conn->net;
+  rlock__node *node = conn->node;
+  node->cap_wait = -1;
+  if (atomic_load_explicit(&n->sync_report_set, memory_order_acquire))
+    return;
+  char peer[100], what[96];
+  peer_name(conn, peer, sizeof(peer));
+  describe_reply(r, what, sizeof(what));
+  snprintf(n->sync_report, sizeof(n->sync_report),
+           "replica sync is off on %s: WAIT was answered %s (no WAIT there: "
+           "locks are not confirmed by replicas)",
+           peer, what);
+  atomic_store_explicit(&n->sync_report_set, true, memory_order_release);
+}
+
+static void probe_reply(rlock__conn *conn, int which, const redisReply *r) {
+  rlock__node *node = conn->node;
+  if (which == PROBE_WAIT) {
+    if (unknown_command(r))
+      wait_missing(conn, r);
+    else if (r->type == REDIS_REPLY_INTEGER)
+      node->cap_wait = 1;
+    /* anything else (a proxy's own error, garbage): left unknown, so WAIT
+     * is still sent and what it answers decides each command */
+  } else if (which == PROBE_WAITAOF) {
+    if (unknown_command(r))
+      node->cap_waitaof = -1;
+    else if (r->type == REDIS_REPLY_ARRAY)
+      node->cap_waitaof = 1;
+  } else if (which == PROBE_AOF) {
+    if (r->type == REDIS_REPLY_STRING && r->str != NULL) {
+      /* "...\r\naof_enabled:1\r\n..." (only the bytes of the reply) */
+      static const char f[] = "aof_enabled:";
+      const char *p = r->str, *end = r->str + r->len;
+      while (p != NULL && (size_t)(end - p) > sizeof(f) - 1) {
+        if (memcmp(p, f, sizeof(f) - 1) == 0) {
+          node->aof_on = p[sizeof(f) - 1] == '1' ? 1 : -1;
+          break;
+        }
+        p = memchr(p, '\n', (size_t)(end - p));
+        if (p != NULL)
+          p++;
+      }
+    }
+  } else if (which == PROBE_CROSSSLOT) {
+    if (r->type == REDIS_REPLY_ERROR && r->len >= 9 &&
+        strncmp(r->str, "CROSSSLOT", 9) == 0)
+      conn->net->per_slot = true;
+  } else if (which == PROBE_LIB_NAME && !conn->is_sub) {
+    node->cap_setinfo = r->type == REDIS_REPLY_STATUS ? 1 : -1;
+  }
+}
+
+static int probe(rlock__conn *conn, int which, int argc, const char **argv) {
+  size_t lens[5];
+  for (int i = 0; i < argc; i++)
+    lens[i] = strlen(argv[i]);
+  return expect_append_seq(conn, EXP_PROBE, NULL, (uint32_t)which, argc,
+                           argv, lens);
+}
+
+static int probes_send(rlock__conn *conn) {
+  rlock__net *n = conn->net;
+  const char *lib[3] = {"CLIENT", "SETINFO", "LIB-NAME"};
+  const char *argv[4] = {lib[0], lib[1], lib[2], "rlock"};
+  int rc = probe(conn, PROBE_LIB_NAME, 4, argv);
+  argv[2] = "LIB-VER";
+  argv[3] = RLOCK_VERSION_STRING;
+  if (rc == 0)
+    rc = probe(conn, PROBE_LIB_VER, 4, argv);
+  if (rc == 0 && !conn->is_sub && n->mode != RLOCK__URI_SINGLE &&
+      n->core->opts.replica_sync) {
+    const char *w[4] = {"WAIT", "0", "0"};
+    rc = probe(conn, PROBE_WAIT, 3, w);
+    if (rc == 0 &&
+        n->core->opts.replica_sync_mode != RLOCK_REPLICA_SYNC_WAIT) {
+      w[0] = "WAITAOF";
+      w[3] = "0";
+      rc = probe(conn, PROBE_WAITAOF, 4, w);
+      const char *info[2] = {"INFO", "persistence"};
+      if (rc == 0)
+        rc = probe(conn, PROBE_AOF, 2, info);
+    }
+  }
+  if (rc == 0 && !conn->is_sub && n->mode != RLOCK__URI_CLUSTER &&
+      !n->per_slot) {
+    const char *e[5] = {"EVAL", crossslot_script, "2", "test1", "test2"};
+    rc = probe(conn, PROBE_CROSSSLOT, 5, e);
+  }
+  return rc;
+}
+
+const char *rlock__net_sync_report(const rlock__net *n) {
+  return atomic_load_explicit(&n->sync_report_set, memory_order_acquire)
+             ? n->sync_report
+             : NULL;
+}
+
 /* ---- receiving ---- */
 
 static void on_reply(rlock__conn *conn, redisReply *reply) {
@@ -445,6 +589,8 @@ static void on_reply(rlock__conn *conn, redisReply *reply) {
     conn->net->reply_link = NULL;
   } else if (e.kind == EXP_WAIT) {
     wait_reply(e.cmd, e.seq, reply);
+  } else if (e.kind == EXP_PROBE) {
+    probe_reply(conn, (int)e.seq, reply);
   } else {
     hs_reply(conn, e.kind, reply);
   }
@@ -511,6 +657,14 @@ static int conn_start(rlock__conn *conn) {
     argv[0] = "ROLE";
     rc = handshake(conn, EXP_ROLE, 1, argv);
   }
+  if (!conn->is_sub) {
+    conn->node->cap_wait = 0;
+    conn->node->cap_setinfo = 0;
+    conn->node->cap_waitaof = 0;
+    conn->node->aof_on = 0;
+  }
+  if (rc == 0)
+    rc = probes_send(conn);
   if (rc == 0) {
     argv[0] = "PING";
     rc = handshake(conn, EXP_PING, 1, argv);
@@ -763,6 +917,13 @@ static void cmd_reply(rlock__cmd *cmd, redisReply *reply) {
   }
   if (reply->type == REDIS_REPLY_ERROR && redirect(cmd, reply))
     return;
+  if (reply->type == REDIS_REPLY_ERROR && n->mode != RLOCK__URI_CLUSTER &&
+      !n->per_slot && err_is(reply, "CROSSSLOT")) {
+    /* A proxy that let the probe pass refused a batch: it is a cluster
+     * after all. This command fails (a renewal is tried again at the next
+     * tick), the next batches keep to one slot. */
+    n->per_slot = true;
+  }
   if (reply->type == REDIS_REPLY_ERROR && cmd->script != NULL &&
       !cmd->use_eval && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
     cmd->use_eval = true; /* EVAL also caches it for the next EVALSHA */
@@ -798,8 +959,22 @@ static void wait_reply(rlock__cmd *cmd, uint32_t seq, redisReply *reply) {
     cmd_reply(cmd, NULL);
     return;
   }
-  n->reply_unsynced =
-      reply->type != REDIS_REPLY_INTEGER || reply->integer < 1;
+  /* Not confirmed, whatever the reason - WAIT unknown to a server that
+   * lost it (a failover to one without it) included: that command counts
+   * as unconfirmed, and the ones after it go without WAIT. */
+  if (unknown_command(reply) && cmd->sent_to != NULL) {
+    if (strcasestr(reply->str, "WAITAOF") != NULL)
+      cmd->sent_to->cap_waitaof = -1; /* WAIT from now on */
+    else
+      wait_missing(&cmd->sent_to->cmd, reply);
+  }
+  /* WAIT answers the replicas that acknowledged; WAITAOF [local,
+   * replicas]: replicas count, as Java Redisson counts them. */
+  bool synced = reply->type == REDIS_REPLY_INTEGER && reply->integer >= 1;
+  if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+      reply->element[1]->type == REDIS_REPLY_INTEGER)
+    synced = reply->element[1]->integer >= 1;
+  n->reply_unsynced = !synced;
   complete(cmd, held, 0);
   freeReplyObject(held);
 }
@@ -816,6 +991,39 @@ static rlock__node *route(rlock__cmd *cmd) {
   if (n->mode != RLOCK__URI_CLUSTER)
     return n->master;
   return rlock__cluster_node_of(n, cmd->slot);
+}
+
+/* How many replicas replica sync's WAIT asks for on this master: every
+ * replica it has connected (as Java Redisson's WAIT <connected_slaves>);
+ * and when it has none connected but the topology lists some (Sentinel's
+ * replica list, the cluster shard's replicas), one: a master whose links to
+ * its replicas are down must not take locks that a failover to one of
+ * those replicas would lose - WAIT 1 then times out, 0 acknowledged, and
+ * the acquire is undone (RLOCK_ENOREPLICA), as Redis's min-replicas-to-
+ * write 1 would refuse the write. replica_sync_connected_only = 1 keeps
+ * the connected count alone: no WAIT without a connected replica
+ * (availability over safety). */
+static int wait_count(const rlock__node *node) {
+  if (node->cap_wait < 0)
+    return 0; /* no WAIT on this server (probe, or a refused WAIT) */
+  if (node->replicas > 0)
+    return node->replicas;
+  if (node->replicas_listed > 0 &&
+      !node->net->core->opts.replica_sync_connected_only)
+    return 1;
+  return 0;
+}
+
+/* WAITAOF instead of WAIT (replica_sync_mode, read at connect). */
+static bool use_waitaof(const rlock__node *node) {
+  switch (node->net->core->opts.replica_sync_mode) {
+  case RLOCK_REPLICA_SYNC_AUTO:
+    return node->cap_waitaof > 0 && node->aof_on > 0;
+  case RLOCK_REPLICA_SYNC_WAITAOF:
+    return node->cap_waitaof > 0;
+  default:
+    return false;
+  }
 }
 
 /* Sends on the command connection of the node it belongs to, or queues
@@ -865,14 +1073,25 @@ static void send_now(rlock__cmd *cmd) {
   cmd->inflight++;
   cmd->send_seq++;
   /* Replica sync: WAIT right behind it, in the same write. */
-  if (cmd->sync && node->replicas > 0 && n->core->opts.replica_sync) {
+  int wait_n = cmd->sync && n->core->opts.replica_sync ? wait_count(node) : 0;
+  if (wait_n > 0) {
     char num[16], ms[24];
-    snprintf(num, sizeof(num), "%d", node->replicas);
+    snprintf(num, sizeof(num), "%d", wait_n);
     snprintf(ms, sizeof(ms), "%lld",
              (long long)n->core->opts.replica_sync_timeout_ms);
-    const char *argv[3] = {"WAIT", num, ms};
-    size_t lens[3] = {4, strlen(num), strlen(ms)};
-    if (expect_append_seq(conn, EXP_WAIT, cmd, cmd->send_seq, 3, argv,
+    const char *argv[4] = {"WAIT", num, ms};
+    int argc = 3;
+    if (use_waitaof(node)) {
+      argv[0] = "WAITAOF";
+      argv[1] = node->aof_on > 0 ? "1" : "0";
+      argv[2] = num;
+      argv[3] = ms;
+      argc = 4;
+    }
+    size_t lens[4];
+    for (int i = 0; i < argc; i++)
+      lens[i] = strlen(argv[i]);
+    if (expect_append_seq(conn, EXP_WAIT, cmd, cmd->send_seq, argc, argv,
                           lens) == 0) {
       cmd->wait_inflight++;
       cmd->wait_seq = cmd->send_seq;
@@ -975,7 +1194,9 @@ rlock__cmd *rlock__cmd_send_to(rlock__node *node, int argc, const char **argv,
 }
 
 int rlock__net_key_slot(const rlock__net *n, const char *key, size_t len) {
-  return n->mode == RLOCK__URI_CLUSTER ? rlock__key_slot(key, len) : -1;
+  return n->mode == RLOCK__URI_CLUSTER || n->per_slot
+             ? rlock__key_slot(key, len)
+             : -1;
 }
 
 void rlock__cmds_reroute(rlock__net *n) {

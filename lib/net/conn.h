@@ -52,7 +52,19 @@ struct rlock__node {
   rlock__conn sub;
   bool sub_started;
   rlock__chan *sub_req_head, *sub_req_tail; /* (UN)SUBSCRIBEs in flight */
-  int replicas; /* replicas of this master for WAIT (0: none known) */
+  /* Replica sync (conn.c, wait_count): the replicas this master has
+   * connected as far as known (Sentinel: ROLE; cluster: the shard's
+   * replicas not failed), and the replicas the topology says it has
+   * (Sentinel: SENTINEL REPLICAS; cluster: the shard's, failed or not),
+   * which may be promoted in a failover whether connected or not. */
+  int replicas;
+  int replicas_listed;
+  /* What the server of the current command connection supports (conn.c,
+   * capability probes): 1 yes, -1 no, 0 not known (yet). */
+  int cap_wait;    /* WAIT (-1: replica sync off on this node) */
+  int cap_setinfo; /* CLIENT SETINFO */
+  int cap_waitaof; /* WAITAOF */
+  int aof_on;      /* INFO persistence says aof_enabled:1 (-1: :0) */
   int seed_failures; /* cluster open: handshakes failed on this seed */
 };
 

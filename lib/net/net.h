@@ -11,6 +11,7 @@
 #define RLOCK_NET_H
 
 #include <hiredis.h>
+#include <stdatomic.h>
 
 #include "core.h"
 #include "map.h"
@@ -52,7 +53,9 @@ rlock__cmd *rlock__cmd_send(rlock__net *n, const rlock__script *script,
                             int retries, rlock__reply_cb cb, void *data);
 /* The cluster slot a command on `key` goes to, or -1 when the client is
  * not talking to a cluster (then any keys may share a command). Commands
- * that name several keys (batches) must keep to one slot each. */
+ * that name several keys (batches) must keep to one slot each. A
+ * standalone URI whose server refused the cross-slot probe (a proxy in
+ * front of a cluster) counts as a cluster here. Loop thread. */
 int rlock__net_key_slot(const rlock__net *n, const char *key, size_t len);
 /* The callback will not be called for this record any more. NULL ok. */
 void rlock__cmd_abandon(rlock__cmd *cmd);
@@ -159,12 +162,21 @@ struct rlock__net {
   /* CLUSTER: commands waiting for the first slot map */
   rlock__cmd *unrouted_head, *unrouted_tail;
   bool sharded;  /* SPUBLISH / SSUBSCRIBE (decided at open) */
+  /* Standalone, Sentinel: the server refused a command whose keys span
+   * slots (CROSSSLOT: a cluster behind a proxy), so multi-key commands
+   * keep to one slot each (conn.c, the cross-slot probe). Loop thread. */
+  bool per_slot;
   bool opened;   /* open has been told it succeeded */
   bool started;  /* rlock__net_start ran: new nodes connect at once */
   /* Set while a command's callback runs when replica sync was asked for
    * and no replica confirmed it (rlock__net_reply_unsynced). */
   bool reply_unsynced;
   void *reply_link; /* conn.c: the link whose command reply is handled */
+  /* The first node found without WAIT (conn.c, probes): a sentence,
+   * written once by the loop thread, readable from any thread once
+   * sync_report_set is. */
+  char sync_report[300];
+  atomic_bool sync_report_set;
   rlock__tls_ctx *tls; /* rediss:// only */
   rlock__cmd *cmd_all; /* every live command record */
   rlock__map chans;    /* channel -> rlock__chan */
@@ -187,6 +199,13 @@ struct rlock__net {
 static inline bool rlock__net_reply_unsynced(const rlock__net *n) {
   return n->reply_unsynced;
 }
+/* Why replica sync is off on a node although asked for (the server has no
+ * WAIT: a managed service, rename-command), said once per client; NULL
+ * while every node has it. Any thread. */
+const char *rlock__net_sync_report(const rlock__net *n);
+/* A client's net layer, for internal queries such as the one above (the
+ * CLI, tests). Defined by the client (lib/client.c). */
+const rlock__net *rlock__client_net(const rlock_client *c);
 /* The publish command of the client's pub/sub mode. */
 static inline const char *rlock__net_publish(const rlock__net *n) {
   return n->sharded ? "SPUBLISH" : "PUBLISH";

@@ -1,10 +1,12 @@
 /* Redis Sentinel: which server is the master, and following it.
  *
  * One link at a time to one sentinel of the URI, in turn: AUTH (with the
- * sentinel_* options), SENTINEL GET-MASTER-ADDR-BY-NAME, then SUBSCRIBE
+ * sentinel_* options), SENTINEL GET-MASTER-ADDR-BY-NAME, SENTINEL REPLICAS
+ * (the replicas replica sync counts: conn.c, wait_count), then SUBSCRIBE
  * +switch-master, pipelined. The answer gives the master node its address
  * (its connections then start, or move there); every +switch-master about
- * our master moves them again. The master's own handshake checks ROLE
+ * our master moves them again, and a fresh link reads the new master's
+ * replica list. The master's own handshake checks ROLE
  * (conn.c): a server that is no longer the master makes the sentinels be
  * asked again, as does any lost connection to the master - a subscribed
  * link cannot be asked, so asking again means a fresh link (at most one
@@ -21,16 +23,18 @@
 
 #define REQUERY_GAP_MS 250
 
-enum { Q_AUTH, Q_MASTER, Q_SUBSCRIBE };
+enum { Q_AUTH, Q_MASTER, Q_REPLICAS, Q_SUBSCRIBE, Q_KINDS };
 
 struct rlock__sentinel {
   rlock__net *net;
   char *user, *password; /* the sentinels' own credentials, or NULL */
   size_t at;             /* the sentinel asked (index in the URI) */
   rlock__link *link;
-  int q[3];              /* replies still to come, in order */
+  int q[Q_KINDS];        /* replies still to come, in order */
   int q_head, q_len;
   bool subscribed;
+  char found_host[RLOCK__HOST_MAX]; /* GET-MASTER-ADDR's answer, until */
+  int found_port;                   /* SENTINEL REPLICAS's (0: none) */
   rlock__timed retry;    /* the next link */
   rlock__timed role;     /* the next ROLE to the master */
   rlock__cmd *role_cmd;  /* in flight */
@@ -56,6 +60,7 @@ static void drop_link(rlock__sentinel *s) {
   }
   s->q_len = 0;
   s->subscribed = false;
+  s->found_port = 0;
 }
 
 /* This sentinel gave no answer: the next one, or - after a whole round -
@@ -114,7 +119,10 @@ static void handle(rlock__sentinel *s, int kind, const redisReply *r) {
     int rc = rlock__parse_master_addr(r, host, sizeof(host), &port, why,
                                       sizeof(why));
     if (rc == 1) {
-      on_master(s, host, port);
+      /* Applied when SENTINEL REPLICAS, pipelined behind, has answered:
+       * the master's first commands then know its listed replicas. */
+      snprintf(s->found_host, sizeof(s->found_host), "%s", host);
+      s->found_port = port;
     } else if (rc == 0) {
       snprintf(detail, sizeof(detail),
                "sentinel %s knows no master named '%s'", who,
@@ -123,6 +131,22 @@ static void handle(rlock__sentinel *s, int kind, const redisReply *r) {
     } else {
       snprintf(detail, sizeof(detail), "sentinel %s: %s", who, why);
       failed(s, RLOCK_EPROTO, detail);
+    }
+    return;
+  }
+  if (kind == Q_REPLICAS) {
+    /* Replica sync counts these replicas even while the master has none
+     * connected (conn.c, wait_count). A sentinel that cannot say (an
+     * error, a garbled reply) leaves the count as it was: the master's
+     * ROLE still counts its connected ones. */
+    int listed = r->type == REDIS_REPLY_ERROR
+                     ? -1
+                     : rlock__parse_sentinel_replicas(r, NULL, 0);
+    if (listed >= 0)
+      s->net->master->replicas_listed = listed;
+    if (s->found_port != 0) {
+      on_master(s, s->found_host, s->found_port);
+      s->found_port = 0;
     }
     return;
   }
@@ -140,7 +164,7 @@ static void link_reply(rlock__link *l, redisReply *r) {
   rlock__sentinel *s = rlock__link_data(l);
   if (s->q_len > 0) {
     int kind = s->q[s->q_head];
-    s->q_head = (s->q_head + 1) % 3;
+    s->q_head = (s->q_head + 1) % Q_KINDS;
     s->q_len--;
     handle(s, kind, r);
     return;
@@ -157,8 +181,12 @@ static void link_reply(rlock__link *l, redisReply *r) {
   if (rlock__parse_switch_master(r->element[2]->str,
                                  (size_t)r->element[2]->len,
                                  s->net->uri->master, host, sizeof(host),
-                                 &port) == 1)
+                                 &port) == 1) {
     on_master(s, host, port);
+    /* The new master's replicas are another list: read it on a fresh
+     * link (a subscribed one cannot ask). */
+    rlock__sentinel_requery(s->net);
+  }
 }
 
 static void link_up(rlock__link *l) { (void)l; }
@@ -180,7 +208,7 @@ static void send_q(rlock__sentinel *s, int kind, int argc, const char **argv) {
     lens[i] = strlen(argv[i]);
   if (s->link == NULL || rlock__link_send(s->link, argc, argv, lens) != 0)
     return;
-  s->q[(s->q_head + s->q_len) % 3] = kind;
+  s->q[(s->q_head + s->q_len) % Q_KINDS] = kind;
   s->q_len++;
 }
 
@@ -211,6 +239,8 @@ static void connect_next(rlock__sentinel *s) {
   const char *get[3] = {"SENTINEL", "GET-MASTER-ADDR-BY-NAME",
                         n->uri->master};
   send_q(s, Q_MASTER, 3, get);
+  const char *reps[3] = {"SENTINEL", "REPLICAS", n->uri->master};
+  send_q(s, Q_REPLICAS, 3, reps);
   const char *sub[2] = {"SUBSCRIBE", "+switch-master"};
   send_q(s, Q_SUBSCRIBE, 2, sub);
 }

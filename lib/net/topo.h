@@ -19,6 +19,7 @@ typedef struct rlock__slot_range {
   char host[RLOCK__HOST_MAX];  /* the master's address */
   int port;                    /* 1..65535 */
   int replicas;                /* replicas listed for it (healthy or not) */
+  int replicas_online;         /* of those, the ones not "failed" */
 } rlock__slot_range;
 
 /* Reads a CLUSTER SLOTS reply (RESP2: an array of [start, end, [host,
@@ -64,6 +65,17 @@ int rlock__parse_master_addr(const redisReply *r, char *host, size_t hostlen,
 int rlock__parse_switch_master(const char *payload, size_t len,
                                const char *name, char *host, size_t hostlen,
                                int *port);
+
+/* SENTINEL REPLICAS <master>'s reply: one entry per replica the sentinel
+ * knows (a flat [key, value ...] array each in RESP2). Counts the
+ * replicas the sentinel has heard from as such, whatever their flags
+ * (s_down, disconnected: such a replica may come back with old data and be
+ * promoted); an entry whose "runid" is empty is one the sentinel has never
+ * reached since it listed it - a failed master it turned into a replica
+ * entry, which must sync from the new master before it serves - and is not
+ * counted. Returns the count, or -1 when malformed (err filled). */
+int rlock__parse_sentinel_replicas(const redisReply *r, char *err,
+                                   size_t errlen);
 
 /* A ROLE reply. Returns 1 for a master (*replicas: the replicas it lists,
  * NULL ok), 0 for a replica or a sentinel, -1 when malformed. */

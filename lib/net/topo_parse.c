@@ -18,6 +18,8 @@
  *                      [... "role", "replica" ...]]], ...]
  *   MOVED / ASK     "MOVED 12182 127.0.0.1:47467", "ASK 200 127.0.0.1:37295"
  *   GET-MASTER-ADDR ["127.0.0.1", "33305"] or a nil (*-1)
+ *   SENTINEL REPLICAS [["name", "127.0.0.1:40671", "ip", "127.0.0.1",
+ *                      "port", "40671", ..., "flags", "s_down,slave", ...]]
  *   ROLE            ["master", 42, [["127.0.0.1", "40671", "42"]]]
  *                   ["slave", "127.0.0.1", 47467, "connected", 42]
  *                   ["sentinel", ["mymaster"]] */
@@ -254,7 +256,8 @@ int rlock__parse_cluster_slots(const redisReply *r, const char *fallback_host,
         goto fail;
       }
     }
-    g->replicas = (int)(e->elements - 3);
+    /* Redis leaves failed replicas out of CLUSTER SLOTS. */
+    g->replicas = g->replicas_online = (int)(e->elements - 3);
   }
   *out = v;
   return (int)r->elements;
@@ -300,6 +303,12 @@ static int rlock__push_range(rlock__slot_range **v, size_t *n, size_t *cap,
   return 0;
 }
 
+/* A node's "health": Redis says "failed", Valkey 8 "fail". */
+static int rlock__health_failed(const redisReply *health) {
+  return health && (rlock__text_is(health, "failed") ||
+                    rlock__text_is(health, "fail"));
+}
+
 /* The master of one shard's node list, its address and port, and the
  * number of replicas. A failed master is passed over for one that is not
  * (a shard may list a stale master beside the new one during a failover). */
@@ -307,7 +316,7 @@ static int rlock__shard_master(const redisReply *nodes, size_t shard, int tls,
                                const char *fallback, rlock__slot_range *g,
                                char *err, size_t errlen) {
   const redisReply *master = NULL;
-  int master_failed = 0, replicas = 0;
+  int master_failed = 0, replicas = 0, online = 0;
   if (!rlock__is_array(nodes)) {
     rlock__topo_err(err, errlen, "shard %zu has \"nodes\" that are not an "
                     "array", shard);
@@ -323,9 +332,11 @@ static int rlock__shard_master(const redisReply *nodes, size_t shard, int tls,
     }
     if (!rlock__text_is(role, "master")) {
       replicas++;
+      if (!rlock__health_failed(health))
+        online++;
       continue;
     }
-    int failed = health && rlock__text_is(health, "failed");
+    int failed = rlock__health_failed(health);
     if (!master || (master_failed && !failed)) {
       master = n;
       master_failed = failed;
@@ -364,6 +375,7 @@ static int rlock__shard_master(const redisReply *nodes, size_t shard, int tls,
     return -1;
   }
   g->replicas = replicas;
+  g->replicas_online = online;
   return 0;
 }
 
@@ -587,6 +599,34 @@ int rlock__parse_switch_master(const char *payload, size_t len,
   if (port)
     *port = np;
   return 1;
+}
+
+/* ---- SENTINEL REPLICAS ---- */
+
+int rlock__parse_sentinel_replicas(const redisReply *r, char *err,
+                                   size_t errlen) {
+  if (!rlock__is_array(r)) {
+    rlock__topo_err(err, errlen, "SENTINEL REPLICAS did not answer an array");
+    return -1;
+  }
+  if (r->elements > INT_MAX) {
+    rlock__topo_err(err, errlen, "SENTINEL REPLICAS listed too many");
+    return -1;
+  }
+  int n = 0;
+  for (size_t i = 0; i < r->elements; i++) {
+    const redisReply *ip = NULL, *runid = NULL;
+    if (rlock__map_get(r->element[i], "ip", &ip) != 1 ||
+        !rlock__is_text(ip) ||
+        rlock__map_get(r->element[i], "runid", &runid) < 0) {
+      rlock__topo_err(err, errlen, "SENTINEL REPLICAS entry %zu is not a "
+                      "map with an \"ip\"", i);
+      return -1;
+    }
+    if (!(runid && rlock__text_is(runid, "")))
+      n++;
+  }
+  return n;
 }
 
 /* ---- ROLE ---- */

@@ -45,6 +45,12 @@ static const rlock__option_spec specs[] = {
     {"cluster_refresh_ms", I64_OPT(cluster_refresh_ms), 5000, 100,
      RLOCK__MS_MAX, NULL},
     {"tls_insecure", INT_OPT(tls_insecure), 0, 0, 1, "0 or 1"},
+    /* 0: replicas the topology lists count too (safety); 1: connected only */
+    {"replica_sync_connected_only", INT_OPT(replica_sync_connected_only), 0, 0,
+     1, "0 (listed replicas count) or 1 (connected replicas only)"},
+    {"replica_sync_mode", INT_OPT(replica_sync_mode), RLOCK_REPLICA_SYNC_AUTO,
+     RLOCK_REPLICA_SYNC_AUTO, RLOCK_REPLICA_SYNC_WAITAOF,
+     "0 (auto), 1 (WAIT) or 2 (WAITAOF)"},
 };
 
 const rlock__option_spec *rlock__options_specs(size_t *n) {

@@ -19,24 +19,9 @@ TestSuite(sentinel, .init = rt_sentinel_start, .fini = rt_topo_stop_all,
  * keeps the lines that mention `key` or WAIT, abridged, one per line. */
 static void monitor_collect(redisContext *mon, const char *key, char *out,
                             size_t n) {
-  struct timeval tv = {.tv_sec = 0, .tv_usec = 200000};
-  redisSetTimeout(mon, tv);
-  size_t used = 0;
+  const char *needles[] = {key, "\"wait\"", NULL};
   out[0] = '\0';
-  for (;;) {
-    void *rv = NULL;
-    if (redisGetReply(mon, &rv) != REDIS_OK || !rv)
-      break;
-    redisReply *r = rv;
-    if (r->type == REDIS_REPLY_STATUS &&
-        (strstr(r->str, key) || strcasestr(r->str, "\"wait\""))) {
-      const char *p = strchr(r->str, ']'); /* skip "ts [db addr]" */
-      int w = snprintf(out + used, n - used, "  %.200s\n", p ? p + 1 : r->str);
-      if (w > 0 && (size_t)w < n - used)
-        used += (size_t)w;
-    }
-    freeReplyObject(r);
-  }
+  tc_monitor_lines(mon, needles, 200, out, n);
 }
 
 /* g. Lock/unlock on the master; a waiter woken by the release message. */
@@ -44,9 +29,8 @@ Test(sentinel, lock_unlock_and_wake) {
   int master = rt_sentinel_master_port();
   rlock_client *a = tc_open(rt_sentinel_uri(), NULL);
   rlock_client *b = tc_open(rt_sentinel_uri(), NULL);
-  char name[64], chan[128], owner[128];
+  char name[64], owner[128];
   rt_key(name, sizeof name, "sent");
-  rt_lock_channel(chan, sizeof chan, name);
   rt_owner(owner, sizeof owner, a, rlock_thread_id());
   rlock *la = tc_lock(a, name), *lb = tc_lock(b, name);
 
@@ -59,22 +43,7 @@ Test(sentinel, lock_unlock_and_wake) {
   cr_assert(v && strcmp(v, "1") == 0, "on the replica: %s", v ? v : "(nil)");
   free(v);
 
-  tc_try w;
-  tc_try_start(&w, lb, 8000, 10000, true);
-  int64_t dl = rt_now_ms() + 3000;
-  while (tc_numsub(master, "NUMSUB", chan) == 0 && rt_now_ms() < dl)
-    rt_sleep_ms(10);
-  cr_assert_eq(tc_numsub(master, "NUMSUB", chan), 1, "waiter subscribed on the master");
-  int64_t since = rt_now_ms() - w.started_at;
-  rt_sleep_ms(since < 300 ? 300 - since : 0);
-  int64_t released_at = rt_now_ms();
-  TC_EQ(rlock_unlock(la), 1, "unlock");
-  rt_thread_join(&w.th, 10000);
-  cr_assert_eq(w.rc, 1, "waiter: %d %s (%s)", w.rc, rlock_err_name(w.rc),
-               w.err);
-  cr_assert_lt(w.returned_at - released_at, 2000, "woken after %lld ms",
-               (long long)(w.returned_at - released_at));
-  cr_assert_eq(w.unlock_rc, 1);
+  tc_release_wakes(master, la, lb);
   cr_assert_eq(rt_node_int(master, "EXISTS %s", name), 0);
   rlock_free(la);
   rlock_free(lb);
@@ -308,5 +277,103 @@ Test(sentinel, replica_sync) {
   rlock_free(l1);
   rlock_free(l2);
   rlock_client_close(c0);
+  rlock_client_close(c);
+}
+
+/* Replicas the master still has connected, per its ROLE. */
+static long long connected_replicas(int port) {
+  redisReply *r = rt_node_cmd(port, "ROLE");
+  long long n = r->type == REDIS_REPLY_ARRAY && r->elements >= 3 &&
+                        r->element[2]->type == REDIS_REPLY_ARRAY
+                    ? (long long)r->element[2]->elements
+                    : -1;
+  freeReplyObject(r);
+  return n;
+}
+
+/* Issue 24 (3): the master's link to its replica broken (the replica
+ * frozen by SIGSTOP, then dropped by the master for overflowing a small
+ * replica output buffer), so the master's ROLE lists no replica while the
+ * sentinels still list one. An acquire must not succeed unreplicated:
+ * WAIT 1 is sent, nobody acknowledges, RLOCK_ENOREPLICA and no key left.
+ * With replica_sync_connected_only = 1 (availability) it succeeds without
+ * WAIT. Then the master is SIGKILLed and the stale replica promoted: the
+ * default client never held its lock, so a second client taking it is no
+ * double holder; the availability client's lock is lost in the failover,
+ * as its option documents. */
+Test(sentinel, replica_link_broken) {
+  int master = rt_sentinel_master_port(), replica = rt_sentinel_replica_port();
+  freeReplyObject(rt_node_cmd(master, "CONFIG SET client-output-buffer-limit "
+                                      "%s", "replica 256kb 256kb 0"));
+  rt_sentinel_pause_node(replica, true);
+  /* Overwrite one key until the replica's output buffer overflows: the
+   * master drops the link (bounded: 8 s, 40 MB). */
+  enum { BLOB = 64 * 1024 };
+  char *blob = malloc(BLOB);
+  cr_assert(blob);
+  memset(blob, 'x', BLOB);
+  int64_t dl = rt_now_ms() + 8000;
+  int writes = 0;
+  while (connected_replicas(master) != 0) {
+    cr_assert(rt_now_ms() < dl && writes < 640,
+              "the master kept its replica link after %d writes of %d bytes",
+              writes, BLOB);
+    for (int i = 0; i < 16; i++, writes++)
+      freeReplyObject(rt_node_cmd(master, "SET fill %b", blob, (size_t)BLOB));
+  }
+  free(blob);
+  freeReplyObject(rt_node_cmd(master, "DEL fill"));
+  freeReplyObject(rt_node_cmd(master, "CONFIG RESETSTAT"));
+
+  rlock_options o;
+  rlock_options_init(&o);
+  o.replica_sync_timeout_ms = 300;
+  rlock_client *c = tc_open(rt_sentinel_uri(), &o);
+  char k1[64], k2[64];
+  rt_key(k1, sizeof k1, "safe");
+  rt_key(k2, sizeof k2, "avail");
+  rlock *l1 = tc_lock(c, k1);
+  int64_t t0 = rt_now_ms();
+  int rc = rlock_try_lock(l1, 0, 60000);
+  int64_t took = rt_now_ms() - t0;
+  cr_assert_eq(rc, RLOCK_ENOREPLICA, "acquire with the replica link broken: "
+               "%d %s (%s)", rc, rlock_err_name(rc), rlock_last_error());
+  cr_assert_lt(took, o.replica_sync_timeout_ms + 2500, "took %lld ms",
+               (long long)took);
+  cr_assert_geq(tc_calls(master, "wait"), 1, "no WAIT was sent");
+  cr_assert_eq(rt_node_int(master, "EXISTS %s", k1), 0, "undone");
+  TC_EQ(rlock_is_held_by_current_thread(l1), 0, "not held");
+
+  rlock_options oa;
+  rlock_options_init(&oa);
+  oa.replica_sync_timeout_ms = 300;
+  oa.replica_sync_connected_only = 1;
+  rlock_client *ca = tc_open(rt_sentinel_uri(), &oa);
+  rlock *la = tc_lock(ca, k2);
+  long long waits = tc_calls(master, "wait");
+  TC_EQ(rlock_try_lock(la, 0, 60000), 1, "replica_sync_connected_only = 1");
+  cr_assert_eq(tc_calls(master, "wait"), waits, "WAIT sent without a "
+               "connected replica under replica_sync_connected_only");
+  cr_assert_eq(rt_node_int(master, "EXISTS %s", k2), 1);
+
+  /* The failover to the replica that never saw either acquire. */
+  int promoted = rt_sentinel_kill_master_resume_replica(30000);
+  cr_assert_neq(promoted, master);
+  rlock_options ob;
+  rlock_options_init(&ob);
+  ob.replica_sync_connected_only = 1; /* the old master, listed, is dead */
+  rlock_client *b = tc_open(rt_sentinel_uri(), &ob);
+  rlock *lb1 = tc_lock(b, k1), *lb2 = tc_lock(b, k2);
+  TC_EQ(rlock_try_lock(lb1, 5000, 60000), 1, "second client, lock 1");
+  TC_EQ(rlock_is_held_by_current_thread(l1), 0,
+        "first client's lock 1 after the failover (double holder)");
+  /* The availability trade-off: the unreplicated lock did not survive. */
+  TC_EQ(rlock_try_lock(lb2, 5000, 60000), 1, "second client, lock 2");
+  rlock_free(l1);
+  rlock_free(la);
+  rlock_free(lb1);
+  rlock_free(lb2);
+  rlock_client_close(b);
+  rlock_client_close(ca);
   rlock_client_close(c);
 }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -182,6 +183,61 @@ static inline long long tc_numsub(int port, const char *sub,
   long long n = r->element[1]->integer;
   freeReplyObject(r);
   return n;
+}
+
+/* A waiter on `other` (another client's handle of the lock `held` holds,
+ * on the master at `port`) is woken by held's release: it subscribes
+ * (PUBSUB NUMSUB on port), waits at least 300 ms, and gets the lock within
+ * 2 s of the unlock (then unlocks it). Asserts. */
+static inline void tc_release_wakes(int port, rlock *held, rlock *other) {
+  char chan[128];
+  rt_lock_channel(chan, sizeof chan, rlock_name(held));
+  tc_try w;
+  tc_try_start(&w, other, 8000, 10000, true);
+  int64_t dl = rt_now_ms() + 3000;
+  while (tc_numsub(port, "NUMSUB", chan) == 0 && rt_now_ms() < dl)
+    rt_sleep_ms(10);
+  cr_assert_eq(tc_numsub(port, "NUMSUB", chan), 1,
+               "waiter subscribed on the master");
+  int64_t since = rt_now_ms() - w.started_at;
+  rt_sleep_ms(since < 300 ? 300 - since : 0);
+  int64_t released_at = rt_now_ms();
+  TC_EQ(rlock_unlock(held), 1, "unlock");
+  rt_thread_join(&w.th, 10000);
+  cr_assert_eq(w.rc, 1, "waiter: %d %s (%s)", w.rc, rlock_err_name(w.rc),
+               w.err);
+  cr_assert_lt(w.returned_at - released_at, 2000, "woken after %lld ms",
+               (long long)(w.returned_at - released_at));
+  cr_assert_eq(w.unlock_rc, 1);
+}
+
+/* Reads what a MONITOR connection has buffered (200 ms read timeout: the
+ * connection is of no use afterwards) and appends to out, one per line,
+ * the lines that contain one of `needles` (NULL-terminated,
+ * case-insensitive), without their "<time> [<db> <addr>] " prefix and cut
+ * at maxline bytes. */
+static inline void tc_monitor_lines(redisContext *mon,
+                                    const char *const *needles,
+                                    int maxline, char *out, size_t n) {
+  struct timeval tv = {.tv_sec = 0, .tv_usec = 200000};
+  redisSetTimeout(mon, tv);
+  size_t used = strlen(out);
+  void *rv = NULL;
+  while (redisGetReply(mon, &rv) == REDIS_OK && rv) {
+    redisReply *r = rv;
+    bool hit = false;
+    for (int i = 0; r->type == REDIS_REPLY_STATUS && needles[i]; i++)
+      hit = hit || strcasestr(r->str, needles[i]) != NULL;
+    if (hit) {
+      const char *p = strchr(r->str, ']');
+      int w = snprintf(out + used, n - used, "%.*s\n", maxline,
+                       p ? p + 2 : r->str);
+      if (w > 0 && (size_t)w < n - used)
+        used += (size_t)w;
+    }
+    freeReplyObject(r);
+    rv = NULL;
+  }
 }
 
 /* rlock_unlock_owner on a thread (it blocks while the test finishes a

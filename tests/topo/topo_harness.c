@@ -72,8 +72,9 @@ uint16_t rt_crc16(const char *buf, size_t len) {
   return crc;
 }
 
-int rt_key_slot(const char *key) {
-  size_t len = strlen(key);
+int rt_key_slot(const char *key) { return rt_key_slot_n(key, strlen(key)); }
+
+int rt_key_slot_n(const char *key, size_t len) {
   const char *open = memchr(key, '{', len);
   if (open) {
     const char *close = memchr(open + 1, '}', len - (size_t)(open + 1 - key));
@@ -531,11 +532,25 @@ void rt_sentinel_stop(void) {
   T.se_dir[0] = '\0';
 }
 
+/* rt_sentinel_data_args: extra arguments for the data nodes. */
+static const char *data_extra[RT_DATA_ARGS_MAX + 1];
+
+void rt_sentinel_data_args(const char *const *args) {
+  size_t i = 0;
+  for (; args != NULL && args[i] != NULL && i < RT_DATA_ARGS_MAX; i++)
+    data_extra[i] = args[i];
+  cr_assert(args == NULL || args[i] == NULL, "more than %d data node "
+            "arguments", RT_DATA_ARGS_MAX);
+  data_extra[i] = NULL;
+}
+
 void rt_topo_stop_all(void) {
+  rt_slot_proxy_stop();
   rt_cluster_stop();
   rt_sentinel_stop();
   T.tls_dir[0] = '\0'; /* back to plain mode */
   T.tls_auth_clients = false;
+  data_extra[0] = NULL;
   for (size_t i = 0; i < sizeof T.conns / sizeof T.conns[0]; i++)
     if (T.conns[i].ctx) {
       redisFree(T.conns[i].ctx);
@@ -1133,7 +1148,7 @@ static void data_spawn(proc *p, int replica_of) {
            replica_of > 0 ? announced_port(replica_of) : 0);
   snprintf(tls_s, sizeof tls_s, "%d", p->tls_port);
   snprintf(log, sizeof log, "%s/redis.log", p->dir);
-  const char *argv[48] = {server_bin(), "--port",      port_s,
+  const char *argv[80] = {server_bin(), "--port",      port_s,
                           "--bind",     "127.0.0.1",   "--dir",
                           p->dir,       "--save",      "",
                           "--appendonly", "no",        "--daemonize",
@@ -1147,6 +1162,9 @@ static void data_spawn(proc *p, int replica_of) {
     argv[a] = NULL;
   }
   tls_args(argv, &a, tls_s, false);
+  for (size_t i = 0; data_extra[i] != NULL; i++)
+    argv[a++] = data_extra[i];
+  argv[a] = NULL;
   p->pid = spawn(argv, log);
 }
 
@@ -1376,6 +1394,19 @@ int rt_sentinel_kill_master(int64_t bound_ms) {
   proc *p = data_of_port(old);
   rt_node_forget(old);
   kill_proc(p);
+  wait_sentinels(next, false, bound_ms);
+  T.master_port = next;
+  T.replica_port = -1;
+  return next;
+}
+
+int rt_sentinel_kill_master_resume_replica(int64_t bound_ms) {
+  int old = T.master_port, next = T.replica_port;
+  proc *r = data_of_port(next);
+  cr_assert(r->stopped, "the replica %d is not stopped", next);
+  rt_node_forget(old);
+  kill_proc(data_of_port(old));
+  rt_sentinel_pause_node(next, false);
   wait_sentinels(next, false, bound_ms);
   T.master_port = next;
   T.replica_port = -1;

@@ -77,6 +77,7 @@ uint16_t rt_crc16(const char *buf, size_t len);
 /* The cluster slot of a key, with the hash-tag rule ({...} non-empty).
  * Any thread. */
 int rt_key_slot(const char *key);
+int rt_key_slot_n(const char *key, size_t len); /* binary-safe */
 
 /* ---- generic per-node helpers ---- */
 
@@ -174,6 +175,11 @@ void rt_cluster_wait_ok(int64_t bound_ms);
  * sentinels. sentinel_pass != NULL: the sentinels require it (requirepass
  * in their conf). Asserts. */
 void rt_sentinel_start(void);
+/* Extra redis-server arguments for the data nodes (master and replica) of
+ * the next rt_sentinel_start, e.g. {"--rename-command", "WAIT", "", NULL};
+ * copied as pointers (keep them alive); rt_topo_stop_all() clears them. */
+#define RT_DATA_ARGS_MAX 32
+void rt_sentinel_data_args(const char *const *args);
 void rt_sentinel_start_auth(const char *sentinel_pass);
 void rt_sentinel_stop(void);
 int rt_sentinel_port(int i);     /* sentinel i, 0..2 */
@@ -193,11 +199,35 @@ const char *rt_sentinel_dir(void);
 /* SIGKILLs the master and waits until all sentinels report the replica as
  * master and it says ROLE master. Returns the new master's port. */
 int rt_sentinel_kill_master(int64_t bound_ms);
+/* The replica stopped (rt_sentinel_pause_node): SIGKILLs the master
+ * first, then SIGCONTs the replica, so that it cannot sync again before it
+ * is promoted with what it had; waits as above. Returns its port. */
+int rt_sentinel_kill_master_resume_replica(int64_t bound_ms);
 /* SENTINEL FAILOVER mymaster and waits as above (the old master becomes a
  * replica of the new one). Returns the new master's port. */
 int rt_sentinel_failover(int64_t bound_ms);
 /* SIGSTOP / SIGCONT the data node on port. */
 void rt_sentinel_pause_node(int port, bool stop);
+
+/* ---- a slot-routing proxy (slot_proxy.c) ---- */
+
+/* Starts a forwarder on a free 127.0.0.1 port in front of the running
+ * cluster (its slot map read once, now): every request goes to the master
+ * owning its keys' slot (keyless ones to the first master); a request whose
+ * keys span slots is answered -CROSSSLOT, as Envoy's and Redis
+ * Enterprise's proxies do; no pub/sub. Returns the port. Threads of this
+ * process; rt_topo_stop_all() stops it. */
+int rt_slot_proxy_start(void);
+void rt_slot_proxy_stop(void);
+/* Before rt_slot_proxy_start: requests whose "<command> <first arg>"
+ * starts with `match` (case-insensitive) are answered with the RESP bytes
+ * `raw` instead of being forwarded (a proxy's own answers to probes). At
+ * most 8; rt_slot_proxy_stop() forgets them. */
+void rt_slot_proxy_answer(const char *match, const char *raw);
+/* Requests refused with CROSSSLOT, and forwarded, since the start. Any
+ * thread. */
+long rt_slot_proxy_refused(void);
+long rt_slot_proxy_forwarded(void);
 
 /* ---- teardown ---- */
 

@@ -338,3 +338,69 @@ Test(options_doc, table_matches_docs_api) {
                  s->name, (long long)max, (long long)s->max);
   }
 }
+
+/* replica_sync_connected_only (issue 24): default 0 (listed replicas
+ * count for replica sync), also for a caller built with an older header;
+ * 0 and 1 valid, anything else refused with a sentence naming the field. */
+Test(options04, replica_sync_connected_only) {
+  rlock_options o, full;
+  rlock_options_init(&o);
+  cr_assert_eq(o.replica_sync_connected_only, 0);
+
+  o.struct_size = offsetof(rlock_options, replica_sync_connected_only);
+  memset((char *)&o + o.struct_size, 0x5a, sizeof o - o.struct_size);
+  memset(&full, 0xa5, sizeof full);
+  cr_assert_eq(rlock__options_copy(&full, &o), 0);
+  cr_assert_eq(full.replica_sync_connected_only, 0);
+  cr_assert_eq(full.cluster_refresh_ms, 5000);
+  cr_assert_eq(rlock__options_validate(&full), 0);
+
+  static const int values[] = {0, 1, -1, 2, 100};
+  for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+    rlock_options_init(&o);
+    o.replica_sync_connected_only = values[i];
+    rlock__clear_last_error();
+    int rc = rlock__options_validate(&o);
+    if (values[i] == 0 || values[i] == 1) {
+      cr_assert_eq(rc, 0, "%d: %s", values[i], rlock_last_error());
+    } else {
+      cr_assert_eq(rc, RLOCK_EINVAL, "%d accepted", values[i]);
+      cr_assert_not_null(strstr(rlock_last_error(),
+                                "replica_sync_connected_only is"),
+                         "%s", rlock_last_error());
+    }
+  }
+}
+
+/* replica_sync_mode (issue 27): AUTO by default, also for a caller
+ * built with an older header; 0..2 valid, anything else refused. */
+Test(options04, replica_sync_mode) {
+  rlock_options o, full;
+  rlock_options_init(&o);
+  cr_assert_eq(o.replica_sync_mode, RLOCK_REPLICA_SYNC_AUTO);
+
+  o.struct_size = offsetof(rlock_options, replica_sync_mode);
+  memset((char *)&o + o.struct_size, 0x5a, sizeof o - o.struct_size);
+  memset(&full, 0xa5, sizeof full);
+  cr_assert_eq(rlock__options_copy(&full, &o), 0);
+  cr_assert_eq(full.replica_sync_mode, RLOCK_REPLICA_SYNC_AUTO);
+  cr_assert_eq(rlock__options_validate(&full), 0);
+
+  static const int values[] = {RLOCK_REPLICA_SYNC_AUTO,
+                               RLOCK_REPLICA_SYNC_WAIT,
+                               RLOCK_REPLICA_SYNC_WAITAOF, -1, 3};
+  for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+    rlock_options_init(&o);
+    o.replica_sync_mode = values[i];
+    rlock__clear_last_error();
+    int rc = rlock__options_validate(&o);
+    if (values[i] >= 0 && values[i] <= 2) {
+      cr_assert_eq(rc, 0, "%d: %s", values[i], rlock_last_error());
+    } else {
+      cr_assert_eq(rc, RLOCK_EINVAL, "%d accepted", values[i]);
+      cr_assert_not_null(strstr(rlock_last_error(),
+                                "replica_sync_mode is"),
+                         "%s", rlock_last_error());
+    }
+  }
+}

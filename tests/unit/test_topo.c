@@ -423,6 +423,29 @@ Test(topo_shards, failed_master_passed_over) {
   free(v);
 }
 
+/* Valkey 8 says "fail" where Redis says "failed" (issue 27): the failed
+ * master, listed first, is passed over all the same, and a failed replica
+ * is not counted online. */
+Test(topo_shards, valkey_fail_health) {
+  rlock__slot_range *v = NULL;
+  char err[256];
+  cr_assert_eq(SHARDS("*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:9\r\n"
+                      "$5\r\nnodes\r\n*3\r\n"
+                      "*8\r\n$2\r\nip\r\n$3\r\nold\r\n$4\r\nport\r\n:1\r\n"
+                      "$4\r\nrole\r\n$6\r\nmaster\r\n"
+                      "$6\r\nhealth\r\n$4\r\nfail\r\n"
+                      "*8\r\n$2\r\nip\r\n$3\r\nnew\r\n$4\r\nport\r\n:2\r\n"
+                      "$4\r\nrole\r\n$6\r\nmaster\r\n"
+                      "$6\r\nhealth\r\n$6\r\nonline\r\n"
+                      "*8\r\n$2\r\nip\r\n$3\r\nrep\r\n$4\r\nport\r\n:3\r\n"
+                      "$4\r\nrole\r\n$7\r\nreplica\r\n"
+                      "$6\r\nhealth\r\n$4\r\nfail\r\n",
+                      0, NULL, &v, err), 1, "%s", err);
+  expect_range(&v[0], 0, 9, "new", 2, 1);
+  cr_assert_eq(v[0].replicas_online, 0);
+  free(v);
+}
+
 #define SHARD1(slots, nodes)                                                 \
   "*1\r\n*4\r\n$5\r\nslots\r\n" slots "$5\r\nnodes\r\n" nodes
 #define MASTER_OK                                                            \
@@ -811,4 +834,53 @@ Test(topo_role, malformed) {
     cr_assert_eq(replicas, -7);
   }
   cr_assert_eq(rlock__parse_role(NULL, NULL), -1);
+}
+
+/* ---- SENTINEL REPLICAS ---- */
+
+static int sreplicas(const char *resp, size_t len) {
+  redisReply *r = parse_n(resp, len);
+  char err[200] = "";
+  int rc = rlock__parse_sentinel_replicas(r, err, sizeof err);
+  if (rc < 0)
+    cr_assert_neq(err[0], '\0', "no sentence for a refusal");
+  freeReplyObject(r);
+  return rc;
+}
+#define SREPLICAS(lit) sreplicas(lit, sizeof(lit) - 1)
+
+/* Abridged from Redis 7.0 sentinels (issue 24): a stopped replica (s_down,
+ * its run id known) counts; the failed old master that a failover listed as
+ * a replica of its successor (empty run id, never reached since) does not;
+ * an entry without a "runid" field counts (nothing says it never served). */
+Test(topo_sentinel_replicas, real_replies) {
+  cr_assert_eq(SREPLICAS("*0\r\n"), 0);
+  cr_assert_eq(SREPLICAS("*1\r\n*6\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n"
+                         "$5\r\nrunid\r\n$4\r\n5329\r\n"
+                         "$5\r\nflags\r\n$12\r\ns_down,slave\r\n"),
+               1);
+  cr_assert_eq(SREPLICAS("*1\r\n*6\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n"
+                         "$5\r\nrunid\r\n$0\r\n\r\n"
+                         "$5\r\nflags\r\n$18\r\nslave,disconnected\r\n"),
+               0);
+  cr_assert_eq(SREPLICAS("*2\r\n*2\r\n$2\r\nip\r\n$1\r\na\r\n"
+                         "*4\r\n$2\r\nip\r\n$1\r\nb\r\n$5\r\nrunid\r\n$1\r\nx\r\n"),
+               2);
+}
+
+Test(topo_sentinel_replicas, malformed) {
+  static const char *const bad[] = {
+      "$-1\r\n",
+      "-ERR unknown subcommand\r\n",
+      ":1\r\n",
+      "*1\r\n:1\r\n",
+      "*1\r\n*1\r\n$2\r\nip\r\n",              /* odd map */
+      "*1\r\n*2\r\n$4\r\nport\r\n$1\r\n1\r\n", /* no ip */
+      "*1\r\n*2\r\n$2\r\nip\r\n:1\r\n",        /* ip not text */
+      "*1\r\n*2\r\n:1\r\n$1\r\na\r\n",         /* key not text */
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    cr_assert_eq(sreplicas(bad[i], strlen(bad[i])), -1, "accepted: %s",
+                 bad[i]);
+  cr_assert_eq(rlock__parse_sentinel_replicas(NULL, NULL, 0), -1);
 }

@@ -1,0 +1,430 @@
+/* What managed services and proxies do to rlock (issue 27), against real
+ * servers: a master and replica without WAIT (rename-command, as a service
+ * that lacks it), the capability probes at connect, and CLIENT SETINFO. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "net.h"
+#include "topo_client.h"
+
+static void nowait_init(void) {
+  static const char *const args[] = {"--rename-command", "WAIT", "", NULL};
+  rt_sentinel_data_args(args);
+  rt_sentinel_start();
+}
+
+TestSuite(sentinel_nowait, .init = nowait_init, .fini = rt_topo_stop_all,
+          .timeout = 120);
+
+/* WAIT renamed away on the master (and its replica): the probe at connect
+ * finds it unknown, replica sync is off for that node - acquires succeed
+ * (before: every acquire's WAIT was refused, RLOCK_ENOREPLICA every time)
+ * and the client says why, once. */
+Test(sentinel_nowait, acquires_succeed_sync_reported_off) {
+  int master = rt_sentinel_master_port();
+  redisReply *w = rt_node_cmd(master, "WAIT 0 0");
+  cr_assert_eq(w->type, REDIS_REPLY_ERROR, "WAIT still there");
+  freeReplyObject(w);
+  rlock_options o;
+  rlock_options_init(&o);
+  o.replica_sync_timeout_ms = 300;
+  rlock_client *c = tc_open(rt_sentinel_uri(), &o);
+  const char *report = rlock__net_sync_report(rlock__client_net(c));
+  cr_assert(report != NULL && strstr(report, "replica sync is off") &&
+                strstr(report, "unknown command"),
+            "report: %s", report ? report : "(none)");
+  char name[64];
+  rt_key(name, sizeof name, "nowait");
+  rlock *l = tc_lock(c, name);
+  for (int i = 0; i < 3; i++) {
+    TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock without WAIT");
+    cr_assert_eq(rt_node_int(master, "EXISTS %s", name), 1);
+    TC_EQ(rlock_unlock(l), 1, "unlock");
+  }
+  cr_assert_eq(rlock__net_sync_report(rlock__client_net(c)), report,
+               "reported once");
+  rlock_free(l);
+  rlock_client_close(c);
+}
+
+/* ---- a cluster ---- */
+
+static void cluster3(void) { rt_cluster_start(3, 0); }
+
+TestSuite(managed_cluster, .init = cluster3, .fini = rt_topo_stop_all,
+          .timeout = 120);
+
+/* MONITOR connections on every master, started before a client opens. */
+typedef struct {
+  redisContext *mon[RT_MAX_NODES];
+  int n;
+} monitors;
+
+static void monitors_start(monitors *m) {
+  int ports[RT_MAX_NODES];
+  m->n = rt_cluster_masters(ports, RT_MAX_NODES);
+  for (int i = 0; i < m->n; i++) {
+    m->mon[i] = rt_node_connect(ports[i], 3000);
+    redisReply *r = redisCommand(m->mon[i], "MONITOR");
+    cr_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+  }
+}
+
+/* Appends every monitored line containing `needle` (case-insensitive) to
+ * out, and frees the monitors. */
+static void monitors_collect(monitors *m, const char *needle, char *out,
+                             size_t n) {
+  out[0] = '\0';
+  const char *needles[] = {needle, NULL};
+  for (int i = 0; i < m->n; i++) {
+    tc_monitor_lines(m->mon[i], needles, 1000, out, n);
+    redisFree(m->mon[i]);
+  }
+}
+
+/* The sharded pub/sub probe carries one channel argument (Azure Managed
+ * Redis never answers the bare PUBSUB SHARDNUMSUB), and the client goes
+ * sharded on its answer. */
+Test(managed_cluster, shardnumsub_probe_has_a_channel) {
+  monitors m;
+  monitors_start(&m);
+  rlock_client *c = tc_open(rt_cluster_uri(), NULL);
+  char seen[4000];
+  monitors_collect(&m, "shardnumsub", seen, sizeof seen);
+  cr_assert(strstr(seen, "\"PUBSUB\" \"SHARDNUMSUB\" \"0\"\n") != NULL,
+            "the probe as the masters saw it:\n%s", seen);
+  cr_assert(strstr(seen, "\"PUBSUB\" \"SHARDNUMSUB\"\n") == NULL,
+            "a bare probe was sent:\n%s", seen);
+  cr_assert(rlock__client_net(c)->sharded, "not sharded after the probe");
+  rlock_client_close(c);
+}
+
+/* ---- WAITAOF ---- */
+
+static void aof_init(void) {
+  static const char *const args[] = {"--appendonly", "yes", NULL};
+  rt_sentinel_data_args(args);
+  rt_sentinel_start();
+}
+
+TestSuite(sentinel_aof, .init = aof_init, .fini = rt_topo_stop_all,
+          .timeout = 120);
+
+/* A MONITOR connection to port. */
+static redisContext *monitor_on(int port) {
+  redisContext *mon = rt_node_connect(port, 3000);
+  redisReply *mr = redisCommand(mon, "MONITOR");
+  cr_assert(mr && mr->type == REDIS_REPLY_STATUS);
+  freeReplyObject(mr);
+  return mon;
+}
+
+/* Lines a MONITOR connection has buffered that mention WAIT (WAITAOF
+ * included) or `key`, as "cmd args" one per line; the connection is freed
+ * (its read timed out). */
+static void monitor_lines(redisContext *mon, const char *key, char *out,
+                          size_t n) {
+  const char *needles[] = {"\"wait", key, NULL};
+  out[0] = '\0';
+  tc_monitor_lines(mon, needles, 120, out, n);
+  redisFree(mon);
+}
+
+/* appendonly yes on master and replica. AUTO (the default): where the
+ * server knows WAITAOF (Redis 7.2+, Valkey) each acquire and release is
+ * followed by WAITAOF 1 1 <timeout>; where it does not (Redis 7.0) the
+ * probe's refusal keeps WAIT 1. replica_sync_mode WAIT: WAIT either way. */
+Test(sentinel_aof, auto_uses_waitaof_where_known) {
+  int master = rt_sentinel_master_port();
+  redisReply *pr = rt_node_cmd(master, "WAITAOF 0 0 0");
+  bool has_waitaof = pr->type == REDIS_REPLY_ARRAY;
+  freeReplyObject(pr);
+  redisContext *mon = monitor_on(master);
+  rlock_client *c = tc_open(rt_sentinel_uri(), NULL);
+  rlock_options ow;
+  rlock_options_init(&ow);
+  ow.replica_sync_mode = RLOCK_REPLICA_SYNC_WAIT;
+  rlock_client *cw = tc_open(rt_sentinel_uri(), &ow);
+  char name[64], namew[64];
+  rt_key(name, sizeof name, "aof");
+  rt_key(namew, sizeof namew, "aofw");
+  rlock *l = tc_lock(c, name), *lw = tc_lock(cw, namew);
+  TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock (AUTO)");
+  cr_assert_eq(rt_node_int(rt_sentinel_replica_port(), "EXISTS %s", name), 1);
+  TC_EQ(rlock_unlock(l), 1, "unlock (AUTO)");
+  char seen[8000];
+  monitor_lines(mon, name, seen, sizeof seen);
+  const char *want = has_waitaof ? "\"WAITAOF\" \"1\" \"1\" \"1000\""
+                                 : "\"WAIT\" \"1\" \"1000\"";
+  const char *lock_line = strstr(seen, name);
+  cr_assert(lock_line != NULL, "no acquire seen:\n%s", seen);
+  const char *after = strstr(lock_line, want);
+  cr_assert(after != NULL, "%s not behind the acquire (server %s "
+            "WAITAOF):\n%s", want, has_waitaof ? "has" : "lacks", seen);
+
+  mon = monitor_on(master);
+  TC_EQ(rlock_try_lock(lw, 0, 10000), 1, "lock (WAIT mode)");
+  TC_EQ(rlock_unlock(lw), 1, "unlock (WAIT mode)");
+  monitor_lines(mon, namew, seen, sizeof seen);
+  lock_line = strstr(seen, namew);
+  cr_assert(lock_line != NULL, "no acquire seen:\n%s", seen);
+  cr_assert(strstr(lock_line, "\"WAIT\" \"1\" \"1000\"") != NULL &&
+                strstr(lock_line, "\"WAITAOF\" \"1\"") == NULL,
+            "WAIT mode:\n%s", seen);
+  rlock_free(l);
+  rlock_free(lw);
+  rlock_client_close(cw);
+  rlock_client_close(c);
+}
+
+/* PX_N locks with a 1 s watchdog, taken through the slot proxy. */
+enum { PX_N = 300 };
+typedef struct {
+  rlock_client *c;
+  char names[PX_N][48];
+  rlock *locks[PX_N];
+} px_locks;
+
+/* Starts the proxy, opens a redis:// client on it (asserting open takes
+ * less than 1 s whatever the probes were answered) and takes the locks
+ * (names "<base>:<n>"). */
+static px_locks *px_lock_all(const char *base, long *refused_at_open) {
+  static px_locks p;
+  int port = rt_slot_proxy_start();
+  char uri[64];
+  snprintf(uri, sizeof uri, "redis://127.0.0.1:%d", port);
+  rlock_options o;
+  rlock_options_init(&o);
+  o.watchdog_timeout_ms = 1000;
+  int64_t t0 = rt_now_ms();
+  p.c = tc_open(uri, &o);
+  cr_assert_lt(rt_now_ms() - t0, 1000, "open took %lld ms",
+               (long long)(rt_now_ms() - t0));
+  *refused_at_open = rt_slot_proxy_refused();
+  for (int i = 0; i < PX_N; i++) {
+    rt_key(p.names[i], sizeof p.names[i], base);
+    p.locks[i] = tc_lock(p.c, p.names[i]);
+    TC_EQ(rlock_try_lock(p.locks[i], 0, -1), 1, "lock through the proxy");
+  }
+  return &p;
+}
+
+/* How many locks have a TTL on their slot's master; the first missing
+ * ones (name and PTTL) into missing. */
+static int px_held(const px_locks *p, char *missing, size_t n) {
+  int held = 0;
+  missing[0] = '\0';
+  for (int i = 0; i < PX_N; i++) {
+    long long pttl = rt_node_int(rt_cluster_key_owner(p->names[i]),
+                                 "PTTL %s", p->names[i]);
+    size_t used = strlen(missing);
+    if (pttl > 0)
+      held++;
+    else if (used + 60 < n)
+      snprintf(missing + used, n - used, " %.40s(%lld)", p->names[i], pttl);
+  }
+  return held;
+}
+
+static void px_unlock_all(px_locks *p) {
+  for (int i = 0; i < PX_N; i++) {
+    TC_EQ(rlock_unlock(p->locks[i]), 1, "unlock through the proxy");
+    rlock_free(p->locks[i]);
+  }
+  rlock_client_close(p->c);
+  rt_slot_proxy_stop();
+}
+
+/* A cluster behind one slot-routing endpoint that refuses cross-slot
+ * commands (rt_slot_proxy, as Envoy): a redis:// client finds out with
+ * the cross-slot probe at connect and renews its watchdog locks in
+ * batches of one slot each. 300 locks with a 1 s watchdog stay held for
+ * 5 s (before: the mixed renewal batches were refused with CROSSSLOT and
+ * every lock expired after 1 s). */
+Test(managed_cluster, cluster_behind_a_proxy_keeps_300_locks) {
+  long at_open = 0;
+  px_locks *p = px_lock_all("px", &at_open);
+  cr_assert_geq(at_open, 1, "the probe was not refused");
+  long refused = rt_slot_proxy_refused();
+  rt_sleep_ms(5000);
+  char missing[256];
+  int held = px_held(p, missing, sizeof missing);
+  cr_assert_eq(held, PX_N, "%d of %d locks held after 5 s; refused with "
+               "CROSSSLOT since the locks: %ld; gone:%s", held, PX_N,
+               rt_slot_proxy_refused() - refused, missing);
+  cr_assert_eq(rt_slot_proxy_refused(), refused, "cross-slot batches sent");
+  px_unlock_all(p);
+}
+
+/* Bad answers to the probes: a proxy that answers CLIENT SETINFO with an
+ * array, the cross-slot probe with a plain value (it lets the probe pass)
+ * and WAIT with garbage. Open succeeds, and the first renewal batch the
+ * proxy refuses with CROSSSLOT turns per-slot batching on: 300 locks with a
+ * 1 s watchdog stay held for 5 s all the same. */
+Test(managed_cluster, proxy_garbles_the_probes) {
+  rt_slot_proxy_answer("CLIENT SETINFO", "*1\r\n$3\r\nwho\r\n");
+  rt_slot_proxy_answer("EVAL redis.call('get', KEYS[1]); redis.call",
+                       "$2\r\nok\r\n");
+  rt_slot_proxy_answer("WAIT", "+maybe\r\n");
+  long at_open = 0;
+  px_locks *p = px_lock_all("pg", &at_open);
+  cr_assert_eq(at_open, 0, "the probe was refused");
+  rt_sleep_ms(5000);
+  char missing[256];
+  int held = px_held(p, missing, sizeof missing);
+  long refused = rt_slot_proxy_refused();
+  cr_assert_eq(held, PX_N, "%d of %d locks held after 5 s (%ld refused); "
+               "gone:%s", held, PX_N, refused, missing);
+  cr_assert_geq(refused, 1, "no mixed batch was ever sent");
+  cr_assert_lt(refused, 20, "%ld batches refused: per-slot batching did "
+               "not stick", refused);
+  px_unlock_all(p);
+}
+
+/* CLIENT SETINFO at connect: where the server has it (Redis 7.2+, Valkey)
+ * CLIENT LIST shows lib-name=rlock lib-ver=<version> on the client's
+ * connections; where it does not (Redis 7.0) the refusal is ignored and
+ * the client works as before. */
+Test(managed_cluster, client_setinfo_where_known) {
+  int m[RT_MAX_NODES];
+  int nm = rt_cluster_masters(m, RT_MAX_NODES);
+  cr_assert_geq(nm, 1);
+  redisContext *probe = rt_node_connect(m[0], 3000);
+  redisReply *r = redisCommand(probe, "CLIENT SETINFO LIB-NAME probe");
+  cr_assert(r != NULL);
+  bool has = r->type == REDIS_REPLY_STATUS;
+  freeReplyObject(r);
+  redisFree(probe);
+
+  rlock_options o;
+  rlock_options_init(&o);
+  o.client_name = "setinfo-test";
+  rlock_client *c = tc_open(rt_cluster_uri(), &o);
+  char name[64];
+  rt_key(name, sizeof name, "si");
+  rlock *l = tc_lock(c, name);
+  TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock");
+  TC_EQ(rlock_unlock(l), 1, "unlock");
+  int mine = 0, labelled = 0;
+  for (int i = 0; i < nm; i++) {
+    char *list = rt_node_str(m[i], "CLIENT LIST");
+    for (char *line = strtok(list, "\n"); line; line = strtok(NULL, "\n")) {
+      if (!strstr(line, " name=setinfo-test "))
+        continue;
+      mine++;
+      if (strstr(line, " lib-name=rlock lib-ver=" RLOCK_VERSION_STRING))
+        labelled++;
+    }
+    free(list);
+  }
+  cr_assert_geq(mine, nm, "the client's connections (%d) on %d masters",
+                mine, nm);
+  if (has)
+    cr_assert_eq(labelled, mine, "%d of %d connections show lib-name=rlock",
+                 labelled, mine);
+  else
+    cr_assert_eq(labelled, 0, "lib-name on a server without SETINFO?");
+  rlock_free(l);
+  rlock_client_close(c);
+}
+
+/* ---- commands a managed service disables ---- */
+
+static void renamed_init(void) {
+  static const char *const args[] = {
+      "--rename-command", "CONFIG",  "", "--rename-command", "DEBUG",    "",
+      "--rename-command", "KEYS",    "", "--rename-command", "MONITOR",  "",
+      "--rename-command", "SCRIPT",  "", "--rename-command", "FLUSHALL", "",
+      "--rename-command", "FLUSHDB", "", "--rename-command", "BGSAVE",   "",
+      "--rename-command", "BGREWRITEAOF", "", NULL};
+  rt_sentinel_data_args(args);
+  rt_sentinel_start();
+}
+
+TestSuite(managed_renamed, .init = renamed_init, .fini = rt_topo_stop_all,
+          .timeout = 120);
+
+/* The main lock paths on one client URI: lock and unlock, a waiter woken
+ * by the release message, watchdog renewal, fair and read/write locks, a
+ * semaphore and a count-down latch. */
+static void main_paths(const char *uri, int master) {
+  rlock_options o;
+  rlock_options_init(&o);
+  o.watchdog_timeout_ms = 1000;
+  rlock_client *a = tc_open(uri, &o), *b = tc_open(uri, &o);
+  char name[64], wd[64], fair[64], rw[64], sem[64], latch[64];
+  rt_key(name, sizeof name, "mr");
+  rt_key(wd, sizeof wd, "mrwd");
+  rt_key(fair, sizeof fair, "mrfair");
+  rt_key(rw, sizeof rw, "mrrw");
+  rt_key(sem, sizeof sem, "mrsem");
+  rt_key(latch, sizeof latch, "mrlatch");
+
+  rlock *la = tc_lock(a, name), *lb = tc_lock(b, name);
+  TC_EQ(rlock_try_lock(la, 0, 10000), 1, "lock");
+  tc_release_wakes(master, la, lb);
+
+  rlock *lw = tc_lock(a, wd);
+  TC_EQ(rlock_try_lock(lw, 0, -1), 1, "watchdog lock");
+  rt_sleep_ms(2500);
+  long long pttl = rt_node_int(master, "PTTL %s", wd);
+  cr_assert(pttl > 0 && pttl <= 1000, "renewed: PTTL %lld", pttl);
+  TC_EQ(rlock_unlock(lw), 1, "unlock watchdog lock");
+
+  rlock *lf = NULL, *lr = NULL, *lwr = NULL;
+  cr_assert_eq(rlock_get_fair(a, fair, &lf), 0);
+  TC_EQ(rlock_try_lock(lf, 1000, 10000), 1, "fair lock");
+  TC_EQ(rlock_unlock(lf), 1, "fair unlock");
+  cr_assert_eq(rlock_get_read(a, rw, &lr), 0);
+  cr_assert_eq(rlock_get_write(b, rw, &lwr), 0);
+  TC_EQ(rlock_try_lock(lr, 0, 10000), 1, "read lock");
+  TC_EQ(rlock_try_lock(lwr, 0, 10000), 0, "write lock while read held");
+  TC_EQ(rlock_unlock(lr), 1, "read unlock");
+  TC_EQ(rlock_try_lock(lwr, 1000, 10000), 1, "write lock");
+  TC_EQ(rlock_unlock(lwr), 1, "write unlock");
+
+  rlock_semaphore *s = NULL;
+  cr_assert_eq(rlock_semaphore_get(a, sem, &s), 0);
+  TC_EQ(rlock_semaphore_try_set_permits(s, 1, 0), 1, "set permits");
+  TC_EQ(rlock_semaphore_try_acquire(s, 1, 0), 1, "acquire a permit");
+  TC_EQ(rlock_semaphore_try_acquire(s, 1, 0), 0, "no permit left");
+  TC_EQ(rlock_semaphore_release(s, 1), 0, "release the permit");
+  rlock_latch *l = NULL;
+  cr_assert_eq(rlock_latch_get(b, latch, &l), 0);
+  TC_EQ(rlock_latch_try_set_count(l, 1), 1, "latch count");
+  TC_EQ(rlock_latch_count_down(l), 0, "count down");
+  TC_EQ(rlock_latch_await(l, 1000), 1, "latch open");
+
+  rlock_latch_free(l);
+  rlock_semaphore_free(s);
+  rlock_free(lf);
+  rlock_free(lr);
+  rlock_free(lwr);
+  rlock_free(lw);
+  rlock_free(la);
+  rlock_free(lb);
+  rlock_client_close(b);
+  rlock_client_close(a);
+}
+
+/* CONFIG, DEBUG, KEYS, MONITOR, SCRIPT, FLUSHALL, FLUSHDB, BGSAVE and
+ * BGREWRITEAOF renamed away on master and replica (as ElastiCache and
+ * others refuse them): the main paths work through the sentinels and on
+ * the master's own redis:// URI, replica sync included. */
+Test(managed_renamed, main_paths_without_admin_commands) {
+  int master = rt_sentinel_master_port();
+  static const char *const gone[] = {"CONFIG GET maxmemory", "KEYS *",
+                                     "SCRIPT FLUSH", "DEBUG SLEEP 0", NULL};
+  for (int i = 0; gone[i]; i++) {
+    redisReply *r = rt_node_cmd(master, gone[i]);
+    cr_assert_eq(r->type, REDIS_REPLY_ERROR, "%s still there", gone[i]);
+    freeReplyObject(r);
+  }
+  main_paths(rt_sentinel_uri(), master);
+  char uri[64];
+  snprintf(uri, sizeof uri, "redis://127.0.0.1:%d", master);
+  main_paths(uri, master);
+}

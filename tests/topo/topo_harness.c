@@ -614,6 +614,9 @@ static void cluster_spawn(proc *p) {
                         "--appendonly", "no",
                         "--daemonize", "no",
                         "--enable-debug-command", "yes",
+                        /* a replica's first sync starts at once, not after
+                         * the 5 s Redis waits for more replicas to join */
+                        "--repl-diskless-sync-delay", "0",
                         NULL};
   size_t a = 0;
   while (argv[a])
@@ -1138,8 +1141,9 @@ static void data_spawn(proc *p, int replica_of) {
                           p->dir,       "--save",      "",
                           "--appendonly", "no",        "--daemonize",
                           "no",         "--enable-debug-command", "yes",
+                          "--repl-diskless-sync-delay", "0", /* see above */
                           NULL};
-  size_t a = 15;
+  size_t a = 17;
   if (replica_of > 0) {
     argv[a++] = "--replicaof";
     argv[a++] = "127.0.0.1";

@@ -464,6 +464,16 @@ static bool answers_ping(int port) {
   return ok;
 }
 
+/* The process_id a server at port reports in INFO server; -1: none. */
+static pid_t server_pid(int port) {
+  char *t = node_text(port, "INFO server");
+  char *v = t ? info_field(t, "process_id") : NULL;
+  pid_t pid = v ? (pid_t)atol(v) : -1;
+  free(v);
+  free(t);
+  return pid;
+}
+
 /* Waits until the server answers PING; false when it exited at startup
  * because one of its ports was taken (free ports are picked by binding and
  * closing, so a concurrent test may grab one before the server binds it):
@@ -480,7 +490,9 @@ static bool wait_up(int port, pid_t pid, const char *log, int64_t bound) {
       cr_assert_fail("server on port %d exited at startup; log:\n%s", port,
                      buf);
     }
-    if (answers_ping(port))
+    /* Ours, not another test's server that took the port first (ours then
+     * exits, and the next round sees it). */
+    if (answers_ping(port) && (pid <= 0 || server_pid(port) == pid))
       return true;
     rt_node_forget(port);
     rt_topo_sleep_ms(20);

@@ -465,18 +465,36 @@ static bool answers_ping(int port) {
   return ok;
 }
 
-static void wait_ping(int port, pid_t pid, const char *log, int64_t bound) {
+/* The process_id a server at port reports in INFO server; -1: none. */
+static pid_t server_pid(int port) {
+  char *t = node_text(port, "INFO server");
+  char *v = t ? info_field(t, "process_id") : NULL;
+  pid_t pid = v ? (pid_t)atol(v) : -1;
+  free(v);
+  free(t);
+  return pid;
+}
+
+/* Waits until the server answers PING; false when it exited at startup
+ * because one of its ports was taken (free ports are picked by binding and
+ * closing, so a concurrent test may grab one before the server binds it):
+ * the caller starts over on new ports. Asserts on any other failure. */
+static bool wait_up(int port, pid_t pid, const char *log, int64_t bound) {
   int64_t deadline = rt_topo_now_ms() + bound;
   while (rt_topo_now_ms() < deadline) {
     int st;
     if (pid > 0 && waitpid(pid, &st, WNOHANG) == pid) {
       char buf[2048];
       log_tail(log, buf, sizeof buf);
+      if (strstr(buf, "already in use"))
+        return false;
       cr_assert_fail("server on port %d exited at startup; log:\n%s", port,
                      buf);
     }
-    if (answers_ping(port))
-      return;
+    /* Ours, not another test's server that took the port first (ours then
+     * exits, and the next round sees it). */
+    if (answers_ping(port) && (pid <= 0 || server_pid(port) == pid))
+      return true;
     rt_node_forget(port);
     rt_topo_sleep_ms(20);
   }
@@ -485,7 +503,20 @@ static void wait_ping(int port, pid_t pid, const char *log, int64_t bound) {
   cr_assert_fail("server on port %d did not answer within %" PRId64
                  " ms; log:\n%s",
                  port, bound, buf);
+  return false;
 }
+
+static void wait_ping(int port, pid_t pid, const char *log, int64_t bound) {
+  if (!wait_up(port, pid, log, bound)) {
+    char buf[2048];
+    log_tail(log, buf, sizeof buf);
+    cr_assert_fail("server on port %d: a port was taken; log:\n%s", port,
+                   buf);
+  }
+}
+
+/* Attempts at starting a topology whose ports were taken meanwhile. */
+#define START_ATTEMPTS 5
 
 /* ---- teardown ---- */
 
@@ -629,6 +660,9 @@ static void cluster_spawn(proc *p) {
                         "--appendonly", "no",
                         "--daemonize", "no",
                         "--enable-debug-command", "yes",
+                        /* a replica's first sync starts at once, not after
+                         * the 5 s Redis waits for more replicas to join */
+                        "--repl-diskless-sync-delay", "0",
                         NULL};
   size_t a = 0;
   while (argv[a])
@@ -840,7 +874,7 @@ static void read_node_id(proc *p) {
   free(id);
 }
 
-void rt_cluster_start(int masters, int replicas_per_master) {
+static bool cluster_start_once(int masters, int replicas_per_master) {
   rt_cluster_stop();
   ensure_atexit();
   int total = masters * (1 + replicas_per_master);
@@ -880,7 +914,8 @@ void rt_cluster_start(int masters, int replicas_per_master) {
   for (int i = 0; i < total; i++) {
     char log[PATH_MAX + 16];
     snprintf(log, sizeof log, "%s/redis.log", T.cl[i].dir);
-    wait_ping(T.cl[i].port, T.cl[i].pid, log, 10000);
+    if (!wait_up(T.cl[i].port, T.cl[i].pid, log, 10000))
+      return false;
     read_node_id(&T.cl[i]);
   }
 
@@ -947,6 +982,12 @@ void rt_cluster_start(int masters, int replicas_per_master) {
   int m[RT_MAX_NODES];
   cr_assert_eq(rt_cluster_masters(m, RT_MAX_NODES), masters,
                "expected %d masters", masters);
+  return true;
+}
+
+void rt_cluster_start(int masters, int replicas_per_master) {
+  for (int i = 1; !cluster_start_once(masters, replicas_per_master); i++)
+    cr_assert(i < START_ATTEMPTS, "cluster: ports taken %d times", i);
 }
 
 void rt_cluster_key_on(char *buf, size_t n, const char *base, int port) {
@@ -1153,8 +1194,9 @@ static void data_spawn(proc *p, int replica_of) {
                           p->dir,       "--save",      "",
                           "--appendonly", "no",        "--daemonize",
                           "no",         "--enable-debug-command", "yes",
+                          "--repl-diskless-sync-delay", "0", /* see above */
                           NULL};
-  size_t a = 15;
+  size_t a = 17;
   if (replica_of > 0) {
     argv[a++] = "--replicaof";
     argv[a++] = "127.0.0.1";
@@ -1309,7 +1351,7 @@ static void wait_linked(int replica, int64_t bound) {
 
 void rt_sentinel_start(void) { rt_sentinel_start_auth(NULL); }
 
-void rt_sentinel_start_auth(const char *sentinel_pass) {
+static bool sentinel_start_once(const char *sentinel_pass) {
   rt_sentinel_stop();
   ensure_atexit();
   make_tmp(T.se_dir, sizeof T.se_dir, "sentinel");
@@ -1339,7 +1381,8 @@ void rt_sentinel_start_auth(const char *sentinel_pass) {
   for (int i = 0; i < 2; i++) {
     char log[PATH_MAX + 16];
     snprintf(log, sizeof log, "%s/redis.log", T.data[i].dir);
-    wait_ping(T.data[i].port, T.data[i].pid, log, 10000);
+    if (!wait_up(T.data[i].port, T.data[i].pid, log, 10000))
+      return false;
   }
   wait_linked(T.replica_port, 15000);
 
@@ -1384,9 +1427,16 @@ void rt_sentinel_start_auth(const char *sentinel_pass) {
   for (int i = 0; i < 3; i++) {
     char log[PATH_MAX + 16];
     snprintf(log, sizeof log, "%s/redis.log", T.sen[i].dir);
-    wait_ping(T.sen[i].port, T.sen[i].pid, log, 10000);
+    if (!wait_up(T.sen[i].port, T.sen[i].pid, log, 10000))
+      return false;
   }
   wait_sentinels(T.master_port, true, 30000);
+  return true;
+}
+
+void rt_sentinel_start_auth(const char *sentinel_pass) {
+  for (int i = 1; !sentinel_start_once(sentinel_pass); i++)
+    cr_assert(i < START_ATTEMPTS, "sentinel: ports taken %d times", i);
 }
 
 int rt_sentinel_kill_master(int64_t bound_ms) {

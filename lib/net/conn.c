@@ -350,7 +350,11 @@ static void hs_error(rlock__conn *conn, int kind, const redisReply *reply) {
   conn->hs_err = err;
 }
 
-static void hs_reply(rlock__conn *conn, int kind, const redisReply *reply) {
+/* seq 1 marks the first PING of the handshake (see conn_start): it checks
+ * the peer; only the last one, behind the probes, makes the connection
+ * ready. */
+static void hs_reply(rlock__conn *conn, int kind, uint32_t seq,
+                     const redisReply *reply) {
   if (kind == EXP_ASKING)
     return; /* the command behind it answers for both */
   if (reply->type == REDIS_REPLY_ERROR) {
@@ -369,7 +373,7 @@ static void hs_reply(rlock__conn *conn, int kind, const redisReply *reply) {
     conn_drop(conn, RLOCK_EPROTO, detail);
     return;
   }
-  if (kind == EXP_PING)
+  if (kind == EXP_PING && seq == 0)
     conn_ready(conn);
 }
 
@@ -592,7 +596,7 @@ static void on_reply(rlock__conn *conn, redisReply *reply) {
   } else if (e.kind == EXP_PROBE) {
     probe_reply(conn, (int)e.seq, reply);
   } else {
-    hs_reply(conn, e.kind, reply);
+    hs_reply(conn, e.kind, e.seq, reply);
   }
 }
 
@@ -663,6 +667,14 @@ static int conn_start(rlock__conn *conn) {
     conn->node->cap_waitaof = 0;
     conn->node->aof_on = 0;
   }
+  /* A PING before the probes too: whatever the probes are answered never
+   * fails the handshake, so a peer that is not Redis (one that greets with
+   * replies nobody asked for, say) must meet a step that checks its answer
+   * before them - that PING's reply must be +PONG. */
+  static const size_t ping_len[1] = {4};
+  argv[0] = "PING";
+  if (rc == 0)
+    rc = expect_append_seq(conn, EXP_PING, NULL, 1, 1, argv, ping_len);
   if (rc == 0)
     rc = probes_send(conn);
   if (rc == 0) {

@@ -433,6 +433,8 @@ Test(cli, man_page_lists_every_option_and_exit_code) {
       "A cron job", "cleanup -- /usr/local/bin/cleanup", "[Service]", "ExecStart=/usr/bin/rlock",
       "rlock --permits 3", "--token \"$RLOCK_TOKEN\"",
       "rlock -u redis://redis.internal status",
+      /* issue 28 */
+      "rlock ls", "--limit", "--watch", "rlock: ls: skipped",
   };
   for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
     cr_expect(strstr(man, must[i]) != NULL, "rlock(1) lacks \"%s\"", must[i]);

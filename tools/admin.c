@@ -26,9 +26,9 @@
 /* Opens a client on `uri` with the --tls-* and --sentinel-* options.
  * 0, or the exit code with the failure printed as the lock command prints
  * it. */
-int cli_open_client(const char *uri, const cli_tls_opts *tls,
-                    const cli_sentinel_opts *sentinel,
-                    rlock_client **client) {
+static int open_client(const char *uri, const cli_tls_opts *tls,
+                       const cli_sentinel_opts *sentinel,
+                       rlock_client **client) {
   rlock_options opts;
   rlock_options_init(&opts);
   opts.uri = uri;
@@ -36,6 +36,18 @@ int cli_open_client(const char *uri, const cli_tls_opts *tls,
   cli_sentinel_apply(sentinel, &opts);
   int rc = rlock_client_open(client, &opts);
   return rc == 0 ? 0 : cli_open_failed(rc);
+}
+
+int cli_connect(const char *uri_flag, const cli_tls_opts *tls,
+                cli_sentinel_opts *sentinel, rlock_client **client) {
+  const char *uri = cli_resolve_uri(uri_flag);
+  int rc = cli_tls_check(tls, uri);
+  if (rc == 0)
+    rc = cli_sentinel_check(sentinel, uri);
+  if (rc == 0)
+    rc = open_client(uri, tls, sentinel, client);
+  cli_sentinel_free(sentinel);
+  return rc;
 }
 
 int cli_release_orphan(const char *uri, const cli_tls_opts *tls,
@@ -406,15 +418,8 @@ int cli_status_main(int argc, char **argv) {
       return CLI_EX_USAGE;
     }
   }
-  const char *uri = cli_resolve_uri(uri_flag);
-  int rc = cli_tls_check(&tls, uri);
-  if (rc == 0)
-    rc = cli_sentinel_check(&sentinel, uri);
-  if (rc != 0)
-    return rc;
   rlock_client *client;
-  rc = cli_open_client(uri, &tls, &sentinel, &client);
-  cli_sentinel_free(&sentinel);
+  int rc = cli_connect(uri_flag, &tls, &sentinel, &client);
   if (rc != 0)
     return rc;
   rc = watch ? status_watch(client, argv + optind, argc - optind, json,
@@ -490,15 +495,8 @@ int cli_unlock_main(int argc, char **argv) {
     cli_err("unlock: missing lock NAME");
     return CLI_EX_USAGE;
   }
-  const char *uri = cli_resolve_uri(uri_flag);
-  int rc = cli_tls_check(&tls, uri);
-  if (rc == 0)
-    rc = cli_sentinel_check(&sentinel, uri);
-  if (rc != 0)
-    return rc;
   rlock_client *client;
-  rc = cli_open_client(uri, &tls, &sentinel, &client);
-  cli_sentinel_free(&sentinel);
+  int rc = cli_connect(uri_flag, &tls, &sentinel, &client);
   if (rc != 0)
     return rc;
   /* A NAME that is not a lock is reported and skipped; the other NAMEs are

@@ -232,10 +232,12 @@ int cli_status_main(int argc, char **argv);
 int cli_unlock_main(int argc, char **argv);
 int cli_ls_main(int argc, char **argv);
 
-/* Opens a client on `uri` with the --tls-* and --sentinel-* options. 0, or
- * the exit code with the failure printed as the lock command prints it. */
-int cli_open_client(const char *uri, const cli_tls_opts *tls,
-                    const cli_sentinel_opts *sentinel, rlock_client **client);
+/* The subcommands' connection: resolves the URI (-u, $REDIS_URL, the
+ * default), checks the --tls-* and --sentinel-* options against it and
+ * opens a client with them; the sentinel password is wiped either way. 0,
+ * or the exit code with the failure printed. */
+int cli_connect(const char *uri_flag, const cli_tls_opts *tls,
+                cli_sentinel_opts *sentinel, rlock_client **client);
 
 /* Writes s as a JSON string (quoted, escaped). */
 void cli_json_string(FILE *out, const char *s, size_t len);

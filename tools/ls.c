@@ -248,15 +248,8 @@ int cli_ls_main(int argc, char **argv) {
     return CLI_EX_USAGE;
   }
   const char *pattern = optind < argc ? argv[optind] : "*";
-  const char *uri = cli_resolve_uri(uri_flag);
-  int rc = cli_tls_check(&tls, uri);
-  if (rc == 0)
-    rc = cli_sentinel_check(&sentinel, uri);
-  if (rc != 0)
-    return rc;
   rlock_client *client;
-  rc = cli_open_client(uri, &tls, &sentinel, &client);
-  cli_sentinel_free(&sentinel);
+  int rc = cli_connect(uri_flag, &tls, &sentinel, &client);
   if (rc != 0)
     return rc;
   rlock_scan_options so;

@@ -185,6 +185,17 @@ Test(info_sentinel, reads_the_current_master_after_a_failover) {
   rt_owner(owner, sizeof owner, c, me);
   cr_assert_str_eq(info.holders[0].key, owner);
   rlock_info_free(&info);
+  /* the scan goes to the master the sentinels name now */
+  rlock_scan_options o;
+  rlock_scan_options_init(&o);
+  o.pattern = "info:sentinel";
+  rlock_scan *s = NULL;
+  TC_EQ(rlock_scan_open(c, &o, &s), 0, "scan open");
+  const char *name = NULL;
+  TC_EQ(rlock_scan_next(s, &name, NULL), 1, "scan next");
+  cr_assert_str_eq(name, "info:sentinel");
+  TC_EQ(rlock_scan_next(s, &name, NULL), 0, "scan end");
+  rlock_scan_close(s);
   TC_EQ(rlock_unlock_owner(l, me), 1, "unlock on the new master");
   rlock_free(l);
   rlock_client_close(c);

@@ -900,6 +900,67 @@ RLOCK_EXTERN int rlock_client_force_unlock(rlock_client *client,
  */
 RLOCK_EXTERN int rlock_force_unlock_owner(rlock *lock, const char *owner);
 
+/* ---- listing names (`rlock ls`) ---------------------------------------- *
+ * Every name under which a lock, semaphore or latch (rlock's or Java
+ * Redisson's) keeps a key, found with SCAN (never KEYS): on each master of
+ * a cluster in turn, on the master through Sentinel. A key a kind keeps
+ * beside its name (a fair lock's queue and deadlines, a fenced lock's
+ * token, a permit-expirable semaphore's leases, a read lock's hold leases,
+ * an unlock's request latch) counts as its name, so each name comes once
+ * however many keys it has. Other keys come as their own names: read each
+ * name with rlock_info_get() to tell a lock from a foreign value
+ * (RLOCK_INFO_FOREIGN) or a name gone since (RLOCK_INFO_NONE). SCAN's own
+ * guarantees hold: a name present for the whole scan is returned; one
+ * created or deleted meanwhile may or may not be. */
+
+typedef struct rlock_scan rlock_scan;
+
+typedef struct rlock_scan_options {
+  size_t struct_size; /* rlock_scan_options_init() sets it */
+  /* The names to return, as a Redis glob (MATCH's syntax: * ? [abc] [^a]
+   * [a-z], a backslash escapes). NULL or "": every name. Matched against
+   * the name, not the key: "job*" finds the fenced lock job1 by its token
+   * key redisson_lock_token:{job1}. */
+  const char *pattern;
+  /* SCAN's COUNT, the keys the server looks at per round trip: each is
+   * that much work for the server, so a scan never blocks it. 1..100000;
+   * 0: 1000. */
+  int count;
+} rlock_scan_options;
+
+/* Zeroes `o` and sets struct_size to `size`; use rlock_scan_options_init(). */
+RLOCK_EXTERN void rlock_scan_options_init_size(rlock_scan_options *o,
+                                               size_t size);
+static inline void rlock_scan_options_init(rlock_scan_options *o) {
+  rlock_scan_options_init_size(o, sizeof(*o));
+}
+
+/*
+ * Starts a scan of the names matching opts->pattern (opts NULL: every
+ * name, COUNT 1000). Nothing is sent until rlock_scan_next(). Errors:
+ * RLOCK_EINVAL (NULL client or out, a struct_size not set or larger than
+ * this library's, count out of range), RLOCK_ECLOSED, RLOCK_ENOMEM.
+ * Close the scan (rlock_scan_close()) before its client.
+ */
+RLOCK_EXTERN int rlock_scan_open(rlock_client *client,
+                                 const rlock_scan_options *opts,
+                                 rlock_scan **out);
+
+/*
+ * The next name (blocking; a SCAN round trip when the names of the last
+ * one are used up): returns 1 with *name (NUL-terminated, valid until the
+ * next call or the close) and *len (NULL ok), 0 when every master has
+ * been scanned, or a negative error: the transport errors, RLOCK_ENOPERM
+ * (the ACL denies SCAN), RLOCK_EPROTO, RLOCK_ECLUSTER (no slot map); the
+ * last error names the master. Memory grows with the names returned (each
+ * is remembered to return it once).
+ */
+RLOCK_EXTERN int rlock_scan_next(rlock_scan *scan, const char **name,
+                                 size_t *len);
+
+/* Ends a scan and frees it. NULL is accepted. */
+RLOCK_EXTERN void rlock_scan_close(rlock_scan *scan);
+
 /*
  * Cancels a pending acquire from any thread: its callback fires with
  * RLOCK_ECANCELED (unless it already fired or fires first with its own

@@ -16,7 +16,10 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -33,6 +36,18 @@ static int open_client(const char *uri, const cli_tls_opts *tls,
   cli_sentinel_apply(sentinel, &opts);
   int rc = rlock_client_open(client, &opts);
   return rc == 0 ? 0 : cli_open_failed(rc);
+}
+
+int cli_connect(const char *uri_flag, const cli_tls_opts *tls,
+                cli_sentinel_opts *sentinel, rlock_client **client) {
+  const char *uri = cli_resolve_uri(uri_flag);
+  int rc = cli_tls_check(tls, uri);
+  if (rc == 0)
+    rc = cli_sentinel_check(sentinel, uri);
+  if (rc == 0)
+    rc = open_client(uri, tls, sentinel, client);
+  cli_sentinel_free(sentinel);
+  return rc;
 }
 
 int cli_release_orphan(const char *uri, const cli_tls_opts *tls,
@@ -59,7 +74,7 @@ int cli_release_orphan(const char *uri, const cli_tls_opts *tls,
 
 /* ---- status ---- */
 
-static void json_string(FILE *out, const char *s, size_t len) {
+void cli_json_string(FILE *out, const char *s, size_t len) {
   fputc('"', out);
   for (size_t i = 0; i < len; i++) {
     unsigned char ch = (unsigned char)s[i];
@@ -200,7 +215,7 @@ static void print_string_json(const rlock_info *info) {
   for (size_t i = 0; i < info->permits_n; i++) {
     const rlock_info_entry *p = &info->permits[i];
     printf("%s", i > 0 ? "," : "");
-    json_string(stdout, p->key, p->key_len);
+    cli_json_string(stdout, p->key, p->key_len);
     if (p->ttl_ms == RLOCK_INFO_NO_EXPIRY)
       fputs(":null", stdout);
     else
@@ -213,10 +228,10 @@ static void print_json(const char *name, const rlock_info *info,
                        bool first) {
   fputs(first ? "  {" : ",\n  {", stdout);
   fputs("\"name\":", stdout);
-  json_string(stdout, name, strlen(name));
+  cli_json_string(stdout, name, strlen(name));
   printf(",\"locked\":%s,\"type\":", is_type(info, "none") ? "false"
                                                            : "true");
-  json_string(stdout, info->type, strlen(info->type));
+  cli_json_string(stdout, info->type, strlen(info->type));
   if (info->ttl_ms == -2)
     fputs(",\"ttl_ms\":null", stdout);
   else
@@ -226,17 +241,17 @@ static void print_json(const char *name, const rlock_info *info,
     const rlock_info_entry *h = &info->holders[i];
     if (i > 0)
       fputc(',', stdout);
-    json_string(stdout, h->key, h->key_len);
+    cli_json_string(stdout, h->key, h->key_len);
     fputc(':', stdout);
     if (counted(h))
       fwrite(h->value, 1, h->value_len, stdout);
     else
-      json_string(stdout, h->value, h->value_len);
+      cli_json_string(stdout, h->value, h->value_len);
   }
   printf("},\"waiters\":%" PRId64, info->waiters);
   if (info->mode != NULL) {
     fputs(",\"kind\":\"read/write\",\"mode\":", stdout);
-    json_string(stdout, info->mode, strlen(info->mode));
+    cli_json_string(stdout, info->mode, strlen(info->mode));
   }
   if (info->queue_total > 0)
     printf(",\"queue\":%zu", info->queue_total);
@@ -247,8 +262,103 @@ static void print_json(const char *name, const rlock_info *info,
   fputc('}', stdout);
 }
 
+/* One status of every NAME: 0, or the exit code with the error printed. */
+static int status_once(rlock_client *client, char **names, int n,
+                       bool json) {
+  int rc = 0;
+  if (json)
+    fputs("[\n", stdout);
+  for (int i = 0; i < n && rc == 0; i++) {
+    rlock_info info;
+    rlock_info_init(&info);
+    int err = rlock_info_get(client, names[i], &info);
+    if (err < 0) {
+      char what[96];
+      snprintf(what, sizeof what, "reading '%.80s'", names[i]);
+      fflush(stdout); /* in order, when both go to one file */
+      cli_err_rlock(err, what);
+      rc = cli_exit_for(err);
+      break;
+    }
+    if (json)
+      print_json(names[i], &info, i == 0);
+    else
+      print_human(names[i], &info);
+    rlock_info_free(&info);
+  }
+  if (json && rc == 0)
+    fputs("\n]\n", stdout);
+  return rc;
+}
+
+/* --watch: SIGINT ends it (exit 0). */
+static volatile sig_atomic_t g_watch_stop;
+
+static void on_watch_signal(int sig) {
+  (void)sig;
+  g_watch_stop = 1;
+}
+
+/* The status again every interval_ms until SIGINT (0) or an error (its
+ * exit code): on a terminal the screen is cleared and redrawn; otherwise
+ * each refresh follows the last, after a line with the time. */
+static int status_watch(rlock_client *client, char **names, int n, bool json,
+                        int64_t interval_ms) {
+  struct sigaction sa, old_int;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_watch_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  bool tty = isatty(STDOUT_FILENO) == 1;
+  int rc = 0;
+  while (!g_watch_stop) {
+    time_t now = time(NULL);
+    struct tm tm;
+    char stamp[32];
+    gmtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    if (tty)
+      fputs("\033[H\033[2J", stdout);
+    printf("%s%s, every %" PRId64 " ms%s\n", json ? "// " : "# ", stamp,
+           interval_ms, tty ? " (Ctrl-C ends)" : "");
+    rc = status_once(client, names, n, json);
+    if (rc != 0)
+      break;
+    if (fflush(stdout) != 0) {
+      cli_err("writing the status: %s", strerror(errno));
+      rc = CLI_EX_OSERR;
+      break;
+    }
+    for (int64_t until = cli_now_ms() + interval_ms;
+         !g_watch_stop && cli_now_ms() < until;) {
+      int64_t left = until - cli_now_ms();
+      struct timespec ts = {0, (long)(left < 50 ? left : 50) * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+  }
+  sigaction(SIGINT, &old_int, NULL);
+  return rc;
+}
+
+/* --watch's INTERVAL: seconds ("2", "0.5") or a duration with its unit
+ * ("500ms", "2s"); at least 100 ms. False when it is none. */
+static bool watch_interval(const char *text, int64_t *ms) {
+  char *end = NULL;
+  errno = 0;
+  double s = strtod(text, &end);
+  if (text[0] >= '0' && text[0] <= '9' && errno == 0 && end != text &&
+      *end == '\0' && s <= 86400)
+    *ms = (int64_t)(s * 1000 + 0.5);
+  else if (!cli_parse_duration(text, ms))
+    return false;
+  return *ms >= 100;
+}
+
+enum { OPT_WATCH = 256 };
+
 static const struct option status_longopts[] = {
     {"json", no_argument, NULL, 'j'},
+    {"watch", optional_argument, NULL, OPT_WATCH},
     {"uri", required_argument, NULL, 'u'},
     {"help", no_argument, NULL, 'h'},
     CLI_TLS_LONGOPTS,
@@ -260,7 +370,8 @@ int cli_status_main(int argc, char **argv) {
   const char *uri_flag = NULL;
   cli_tls_opts tls = {0};
   cli_sentinel_opts sentinel = {0};
-  bool json = false;
+  bool json = false, watch = false;
+  int64_t interval_ms = 1000;
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, ":u:jh", status_longopts, NULL)) !=
@@ -271,6 +382,21 @@ int cli_status_main(int argc, char **argv) {
       break;
     case 'j':
       json = true;
+      break;
+    case OPT_WATCH:
+      watch = true;
+      if (optarg != NULL) { /* --watch=INTERVAL */
+        if (!watch_interval(optarg, &interval_ms)) {
+          cli_err("status: invalid --watch interval '%s' (seconds, or 500ms, "
+                  "2s; at least 100ms)",
+                  optarg);
+          return CLI_EX_USAGE;
+        }
+      } else if (optind < argc && argv[optind][0] >= '0' &&
+                 argv[optind][0] <= '9' &&
+                 watch_interval(argv[optind], &interval_ms)) {
+        optind++; /* --watch INTERVAL */
+      }
       break;
     case 'h':
       cli_help(stdout);
@@ -292,39 +418,13 @@ int cli_status_main(int argc, char **argv) {
       return CLI_EX_USAGE;
     }
   }
-  const char *uri = cli_resolve_uri(uri_flag);
-  int rc = cli_tls_check(&tls, uri);
-  if (rc == 0)
-    rc = cli_sentinel_check(&sentinel, uri);
-  if (rc != 0)
-    return rc;
   rlock_client *client;
-  rc = open_client(uri, &tls, &sentinel, &client);
-  cli_sentinel_free(&sentinel);
+  int rc = cli_connect(uri_flag, &tls, &sentinel, &client);
   if (rc != 0)
     return rc;
-  if (json)
-    fputs("[\n", stdout);
-  for (int i = optind; i < argc && rc == 0; i++) {
-    rlock_info info;
-    rlock_info_init(&info);
-    int err = rlock_info_get(client, argv[i], &info);
-    if (err < 0) {
-      char what[96];
-      snprintf(what, sizeof what, "reading '%.80s'", argv[i]);
-      fflush(stdout); /* in order, when both go to one file */
-      cli_err_rlock(err, what);
-      rc = cli_exit_for(err);
-      break;
-    }
-    if (json)
-      print_json(argv[i], &info, i == optind);
-    else
-      print_human(argv[i], &info);
-    rlock_info_free(&info);
-  }
-  if (json && rc == 0)
-    fputs("\n]\n", stdout);
+  rc = watch ? status_watch(client, argv + optind, argc - optind, json,
+                            interval_ms)
+             : status_once(client, argv + optind, argc - optind, json);
   rlock_client_close(client);
   if (fflush(stdout) != 0 && rc == 0) {
     cli_err("writing the status: %s", strerror(errno));
@@ -395,15 +495,8 @@ int cli_unlock_main(int argc, char **argv) {
     cli_err("unlock: missing lock NAME");
     return CLI_EX_USAGE;
   }
-  const char *uri = cli_resolve_uri(uri_flag);
-  int rc = cli_tls_check(&tls, uri);
-  if (rc == 0)
-    rc = cli_sentinel_check(&sentinel, uri);
-  if (rc != 0)
-    return rc;
   rlock_client *client;
-  rc = open_client(uri, &tls, &sentinel, &client);
-  cli_sentinel_free(&sentinel);
+  int rc = cli_connect(uri_flag, &tls, &sentinel, &client);
   if (rc != 0)
     return rc;
   /* A NAME that is not a lock is reported and skipped; the other NAMEs are

@@ -4,6 +4,7 @@
  *            options may come before status and unlock)
  *   rlock.1.scd  the manual page, rlock(1), in scdoc (tools/meson.build)
  *   run.c    `rlock NAME -- COMMAND`: the lock thread, signals, the child
+ *   ls.c     `rlock ls [PATTERN]`: rlock_scan_* and rlock_info_get
  *   admin.c  `rlock status`, `rlock unlock --force` and run.c's clean-up
  *            of a lock left by a closed client, through the library
  *            (rlock_info_get, rlock_client_force_unlock,
@@ -218,13 +219,28 @@ void cli_sentinel_apply(const cli_sentinel_opts *s, rlock_options *o);
 /* Wipes and frees the password read by cli_sentinel_check. */
 void cli_sentinel_free(cli_sentinel_opts *s);
 
+/* "1500", "1500ms", "1.5s", "2m", "1h" -> milliseconds (at most 24 days).
+ * False on a malformed or out-of-range value. */
+bool cli_parse_duration(const char *text, int64_t *out_ms);
+
 /* Monotonic milliseconds. */
 int64_t cli_now_ms(void);
 
-/* `rlock status ...` / `rlock unlock ...`: argv starts at the subcommand.
- * Return the process exit code. */
+/* `rlock status ...` / `rlock unlock ...` / `rlock ls ...` (ls.c): argv
+ * starts at the subcommand. Return the process exit code. */
 int cli_status_main(int argc, char **argv);
 int cli_unlock_main(int argc, char **argv);
+int cli_ls_main(int argc, char **argv);
+
+/* The subcommands' connection: resolves the URI (-u, $REDIS_URL, the
+ * default), checks the --tls-* and --sentinel-* options against it and
+ * opens a client with them; the sentinel password is wiped either way. 0,
+ * or the exit code with the failure printed. */
+int cli_connect(const char *uri_flag, const cli_tls_opts *tls,
+                cli_sentinel_opts *sentinel, rlock_client **client);
+
+/* Writes s as a JSON string (quoted, escaped). */
+void cli_json_string(FILE *out, const char *s, size_t len);
 
 /* `rlock [options] NAME -- COMMAND`. Returns the process exit code. */
 int cli_run(const cli_run_opts *o);

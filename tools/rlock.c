@@ -25,13 +25,15 @@ static const char help_text[] =
     "Usage:\n"
     "  rlock [options] NAME [--] COMMAND [ARGS...]\n"
     "  rlock [options] NAME -c SHELL-COMMAND\n"
-    "  rlock [connection options] status [--json] NAME...\n"
+    "  rlock [connection options] status [--json] [--watch [INTERVAL]] NAME...\n"
+    "  rlock [connection options] ls [--json] [--limit N] [PATTERN]\n"
     "  rlock [connection options] unlock --force [--any-type] [KIND] NAME...\n"
     "  rlock --help | --version\n"
     "\n"
     "Run COMMAND while holding the distributed lock NAME, a Redisson lock in\n"
     "Redis, and exit with COMMAND's status: COMMAND runs on one machine at a\n"
-    "time. Options come before NAME; a lock called status or unlock follows --.\n"
+    "time. Options come before NAME; a lock called status, unlock or ls\n"
+    "follows --.\n"
     "\n"
     "  -u, --uri URI           Redis (redis://, rediss://, unix://,\n"
     "                          redis+sentinel://, redis+cluster://); default\n"
@@ -43,8 +45,8 @@ static const char help_text[] =
     "                          read, write, fair or fenced lock; semaphore\n"
     "  -c, --command STRING    run STRING with /bin/sh -c\n"
     "  -v, --verbose           report acquiring and releasing on stderr\n"
-    "Connection options: -u, --tls-*, --sentinel-* (before or after status\n"
-    "and unlock).\n"
+    "Connection options: -u, --tls-*, --sentinel-* (before or after status,\n"
+    "unlock and ls).\n"
     "\n"
     "Exit status: COMMAND's; 1 busy; 64 usage; 69 refused by Redis; 75 Redis\n"
     "unreachable; 79 lock lost (--on-lost=kill); 126/127 COMMAND not runnable.\n"
@@ -430,7 +432,7 @@ int64_t cli_now_ms(void) {
 
 /* "1500", "1500ms", "1.5s", "2m", "1h" -> milliseconds. Returns false on a
  * malformed or out-of-range value. */
-static bool parse_duration(const char *text, int64_t *out_ms) {
+bool cli_parse_duration(const char *text, int64_t *out_ms) {
   if (text[0] < '0' || text[0] > '9') /* no sign, no blanks, no "inf" */
     return false;
   errno = 0;
@@ -457,7 +459,7 @@ static bool parse_duration(const char *text, int64_t *out_ms) {
 }
 
 static bool duration_opt(const char *opt, const char *text, int64_t *out) {
-  if (parse_duration(text, out))
+  if (cli_parse_duration(text, out))
     return true;
   cli_err("invalid %s '%s' (a duration: 500, 500ms, 1.5s, 2m, 1h; at most "
           "24 days)",
@@ -522,7 +524,8 @@ static const struct option run_longopts[] = {
 };
 
 static bool is_subcommand(const char *arg) {
-  return strcmp(arg, "status") == 0 || strcmp(arg, "unlock") == 0;
+  return strcmp(arg, "status") == 0 || strcmp(arg, "unlock") == 0 ||
+         strcmp(arg, "ls") == 0;
 }
 
 static int run_main(int argc, char **argv) {
@@ -773,6 +776,7 @@ int main(int argc, char **argv) {
     memcpy(sub + i, argv + i + 1, (size_t)(argc - i - 1) * sizeof *sub);
     sub[argc - 1] = NULL;
     int rc = strcmp(sub[0], "status") == 0 ? cli_status_main(argc - 1, sub)
+             : strcmp(sub[0], "ls") == 0   ? cli_ls_main(argc - 1, sub)
                                            : cli_unlock_main(argc - 1, sub);
     free(sub);
     return rc;

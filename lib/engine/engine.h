@@ -330,6 +330,9 @@ void rlock__suspects_free(rlock__engine *e);
 
 /* ---- unlock latches (release.c) ---- */
 
+/* An unlock's request latch: prefix + tag + ":" + 32 hex digits. */
+#define RLOCK__UNLOCK_LATCH_PREFIX "redisson_unlock_latch:"
+
 /* At close: sends the pending latch UNLINK (one per slot in a cluster).
  * Returns how many were sent: close waits for a reply to each. */
 int rlock__latches_flush_at_close(rlock__engine *e);

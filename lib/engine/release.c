@@ -232,14 +232,15 @@ static void start_release(rlock__op *op) {
   latch_id(e, hex);
   /* redisson_unlock_latch:{name}:<32 hex>, a fresh request id per unlock
    * call; re-sends of this call reuse it. */
-  size_t latch_len = 22 + lock->tag_len + 1 + 32;
+  size_t latch_len =
+      sizeof(RLOCK__UNLOCK_LATCH_PREFIX) - 1 + lock->tag_len + 1 + 32;
   op->u.rel.latch = malloc(latch_len + 1);
   if (op->u.rel.latch == NULL) {
     rlock__op_finish(op, RLOCK_ENOMEM);
     return;
   }
-  snprintf(op->u.rel.latch, latch_len + 1, "redisson_unlock_latch:%s:%s", lock->tag,
-           hex);
+  snprintf(op->u.rel.latch, latch_len + 1, RLOCK__UNLOCK_LATCH_PREFIX "%s:%s",
+           lock->tag, hex);
   rlock__hold *h = rlock__hold_find(e, lock->name, op->owner);
   if (h != NULL) {
     h->releasing++;

@@ -219,6 +219,35 @@ rlock__node *rlock__cluster_node_of(rlock__net *n, int slot) {
   return n->nodes;
 }
 
+size_t rlock__net_masters(rlock__net *n, rlock__node **out, size_t max) {
+  rlock__cluster *c = n->cluster;
+  if (c == NULL) {
+    if (max > 0)
+      out[0] = n->master;
+    return 1;
+  }
+  if (!c->known)
+    return 0;
+  /* A master's slots are mostly one range: compare with the ones seen. */
+  size_t found = 0;
+  rlock__node *last = NULL;
+  for (int s = 0; s < RLOCK__SLOTS; s++) {
+    rlock__node *node = c->slots[s];
+    if (node == NULL || node == last)
+      continue;
+    last = node;
+    bool seen = false;
+    for (size_t i = 0; i < found && i < max && !seen; i++)
+      seen = out[i] == node;
+    if (seen)
+      continue;
+    if (found < max)
+      out[found] = node;
+    found++;
+  }
+  return found;
+}
+
 void rlock__cluster_refresh_soon(rlock__net *n) {
   rlock__cluster *c = n->cluster;
   if (c == NULL)

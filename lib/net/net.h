@@ -57,6 +57,13 @@ rlock__cmd *rlock__cmd_send(rlock__net *n, const rlock__script *script,
  * standalone URI whose server refused the cross-slot probe (a proxy in
  * front of a cluster) counts as a cluster here. Loop thread. */
 int rlock__net_key_slot(const rlock__net *n, const char *key, size_t len);
+/* The masters, each once, for a command every master must run (a keyspace
+ * SCAN; sent to each with rlock__cmd_send_to): in a cluster the nodes that
+ * serve slots in the current map, in slot order; else the one master.
+ * Writes up to `max` of them to out and returns how many there are (0: a
+ * cluster whose map is not known yet; above max, a bound to call again
+ * with). Node pointers live until close. */
+size_t rlock__net_masters(rlock__net *n, rlock__node **out, size_t max);
 /* The callback will not be called for this record any more. NULL ok. */
 void rlock__cmd_abandon(rlock__cmd *cmd);
 /* Error code for an error reply. */

@@ -13,8 +13,8 @@
 #include "lua_embed.h"
 #include "prim.h"
 
-#define QUEUE_PREFIX "redisson_lock_queue:"
-#define TIMEOUT_PREFIX "redisson_lock_timeout:"
+#define QUEUE_PREFIX RLOCK__FAIR_QUEUE_PREFIX
+#define TIMEOUT_PREFIX RLOCK__FAIR_TIMEOUT_PREFIX
 
 /* Redisson's fairLockWaitTimeout: the wait a waiter announces (and adds to
  * its deadline) when its caller gave none - lock(), or a try without a

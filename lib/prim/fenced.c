@@ -11,7 +11,7 @@
 #include "lua_embed.h"
 #include "prim.h"
 
-#define TOKEN_PREFIX "redisson_lock_token:"
+#define TOKEN_PREFIX RLOCK__FENCED_TOKEN_PREFIX
 
 static const rlock__script acquire_script = {
     "fenced_acquire", RLOCK__LUA_FENCED_ACQUIRE_BODY,

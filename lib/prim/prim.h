@@ -34,6 +34,18 @@ extern const rlock__prim rlock__prim_permit_semaphore;
 /* getCountDownLatch: channel "redisson_countdownlatch__channel__{name}". */
 extern const rlock__prim rlock__prim_latch;
 
+/* The keys kinds keep beside the name (tag: "{name}", or the name when it
+ * has a brace): the fair lock's queue and deadlines (prefix + tag), the
+ * fenced lock's token (prefix + tag), the permit-expirable semaphore's
+ * lease zset (tag + suffix) and the read lock's per-hold lease keys (tag
+ * ":" owner suffix ":" i). Spelled once here for the kinds that write them
+ * and for the scan (scan.c) that folds them back into their name. */
+#define RLOCK__FAIR_QUEUE_PREFIX "redisson_lock_queue:"
+#define RLOCK__FAIR_TIMEOUT_PREFIX "redisson_lock_timeout:"
+#define RLOCK__FENCED_TOKEN_PREFIX "redisson_lock_token:"
+#define RLOCK__PSEM_TIMEOUT_SUFFIX ":timeout"
+#define RLOCK__RWLOCK_TIMEOUT_SUFFIX ":rwlock_timeout"
+
 /* RLock's pieces that kinds with the same lock hash reuse: the release
  * (KEYS lock, channel, latch; message "0"), its reply reader, the message
  * handler ("0" wakes one local waiter, "1" all), the force unlock (DEL and
@@ -89,5 +101,35 @@ char *rlock__psem_timeout_key(const rlock *lock, size_t *len);
 /* Reads what is stored under the handle's name into *out, a full-size
  * struct zeroed by the caller (blocking; info.c). 0 or an error. */
 int rlock__info_read(rlock *lock, rlock_info *out);
+
+/* The keyspace scan (scan.c). Where it is: the masters (taken at the first
+ * step), the one being scanned and its cursor. Zeroed to start. */
+typedef struct rlock__scan_pos {
+  rlock__node **nodes;
+  size_t nnodes, at;
+  bool started;
+  char cursor[24];
+} rlock__scan_pos;
+/* The keys of one SCAN reply (keys[i] NUL-terminated, lens[i] long). */
+typedef struct rlock__scan_keys {
+  char **keys;
+  size_t *lens;
+  size_t n;
+  char *text;
+} rlock__scan_keys;
+/* One round trip (blocking; the handle gives the engine): SCAN cursor
+ * MATCH match COUNT count on the current master. Returns 1 (more to
+ * scan), 0 (every master scanned: the keys are the last), or an error
+ * (the last error names the master). *out to free either way. */
+int rlock__scan_step(rlock *lock, rlock__scan_pos *pos, const char *match,
+                     size_t match_len, int count, rlock__scan_keys *out);
+void rlock__scan_keys_free(rlock__scan_keys *k);
+void rlock__scan_pos_free(rlock__scan_pos *pos);
+/* The name a key belongs to, as key[*off..*off+*len): the name of a side
+ * key (fair queue and deadlines, fenced token, permit leases, read-hold
+ * leases, unlock latches), else the key itself. A tag "{x}" is read as the
+ * name x (a name "{x}" spells its side keys the same way). */
+void rlock__scan_name_of(const char *key, size_t len, size_t *off,
+                         size_t *nlen);
 
 #endif

@@ -58,12 +58,13 @@ static const rlock__script try_set_script = {
 
 /* The zset "{name}:timeout" (tag + ":timeout"), malloc'd. */
 static char *zset_key(const rlock *lock, size_t *len) {
-  size_t n = lock->tag_len + sizeof(":timeout");
+  size_t n = lock->tag_len + sizeof(RLOCK__PSEM_TIMEOUT_SUFFIX);
   char *key = malloc(n);
   if (key == NULL)
     return NULL;
   memcpy(key, lock->tag, lock->tag_len);
-  memcpy(key + lock->tag_len, ":timeout", sizeof(":timeout"));
+  memcpy(key + lock->tag_len, RLOCK__PSEM_TIMEOUT_SUFFIX,
+         sizeof(RLOCK__PSEM_TIMEOUT_SUFFIX));
   *len = n - 1;
   return key;
 }

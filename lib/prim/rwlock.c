@@ -20,7 +20,7 @@
 
 #define WRITE_SUFFIX ":write"
 #define RWLOCK_CHANNEL_PREFIX "redisson_rwlock:"
-#define TIMEOUT_SUFFIX ":rwlock_timeout"
+#define TIMEOUT_SUFFIX RLOCK__RWLOCK_TIMEOUT_SUFFIX
 
 /* ---- scripts ---- */
 

@@ -433,6 +433,8 @@ Test(cli, man_page_lists_every_option_and_exit_code) {
       "A cron job", "cleanup -- /usr/local/bin/cleanup", "[Service]", "ExecStart=/usr/bin/rlock",
       "rlock --permits 3", "--token \"$RLOCK_TOKEN\"",
       "rlock -u redis://redis.internal status",
+      /* issue 28 */
+      "rlock ls", "--limit", "--watch", "rlock: ls: skipped",
   };
   for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
     cr_expect(strstr(man, must[i]) != NULL, "rlock(1) lacks \"%s\"", must[i]);
@@ -2926,4 +2928,366 @@ Test(cli, sentinel_password_file_authenticates_to_the_sentinel) {
   /* without the password the sentinel refuses: exit 69 (authentication) */
   run_expect(&p, ARGS("-u", uri, key, "-c", "touch ran3"), 69);
   cr_assert(!exists_in("ran3"));
+}
+
+/* ---- rlock ls and status --watch (issue 28, item 5) ---- */
+
+/* A small JSON checker: true when s is one well-formed JSON value
+ * (objects, arrays, strings with escapes, numbers, true/false/null). */
+static const char *json_value(const char *s);
+
+static const char *json_ws(const char *s) {
+  while (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r')
+    s++;
+  return s;
+}
+
+static const char *json_str(const char *s) {
+  if (*s++ != '"')
+    return NULL;
+  while (*s != '"') {
+    if (*s == '\0' || (unsigned char)*s < 0x20)
+      return NULL;
+    if (*s == '\\') {
+      s++;
+      if (*s == 'u') {
+        for (int i = 1; i <= 4; i++)
+          if (!isxdigit((unsigned char)s[i]))
+            return NULL;
+        s += 4;
+      } else if (strchr("\"\\/bfnrt", *s) == NULL || *s == '\0') {
+        return NULL;
+      }
+    }
+    s++;
+  }
+  return s + 1;
+}
+
+static const char *json_list(const char *s, char close, bool object) {
+  s = json_ws(s + 1);
+  if (*s == close)
+    return s + 1;
+  for (;;) {
+    if (object) {
+      s = json_str(json_ws(s));
+      if (s == NULL || *(s = json_ws(s)) != ':')
+        return NULL;
+      s++;
+    }
+    s = json_value(s);
+    if (s == NULL)
+      return NULL;
+    s = json_ws(s);
+    if (*s == close)
+      return s + 1;
+    if (*s++ != ',')
+      return NULL;
+  }
+}
+
+static const char *json_value(const char *s) {
+  s = json_ws(s);
+  if (*s == '{')
+    return json_list(s, '}', true);
+  if (*s == '[')
+    return json_list(s, ']', false);
+  if (*s == '"')
+    return json_str(s);
+  for (const char *w = "true\0false\0null\0"; *w != '\0'; w += strlen(w) + 1)
+    if (strncmp(s, w, strlen(w)) == 0)
+      return s + strlen(w);
+  char *end = NULL;
+  if (*s == '-' || isdigit((unsigned char)*s)) {
+    (void)strtod(s, &end);
+    return end;
+  }
+  return NULL;
+}
+
+static bool json_ok(const char *s) {
+  const char *end = json_value(s);
+  return end != NULL && *json_ws(end) == '\0';
+}
+
+static size_t count_of(const char *s, const char *needle) {
+  size_t n = 0;
+  for (const char *at = s; (at = strstr(at, needle)) != NULL; at++)
+    n++;
+  return n;
+}
+
+static void ignore_cb(int status, int64_t value, void *data) {
+  (void)status;
+  (void)value;
+  (void)data;
+}
+
+/* Every kind with its holders and counts; the pattern leaves other names
+ * out; side keys are not names of their own; a list is skipped with a
+ * note; --json says the same and parses. */
+Test(cli, ls_lists_every_kind_with_holders_and_counts) {
+  char p[64], n[10][96], pat[96], expect[512];
+  rt_key(p, sizeof p, "cli:ls");
+  const char *suffix[] = {"fair",  "fenced", "latch", "list", "lock",
+                          "psem",  "rw",     "sem",   "other"};
+  for (int i = 0; i < 9; i++)
+    snprintf(n[i], sizeof n[i], "%s:%s", p, suffix[i]);
+  snprintf(n[8], sizeof n[8], "%s-other:lock", p); /* outside the pattern */
+  rlock_client *c = rt_client(), *c2 = rt_client();
+  /* lock: one owner, count 2 */
+  rlock *l = rt_lock(c, n[4]);
+  uint64_t me = rlock_owner_new();
+  cr_assert_eq(rlock_lock_owner(l, me, 30000), 0);
+  cr_assert_eq(rlock_lock_owner(l, me, 30000), 0);
+  char owner[96], client_id[64];
+  rt_owner(owner, sizeof owner, c, me);
+  snprintf(client_id, sizeof client_id, "%.*s",
+           (int)(strrchr(owner, ':') - owner), owner);
+  /* fair: a holder and one queued waiter from another client */
+  rlock *fair = NULL, *fair2 = NULL;
+  cr_assert_eq(rlock_get_fair(c, n[0], &fair), 0);
+  cr_assert_eq(rlock_get_fair(c2, n[0], &fair2), 0);
+  uint64_t fh = rlock_owner_new(), fw = rlock_owner_new();
+  cr_assert_eq(rlock_lock_owner(fair, fh, 30000), 0);
+  rlock_req *req = NULL;
+  cr_assert_eq(rlock_lock_async(fair2, fw, 60000, -1, ignore_cb, NULL, &req), 0);
+  char queue[128];
+  snprintf(queue, sizeof queue, "redisson_lock_queue:{%s}", n[0]);
+  for (int i = 0; i < 100 && rt_int("LLEN %s", queue) != 1; i++)
+    rt_sleep_ms(50);
+  cr_assert_eq(rt_int("LLEN %s", queue), 1);
+  /* fenced: token 1 left after the unlock */
+  rlock *f = NULL;
+  cr_assert_eq(rlock_get_fenced(c, n[1], &f), 0);
+  int64_t token = 0;
+  cr_assert_eq(rlock_lock_fenced(f, 20000, &token), 0);
+  cr_assert_eq(rlock_unlock(f), 1);
+  /* latch 2, semaphore 3, permit semaphore 2 of 3 left */
+  rlock_latch *latch = NULL;
+  cr_assert_eq(rlock_latch_get(c, n[2], &latch), 0);
+  cr_assert_eq(rlock_latch_try_set_count(latch, 2), 1);
+  rlock_semaphore *sem = NULL;
+  cr_assert_eq(rlock_semaphore_get(c, n[7], &sem), 0);
+  cr_assert_eq(rlock_semaphore_try_set_permits(sem, 3, 0), 1);
+  rlock_permit_semaphore *ps = NULL;
+  cr_assert_eq(rlock_permit_semaphore_get(c, n[5], &ps), 0);
+  cr_assert_eq(rlock_permit_semaphore_try_set_permits(ps, 3), 1);
+  char id[RLOCK_PERMIT_ID_LEN + 1];
+  cr_assert_eq(rlock_permit_semaphore_try_acquire(ps, 0, 20000, id), 1);
+  /* read lock: two holds of one reader (read-hold lease keys) */
+  rlock *rd = NULL;
+  cr_assert_eq(rlock_get_read(c, n[6], &rd), 0);
+  uint64_t reader = rlock_owner_new();
+  cr_assert_eq(rlock_lock_owner(rd, reader, 20000), 0);
+  cr_assert_eq(rlock_lock_owner(rd, reader, 20000), 0);
+  /* a waiter for the lock (subscribed to its channel) */
+  rlock *l2 = rt_lock(c2, n[4]);
+  rlock_req *lreq = NULL;
+  cr_assert_eq(rlock_lock_async(l2, rlock_owner_new(), 60000, -1, ignore_cb,
+                                NULL, &lreq),
+               0);
+  char channel[128];
+  rt_lock_channel(channel, sizeof channel, n[4]);
+  wait_numsub(channel, 1);
+  /* a list, and a lock outside the pattern */
+  rt_int("RPUSH %s a b", n[3]);
+  rlock *other = rt_lock(c, n[8]);
+  cr_assert_eq(rlock_lock(other, 20000), 0);
+
+  snprintf(pat, sizeof pat, "%s:*", p);
+  cli_proc pr;
+  cr_assert_eq(cli_run(&pr, ARGS("ls", pat)), 0);
+  char *out = cli_out(&pr), *err = cli_err(&pr);
+  /* one line per name, in no set order, side keys folded */
+  cr_assert_eq(count_of(out, p), 7, "ls: %s", out);
+  cr_assert_null(strstr(out, "other"), "ls: %s", out);
+  cr_assert_null(strstr(out, "redisson_"), "ls: %s", out);
+  cr_assert_null(strstr(out, ":timeout"), "ls: %s", out);
+  snprintf(expect, sizeof expect, "%s: lock, locked, ttl ", n[4]);
+  cr_assert(strstr(out, expect) != NULL, "ls: %s", out);
+  snprintf(expect, sizeof expect,
+           " ms, 1 waiting\n  holder %s (client %s, thread %" PRIu64
+           "), count 2\n",
+           owner, client_id, me);
+  cr_assert(strstr(out, expect) != NULL, "ls: %s", out);
+  snprintf(expect, sizeof expect, "%s: fair lock, locked, ttl ", n[0]);
+  cr_assert(strstr(out, expect) != NULL, "ls: %s", out);
+  rt_owner(owner, sizeof owner, c2, fw);
+  snprintf(expect, sizeof expect, "  queue 1, head %s (client ", owner);
+  cr_assert(strstr(out, expect) != NULL, "ls: %s", out);
+  snprintf(expect, sizeof expect,
+           "%s: fenced lock, token 1, unlocked, 0 waiting\n", n[1]);
+  cr_assert(strstr(out, expect) != NULL, "ls: %s", out);
+  snprintf(expect, sizeof expect,
+           "%s: semaphore or latch, count 2, no ttl, 0 waiting\n", n[2]);
+  cr_assert(strstr(out, expect) != NULL, "ls: %s", out);
+  snprintf(expect, sizeof expect,
+           "%s: semaphore or latch, count 3, no ttl, 0 waiting\n", n[7]);
+  cr_assert(strstr(out, expect) != NULL, "ls: %s", out);
+  snprintf(expect, sizeof expect,
+           "%s: permit-expirable semaphore, 2 available, 1 taken, no ttl, "
+           "0 waiting\n",
+           n[5]);
+  cr_assert(strstr(out, expect) != NULL, "ls: %s", out);
+  snprintf(expect, sizeof expect, "%s: read/write lock (read mode), locked",
+           n[6]);
+  cr_assert(strstr(out, expect) != NULL, "ls: %s", out);
+  rt_owner(owner, sizeof owner, c, reader);
+  snprintf(expect, sizeof expect, "  reader %s (client %s, thread %" PRIu64
+           "), count 2\n", owner, client_id, reader);
+  cr_assert(strstr(out, expect) != NULL, "ls: %s", out);
+  snprintf(expect, sizeof expect,
+           "rlock: ls: skipped '%s': not a lock (Redis type list)\n", n[3]);
+  cr_assert_str_eq(err, expect);
+  free(out);
+  free(err);
+
+  cr_assert_eq(cli_run(&pr, ARGS("ls", "--json", pat)), 0);
+  out = cli_out(&pr);
+  err = cli_err(&pr);
+  cr_assert(json_ok(out), "not JSON: %s", out);
+  cr_assert_str_eq(err, "");
+  rt_owner(owner, sizeof owner, c, me);
+  snprintf(expect, sizeof expect,
+           "{\"name\":\"%s\",\"kind\":\"lock\",\"type\":\"hash\","
+           "\"locked\":true,\"ttl_ms\":",
+           n[4]);
+  cr_assert(strstr(out, expect) != NULL, "json: %s", out);
+  snprintf(expect, sizeof expect,
+           "\"holders\":[{\"owner\":\"%s\",\"client\":\"%s\",\"thread\":%"
+           PRIu64 ",\"count\":2,\"writer\":false}],\"queue\":{\"length\":0,"
+           "\"head\":null},\"token\":null,\"count\":null,\"waiters\":1}",
+           owner, client_id, me);
+  cr_assert(strstr(out, expect) != NULL, "json: %s", out);
+  rt_owner(owner, sizeof owner, c2, fw);
+  snprintf(expect, sizeof expect,
+           "\"queue\":{\"length\":1,\"head\":{\"owner\":\"%s\"", owner);
+  cr_assert(strstr(out, expect) != NULL, "json: %s", out);
+  snprintf(expect, sizeof expect,
+           "{\"name\":\"%s\",\"kind\":\"fenced\",\"type\":\"none\","
+           "\"locked\":false,\"ttl_ms\":null",
+           n[1]);
+  cr_assert(strstr(out, expect) != NULL, "json: %s", out);
+  cr_assert(strstr(out, "\"token\":1,") != NULL, "json: %s", out);
+  cr_assert(strstr(out, "\"kind\":\"count\"") != NULL, "json: %s", out);
+  cr_assert(strstr(out, "\"count\":3,") != NULL, "json: %s", out);
+  cr_assert(strstr(out, "\"permits_available\":2,\"permits_taken\":1") !=
+                NULL,
+            "json: %s", out);
+  cr_assert(strstr(out, "\"kind\":\"rwlock\"") != NULL, "json: %s", out);
+  cr_assert(strstr(out, "\"mode\":\"read\"") != NULL, "json: %s", out);
+  snprintf(expect, sizeof expect,
+           "\"skipped\":[{\"name\":\"%s\",\"type\":\"list\"}],\n  "
+           "\"cut\":false,\"limit\":1000}\n",
+           n[3]);
+  cr_assert(strstr(out, expect) != NULL, "json: %s", out);
+  cr_assert_eq(count_of(out, "{\"name\":"), 8, "json: %s", out);
+  free(out);
+  free(err);
+
+  cr_assert_eq(rlock_unlock_owner(rd, reader), 0);
+  cr_assert_eq(rlock_unlock_owner(rd, reader), 1);
+  cr_assert_eq(rlock_cancel(req), 0);
+  cr_assert_eq(rlock_cancel(lreq), 0);
+  rlock_req_free(lreq);
+  rlock_free(l2);
+  cr_assert_eq(rlock_unlock_owner(fair, fh), 1);
+  rlock_req_free(req);
+  rlock_free(rd);
+  rlock_free(l);
+  rlock_free(other);
+  rlock_free(f);
+  rlock_free(fair);
+  rlock_free(fair2);
+  rlock_latch_free(latch);
+  rlock_semaphore_free(sem);
+  rlock_permit_semaphore_free(ps);
+  rlock_client_close(c2);
+  rlock_client_close(c);
+}
+
+/* --limit bounds the names read and says that it cut. */
+Test(cli, ls_limit_cuts_and_says_so) {
+  char p[64], name[96], pat[96];
+  rt_key(p, sizeof p, "cli:lim");
+  for (int i = 0; i < 5; i++) {
+    snprintf(name, sizeof name, "%s:%d", p, i);
+    rt_int("HSET %s someone:1 1", name);
+  }
+  snprintf(pat, sizeof pat, "%s:*", p);
+  cli_proc pr;
+  cr_assert_eq(cli_run(&pr, ARGS("ls", "--limit", "3", pat)), 0);
+  char *out = cli_out(&pr), *err = cli_err(&pr);
+  cr_assert_eq(count_of(out, ": lock, locked, no ttl, 0 waiting\n"), 3,
+               "ls: %s", out);
+  cr_assert_str_eq(err, "rlock: ls: stopped at --limit 3 names; more match "
+                        "(narrow PATTERN or raise --limit)\n");
+  free(out);
+  free(err);
+  cr_assert_eq(cli_run(&pr, ARGS("ls", "--json", "--limit=3", pat)), 0);
+  out = cli_out(&pr);
+  cr_assert(json_ok(out), "not JSON: %s", out);
+  cr_assert_eq(count_of(out, "\"kind\":\"lock\""), 3, "json: %s", out);
+  cr_assert(strstr(out, "\"cut\":true,\"limit\":3}") != NULL, "json: %s",
+            out);
+  free(out);
+  /* exactly as many names as the limit: not cut */
+  cr_assert_eq(cli_run(&pr, ARGS("ls", "--limit", "5", pat)), 0);
+  out = cli_out(&pr);
+  err = cli_err(&pr);
+  cr_assert_eq(count_of(out, ": lock, locked"), 5, "ls: %s", out);
+  cr_assert_str_eq(err, "");
+  free(out);
+  free(err);
+  /* nothing matches: empty list, valid JSON */
+  cr_assert_eq(cli_run(&pr, ARGS("ls", "--json", "cli:nothing:*")), 0);
+  out = cli_out(&pr);
+  cr_assert(json_ok(out), "not JSON: %s", out);
+  cr_assert(strncmp(out, "{\"locks\":[],", 12) == 0, "json: %s", out);
+  free(out);
+  /* bad input */
+  const char *const *bad[] = {ARGS("ls", "--limit", "0"),
+                              ARGS("ls", "--limit", "x"),
+                              ARGS("ls", "a*", "b*")};
+  for (size_t i = 0; i < 3; i++) {
+    cr_assert_eq(cli_run(&pr, bad[i]), 64, "case %zu", i);
+    err = cli_err(&pr);
+    cr_assert(strncmp(err, "rlock: ls: ", 11) == 0, "case %zu: %s", i, err);
+    free(err);
+  }
+}
+
+static bool two_refreshes(void *arg) {
+  char *s = slurp(((cli_proc *)arg)->out_path);
+  bool two = count_of(s, "# ") >= 2 && count_of(s, ": locked") >= 2;
+  free(s);
+  return two;
+}
+
+/* status --watch redraws until SIGINT, which ends it with 0. */
+Test(cli, status_watch_refreshes_until_sigint) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:watch");
+  held h;
+  hold(&h, key);
+  cli_proc p;
+  cli_start(&p, ARGS("status", key, "--watch", "0.2"));
+  rt_wait_until_what(two_refreshes, &p, 10000, "two refreshes");
+  cr_assert(cli_running(&p));
+  cr_assert_eq(kill(p.pid, SIGINT), 0);
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 0);
+  char *out = cli_out(&p), *err = cli_err(&p);
+  cr_assert(strncmp(out, "# ", 2) == 0, "watch: %s", out);
+  cr_assert(strstr(out, ", every 200 ms\n") != NULL, "watch: %s", out);
+  char expect[160];
+  snprintf(expect, sizeof expect, "%s: locked, expires in ", key);
+  cr_assert(count_of(out, expect) >= 2, "watch: %s", out);
+  cr_assert_null(strstr(out, "\033["), "no screen control off a terminal");
+  cr_assert_str_eq(err, "");
+  free(out);
+  free(err);
+  /* a bad interval is a usage error */
+  cr_assert_eq(cli_run(&p, ARGS("status", "--watch=0.01", key)), 64);
+  unhold(&h);
 }

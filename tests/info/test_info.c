@@ -737,3 +737,234 @@ Test(info, a_user_without_pubsub_gets_enoperm) {
   cr_assert_eq(rt_exists(key), 0);
   rlock_client_close(c);
 }
+
+/* ---- rlock_scan: the names in the keyspace (issue 28, item 5) ---- */
+
+/* Every name a scan of `pattern` returns (COUNT `count`), sorted and
+ * joined with ' '; asserts each comes once. */
+static char *scan_all(rlock_client *c, const char *pattern, int count) {
+  rlock_scan_options o;
+  rlock_scan_options_init(&o);
+  o.pattern = pattern;
+  o.count = count;
+  rlock_scan *s = NULL;
+  int rc = rlock_scan_open(c, &o, &s);
+  cr_assert_eq(rc, 0, "rlock_scan_open: %s (%s)", rlock_err_name(rc),
+               rlock_last_error());
+  char *names[64];
+  size_t n = 0;
+  const char *name;
+  size_t len;
+  while ((rc = rlock_scan_next(s, &name, &len)) == 1) {
+    cr_assert(n < 64, "too many names");
+    cr_assert_eq(strlen(name), len);
+    for (size_t i = 0; i < n; i++)
+      cr_assert_str_neq(names[i], name, "%s returned twice", name);
+    names[n++] = strdup(name);
+  }
+  cr_assert_eq(rc, 0, "rlock_scan_next: %s (%s)", rlock_err_name(rc),
+               rlock_last_error());
+  rlock_scan_close(s);
+  for (size_t i = 1; i < n; i++)
+    for (size_t j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
+      char *t = names[j];
+      names[j] = names[j - 1];
+      names[j - 1] = t;
+    }
+  char *out = calloc(1, 4096);
+  for (size_t i = 0; i < n; i++) {
+    if (i > 0)
+      strcat(out, " ");
+    strcat(out, names[i]);
+    free(names[i]);
+  }
+  return out;
+}
+
+/* Every kind once under its name, whatever side keys it has: fair queue
+ * and deadlines, read-hold leases, a fenced token alone, permit leases,
+ * an unlock latch; a count of 2 keys per SCAN makes the names come over
+ * many round trips (each still once). */
+Test(info, scan_lists_each_kind_once_under_its_name) {
+  rlock_client *c = rt_client(), *c2 = rt_client();
+  char p[64], n[16][96];
+  rt_key(p, sizeof p, "scan");
+  const char *suffix[] = {"fair", "fenced", "latch", "lock",
+                          "psem", "rw",     "sem",   "str"};
+  for (int i = 0; i < 8; i++)
+    snprintf(n[i], sizeof n[i], "%s:%s", p, suffix[i]);
+  /* fair: a holder and a queued waiter (queue and deadline keys) */
+  rlock *fair = NULL, *fair2 = NULL;
+  cr_assert_eq(rlock_get_fair(c, n[0], &fair), 0);
+  cr_assert_eq(rlock_get_fair(c2, n[0], &fair2), 0);
+  uint64_t holder = rlock_owner_new();
+  cr_assert_eq(rlock_lock_owner(fair, holder, 30000), 0);
+  waiter w;
+  wait_start(&w, fair2, rlock_owner_new(), 60000);
+  char queue[128];
+  snprintf(queue, sizeof queue, "redisson_lock_queue:{%s}", n[0]);
+  llen_arg la = {queue, 1};
+  rt_wait_until_what(llen_is, &la, 5000, "waiter queued");
+  /* fenced: locked and unlocked, so only its token key is left */
+  rlock *f = NULL;
+  cr_assert_eq(rlock_get_fenced(c, n[1], &f), 0);
+  int64_t token;
+  cr_assert_eq(rlock_lock_fenced(f, 20000, &token), 0);
+  cr_assert_eq(rlock_unlock(f), 1);
+  cr_assert_eq(rt_exists(n[1]), 0);
+  /* latch, lock, permit semaphore with a leased permit, reader, semaphore */
+  rlock_latch *latch = NULL;
+  cr_assert_eq(rlock_latch_get(c, n[2], &latch), 0);
+  cr_assert_eq(rlock_latch_try_set_count(latch, 2), 1);
+  rlock *l = rt_lock(c, n[3]);
+  cr_assert_eq(rlock_lock(l, 20000), 0);
+  rlock_permit_semaphore *ps = NULL;
+  cr_assert_eq(rlock_permit_semaphore_get(c, n[4], &ps), 0);
+  cr_assert_eq(rlock_permit_semaphore_try_set_permits(ps, 2), 1);
+  char id[RLOCK_PERMIT_ID_LEN + 1];
+  cr_assert_eq(rlock_permit_semaphore_try_acquire(ps, 0, 20000, id), 1);
+  rlock *rd = NULL;
+  cr_assert_eq(rlock_get_read(c, n[5], &rd), 0);
+  cr_assert_eq(rlock_lock(rd, 20000), 0);
+  rlock_semaphore *sem = NULL;
+  cr_assert_eq(rlock_semaphore_get(c, n[6], &sem), 0);
+  cr_assert_eq(rlock_semaphore_try_set_permits(sem, 3, 0), 1);
+  /* a foreign value: a name like any other here (rlock_info_get tells) */
+  rt_ok("OK", "SET %s v", n[7]);
+  /* an unlock's request latch left behind for the lock */
+  rt_ok("OK", "SET redisson_unlock_latch:{%s}:0123456789abcdef0123456789abcdef"
+              " 1 PX 20000", n[3]);
+  /* the side keys are there, each a key of its own */
+  char pat[96];
+  snprintf(pat, sizeof pat, "*%s*", p);
+  long long keys = rt_int("EVAL %s 0 %s",
+                          "return #redis.call('keys', ARGV[1])", pat);
+  cr_assert(keys >= 8 + 6, "%lld keys", keys);
+
+  snprintf(pat, sizeof pat, "%s:*", p);
+  char want[1024] = "";
+  for (int i = 0; i < 8; i++) {
+    strcat(want, i > 0 ? " " : "");
+    strcat(want, n[i]);
+  }
+  char *got = scan_all(c, pat, 2);
+  cr_assert_str_eq(got, want);
+  free(got);
+  got = scan_all(c, pat, 0); /* COUNT 1000 */
+  cr_assert_str_eq(got, want);
+  free(got);
+  /* a pattern every side key matches as well: still the names only */
+  snprintf(pat, sizeof pat, "*%s:*", p);
+  got = scan_all(c, pat, 5);
+  cr_assert_str_eq(got, want);
+  free(got);
+
+  cr_assert_eq(rlock_unlock(rd), 1);
+  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock_owner(fair, holder), 1);
+  rt_wait_until_what(waiter_done, &w, 5000, "waiter acquired");
+  rlock_req_free(w.req);
+  rlock_free(rd);
+  rlock_free(l);
+  rlock_free(f);
+  rlock_free(fair);
+  rlock_free(fair2);
+  rlock_latch_free(latch);
+  rlock_semaphore_free(sem);
+  rlock_permit_semaphore_free(ps);
+  rlock_client_close(c2);
+  rlock_client_close(c);
+}
+
+/* The pattern is a name's, in MATCH's syntax: a fenced lock known only by
+ * its token key matches by its name; a name of another prefix and a key
+ * that only looks like a side key (no braces) do not fold. */
+Test(info, scan_pattern_matches_names_not_keys) {
+  rlock_client *c = rt_client();
+  char p[64], name[128];
+  rt_key(p, sizeof p, "scanp");
+  const char *plain[] = {"a1", "a2", "b1", "a1:timeout"};
+  for (int i = 0; i < 4; i++) {
+    snprintf(name, sizeof name, "%s:%s", p, plain[i]);
+    rlock *l = rt_lock(c, name);
+    cr_assert_eq(rlock_lock(l, 20000), 0);
+    rlock_free(l); /* the hold stays (a lease) */
+  }
+  snprintf(name, sizeof name, "%s:a3", p);
+  rt_ok("OK", "SET redisson_lock_token:{%s} 7", name);
+  char pat[96], want[512];
+  snprintf(pat, sizeof pat, "%s:a*", p);
+  snprintf(want, sizeof want, "%s:a1 %s:a1:timeout %s:a2 %s:a3", p, p, p, p);
+  char *got = scan_all(c, pat, 3);
+  cr_assert_str_eq(got, want);
+  free(got);
+  snprintf(pat, sizeof pat, "%s:a[12]", p);
+  snprintf(want, sizeof want, "%s:a1 %s:a2", p, p);
+  got = scan_all(c, pat, 0);
+  cr_assert_str_eq(got, want);
+  free(got);
+  snprintf(pat, sizeof pat, "%s:?1", p);
+  snprintf(want, sizeof want, "%s:a1 %s:b1", p, p);
+  got = scan_all(c, pat, 0);
+  cr_assert_str_eq(got, want);
+  free(got);
+  snprintf(pat, sizeof pat, "%s:[^a]*", p);
+  snprintf(want, sizeof want, "%s:b1", p);
+  got = scan_all(c, pat, 0);
+  cr_assert_str_eq(got, want);
+  free(got);
+  snprintf(pat, sizeof pat, "%s:nothing*", p);
+  got = scan_all(c, pat, 0);
+  cr_assert_str_eq(got, "");
+  free(got);
+  rlock_client_close(c);
+}
+
+Test(info, scan_bad_input_is_einval) {
+  rlock_client *c = rt_client();
+  rlock_scan *s = (rlock_scan *)1;
+  cr_assert_eq(rlock_scan_open(NULL, NULL, &s), RLOCK_EINVAL);
+  cr_assert_null(s);
+  cr_assert_eq(rlock_scan_open(c, NULL, NULL), RLOCK_EINVAL);
+  rlock_scan_options o;
+  memset(&o, 0, sizeof o); /* struct_size not set */
+  cr_assert_eq(rlock_scan_open(c, &o, &s), RLOCK_EINVAL);
+  cr_assert(strstr(rlock_last_error(), "struct_size") != NULL);
+  rlock_scan_options_init(&o);
+  o.count = -1;
+  cr_assert_eq(rlock_scan_open(c, &o, &s), RLOCK_EINVAL);
+  o.count = 100001;
+  cr_assert_eq(rlock_scan_open(c, &o, &s), RLOCK_EINVAL);
+  cr_assert_eq(rlock_scan_next(NULL, NULL, NULL), RLOCK_EINVAL);
+  /* an older, smaller options struct (no count): the default COUNT */
+  rlock_scan_options_init_size(&o, offsetof(rlock_scan_options, count));
+  o.pattern = "no-such-name-*";
+  cr_assert_eq(rlock_scan_open(c, &o, &s), 0);
+  const char *name = NULL;
+  cr_assert_eq(rlock_scan_next(s, &name, NULL), 0);
+  cr_assert_null(name);
+  rlock_scan_close(s);
+  rlock_scan_close(NULL);
+  rlock_client_close(c);
+}
+
+Test(info, scan_denied_by_the_acl_is_enoperm) {
+  rt_ok("OK", "ACL SETUSER noscan on >pw ~* &* +@all -scan");
+  rlock_options o;
+  rlock_options_init(&o);
+  char uri[128];
+  snprintf(uri, sizeof uri, "redis://noscan:pw@127.0.0.1:%d", rt_port());
+  o.uri = uri;
+  rlock_client *c = NULL;
+  cr_assert_eq(rlock_client_open(&c, &o), 0);
+  rlock_scan *s = NULL;
+  cr_assert_eq(rlock_scan_open(c, NULL, &s), 0);
+  const char *name;
+  int rc = rlock_scan_next(s, &name, NULL);
+  cr_assert_eq(rc, RLOCK_ENOPERM, "%s (%s)", rlock_err_name(rc),
+               rlock_last_error());
+  cr_assert(strstr(rlock_last_error(), "SCAN on 127.0.0.1:") != NULL, "%s",
+            rlock_last_error());
+  rlock_scan_close(s);
+  rlock_client_close(c);
+}

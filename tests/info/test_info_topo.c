@@ -105,6 +105,56 @@ Test(info_cluster, read_and_force_unlock_on_every_master) {
   rlock_client_close(c);
 }
 
+/* rlock_scan goes to every master: a lock on each of the three, and a
+ * fenced lock known only by its token key (on a fourth name's master), are
+ * listed once each; a key of another prefix is not. */
+Test(info_cluster, scan_lists_names_on_every_master) {
+  int m[RT_MAX_NODES];
+  cr_assert_eq(rt_cluster_masters(m, RT_MAX_NODES), 3);
+  rlock_client *c = tc_open(rt_cluster_uri(), NULL);
+  char names[4][64], other[64];
+  rlock *locks[3];
+  for (int i = 0; i < 3; i++) {
+    rt_cluster_key_on(names[i], sizeof names[i], "scan", m[i]);
+    locks[i] = tc_lock(c, names[i]);
+    TC_EQ(rlock_lock(locks[i], 30000), 0, "lock");
+  }
+  rt_cluster_key_on(names[3], sizeof names[3], "scan:fenced", m[1]);
+  redisReply *r =
+      rt_node_cmd(m[1], "SET redisson_lock_token:{%s} 3", names[3]);
+  freeReplyObject(r);
+  rt_cluster_key_on(other, sizeof other, "noscan", m[2]);
+  r = rt_node_cmd(m[2], "SET %s v", other);
+  freeReplyObject(r);
+
+  rlock_scan_options o;
+  rlock_scan_options_init(&o);
+  o.pattern = "scan*";
+  o.count = 1;
+  rlock_scan *s = NULL;
+  TC_EQ(rlock_scan_open(c, &o, &s), 0, "scan open");
+  int seen[4] = {0, 0, 0, 0}, rc;
+  const char *name;
+  while ((rc = rlock_scan_next(s, &name, NULL)) == 1) {
+    bool known = false;
+    for (int i = 0; i < 4; i++)
+      if (strcmp(name, names[i]) == 0) {
+        seen[i]++;
+        known = true;
+      }
+    cr_assert(known, "unexpected name %s", name);
+  }
+  TC_EQ(rc, 0, "scan next");
+  rlock_scan_close(s);
+  for (int i = 0; i < 4; i++)
+    cr_assert_eq(seen[i], 1, "%s seen %d times", names[i], seen[i]);
+  for (int i = 0; i < 3; i++) {
+    TC_EQ(rlock_unlock(locks[i]), 1, "unlock");
+    rlock_free(locks[i]);
+  }
+  rlock_client_close(c);
+}
+
 Test(info_sentinel, reads_the_current_master_after_a_failover) {
   rlock_client *c = tc_open(rt_sentinel_uri(), NULL);
   rlock *l = tc_lock(c, "info:sentinel");
@@ -135,6 +185,17 @@ Test(info_sentinel, reads_the_current_master_after_a_failover) {
   rt_owner(owner, sizeof owner, c, me);
   cr_assert_str_eq(info.holders[0].key, owner);
   rlock_info_free(&info);
+  /* the scan goes to the master the sentinels name now */
+  rlock_scan_options o;
+  rlock_scan_options_init(&o);
+  o.pattern = "info:sentinel";
+  rlock_scan *s = NULL;
+  TC_EQ(rlock_scan_open(c, &o, &s), 0, "scan open");
+  const char *name = NULL;
+  TC_EQ(rlock_scan_next(s, &name, NULL), 1, "scan next");
+  cr_assert_str_eq(name, "info:sentinel");
+  TC_EQ(rlock_scan_next(s, &name, NULL), 0, "scan end");
+  rlock_scan_close(s);
   TC_EQ(rlock_unlock_owner(l, me), 1, "unlock on the new master");
   rlock_free(l);
   rlock_client_close(c);

@@ -1,0 +1,363 @@
+/* `rlock ls [PATTERN]`: every lock, semaphore and latch whose name matches,
+ * with what rlock_info_get() reads for it. The names come from the
+ * library's scan (rlock_scan_*: SCAN with MATCH and COUNT on every master,
+ * side keys folded into their name), so this file knows no key layout. A
+ * name whose value is no lock (another Redis type, a hash of foreign
+ * fields) or that is gone by the time it is read is skipped with a note.
+ * --limit bounds the names read (one round trip each); the scan itself
+ * costs the server COUNT keys per round trip, never a KEYS. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define DEFAULT_LIMIT 1000
+#define SCAN_COUNT 1000
+
+/* The kind's word, as --json spells it. */
+static const char *kind_name(const rlock_info *info) {
+  switch (info->kind) {
+  case RLOCK_INFO_LOCK:
+    return "lock";
+  case RLOCK_INFO_FAIR:
+    return "fair";
+  case RLOCK_INFO_RWLOCK:
+    return "rwlock";
+  case RLOCK_INFO_FENCED:
+    return "fenced";
+  case RLOCK_INFO_COUNT:
+    return "count";
+  case RLOCK_INFO_PERMIT_SEMAPHORE:
+    return "permit-semaphore";
+  default:
+    return NULL;
+  }
+}
+
+/* The kind as the human listing says it. */
+static const char *kind_words(const rlock_info *info) {
+  switch (info->kind) {
+  case RLOCK_INFO_LOCK:
+    return "lock";
+  case RLOCK_INFO_FAIR:
+    return "fair lock";
+  case RLOCK_INFO_RWLOCK:
+    return "read/write lock";
+  case RLOCK_INFO_FENCED:
+    return "fenced lock";
+  case RLOCK_INFO_COUNT:
+    return "semaphore or latch";
+  default:
+    return "permit-expirable semaphore";
+  }
+}
+
+/* An owner "<client id>:<thread id>" (a writer's with ":write") split into
+ * its parts; false when the field is not of that form. */
+static bool owner_parts(const rlock_info_entry *e, bool writer,
+                        size_t *client_len, const char **thread,
+                        size_t *thread_len) {
+  size_t len = e->key_len - (writer ? 6 : 0);
+  const char *colon = NULL;
+  for (size_t i = len; i-- > 0;)
+    if (e->key[i] == ':') {
+      colon = e->key + i;
+      break;
+    }
+  if (colon == NULL || colon == e->key || colon + 1 == e->key + len)
+    return false;
+  for (const char *c = colon + 1; c < e->key + len; c++)
+    if (*c < '0' || *c > '9')
+      return false;
+  *client_len = (size_t)(colon - e->key);
+  *thread = colon + 1;
+  *thread_len = (size_t)(e->key + len - colon - 1);
+  return true;
+}
+
+static void human_owner(const rlock_info_entry *e, bool writer) {
+  size_t cl, tl;
+  const char *t;
+  int len = (int)(e->key_len - (writer ? 6 : 0));
+  if (owner_parts(e, writer, &cl, &t, &tl))
+    printf("%.*s (client %.*s, thread %.*s)", len, e->key, (int)cl, e->key,
+           (int)tl, t);
+  else
+    printf("%.*s", len, e->key);
+}
+
+static void json_owner(const rlock_info_entry *e, bool writer) {
+  size_t cl, tl;
+  const char *t;
+  fputs("\"owner\":", stdout);
+  cli_json_string(stdout, e->key, e->key_len - (writer ? 6 : 0));
+  if (owner_parts(e, writer, &cl, &t, &tl)) {
+    fputs(",\"client\":", stdout);
+    cli_json_string(stdout, e->key, cl);
+    printf(",\"thread\":%.*s", (int)tl, t);
+  }
+}
+
+static void print_human(const char *name, const rlock_info *info) {
+  printf("%s: %s", name, kind_words(info));
+  if (info->mode != NULL)
+    printf(" (%s mode)", info->mode);
+  if (info->kind == RLOCK_INFO_COUNT)
+    printf(", count %" PRId64, info->count);
+  if (info->kind == RLOCK_INFO_PERMIT_SEMAPHORE)
+    printf(", %" PRId64 " available, %zu taken", info->count,
+           info->permits_total);
+  if (info->token >= 0)
+    printf(", token %" PRId64, info->token);
+  if (info->kind != RLOCK_INFO_COUNT &&
+      info->kind != RLOCK_INFO_PERMIT_SEMAPHORE)
+    printf(", %s", info->locked ? "locked" : "unlocked");
+  if (info->ttl_ms >= 0)
+    printf(", ttl %" PRId64 " ms", info->ttl_ms);
+  else if (info->ttl_ms == -1)
+    fputs(", no ttl", stdout);
+  printf(", %" PRId64 " waiting\n", info->waiters);
+  for (size_t i = 0; i < info->holders_n; i++) {
+    const rlock_info_entry *h = &info->holders[i];
+    printf("  %s ", h->writer ? "writer" : info->mode != NULL ? "reader"
+                                                              : "holder");
+    human_owner(h, h->writer);
+    printf(", count %" PRId64 "\n", h->count);
+  }
+  if (info->queue_total > 0) {
+    printf("  queue %zu", info->queue_total);
+    if (info->queue_n > 0) {
+      fputs(", head ", stdout);
+      human_owner(&info->queue[0], false);
+      if (info->queue[0].ttl_ms != RLOCK_INFO_NO_EXPIRY)
+        printf(", deadline in %" PRId64 " ms", info->queue[0].ttl_ms);
+    }
+    fputc('\n', stdout);
+  }
+}
+
+static void print_json(const char *name, const rlock_info *info,
+                       bool first) {
+  fputs(first ? "\n    {\"name\":" : ",\n    {\"name\":", stdout);
+  cli_json_string(stdout, name, strlen(name));
+  printf(",\"kind\":\"%s\",\"type\":\"%s\",\"locked\":%s", kind_name(info),
+         info->type, info->locked ? "true" : "false");
+  if (info->ttl_ms >= 0)
+    printf(",\"ttl_ms\":%" PRId64, info->ttl_ms);
+  else
+    fputs(",\"ttl_ms\":null", stdout);
+  fputs(",\"mode\":", stdout);
+  if (info->mode != NULL)
+    cli_json_string(stdout, info->mode, strlen(info->mode));
+  else
+    fputs("null", stdout);
+  fputs(",\"holders\":[", stdout);
+  for (size_t i = 0; i < info->holders_n; i++) {
+    const rlock_info_entry *h = &info->holders[i];
+    fputs(i > 0 ? ",{" : "{", stdout);
+    json_owner(h, h->writer);
+    printf(",\"count\":%" PRId64 ",\"writer\":%s}", h->count,
+           h->writer ? "true" : "false");
+  }
+  printf("],\"queue\":{\"length\":%zu,\"head\":", info->queue_total);
+  if (info->queue_n > 0) {
+    fputc('{', stdout);
+    json_owner(&info->queue[0], false);
+    if (info->queue[0].ttl_ms != RLOCK_INFO_NO_EXPIRY)
+      printf(",\"deadline_ms\":%" PRId64, info->queue[0].ttl_ms);
+    fputs("}}", stdout);
+  } else {
+    fputs("null}", stdout);
+  }
+  if (info->token >= 0)
+    printf(",\"token\":%" PRId64, info->token);
+  else
+    fputs(",\"token\":null", stdout);
+  if (info->kind == RLOCK_INFO_COUNT)
+    printf(",\"count\":%" PRId64, info->count);
+  else
+    fputs(",\"count\":null", stdout);
+  if (info->kind == RLOCK_INFO_PERMIT_SEMAPHORE)
+    printf(",\"permits_available\":%" PRId64 ",\"permits_taken\":%zu",
+           info->count, info->permits_total);
+  printf(",\"waiters\":%" PRId64 "}", info->waiters);
+}
+
+enum { OPT_LIMIT = 256 };
+
+static const struct option ls_longopts[] = {
+    {"json", no_argument, NULL, 'j'},
+    {"limit", required_argument, NULL, OPT_LIMIT},
+    {"uri", required_argument, NULL, 'u'},
+    {"help", no_argument, NULL, 'h'},
+    CLI_TLS_LONGOPTS,
+    CLI_SENTINEL_LONGOPTS,
+    {NULL, 0, NULL, 0},
+};
+
+/* A skipped name: why, for the note and --json. */
+typedef struct skipped {
+  char *name;
+  char type[16];
+} skipped;
+
+int cli_ls_main(int argc, char **argv) {
+  const char *uri_flag = NULL;
+  cli_tls_opts tls = {0};
+  cli_sentinel_opts sentinel = {0};
+  bool json = false;
+  long long limit = DEFAULT_LIMIT;
+  int c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, ":u:jh", ls_longopts, NULL)) != -1) {
+    switch (c) {
+    case 'u':
+      uri_flag = optarg;
+      break;
+    case 'j':
+      json = true;
+      break;
+    case OPT_LIMIT: {
+      char *end = NULL;
+      errno = 0;
+      limit = strtoll(optarg, &end, 10);
+      if (errno != 0 || end == optarg || *end != '\0' || limit < 1 ||
+          limit > 1000000) {
+        cli_err("ls: --limit takes a number of names from 1 to 1000000, "
+                "not '%s'", optarg);
+        return CLI_EX_USAGE;
+      }
+      break;
+    }
+    case 'h':
+      cli_help(stdout);
+      return 0;
+    default:
+      if (cli_tls_option(&tls, c, optarg) ||
+          cli_sentinel_option(&sentinel, c, optarg))
+        break;
+      return cli_getopt_error(c, argv);
+    }
+  }
+  if (argc - optind > 1) {
+    cli_err("ls: one PATTERN at most (quote it: the shell expands *)");
+    return CLI_EX_USAGE;
+  }
+  const char *pattern = optind < argc ? argv[optind] : "*";
+  rlock_client *client;
+  int rc = cli_connect(uri_flag, &tls, &sentinel, &client);
+  if (rc != 0)
+    return rc;
+  rlock_scan_options so;
+  rlock_scan_options_init(&so);
+  so.pattern = pattern;
+  so.count = SCAN_COUNT;
+  rlock_scan *scan = NULL;
+  int err = rlock_scan_open(client, &so, &scan);
+  skipped *skips = NULL;
+  size_t nskips = 0, listed = 0;
+  long long names = 0;
+  bool cut = false;
+  if (json && err == 0)
+    fputs("{\"locks\":[", stdout);
+  while (err == 0) {
+    const char *name;
+    int more = rlock_scan_next(scan, &name, NULL);
+    if (more <= 0) {
+      err = more;
+      break;
+    }
+    if (names == limit) {
+      cut = true;
+      break;
+    }
+    names++;
+    rlock_info info;
+    rlock_info_init(&info);
+    err = rlock_info_get(client, name, &info);
+    if (err < 0) {
+      char what[96];
+      snprintf(what, sizeof what, "reading '%.80s'", name);
+      fflush(stdout);
+      cli_err_rlock(err, what);
+      rc = cli_exit_for(err);
+      err = 1; /* reported */
+      break;
+    }
+    if (kind_name(&info) == NULL) {
+      /* another Redis type, a hash of foreign fields, or gone since */
+      skipped *grown = realloc(skips, (nskips + 1) * sizeof(*skips));
+      char *copy = strdup(name);
+      if (grown == NULL || copy == NULL) {
+        free(grown == NULL ? NULL : copy);
+        if (grown != NULL)
+          skips = grown;
+        rlock_info_free(&info);
+        cli_err("out of memory");
+        rc = CLI_EX_OSERR;
+        err = 1;
+        break;
+      }
+      skips = grown;
+      skips[nskips].name = copy;
+      snprintf(skips[nskips].type, sizeof skips[nskips].type, "%s",
+               info.type);
+      nskips++;
+    } else if (json) {
+      print_json(name, &info, listed == 0);
+      listed++;
+    } else {
+      print_human(name, &info);
+      listed++;
+    }
+    rlock_info_free(&info);
+  }
+  if (err < 0) {
+    fflush(stdout);
+    cli_err_rlock(err, "scanning the keyspace");
+    rc = cli_exit_for(err);
+  }
+  if (json && rc == 0) {
+    fputs(listed > 0 ? "\n  ],\n  \"skipped\":[" : "],\n  \"skipped\":[",
+          stdout);
+    for (size_t i = 0; i < nskips; i++) {
+      fputs(i > 0 ? ",{\"name\":" : "{\"name\":", stdout);
+      cli_json_string(stdout, skips[i].name, strlen(skips[i].name));
+      printf(",\"type\":\"%s\"}", skips[i].type);
+    }
+    printf("],\n  \"cut\":%s,\"limit\":%lld}\n", cut ? "true" : "false",
+           limit);
+  }
+  fflush(stdout);
+  for (size_t i = 0; i < nskips; i++) {
+    if (!json && rc == 0) {
+      if (strcmp(skips[i].type, "none") == 0)
+        cli_err("ls: skipped '%s': nothing there any more (deleted since "
+                "the scan, or a foreign value under a lock's side key)",
+                skips[i].name);
+      else
+        cli_err("ls: skipped '%s': not a lock (Redis type %s%s)",
+                skips[i].name, skips[i].type,
+                strcmp(skips[i].type, "hash") == 0
+                    ? " with fields no lock writes"
+                    : "");
+    }
+    free(skips[i].name);
+  }
+  free(skips);
+  if (cut && rc == 0)
+    cli_err("ls: stopped at --limit %lld names; more match (narrow PATTERN "
+            "or raise --limit)",
+            limit);
+  rlock_scan_close(scan);
+  rlock_client_close(client);
+  if (fflush(stdout) != 0 && rc == 0) {
+    cli_err("writing the list: %s", strerror(errno));
+    rc = CLI_EX_OSERR;
+  }
+  return rc;
+}

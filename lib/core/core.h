@@ -22,8 +22,12 @@ typedef struct rlock__core rlock__core;
 
 typedef struct rlock__timed rlock__timed;
 struct rlock__timed {
-  int64_t at;   /* rlock__now_ms() deadline */
-  size_t index; /* heap position + 1; 0 = not scheduled */
+  int64_t at; /* rlock__now_ms() deadline */
+  /* The heap's links live in the entry itself, so starting a timer never
+   * allocates and cannot fail. */
+  rlock__timed *left, *right, *parent;
+  uint64_t seq; /* start order: equal deadlines fire first-started first */
+  bool active;  /* in the heap */
   void (*fire)(rlock__timed *t); /* the owner finds itself by container */
 };
 
@@ -32,7 +36,7 @@ int64_t rlock__now_ms(void);
 void rlock__timed_start(rlock__core *core, rlock__timed *t, int64_t at);
 void rlock__timed_stop(rlock__core *core, rlock__timed *t);
 static inline bool rlock__timed_active(const rlock__timed *t) {
-  return t->index != 0;
+  return t->active;
 }
 
 /* ---- tasks: work handed to the loop thread ---- */
@@ -90,8 +94,9 @@ struct rlock__core {
   int64_t heap_timer_at; /* when heap_timer is armed for, or -1 */
   uv_timer_t final_timer;
   bool final_done;
-  rlock__timed **heap;
-  size_t heap_len, heap_cap;
+  rlock__timed *heap_min; /* the heap's root: the earliest deadline */
+  size_t heap_len;
+  uint64_t heap_seq;
 
   /* the task queue: the only state user threads write */
   uv_mutex_t queue_mutex;

@@ -22,48 +22,73 @@ int64_t rlock__now_ms(void) { return (int64_t)(uv_hrtime() / 1000000u); }
  * 10 000 heap slots rather than 10 000 libuv handles that each need an
  * asynchronous close before their memory may be reused. */
 
-static void heap_swap(rlock__core *core, size_t a, size_t b) {
-  rlock__timed *t = core->heap[a];
-  core->heap[a] = core->heap[b];
-  core->heap[b] = t;
-  core->heap[a]->index = a + 1;
-  core->heap[b]->index = b + 1;
+/* The heap is a complete binary tree linked through its entries (libuv's
+ * timer heap has the same shape): the path to slot n (1-based) is n's bits
+ * below the leading one, read from the top, 0 = left and 1 = right. */
+
+static bool heap_less(const rlock__timed *a, const rlock__timed *b) {
+  return a->at < b->at || (a->at == b->at && a->seq < b->seq);
 }
 
-static void heap_up(rlock__core *core, size_t i) {
-  while (i > 0) {
-    size_t parent = (i - 1) / 2;
-    if (core->heap[parent]->at <= core->heap[i]->at)
-      break;
-    heap_swap(core, i, parent);
-    i = parent;
+/* Exchanges child and its parent in the tree (their links, not their
+ * deadlines). */
+static void heap_swap(rlock__core *core, rlock__timed *parent,
+                      rlock__timed *child) {
+  rlock__timed *sibling;
+  rlock__timed *pl = parent->left, *pr = parent->right, *pp = parent->parent;
+  parent->left = child->left;
+  parent->right = child->right;
+  parent->parent = child;
+  if (pl == child) {
+    child->left = parent;
+    child->right = sibling = pr;
+  } else {
+    child->right = parent;
+    child->left = sibling = pl;
   }
+  child->parent = pp;
+  if (sibling != NULL)
+    sibling->parent = child;
+  if (parent->left != NULL)
+    parent->left->parent = parent;
+  if (parent->right != NULL)
+    parent->right->parent = parent;
+  if (pp == NULL)
+    core->heap_min = child;
+  else if (pp->left == parent)
+    pp->left = child;
+  else
+    pp->right = child;
 }
 
-static void heap_down(rlock__core *core, size_t i) {
-  for (;;) {
-    size_t l = 2 * i + 1, r = l + 1, m = i;
-    if (l < core->heap_len && core->heap[l]->at < core->heap[m]->at)
-      m = l;
-    if (r < core->heap_len && core->heap[r]->at < core->heap[m]->at)
-      m = r;
-    if (m == i)
-      return;
-    heap_swap(core, i, m);
-    i = m;
+/* The link that holds (or would hold) slot n, n >= 1. */
+static rlock__timed **heap_slot(rlock__core *core, size_t n,
+                                rlock__timed **parent) {
+  size_t path = 0, k = 0;
+  for (; n >= 2; k++, n /= 2)
+    path = (path << 1) | (n & 1);
+  rlock__timed **link = &core->heap_min;
+  *parent = NULL;
+  while (k-- > 0) {
+    *parent = *link;
+    link = (path & 1) ? &(*link)->right : &(*link)->left;
+    path >>= 1;
   }
+  return link;
 }
 
-/* The heap's invariant around slot i (debug builds): the entry knows its
- * place, no parent fires later than it, no child earlier. */
-static void heap_check_at(const rlock__core *core, size_t i) {
-  (void)core, (void)i;
-  assert(i < core->heap_len && core->heap[i]->index == i + 1);
-  assert(i == 0 || core->heap[(i - 1) / 2]->at <= core->heap[i]->at);
-  assert(2 * i + 1 >= core->heap_len ||
-         core->heap[2 * i + 1]->at >= core->heap[i]->at);
-  assert(2 * i + 2 >= core->heap_len ||
-         core->heap[2 * i + 2]->at >= core->heap[i]->at);
+/* The heap's invariant around t (debug builds): the entry's links agree
+ * with its neighbours', no parent fires later than it, no child earlier. */
+static void heap_check_at(const rlock__core *core, const rlock__timed *t) {
+  (void)core, (void)t;
+  assert(t->active);
+  assert(t->parent != NULL ? (t->parent->left == t || t->parent->right == t)
+                           : core->heap_min == t);
+  assert(t->parent == NULL || !heap_less(t, t->parent));
+  assert(t->left == NULL ||
+         (t->left->parent == t && !heap_less(t->left, t)));
+  assert(t->right == NULL ||
+         (t->right->parent == t && !heap_less(t->right, t)));
 }
 
 static void heap_timer_cb(uv_timer_t *timer);
@@ -71,7 +96,7 @@ static void heap_timer_cb(uv_timer_t *timer);
 static void arm_timer(rlock__core *core) {
   if (core->heap_len == 0 || core->closing)
     return;
-  int64_t at = core->heap[0]->at;
+  int64_t at = core->heap_min->at;
   if (core->heap_timer_at >= 0 && core->heap_timer_at <= at)
     return;
   int64_t delay = at - rlock__now_ms();
@@ -85,8 +110,8 @@ static void heap_timer_cb(uv_timer_t *timer) {
   rlock__core *core = timer->data;
   core->heap_timer_at = -1;
   int64_t now = rlock__now_ms();
-  while (core->heap_len > 0 && core->heap[0]->at <= now && !core->closing) {
-    rlock__timed *t = core->heap[0];
+  while (core->heap_len > 0 && core->heap_min->at <= now && !core->closing) {
+    rlock__timed *t = core->heap_min;
     rlock__timed_stop(core, t);
     t->fire(t);
   }
@@ -94,40 +119,66 @@ static void heap_timer_cb(uv_timer_t *timer) {
 }
 
 void rlock__timed_start(rlock__core *core, rlock__timed *t, int64_t at) {
-  if (t->index != 0)
+  if (t->active)
     rlock__timed_stop(core, t);
-  if (core->heap_len == core->heap_cap) {
-    size_t cap = core->heap_cap ? core->heap_cap * 2 : 64;
-    rlock__timed **h = realloc(core->heap, cap * sizeof(*h));
-    if (h == NULL)
-      abort(); /* a few pointers; treated like a failed stack push */
-    core->heap = h;
-    core->heap_cap = cap;
-  }
   assert(t->fire != NULL);
   t->at = at;
-  core->heap[core->heap_len] = t;
-  t->index = ++core->heap_len;
-  heap_up(core, core->heap_len - 1);
-  heap_check_at(core, t->index - 1);
+  t->seq = core->heap_seq++;
+  t->left = t->right = NULL;
+  rlock__timed **link = heap_slot(core, core->heap_len + 1, &t->parent);
+  *link = t;
+  t->active = true;
+  core->heap_len++;
+  while (t->parent != NULL && heap_less(t, t->parent))
+    heap_swap(core, t->parent, t);
+  heap_check_at(core, t);
   arm_timer(core);
 }
 
 void rlock__timed_stop(rlock__core *core, rlock__timed *t) {
-  if (t->index == 0)
+  if (!t->active)
     return;
-  size_t i = t->index - 1;
-  assert(i < core->heap_len && core->heap[i] == t);
-  t->index = 0;
+  assert(core->heap_len > 0);
+  t->active = false;
+  /* Unlink the last slot's entry and put it where t was. */
+  rlock__timed *unused;
+  rlock__timed **last_link = heap_slot(core, core->heap_len, &unused);
+  rlock__timed *last = *last_link;
+  *last_link = NULL;
   core->heap_len--;
-  if (i == core->heap_len)
+  if (last == t) {
+    if (core->heap_min == t)
+      core->heap_min = NULL;
+    t->left = t->right = t->parent = NULL;
     return;
-  rlock__timed *moved = core->heap[core->heap_len];
-  core->heap[i] = moved;
-  moved->index = i + 1;
-  heap_up(core, i);
-  heap_down(core, moved->index - 1);
-  heap_check_at(core, moved->index - 1);
+  }
+  last->left = t->left;
+  last->right = t->right;
+  last->parent = t->parent;
+  if (last->left != NULL)
+    last->left->parent = last;
+  if (last->right != NULL)
+    last->right->parent = last;
+  if (t->parent == NULL)
+    core->heap_min = last;
+  else if (t->parent->left == t)
+    t->parent->left = last;
+  else
+    t->parent->right = last;
+  t->left = t->right = t->parent = NULL;
+  for (;;) {
+    rlock__timed *m = last;
+    if (last->left != NULL && heap_less(last->left, m))
+      m = last->left;
+    if (last->right != NULL && heap_less(last->right, m))
+      m = last->right;
+    if (m == last)
+      break;
+    heap_swap(core, last, m);
+  }
+  while (last->parent != NULL && heap_less(last, last->parent))
+    heap_swap(core, last->parent, last);
+  heap_check_at(core, last);
 }
 
 /* ---- the task queue ---- */
@@ -197,6 +248,7 @@ static void final_timer_cb(uv_timer_t *timer) {
   uv_close((uv_handle_t *)&core->final_timer, close_handle_cb);
   core->on_final(core);
   /* Whatever is left in the heap belongs to records freed above. */
+  core->heap_min = NULL;
   core->heap_len = 0;
   uv_close((uv_handle_t *)&core->heap_timer, close_handle_cb);
   uv_close((uv_handle_t *)&core->wakeup, close_handle_cb);
@@ -270,8 +322,6 @@ static void loop_main(void *arg) {
   uv_run(&core->loop, UV_RUN_DEFAULT);
   /* All handles are closed once uv_run returns after the final step. */
   uv_loop_close(&core->loop);
-  free(core->heap);
-  core->heap = NULL;
   rlock__core_unref(core);
 }
 

@@ -422,6 +422,9 @@ RLOCK_EXTERN const char *rlock_name(const rlock *lock);
  * (retry_attempts + 1) x (command_timeout_ms + retry_interval_ms) from its
  * first unanswered try, then returns RLOCK_ETIMEDOUT or RLOCK_ECONN; a
  * try that lands late is trimmed in the background (no hold is left).
+ * A semaphore, permit semaphore or latch handle cast to rlock * is
+ * RLOCK_EINVAL (nothing sent) here and in every lock/unlock call below,
+ * their _owner and _async forms included.
  */
 RLOCK_EXTERN int rlock_lock(rlock *lock, int64_t lease_ms);
 

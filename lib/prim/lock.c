@@ -208,22 +208,20 @@ void rlock__query_reply(rlock__net *n, redisReply *reply, int err,
 
 /* ---- the blocking API ---- */
 
-/* The engine's release, for handles of a kind with a hold part only: a
- * semaphore or latch handle has no unlock (the call fails on the loop, as
- * any other failure of the op would). */
-static void start_unlock(rlock__op *op) {
-  if (op->lock->prim->hold == NULL) {
-    rlock__op_detail(op, "a %s is not a lock: it has no unlock",
-                     op->lock->prim->kind);
-    rlock__op_finish(op, RLOCK_EINVAL);
-    return;
+/* The lock calls take handles of a kind with a hold part only. A
+ * semaphore, permit semaphore or latch handle (cast to rlock *) is refused
+ * here, before an op exists: their scripts expect the state their own ops
+ * embed, which a lock op does not carry. 0 or RLOCK_EINVAL. */
+static int lock_handle(rlock *lock) {
+  if (lock == NULL)
+    return rlock__bad_arg("lock is NULL");
+  if (lock->prim->hold == NULL) {
+    rlock__set_last_error("a %s is not a lock: use the rlock_%s_* calls",
+                          lock->prim->kind, lock->prim->kind);
+    return RLOCK_EINVAL;
   }
-  rlock__op_release.start(op);
+  return 0;
 }
-
-static const rlock__op_type unlock_type = {
-    .name = "release", .start = start_unlock,
-    .finish = rlock__release_finish, .touches_hold = true};
 
 int rlock__acquire(rlock *lock, uint64_t owner, int64_t wait_ms,
                    int64_t lease_ms, int64_t *value) {
@@ -243,7 +241,8 @@ int rlock__acquire(rlock *lock, uint64_t owner, int64_t wait_ms,
 
 static int acquire(rlock *lock, uint64_t owner, int64_t wait_ms,
                    int64_t lease_ms) {
-  return rlock__acquire(lock, owner, wait_ms, lease_ms, NULL);
+  int rc = lock_handle(lock);
+  return rc != 0 ? rc : rlock__acquire(lock, owner, wait_ms, lease_ms, NULL);
 }
 
 /* The kind's operation for a public call, or NULL with the last error set
@@ -285,7 +284,8 @@ int rlock_try_lock_owner(rlock *lock, uint64_t owner, int64_t wait_ms,
 }
 
 int rlock_unlock_owner(rlock *lock, uint64_t owner) {
-  return simple(lock, &unlock_type, owner, NULL);
+  int rc = lock_handle(lock);
+  return rc != 0 ? rc : simple(lock, &rlock__op_release, owner, NULL);
 }
 
 int rlock_is_held_by_owner(rlock *lock, uint64_t owner) {
@@ -337,13 +337,23 @@ int rlock_remain_ttl(rlock *lock, int64_t *ttl_ms) {
 int rlock_lock_async(rlock *lock, uint64_t owner, int64_t wait_ms,
                      int64_t lease_ms, rlock_cb cb, void *data,
                      rlock_req **req) {
+  if (req != NULL)
+    *req = NULL;
+  int rc = lock_handle(lock);
+  if (rc != 0)
+    return rc;
   return rlock__op_submit_async(lock, &rlock__op_acquire, owner, wait_ms,
                                 lease_ms, cb, data, req);
 }
 
 int rlock_unlock_async(rlock *lock, uint64_t owner, rlock_cb cb, void *data,
                        rlock_req **req) {
-  return rlock__op_submit_async(lock, &unlock_type, owner, 0, 0, cb,
+  if (req != NULL)
+    *req = NULL;
+  int rc = lock_handle(lock);
+  if (rc != 0)
+    return rc;
+  return rlock__op_submit_async(lock, &rlock__op_release, owner, 0, 0, cb,
                                 data, req);
 }
 

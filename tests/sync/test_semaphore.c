@@ -682,3 +682,48 @@ Test(semaphore, bad_input_changes_nothing) {
   rlock_semaphore_free(s);
   rlock_client_close(c);
 }
+
+/* A semaphore, permit semaphore or latch handle passed to a lock call (cast
+ * to rlock *) is refused before anything runs: a lock op carries no state
+ * of those kinds, so running their scripts on it would read past the op. */
+Test(semaphore, lock_calls_refuse_handles_of_other_kinds, .timeout = 30) {
+  rlock_client *c = rt_client();
+  char key[64];
+  rt_key(key, sizeof key, "semlockcall");
+  rlock_semaphore *s = sem_get(c, key);
+  rlock_permit_semaphore *p = NULL;
+  cr_assert_eq(rlock_permit_semaphore_get(c, key, &p), 0);
+  rlock_latch *l = NULL;
+  cr_assert_eq(rlock_latch_get(c, key, &l), 0);
+  rt_ok("OK", "SET %s 5", key);
+  rt_ok("OK", "CONFIG RESETSTAT");
+
+  rlock *handles[] = {(rlock *)s, (rlock *)p, (rlock *)l};
+  for (size_t i = 0; i < sizeof handles / sizeof handles[0]; i++) {
+    rlock *h = handles[i];
+    cr_assert_eq(rlock_try_lock(h, 0, -1), RLOCK_EINVAL, "handle %zu", i);
+    cr_assert(strstr(rlock_last_error(), "not a lock") != NULL, "%s",
+              rlock_last_error());
+    cr_assert_eq(rlock_lock(h, -1), RLOCK_EINVAL, "handle %zu", i);
+    cr_assert_eq(rlock_try_lock(h, 100, 1000), RLOCK_EINVAL);
+    cr_assert_eq(rlock_unlock(h), RLOCK_EINVAL, "handle %zu", i);
+    cr_assert(strstr(rlock_last_error(), "not a lock") != NULL, "%s",
+              rlock_last_error());
+    rec r = {0};
+    rlock_req *req = (rlock_req *)&r; /* must be reset to NULL */
+    cr_assert_eq(rlock_lock_async(h, 7, 0, -1, rec_cb, &r, &req),
+                 RLOCK_EINVAL);
+    cr_assert_null(req);
+    req = (rlock_req *)&r;
+    cr_assert_eq(rlock_unlock_async(h, 7, rec_cb, &r, &req), RLOCK_EINVAL);
+    cr_assert_null(req);
+    cr_assert_eq(atomic_load(&r.calls), 0, "no callback after an error");
+  }
+  cr_assert_eq(script_calls(), 0, "nothing sent");
+  assert_value(key, "5");
+
+  rlock_latch_free(l);
+  rlock_permit_semaphore_free(p);
+  rlock_semaphore_free(s);
+  rlock_client_close(c);
+}

@@ -10,6 +10,7 @@
 -- free but another waiter is first in line). A WRONGKIND error when the key
 -- is a read/write lock's hash.
 --! include _acl_guard.lua
+--! include _fair_prune.lua
 if redis.call('hexists', KEYS[1], 'mode') == 1 then
   return redis.error_reply('WRONGKIND ' .. KEYS[1] .. ' is a read/write lock (it has a mode field), not a fair lock');
 end;
@@ -18,14 +19,7 @@ if d then return refuse(d); end;
 local now = tonumber(ARGV[4]);
 local wait = tonumber(ARGV[3]);
 -- Drop waiters at the head whose deadline has passed (they gave up or died).
-while true do
-  local first = redis.call('lindex', KEYS[2], 0);
-  if first == false then break; end;
-  local s = redis.call('zscore', KEYS[3], first);
-  if s == false or tonumber(s) > now then break; end;
-  redis.call('zrem', KEYS[3], first);
-  redis.call('lpop', KEYS[2]);
-end;
+prune(now);
 local held = redis.call('exists', KEYS[1]) == 1;
 local head = redis.call('lindex', KEYS[2], 0);
 if (not held) and (head == false or head == ARGV[2]) then

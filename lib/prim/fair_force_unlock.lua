@@ -5,18 +5,12 @@
 -- ARGV[1] message "0", ARGV[2] wall clock ms, ARGV[3] PUBLISH or SPUBLISH.
 -- Reply: 1 = deleted (and the first waiter told), 0 = was not locked.
 --! include _acl_guard.lua
+--! include _fair_prune.lua
 local first = redis.call('lindex', KEYS[2], 0);
 local d = denied({{'zrem', KEYS[3], first or 'x'}, {'lpop', KEYS[2]}, {'del', KEYS[1]}, {ARGV[3], KEYS[4] .. ':' .. (first or 'x'), ARGV[1]}});
 if d then return refuse(d); end;
 local now = tonumber(ARGV[2]);
-while true do
-  first = redis.call('lindex', KEYS[2], 0);
-  if first == false then break; end;
-  local s = redis.call('zscore', KEYS[3], first);
-  if s == false or tonumber(s) > now then break; end;
-  redis.call('zrem', KEYS[3], first);
-  redis.call('lpop', KEYS[2]);
-end;
+first = prune(now);
 if redis.call('del', KEYS[1]) == 1 then
   if first ~= false then redis.call(ARGV[3], KEYS[4] .. ':' .. first, ARGV[1]); end;
   return 1;

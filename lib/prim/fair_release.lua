@@ -9,20 +9,14 @@
 -- the first waiter is then still told, to keep the queue moving); 0 = still
 -- held; 1 = released.
 --! include _acl_guard.lua
+--! include _fair_prune.lua
 local latch = redis.call('get', KEYS[5]);
 if latch ~= false then return tonumber(latch); end;
 local first = redis.call('lindex', KEYS[2], 0);
 local d = denied({{'zrem', KEYS[3], ARGV[3]}, {'lpop', KEYS[2]}, {'hincrby', KEYS[1], ARGV[3], '-1'}, {'pexpire', KEYS[1], ARGV[2]}, {'del', KEYS[1]}, {ARGV[5], KEYS[4] .. ':' .. (first or ARGV[3]), ARGV[1]}, {'set', KEYS[5], '0', 'px', ARGV[6]}});
 if d then return refuse(d); end;
 local now = tonumber(ARGV[4]);
-while true do
-  first = redis.call('lindex', KEYS[2], 0);
-  if first == false then break; end;
-  local s = redis.call('zscore', KEYS[3], first);
-  if s == false or tonumber(s) > now then break; end;
-  redis.call('zrem', KEYS[3], first);
-  redis.call('lpop', KEYS[2]);
-end;
+first = prune(now);
 if redis.call('exists', KEYS[1]) == 0 then
   if first ~= false then redis.call(ARGV[5], KEYS[4] .. ':' .. first, ARGV[1]); end;
   return nil;

@@ -88,28 +88,23 @@ static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
   fair_keys k;
   if (!keys_make(lock, &k))
     return NULL;
-  char lease[24], wait[24], now[24];
-  snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
-  snprintf(wait, sizeof(wait), "%" PRId64, announced_wait(op));
-  snprintf(now, sizeof(now), "%" PRId64, rlock__wall_ms());
+  int64_t wait = announced_wait(op), now = rlock__wall_ms();
   bool single = op->wait_ms == 0;
-  const char *argv[8] = {"3",       lock->name, k.queue, k.timeout,
-                         lease,     op->owner,  single ? now : wait,
-                         single ? wait : now};
-  size_t lens[8] = {1,
-                    lock->name_len,
-                    k.queue_len,
-                    k.timeout_len,
-                    strlen(lease),
-                    strlen(op->owner),
-                    strlen(argv[6]),
-                    strlen(argv[7])};
+  rlock__argv a = {0};
+  rlock__argv_str(&a, "3");
+  rlock__argv_mem(&a, lock->name, lock->name_len);
+  rlock__argv_mem(&a, k.queue, k.queue_len);
+  rlock__argv_mem(&a, k.timeout, k.timeout_len);
+  rlock__argv_int(&a, lease_ms);
+  rlock__argv_str(&a, op->owner);
+  rlock__argv_int(&a, single ? now : wait);
+  rlock__argv_int(&a, single ? wait : now);
   /* Never re-sent (as RLock's): a second try could count one acquisition
    * twice. A lost reply is repaired by the trim, a queue entry left behind
    * by the abandon. */
   rlock__cmd *cmd = rlock__cmd_send(op->engine->net,
-                                    single ? &try_script : &acquire_script, 8,
-                                    argv, lens, 0, cb, op);
+                                    single ? &try_script : &acquire_script,
+                                    a.argc, a.argv, a.lens, 0, cb, op);
   free(k.buf);
   return cmd;
 }
@@ -149,22 +144,18 @@ static rlock__cmd *abandon(rlock__op *op, rlock__reply_cb cb, void *data) {
   fair_keys k;
   if (!keys_make(lock, &k))
     return NULL;
-  char wait[24];
-  snprintf(wait, sizeof(wait), "%" PRId64, announced_wait(op));
-  const char *publish = rlock__engine_publish(op->engine);
-  const char *argv[8] = {"4",       k.queue,       k.timeout, lock->name,
-                         lock->channel, op->owner, wait,      publish};
-  size_t lens[8] = {1,
-                    k.queue_len,
-                    k.timeout_len,
-                    lock->name_len,
-                    lock->channel_len,
-                    strlen(op->owner),
-                    strlen(wait),
-                    strlen(publish)};
+  rlock__argv a = {0};
+  rlock__argv_str(&a, "4");
+  rlock__argv_mem(&a, k.queue, k.queue_len);
+  rlock__argv_mem(&a, k.timeout, k.timeout_len);
+  rlock__argv_mem(&a, lock->name, lock->name_len);
+  rlock__argv_mem(&a, lock->channel, lock->channel_len);
+  rlock__argv_str(&a, op->owner);
+  rlock__argv_int(&a, announced_wait(op));
+  rlock__argv_str(&a, rlock__engine_publish(op->engine));
   rlock__cmd *cmd =
-      rlock__cmd_send(op->engine->net, &abandon_script, 8, argv, lens,
-                      op->engine->core->opts.retry_attempts, cb, data);
+      rlock__cmd_send(op->engine->net, &abandon_script, a.argc, a.argv,
+                      a.lens, op->engine->core->opts.retry_attempts, cb, data);
   free(k.buf);
   return cmd;
 }
@@ -176,26 +167,24 @@ static rlock__cmd *send_release(rlock__op *op, const char *latch,
   fair_keys k;
   if (!keys_make(lock, &k))
     return NULL;
-  char lease[24], now[24], latch_ttl[24];
-  snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
-  snprintf(now, sizeof(now), "%" PRId64, rlock__wall_ms());
-  snprintf(latch_ttl, sizeof(latch_ttl), "%" PRId64, latch_ttl_ms);
-  const char *publish = rlock__engine_publish(op->engine);
-  const char *argv[12] = {"5",   lock->name, k.queue,   k.timeout,
-                          lock->channel, latch, "0",    lease,
-                          op->owner,     now,   publish, latch_ttl};
-  size_t lens[12];
-  for (int i = 0; i < 12; i++)
-    lens[i] = strlen(argv[i]);
-  lens[1] = lock->name_len;
-  lens[2] = k.queue_len;
-  lens[3] = k.timeout_len;
-  lens[4] = lock->channel_len;
+  rlock__argv a = {0};
+  rlock__argv_str(&a, "5");
+  rlock__argv_mem(&a, lock->name, lock->name_len);
+  rlock__argv_mem(&a, k.queue, k.queue_len);
+  rlock__argv_mem(&a, k.timeout, k.timeout_len);
+  rlock__argv_mem(&a, lock->channel, lock->channel_len);
+  rlock__argv_str(&a, latch);
+  rlock__argv_str(&a, "0");
+  rlock__argv_int(&a, lease_ms);
+  rlock__argv_str(&a, op->owner);
+  rlock__argv_int(&a, rlock__wall_ms());
+  rlock__argv_str(&a, rlock__engine_publish(op->engine));
+  rlock__argv_int(&a, latch_ttl_ms);
   /* Re-sent after a timeout or a lost connection: the latch makes that
    * safe. */
   rlock__cmd *cmd =
-      rlock__cmd_send(op->engine->net, &release_script, 12, argv, lens,
-                      op->engine->core->opts.retry_attempts, cb, op);
+      rlock__cmd_send(op->engine->net, &release_script, a.argc, a.argv,
+                      a.lens, op->engine->core->opts.retry_attempts, cb, op);
   free(k.buf);
   return cmd;
 }
@@ -209,20 +198,16 @@ static void start_force(rlock__op *op) {
     rlock__op_finish(op, RLOCK_ENOMEM);
     return;
   }
-  char now[24];
-  snprintf(now, sizeof(now), "%" PRId64, rlock__wall_ms());
-  const char *publish = rlock__engine_publish(op->engine);
-  const char *argv[8] = {"4",           lock->name, k.queue, k.timeout,
-                         lock->channel, "0",        now,     publish};
-  size_t lens[8] = {1,
-                    lock->name_len,
-                    k.queue_len,
-                    k.timeout_len,
-                    lock->channel_len,
-                    1,
-                    strlen(now),
-                    strlen(publish)};
-  rlock__op_send(op, &force_script, 8, argv, lens,
+  rlock__argv a = {0};
+  rlock__argv_str(&a, "4");
+  rlock__argv_mem(&a, lock->name, lock->name_len);
+  rlock__argv_mem(&a, k.queue, k.queue_len);
+  rlock__argv_mem(&a, k.timeout, k.timeout_len);
+  rlock__argv_mem(&a, lock->channel, lock->channel_len);
+  rlock__argv_str(&a, "0");
+  rlock__argv_int(&a, rlock__wall_ms());
+  rlock__argv_str(&a, rlock__engine_publish(op->engine));
+  rlock__op_send(op, &force_script, a.argc, a.argv, a.lens,
                  op->engine->core->opts.retry_attempts, rlock__query_reply);
   free(k.buf); /* the command record copied the arguments */
 }

@@ -30,19 +30,20 @@ static const char *token_key(const rlock *lock, char *buf, size_t cap,
 static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
                             rlock__reply_cb cb) {
   rlock *lock = op->lock;
-  char lease[24];
   char *key = malloc(sizeof(TOKEN_PREFIX) + lock->tag_len);
   if (key == NULL)
     return NULL;
   size_t key_len = 0;
   token_key(lock, key, sizeof(TOKEN_PREFIX) + lock->tag_len, &key_len);
-  snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
-  const char *argv[5] = {"2", lock->name, key, lease, op->owner};
-  size_t lens[5] = {1, lock->name_len, key_len, strlen(lease),
-                    strlen(op->owner)};
+  rlock__argv a = {0};
+  rlock__argv_str(&a, "2");
+  rlock__argv_mem(&a, lock->name, lock->name_len);
+  rlock__argv_mem(&a, key, key_len);
+  rlock__argv_int(&a, lease_ms);
+  rlock__argv_str(&a, op->owner);
   /* Never re-sent (as RLock's): a second try could count twice. */
-  rlock__cmd *cmd = rlock__cmd_send(op->engine->net, &acquire_script, 5,
-                                    argv, lens, 0, cb, op);
+  rlock__cmd *cmd = rlock__cmd_send(op->engine->net, &acquire_script, a.argc,
+                                    a.argv, a.lens, 0, cb, op);
   free(key);
   return cmd;
 }

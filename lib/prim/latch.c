@@ -157,38 +157,41 @@ typedef struct set_op {
   int64_t count;
 } set_op;
 
+/* The scripts' head: both keys (the latch, its channel) and the message. */
+static void latch_args(rlock__op *op, rlock__argv *a, const char *message) {
+  rlock__argv_str(a, "2");
+  rlock__argv_mem(a, op->lock->name, op->lock->name_len);
+  rlock__argv_mem(a, op->lock->channel, op->lock->channel_len);
+  rlock__argv_str(a, message);
+}
+
 /* trySetCount. Not re-sent after a lost reply: if the first send ran and the
  * latch then opened (and went), a second would close it again. */
 static void start_set(rlock__op *op) {
-  rlock *lock = op->lock;
-  const char *publish = rlock__engine_publish(op->engine);
-  char count[24];
-  snprintf(count, sizeof(count), "%" PRId64,
-           RLOCK__CONTAINER_OF(op, set_op, op)->count);
-  const char *argv[6] = {"2", lock->name, lock->channel, "1", count, publish};
-  size_t lens[6] = {1, lock->name_len, lock->channel_len, 1, strlen(count),
-                    strlen(publish)};
-  rlock__op_send(op, &set_script, 6, argv, lens, 0, script_reply);
+  rlock__argv a = {0};
+  latch_args(op, &a, "1");
+  rlock__argv_int(&a, RLOCK__CONTAINER_OF(op, set_op, op)->count);
+  rlock__argv_str(&a, rlock__engine_publish(op->engine));
+  rlock__op_send(op, &set_script, a.argc, a.argv, a.lens, 0, script_reply);
 }
 
 /* countDown. Never re-sent (as Java's): a second DECR after a lost reply
  * would count down twice. */
 static void start_count_down(rlock__op *op) {
-  rlock *lock = op->lock;
-  const char *publish = rlock__engine_publish(op->engine);
-  const char *argv[5] = {"2", lock->name, lock->channel, "0", publish};
-  size_t lens[5] = {1, lock->name_len, lock->channel_len, 1, strlen(publish)};
-  rlock__op_send(op, &count_down_script, 5, argv, lens, 0, script_reply);
+  rlock__argv a = {0};
+  latch_args(op, &a, "0");
+  rlock__argv_str(&a, rlock__engine_publish(op->engine));
+  rlock__op_send(op, &count_down_script, a.argc, a.argv, a.lens, 0,
+                 script_reply);
 }
 
 /* delete. Re-sent after a lost reply: the latch is gone either way (a
  * re-send after the first ran answers 0). */
 static void start_delete(rlock__op *op) {
-  rlock *lock = op->lock;
-  const char *publish = rlock__engine_publish(op->engine);
-  const char *argv[5] = {"2", lock->name, lock->channel, "1", publish};
-  size_t lens[5] = {1, lock->name_len, lock->channel_len, 1, strlen(publish)};
-  rlock__op_send(op, &delete_script, 5, argv, lens,
+  rlock__argv a = {0};
+  latch_args(op, &a, "1");
+  rlock__argv_str(&a, rlock__engine_publish(op->engine));
+  rlock__op_send(op, &delete_script, a.argc, a.argv, a.lens,
                  op->engine->core->opts.retry_attempts, script_reply);
 }
 

@@ -37,17 +37,21 @@ const rlock__script *const *rlock__lock_scripts(void) { return all_scripts; }
 
 /* ---- the descriptor ---- */
 
+rlock__cmd *rlock__lock_send_try_script(rlock__op *op,
+                                        const rlock__script *script,
+                                        int64_t lease_ms, rlock__reply_cb cb) {
+  rlock__argv a = {0};
+  rlock__argv_str(&a, "1");
+  rlock__argv_mem(&a, op->lock->name, op->lock->name_len);
+  rlock__argv_int(&a, lease_ms);
+  rlock__argv_str(&a, op->owner);
+  return rlock__cmd_send(op->engine->net, script, a.argc, a.argv, a.lens, 0,
+                         cb, op);
+}
+
 static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
                             rlock__reply_cb cb) {
-  rlock *lock = op->lock;
-  char lease[24];
-  snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
-  const char *argv[4] = {"1", lock->name, lease, op->owner};
-  size_t lens[4] = {1, lock->name_len, strlen(lease), strlen(op->owner)};
-  /* Not re-sent on a timeout: a second HINCRBY after a lost reply would
-   * count one acquisition twice. */
-  return rlock__cmd_send(op->engine->net, &acquire_script, 4, argv, lens, 0,
-                         cb, op);
+  return rlock__lock_send_try_script(op, &acquire_script, lease_ms, cb);
 }
 
 int rlock__lock_read_try(rlock__op *op, const redisReply *reply,
@@ -65,25 +69,32 @@ int rlock__lock_read_try(rlock__op *op, const redisReply *reply,
   return RLOCK__TRY_WAIT;
 }
 
+rlock__cmd *rlock__lock_send_release_script(
+    rlock__op *op, const rlock__script *script, const char *message,
+    const char *latch, int64_t lease_ms, int64_t latch_ttl_ms,
+    rlock__reply_cb cb) {
+  rlock *lock = op->lock;
+  rlock__argv a = {0};
+  rlock__argv_str(&a, "3");
+  rlock__argv_mem(&a, lock->name, lock->name_len);
+  rlock__argv_mem(&a, lock->channel, lock->channel_len);
+  rlock__argv_str(&a, latch);
+  rlock__argv_str(&a, message);
+  rlock__argv_int(&a, lease_ms);
+  rlock__argv_str(&a, op->owner);
+  rlock__argv_str(&a, rlock__engine_publish(op->engine));
+  rlock__argv_int(&a, latch_ttl_ms);
+  /* Re-sent after a timeout or a lost connection: the latch makes that
+   * safe. */
+  return rlock__cmd_send(op->engine->net, script, a.argc, a.argv, a.lens,
+                         op->engine->core->opts.retry_attempts, cb, op);
+}
+
 rlock__cmd *rlock__lock_send_release(rlock__op *op, const char *latch,
                                 int64_t lease_ms, int64_t latch_ttl_ms,
                                 rlock__reply_cb cb) {
-  rlock *lock = op->lock;
-  const rlock_options *o = &op->engine->core->opts;
-  char lease_s[24], latch_ttl[24];
-  snprintf(lease_s, sizeof(lease_s), "%" PRId64, lease_ms);
-  snprintf(latch_ttl, sizeof(latch_ttl), "%" PRId64, latch_ttl_ms);
-  const char *argv[9] = {"3",     lock->name, lock->channel,         latch,
-                         "0",     lease_s,    op->owner,
-                         rlock__engine_publish(op->engine), latch_ttl};
-  size_t lens[9];
-  for (int i = 0; i < 9; i++)
-    lens[i] = strlen(argv[i]);
-  lens[1] = lock->name_len;
-  /* Re-sent after a timeout or a lost connection: the latch makes that
-   * safe. */
-  return rlock__cmd_send(op->engine->net, &release_script, 9, argv, lens,
-                         o->retry_attempts, cb, op);
+  return rlock__lock_send_release_script(op, &release_script, "0", latch,
+                                         lease_ms, latch_ttl_ms, cb);
 }
 
 int rlock__lock_read_release(rlock__op *op, const redisReply *reply) {
@@ -130,10 +141,13 @@ const rlock__prim rlock__prim_lock = {
 
 static void start_force(rlock__op *op) {
   rlock *lock = op->lock;
-  const char *publish = rlock__engine_publish(op->engine);
-  const char *argv[5] = {"2", lock->name, lock->channel, "0", publish};
-  size_t lens[5] = {1, lock->name_len, lock->channel_len, 1, strlen(publish)};
-  rlock__op_send(op, &force_script, 5, argv, lens,
+  rlock__argv a = {0};
+  rlock__argv_str(&a, "2");
+  rlock__argv_mem(&a, lock->name, lock->name_len);
+  rlock__argv_mem(&a, lock->channel, lock->channel_len);
+  rlock__argv_str(&a, "0");
+  rlock__argv_str(&a, rlock__engine_publish(op->engine));
+  rlock__op_send(op, &force_script, a.argc, a.argv, a.lens,
                  op->engine->core->opts.retry_attempts, rlock__query_reply);
 }
 

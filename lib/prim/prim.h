@@ -50,6 +50,20 @@ extern const rlock__prim rlock__prim_latch;
  * (KEYS lock, channel, latch; message "0"), its reply reader, the message
  * handler ("0" wakes one local waiter, "1" all), the force unlock (DEL and
  * "0"), and the ops table (force unlock and the queries). */
+/* Sends `script` with the acquire's arguments of the lock, spin and write
+ * lock: KEYS[1] the name; ARGV lease_ms, the owner. Never re-sent (a second
+ * HINCRBY after a lost reply would count one acquisition twice). */
+rlock__cmd *rlock__lock_send_try_script(rlock__op *op,
+                                        const rlock__script *script,
+                                        int64_t lease_ms, rlock__reply_cb cb);
+/* Sends `script` with the release's arguments of the lock and the write
+ * lock: KEYS name, channel, latch; ARGV message, lease_ms, owner, PUBLISH
+ * or SPUBLISH, latch TTL. Re-sent after a timeout (the latch makes it
+ * safe). */
+rlock__cmd *rlock__lock_send_release_script(
+    rlock__op *op, const rlock__script *script, const char *message,
+    const char *latch, int64_t lease_ms, int64_t latch_ttl_ms,
+    rlock__reply_cb cb);
 /* RLock's try reply, and that of every kind whose acquire script answers
  * as RLock's: nil = acquired, an integer = the holder's TTL (ms; -1 none). */
 int rlock__lock_read_try(rlock__op *op, const redisReply *reply,

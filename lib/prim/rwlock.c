@@ -83,16 +83,19 @@ static rlock__cmd *read_send_try(rlock__op *op, int64_t lease_ms,
   char *base = timeout_base(lock, op->owner, &base_len);
   if (base == NULL)
     return NULL;
-  char lease[24], writer[RLOCK__OWNER_MAX + sizeof(WRITE_SUFFIX)];
-  snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
+  char writer[RLOCK__OWNER_MAX + sizeof(WRITE_SUFFIX)];
   snprintf(writer, sizeof(writer), "%s" WRITE_SUFFIX, op->owner);
-  const char *argv[6] = {"2", lock->name, base, lease, op->owner, writer};
-  size_t lens[6] = {1,        lock->name_len,    base_len,
-                    strlen(lease), strlen(op->owner), strlen(writer)};
+  rlock__argv a = {0};
+  rlock__argv_str(&a, "2");
+  rlock__argv_mem(&a, lock->name, lock->name_len);
+  rlock__argv_mem(&a, base, base_len);
+  rlock__argv_int(&a, lease_ms);
+  rlock__argv_str(&a, op->owner);
+  rlock__argv_str(&a, writer);
   /* Never re-sent: a second try after a lost reply would count twice (the
    * engine trims instead). */
-  rlock__cmd *cmd = rlock__cmd_send(op->engine->net, &read_acquire_script, 6,
-                                    argv, lens, 0, cb, op);
+  rlock__cmd *cmd = rlock__cmd_send(op->engine->net, &read_acquire_script,
+                                    a.argc, a.argv, a.lens, 0, cb, op);
   free(base); /* the command record copied it */
   return cmd;
 }
@@ -108,21 +111,22 @@ static rlock__cmd *read_send_release(rlock__op *op, const char *latch,
   char *base = timeout_base(lock, op->owner, &base_len);
   if (base == NULL)
     return NULL;
-  char latch_ttl[24];
-  snprintf(latch_ttl, sizeof(latch_ttl), "%" PRId64, latch_ttl_ms);
-  const char *publish = rlock__engine_publish(op->engine);
-  const char *argv[10] = {"5",   lock->name, lock->channel, base,
-                          lock->tag, latch,  "0",       op->owner,
-                          publish,   latch_ttl};
-  size_t lens[10] = {1,         lock->name_len,    lock->channel_len,
-                     base_len,  lock->tag_len,     strlen(latch),
-                     1,         strlen(op->owner), strlen(publish),
-                     strlen(latch_ttl)};
+  rlock__argv a = {0};
+  rlock__argv_str(&a, "5");
+  rlock__argv_mem(&a, lock->name, lock->name_len);
+  rlock__argv_mem(&a, lock->channel, lock->channel_len);
+  rlock__argv_mem(&a, base, base_len);
+  rlock__argv_mem(&a, lock->tag, lock->tag_len);
+  rlock__argv_str(&a, latch);
+  rlock__argv_str(&a, "0");
+  rlock__argv_str(&a, op->owner);
+  rlock__argv_str(&a, rlock__engine_publish(op->engine));
+  rlock__argv_int(&a, latch_ttl_ms);
   /* Re-sent after a timeout or a lost connection: the latch makes that
    * safe. */
   rlock__cmd *cmd =
-      rlock__cmd_send(op->engine->net, &read_release_script, 10, argv, lens,
-                      op->engine->core->opts.retry_attempts, cb, op);
+      rlock__cmd_send(op->engine->net, &read_release_script, a.argc, a.argv,
+                      a.lens, op->engine->core->opts.retry_attempts, cb, op);
   free(base);
   return cmd;
 }
@@ -131,33 +135,16 @@ static rlock__cmd *read_send_release(rlock__op *op, const char *latch,
 
 static rlock__cmd *write_send_try(rlock__op *op, int64_t lease_ms,
                                   rlock__reply_cb cb) {
-  rlock *lock = op->lock;
-  char lease[24];
-  snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
   /* op->owner already ends in ":write" (owner_suffix). */
-  const char *argv[4] = {"1", lock->name, lease, op->owner};
-  size_t lens[4] = {1, lock->name_len, strlen(lease), strlen(op->owner)};
-  return rlock__cmd_send(op->engine->net, &write_acquire_script, 4, argv,
-                         lens, 0, cb, op);
+  return rlock__lock_send_try_script(op, &write_acquire_script, lease_ms, cb);
 }
 
 static rlock__cmd *write_send_release(rlock__op *op, const char *latch,
                                       int64_t lease_ms, int64_t latch_ttl_ms,
                                       rlock__reply_cb cb) {
-  rlock *lock = op->lock;
-  char lease_s[24], latch_ttl[24];
-  snprintf(lease_s, sizeof(lease_s), "%" PRId64, lease_ms);
-  snprintf(latch_ttl, sizeof(latch_ttl), "%" PRId64, latch_ttl_ms);
-  const char *publish = rlock__engine_publish(op->engine);
-  const char *argv[9] = {"3", lock->name, lock->channel, latch,    "1",
-                         lease_s, op->owner, publish,    latch_ttl};
-  size_t lens[9];
-  for (int i = 0; i < 9; i++)
-    lens[i] = strlen(argv[i]);
-  lens[1] = lock->name_len;
-  lens[2] = lock->channel_len;
-  return rlock__cmd_send(op->engine->net, &write_release_script, 9, argv,
-                         lens, op->engine->core->opts.retry_attempts, cb, op);
+  /* "1": a write unlock wakes every waiter (readers may all get in). */
+  return rlock__lock_send_release_script(op, &write_release_script, "1",
+                                         latch, lease_ms, latch_ttl_ms, cb);
 }
 
 /* nil: not write-held by the owner; 0: still held; 1: released (hash
@@ -179,12 +166,14 @@ static int write_read_release(rlock__op *op, const redisReply *reply) {
 
 static void force(rlock__op *op, const char *message, const char *mode) {
   rlock *lock = op->lock;
-  const char *publish = rlock__engine_publish(op->engine);
-  const char *argv[6] = {"2", lock->name, lock->channel, message, publish,
-                         mode};
-  size_t lens[6] = {1, lock->name_len,  lock->channel_len,
-                    1, strlen(publish), strlen(mode)};
-  rlock__op_send(op, &force_script, 6, argv, lens,
+  rlock__argv a = {0};
+  rlock__argv_str(&a, "2");
+  rlock__argv_mem(&a, lock->name, lock->name_len);
+  rlock__argv_mem(&a, lock->channel, lock->channel_len);
+  rlock__argv_str(&a, message);
+  rlock__argv_str(&a, rlock__engine_publish(op->engine));
+  rlock__argv_str(&a, mode);
+  rlock__op_send(op, &force_script, a.argc, a.argv, a.lens,
                  op->engine->core->opts.retry_attempts, rlock__query_reply);
 }
 

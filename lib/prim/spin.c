@@ -22,30 +22,22 @@ static const rlock__script trim_script = {
 
 static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
                             rlock__reply_cb cb) {
-  rlock *lock = op->lock;
-  char lease[24];
-  snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
-  const char *argv[4] = {"1", lock->name, lease, op->owner};
-  size_t lens[4] = {1, lock->name_len, strlen(lease), strlen(op->owner)};
-  return rlock__cmd_send(op->engine->net, &acquire_script, 4, argv, lens, 0,
-                         cb, op);
+  return rlock__lock_send_try_script(op, &acquire_script, lease_ms, cb);
 }
 
 static rlock__cmd *send_release(rlock__op *op, const char *latch,
                                 int64_t lease_ms, int64_t latch_ttl_ms,
                                 rlock__reply_cb cb) {
-  rlock *lock = op->lock;
-  char lease_s[24], latch_ttl[24];
-  snprintf(lease_s, sizeof(lease_s), "%" PRId64, lease_ms);
-  snprintf(latch_ttl, sizeof(latch_ttl), "%" PRId64, latch_ttl_ms);
-  const char *argv[6] = {"2", lock->name, latch, lease_s, op->owner,
-                         latch_ttl};
-  size_t lens[6];
-  for (int i = 0; i < 6; i++)
-    lens[i] = strlen(argv[i]);
-  lens[1] = lock->name_len;
-  return rlock__cmd_send(op->engine->net, &release_script, 6, argv, lens,
-                         op->engine->core->opts.retry_attempts, cb, op);
+  rlock__argv a = {0};
+  rlock__argv_str(&a, "2");
+  rlock__argv_mem(&a, op->lock->name, op->lock->name_len);
+  rlock__argv_str(&a, latch);
+  rlock__argv_int(&a, lease_ms);
+  rlock__argv_str(&a, op->owner);
+  rlock__argv_int(&a, latch_ttl_ms);
+  return rlock__cmd_send(op->engine->net, &release_script, a.argc, a.argv,
+                         a.lens, op->engine->core->opts.retry_attempts, cb,
+                         op);
 }
 
 static void start_force(rlock__op *op) {

@@ -29,6 +29,17 @@ extern const rlock__prim rlock__prim_semaphore;
  * waiters); both semaphores' handler. */
 void rlock__semaphore_on_message(rlock__chan *ch, const char *payload,
                                  size_t len);
+/* Both semaphores' argument checks (0 or RLOCK_EINVAL with the detail
+ * set): a count taken, released or set is 1..2^40; one added by
+ * add_permits is -2^40..2^40 and not 0 (beyond 2^40 a count or a TTL is
+ * almost surely garbage from the caller). */
+#define RLOCK__PERMITS_MAX (INT64_C(1) << 40)
+int rlock__semaphore_check_permits(int64_t permits);
+int rlock__semaphore_check_add(int64_t permits);
+/* h as a handle of kind `prim`, or NULL with RLOCK_EINVAL's detail set
+ * ("<what> is NULL", "not a <what> (use <getter>)"). */
+rlock *rlock__semaphore_handle(void *h, const rlock__prim *prim,
+                               const char *what, const char *getter);
 /* getPermitExpirableSemaphore: the semaphore's channel. */
 extern const rlock__prim rlock__prim_permit_semaphore;
 /* getCountDownLatch: channel "redisson_countdownlatch__channel__{name}". */

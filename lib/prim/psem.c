@@ -28,7 +28,6 @@
 #include "prim.h"
 #include "util.h"
 
-#define PERMITS_MAX (INT64_C(1) << 40)
 #define ID_BYTES 16
 /* Java's "no lease" score (Long.MAX_VALUE / 10000, as a decimal). */
 #define NO_LEASE "922337203685477"
@@ -361,16 +360,9 @@ static const rlock__op_type count_type = {.name = "psem_count",
 /* ---- the public API ---- */
 
 static rlock *handle(rlock_permit_semaphore *sem) {
-  rlock *lock = (rlock *)sem;
-  if (lock == NULL) {
-    rlock__bad_arg("permit semaphore is NULL");
-    return NULL;
-  }
-  if (lock->prim != &rlock__prim_permit_semaphore) {
-    rlock__bad_arg("not a permit semaphore (use rlock_permit_semaphore_get)");
-    return NULL;
-  }
-  return lock;
+  return rlock__semaphore_handle(sem, &rlock__prim_permit_semaphore,
+                                 "permit semaphore",
+                                 "rlock_permit_semaphore_get");
 }
 
 /* Runs a one-command op with input arg and id (may be NULL); its value in
@@ -398,12 +390,11 @@ int rlock_permit_semaphore_try_set_permits(rlock_permit_semaphore *sem,
   rlock *lock = handle(sem);
   if (lock == NULL)
     return RLOCK_EINVAL;
-  if (permits <= 0)
-    return rlock__bad_arg("permits must be >= 1");
-  if (permits > PERMITS_MAX)
-    return rlock__bad_arg("permits is too large (max 2^40)");
+  int rc = rlock__semaphore_check_permits(permits);
+  if (rc != 0)
+    return rc;
   int64_t set = 0;
-  int rc = run(lock, &try_set_type, permits, NULL, &set);
+  rc = run(lock, &try_set_type, permits, NULL, &set);
   return rc < 0 ? rc : (set == 1 ? 1 : 0);
 }
 
@@ -412,11 +403,10 @@ int rlock_permit_semaphore_add_permits(rlock_permit_semaphore *sem,
   rlock *lock = handle(sem);
   if (lock == NULL)
     return RLOCK_EINVAL;
-  if (permits == 0)
-    return rlock__bad_arg("permits must not be 0");
-  if (permits > PERMITS_MAX || permits < -PERMITS_MAX)
-    return rlock__bad_arg("permits is too large (max 2^40 either way)");
-  int rc = run(lock, &add_type, permits, NULL, NULL);
+  int rc = rlock__semaphore_check_add(permits);
+  if (rc != 0)
+    return rc;
+  rc = run(lock, &add_type, permits, NULL, NULL);
   return rc < 0 ? rc : 0;
 }
 

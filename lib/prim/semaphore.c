@@ -25,8 +25,6 @@
 #include "lua_embed.h"
 #include "prim.h"
 
-/* Permits and TTLs beyond this are almost surely garbage from the caller. */
-#define PERMITS_MAX (INT64_C(1) << 40)
 #define TAKE_PREFIX "rlock_semaphore_take:"
 
 static const rlock__script try_script = {
@@ -284,27 +282,42 @@ static const rlock__op_type available_type = {.name = "semaphore_available",
 
 /* ---- the public API ---- */
 
-/* The handle, or NULL with the last error set. */
-static rlock *handle(rlock_semaphore *sem) {
-  rlock *lock = (rlock *)sem;
+rlock *rlock__semaphore_handle(void *h, const rlock__prim *prim,
+                               const char *what, const char *getter) {
+  rlock *lock = h;
   if (lock == NULL) {
-    rlock__bad_arg("semaphore is NULL");
+    rlock__set_last_error("%s is NULL", what);
     return NULL;
   }
-  if (lock->prim != &rlock__prim_semaphore) {
-    rlock__bad_arg("not a semaphore (use rlock_semaphore_get)");
+  if (lock->prim != prim) {
+    rlock__set_last_error("not a %s (use %s)", what, getter);
     return NULL;
   }
   return lock;
 }
 
-static int check_permits(int64_t permits) {
+/* The handle, or NULL with the last error set. */
+static rlock *handle(rlock_semaphore *sem) {
+  return rlock__semaphore_handle(sem, &rlock__prim_semaphore, "semaphore",
+                                 "rlock_semaphore_get");
+}
+
+int rlock__semaphore_check_permits(int64_t permits) {
   if (permits <= 0)
     return rlock__bad_arg("permits must be >= 1");
-  if (permits > PERMITS_MAX)
+  if (permits > RLOCK__PERMITS_MAX)
     return rlock__bad_arg("permits is too large (max 2^40)");
   return 0;
 }
+
+int rlock__semaphore_check_add(int64_t permits) {
+  if (permits == 0)
+    return rlock__bad_arg("permits must not be 0");
+  if (permits > RLOCK__PERMITS_MAX || permits < -RLOCK__PERMITS_MAX)
+    return rlock__bad_arg("permits is too large (max 2^40 either way)");
+  return 0;
+}
+
 
 /* Runs a one-command op with its arguments; its value in *value. */
 static int run(rlock *lock, const rlock__op_type *type, int64_t permits,
@@ -328,10 +341,10 @@ int rlock_semaphore_try_set_permits(rlock_semaphore *sem, int64_t permits,
   rlock *lock = handle(sem);
   if (lock == NULL)
     return RLOCK_EINVAL;
-  int rc = check_permits(permits);
+  int rc = rlock__semaphore_check_permits(permits);
   if (rc != 0)
     return rc;
-  if (ttl_ms > PERMITS_MAX)
+  if (ttl_ms > RLOCK__PERMITS_MAX)
     return rlock__bad_arg("ttl_ms is too large (max 2^40 ms)");
   int64_t set = 0;
   rc = run(lock, &try_set_type, permits, ttl_ms > 0 ? ttl_ms : 0, false,
@@ -344,7 +357,7 @@ int rlock_semaphore_try_acquire(rlock_semaphore *sem, int64_t permits,
   rlock *lock = handle(sem);
   if (lock == NULL)
     return RLOCK_EINVAL;
-  int rc = check_permits(permits);
+  int rc = rlock__semaphore_check_permits(permits);
   if (rc != 0)
     return rc;
   sem_op s;
@@ -364,7 +377,7 @@ int rlock_semaphore_release(rlock_semaphore *sem, int64_t permits) {
   rlock *lock = handle(sem);
   if (lock == NULL)
     return RLOCK_EINVAL;
-  int rc = check_permits(permits);
+  int rc = rlock__semaphore_check_permits(permits);
   if (rc != 0)
     return rc;
   rc = run(lock, &add_type, permits, 0, false, NULL);
@@ -375,11 +388,10 @@ int rlock_semaphore_add_permits(rlock_semaphore *sem, int64_t permits) {
   rlock *lock = handle(sem);
   if (lock == NULL)
     return RLOCK_EINVAL;
-  if (permits == 0)
-    return rlock__bad_arg("permits must not be 0");
-  if (permits > PERMITS_MAX || permits < -PERMITS_MAX)
-    return rlock__bad_arg("permits is too large (max 2^40 either way)");
-  int rc = run(lock, &add_type, permits, 0, true, NULL);
+  int rc = rlock__semaphore_check_add(permits);
+  if (rc != 0)
+    return rc;
+  rc = run(lock, &add_type, permits, 0, true, NULL);
   return rc < 0 ? rc : 0;
 }
 
@@ -411,7 +423,7 @@ int rlock_semaphore_acquire_async(rlock_semaphore *sem, int64_t permits,
   rlock *lock = handle(sem);
   if (lock == NULL)
     return RLOCK_EINVAL;
-  int rc = check_permits(permits);
+  int rc = rlock__semaphore_check_permits(permits);
   if (rc != 0)
     return rc;
   sem_op *s = (sem_op *)(void *)rlock__req_new(

@@ -346,6 +346,40 @@ RLOCK_EXTERN void rlock_client_close(rlock_client *client);
  * until the client and all its lock handles are freed. */
 RLOCK_EXTERN const char *rlock_client_id(const rlock_client *client);
 
+/* What the client's connections found out about the servers with the
+ * capability probes sent inside each connection's handshake (see
+ * docs/deployments.md, "Managed services"). Added in 0.2.0 (unreleased).
+ * Set struct_size (rlock_client_caps_init()) before the call: the struct
+ * may grow at its end, and only struct_size bytes are written. */
+typedef struct rlock_client_caps {
+  size_t struct_size;
+  /* 1 once a node answered the WAIT probe (or a WAIT behind a lock
+   * script) with "unknown command" - a managed service without WAIT, or
+   * rename-command: replica sync is off on that node, and locks taken
+   * there are not confirmed by replicas. replica_sync_note then names the
+   * node and what it answered (said once per client: the first node).
+   * 0: no node reached so far lacks WAIT (or replica sync does not apply:
+   * a standalone URI, replica_sync = 0). */
+  int replica_sync_off;
+  char replica_sync_note[300];
+} rlock_client_caps;
+
+/* Sets struct_size to sizeof(*caps) and clears the rest. Thread-safe. */
+static inline void rlock_client_caps_init(rlock_client_caps *caps) {
+  rlock_client_caps zero = {0};
+  *caps = zero;
+  caps->struct_size = sizeof(*caps);
+}
+
+/* Fills `caps` (see rlock_client_caps) from what the probes found so far:
+ * the connections made at rlock_client_open() have been probed by the
+ * time it returns; later connections (a reconnect, a failover, another
+ * cluster node) add theirs as they are made. 0, or RLOCK_EINVAL (NULL
+ * client or caps, struct_size smaller than the struct_size field's end or
+ * larger than this library's struct). Never blocks; any thread. */
+RLOCK_EXTERN int rlock_client_caps_get(const rlock_client *client,
+                                       rlock_client_caps *caps);
+
 /*
  * The calling thread's id as used in lock owners: a decimal 64-bit integer,
  * unique within the process for its whole life (never reused). Thread-safe.

@@ -297,6 +297,31 @@ const rlock__net *rlock__client_net(const rlock_client *c) {
   return &c->net;
 }
 
+int rlock_client_caps_get(const rlock_client *c, rlock_client_caps *caps) {
+  if (c == NULL || caps == NULL)
+    return rlock__bad_arg("client or caps is NULL");
+  size_t size = caps->struct_size;
+  if (size < sizeof(caps->struct_size) || size > sizeof(*caps)) {
+    rlock__set_last_error("rlock_client_caps.struct_size is %zu; set it with "
+                          "rlock_client_caps_init()",
+                          size);
+    return RLOCK_EINVAL;
+  }
+  rlock_client_caps got;
+  memset(&got, 0, sizeof(got));
+  got.struct_size = size;
+  /* Written once, before the flag that publishes it (net): safe to copy
+   * from any thread. */
+  const char *note = rlock__net_sync_report(&c->net);
+  if (note != NULL) {
+    got.replica_sync_off = 1;
+    snprintf(got.replica_sync_note, sizeof(got.replica_sync_note), "%s",
+             note);
+  }
+  memcpy(caps, &got, size);
+  return 0;
+}
+
 int rlock_interrupt(rlock_client *c, uint64_t owner) {
   if (c == NULL)
     return rlock__bad_arg("client is NULL");

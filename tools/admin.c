@@ -422,6 +422,13 @@ int cli_status_main(int argc, char **argv) {
   int rc = cli_connect(uri_flag, &tls, &sentinel, &client);
   if (rc != 0)
     return rc;
+  /* What the connect probes found that changes a lock's guarantees (a
+   * server without WAIT: no replica sync there), on stderr so that the
+   * status itself (and --json) stays as it is. */
+  rlock_client_caps caps;
+  rlock_client_caps_init(&caps);
+  if (rlock_client_caps_get(client, &caps) == 0 && caps.replica_sync_off)
+    fprintf(stderr, "rlock: note: %s\n", caps.replica_sync_note);
   rc = watch ? status_watch(client, argv + optind, argc - optind, json,
                             interval_ms)
              : status_once(client, argv + optind, argc - optind, json);

@@ -35,6 +35,28 @@ Test(sentinel_nowait, acquires_succeed_sync_reported_off) {
   cr_assert(report != NULL && strstr(report, "replica sync is off") &&
                 strstr(report, "unknown command"),
             "report: %s", report ? report : "(none)");
+  /* The same through the public call, as rlock status prints it. */
+  rlock_client_caps caps;
+  rlock_client_caps_init(&caps);
+  TC_EQ(rlock_client_caps_get(c, &caps), 0, "rlock_client_caps_get");
+  cr_assert_eq(caps.replica_sync_off, 1);
+  cr_assert_str_eq(caps.replica_sync_note, report);
+  /* A caller built with a header that knew only struct_size gets nothing
+   * written past it. */
+  struct {
+    rlock_client_caps caps;
+    char guard;
+  } old_caller;
+  memset(&old_caller, 0x5a, sizeof old_caller);
+  old_caller.caps.struct_size = sizeof(size_t);
+  TC_EQ(rlock_client_caps_get(c, &old_caller.caps), 0, "short struct");
+  cr_assert_eq(old_caller.caps.replica_sync_off, 0x5a5a5a5a);
+  cr_assert_eq(old_caller.guard, 0x5a);
+  old_caller.caps.struct_size = sizeof(rlock_client_caps) + 1;
+  TC_EQ(rlock_client_caps_get(c, &old_caller.caps), RLOCK_EINVAL,
+        "struct_size too large");
+  TC_EQ(rlock_client_caps_get(NULL, &caps), RLOCK_EINVAL, "NULL client");
+  TC_EQ(rlock_client_caps_get(c, NULL), RLOCK_EINVAL, "NULL caps");
   char name[64];
   rt_key(name, sizeof name, "nowait");
   rlock *l = tc_lock(c, name);
@@ -327,6 +349,12 @@ Test(managed_cluster, client_setinfo_where_known) {
                  labelled, mine);
   else
     cr_assert_eq(labelled, 0, "lib-name on a server without SETINFO?");
+  /* Every master here has WAIT: replica sync stays on. */
+  rlock_client_caps caps;
+  rlock_client_caps_init(&caps);
+  TC_EQ(rlock_client_caps_get(c, &caps), 0, "rlock_client_caps_get");
+  cr_assert_eq(caps.replica_sync_off, 0, "%s", caps.replica_sync_note);
+  cr_assert_str_empty(caps.replica_sync_note);
   rlock_free(l);
   rlock_client_close(c);
 }

@@ -351,6 +351,9 @@ struct rlock__engine {
   uint64_t next_hold_gen;
   rlock__timed tick; /* every watchdog_timeout/3: renewal, repairs */
   int renew_inflight;
+  /* A period's round was skipped because the last one was still in
+   * flight: it runs as soon as that one is done. */
+  bool renew_missed;
   /* unlock latches to delete, sent as one UNLINK (one per slot in a
    * cluster) */
   char *latch_del[64];

@@ -135,6 +135,8 @@ static void batch_free(renew_batch *b) {
   free(b);
 }
 
+static void renew_round(rlock__engine *e);
+
 static void renew_reply(rlock__net *n, redisReply *reply, int err,
                         void *data) {
   (void)n;
@@ -166,6 +168,15 @@ static void renew_reply(rlock__net *n, redisReply *reply, int err,
     }
   }
   batch_free(b);
+  /* A round that outlasted a period (a slow server or proxy, many slots'
+   * batches) made the tick skip one: make it up now, not a whole period
+   * later, or a hold renewed late in the slow round and skipped in the
+   * next could go a lease without renewal. At most one round per period
+   * still: a tick that finds this one in flight only marks it again. */
+  if (e->renew_inflight == 0 && e->renew_missed && !e->core->closing) {
+    e->renew_missed = false;
+    renew_round(e);
+  }
 }
 
 static void send_batch(rlock__engine *e, renew_batch *b, const char *timeout) {
@@ -275,8 +286,13 @@ static void renew_round(rlock__engine *e) {
 }
 
 void rlock__holds_renew(rlock__engine *e) {
-  if (e->renew_inflight > 0)
-    return; /* the previous round is still retrying: don't pile up */
+  if (e->renew_inflight > 0) {
+    /* The previous round is still going (retrying, or slow): don't pile
+     * up; it starts this one when it is done (renew_reply). */
+    e->renew_missed = true;
+    return;
+  }
+  e->renew_missed = false;
   renew_round(e);
 }
 

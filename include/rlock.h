@@ -83,7 +83,8 @@ extern "C" {
   X(EBACKLOG, -22, "too much waiting to be written to Redis (write queue full)") \
   X(EKIND, -23, "the key holds another kind of lock (e.g. a read/write lock)") \
   X(ENOREPLICA, -24, "no replica confirmed the write (replica sync)")          \
-  X(ECLUSTER, -25, "Redis Cluster cannot serve the key now (CLUSTERDOWN, TRYAGAIN, redirects, slots)")
+  X(ECLUSTER, -25, "Redis Cluster cannot serve the key now (CLUSTERDOWN, TRYAGAIN, redirects, slots)") \
+  X(EREENTRY, -26, "non-reentrant lock already held by this owner")
 
 typedef enum rlock_errno {
 #define RLOCK__ERR_ENUM(name, value, msg) RLOCK_##name = (value),
@@ -420,11 +421,28 @@ RLOCK_EXTERN int rlock_get(rlock_client *client, const char *name,
  *                    rlock_lock_fenced().
  *  rlock_get_spin    getSpinLock(name): no pub/sub; waiters poll with a
  *                    back-off of 1 ms doubling up to 128 ms.
+ *  rlock_get_nonreentrant       getNonReentrantLock(name) (Redisson
+ *                    4.4.0+): an RLock that its holder cannot take again:
+ *                    a lock or try_lock by the owner that holds it fails
+ *                    at once with RLOCK_EREENTRY (first try: no wait, no
+ *                    subscribe, nothing changed), so its hold count is 1.
+ *                    RLock's keys and channel: an RLock handle of the same
+ *                    owner may re-enter its hold (count 2, as in Java),
+ *                    while a non-reentrant acquire over an RLock hold of
+ *                    the same owner gets RLOCK_EREENTRY.
+ *  rlock_get_nonreentrant_fair  getNonReentrantFairLock(name): the same
+ *                    over the fair lock (its queue, deadlines and
+ *                    per-waiter channels); a refused re-acquire is never
+ *                    queued.
  */
 RLOCK_EXTERN int rlock_get_fair(rlock_client *client, const char *name,
                                 rlock **lock);
 RLOCK_EXTERN int rlock_get_read(rlock_client *client, const char *name,
                                 rlock **lock);
+RLOCK_EXTERN int rlock_get_nonreentrant(rlock_client *client,
+                                        const char *name, rlock **lock);
+RLOCK_EXTERN int rlock_get_nonreentrant_fair(rlock_client *client,
+                                             const char *name, rlock **lock);
 RLOCK_EXTERN int rlock_get_write(rlock_client *client, const char *name,
                                  rlock **lock);
 RLOCK_EXTERN int rlock_get_fenced(rlock_client *client, const char *name,
@@ -432,8 +450,8 @@ RLOCK_EXTERN int rlock_get_fenced(rlock_client *client, const char *name,
 RLOCK_EXTERN int rlock_get_spin(rlock_client *client, const char *name,
                                 rlock **lock);
 
-/* The handle's kind: "lock", "fair", "read", "write", "fenced" or "spin";
- * "" for NULL. */
+/* The handle's kind: "lock", "fair", "read", "write", "fenced", "spin",
+ * "nonreentrant" or "nonreentrant_fair"; "" for NULL. */
 RLOCK_EXTERN const char *rlock_kind(const rlock *lock);
 
 /* Releases a handle (does not unlock). NULL is accepted. Async operations
@@ -908,7 +926,7 @@ RLOCK_EXTERN void rlock_info_free(rlock_info *info);
  * lock tells the first waiter in its queue, anything else (RLock, fenced,
  * spin, a hash with foreign fields) as rlock_force_unlock() on an RLock.
  * Otherwise one of rlock_kind()'s names ("lock", "fair", "read", "write",
- * "fenced", "spin"): that kind's force unlock, as rlock_force_unlock() on
+ * "fenced", "spin", "nonreentrant", "nonreentrant_fair"): that kind's force unlock, as rlock_force_unlock() on
  * a handle of it ("read"/"write" delete only a lock in that mode).
  * Unlike rlock_force_unlock() it leaves any value that is not a hash
  * alone: RLOCK_EWRONGTYPE, with rlock_last_error() "not a lock (Redis type

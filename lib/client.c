@@ -387,6 +387,15 @@ int rlock_get_fair(rlock_client *c, const char *name, rlock **out) {
   return get_handle(c, name, out, &rlock__prim_fair);
 }
 
+int rlock_get_nonreentrant(rlock_client *c, const char *name, rlock **out) {
+  return get_handle(c, name, out, &rlock__prim_nonreentrant);
+}
+
+int rlock_get_nonreentrant_fair(rlock_client *c, const char *name,
+                                rlock **out) {
+  return get_handle(c, name, out, &rlock__prim_nonreentrant_fair);
+}
+
 int rlock_get_read(rlock_client *c, const char *name, rlock **out) {
   return get_handle(c, name, out, &rlock__prim_read);
 }

@@ -65,7 +65,10 @@ static kind_get_fn kind_getter(const char *kind) {
     kind_get_fn get;
   } kinds[] = {{"lock", rlock_get},          {"fair", rlock_get_fair},
                {"read", rlock_get_read},     {"write", rlock_get_write},
-               {"fenced", rlock_get_fenced}, {"spin", rlock_get_spin}};
+               {"fenced", rlock_get_fenced}, {"spin", rlock_get_spin},
+               /* the same force unlocks as RLock's and the fair lock's */
+               {"nonreentrant", rlock_get_nonreentrant},
+               {"nonreentrant_fair", rlock_get_nonreentrant_fair}};
   for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
     if (strcmp(kind, kinds[i].kind) == 0)
       return kinds[i].get;
@@ -87,7 +90,8 @@ int rlock_client_force_unlock(rlock_client *client, const char *name,
   bool any = kind == NULL || kind[0] == '\0';
   if (!any && kind_getter(kind) == NULL)
     return rlock__bad_arg("unknown lock kind (lock, fair, read, write, "
-                          "fenced or spin)");
+                          "fenced, spin, nonreentrant or "
+                          "nonreentrant_fair)");
   if (found != NULL && (found->struct_size < INFO_MIN_SIZE ||
                         found->struct_size > sizeof(rlock_info)))
     return rlock__bad_arg("found->struct_size is not set (rlock_info_init) "

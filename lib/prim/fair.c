@@ -82,8 +82,11 @@ static int64_t announced_wait(const rlock__op *op) {
 /* A caller with a wait runs the queueing acquire (ARGV lease, owner, wait,
  * now); a single attempt (wait_ms 0, Java's tryLock()) runs the one that
  * never queues, whose ARGV has now and wait swapped, as Java's. */
-static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
-                            rlock__reply_cb cb) {
+rlock__cmd *rlock__fair_send_try_scripts(rlock__op *op, int64_t lease_ms,
+                                         rlock__reply_cb cb,
+                                         const rlock__script *acquire,
+                                         const rlock__script *single_try,
+                                         const char *marker) {
   rlock *lock = op->lock;
   fair_keys k;
   if (!keys_make(lock, &k))
@@ -99,19 +102,27 @@ static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
   rlock__argv_str(&a, op->owner);
   rlock__argv_int(&a, single ? now : wait);
   rlock__argv_int(&a, single ? wait : now);
+  if (marker != NULL)
+    rlock__argv_str(&a, marker);
   /* Never re-sent (as RLock's): a second try could count one acquisition
    * twice. A lost reply is repaired by the trim, a queue entry left behind
    * by the abandon. */
   rlock__cmd *cmd = rlock__cmd_send(op->engine->net,
-                                    single ? &try_script : &acquire_script,
+                                    single ? single_try : acquire,
                                     a.argc, a.argv, a.lens, 0, cb, op);
   free(k.buf);
   return cmd;
 }
 
+static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
+                            rlock__reply_cb cb) {
+  return rlock__fair_send_try_scripts(op, lease_ms, cb, &acquire_script,
+                                      &try_script, NULL);
+}
+
 /* Each waiter waits on its own channel: the handle's channel + ":" +
  * owner. */
-static char *wait_channel(const rlock__op *op, size_t *len) {
+char *rlock__fair_wait_channel(const rlock__op *op, size_t *len) {
   const rlock *lock = op->lock;
   size_t owner_len = strlen(op->owner);
   size_t n = lock->channel_len + 1 + owner_len;
@@ -128,7 +139,8 @@ static char *wait_channel(const rlock__op *op, size_t *len) {
 
 /* "0" on a waiter's own channel: it is first in line and the lock was
  * released. Only that owner's acquire waits there, so wake all (one). */
-static void on_message(rlock__chan *ch, const char *payload, size_t len) {
+void rlock__fair_on_message(rlock__chan *ch, const char *payload,
+                            size_t len) {
   if (len == 1 && payload[0] == '0')
     rlock__chan_wake_all(ch);
 }
@@ -137,7 +149,8 @@ static void on_message(rlock__chan *ch, const char *payload, size_t len) {
  * block everyone behind it until its deadline (minutes with the default
  * wait). A single attempt never queued, so it has nothing to undo. The
  * script is a no-op when the owner is not queued: safe to re-send. */
-static rlock__cmd *abandon(rlock__op *op, rlock__reply_cb cb, void *data) {
+rlock__cmd *rlock__fair_abandon(rlock__op *op, rlock__reply_cb cb,
+                                void *data) {
   if (op->wait_ms == 0)
     return NULL;
   rlock *lock = op->lock;
@@ -215,14 +228,14 @@ static void start_force(rlock__op *op) {
 static const rlock__op_type force_type = {.name = "force_unlock",
                                           .start = start_force};
 
-static const rlock__prim_ops fair_ops = {
+const rlock__prim_ops rlock__fair_ops = {
     .force_unlock = &force_type,
     .is_locked = &rlock__q_is_locked,
     .is_held = &rlock__q_is_held,
     .hold_count = &rlock__q_hold_count,
     .remain_ttl = &rlock__q_remain_ttl};
 
-static const rlock__prim_hold fair_hold = {
+const rlock__prim_hold rlock__fair_hold = {
     .send_release = send_release,
     .read_release = rlock__lock_read_release,
     .trim = &trim_script,
@@ -241,11 +254,11 @@ const rlock__prim rlock__prim_fair = {
      * 1 ms, cut short by a message, instead of trying again at once as
      * Java does). */
     .read_try = rlock__lock_read_try,
-    .on_message = on_message,
-    .wait_channel = wait_channel,
-    .abandon = abandon,
-    .ops = &fair_ops,
-    .hold = &fair_hold};
+    .on_message = rlock__fair_on_message,
+    .wait_channel = rlock__fair_wait_channel,
+    .abandon = rlock__fair_abandon,
+    .ops = &rlock__fair_ops,
+    .hold = &rlock__fair_hold};
 
 /* ---- names for introspection (info.c) ---- */
 

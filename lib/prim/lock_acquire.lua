@@ -4,14 +4,5 @@
 -- WRONGKIND error when the key is a read/write lock's hash (its "mode"
 -- field), which an RLock field would corrupt.
 --! include _acl_guard.lua
-if redis.call('hexists', KEYS[1], 'mode') == 1 then
-  return redis.error_reply('WRONGKIND ' .. KEYS[1] .. ' is a read/write lock (it has a mode field), not this kind of lock');
-end;
-local d = denied({{'hincrby', KEYS[1], ARGV[2], '1'}, {'pexpire', KEYS[1], ARGV[1]}});
-if d then return refuse(d); end;
-if (redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
-  redis.call('hincrby', KEYS[1], ARGV[2], 1);
-  redis.call('pexpire', KEYS[1], ARGV[1]);
-  return nil;
-end;
-return redis.call('pttl', KEYS[1]);
+local reacquire = false;
+--! include _lock_acquire.lua

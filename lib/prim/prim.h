@@ -1,7 +1,8 @@
-/* The primitives layer: one file per Redisson primitive, eight in all
+/* The primitives layer: one file per Redisson primitive, nine in all
  * (lock.c the reentrant lock, fair.c, rwlock.c (read and write), fenced.c,
  * spin.c, semaphore.c, psem.c the permit-expirable semaphore, latch.c the
- * count-down latch), each filling an rlock__prim descriptor that the engine drives, plus its
+ * count-down latch, nonreentrant.c the non-reentrant lock and fair lock),
+ * each filling an rlock__prim descriptor that the engine drives, plus its
  * Lua scripts (<kind>_*.lua beside it, embedded at build time) and its
  * public API. Internal. */
 #ifndef RLOCK_PRIM_H
@@ -22,6 +23,29 @@ extern const rlock__prim rlock__prim_write;
 extern const rlock__prim rlock__prim_fenced;
 /* getSpinLock: no channel. */
 extern const rlock__prim rlock__prim_spin;
+/* getNonReentrantLock / getNonReentrantFairLock (nonreentrant.c): RLock's
+ * and the fair lock's keys, channels and releases; only the acquire
+ * differs (its last ARGV is the marker below, and a re-acquire by the
+ * holder is an error reply starting with it: RLOCK_EREENTRY). */
+extern const rlock__prim rlock__prim_nonreentrant;
+extern const rlock__prim rlock__prim_nonreentrant_fair;
+#define RLOCK__NONREENTRANT_MARKER "NON_REENTRANT_REACQUIRE"
+/* The fair lock's pieces the non-reentrant fair lock reuses: its try
+ * (ARGV lease, owner, wait, now for `acquire`; lease, owner, now, wait for
+ * `single_try`; `marker` appended when not NULL), waiter channel, message
+ * handler, queue-leave, queries and hold part. */
+rlock__cmd *rlock__fair_send_try_scripts(rlock__op *op, int64_t lease_ms,
+                                         rlock__reply_cb cb,
+                                         const rlock__script *acquire,
+                                         const rlock__script *single_try,
+                                         const char *marker);
+char *rlock__fair_wait_channel(const rlock__op *op, size_t *len);
+void rlock__fair_on_message(rlock__chan *ch, const char *payload,
+                            size_t len);
+rlock__cmd *rlock__fair_abandon(rlock__op *op, rlock__reply_cb cb,
+                                void *data);
+extern const rlock__prim_ops rlock__fair_ops;
+extern const rlock__prim_hold rlock__fair_hold;
 /* getSemaphore: channel "redisson_sc:" + tag. */
 extern const rlock__prim rlock__prim_semaphore;
 #define RLOCK__SEMAPHORE_CHANNEL_PREFIX "redisson_sc:"

@@ -97,6 +97,11 @@ int rlock__err_from_server(const char *text, size_t len) {
       {"READONLY", RLOCK_EREADONLY},
       /* rlock's own scripts: the key holds another kind of lock */
       {"WRONGKIND", RLOCK_EKIND},
+      /* the non-reentrant locks' acquire: this owner holds it already.
+       * rlock's scripts put the marker first; a script that replies the
+       * bare marker (Java's) gets "ERR " in front from Redis 7. */
+      {"NON_REENTRANT_REACQUIRE", RLOCK_EREENTRY},
+      {"ERR NON_REENTRANT_REACQUIRE", RLOCK_EREENTRY},
       /* Redis Cluster: the slot is not served, is moving, or the keys of
        * one command are in different slots */
       {"CLUSTERDOWN", RLOCK_ECLUSTER},

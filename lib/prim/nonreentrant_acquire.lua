@@ -1,0 +1,11 @@
+-- Non-reentrant lock acquire (Redisson getNonReentrantLock;
+-- docs/wire-protocol.md, "The non-reentrant locks"): RLock's, except that
+-- the owner's own field is refused, not re-entered.
+-- KEYS[1] lock key; ARGV[1] lease ms, ARGV[2] owner, ARGV[3] the marker
+-- "NON_REENTRANT_REACQUIRE".
+-- Reply: nil = acquired; otherwise the holder's PTTL; an error reply
+-- "NON_REENTRANT_REACQUIRE <name> ..." when this owner already holds it
+-- (nothing changed); WRONGKIND on a read/write lock's hash.
+--! include _acl_guard.lua
+local reacquire = ARGV[3];
+--! include _lock_acquire.lua

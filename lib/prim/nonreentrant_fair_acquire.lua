@@ -1,0 +1,13 @@
+-- Non-reentrant fair lock, the acquire of a waiting caller (Redisson
+-- getNonReentrantFairLock; docs/wire-protocol.md, "The non-reentrant
+-- locks"): fair_acquire.lua's effects, except that the owner's own field is
+-- refused before any queue step, not re-entered.
+-- KEYS[1] lock hash, KEYS[2] queue, KEYS[3] deadlines;
+-- ARGV[1] lease ms, ARGV[2] owner, ARGV[3] wait ms, ARGV[4] wall clock ms,
+-- ARGV[5] the marker "NON_REENTRANT_REACQUIRE".
+-- Reply: as fair_acquire.lua, or an error reply "NON_REENTRANT_REACQUIRE
+-- <name> ..." when this owner already holds the lock (nothing changed).
+--! include _acl_guard.lua
+--! include _fair_prune.lua
+local reacquire = ARGV[5];
+--! include _fair_acquire.lua

@@ -152,6 +152,9 @@ Test(nonreentrant, reacquire_refused_at_once) {
             rlock_last_error());
   cr_assert_lt(took, 1000, "refused in %lld ms", (long long)took);
   cr_assert_eq(rlock_lock_owner(l, 1, 60000), RLOCK_EREENTRY);
+  waiter w; /* and the async form's callback */
+  waiter_start(&w, l, 1, 5000);
+  cr_assert_eq(waiter_wait(&w, 1000, "async refusal"), RLOCK_EREENTRY);
   cr_assert_eq(rt_numsub(chan), 0);
   char *stats = rt_str("INFO commandstats");
   cr_assert(strstr(stats, "cmdstat_subscribe") == NULL, "%s", stats);

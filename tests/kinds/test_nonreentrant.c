@@ -196,6 +196,14 @@ Test(nonreentrant, mixed_with_rlock) {
   cr_assert_eq(rlock_try_lock_owner(n, 3, 100, 30000), 0);
   cr_assert_eq(rlock_unlock_owner(r, 2), 1);
   cr_assert_eq(rt_exists(name), 0);
+  /* rlock_client_force_unlock knows the kinds by rlock_kind()'s names */
+  cr_assert_eq(rlock_try_lock_owner(n, 4, 0, 30000), 1);
+  cr_assert_eq(rlock_client_force_unlock(c, name, "nonreentrant", NULL), 1);
+  cr_assert_eq(rt_exists(name), 0);
+  cr_assert_eq(rlock_try_lock_owner(n, 4, 0, 30000), 1);
+  cr_assert_eq(rlock_client_force_unlock(c, name, "nonreentrant_fair", NULL),
+               1);
+  cr_assert_eq(rt_exists(name), 0);
   rlock_free(n);
   rlock_free(r);
   rlock_client_close(c);

@@ -71,7 +71,10 @@
  * The rest of Redisson 4.7's lock family (wire facts: the fact sheet
  * PROTOCOL-PRIMITIVES.md sections 0-3 and 6, in our own Lua). A command is
  * <prefix><verb>: prefix f (getFairLock), rd / wr (getReadWriteLock's read
- * and write lock), fx (getFencedLock), sp (getSpinLock); lease <= 0 means
+ * and write lock), fx (getFencedLock), sp (getSpinLock), nr
+ * (getNonReentrantLock: RLock's keys, channel and unlock; its acquire adds
+ * the marker NON_REENTRANT_REACQUIRE as ARGV[3] and a re-acquire prints
+ * `ERROR acquire: ERR NON_REENTRANT_REACQUIRE` at once); lease <= 0 means
  * the watchdog timeout, renewed. Answers as for the plain lock.
  *   <p>lock <name> <lease_ms>              lock(lease)
  *   <p>trylock <name> <wait_ms> <lease_ms> tryLock(wait, lease)
@@ -155,6 +158,20 @@ static const char acquire_lua[] =
     "  redis.call('hincrby', KEYS[1], ARGV[2], 1) "
     "  redis.call('pexpire', KEYS[1], ARGV[1]) "
     "  return nil "
+    "end "
+    "return redis.call('pttl', KEYS[1])";
+
+/* getNonReentrantLock (4.4.0+, PROTOCOL-SYNC.md section 1): RLock's acquire
+ * whose owner-field branch replies the marker ARGV[3] as an error (Redis 7
+ * sends it as "ERR NON_REENTRANT_REACQUIRE"). */
+static const char nonre_acquire_lua[] =
+    "if redis.call('exists', KEYS[1]) == 0 then "
+    "  redis.call('hincrby', KEYS[1], ARGV[2], 1) "
+    "  redis.call('pexpire', KEYS[1], ARGV[1]) "
+    "  return nil "
+    "end "
+    "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then "
+    "  return redis.error_reply(ARGV[3]) "
     "end "
     "return redis.call('pttl', KEYS[1])";
 
@@ -635,6 +652,7 @@ enum {
   S_LATCH_SET,
   S_LATCH_DOWN,
   S_LATCH_DELETE,
+  S_NONRE_ACQUIRE,
   S_COUNT
 };
 static struct {
@@ -651,6 +669,7 @@ static struct {
     {sem_try_lua, ""},        {sem_release_lua, ""},  {sem_set_lua, ""},
     {sem_add_lua, ""},        {sem_drain_lua, ""},    {latch_set_lua, ""},
     {latch_down_lua, ""},     {latch_delete_lua, ""},
+    {nonre_acquire_lua, ""},
 };
 
 /* ---- process state ---- */
@@ -1851,10 +1870,10 @@ static int64_t num(const char *s) {
  * min(ttl, remaining) }; unsubscribe) on the kind's channel, except the spin
  * lock, which polls with a back-off and never subscribes. */
 
-enum kind { K_FAIR, K_READ, K_WRITE, K_FENCED, K_SPIN };
+enum kind { K_FAIR, K_READ, K_WRITE, K_FENCED, K_SPIN, K_NONRE };
 
-static const char *const kind_names[] = {"fair", "read", "write", "fenced",
-                                         "spin"};
+static const char *const kind_names[] = {"fair",  "read", "write",
+                                         "fenced", "spin", "nonreentrant"};
 
 /* One acquire call of a kind. */
 typedef struct kcall {
@@ -1901,7 +1920,7 @@ static char *prefixed(const char *prefix, const char *name) {
  * object: the read and write lock of one name are two objects). RLock,
  * fenced and spin keep the plain name, so `unlock` and `fxunlock` agree. */
 static char *lease_key(enum kind k, const char *name) {
-  if (k == K_FENCED)
+  if (k == K_FENCED || k == K_NONRE)
     return xstrdup(name);
   return str_printf("%s\t%s", kind_names[k], name);
 }
@@ -1924,6 +1943,7 @@ static char *wait_channel_of(enum kind k, const char *name) {
   case K_WRITE:
     return prefixed("redisson_rwlock", name);
   case K_FENCED:
+  case K_NONRE:
     return channel_of(name);
   case K_SPIN:
     break;
@@ -1988,6 +2008,12 @@ static int kind_try(kcall *c, int64_t *ttl) {
   case K_SPIN: {
     const char *args[4] = {"1", c->name, lease, g.owner};
     r = run_script(S_ACQUIRE, 4, args); /* RLock's acquire */
+    break;
+  }
+  case K_NONRE: {
+    const char *args[5] = {"1", c->name, lease, g.owner,
+                           "NON_REENTRANT_REACQUIRE"};
+    r = run_script(S_NONRE_ACQUIRE, 5, args);
     break;
   }
   }
@@ -2213,6 +2239,7 @@ static int kind_release(enum kind k, const char *name) {
     break;
   }
   case K_FENCED:
+  case K_NONRE:
     break; /* RLock's unlock: release() */
   case K_SPIN: {
     const char *args[6] = {"2", name, latch, lease, g.owner, latch_ttl};
@@ -2220,7 +2247,7 @@ static int kind_release(enum kind k, const char *name) {
     break;
   }
   }
-  if (k == K_FENCED) {
+  if (k == K_FENCED || k == K_NONRE) {
     free(b);
     free(latch);
     free(field);
@@ -2282,6 +2309,7 @@ static void kind_force_cmd(enum kind k, const char *name) {
     break;
   }
   case K_FENCED:
+  case K_NONRE:
     force_cmd(name); /* RLock's */
     return;
   case K_SPIN: {
@@ -2375,7 +2403,7 @@ static bool kind_command(const char *cmd, int n, char **words) {
     const char *prefix;
     enum kind kind;
   } prefixes[] = {{"rd", K_READ}, {"wr", K_WRITE}, {"fx", K_FENCED},
-                  {"sp", K_SPIN}, {"f", K_FAIR}};
+                  {"sp", K_SPIN}, {"nr", K_NONRE}, {"f", K_FAIR}};
   const char *verb = NULL;
   enum kind k = K_FAIR;
   for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes && !verb; i++) {

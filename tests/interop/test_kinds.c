@@ -69,6 +69,8 @@ static rlock *kind_get(rlock_client *c, const char *kind, const char *name) {
     rc = rlock_get_write(c, name, &lock);
   else if (strcmp(kind, "fenced") == 0)
     rc = rlock_get_fenced(c, name, &lock);
+  else if (strcmp(kind, "nonreentrant") == 0)
+    rc = rlock_get_nonreentrant(c, name, &lock);
   else
     rc = rlock_get_spin(c, name, &lock);
   cr_assert_eq(rc, 0, "rlock_get_%s(%s): %s (%s)", kind, name,
@@ -350,6 +352,73 @@ Test(kinds, fenced_wakes_both_ways_tokens_increase) {
                  list);
   cr_assert_eq(tokens[n_tokens - 1] - tokens[0], (int64_t)n_tokens - 1,
                "one increment per acquisition (re-entry included): %s", list);
+  cr_assert_eq(rt_exists(name), 0);
+
+  peer_stop(p);
+  rlock_free(lock);
+  rlock_free(lock2);
+  rlock_client_close(c);
+  rlock_client_close(c2);
+}
+
+/* getNonReentrantLock (PROTOCOL-SYNC.md section 1) both ways: each side
+ * refuses its own re-acquire at once (the peer with Java's bare marker
+ * error, rlock with RLOCK_EREENTRY) without subscribing, and each wakes on
+ * the other's release, on RLock's channel, with count 1 throughout. */
+Test(kinds, nonreentrant_both_ways) {
+  char name[NAME_MAX_LEN], channel[CHANNEL_MAX_LEN], me[OWNER_MAX_LEN],
+      po[OWNER_MAX_LEN];
+  rt_key(name, sizeof name, "kinds:nonre");
+  rt_lock_channel(channel, sizeof channel, name);
+  peer *p = peer_start(PEER_JAVA, 0);
+  peer_owner(p, name, po, sizeof po);
+  rlock_client *c = rt_client(), *c2 = rt_client();
+  rlock *lock = kind_get(c, "nonreentrant", name);
+  rlock *lock2 = kind_get(c2, "nonreentrant", name);
+  interop_my_owner(me, sizeof me, c);
+
+  /* The peer holds; its own re-acquire (with a wait) is refused at once. */
+  peer_call(p, "ACQUIRED", REPLY_BOUND_MS, "nrlock %s %d", name,
+            LONG_LEASE_MS);
+  interop_assert_hget(name, po, "1");
+  int64_t t0 = rt_now_ms();
+  const char *err = peer_call(p, "ERROR", REPLY_BOUND_MS,
+                              "nrtrylock %s 5000 %d", name, LONG_LEASE_MS);
+  cr_assert(strstr(err, "NON_REENTRANT_REACQUIRE") != NULL, "%s", err);
+  cr_assert_lt(rt_now_ms() - t0, 2000, "refused at once");
+  cr_assert_eq(rt_numsub(channel), 0, "no subscribe for a refusal");
+  interop_assert_hget(name, po, "1");
+  /* rlock waits on RLock's channel; the peer's release wakes it. */
+  cr_assert_eq(rlock_try_lock(lock, 0, LONG_LEASE_MS), 0);
+  kworker w = {0};
+  kworker_start(&w, c2, lock2, 10000, LONG_LEASE_MS);
+  interop_wait_numsub(channel, 1, REPLY_BOUND_MS);
+  int64_t t_release = rt_now_ms();
+  peer_call(p, "UNLOCKED", REPLY_BOUND_MS, "nrunlock %s", name);
+  assert_woke(&w, t_release, "nonreentrant: java-like releases -> rlock "
+                             "acquires");
+  interop_assert_hget(name, w.owner, "1");
+  kworker_finish(&w);
+  cr_assert_eq(w.unlock_rc, 1);
+  cr_assert_eq(rt_exists(name), 0);
+
+  /* rlock holds; its own re-acquire is refused at once; the peer waits
+   * and wakes on rlock's release. */
+  cr_assert_eq(rlock_lock(lock, LONG_LEASE_MS), 0);
+  interop_assert_hget(name, me, "1");
+  t0 = rt_now_ms();
+  cr_assert_eq(rlock_try_lock(lock, 5000, LONG_LEASE_MS), RLOCK_EREENTRY);
+  cr_assert_lt(rt_now_ms() - t0, 2000, "refused at once");
+  interop_assert_hget(name, me, "1");
+  peer_send(p, "nrtrylock %s 10000 %d", name, LONG_LEASE_MS);
+  cr_assert_str_eq(peer_expect_event(p, "WAITING", REPLY_BOUND_MS), channel);
+  assert_peer_waits(p, "nonreentrant, rlock holds");
+  t_release = rt_now_ms();
+  cr_assert_eq(rlock_unlock(lock), 1);
+  expect_peer_woke(p, t_release, "nonreentrant: rlock releases -> java-like "
+                                 "acquires");
+  interop_assert_hget(name, po, "1");
+  peer_call(p, "UNLOCKED", REPLY_BOUND_MS, "nrunlock %s", name);
   cr_assert_eq(rt_exists(name), 0);
 
   peer_stop(p);

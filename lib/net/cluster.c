@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "net.h"
+#include "net_int.h"
 
 /* The soonest a map is read again after the previous read. */
 #define REFRESH_GAP_MS 100

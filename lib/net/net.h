@@ -1,7 +1,9 @@
-/* The net layer: the two connections to Redis (commands, subscriber) with
- * their handshake and reconnect back-off, command records (reply deadline,
- * idempotent re-sends, the EVALSHA -> EVAL fallback), and the channel
- * registry that routes pub/sub messages to waiters. Internal.
+/* The net layer, as the layers above see it: the two connections to Redis
+ * (commands, subscriber) with their handshake and reconnect back-off,
+ * command records (reply deadline, idempotent re-sends, the EVALSHA ->
+ * EVAL fallback), and the channel registry that routes pub/sub messages
+ * to waiters. Internal. What only the net layer's own files share is in
+ * net_int.h, which nothing outside lib/net includes.
  *
  * Calls go down only (core, util). The owner learns about connection
  * events through the hooks it sets in rlock__net; a waiter learns about
@@ -15,11 +17,13 @@
 
 #include "core.h"
 #include "map.h"
+#include "node.h"
 #include "topo.h"
 
 typedef struct rlock__net rlock__net;
 typedef struct rlock__cmd rlock__cmd;
 typedef struct rlock__node rlock__node;
+typedef struct rlock__tls_ctx rlock__tls_ctx; /* tls.h */
 
 /* ---- scripts ---- */
 
@@ -33,7 +37,7 @@ typedef struct rlock__script {
   bool eval_only;
 } rlock__script;
 
-/* ---- commands ---- */
+/* ---- commands (cmd.c) ---- */
 
 /* Completion of a command: reply is the server's reply (may be an error
  * reply) when err == 0; otherwise reply is NULL and err is RLOCK_ETIMEDOUT,
@@ -51,6 +55,10 @@ typedef void (*rlock__reply_cb)(rlock__net *n, redisReply *reply, int err,
 rlock__cmd *rlock__cmd_send(rlock__net *n, const rlock__script *script,
                             int argc, const char **argv, const size_t *argvlen,
                             int retries, rlock__reply_cb cb, void *data);
+/* Sends a command to one node only (no slot routing, no redirects). */
+rlock__cmd *rlock__cmd_send_to(rlock__node *node, int argc, const char **argv,
+                               const size_t *argvlen, rlock__reply_cb cb,
+                               void *data);
 /* The cluster slot a command on `key` goes to, or -1 when the client is
  * not talking to a cluster (then any keys may share a command). Commands
  * that name several keys (batches) must keep to one slot each. A
@@ -140,19 +148,7 @@ void rlock__chan_wake_one(rlock__chan *ch);
 /* Wakes every sleeper (or keeps permits for every joined waiter). */
 void rlock__chan_wake_all(rlock__chan *ch);
 
-/* For conn.c: the subscriber connection's events and replies. */
-void rlock__chans_on_connect(rlock__node *node);
-void rlock__chans_on_disconnect(rlock__node *node);
-void rlock__chans_reply(rlock__node *node, const redisReply *reply);
-void rlock__chans_free(rlock__net *n);
-/* Appends a command to the node's subscriber connection. 0 or RLOCK_ECONN
- * / RLOCK_ENOMEM. */
-int rlock__sub_append(rlock__node *node, int argc, const char **argv,
-                      const size_t *lens);
-
-/* ---- connections (conn.c) ---- */
-
-#include "conn.h"
+/* ---- the layer (node.c) ---- */
 
 typedef struct rlock__cluster rlock__cluster;   /* cluster.c */
 typedef struct rlock__sentinel rlock__sentinel; /* sentinel.c */
@@ -229,43 +225,6 @@ static inline bool rlock__net_slots_agree(const rlock__net *n,
   return n->mode != RLOCK__URI_CLUSTER ||
          rlock__key_slot(key, klen) == rlock__key_slot(channel, clen);
 }
-
-/* ---- inside the net layer (conn.c, pubsub.c, cluster.c, sentinel.c) ---- */
-
-/* A node for host:port (found or made, connections started). NULL when
- * out of memory. */
-rlock__node *rlock__node_get(rlock__net *n, const char *host, int port);
-/* Starts the node's command connection (its address is known). */
-void rlock__node_start(rlock__node *node);
-/* The subscriber connection, started on first use. */
-void rlock__node_want_sub(rlock__node *node);
-/* Sentinel: the master moved - both connections go and come back on the
- * new address; what was in flight is failed as after a lost connection. */
-void rlock__node_set_addr(rlock__node *node, const char *host, int port);
-/* Sends a command to one node only (no slot routing, no redirects). */
-rlock__cmd *rlock__cmd_send_to(rlock__node *node, int argc, const char **argv,
-                               const size_t *argvlen, rlock__reply_cb cb,
-                               void *data);
-/* Cluster: the slot map changed: commands waiting for it go out. */
-void rlock__cmds_reroute(rlock__net *n);
-/* Cluster: the node that serves `slot`, or NULL while unknown. */
-rlock__node *rlock__cluster_node_of(rlock__net *n, int slot);
-/* Cluster: read the slot map again soon (a MOVED, a lost node). */
-void rlock__cluster_refresh_soon(rlock__net *n);
-/* Cluster: a MOVED said slot is served by node. */
-void rlock__cluster_moved(rlock__net *n, int slot, rlock__node *node);
-/* A connection of node answered its handshake (err 0) or failed. */
-void rlock__cluster_progress(rlock__node *node, int err, const char *detail);
-int rlock__cluster_init(rlock__net *n);
-void rlock__cluster_start(rlock__net *n);
-void rlock__cluster_free(rlock__net *n);
-int rlock__sentinel_init(rlock__net *n, const rlock_options *o);
-void rlock__sentinel_start(rlock__net *n);
-/* Sentinel: the master's connection was lost or is no master: ask again. */
-void rlock__sentinel_requery(rlock__net *n);
-void rlock__sentinel_free(rlock__net *n);
-/* pubsub.c: re-home channels after the slot map changed. */
-void rlock__chans_on_topology(rlock__net *n);
 
 void rlock__net_init(rlock__net *n, rlock__core *core, const rlock__uri *uri,
                      const char *client_name);

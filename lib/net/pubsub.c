@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "net.h"
+#include "net_int.h"
 
 enum { CHAN_NONE, CHAN_SUBSCRIBING, CHAN_SUBSCRIBED, CHAN_UNSUBSCRIBING };
 

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "link.h"
-#include "net.h"
+#include "net_int.h"
 
 #define REQUERY_GAP_MS 250
 
@@ -136,7 +136,7 @@ static void handle(rlock__sentinel *s, int kind, const redisReply *r) {
   }
   if (kind == Q_REPLICAS) {
     /* Replica sync counts these replicas even while the master has none
-     * connected (conn.c, wait_count). A sentinel that cannot say (an
+     * connected (cmd.c, wait_count). A sentinel that cannot say (an
      * error, a garbled reply) leaves the count as it was: the master's
      * ROLE still counts its connected ones. */
     int listed = r->type == REDIS_REPLY_ERROR

@@ -1,14 +1,22 @@
-/* Connections and command records: the net layer's own structs (included
- * by net.h; only net/ looks inside them). */
-#ifndef RLOCK_CONN_H
-#define RLOCK_CONN_H
+/* A node and its two connections: the structs (included at the top of
+ * net.h). The layers above read a node's host and port only (lib/prim's
+ * SCAN details); everything else in here is net's own, changed by net/
+ * alone (node.c, conn.c, cmd.c). */
+#ifndef RLOCK_NODE_H
+#define RLOCK_NODE_H
 
-#include "link.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core.h"
 #include "topo.h"
 
-/* A handshake error of the net layer's own, never seen by users: the
- * server is not the master (Sentinel; the sentinels are asked again). */
-#define RLOCK__NOT_MASTER (-1000)
+typedef struct rlock__net rlock__net;
+typedef struct rlock__cmd rlock__cmd;
+typedef struct rlock__node rlock__node;
+typedef struct rlock__chan rlock__chan;
+typedef struct rlock__link rlock__link; /* link.h */
 
 enum { RLOCK__CONN_DOWN, RLOCK__CONN_CONNECTING, RLOCK__CONN_UP };
 
@@ -34,8 +42,6 @@ typedef struct rlock__conn {
   char hs_detail[200];
 } rlock__conn;
 
-enum { RLOCK__CMD_WAIT_REPLY, RLOCK__CMD_WAIT_RETRY, RLOCK__CMD_DONE };
-
 /* One server: its command connection, its subscriber connection (started
  * when a channel is first wanted there), and the (UN)SUBSCRIBEs in flight
  * on it. Standalone and Sentinel have one (the master, whose address a
@@ -52,7 +58,7 @@ struct rlock__node {
   rlock__conn sub;
   bool sub_started;
   rlock__chan *sub_req_head, *sub_req_tail; /* (UN)SUBSCRIBEs in flight */
-  /* Replica sync (conn.c, wait_count): the replicas this master has
+  /* Replica sync (cmd.c, wait_count): the replicas this master has
    * connected as far as known (Sentinel: ROLE; cluster: the shard's
    * replicas not failed), and the replicas the topology says it has
    * (Sentinel: SENTINEL REPLICAS; cluster: the shard's, failed or not),
@@ -66,39 +72,6 @@ struct rlock__node {
   int cap_waitaof; /* WAITAOF */
   int aof_on;      /* INFO persistence says aof_enabled:1 (-1: :0) */
   int seed_failures; /* cluster open: handshakes failed on this seed */
-};
-
-struct rlock__cmd {
-  rlock__net *net;
-  rlock__reply_cb cb;
-  void *data;
-  rlock__timed timer; /* reply deadline, or retry delay */
-  int state;
-  int inflight;     /* replies still to come for this record (sends) */
-  int retries_left; /* idempotent commands only */
-  int fail_err;     /* refused before sending (RLOCK_EBACKLOG) */
-  const rlock__script *script; /* EVALSHA, falling back to EVAL */
-  bool use_eval;
-  rlock__cmd *pending_next;
-  rlock__node *pending_on; /* whose pending list holds it; NULL: the
-                              client's unrouted list (cluster, no map) */
-  rlock__node *fixed;      /* sent to this node only (topology queries) */
-  rlock__node *ask;        /* ASK: the next send goes here, after ASKING */
-  int slot;                /* cluster slot of its first key, or -1 */
-  int redirects;           /* MOVED / ASK / TRYAGAIN followed so far */
-  rlock__timed redo;       /* re-send after TRYAGAIN / CLUSTERDOWN */
-  bool is_pending;         /* on a pending list */
-  rlock__node *sent_to;    /* the node of the latest send */
-  uint32_t send_seq;       /* sends so far */
-  uint32_t wait_seq;       /* the send the latest WAIT follows */
-  int wait_inflight;       /* WAIT replies still to come */
-  bool sync;               /* followed by WAIT (replica sync) */
-  redisReply *held;        /* the script's reply, until WAIT's comes */
-  rlock__cmd *all_prev, *all_next; /* every live record of the client */
-  int argc;
-  const char **argv;
-  size_t *argvlen;
-  /* argv strings follow in the same allocation */
 };
 
 #endif

@@ -4,6 +4,7 @@
  * like within the deadline), the lists of records waiting for a connection
  * or a slot map, and replica sync (WAIT / WAITAOF behind a script). The
  * connection a record is sent on matches its replies (conn.c). */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -48,6 +49,7 @@ static void pending_list(rlock__cmd *cmd, rlock__cmd ***head,
 }
 
 static void pending_push(rlock__cmd *cmd, rlock__node *on) {
+  assert(!cmd->is_pending); /* on one list at a time */
   rlock__cmd **head, **tail;
   cmd->pending_on = on;
   cmd->is_pending = true;
@@ -81,6 +83,9 @@ static void pending_remove(rlock__cmd *cmd) {
 
 static void complete(rlock__cmd *cmd, redisReply *reply, int err) {
   rlock__net *n = cmd->net;
+  /* A record completes once, and is on no waiting list when it does. */
+  assert(cmd->state != RLOCK__CMD_DONE);
+  assert(!cmd->is_pending);
   rlock__timed_stop(n->core, &cmd->timer);
   rlock__timed_stop(n->core, &cmd->redo);
   cmd->state = RLOCK__CMD_DONE;
@@ -195,6 +200,8 @@ static bool redirect(rlock__cmd *cmd, const redisReply *r) {
 /* The reply to one send of cmd, or NULL when its connection was lost. */
 void rlock__cmd_reply(rlock__cmd *cmd, redisReply *reply) {
   rlock__net *n = cmd->net;
+  /* Its FIFO entry was pushed with a send that counted (send_now). */
+  assert(cmd->inflight > 0);
   cmd->inflight--;
   /* Replies on one connection come in order, so only the reply to the latest
    * send (inflight back to 0) answers a record that is still waiting. */
@@ -244,6 +251,7 @@ void rlock__cmd_reply(rlock__cmd *cmd, redisReply *reply) {
 /* WAIT's reply (NULL: the connection was lost). */
 void rlock__cmd_wait_reply(rlock__cmd *cmd, uint32_t seq, redisReply *reply) {
   rlock__net *n = cmd->net;
+  assert(cmd->wait_inflight > 0); /* as cmd_reply's inflight */
   cmd->wait_inflight--;
   redisReply *held = cmd->held;
   if (seq != cmd->send_seq || held == NULL ||
@@ -551,6 +559,9 @@ void rlock__cmd_abandon(rlock__cmd *cmd) {
 void rlock__cmds_fail_all(rlock__net *n) {
   while (n->cmd_all != NULL) {
     rlock__cmd *cmd = n->cmd_all;
+    /* Every FIFO was emptied (rlock__conn_shutdown): each send and each
+     * WAIT has been answered or failed. */
+    assert(cmd->inflight == 0 && cmd->wait_inflight == 0);
     cmd->inflight = 0;
     cmd->wait_inflight = 0;
     if (cmd->state != RLOCK__CMD_DONE) {

@@ -10,6 +10,7 @@
  * (any peer can send one: something that is not Redis, a broken proxy); on
  * the subscriber connection, once the handshake is answered, every reply
  * goes to pubsub.c. */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -28,7 +29,33 @@ struct rlock__expect {
 
 /* ---- the FIFO of expected replies (a ring) ---- */
 
+/* The handshake's order (rlock__conn_start): AUTH, SELECT, CLIENT SETNAME,
+ * ROLE, the first PING (seq 1), the probes, the last PING; then whatever
+ * follows it (commands, ASKING, WAIT: HS_AFTER). The FIFO's asserts check
+ * that its entries are pushed, and answered, in that order. */
+enum { HS_AFTER = 7 };
+
+static int hs_rank(int kind, uint32_t seq) {
+  switch (kind) {
+  case EXP_AUTH:
+    return 0;
+  case EXP_SELECT:
+    return 1;
+  case EXP_SETNAME:
+    return 2;
+  case EXP_ROLE:
+    return 3;
+  case EXP_PING:
+    return seq == 1 ? 4 : 6;
+  case EXP_PROBE:
+    return 5;
+  default:
+    return HS_AFTER;
+  }
+}
+
 static bool exp_reserve(rlock__conn *conn) {
+  assert(conn->exp_len <= conn->exp_cap);
   if (conn->exp_len < conn->exp_cap)
     return true;
   size_t cap = conn->exp_cap > 0 ? conn->exp_cap * 2 : 16;
@@ -47,6 +74,14 @@ static bool exp_reserve(rlock__conn *conn) {
 /* After exp_reserve. */
 static void exp_push(rlock__conn *conn, int kind, rlock__cmd *cmd,
                      uint32_t seq) {
+  assert(conn->exp_len < conn->exp_cap); /* exp_reserve made room */
+  /* A command's reply and WAIT's name their record; nothing else does. */
+  assert((kind == EXP_CMD || kind == EXP_WAIT) == (cmd != NULL));
+  /* The handshake goes first, in its order, while connecting. */
+  int rank = hs_rank(kind, seq);
+  assert(rank >= conn->hs_pushed);
+  assert(rank == HS_AFTER || conn->state == RLOCK__CONN_CONNECTING);
+  conn->hs_pushed = rank;
   struct rlock__expect *e =
       &conn->exp[(conn->exp_head + conn->exp_len) % conn->exp_cap];
   e->kind = kind;
@@ -58,6 +93,7 @@ static void exp_push(rlock__conn *conn, int kind, rlock__cmd *cmd,
 static bool exp_pop(rlock__conn *conn, struct rlock__expect *out) {
   if (conn->exp_len == 0)
     return false;
+  assert(conn->exp != NULL && conn->exp_head < conn->exp_cap);
   *out = conn->exp[conn->exp_head];
   conn->exp_head = (conn->exp_head + 1) % conn->exp_cap;
   conn->exp_len--;
@@ -172,6 +208,9 @@ static void fail_expected(rlock__conn *conn) {
       rlock__cmd_reply(e.cmd, NULL);
     else if (e.kind == EXP_WAIT)
       rlock__cmd_wait_reply(e.cmd, e.seq, NULL);
+  /* What the callbacks sent meanwhile waits for the next link: nothing
+   * was pushed on this one. */
+  assert(conn->exp_len == 0);
 }
 
 /* The connection is gone: conn->link is NULL (the link closes itself, or
@@ -568,6 +607,12 @@ static void on_reply(rlock__conn *conn, redisReply *reply) {
     rlock__conn_drop(conn, RLOCK_EPROTO, detail);
     return;
   }
+  /* Replies come in the order of the requests: the handshake's first, in
+   * its order, while connecting (the last PING makes the connection up). */
+  int rank = hs_rank(e.kind, e.seq);
+  assert(rank >= conn->hs_answered);
+  assert(rank == HS_AFTER || conn->state == RLOCK__CONN_CONNECTING);
+  conn->hs_answered = rank;
   if (e.kind == EXP_CMD) {
     conn->net->reply_link = conn->link;
     rlock__cmd_reply(e.cmd, reply);
@@ -608,6 +653,10 @@ int rlock__conn_start(rlock__conn *conn) {
   }
   conn->state = RLOCK__CONN_CONNECTING;
   conn->draining = false;
+  /* A new link starts with nothing expected (the last one's entries were
+   * failed when it went). */
+  assert(conn->exp_len == 0);
+  conn->hs_pushed = conn->hs_answered = 0;
   conn->hs_err = 0;
   conn->hs_detail[0] = '\0';
 

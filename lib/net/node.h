@@ -39,6 +39,9 @@ typedef struct rlock__conn {
   bool draining; /* handshake failed: nothing more is sent, dropped once
                     the replies still expected are in */
   int hs_err;    /* first error of the current handshake */
+  /* The furthest step of the handshake's order (conn.c, hs_rank) pushed
+   * and answered on the current link: checked by asserts only. */
+  int hs_pushed, hs_answered;
   char hs_detail[200];
 } rlock__conn;
 

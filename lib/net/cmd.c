@@ -508,9 +508,9 @@ int rlock__net_key_slot(const rlock__net *n, const char *key, size_t len) {
              : -1;
 }
 
-void rlock__cmds_reroute(rlock__net *n) {
-  rlock__cmd *list = n->unrouted_head;
-  n->unrouted_head = n->unrouted_tail = NULL;
+void rlock__cmds_send_pending(rlock__cmd **head, rlock__cmd **tail) {
+  rlock__cmd *list = *head;
+  *head = *tail = NULL;
   while (list != NULL) {
     rlock__cmd *next = list->pending_next;
     list->pending_next = NULL;
@@ -518,6 +518,10 @@ void rlock__cmds_reroute(rlock__net *n) {
     rlock__cmd_send_now(list);
     list = next;
   }
+}
+
+void rlock__cmds_reroute(rlock__net *n) {
+  rlock__cmds_send_pending(&n->unrouted_head, &n->unrouted_tail);
   /* Commands queued for a node that no longer serves their slot (a
    * failover: the old master is down) go where the map says now. */
   for (rlock__node *node = n->nodes; node != NULL; node = node->next) {

@@ -718,15 +718,7 @@ int rlock__conn_start(rlock__conn *conn) {
   if (conn->is_sub) {
     rlock__chans_on_connect(conn->node);
   } else {
-    rlock__cmd *pending = conn->pending_head;
-    conn->pending_head = conn->pending_tail = NULL;
-    while (pending != NULL) {
-      rlock__cmd *next = pending->pending_next;
-      pending->pending_next = NULL;
-      pending->is_pending = false;
-      rlock__cmd_send_now(pending);
-      pending = next;
-    }
+    rlock__cmds_send_pending(&conn->pending_head, &conn->pending_tail);
   }
   return 0;
 }

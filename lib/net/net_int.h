@@ -69,6 +69,10 @@ void rlock__cmd_wait_reply(rlock__cmd *cmd, uint32_t seq, redisReply *reply);
 /* Sends the record on the command connection of the node it goes to now,
  * or queues it for that node's next connection or for the slot map. */
 void rlock__cmd_send_now(rlock__cmd *cmd);
+/* Sends every record of a waiting list, oldest first, emptying it first
+ * (what is not sent again joins a list anew): a node's, when its command
+ * connection starts. */
+void rlock__cmds_send_pending(rlock__cmd **head, rlock__cmd **tail);
 /* Cluster: the slot map changed: commands waiting for it go out. */
 void rlock__cmds_reroute(rlock__net *n);
 /* At close, after every connection is shut: every record left is failed

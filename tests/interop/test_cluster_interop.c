@@ -682,6 +682,31 @@ Test(interop_cluster, wire_on_owner_java) { wire_on_owner(PEER_JAVA); }
 
 /* ---- control: a pub/sub mode mismatch is heard only by TTL ---- */
 
+/* EVAL + EVALSHA calls node `port` has run (INFO commandstats). */
+static long long node_script_calls(int port) {
+  char *info = rt_node_str(port, "INFO commandstats");
+  long long total = 0;
+  static const char *const rows[] = {"cmdstat_eval:calls=",
+                                     "cmdstat_evalsha:calls="};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    const char *at = strstr(info, rows[i]);
+    if (at != NULL)
+      total += strtoll(at + strlen(rows[i]), NULL, 10);
+  }
+  free(info);
+  return total;
+}
+
+typedef struct {
+  int port;
+  long long at_least;
+} node_calls_bound;
+
+static bool node_script_calls_reached(void *arg) {
+  node_calls_bound *b = arg;
+  return node_script_calls(b->port) >= b->at_least;
+}
+
 Test(interop_cluster, mode_mismatch_node_vs_sharded_rlock) {
   int m[RT_MAX_NODES];
   masters(m);
@@ -692,11 +717,17 @@ Test(interop_cluster, mode_mismatch_node_vs_sharded_rlock) {
   rlock *lock = get_lock(c, name);
   peer_call(p, "ACQUIRED", REPLY_BOUND_MS, "lock %s 3000", name);
   int64_t t_acquired = rt_now_ms();
+  /* rlock tries, subscribes, and tries once more once subscribed: the
+   * release must come after that second try, or the try takes the freed
+   * lock and there is no mismatch to see. */
+  node_calls_bound tries = {m[0], node_script_calls(m[0]) + 2};
   rl_worker w = {0};
   rl_worker_start(&w, c, lock, 10000, LONG_LEASE_MS);
   char channel[CHANNEL_MAX_LEN];
   channel_of(channel, sizeof channel, name);
   wait_subscribers(channel, true, 1);
+  rt_wait_until_what(node_script_calls_reached, &tries, REPLY_BOUND_MS,
+                     "rlock's try after subscribing");
   peer_call(p, "UNLOCKED", REPLY_BOUND_MS, "unlock %s", name); /* at ~0 ms */
   rl_worker_wait_stage(&w, 2, 10000);
   int64_t at = w.t_returned - t_acquired;

@@ -1278,6 +1278,30 @@ Test(interop, java_sharded_pubsub_both_ways) {
  * the lock when the old holder's TTL runs out. */
 #define MISMATCH_LEASE_MS 4000
 
+/* EVAL + EVALSHA calls the server has run (INFO commandstats). */
+static long long script_calls(void) {
+  redisReply *r = rt_cmd("INFO commandstats");
+  cr_assert(r != NULL && r->type == REDIS_REPLY_STRING, "INFO commandstats");
+  long long total = 0;
+  static const char *const rows[] = {"cmdstat_eval:calls=",
+                                     "cmdstat_evalsha:calls="};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    const char *at = strstr(r->str, rows[i]);
+    if (at != NULL)
+      total += strtoll(at + strlen(rows[i]), NULL, 10);
+  }
+  freeReplyObject(r);
+  return total;
+}
+
+typedef struct {
+  long long at_least;
+} calls_bound;
+
+static bool script_calls_reached(void *arg) {
+  return script_calls() >= ((calls_bound *)arg)->at_least;
+}
+
 Test(interop, pubsub_mode_mismatch_wakes_only_by_ttl) {
   char name[NAME_MAX_LEN], channel[CHANNEL_MAX_LEN];
   rt_key(name, sizeof name, "interop:mismatch");
@@ -1288,9 +1312,16 @@ Test(interop, pubsub_mode_mismatch_wakes_only_by_ttl) {
   int64_t t_sent = rt_now_ms(); /* <= when the lease really started */
   peer_call(p, "ACQUIRED", REPLY_BOUND_MS, "lock %s %d", name,
             MISMATCH_LEASE_MS);
+  /* rlock tries, subscribes, and tries once more once subscribed (a
+   * release between its first try and the subscription would be missed
+   * otherwise): the release must come after that second try, or the try
+   * takes the freed lock and there is no mismatch to see. */
+  calls_bound tries = {script_calls() + 2};
   rl_worker w = {0};
   rl_worker_start(&w, c, lock, 20000, LONG_LEASE_MS);
   interop_wait_numsub(channel, 1, REPLY_BOUND_MS);
+  rt_wait_until_what(script_calls_reached, &tries, REPLY_BOUND_MS,
+                     "rlock's try after subscribing");
   int64_t t_release = rt_now_ms();
   peer_call(p, "UNLOCKED", REPLY_BOUND_MS, "unlock %s", name);
   cr_assert_eq(rt_exists(name), 0);

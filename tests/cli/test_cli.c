@@ -1475,7 +1475,7 @@ static void peer_main(void *arg) {
       if (keep) {
         c->len += (size_t)got;
         for (int k = peer_take_commands(c); k > 0 && keep; k--)
-          keep = write(c->fd, "+OK\r\n", 5) == 5;
+          keep = send(c->fd, "+OK\r\n", 5, MSG_NOSIGNAL) == 5;
       }
       if (!keep) {
         close(c->fd);

@@ -233,7 +233,7 @@ static void *conn_main(void *arg) {
     }
     size_t off = 0;
     while (off < c.out_len) {
-      ssize_t w = write(c.fd, c.out + off, c.out_len - off);
+      ssize_t w = send(c.fd, c.out + off, c.out_len - off, MSG_NOSIGNAL);
       if (w <= 0)
         goto done;
       off += (size_t)w;

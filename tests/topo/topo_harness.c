@@ -566,6 +566,17 @@ void rt_sentinel_stop(void) {
 /* rt_sentinel_data_args: extra arguments for the data nodes. */
 static const char *data_extra[RT_DATA_ARGS_MAX + 1];
 
+static const char *replica_extra[RT_DATA_ARGS_MAX + 1];
+
+void rt_sentinel_replica_args(const char *const *args) {
+  size_t i = 0;
+  for (; args != NULL && args[i] != NULL && i < RT_DATA_ARGS_MAX; i++)
+    replica_extra[i] = args[i];
+  cr_assert(args == NULL || args[i] == NULL, "more than %d replica "
+            "arguments", RT_DATA_ARGS_MAX);
+  replica_extra[i] = NULL;
+}
+
 void rt_sentinel_data_args(const char *const *args) {
   size_t i = 0;
   for (; args != NULL && args[i] != NULL && i < RT_DATA_ARGS_MAX; i++)
@@ -582,6 +593,7 @@ void rt_topo_stop_all(void) {
   T.tls_dir[0] = '\0'; /* back to plain mode */
   T.tls_auth_clients = false;
   data_extra[0] = NULL;
+  replica_extra[0] = NULL;
   for (size_t i = 0; i < sizeof T.conns / sizeof T.conns[0]; i++)
     if (T.conns[i].ctx) {
       redisFree(T.conns[i].ctx);
@@ -1206,6 +1218,8 @@ static void data_spawn(proc *p, int replica_of) {
   tls_args(argv, &a, tls_s, false);
   for (size_t i = 0; data_extra[i] != NULL; i++)
     argv[a++] = data_extra[i];
+  for (size_t i = 0; replica_of > 0 && replica_extra[i] != NULL; i++)
+    argv[a++] = replica_extra[i];
   argv[a] = NULL;
   p->pid = spawn(argv, log);
 }

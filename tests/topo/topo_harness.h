@@ -180,6 +180,9 @@ void rt_sentinel_start(void);
  * copied as pointers (keep them alive); rt_topo_stop_all() clears them. */
 #define RT_DATA_ARGS_MAX 32
 void rt_sentinel_data_args(const char *const *args);
+/* The same for the first replica only (a master and replica that differ,
+ * e.g. a replica without WAIT that a failover makes the master). */
+void rt_sentinel_replica_args(const char *const *args);
 void rt_sentinel_start_auth(const char *sentinel_pass);
 void rt_sentinel_stop(void);
 int rt_sentinel_port(int i);     /* sentinel i, 0..2 */

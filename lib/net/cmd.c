@@ -204,9 +204,13 @@ void rlock__cmd_reply(rlock__cmd *cmd, redisReply *reply) {
   assert(cmd->inflight > 0);
   cmd->inflight--;
   /* Replies on one connection come in order, so only the reply to the latest
-   * send (inflight back to 0) answers a record that is still waiting. */
+   * send (inflight back to 0) answers a record that is still waiting. A
+   * record queued for its next send (is_pending: re-sent after a timeout
+   * to a node whose connection is not ready - a cluster slot that moved,
+   * a failover) is answered by that send, not by a late reply to an
+   * earlier one from another connection, as after a timeout. */
   if (cmd->state != RLOCK__CMD_WAIT_REPLY || cmd->inflight > 0 ||
-      rlock__timed_active(&cmd->redo)) {
+      cmd->is_pending || rlock__timed_active(&cmd->redo)) {
     cmd_free_if_idle(cmd);
     return;
   }
@@ -255,7 +259,7 @@ void rlock__cmd_wait_reply(rlock__cmd *cmd, uint32_t seq, redisReply *reply) {
   cmd->wait_inflight--;
   redisReply *held = cmd->held;
   if (seq != cmd->send_seq || held == NULL ||
-      cmd->state != RLOCK__CMD_WAIT_REPLY) {
+      cmd->state != RLOCK__CMD_WAIT_REPLY || cmd->is_pending) {
     cmd_free_if_idle(cmd);
     return;
   }

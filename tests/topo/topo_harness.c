@@ -1177,6 +1177,12 @@ int rt_cluster_fail_master(int port, bool stop_only, int64_t bound_ms) {
   return -1;
 }
 
+void rt_cluster_kill_node(int port) {
+  proc *p = proc_of_port(port);
+  rt_node_forget(port);
+  kill_proc(p);
+}
+
 void rt_cluster_restart_node(int port, int64_t bound_ms) {
   proc *p = proc_of_port(port);
   rt_node_forget(port);

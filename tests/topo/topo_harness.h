@@ -163,6 +163,9 @@ int rt_cluster_fail_master(int port, bool stop_only, int64_t bound_ms);
  * replica of whoever took its slots) or SIGCONTs a stopped one; waits until
  * it answers PING and the cluster is ok. */
 void rt_cluster_restart_node(int port, int64_t bound_ms);
+/* SIGKILL of the node on port, no waiting for a failover
+ * (rt_cluster_restart_node starts it again). */
+void rt_cluster_kill_node(int port);
 /* Waits until every live node reports cluster_state:ok and all slots ok. */
 void rt_cluster_wait_ok(int64_t bound_ms);
 

@@ -709,6 +709,13 @@ RLOCK_EXTERN int rlock_semaphore_acquire_async(rlock_semaphore *sem,
                                                int64_t permits,
                                                int64_t wait_ms, rlock_cb cb,
                                                void *data, rlock_req **req);
+/* Adds `permits` permits and publishes the new total only if the semaphore
+ * exists (Java releaseIfExists): 1 released, 0 there is none (nothing is
+ * created or published). permits 0 answers 0 without sending anything, as
+ * Java does; negative or above 2^40 is RLOCK_EINVAL. Not re-sent after a
+ * lost reply. */
+RLOCK_EXTERN int rlock_semaphore_release_if_exists(rlock_semaphore *sem,
+                                                   int64_t permits);
 
 /* ---- permit-expirable semaphores (Redisson getPermitExpirableSemaphore)
  * N permits; each taken permit has an id (32 lowercase hex characters, as
@@ -720,6 +727,9 @@ RLOCK_EXTERN int rlock_semaphore_acquire_async(rlock_semaphore *sem,
  * permit is held until released); 0 is RLOCK_EINVAL. */
 typedef struct rlock_permit_semaphore rlock_permit_semaphore;
 #define RLOCK_PERMIT_ID_LEN 32
+/* The most permits one acquire takes, and the most ids one release gives
+ * back (they travel in one script call). */
+#define RLOCK_PERMIT_IDS_MAX 1024
 
 RLOCK_EXTERN int rlock_permit_semaphore_get(rlock_client *client,
                                             const char *name,
@@ -760,6 +770,57 @@ RLOCK_EXTERN int64_t rlock_permit_semaphore_available_permits(
     rlock_permit_semaphore *sem);
 RLOCK_EXTERN int64_t rlock_permit_semaphore_acquired_permits(
     rlock_permit_semaphore *sem);
+
+/* Several permits at once (Java's acquire(n) / tryAcquire(n, ...)): all
+ * `permits` or none, each with its own id and the same lease. `ids` has
+ * room for `permits` ids (char ids[permits][RLOCK_PERMIT_ID_LEN + 1]);
+ * each gets a NUL-terminated id when taken. permits: 1..
+ * RLOCK_PERMIT_IDS_MAX, else RLOCK_EINVAL. More permits than the pool has
+ * is not an error (as in Java): the call waits until set_permits or
+ * add_permits make room, or wait_ms runs out. 1 taken, 0 not within
+ * wait_ms (0: one attempt, < 0: no limit), or an error. */
+RLOCK_EXTERN int rlock_permit_semaphore_try_acquire_n(
+    rlock_permit_semaphore *sem, int64_t permits, int64_t wait_ms,
+    int64_t lease_ms, char (*ids)[RLOCK_PERMIT_ID_LEN + 1]);
+/* As try_acquire_n, waiting as long as it takes: 0 or an error. */
+RLOCK_EXTERN int rlock_permit_semaphore_acquire_n(
+    rlock_permit_semaphore *sem, int64_t permits, int64_t lease_ms,
+    char (*ids)[RLOCK_PERMIT_ID_LEN + 1]);
+/* As try_acquire_n, with a callback (status 1/0/error) exactly once; `ids`
+ * must stay valid until then. Cancellable with rlock_cancel(): a cancelled
+ * acquire leaves none of its permits taken. */
+RLOCK_EXTERN int rlock_permit_semaphore_acquire_n_async(
+    rlock_permit_semaphore *sem, int64_t permits, int64_t wait_ms,
+    int64_t lease_ms, char (*ids)[RLOCK_PERMIT_ID_LEN + 1], rlock_cb cb,
+    void *data, rlock_req **req);
+/* Returns the `count` permits `ids`, all or none (Java tryRelease(List)):
+ * `count` released, or 0 when any id is not taken (never issued, already
+ * released, or its lease ran out) and nothing changed. The number
+ * released is published on the channel (not the new count). An empty
+ * list, more than RLOCK_PERMIT_IDS_MAX ids, an id that is not 32 hex
+ * characters or the same id twice: RLOCK_EINVAL, nothing sent. */
+RLOCK_EXTERN int64_t rlock_permit_semaphore_try_release_n(
+    rlock_permit_semaphore *sem, const char *const *ids, size_t count);
+/* As try_release_n: 0, or RLOCK_ENOTOWNER where it answers 0. */
+RLOCK_EXTERN int rlock_permit_semaphore_release_n(
+    rlock_permit_semaphore *sem, const char *const *ids, size_t count);
+/* Makes the pool `permits` in all, free + taken (Java setPermits): a
+ * missing semaphore is created with that many; otherwise the free count
+ * moves by the difference, and goes below 0 when more permits are taken
+ * than the new size (they are not taken back; the pool refills as they are
+ * released). Publishes `permits`. permits 0..2^40, else RLOCK_EINVAL. 0 or
+ * an error. */
+RLOCK_EXTERN int rlock_permit_semaphore_set_permits(
+    rlock_permit_semaphore *sem, int64_t permits);
+/* The pool's size: free + taken (Java getPermits; expired ones are
+ * returned first), 0 when the semaphore does not exist, or an error. */
+RLOCK_EXTERN int64_t rlock_permit_semaphore_get_permits(
+    rlock_permit_semaphore *sem);
+/* The lease time left of the permit `id` (Java getLeaseTime), in
+ * *ms_left: >= 1, or -1 when it has no lease. 0, RLOCK_ENOTOWNER when no
+ * such permit is taken (Java throws), RLOCK_EINVAL for a malformed id. */
+RLOCK_EXTERN int rlock_permit_semaphore_lease_time(
+    rlock_permit_semaphore *sem, const char *id, int64_t *ms_left);
 
 /* ---- count-down latches (Redisson getCountDownLatch) ------------------ *
  * A count under the name; when count_down takes it to 0 the key is deleted

@@ -147,8 +147,9 @@ typedef struct cli_run_opts {
   const char *uri;        /* resolved: -u, $REDIS_URL or the default */
   const char *name;       /* lock name */
   cli_kind kind;          /* -s, -x, --fair, --fenced; default the RLock */
-  int64_t permits;        /* --permits N: one permit of the permit-expirable
+  int64_t permits;        /* --permits N: permits of the permit-expirable
                              semaphore NAME of N permits; 0: a lock */
+  int64_t take;           /* --take K: how many of them (0: 1) */
   char **command;         /* NULL-terminated argv for execvp */
   int64_t wait_ms;        /* < 0: forever; 0: -n */
   int64_t lease_ms;       /* < 0: watchdog mode */

@@ -429,6 +429,8 @@ Test(cli, man_page_lists_every_option_and_exit_code) {
       "CLUSTERDOWN",
       /* issue 24 and 26 */
       "--orphan-ok", "--permits N", "1 to 2147483647", "RLOCK_NAME",
+      /* issue 29 */
+      "--take K",
       "# NAME", "# DESCRIPTION", "# ENVIRONMENT", "# EXAMPLES", "# SEE ALSO",
       "A cron job", "cleanup -- /usr/local/bin/cleanup", "[Service]", "ExecStart=/usr/bin/rlock",
       "rlock --permits 3", "--token \"$RLOCK_TOKEN\"",
@@ -2564,6 +2566,74 @@ Test(cli, permits_usage_errors) {
   cr_assert_eq(cli_run(&p, ARGS("--permits", "-1", "k", "true")), 64);
   cr_assert_eq(cli_run(&p, ARGS("--permits", "2", "-s", "k", "true")), 64);
   cr_assert_eq(cli_run(&p, ARGS("--fenced", "--permits", "2", "k", "true")),
+               64);
+}
+
+/* Issue 29: --take K holds K permits at once (one acquire, K ids in
+ * RLOCK_OWNER) and gives all K back at the end. */
+Test(cli, take_holds_k_permits_at_once) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:take");
+  cli_proc p;
+  cli_start(&p, ARGS("--permits", "3", "--take", "2", key, "--", "sh", "-c",
+                     "echo \"$RLOCK_OWNER\" > owner.tmp && mv owner.tmp "
+                     "owner; sleep 2"));
+  rt_wait_until_what(file_exists, "owner", 10000, "COMMAND started");
+  char *owner = first_line_in("owner");
+  cr_assert_eq(strlen(owner), 2 * 32 + 1, "RLOCK_OWNER '%s'", owner);
+  cr_assert_eq(owner[32], ',', "RLOCK_OWNER '%s'", owner);
+  cr_assert_eq(rt_int("ZCARD {%s}:timeout", key), 2);
+  char *count = rt_str("GET %s", key);
+  cr_assert_str_eq(count, "1");
+  free(count);
+  /* each id is a member (16 raw bytes of its hex) */
+  for (int i = 0; i < 2; i++) {
+    unsigned char raw[16];
+    for (int b = 0; b < 16; b++) {
+      unsigned v = 0;
+      sscanf(owner + i * 33 + 2 * b, "%2x", &v);
+      raw[b] = (unsigned char)v;
+    }
+    redisReply *r = rt_cmd("ZSCORE {%s}:timeout %b", key, raw, (size_t)16);
+    cr_assert_eq(r->type, REDIS_REPLY_STRING, "id %d is not taken", i);
+    freeReplyObject(r);
+  }
+  free(owner);
+  cli_proc busy, one;
+  cr_assert_eq(cli_run(&busy, ARGS("--permits", "3", "--take", "2", "-n",
+                                   key, "true")),
+               1, "2 more of 3 with 1 free: busy");
+  cr_assert_eq(cli_run(&one, ARGS("--permits", "3", "-n", key, "true")), 0,
+               "the third permit is free");
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 0);
+  cr_assert_eq(rt_int("ZCARD {%s}:timeout", key), 0);
+  count = rt_str("GET %s", key);
+  cr_assert_str_eq(count, "3", "all back");
+  free(count);
+}
+
+Test(cli, take_usage_errors) {
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("--permits", "3", "--take", "4", "k",
+                                "true")),
+               64);
+  char *err = cli_err(&p);
+  cr_assert(strstr(err, "--take is more than --permits") != NULL,
+            "stderr: %s", err);
+  free(err);
+  cr_assert_eq(cli_run(&p, ARGS("--take", "2", "k", "true")), 64);
+  err = cli_err(&p);
+  cr_assert(strstr(err, "--take needs --permits") != NULL, "stderr: %s",
+            err);
+  free(err);
+  cr_assert_eq(cli_run(&p, ARGS("--permits", "3", "--take", "0", "k",
+                                "true")),
+               64);
+  cr_assert_eq(cli_run(&p, ARGS("--permits", "2000", "--take", "1025", "k",
+                                "true")),
+               64);
+  cr_assert_eq(cli_run(&p, ARGS("--permits", "3", "--take", "x", "k",
+                                "true")),
                64);
 }
 

@@ -248,15 +248,19 @@ static int read_try(rlock__op *op, const redisReply *reply, int64_t *ttl_ms) {
   return RLOCK__TRY_WAIT;
 }
 
-/* KEYS count, channel, zset; ARGV the permit id: the head of the abandon's
- * and the release's arguments. */
-static void id_args(rlock__op *op, rlock__argv *a, const char *zkey,
-                    size_t zlen) {
+/* numkeys and KEYS count, channel, zset into a: the head of every script
+ * but the try's and the lease update's. Returns the zset key, which a
+ * points into (malloc'd: free it once sent), or NULL when out of memory. */
+static char *keys_args(rlock__op *op, rlock__argv *a) {
+  size_t zlen = 0;
+  char *zkey = zset_key(op->lock, &zlen);
+  if (zkey == NULL)
+    return NULL;
   rlock__argv_str(a, "3");
   rlock__argv_mem(a, op->lock->name, op->lock->name_len);
   rlock__argv_mem(a, op->lock->channel, op->lock->channel_len);
   rlock__argv_mem(a, zkey, zlen);
-  rlock__argv_mem(a, op_id(op), ID_BYTES);
+  return zkey;
 }
 
 /* Sent by the engine when an acquire that tried ends without success; only
@@ -267,13 +271,11 @@ static rlock__cmd *abandon(rlock__op *op, rlock__reply_cb cb, void *data) {
   psem_of(op)->unread = false;
   if (!unread)
     return NULL;
-  rlock *lock = op->lock;
-  size_t zlen = 0;
-  char *zkey = zset_key(lock, &zlen);
+  rlock__argv a = {0};
+  char *zkey = keys_args(op, &a);
   if (zkey == NULL)
     return NULL;
-  rlock__argv a = {0};
-  id_args(op, &a, zkey, zlen);
+  rlock__argv_mem(&a, op_id(op), ID_BYTES);
   rlock__argv_str(&a, rlock__engine_publish(op->engine));
   /* Re-sent freely: each id is removed once. */
   rlock__cmd *cmd = send_with_ids(op, &abandon_script, &a,
@@ -341,23 +343,63 @@ static void value_reply(rlock__net *n, redisReply *reply, int err,
   rlock__op_finish(op, 0);
 }
 
-/* release: KEYS count, channel, zset. Not re-sent: a second send after the
- * first landed would answer "not taken". */
-static void start_release(rlock__op *op) {
-  rlock *lock = op->lock;
-  size_t zlen = 0;
-  char *zkey = zset_key(lock, &zlen);
+/* Sends op's script: KEYS count, channel, zset, then the ARGV `tail`
+ * adds, then the op's further ids (a list release); the reply's integer
+ * becomes op->value. */
+static void send_keyed(rlock__op *op, const rlock__script *script,
+                       int retries,
+                       void (*tail)(rlock__op *op, rlock__argv *a)) {
+  rlock__argv a = {0};
+  char *zkey = keys_args(op, &a);
+  long_argv l;
+  if (zkey != NULL) {
+    tail(op, &a);
+    if (!long_argv_make(&l, &a, psem_of(op))) {
+      free(zkey);
+      zkey = NULL;
+    }
+  }
   if (zkey == NULL) {
     rlock__op_finish(op, RLOCK_ENOMEM);
     return;
   }
-  rlock__argv a = {0};
-  id_args(op, &a, zkey, zlen);
-  rlock__argv_int(&a, rlock__wall_ms());
-  rlock__argv_str(&a, rlock__engine_publish(op->engine));
-  rlock__op_send(op, &release_script, a.argc, a.argv, a.lens, 0,
-                 value_reply);
+  rlock__op_send(op, script, l.argc, l.argv, l.lens, retries, value_reply);
+  long_argv_free(&l);
   free(zkey);
+}
+
+/* ARGV id, now, pub: the release's and the lease time's. */
+static void tail_id_now_pub(rlock__op *op, rlock__argv *a) {
+  rlock__argv_mem(a, op_id(op), ID_BYTES);
+  rlock__argv_int(a, rlock__wall_ms());
+  rlock__argv_str(a, rlock__engine_publish(op->engine));
+}
+
+/* ARGV now, pub, which count (arg: a count_which). */
+static void tail_count(rlock__op *op, rlock__argv *a) {
+  static const char *const which[] = {"free", "taken", "total"};
+  rlock__argv_int(a, rlock__wall_ms());
+  rlock__argv_str(a, rlock__engine_publish(op->engine));
+  rlock__argv_str(a, which[psem_of(op)->arg]);
+}
+
+/* ARGV now, pub, the first id (the others follow): a list release's. */
+static void tail_list(rlock__op *op, rlock__argv *a) {
+  rlock__argv_int(a, rlock__wall_ms());
+  rlock__argv_str(a, rlock__engine_publish(op->engine));
+  rlock__argv_mem(a, op_id(op), ID_BYTES);
+}
+
+/* ARGV permits (arg), pub: set_permits's. */
+static void tail_set(rlock__op *op, rlock__argv *a) {
+  rlock__argv_int(a, psem_of(op)->arg);
+  rlock__argv_str(a, rlock__engine_publish(op->engine));
+}
+
+/* release of one id. Not re-sent: a second send after the first landed
+ * would answer "not taken". */
+static void start_release(rlock__op *op) {
+  send_keyed(op, &release_script, 0, tail_id_now_pub);
 }
 
 /* update lease: arg the lease (< 0 none). Re-sent: ZADD XX again is
@@ -411,96 +453,27 @@ static void start_try_set(rlock__op *op) {
 /* free / taken / total counts: arg a count_which. Re-sent: the reclaim
  * happens once whatever the number of sends. */
 static void start_count(rlock__op *op) {
-  rlock *lock = op->lock;
-  size_t zlen = 0;
-  char *zkey = zset_key(lock, &zlen);
-  if (zkey == NULL) {
-    rlock__op_finish(op, RLOCK_ENOMEM);
-    return;
-  }
-  rlock__argv a = {0};
-  rlock__argv_str(&a, "3");
-  rlock__argv_mem(&a, lock->name, lock->name_len);
-  rlock__argv_mem(&a, lock->channel, lock->channel_len);
-  rlock__argv_mem(&a, zkey, zlen);
-  rlock__argv_int(&a, rlock__wall_ms());
-  rlock__argv_str(&a, rlock__engine_publish(op->engine));
-  static const char *const which[] = {"free", "taken", "total"};
-  rlock__argv_str(&a, which[psem_of(op)->arg]);
-  rlock__op_send(op, &count_script, a.argc, a.argv, a.lens,
-                 op->engine->core->opts.retry_attempts, value_reply);
-  free(zkey);
+  send_keyed(op, &count_script, op->engine->core->opts.retry_attempts,
+             tail_count);
 }
 
-/* release of a list: KEYS count, channel, zset; ARGV now, pub, the ids.
- * Not re-sent: a second send after the first landed would answer 0. */
+/* release of a list. Not re-sent: a second send after the first landed
+ * would answer 0. */
 static void start_release_list(rlock__op *op) {
-  rlock *lock = op->lock;
-  size_t zlen = 0;
-  char *zkey = zset_key(lock, &zlen);
-  if (zkey == NULL) {
-    rlock__op_finish(op, RLOCK_ENOMEM);
-    return;
-  }
-  rlock__argv a = {0};
-  rlock__argv_str(&a, "3");
-  rlock__argv_mem(&a, lock->name, lock->name_len);
-  rlock__argv_mem(&a, lock->channel, lock->channel_len);
-  rlock__argv_mem(&a, zkey, zlen);
-  rlock__argv_int(&a, rlock__wall_ms());
-  rlock__argv_str(&a, rlock__engine_publish(op->engine));
-  rlock__argv_mem(&a, op_id(op), ID_BYTES);
-  long_argv l;
-  if (!long_argv_make(&l, &a, psem_of(op))) {
-    free(zkey);
-    rlock__op_finish(op, RLOCK_ENOMEM);
-    return;
-  }
-  rlock__op_send(op, &release_list_script, l.argc, l.argv, l.lens, 0,
-                 value_reply);
-  long_argv_free(&l);
-  free(zkey);
+  send_keyed(op, &release_list_script, 0, tail_list);
 }
 
-/* set permits: arg. KEYS count, channel, zset; ARGV permits, pub. Re-sent:
- * setting the same size twice changes nothing the second time. */
+/* set permits: arg. Re-sent: setting the same size twice changes nothing
+ * the second time. */
 static void start_set(rlock__op *op) {
-  rlock *lock = op->lock;
-  size_t zlen = 0;
-  char *zkey = zset_key(lock, &zlen);
-  if (zkey == NULL) {
-    rlock__op_finish(op, RLOCK_ENOMEM);
-    return;
-  }
-  rlock__argv a = {0};
-  rlock__argv_str(&a, "3");
-  rlock__argv_mem(&a, lock->name, lock->name_len);
-  rlock__argv_mem(&a, lock->channel, lock->channel_len);
-  rlock__argv_mem(&a, zkey, zlen);
-  rlock__argv_int(&a, psem_of(op)->arg);
-  rlock__argv_str(&a, rlock__engine_publish(op->engine));
-  rlock__op_send(op, &set_script, a.argc, a.argv, a.lens,
-                 op->engine->core->opts.retry_attempts, value_reply);
-  free(zkey);
+  send_keyed(op, &set_script, op->engine->core->opts.retry_attempts,
+             tail_set);
 }
 
-/* lease time left of the id. KEYS count, channel, zset; ARGV id, now,
- * pub. Re-sent like the counts. */
+/* lease time left of the id. Re-sent like the counts. */
 static void start_lease_time(rlock__op *op) {
-  rlock *lock = op->lock;
-  size_t zlen = 0;
-  char *zkey = zset_key(lock, &zlen);
-  if (zkey == NULL) {
-    rlock__op_finish(op, RLOCK_ENOMEM);
-    return;
-  }
-  rlock__argv a = {0};
-  id_args(op, &a, zkey, zlen);
-  rlock__argv_int(&a, rlock__wall_ms());
-  rlock__argv_str(&a, rlock__engine_publish(op->engine));
-  rlock__op_send(op, &lease_time_script, a.argc, a.argv, a.lens,
-                 op->engine->core->opts.retry_attempts, value_reply);
-  free(zkey);
+  send_keyed(op, &lease_time_script, op->engine->core->opts.retry_attempts,
+             tail_id_now_pub);
 }
 
 static const rlock__op_type release_type = {.name = "psem_release",
@@ -709,14 +682,24 @@ int rlock_permit_semaphore_acquire_async(rlock_permit_semaphore *sem,
       sem, 1, wait_ms, lease_ms, (id_buf *)(void *)id, cb, data, req);
 }
 
+/* The handle, with id decoded into raw; NULL (RLOCK_EINVAL, the detail
+ * set) for a bad handle or id. */
+static rlock *handle_id(rlock_permit_semaphore *sem, const char *id,
+                        unsigned char raw[ID_BYTES]) {
+  rlock *lock = handle(sem);
+  if (lock != NULL && !id_decode(id, raw)) {
+    rlock__bad_arg("id must be 32 hex characters");
+    return NULL;
+  }
+  return lock;
+}
+
 /* 1 released, 0 not taken (also: its lease had run out), or an error. */
 static int release_id(rlock_permit_semaphore *sem, const char *id) {
-  rlock *lock = handle(sem);
+  unsigned char raw[ID_BYTES];
+  rlock *lock = handle_id(sem, id, raw);
   if (lock == NULL)
     return RLOCK_EINVAL;
-  unsigned char raw[ID_BYTES];
-  if (!id_decode(id, raw))
-    return rlock__bad_arg("id must be 32 hex characters");
   int64_t got = 0;
   int rc = run(lock, &release_type, 0, raw, &got);
   return rc < 0 ? rc : (got == 1 ? 1 : 0);
@@ -796,12 +779,10 @@ int rlock_permit_semaphore_release_n(rlock_permit_semaphore *sem,
 
 int rlock_permit_semaphore_update_lease(rlock_permit_semaphore *sem,
                                         const char *id, int64_t lease_ms) {
-  rlock *lock = handle(sem);
+  unsigned char raw[ID_BYTES];
+  rlock *lock = handle_id(sem, id, raw);
   if (lock == NULL)
     return RLOCK_EINVAL;
-  unsigned char raw[ID_BYTES];
-  if (!id_decode(id, raw))
-    return rlock__bad_arg("id must be 32 hex characters");
   int rc = rlock__check_lease(lease_ms);
   if (rc != 0)
     return rc;
@@ -812,12 +793,10 @@ int rlock_permit_semaphore_update_lease(rlock_permit_semaphore *sem,
 
 int rlock_permit_semaphore_lease_time(rlock_permit_semaphore *sem,
                                       const char *id, int64_t *ms_left) {
-  rlock *lock = handle(sem);
+  unsigned char raw[ID_BYTES];
+  rlock *lock = handle_id(sem, id, raw);
   if (lock == NULL)
     return RLOCK_EINVAL;
-  unsigned char raw[ID_BYTES];
-  if (!id_decode(id, raw))
-    return rlock__bad_arg("id must be 32 hex characters");
   if (ms_left == NULL)
     return rlock__bad_arg("ms_left is NULL");
   int64_t left = 0;

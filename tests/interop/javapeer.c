@@ -2630,11 +2630,18 @@ static int sem_try(const char *name, const char *n) {
   return rc;
 }
 
-/* Java's acquire(n) (wait_ms < 0) / tryAcquire(n, wait): try; subscribe;
- * loop { try; wait for a local permit for the whole remaining time }. */
-static void sem_acquire_cmd(const char *name, const char *n, int64_t wait_ms) {
-  int64_t t0 = now_ms();
-  int rc = sem_try(name, n);
+/* One acquire try of a semaphore kind: 1 taken, 0 not (*hint: the wall
+ * clock time worth a new try without a message, or -1), -1 an error
+ * (printed). */
+typedef int (*sem_try_fn)(void *arg, int64_t *hint);
+
+/* Java's wait for semaphore permits from t0 (wait_ms < 0: no limit; 0:
+ * the one try): try; subscribe; loop { try; wait for a local permit until
+ * the deadline or the try's hint }. 1 taken, 0 not, -1 error (printed). */
+static int sem_wait_loop(const char *name, int64_t t0, int64_t wait_ms,
+                         sem_try_fn try_fn, void *arg) {
+  int64_t hint = -1;
+  int rc = try_fn(arg, &hint);
   if (rc == 0 && wait_ms != 0) {
     int64_t deadline = t0 + wait_ms;
     char *channel = sem_channel_of(name);
@@ -2646,22 +2653,45 @@ static void sem_acquire_cmd(const char *name, const char *n, int64_t wait_ms) {
       free(channel);
       if (wait_ms < 0) {
         out("ERROR subscribe to %s timed out", name);
-        return;
+        return -1;
       }
     } else {
       for (;;) {
-        rc = sem_try(name, n);
+        rc = try_fn(arg, &hint);
         if (rc != 0)
           break;
         int64_t remaining = wait_ms > 0 ? deadline - now_ms() : -1;
         if (wait_ms > 0 && remaining <= 0)
           break;
+        if (hint > 0) {
+          int64_t until_hint = hint - wall_ms() > 0 ? hint - wall_ms() : 1;
+          if (remaining < 0 || until_hint < remaining)
+            remaining = until_hint;
+        }
         permit_wait(e, remaining);
       }
       unsubscribe(e);
       free(channel);
     }
   }
+  return rc;
+}
+
+typedef struct sem_try_arg {
+  const char *name, *n;
+} sem_try_arg;
+
+static int sem_try_cb(void *arg, int64_t *hint) {
+  sem_try_arg *a = arg;
+  *hint = -1; /* no TTL hint: only a message wakes */
+  return sem_try(a->name, a->n);
+}
+
+/* Java's acquire(n) (wait_ms < 0) / tryAcquire(n, wait). */
+static void sem_acquire_cmd(const char *name, const char *n, int64_t wait_ms) {
+  int64_t t0 = now_ms();
+  sem_try_arg a = {name, n};
+  int rc = sem_wait_loop(name, t0, wait_ms, sem_try_cb, &a);
   if (rc >= 0)
     out("%s %" PRId64, rc == 1 ? "ACQUIRED" : "NOTACQUIRED", now_ms() - t0);
 }
@@ -2883,51 +2913,27 @@ static int pes_try(const char *name, int n, const unsigned char (*ids)[16],
   return rc;
 }
 
-/* Java's acquire(n, lease) / tryAcquire(n, wait, lease): try; subscribe;
- * loop { try; wait for a local permit until the hint (the lowest expiry)
- * or the deadline, whichever is first }. */
+typedef struct pes_try_arg {
+  const char *name;
+  int n;
+  const unsigned char (*ids)[16];
+  int64_t lease_ms;
+} pes_try_arg;
+
+static int pes_try_cb(void *arg, int64_t *hint) {
+  pes_try_arg *a = arg;
+  return pes_try(a->name, a->n, a->ids, a->lease_ms, hint);
+}
+
+/* Java's acquire(n, lease) / tryAcquire(n, wait, lease): the semaphore's
+ * wait, sleeping at most until the try's hint (the lowest expiry). */
 static void pes_acquire_cmd(const char *name, int n, int64_t wait_ms,
                             int64_t lease_ms) {
   int64_t t0 = now_ms();
   unsigned char ids[PES_MAX_IDS][16];
   random_bytes(&ids[0][0], (size_t)n * 16);
-  int64_t hint = -1;
-  int rc = pes_try(name, n, (const unsigned char(*)[16])ids, lease_ms, &hint);
-  if (rc == 0 && wait_ms != 0) {
-    int64_t deadline = t0 + wait_ms;
-    char *channel = sem_channel_of(name);
-    int64_t bound = g.subscribe_timeout_ms;
-    if (wait_ms > 0 && deadline - now_ms() < bound)
-      bound = deadline - now_ms() > 0 ? deadline - now_ms() : 1;
-    entry *e = subscribe_kind(channel, bound, E_SEM);
-    if (e == NULL) {
-      free(channel);
-      if (wait_ms < 0) {
-        out("ERROR subscribe to %s timed out", name);
-        return;
-      }
-    } else {
-      for (;;) {
-        rc = pes_try(name, n, (const unsigned char(*)[16])ids, lease_ms,
-                     &hint);
-        if (rc != 0)
-          break;
-        int64_t remaining = wait_ms > 0 ? deadline - now_ms() : -1;
-        if (wait_ms > 0 && remaining <= 0)
-          break;
-        if (hint > 0) {
-          int64_t until_hint = hint - wall_ms();
-          if (until_hint < 1)
-            until_hint = 1;
-          if (remaining < 0 || until_hint < remaining)
-            remaining = until_hint;
-        }
-        permit_wait(e, remaining);
-      }
-      unsubscribe(e);
-      free(channel);
-    }
-  }
+  pes_try_arg a = {name, n, (const unsigned char(*)[16])ids, lease_ms};
+  int rc = sem_wait_loop(name, t0, wait_ms, pes_try_cb, &a);
   if (rc < 0)
     return;
   if (rc == 0) {

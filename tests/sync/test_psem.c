@@ -83,6 +83,8 @@ typedef struct acquirer {
   rlock_permit_semaphore *sem;
   int64_t wait_ms, lease_ms;
   char id[RLOCK_PERMIT_ID_LEN + 1];
+  int64_t permits;                      /* > 1: try_acquire_n into ids */
+  char (*ids)[RLOCK_PERMIT_ID_LEN + 1];
   atomic_int rc;
   atomic_bool done;
   _Atomic int64_t done_at;
@@ -91,21 +93,33 @@ typedef struct acquirer {
 
 static void acquirer_run(void *arg) {
   acquirer *a = arg;
-  int rc = rlock_permit_semaphore_try_acquire(a->sem, a->wait_ms, a->lease_ms,
-                                              a->id);
+  int rc = a->permits > 1
+               ? rlock_permit_semaphore_try_acquire_n(
+                     a->sem, a->permits, a->wait_ms, a->lease_ms, a->ids)
+               : rlock_permit_semaphore_try_acquire(a->sem, a->wait_ms,
+                                                    a->lease_ms, a->id);
   atomic_store(&a->rc, rc);
   atomic_store(&a->done_at, rt_now_ms());
   atomic_store(&a->done, true);
 }
 
-static void acquirer_start(acquirer *a, rlock_permit_semaphore *s,
-                           int64_t wait_ms, int64_t lease_ms) {
+static void acquirer_start_n(acquirer *a, rlock_permit_semaphore *s,
+                             int64_t wait_ms, int64_t lease_ms,
+                             int64_t permits,
+                             char (*ids)[RLOCK_PERMIT_ID_LEN + 1]) {
   memset(a, 0, sizeof(*a));
   a->sem = s;
   a->wait_ms = wait_ms;
   a->lease_ms = lease_ms;
+  a->permits = permits;
+  a->ids = ids;
   atomic_init(&a->rc, -1000);
   rt_thread_start(&a->thread, acquirer_run, a);
+}
+
+static void acquirer_start(acquirer *a, rlock_permit_semaphore *s,
+                           int64_t wait_ms, int64_t lease_ms) {
+  acquirer_start_n(a, s, wait_ms, lease_ms, 1, NULL);
 }
 
 static bool acquirer_done(void *arg) {
@@ -867,28 +881,6 @@ Test(psem, set_permits_and_get_permits) {
 
 /* A waiter for 2 permits sleeps while only 1 is free and is woken by a
  * release of a list (whose message is the number released). */
-typedef struct n_acquirer {
-  rlock_permit_semaphore *sem;
-  ps_id ids[2];
-  atomic_int rc;
-  atomic_bool done;
-  _Atomic int64_t done_at;
-  rt_thread thread;
-} n_acquirer;
-
-static void n_acquirer_run(void *arg) {
-  n_acquirer *a = arg;
-  int rc = rlock_permit_semaphore_try_acquire_n(a->sem, 2, 20000, 60000,
-                                                a->ids);
-  atomic_store(&a->rc, rc);
-  atomic_store(&a->done_at, rt_now_ms());
-  atomic_store(&a->done, true);
-}
-
-static bool n_acquirer_done(void *arg) {
-  return atomic_load(&((n_acquirer *)arg)->done);
-}
-
 Test(psem, waiter_for_several_woken_by_list_release) {
   rlock_client *a = client_30s();
   rlock_client *b = rt_client();
@@ -901,10 +893,9 @@ Test(psem, waiter_for_several_woken_by_list_release) {
   ps_id held[2];
   cr_assert_eq(rlock_permit_semaphore_try_acquire_n(sb, 2, 0, -1, held), 1);
 
-  n_acquirer w;
-  memset(&w, 0, sizeof w);
-  w.sem = sa;
-  rt_thread_start(&w.thread, n_acquirer_run, &w);
+  acquirer w;
+  ps_id got[2];
+  acquirer_start_n(&w, sa, 20000, 60000, 2, got);
   rt_wait_until_what(has_subscriber, chan, 5000, "waiter subscribed");
   rt_sleep_ms(200);
   cr_assert(!atomic_load(&w.done), "1 free of 2 wanted: must wait");
@@ -913,14 +904,14 @@ Test(psem, waiter_for_several_woken_by_list_release) {
   int64_t released_at = rt_now_ms();
   const char *list[2] = {held[0], held[1]};
   cr_assert_eq(rlock_permit_semaphore_release_n(sb, list, 2), 0);
-  rt_wait_until_what(n_acquirer_done, &w, 3000, "waiter woken");
+  rt_wait_until_what(acquirer_done, &w, 3000, "waiter woken");
   rt_thread_join(&w.thread, 1000);
   cr_assert_eq(atomic_load(&w.rc), 1);
   int64_t took = atomic_load(&w.done_at) - released_at;
   cr_assert(took < 1500, "woken %lld ms after the release", (long long)took);
-  assert_id(w.ids[0]);
-  assert_id(w.ids[1]);
-  cr_assert_str_neq(w.ids[0], w.ids[1]);
+  assert_id(got[0]);
+  assert_id(got[1]);
+  cr_assert_str_neq(got[0], got[1]);
   assert_value(key, "1");
   cr_assert_eq(rt_int("ZCARD %s", zset), 2);
   rt_wait_until_what(no_subscriber, chan, 5000, "unsubscribed");

@@ -126,6 +126,37 @@ typedef struct rlock rlock;
 typedef void (*rlock_lock_lost_cb)(const char *name, const char *owner,
                                    void *data);
 
+/* How much a diagnostics message matters (rlock_options.on_diag). */
+typedef enum rlock_diag_level {
+  RLOCK_DIAG_ERROR = 0, /* safety or service at stake: a connection dropped
+                           for bad bytes, a lock its renewal found gone */
+  RLOCK_DIAG_WARN = 1,  /* a fault rlock works around: a lost connection, a
+                           failed attempt, a failed renewal, replica sync
+                           off on a server */
+  RLOCK_DIAG_INFO = 2,  /* a change of state: connected, reconnected, a new
+                           master or slot map, channels resubscribed */
+  RLOCK_DIAG_DEBUG = 3, /* detail: what the capability probes found */
+} rlock_diag_level;
+
+/* "ERROR", "WARN", "INFO" or "DEBUG"; "?" for another value. Never NULL. */
+RLOCK_EXTERN const char *rlock_diag_level_name(int level);
+
+/*
+ * Diagnostics: what the client does on the network, as one line of text
+ * (no newline; stable wording, naming the server as host:port where one is
+ * concerned - docs/api.md, Diagnostics, lists them). `client` is the client
+ * the message is about: the messages of the connections made during
+ * rlock_client_open() come before open returns it, so compare it, do not
+ * use it. `message` is valid for the call only.
+ * Runs on the client's loop thread, one call at a time, never after
+ * rlock_client_close() has returned. It must not block (the client's
+ * network and timers wait for it) and must not call into the library:
+ * blocking rlock calls return RLOCK_EDEADLK there, and
+ * rlock_client_close() of its own client is not allowed.
+ */
+typedef void (*rlock_diag_cb)(rlock_client *client, rlock_diag_level level,
+                              const char *message, void *data);
+
 /* Client options. Always fill with rlock_options_init() first, then set the
  * fields you need: the struct may grow in later versions, and fields are
  * only ever added at the end (each marked with the version that added it;
@@ -289,6 +320,13 @@ typedef struct rlock_options {
    * service, rename-command) gets neither: replica sync is off there.
    * Range 0..2. */
   int replica_sync_mode;
+
+  /* Diagnostics (see rlock_diag_cb): connects, reconnects and their cause,
+   * failovers and slot map changes, resubscribes, dropped protocol
+   * violations, capability probes, replica sync turned off, failed
+   * renewals. NULL (default): silent, and no message is formatted. */
+  rlock_diag_cb on_diag;
+  void *on_diag_data;
 } rlock_options;
 
 /* rlock_options.replica_sync_mode values. */

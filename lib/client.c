@@ -213,6 +213,7 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
     rlock__set_last_error("uv_sem_init failed: %s", uv_strerror(sys));
     return RLOCK_ESYS;
   }
+  c->core.diag_client = c;
   c->core.on_loop_start = loop_start;
   c->core.on_close = on_close;
   c->core.on_final = on_final;

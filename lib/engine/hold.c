@@ -137,6 +137,29 @@ static void batch_free(renew_batch *b) {
 
 static void renew_round(rlock__engine *e);
 
+/* Diagnostics: a renewal batch got no answer, or an error reply. */
+static void diag_renew_failed(rlock__engine *e, const renew_batch *b,
+                              const redisReply *reply, int err) {
+  int64_t every = e->core->opts.watchdog_timeout_ms / 3;
+  if (err == RLOCK_ECLOSED)
+    return; /* closing: nothing is renewed any more */
+  if (err != 0)
+    rlock__diag(e->core, RLOCK_DIAG_WARN,
+                "renewal of %d lock%s ('%.200s'%s) failed: %s; the watchdog "
+                "tries again every %lld ms",
+                b->n, b->n == 1 ? "" : "s", b->key[0], b->n > 1 ? ", ..." : "",
+                rlock_err_name(err), (long long)every);
+  else if (reply->type != REDIS_REPLY_ARRAY)
+    rlock__diag(e->core, RLOCK_DIAG_WARN,
+                "renewal of %d lock%s ('%.200s'%s) failed: %.*s; the "
+                "watchdog tries again every %lld ms",
+                b->n, b->n == 1 ? "" : "s", b->key[0], b->n > 1 ? ", ..." : "",
+                reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 15,
+                reply->type == REDIS_REPLY_ERROR ? reply->str
+                                                 : "unexpected reply",
+                (long long)every);
+}
+
 static void renew_reply(rlock__net *n, redisReply *reply, int err,
                         void *data) {
   (void)n;
@@ -146,6 +169,8 @@ static void renew_reply(rlock__net *n, redisReply *reply, int err,
   e->renew_inflight--;
   /* A failed renewal is tried again next period; only a definite "0" from
    * the server means the hold is gone. */
+  if (rlock__diag_on(e->core))
+    diag_renew_failed(e, b, reply, err);
   if (err == 0 && reply->type == REDIS_REPLY_ARRAY) {
     for (size_t i = 0; i < reply->elements && i < (size_t)b->n; i++) {
       const redisReply *r = reply->element[i];
@@ -162,6 +187,9 @@ static void renew_reply(rlock__net *n, redisReply *reply, int err,
       if (h->releasing > 0 || h->release_seq != b->release_seq[i])
         continue;
       h->lost = true;
+      rlock__diag(e->core, RLOCK_DIAG_ERROR,
+                  "renewal found '%.200s' no longer held by %s: lock lost",
+                  h->name, h->owner);
       const rlock_options *o = &e->core->opts;
       if (o->on_lock_lost != NULL)
         o->on_lock_lost(h->name, h->owner, o->on_lock_lost_data);

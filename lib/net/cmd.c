@@ -234,7 +234,7 @@ void rlock__cmd_reply(rlock__cmd *cmd, redisReply *reply) {
     /* A proxy that let the probe pass refused a batch: it is a cluster
      * after all. This command fails (a renewal is tried again at the next
      * tick), the next batches keep to one slot. */
-    n->per_slot = true;
+    rlock__net_crossslot_refused(n, cmd->sent_to);
   }
   if (reply->type == REDIS_REPLY_ERROR && cmd->script != NULL &&
       !cmd->use_eval && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
@@ -277,7 +277,7 @@ void rlock__cmd_wait_reply(rlock__cmd *cmd, uint32_t seq, redisReply *reply) {
    * as unconfirmed, and the ones after it go without WAIT. */
   if (rlock__reply_unknown_command(reply) && cmd->sent_to != NULL) {
     if (strcasestr(reply->str, "WAITAOF") != NULL)
-      cmd->sent_to->cap_waitaof = -1; /* WAIT from now on */
+      rlock__conn_waitaof_missing(&cmd->sent_to->cmd, reply);
     else
       rlock__conn_wait_missing(&cmd->sent_to->cmd, reply);
   }

@@ -159,7 +159,8 @@ typedef struct cli_run_opts {
   cli_on_lost on_lost;
   bool orphan_ok;         /* --orphan-ok: no SIGTERM to COMMAND when rlock
                              dies */
-  bool verbose;
+  int verbose;            /* -v count: 1 acquire/release and the client's
+                             diagnostics from INFO up, 2 DEBUG too */
   cli_tls_opts tls;
   cli_sentinel_opts sentinel;
   bool no_replica_sync;            /* --no-replica-sync */

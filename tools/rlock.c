@@ -45,7 +45,8 @@ static const char help_text[] =
     "                          read, write, fair or fenced lock; K (1) of N\n"
     "                          semaphore permits\n"
     "  -c, --command STRING    run STRING with /bin/sh -c\n"
-    "  -v, --verbose           report acquiring and releasing on stderr\n"
+    "  -v, --verbose           report acquiring and releasing, and the\n"
+    "                          connection's events, on stderr (-vv: more)\n"
     "Connection options: -u, --tls-*, --sentinel-* (before or after status,\n"
     "unlock and ls).\n"
     "\n"
@@ -631,7 +632,8 @@ static int run_main(int argc, char **argv) {
       }
       break;
     case 'v':
-      o.verbose = true;
+      if (o.verbose < 2)
+        o.verbose++;
       break;
     case 'h':
       cli_help(stdout);

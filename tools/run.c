@@ -76,6 +76,27 @@ static void on_signal(int signo, siginfo_t *info, void *ucontext) {
   errno = saved_errno;
 }
 
+/* -v: the client's diagnostics, from INFO up (-vv: DEBUG too), as
+ * "rlock: <UTC time, ms> <LEVEL> <message>". On the client's loop thread;
+ * one fprintf per line, which stdio keeps whole. */
+static void on_diag(rlock_client *client, rlock_diag_level level,
+                    const char *message, void *data) {
+  (void)client;
+  if ((int)level > (int)(intptr_t)data)
+    return;
+  struct timespec ts;
+  struct tm tm;
+  char stamp[32] = "";
+  if (clock_gettime(CLOCK_REALTIME, &ts) == 0 &&
+      gmtime_r(&ts.tv_sec, &tm) != NULL) {
+    size_t n = strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(stamp + n, sizeof stamp - n, ".%03dZ",
+             (int)(ts.tv_nsec / 1000000));
+  }
+  fprintf(stderr, CLI_PROG ": %s %s %s\n", stamp,
+          rlock_diag_level_name(level), message);
+}
+
 /* On the client's loop thread: must not block. */
 static void on_lock_lost(const char *name, const char *owner, void *data) {
   (void)name;
@@ -839,6 +860,11 @@ static int start(run *r) {
   if (o->watchdog_ms > 0)
     opts.watchdog_timeout_ms = o->watchdog_ms;
   opts.on_lock_lost = on_lock_lost;
+  if (o->verbose > 0) {
+    opts.on_diag = on_diag;
+    opts.on_diag_data = (void *)(intptr_t)(o->verbose > 1 ? RLOCK_DIAG_DEBUG
+                                                          : RLOCK_DIAG_INFO);
+  }
   int rc = rlock_client_open(&r->client, &opts);
   if (rc != 0)
     return cli_open_failed(rc);

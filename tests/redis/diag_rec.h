@@ -28,14 +28,14 @@ typedef struct diag_rec {
   pthread_mutex_t mu;
   diag_line lines[DIAG_MAX];
   int n;
-  int dropped;                 /* past DIAG_MAX */
+  int dropped;                    /* past DIAG_MAX */
   _Atomic(rlock_client *) client; /* every call's client */
-  atomic_int other_client;     /* calls with a client other than that */
-  atomic_int newlines;         /* lines with a control byte in them */
+  atomic_int other_client;        /* calls with a client other than that */
+  atomic_int newlines;            /* lines with a control byte in them */
 } diag_rec;
 
 static inline void rec_cb(rlock_client *client, rlock_diag_level level,
-                   const char *message, void *data) {
+                          const char *message, void *data) {
   diag_rec *r = data;
   rlock_client *expected = NULL;
   if (!atomic_compare_exchange_strong(&r->client, &expected, client) &&
@@ -70,15 +70,12 @@ static inline void rec_clear(diag_rec *r) {
 
 /* Lines at `level` (-1: any) that contain every one of the NULL-ended
  * strings. */
-static inline int rec_count(diag_rec *r, int level, ...) {
+static inline int rec_vcount(diag_rec *r, int level, va_list ap) {
   const char *want[8];
   int nw = 0;
-  va_list ap;
-  va_start(ap, level);
   const char *s;
   while ((s = va_arg(ap, const char *)) != NULL && nw < 8)
     want[nw++] = s;
-  va_end(ap);
   int count = 0;
   pthread_mutex_lock(&r->mu);
   for (int i = 0; i < r->n; i++) {
@@ -90,6 +87,14 @@ static inline int rec_count(diag_rec *r, int level, ...) {
     count += all;
   }
   pthread_mutex_unlock(&r->mu);
+  return count;
+}
+
+static inline int rec_count(diag_rec *r, int level, ...) {
+  va_list ap;
+  va_start(ap, level);
+  int count = rec_vcount(r, level, ap);
+  va_end(ap);
   return count;
 }
 
@@ -118,8 +123,8 @@ static inline bool rec_has(void *arg) {
 
 /* Waits (bounded) for a line at `level` containing a and b (b may be
  * NULL). */
-static inline void rec_wait_for(diag_rec *r, int level, const char *a, const char *b,
-                         int64_t bound_ms) {
+static inline void rec_wait_for(diag_rec *r, int level, const char *a,
+                                const char *b, int64_t bound_ms) {
   rec_wait w = {r, level, a, b};
   if (!rt_poll_until(rec_has, &w, bound_ms)) {
     char dump[8192];
@@ -129,5 +134,32 @@ static inline void rec_wait_for(diag_rec *r, int level, const char *a, const cha
                    b ? " and " : "", b ? b : "", (long long)bound_ms, dump);
   }
 }
+
+static inline void rec_expect(diag_rec *r, int want, const char *file, int line,
+                              int level, ...) {
+  va_list ap;
+  va_start(ap, level);
+  int got = rec_vcount(r, level, ap);
+  va_end(ap);
+  if (got == want)
+    return;
+  char needles[512] = "", dump[8192];
+  size_t used = 0;
+  va_start(ap, level);
+  const char *s;
+  while ((s = va_arg(ap, const char *)) != NULL && used < sizeof needles)
+    used += (size_t)snprintf(needles + used, sizeof needles - used, " '%s'", s);
+  va_end(ap);
+  rec_dump(r, dump, sizeof dump);
+  cr_assert_fail("%s:%d: %d %s line(s) with%s, not %d; the lines:\n%s", file,
+                 line, got, level >= 0 ? rlock_diag_level_name(level) : "",
+                 needles, want, dump);
+}
+
+/* Asserts that exactly `want` lines at a level (-1: any) contain every one
+ * of the strings that follow it: REC_EXPECT(&rec, 1, RLOCK_DIAG_WARN,
+ * "lost connection to", addr). The failure lists every line. */
+#define REC_EXPECT(r, want, ...)                                               \
+  rec_expect((r), (want), __FILE__, __LINE__, __VA_ARGS__, (const char *)NULL)
 
 #endif

@@ -23,8 +23,8 @@ static void nowait_init(void) {
   rt_sentinel_start();
 }
 
-TestSuite(diag_sentinel_nowait, .init = nowait_init,
-          .fini = rt_topo_stop_all, .timeout = 120);
+TestSuite(diag_sentinel_nowait, .init = nowait_init, .fini = rt_topo_stop_all,
+          .timeout = 120);
 
 /* The master the sentinels name is said once, with its address; the server
  * without WAIT gives one WARN line - the note rlock_client_caps carries -
@@ -36,7 +36,7 @@ Test(diag_sentinel_nowait, replica_sync_off_is_said_once) {
   o.replica_sync_timeout_ms = 300;
   diag_rec rec;
   rlock_client *c = open_diag(rt_sentinel_uri(), &o, &rec);
-  char at[64], dump[8192];
+  char at[64];
   snprintf(at, sizeof at, "127.0.0.1:%d", master);
   char name[64];
   rt_key(name, sizeof name, "diag-nowait");
@@ -45,25 +45,17 @@ Test(diag_sentinel_nowait, replica_sync_off_is_said_once) {
     TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock without WAIT");
     TC_EQ(rlock_unlock(l), 1, "unlock");
   }
-  rec_dump(&rec, dump, sizeof dump);
-  cr_assert_eq(rec_count(&rec, RLOCK_DIAG_INFO, "master 'mymaster' is at", at,
-                         "(GET-MASTER-ADDR-BY-NAME)", (const char *)NULL),
-               1, "lines:\n%s", dump);
-  cr_assert_eq(rec_count(&rec, RLOCK_DIAG_WARN, "replica sync is off on", at,
-                         "unknown command", (const char *)NULL),
-               1, "lines:\n%s", dump);
-  cr_assert_eq(rec_count(&rec, -1, "replica sync", (const char *)NULL), 1,
-               "lines:\n%s", dump);
+  REC_EXPECT(&rec, 1, RLOCK_DIAG_INFO, "master 'mymaster' is at", at,
+             "(GET-MASTER-ADDR-BY-NAME)");
+  REC_EXPECT(&rec, 1, RLOCK_DIAG_WARN, "replica sync is off on", at,
+             "unknown command");
+  REC_EXPECT(&rec, 1, -1, "replica sync");
   rlock_client_caps caps;
   rlock_client_caps_init(&caps);
   TC_EQ(rlock_client_caps_get(c, &caps), 0, "caps");
-  cr_assert_eq(rec_count(&rec, RLOCK_DIAG_WARN, caps.replica_sync_note,
-                         (const char *)NULL),
-               1, "the same words as the caps note: %s\nlines:\n%s",
-               caps.replica_sync_note, dump);
-  cr_assert_eq(rec_count(&rec, RLOCK_DIAG_DEBUG, "probes on", at, "WAIT no",
-                         (const char *)NULL),
-               1, "lines:\n%s", dump);
+  /* In the same words as the caps note. */
+  REC_EXPECT(&rec, 1, RLOCK_DIAG_WARN, caps.replica_sync_note);
+  REC_EXPECT(&rec, 1, RLOCK_DIAG_DEBUG, "probes on", at, "WAIT no");
   rlock_free(l);
   rlock_client_close(c);
 }
@@ -85,7 +77,7 @@ Test(diag_sentinel, failover_says_the_master_moved_once) {
   rec_clear(&rec);
   int promoted = rt_sentinel_failover(20000);
   cr_assert_neq(promoted, old_master);
-  char from[64], to[64], moved[160], dump[8192];
+  char from[64], to[64], moved[160];
   snprintf(from, sizeof from, "127.0.0.1:%d", old_master);
   snprintf(to, sizeof to, "127.0.0.1:%d", promoted);
   snprintf(moved, sizeof moved, "master 'mymaster' moved from %s to %s", from,
@@ -100,21 +92,13 @@ Test(diag_sentinel, failover_says_the_master_moved_once) {
   cr_assert_eq(rt_node_int(promoted, "EXISTS %s", name), 1);
   TC_EQ(rlock_unlock(l), 1, "unlock");
   rt_sleep_ms(300);
-  rec_dump(&rec, dump, sizeof dump);
-  cr_assert_eq(rec_count(&rec, RLOCK_DIAG_INFO, "moved from",
-                         (const char *)NULL),
-               1, "lines:\n%s", dump);
+  REC_EXPECT(&rec, 1, RLOCK_DIAG_INFO, "moved from");
   cr_assert_geq(rec_count(&rec, RLOCK_DIAG_WARN, "lost connection to", from,
                           "(commands): RLOCK_", (const char *)NULL),
-                1, "lines:\n%s", dump);
-  cr_assert_eq(rec_count(&rec, -1, "lost connection to", to,
-                         (const char *)NULL),
-               0, "lines:\n%s", dump);
-  cr_assert_eq(rec_count(&rec, RLOCK_DIAG_INFO, "reconnected to", to,
-                         "(commands)", (const char *)NULL),
-               1, "lines:\n%s", dump);
-  cr_assert_eq(rec_count(&rec, RLOCK_DIAG_ERROR, (const char *)NULL), 0,
-               "lines:\n%s", dump);
+                1, "no line on the connection to %s", from);
+  REC_EXPECT(&rec, 0, -1, "lost connection to", to);
+  REC_EXPECT(&rec, 1, RLOCK_DIAG_INFO, "reconnected to", to, "(commands)");
+  REC_EXPECT(&rec, 0, RLOCK_DIAG_ERROR);
   rlock_free(l);
   rlock_client_close(c);
 }
@@ -135,30 +119,21 @@ Test(diag_cluster, first_slot_map_and_pubsub_mode) {
   o.cluster_refresh_ms = 100; /* many refreshes below */
   diag_rec rec;
   rlock_client *c = open_diag(rt_cluster_uri(), &o, &rec);
-  char dump[8192];
   rt_sleep_ms(600); /* five more reads of the same map */
-  rec_dump(&rec, dump, sizeof dump);
-  cr_assert_eq(rec_count(&rec, RLOCK_DIAG_INFO, "cluster slot map from ",
-                         ": 3 masters serve 16384 slots", (const char *)NULL),
-               1, "lines:\n%s", dump);
-  cr_assert_eq(rec_count(&rec, -1, "slot map", (const char *)NULL), 1,
-               "lines:\n%s", dump);
-  cr_assert_eq(rec_count(&rec, RLOCK_DIAG_DEBUG,
-                         "cluster pub/sub probe (PUBSUB SHARDNUMSUB): "
-                         "answered, sharded pub/sub",
-                         (const char *)NULL),
-               1, "lines:\n%s", dump);
+  REC_EXPECT(&rec, 1, RLOCK_DIAG_INFO, "cluster slot map from ",
+             ": 3 masters serve 16384 slots");
+  REC_EXPECT(&rec, 1, -1, "slot map");
+  REC_EXPECT(&rec, 1, RLOCK_DIAG_DEBUG,
+             "cluster pub/sub probe (PUBSUB SHARDNUMSUB): "
+             "answered, sharded pub/sub");
   int ports[RT_MAX_NODES];
   int n = rt_cluster_masters(ports, RT_MAX_NODES);
   cr_assert_eq(n, 3);
   for (int i = 0; i < n; i++) {
     char at[64];
     snprintf(at, sizeof at, "127.0.0.1:%d", ports[i]);
-    cr_assert_eq(rec_count(&rec, RLOCK_DIAG_INFO, "connected to", at,
-                           "(commands)", (const char *)NULL),
-                 1, "%s\nlines:\n%s", at, dump);
+    REC_EXPECT(&rec, 1, RLOCK_DIAG_INFO, "connected to", at, "(commands)");
   }
-  cr_assert_eq(rec_count(&rec, RLOCK_DIAG_WARN, (const char *)NULL), 0,
-               "lines:\n%s", dump);
+  REC_EXPECT(&rec, 0, RLOCK_DIAG_WARN);
   rlock_client_close(c);
 }

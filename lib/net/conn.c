@@ -170,9 +170,10 @@ static const char *conn_role(const rlock__conn *conn) {
 }
 
 /* A connection went (was_up) or an attempt failed, and the next attempt
- * is scheduled. The first failure of a series is a warning; the attempts
- * that follow it while the server stays away are DEBUG (a dead cluster
- * node is retried until close). */
+ * is scheduled. The first failed attempt of a series (at open, or the
+ * immediate one after a loss: it gives the outage's cause) is a warning;
+ * the attempts that follow it while the server stays away are DEBUG (a
+ * dead cluster node is retried until close). */
 static void diag_lost(const rlock__conn *conn, bool was_up, int err,
                       const char *detail) {
   rlock__core *core = conn->net->core;
@@ -181,20 +182,24 @@ static void diag_lost(const rlock__conn *conn, bool was_up, int err,
   int64_t in = conn->reconnect.at - rlock__now_ms();
   const char *code =
       err == RLOCK__NOT_MASTER ? "not the master" : rlock_err_name(err);
-  if (was_up)
+  if (was_up) {
     rlock__diag(core, err == RLOCK_EPROTO ? RLOCK_DIAG_ERROR : RLOCK_DIAG_WARN,
                 "lost connection to %s (%s): %s: %s; reconnecting in %lld ms",
                 peer, conn_role(conn), code, detail != NULL ? detail : "",
                 (long long)(in > 0 ? in : 0));
-  else
-    rlock__diag(core,
-                err == RLOCK_EPROTO ? RLOCK_DIAG_ERROR
-                : conn->backoff_attempt <= 1 ? RLOCK_DIAG_WARN
-                                             : RLOCK_DIAG_DEBUG,
-                "cannot connect to %s (%s): %s: %s; attempt %d, next in "
-                "%lld ms",
-                peer, conn_role(conn), code, detail != NULL ? detail : "",
-                conn->backoff_attempt, (long long)(in > 0 ? in : 0));
+    return;
+  }
+  /* The attempt that failed: the count was raised for the next one, and
+   * after a loss the attempts count from the first reconnect. */
+  int failed = conn->backoff_attempt - (conn->ever_up ? 1 : 0);
+  rlock__diag(core,
+              err == RLOCK_EPROTO ? RLOCK_DIAG_ERROR
+              : failed <= 1       ? RLOCK_DIAG_WARN
+                                  : RLOCK_DIAG_DEBUG,
+              "cannot connect to %s (%s): %s: %s; attempt %d, next in %lld "
+              "ms",
+              peer, conn_role(conn), code, detail != NULL ? detail : "",
+              failed, (long long)(in > 0 ? in : 0));
 }
 
 static const char *cap_text(int cap) {

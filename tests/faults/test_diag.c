@@ -189,6 +189,47 @@ Test(diag, killed_connections_give_one_line_each_with_the_cause) {
   rlock_client_close(holder);
 }
 
+/* The server down for a while, then back on its port: the lost line, one
+ * WARN for the first failed reconnect (its cause: the refused connection),
+ * the further attempts at DEBUG only, and one reconnected line per
+ * connection whose attempt count matches the attempts said. */
+Test(diag, server_down_warns_once_then_reconnects) {
+  rlock_options o;
+  rlock_options_init(&o);
+  o.uri = rt_uri();
+  o.retry_interval_ms = 100; /* back-off capped: many attempts below */
+  diag_rec rec;
+  rec_init(&rec, &o);
+  rlock_client *c = open_rec(&o);
+  char addr[64];
+  addr_of_server(addr, sizeof addr);
+  rec_clear(&rec);
+  rt_server_kill();
+  rec_wait_for(&rec, RLOCK_DIAG_DEBUG, "cannot connect to", "(commands)",
+               3000);
+  rt_sleep_ms(500); /* more attempts */
+  fk_server_restart_same_port();
+  rec_wait_for(&rec, RLOCK_DIAG_INFO, "reconnected to", "(commands)", 5000);
+  rec_wait_for(&rec, RLOCK_DIAG_INFO, "reconnected to", "(pub/sub)", 5000);
+  for (int i = 0; i < 2; i++) {
+    const char *role = i == 0 ? "(commands)" : "(pub/sub)";
+    REC_EXPECT(&rec, 1, RLOCK_DIAG_WARN, "lost connection to", addr, role,
+               "RLOCK_ECONN: ");
+    REC_EXPECT(&rec, 1, RLOCK_DIAG_WARN, "cannot connect to", addr, role,
+               "RLOCK_ECONN: ", "; attempt 1, next in ");
+    int later = rec_count(&rec, RLOCK_DIAG_DEBUG, "cannot connect to", addr,
+                          role, (const char *)NULL);
+    cr_assert_geq(later, 2, "%s: %d DEBUG attempts", role, later);
+    /* Attempt 1 (the warning), `later` more, then the one that worked. */
+    char back[96];
+    snprintf(back, sizeof back, "%s, attempt %d", role, later + 2);
+    REC_EXPECT(&rec, 1, RLOCK_DIAG_INFO, "reconnected to", addr, back);
+  }
+  REC_EXPECT(&rec, 4, RLOCK_DIAG_WARN);
+  REC_EXPECT(&rec, 0, RLOCK_DIAG_ERROR);
+  rlock_client_close(c);
+}
+
 /* ---- renewals ---- */
 
 static atomic_int g_lost_calls;

@@ -1,7 +1,7 @@
 /* The diagnostics callback (issue 28, item 1) against Sentinel and Cluster
- * topologies: what a client says about the master the sentinels name, a
- * failover, a server without WAIT, and the cluster's slot map - counted
- * exactly (tests/redis/diag_rec.h records the lines). */
+ * topologies: what a client says about a failover and the cluster's slot
+ * map - counted exactly (tests/redis/diag_rec.h records the lines). A
+ * server without WAIT: test_managed.c, sentinel_nowait. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,51 +13,6 @@ static rlock_client *open_diag(const char *uri, rlock_options *o,
                                diag_rec *rec) {
   rec_init(rec, o);
   return tc_open(uri, o);
-}
-
-/* ---- Sentinel, WAIT renamed away ---- */
-
-static void nowait_init(void) {
-  static const char *const args[] = {"--rename-command", "WAIT", "", NULL};
-  rt_sentinel_data_args(args);
-  rt_sentinel_start();
-}
-
-TestSuite(diag_sentinel_nowait, .init = nowait_init, .fini = rt_topo_stop_all,
-          .timeout = 120);
-
-/* The master the sentinels name is said once, with its address; the server
- * without WAIT gives one WARN line - the note rlock_client_caps carries -
- * once, however many locks follow. */
-Test(diag_sentinel_nowait, replica_sync_off_is_said_once) {
-  int master = rt_sentinel_master_port();
-  rlock_options o;
-  rlock_options_init(&o);
-  o.replica_sync_timeout_ms = 300;
-  diag_rec rec;
-  rlock_client *c = open_diag(rt_sentinel_uri(), &o, &rec);
-  char at[64];
-  snprintf(at, sizeof at, "127.0.0.1:%d", master);
-  char name[64];
-  rt_key(name, sizeof name, "diag-nowait");
-  rlock *l = tc_lock(c, name);
-  for (int i = 0; i < 3; i++) {
-    TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock without WAIT");
-    TC_EQ(rlock_unlock(l), 1, "unlock");
-  }
-  REC_EXPECT(&rec, 1, RLOCK_DIAG_INFO, "master 'mymaster' is at", at,
-             "(GET-MASTER-ADDR-BY-NAME)");
-  REC_EXPECT(&rec, 1, RLOCK_DIAG_WARN, "replica sync is off on", at,
-             "unknown command");
-  REC_EXPECT(&rec, 1, -1, "replica sync");
-  rlock_client_caps caps;
-  rlock_client_caps_init(&caps);
-  TC_EQ(rlock_client_caps_get(c, &caps), 0, "caps");
-  /* In the same words as the caps note. */
-  REC_EXPECT(&rec, 1, RLOCK_DIAG_WARN, caps.replica_sync_note);
-  REC_EXPECT(&rec, 1, RLOCK_DIAG_DEBUG, "probes on", at, "WAIT no");
-  rlock_free(l);
-  rlock_client_close(c);
 }
 
 /* ---- Sentinel failover ---- */

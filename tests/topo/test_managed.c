@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "diag_rec.h"
 #include "net.h"
 #include "topo_client.h"
 
@@ -146,6 +147,41 @@ Test(sentinel_losewait, failover_to_a_master_without_wait) {
   cr_assert(strstr(caps.replica_sync_note, port_s) != NULL &&
                 strstr(caps.replica_sync_note, "unknown command") != NULL,
             "note: %s", caps.replica_sync_note);
+  rlock_free(l);
+  rlock_client_close(c);
+}
+
+/* Diagnostics (issue 28, item 1): the master the sentinels name is said
+ * once, with its address; the server without WAIT gives one WARN line -
+ * the note rlock_client_caps carries - once, however many locks follow. */
+Test(sentinel_nowait, diagnostics_say_replica_sync_off_once) {
+  int master = rt_sentinel_master_port();
+  rlock_options o;
+  rlock_options_init(&o);
+  o.replica_sync_timeout_ms = 300;
+  diag_rec rec;
+  rec_init(&rec, &o);
+  rlock_client *c = tc_open(rt_sentinel_uri(), &o);
+  char at[64];
+  snprintf(at, sizeof at, "127.0.0.1:%d", master);
+  char name[64];
+  rt_key(name, sizeof name, "diag-nowait");
+  rlock *l = tc_lock(c, name);
+  for (int i = 0; i < 3; i++) {
+    TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock without WAIT");
+    TC_EQ(rlock_unlock(l), 1, "unlock");
+  }
+  REC_EXPECT(&rec, 1, RLOCK_DIAG_INFO, "master 'mymaster' is at", at,
+             "(GET-MASTER-ADDR-BY-NAME)");
+  REC_EXPECT(&rec, 1, RLOCK_DIAG_WARN, "replica sync is off on", at,
+             "unknown command");
+  REC_EXPECT(&rec, 1, -1, "replica sync");
+  rlock_client_caps caps;
+  rlock_client_caps_init(&caps);
+  TC_EQ(rlock_client_caps_get(c, &caps), 0, "caps");
+  /* In the same words as the caps note. */
+  REC_EXPECT(&rec, 1, RLOCK_DIAG_WARN, caps.replica_sync_note);
+  REC_EXPECT(&rec, 1, RLOCK_DIAG_DEBUG, "probes on", at, "WAIT no");
   rlock_free(l);
   rlock_client_close(c);
 }

@@ -234,7 +234,7 @@ static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
       return;
     }
     int rc = rlock__hold_add(e, lock, op->owner, op->lease_ms,
-                             op->u.acq.handoff_streak);
+                             op->u.acq.handoff_streak, op->u.acq.try_sent_ms);
     rlock__op_finish(op, rc < 0 ? rc : 1);
     return;
   }
@@ -319,6 +319,7 @@ static void send_try(rlock__op *op) {
                        : rlock__chan_epoch(e->net, op->u.acq.wchan, op->u.acq.wchan_len);
   op->state = RLOCK__ST_CMD;
   op->u.acq.tried = true;
+  op->u.acq.tries++;
   op->u.acq.try_sent_ms = rlock__now_ms();
   op->cmd = lock->prim->send_try(op, lease, try_reply);
   if (op->cmd == NULL) {
@@ -389,8 +390,35 @@ static void abandon_reply(rlock__net *n, redisReply *reply, int err,
     rlock__engine_drained_one(e);
 }
 
+/* The one place an acquire's end is told: ACQUIRED or GAVE_UP. */
+static void acquire_event(rlock__op *op, int result) {
+  rlock__engine *e = op->engine;
+  if (e->on_event == NULL)
+    return;
+  rlock__event ev = {.pub = {.kind = op->lock->prim->kind,
+                             .name = op->lock->name,
+                             .owner = op->owner,
+                             .wait_ms = rlock__now_ms() - op->started_ms,
+                             .attempts = op->u.acq.tries,
+                             .detail = ""}};
+  if (result == 1) {
+    ev.pub.type = RLOCK_EVENT_ACQUIRED;
+  } else {
+    ev.pub.type = RLOCK_EVENT_GAVE_UP;
+    ev.pub.cause = result == 0                   ? RLOCK_EVENT_TIMEOUT
+                   : result == RLOCK_ECANCELED ? RLOCK_EVENT_CANCELED
+                                               : RLOCK_EVENT_ERROR;
+    if (result < 0) {
+      ev.pub.error = result;
+      ev.pub.detail = op->detail[0] != '\0' ? op->detail : rlock_strerror(result);
+    }
+  }
+  rlock__engine_emit(e, &ev);
+}
+
 void rlock__acquire_finish(rlock__op *op, int result) {
   rlock__engine *e = op->engine;
+  acquire_event(op, result);
   if (op->u.acq.tried && result != 1 && op->lock->prim->abandon != NULL &&
       op->lock->prim->abandon(op, abandon_reply, e) != NULL)
     e->abandons_inflight++;

@@ -47,7 +47,7 @@ rlock__hold *rlock__hold_find(rlock__engine *e, const char *name,
 }
 
 int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
-                    int64_t lease_ms, int streak) {
+                    int64_t lease_ms, int streak, int64_t sent_ms) {
   rlock__hold *h = rlock__hold_find(e, lock->name, owner);
   if (h == NULL) {
     h = calloc(1, sizeof(*h));
@@ -64,6 +64,7 @@ int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
     h->owner = h->key + lock->name_len + 1;
     h->prim = lock->prim;
     h->gen = ++e->next_hold_gen;
+    h->since_ms = rlock__now_ms();
   } else if (h->lost) {
     /* Re-entered after the watchdog saw the hold lost: the server holds 1
      * again, but the caller still counts its outer holds, which were lost:
@@ -74,7 +75,12 @@ int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
     h->lost = false;
     h->releasing = 0;
     h->gen = ++e->next_hold_gen;
+    h->since_ms = rlock__now_ms();
+    h->confirmed_ms = 0;
   }
+  /* Every acquire (re-entry too) sets the lease afresh. */
+  if (sent_ms > h->confirmed_ms)
+    h->confirmed_ms = sent_ms;
   if (h->count == 0)
     h->handoff_streak = streak;
   h->count++;
@@ -85,6 +91,24 @@ int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
   assert(h->count > 0 && h->watchdog_count >= 0 &&
          h->watchdog_count <= h->count);
   return 0;
+}
+
+void rlock__hold_lost(rlock__engine *e, rlock__hold *h, int by) {
+  if (h->lost)
+    return;
+  h->lost = true;
+  if (e->on_event == NULL)
+    return;
+  rlock__event ev = {.pub = {.type = RLOCK_EVENT_LOST,
+                             .kind = h->prim->kind,
+                             .name = h->name,
+                             .owner = h->owner,
+                             .cause = by,
+                             .hold_ms = rlock__now_ms() - h->since_ms,
+                             .detail = by == RLOCK_EVENT_BY_WATCHDOG
+                                           ? "a renewal found the lock gone"
+                                           : "the unlock found the lock gone"}};
+  rlock__engine_emit(e, &ev);
 }
 
 void rlock__hold_drop(rlock__engine *e, rlock__hold *h) {
@@ -123,6 +147,8 @@ typedef struct renew_batch {
   const rlock__script *script;
   int slot; /* the cluster slot of every key, or -1 (not a cluster) */
   int n;
+  int64_t sent_ms;  /* when it was sent (head-room) */
+  uint64_t sent_ns; /* and to the nanosecond (round trip) */
   uint64_t gen[RENEW_BATCH];
   uint64_t release_seq[RENEW_BATCH]; /* the hold's unlock count when sent */
   char *key[RENEW_BATCH]; /* copies of hold keys: holds may go meanwhile */
@@ -137,6 +163,33 @@ static void batch_free(renew_batch *b) {
 
 static void renew_round(rlock__engine *e);
 
+/* A renewal command failed as a whole (no answer, an error answer): each
+ * hold it renewed still held is told RENEWAL_FAILED. */
+static void renew_failed(rlock__engine *e, renew_batch *b, int err,
+                         const redisReply *reply, rlock__event *sum) {
+  sum->n_failed = b->n;
+  if (e->on_event == NULL)
+    return;
+  char detail[160];
+  if (reply != NULL && reply->type == REDIS_REPLY_ERROR)
+    snprintf(detail, sizeof(detail), "%.*s", (int)reply->len, reply->str);
+  else
+    snprintf(detail, sizeof(detail), "%s", rlock_strerror(err));
+  for (int i = 0; i < b->n; i++) {
+    rlock__hold *h = rlock__map_get(&e->holds, b->key[i], b->key_len[i]);
+    if (h == NULL || h->gen != b->gen[i] || h->lost)
+      continue;
+    rlock__event ev = {.pub = {.type = RLOCK_EVENT_RENEWAL_FAILED,
+                               .kind = h->prim->kind,
+                               .name = h->name,
+                               .owner = h->owner,
+                               .error = err,
+                               .hold_ms = rlock__now_ms() - h->since_ms,
+                               .detail = detail}};
+    rlock__engine_emit(e, &ev);
+  }
+}
+
 static void renew_reply(rlock__net *n, redisReply *reply, int err,
                         void *data) {
   (void)n;
@@ -144,15 +197,39 @@ static void renew_reply(rlock__net *n, redisReply *reply, int err,
   rlock__engine *e = b->engine;
   assert(e->renew_inflight > 0);
   e->renew_inflight--;
+  /* The one place renewal results are told (stats, RENEWAL_FAILED). */
+  rlock__event sum = {.pub = {.type = (rlock_event_type)RLOCK__EV_RENEWED},
+                      .rtt_us = (int64_t)((uv_hrtime() - b->sent_ns) / 1000),
+                      .headroom_ms = INT64_MAX};
+  int failed = err != 0                            ? err
+               : reply->type == REDIS_REPLY_ERROR ? rlock__reply_error(reply)
+               : reply->type != REDIS_REPLY_ARRAY ? RLOCK_EPROTO
+                                                  : 0;
+  if (failed != 0)
+    renew_failed(e, b, failed, err == 0 ? reply : NULL, &sum);
   /* A failed renewal is tried again next period; only a definite "0" from
    * the server means the hold is gone. */
-  if (err == 0 && reply->type == REDIS_REPLY_ARRAY) {
+  if (failed == 0) {
+    int64_t now = rlock__now_ms();
     for (size_t i = 0; i < reply->elements && i < (size_t)b->n; i++) {
       const redisReply *r = reply->element[i];
-      if (r->type != REDIS_REPLY_INTEGER || r->integer != 0)
-        continue;
       rlock__hold *h = rlock__map_get(&e->holds, b->key[i], b->key_len[i]);
-      if (h == NULL || h->gen != b->gen[i] || h->lost)
+      bool same = h != NULL && h->gen == b->gen[i] && !h->lost;
+      if (r->type == REDIS_REPLY_INTEGER && r->integer != 0) {
+        sum.n_ok++;
+        if (same) {
+          /* What was left of the lease the last confirmed command set,
+           * when this renewal's answer came. */
+          int64_t room = h->confirmed_ms +
+                         e->core->opts.watchdog_timeout_ms - now;
+          if (room < sum.headroom_ms)
+            sum.headroom_ms = room;
+          if (b->sent_ms > h->confirmed_ms)
+            h->confirmed_ms = b->sent_ms;
+        }
+        continue;
+      }
+      if (r->type != REDIS_REPLY_INTEGER || !same)
         continue;
       /* An unlock that started after this renewal was sent (or is still in
        * flight) may have run on the server before it: a command that timed
@@ -161,12 +238,13 @@ static void renew_reply(rlock__net *n, redisReply *reply, int err,
        * then only says the unlock worked; its own reply settles the hold. */
       if (h->releasing > 0 || h->release_seq != b->release_seq[i])
         continue;
-      h->lost = true;
+      rlock__hold_lost(e, h, RLOCK_EVENT_BY_WATCHDOG);
       const rlock_options *o = &e->core->opts;
       if (o->on_lock_lost != NULL)
         o->on_lock_lost(h->name, h->owner, o->on_lock_lost_data);
     }
   }
+  rlock__engine_emit(e, &sum);
   batch_free(b);
   /* A round that outlasted a period (a slow server or proxy, many slots'
    * batches) made the tick skip one: make it up now, not a whole period
@@ -199,6 +277,8 @@ static void send_batch(rlock__engine *e, renew_batch *b, const char *timeout) {
     argv[argc] = owner;
     lens[argc++] = strlen(owner);
   }
+  b->sent_ms = rlock__now_ms();
+  b->sent_ns = uv_hrtime();
   rlock__cmd *cmd = rlock__cmd_send(e->net, b->script, argc, argv, lens,
                                     e->core->opts.retry_attempts,
                                     renew_reply, b);
@@ -207,6 +287,9 @@ static void send_batch(rlock__engine *e, renew_batch *b, const char *timeout) {
     return;
   }
   e->renew_inflight++;
+  rlock__event ev = {.pub = {.type = (rlock_event_type)RLOCK__EV_RENEW_SENT},
+                     .n = b->n};
+  rlock__engine_emit(e, &ev);
 }
 
 /* The index in open[] of the open batch for (script, slot), or of a new

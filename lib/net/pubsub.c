@@ -539,10 +539,13 @@ void rlock__chans_on_connect(rlock__node *nd) {
     rlock__chan *e = node->value;
     if (e->state != CHAN_NONE || (e->node != nd && e->node != NULL))
       continue;
-    if (e->refs > 0)
+    if (e->refs > 0) {
+      if (nd->sub.was_up)
+        rlock__count(&n->stats.resubscribes, 1);
       send_subscribe(n, e);
-    else
+    } else {
       entry_free(n, e);
+    }
   }
 }
 

@@ -477,7 +477,7 @@ RLOCK_EXTERN int rlock_client_caps_get(const rlock_client *client,
  * A histogram's buckets are log2 milliseconds: buckets[0] counts values
  * of 0 and 1 ms, buckets[i] (1 <= i < RLOCK_STATS_BUCKETS - 1) values v
  * with 2^(i-1) < v <= 2^i ms, and the last bucket everything above
- * 2^(RLOCK_STATS_BUCKETS - 2) ms (about 35 minutes). count is the sum of
+ * 2^(RLOCK_STATS_BUCKETS - 2) ms (about 70 minutes). count is the sum of
  * the buckets; sum_ms the sum of the values; max_ms the largest.
  */
 #define RLOCK_STATS_BUCKETS 24

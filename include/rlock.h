@@ -522,11 +522,12 @@ typedef struct rlock_stats {
   uint64_t renewal_rtt_count;
   uint64_t renewal_rtt_sum_us;
   uint64_t renewal_rtt_max_us;
-  /* The least lease head-room seen at a confirmed renewal: how much of the
-   * lease was left, counted from the send of the previous confirmed
-   * renewal (or of the acquire), when the renewal's answer came. Negative:
-   * a renewal was confirmed after the lease had run out (the lock may have
-   * been free meanwhile). INT64_MAX: no renewal confirmed yet. */
+  /* The least lease head-room seen at a confirmed renewal: what was left
+   * of the hold's guarantee (rlock_lease_guaranteed() minus now) when the
+   * renewal's confirmation came, before it moved the guarantee on.
+   * Negative: the guarantee had run out before the renewal was confirmed
+   * (the lock may have been free meanwhile). INT64_MAX: no renewal
+   * confirmed yet. */
   int64_t lease_headroom_min_ms;
   /* Holds lost (RLOCK_EVENT_LOST). */
   uint64_t locks_lost;
@@ -780,6 +781,38 @@ RLOCK_EXTERN int64_t rlock_hold_count(rlock *lock);
  * Returns 0 or a negative error.
  */
 RLOCK_EXTERN int rlock_remain_ttl(rlock *lock, int64_t *ttl_ms);
+
+/*
+ * Lease safety (docs/api.md, "Lease safety"): stores in *until_ms the
+ * time, on the rlock_now_ms() clock, until which the calling thread's
+ * hold cannot have expired: the send time of the last command the server
+ * confirmed that set the lock's expiry (the acquire, a watchdog renewal,
+ * an unlock that left it held) plus its lease, minus a margin for clock
+ * drift of lease/100 + 2 ms (Redlock's). Exact for a lease taken once
+ * without the watchdog (send time + lease - margin); with the watchdog it
+ * moves forward with each confirmed renewal, and stops when renewals stop
+ * being confirmed (server paused, connection gone), though the watchdog
+ * reports a loss only when the server says so. A re-entry or unlock only
+ * lowers it until the next renewal. Sends nothing.
+ * Returns 1 while the time is ahead, 0 when it has passed (*until_ms is
+ * still set: the hold may have expired; act as if it had), or a negative
+ * error: RLOCK_ENOTOWNER (this client knows of no hold by the thread),
+ * RLOCK_ELOCKLOST (a renewal found it gone; unlock to forget the hold),
+ * RLOCK_EINVAL (NULL argument, or a semaphore or latch handle: a plain
+ * semaphore's permits have no lease, a permit-expirable semaphore's permit
+ * leases are not tracked), RLOCK_ECLOSED. May be called on the loop thread
+ * (in a callback). Not covered: a key deleted by someone else, lost with
+ * its server (restart without persistence, failover before a replica had
+ * it, eviction), or a client host suspended (CLOCK_MONOTONIC stops).
+ */
+RLOCK_EXTERN int rlock_lease_guaranteed(rlock *lock, int64_t *until_ms);
+RLOCK_EXTERN int rlock_lease_guaranteed_owner(rlock *lock, uint64_t owner,
+                                              int64_t *until_ms);
+
+/* The library's monotonic clock in milliseconds: CLOCK_MONOTONIC (libuv's
+ * uv_hrtime()) divided down, the clock of rlock_lease_guaranteed().
+ * Any thread. */
+RLOCK_EXTERN int64_t rlock_now_ms(void);
 
 /* ------------------------------------------------------------------------
  * Explicit owners

@@ -35,6 +35,8 @@ uint64_t rlock_thread_id(void) { return rlock__thread_id(); }
 
 uint64_t rlock_owner_new(void) { return rlock__id_next(); }
 
+int64_t rlock_now_ms(void) { return rlock__now_ms(); }
+
 /* ---- open ---- */
 
 static void open_progress(rlock_client *c, int err, const char *detail) {

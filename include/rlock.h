@@ -155,7 +155,12 @@ typedef enum rlock_event_type {
    * (error: RLOCK_ETIMEDOUT, RLOCK_ECONN, RLOCK_ESERVER ...): retried at
    * the next period; the lock may expire if it keeps failing. */
   RLOCK_EVENT_RENEWAL_FAILED = 4,
-  /* Reserved for lease head-room warnings (not sent by this version). */
+  /* What is left of a hold's guarantee (see rlock_lease_guaranteed())
+   * fell below the lease_risk_ms option's threshold at a watchdog period:
+   * kind, name, owner, remaining_ms (may be negative: the guarantee has
+   * run out), lease_ms. Once per hold until the guarantee is back above
+   * the threshold (a renewal confirmed). Stop work that needs the lock
+   * before it may expire. */
   RLOCK_EVENT_LEASE_AT_RISK = 5,
   /* A hold was lost: the lock expired or was deleted while this owner held
    * it. cause RLOCK_EVENT_BY_WATCHDOG (a renewal found it gone; the
@@ -196,6 +201,8 @@ typedef struct rlock_event {
                          RECONNECTED: an RLOCK_E* code; else 0 */
   int64_t hold_ms;    /* RELEASED, LOST */
   int64_t hold_count; /* RELEASED: holds the owner still has */
+  int64_t remaining_ms; /* LEASE_AT_RISK: the guarantee left */
+  int64_t lease_ms;     /* LEASE_AT_RISK: the hold's lease */
   const char *detail; /* a sentence, or "" */
   const char *client_id;   /* rlock_client_id() */
   const char *client_name; /* the client_name option, or NULL */
@@ -378,6 +385,13 @@ typedef struct rlock_options {
    * 0.2.0 (unreleased). */
   rlock_event_cb on_event;
   void *on_event_data;
+  /* RLOCK_EVENT_LEASE_AT_RISK fires when what is left of a hold's
+   * guarantee (rlock_lease_guaranteed() minus now), checked at each
+   * watchdog period (watchdog_timeout_ms / 3), is below this many ms.
+   * 0 (default): a third of the hold's lease (watchdog_timeout_ms for
+   * holds taken without a lease: about one renewal missed). -1: never.
+   * Range -1..2^31-1. */
+  int64_t lease_risk_ms;
 } rlock_options;
 
 /* rlock_options.replica_sync_mode values. */
@@ -540,6 +554,8 @@ typedef struct rlock_stats {
    * in time (the acquire is undone: RLOCK_ENOREPLICA). */
   uint64_t replica_sync_ok;
   uint64_t replica_sync_unconfirmed;
+  /* RLOCK_EVENT_LEASE_AT_RISK, however many. */
+  uint64_t lease_at_risk;
 } rlock_stats;
 
 /* Zeroes `s` and sets struct_size to `size`; use rlock_stats_init(). */

@@ -65,6 +65,9 @@ static void count_event(rlock__observer *o, const rlock__event *ev) {
   case RLOCK_EVENT_LOST:
     rlock__count(&o->lost, 1);
     break;
+  case RLOCK_EVENT_LEASE_AT_RISK:
+    rlock__count(&o->at_risk, 1);
+    break;
   case RLOCK__EV_RENEW_SENT:
     rlock__count(&o->renewals_sent, (uint64_t)ev->n);
     break;
@@ -175,6 +178,7 @@ int rlock__observer_stats(const rlock__observer *o, const rlock__net *n,
   got.commands_sent = rlock__counter_get(&n->stats.commands_sent);
   got.replica_sync_ok = rlock__counter_get(&n->stats.sync_ok);
   got.replica_sync_unconfirmed = rlock__counter_get(&n->stats.sync_unconfirmed);
+  got.lease_at_risk = rlock__counter_get(&o->at_risk);
   memcpy(out, &got, size); /* bytes beyond the caller's struct untouched */
   rlock__clear_last_error();
   return 0;
@@ -398,6 +402,10 @@ int rlock_stats_format_prometheus(const rlock_stats *s, char *buf,
         any ? "{" : "", l.text, any ? "}" : "", v < 0 ? "-" : "", a / 1000,
         a % 1000);
   }
+  if (FITS(size, lease_at_risk))
+    prom_counter(&o, &l, "rlock_lease_at_risk_total",
+                 "Holds whose guarantee fell below lease_risk_ms.",
+                 f.lease_at_risk);
   if (FITS(size, locks_lost))
     prom_counter(&o, &l, "rlock_locks_lost_total",
                  "Holds lost: the lock expired or was deleted while held.",
@@ -507,6 +515,7 @@ int rlock_stats_format_json(const rlock_stats *s, char *buf, size_t len,
   JSON_U64(commands_sent);
   JSON_U64(replica_sync_ok);
   JSON_U64(replica_sync_unconfirmed);
+  JSON_U64(lease_at_risk);
 #undef JSON_U64
   put(&o, "}");
   return format_end(&o);

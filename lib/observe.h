@@ -37,7 +37,7 @@ typedef struct rlock__observer {
   rlock__counter renewals_sent, renewals_confirmed, renewals_failed;
   rlock__counter rtt_count, rtt_sum_us, rtt_max_us;
   _Atomic int64_t headroom_min_ms; /* INT64_MAX: none yet */
-  rlock__counter lost, reconnects;
+  rlock__counter lost, reconnects, at_risk;
 } rlock__observer;
 
 void rlock__observer_init(rlock__observer *o, const rlock_options *opts,

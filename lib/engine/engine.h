@@ -305,8 +305,10 @@ typedef struct rlock__hold {
   uint64_t release_seq;
   /* Local handoffs in a row that led to this hold (release.c). */
   int handoff_streak;
-  /* Events and stats: when the outermost hold was taken. */
+  /* Events and stats: when the outermost hold was taken; LEASE_AT_RISK
+   * was said and the guarantee has not recovered since. */
   int64_t since_ms;
+  bool at_risk;
   /* Lease safety (docs/api.md, "Lease safety"). The key cannot expire
    * before until_ms (rlock__now_ms() clock): the send time of the last
    * command the server confirmed that set the expiry, plus its lease,
@@ -372,6 +374,10 @@ void rlock__hold_lease_confirmed(rlock__engine *e, const rlock *lock,
                                  const char *owner, int64_t sent_ms,
                                  int64_t lease_ms);
 
+/* At each period (engine.c's tick): a hold whose guarantee left is below
+ * the lease_risk_ms threshold is said LEASE_AT_RISK, once until it
+ * recovers. */
+void rlock__holds_check_risk(rlock__engine *e);
 /* One renewal round (engine.c's tick, every watchdog_timeout/3), unless the
  * last one is still retrying. */
 void rlock__holds_renew(rlock__engine *e);

@@ -180,6 +180,42 @@ void rlock__hold_lost(rlock__engine *e, rlock__hold *h, int by) {
   rlock__engine_emit(e, &ev);
 }
 
+void rlock__holds_check_risk(rlock__engine *e) {
+  const rlock_options *o = &e->core->opts;
+  if (o->lease_risk_ms < 0)
+    return;
+  int64_t now = rlock__now_ms();
+  rlock__map_iter it;
+  rlock__map_node *node;
+  rlock__map_iter_init(&it, &e->holds);
+  while ((node = rlock__map_next(&it)) != NULL) {
+    rlock__hold *h = node->value;
+    if (h->lost)
+      continue;
+    int64_t lease =
+        h->watchdog_count > 0 ? o->watchdog_timeout_ms : h->lease_ms;
+    int64_t limit = o->lease_risk_ms > 0 ? o->lease_risk_ms : lease / 3;
+    int64_t left = rlock__hold_guaranteed_until(h) - now;
+    if (left >= limit) {
+      h->at_risk = false; /* recovered: a later fall is said again */
+      continue;
+    }
+    if (h->at_risk)
+      continue;
+    h->at_risk = true;
+    /* The one place LEASE_AT_RISK is told. */
+    rlock__event ev = {.pub = {.type = RLOCK_EVENT_LEASE_AT_RISK,
+                               .kind = h->prim->kind,
+                               .name = h->name,
+                               .owner = h->owner,
+                               .hold_ms = now - h->since_ms,
+                               .remaining_ms = left,
+                               .lease_ms = lease,
+                               .detail = ""}};
+    rlock__engine_emit(e, &ev);
+  }
+}
+
 void rlock__hold_drop(rlock__engine *e, rlock__hold *h) {
   rlock__map_remove(&e->holds, h->key, h->key_len);
   free(h->key);

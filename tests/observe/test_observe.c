@@ -28,7 +28,7 @@ TestSuite(observe, .init = fk_init, .fini = fk_fini, .timeout = 60);
 typedef struct rec_event {
   rlock_event_type type;
   char kind[32], name[128], owner[96], detail[200], client_id[40];
-  int64_t wait_ms, hold_ms, hold_count;
+  int64_t wait_ms, hold_ms, hold_count, remaining_ms, lease_ms;
   int attempts, cause, error, port;
   bool has_host;
 } rec_event;
@@ -71,6 +71,8 @@ static void on_event(const rlock_event *ev, void *data) {
     e->wait_ms = ev->wait_ms;
     e->hold_ms = ev->hold_ms;
     e->hold_count = ev->hold_count;
+    e->remaining_ms = ev->remaining_ms;
+    e->lease_ms = ev->lease_ms;
     e->attempts = ev->attempts;
     e->cause = ev->cause;
     e->error = ev->error;
@@ -352,6 +354,8 @@ Test(observe, renewals_are_counted_with_rtt_and_headroom) {
   cr_assert_geq(s.lease_headroom_min_ms, 0, "%" PRId64,
                 s.lease_headroom_min_ms);
   cr_assert_eq(rec_count(&r, RLOCK_EVENT_RENEWAL_FAILED), 0);
+  cr_assert_eq(rec_count(&r, RLOCK_EVENT_LEASE_AT_RISK), 0);
+  cr_assert_eq(s.lease_at_risk, 0);
   cr_assert_eq(s.locks_lost, 0);
   rlock_free(l);
   rlock_client_close(c);
@@ -884,6 +888,118 @@ Test(observe, prometheus_and_json_are_valid) {
                need);
   json_check(buf, 8);
   free(buf);
+  rlock_free(l);
+  rlock_client_close(c);
+}
+
+/* ---- lease at risk ---- */
+
+typedef struct renewed_wait {
+  rlock_client *c;
+  uint64_t after;
+} renewed_wait;
+
+static bool renewed_since(void *arg) {
+  renewed_wait *w = arg;
+  rlock_stats s;
+  rlock_stats_init(&s);
+  return rlock_client_stats_get(w->c, &s) == 0 &&
+         s.renewals_confirmed > w->after;
+}
+
+Test(observe, a_paused_server_puts_the_lease_at_risk_once) {
+  recorder r;
+  rec_init(&r);
+  rlock_options o;
+  rlock_options_init(&o);
+  o.on_event = on_event;
+  o.on_event_data = &r;
+  o.client_name = "obs-risk";
+  /* periods of 1 s; at risk below a third of the lease (1 s) left */
+  o.watchdog_timeout_ms = 3000;
+  rlock_client *c = rt_client_opts(&o);
+  char key[96];
+  rt_key(key, sizeof(key), "obs:risk");
+  rlock *l = rt_lock(c, key);
+  cr_assert_eq(rlock_lock(l, -1), 0);
+  /* Right after a renewal was confirmed (at a period's start T), writes
+   * wait 2.5 s: the renewal at T + 1 s is confirmed only at about
+   * T + 2.5 s, so the check at T + 2 s finds about 1 s - margin left - at
+   * risk - and the key (expiring at T + 3 s) is renewed in time. */
+  renewed_wait w = {c, stats_of(c).renewals_confirmed};
+  rt_wait_until_what(renewed_since, &w, 3000, "a renewal");
+  cr_assert_eq(rec_count(&r, RLOCK_EVENT_LEASE_AT_RISK), 0);
+  rt_ok("OK", "CLIENT PAUSE 2500 WRITE");
+  wait_events(&r, RLOCK_EVENT_LEASE_AT_RISK, 1, 4000);
+  rec_event e;
+  cr_assert(rec_get(&r, RLOCK_EVENT_LEASE_AT_RISK, 0, &e));
+  cr_assert_str_eq(e.name, key);
+  cr_assert_str_eq(e.kind, "lock");
+  cr_assert_lt(e.remaining_ms, 1000, "%" PRId64, e.remaining_ms);
+  cr_assert_gt(e.remaining_ms, 0, "%" PRId64, e.remaining_ms);
+  cr_assert_eq(e.lease_ms, 3000);
+  /* After the pause the renewal is confirmed: the guarantee recovers and
+   * nothing more is said while it stays up. */
+  rt_sleep_ms(2500);
+  int64_t until = 0;
+  cr_assert_eq(rlock_lease_guaranteed(l, &until), 1, "%s",
+               rlock_last_error());
+  cr_assert_gt(until - rlock_now_ms(), 1000);
+  cr_assert_eq(rec_count(&r, RLOCK_EVENT_LEASE_AT_RISK), 1);
+  cr_assert_eq(rec_count(&r, RLOCK_EVENT_LOST), 0);
+  cr_assert_eq(stats_of(c).lease_at_risk, 1);
+  cr_assert_eq(rlock_unlock(l), 1, "%s", rlock_last_error());
+  rlock_free(l);
+  rlock_client_close(c);
+}
+
+Test(observe, an_explicit_lease_is_at_risk_once_near_its_end) {
+  recorder r;
+  rec_init(&r);
+  /* periods of 100 ms; a 900 ms lease is at risk below 300 ms left */
+  rlock_client *c = open_observed(&r, "obs-risk2", 300);
+  char key[96];
+  rt_key(key, sizeof(key), "obs:risk2");
+  rlock *l = rt_lock(c, key);
+  int64_t t0 = rlock_now_ms();
+  cr_assert_eq(rlock_lock(l, 900), 0);
+  wait_events(&r, RLOCK_EVENT_LEASE_AT_RISK, 1, 3000);
+  int64_t seen = rlock_now_ms() - t0;
+  cr_assert_geq(seen, 550, "said after %" PRId64 " ms", seen);
+  rec_event e;
+  cr_assert(rec_get(&r, RLOCK_EVENT_LEASE_AT_RISK, 0, &e));
+  cr_assert_lt(e.remaining_ms, 300);
+  cr_assert_gt(e.remaining_ms, 0, "said within a period of crossing");
+  cr_assert_eq(e.lease_ms, 900);
+  rt_sleep_ms(800); /* the lease ran out: still said once */
+  cr_assert_eq(rec_count(&r, RLOCK_EVENT_LEASE_AT_RISK), 1);
+  rlock_free(l);
+  rlock_client_close(c);
+}
+
+Test(observe, lease_risk_off_says_nothing) {
+  recorder r;
+  rec_init(&r);
+  rlock_options o;
+  rlock_options_init(&o);
+  cr_assert_eq(o.lease_risk_ms, 0);
+  o.on_event = on_event;
+  o.on_event_data = &r;
+  o.watchdog_timeout_ms = 300;
+  o.lease_risk_ms = -1;
+  rlock_client *c = rt_client_opts(&o);
+  char key[96];
+  rt_key(key, sizeof(key), "obs:risk3");
+  rlock *l = rt_lock(c, key);
+  cr_assert_eq(rlock_lock(l, 400), 0);
+  rt_sleep_ms(600);
+  cr_assert_eq(rec_count(&r, RLOCK_EVENT_LEASE_AT_RISK), 0);
+  cr_assert_eq(stats_of(c).lease_at_risk, 0);
+  o.lease_risk_ms = -2;
+  rlock_client *bad = NULL;
+  o.uri = rt_uri();
+  cr_assert_eq(rlock_client_open(&bad, &o), RLOCK_EINVAL);
+  cr_assert_null(bad);
   rlock_free(l);
   rlock_client_close(c);
 }

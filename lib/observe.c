@@ -208,6 +208,60 @@ static void put(out *o, const char *fmt, ...) {
 #define FITS(size, field)                                                    \
   ((size) >= offsetof(rlock_stats, field) + sizeof(((rlock_stats *)0)->field))
 
+/* The plain counters: JSON gives each under its field name; those with a
+ * metric name are Prometheus counters as they are (the others are shown
+ * there with labels or as parts of a summary). */
+typedef struct plain_field {
+  const char *field;
+  const char *metric; /* NULL: not a plain Prometheus counter */
+  const char *help;
+  size_t off;
+} plain_field;
+
+#define PLAIN(f, metric, help) {#f, metric, help, offsetof(rlock_stats, f)}
+static const plain_field plain[] = {
+    PLAIN(acquisitions, "rlock_acquisitions_total",
+          "Acquire calls that got the lock, permit or latch."),
+    PLAIN(acquisitions_contended, "rlock_acquisitions_contended_total",
+          "Acquisitions that had to wait (more than one try)."),
+    PLAIN(gave_up_timeout, NULL, NULL),
+    PLAIN(gave_up_canceled, NULL, NULL),
+    PLAIN(releases, "rlock_releases_total",
+          "Successful unlocks of lock kinds."),
+    PLAIN(renewals_sent, "rlock_renewals_sent_total",
+          "Watchdog renewals sent (one per hold per period)."),
+    PLAIN(renewals_confirmed, "rlock_renewals_confirmed_total",
+          "Watchdog renewals the server confirmed."),
+    PLAIN(renewals_failed, "rlock_renewals_failed_total",
+          "Watchdog renewals without an answer or with an error."),
+    PLAIN(renewal_rtt_count, NULL, NULL),
+    PLAIN(renewal_rtt_sum_us, NULL, NULL),
+    PLAIN(renewal_rtt_max_us, NULL, NULL),
+    PLAIN(locks_lost, "rlock_locks_lost_total",
+          "Holds lost: the lock expired or was deleted while held."),
+    PLAIN(lease_at_risk, "rlock_lease_at_risk_total",
+          "Holds whose guarantee fell below lease_risk_ms."),
+    PLAIN(reconnects, "rlock_reconnects_total",
+          "Connections up again after a loss."),
+    PLAIN(resubscribes, "rlock_resubscribes_total",
+          "Channels subscribed again after a reconnect."),
+    PLAIN(commands_sent, "rlock_commands_sent_total",
+          "Commands written to Redis, re-sends included."),
+    PLAIN(replica_sync_ok, NULL, NULL),
+    PLAIN(replica_sync_unconfirmed, NULL, NULL),
+};
+#undef PLAIN
+
+static bool plain_fits(const plain_field *p, size_t size) {
+  return size >= p->off + sizeof(uint64_t);
+}
+
+static uint64_t plain_get(const plain_field *p, const rlock_stats *s) {
+  uint64_t v;
+  memcpy(&v, (const char *)s + p->off, sizeof(v));
+  return v;
+}
+
 static int format_start(const rlock_stats *s, char *buf, size_t len,
                         rlock_stats *full, out *o) {
   if (s == NULL || (buf == NULL && len > 0)) {
@@ -234,11 +288,6 @@ static int format_end(out *o) {
   }
   rlock__clear_last_error();
   return (int)o->pos;
-}
-
-/* Milliseconds as seconds ("0.001", "4194.304"), exact. */
-static void put_seconds(out *o, uint64_t ms) {
-  put(o, "%" PRIu64 ".%03" PRIu64, ms / 1000, ms % 1000);
 }
 
 /* The label set's start: {client="..." (escaped), or { alone. */
@@ -276,6 +325,18 @@ static void prom_sample(out *o, const labels *l, const char *name,
       extra != NULL ? extra : "", any ? "}" : "", value);
 }
 
+/* name{client="..."} v/10^digits, exact ("0.001", "-1.500"): seconds from
+ * ms (3 digits) or us (6). */
+static void prom_fixed(out *o, const labels *l, const char *name, int64_t v,
+                       int digits) {
+  uint64_t scale = digits == 6 ? 1000000 : 1000;
+  uint64_t a = v < 0 ? (uint64_t)(-(v + 1)) + 1 : (uint64_t)v;
+  bool any = l->text[0] != '\0';
+  put(o, "%s%s%s%s %s%" PRIu64 ".%0*" PRIu64 "\n", name, any ? "{" : "",
+      l->text, any ? "}" : "", v < 0 ? "-" : "", a / scale, digits,
+      a % scale);
+}
+
 static void prom_head(out *o, const char *name, const char *type,
                       const char *help) {
   put(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
@@ -304,10 +365,8 @@ static void prom_hist(out *o, const labels *l, const char *name,
     }
     prom_sample(o, l, series, extra, cum);
   }
-  bool any = l->text[0] != '\0';
-  put(o, "%s_sum%s%s%s ", name, any ? "{" : "", l->text, any ? "}" : "");
-  put_seconds(o, h->sum_ms);
-  put(o, "\n");
+  snprintf(series, sizeof(series), "%s_sum", name);
+  prom_fixed(o, l, series, (int64_t)h->sum_ms, 3);
   snprintf(series, sizeof(series), "%s_count", name);
   prom_sample(o, l, series, NULL, cum); /* == the +Inf bucket */
 }
@@ -322,14 +381,10 @@ int rlock_stats_format_prometheus(const rlock_stats *s, char *buf,
   size_t size = s->struct_size;
   labels l;
   labels_make(&l, client);
-  if (FITS(size, acquisitions))
-    prom_counter(&o, &l, "rlock_acquisitions_total",
-                 "Acquire calls that got the lock, permit or latch.",
-                 f.acquisitions);
-  if (FITS(size, acquisitions_contended))
-    prom_counter(&o, &l, "rlock_acquisitions_contended_total",
-                 "Acquisitions that had to wait (more than one try).",
-                 f.acquisitions_contended);
+  for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
+    if (plain[i].metric != NULL && plain_fits(&plain[i], size))
+      prom_counter(&o, &l, plain[i].metric, plain[i].help,
+                   plain_get(&plain[i], &f));
   if (FITS(size, gave_up_canceled)) {
     prom_head(&o, "rlock_gave_up_total", "counter",
               "Acquire calls that ended without it, by reason.");
@@ -350,9 +405,6 @@ int rlock_stats_format_prometheus(const rlock_stats *s, char *buf,
       prom_sample(&o, &l, "rlock_failures_total", extra, f.failures[i]);
     }
   }
-  if (FITS(size, releases))
-    prom_counter(&o, &l, "rlock_releases_total",
-                 "Successful unlocks of lock kinds.", f.releases);
   if (FITS(size, wait))
     prom_hist(&o, &l, "rlock_acquire_wait_seconds",
               "Time acquisitions waited, from the call to the server's yes.",
@@ -361,66 +413,25 @@ int rlock_stats_format_prometheus(const rlock_stats *s, char *buf,
     prom_hist(&o, &l, "rlock_hold_seconds",
               "Time locks were held, outermost acquire to the freeing unlock.",
               &f.hold);
-  if (FITS(size, renewals_sent))
-    prom_counter(&o, &l, "rlock_renewals_sent_total",
-                 "Watchdog renewals sent (one per hold per period).",
-                 f.renewals_sent);
-  if (FITS(size, renewals_confirmed))
-    prom_counter(&o, &l, "rlock_renewals_confirmed_total",
-                 "Watchdog renewals the server confirmed.",
-                 f.renewals_confirmed);
-  if (FITS(size, renewals_failed))
-    prom_counter(&o, &l, "rlock_renewals_failed_total",
-                 "Watchdog renewals without an answer or with an error.",
-                 f.renewals_failed);
   if (FITS(size, renewal_rtt_max_us)) {
     prom_head(&o, "rlock_renewal_rtt_seconds", "summary",
               "Round-trip time of renewal commands.");
-    bool any = l.text[0] != '\0';
-    put(&o, "rlock_renewal_rtt_seconds_sum%s%s%s %" PRIu64 ".%06" PRIu64
-            "\n",
-        any ? "{" : "", l.text, any ? "}" : "",
-        f.renewal_rtt_sum_us / 1000000, f.renewal_rtt_sum_us % 1000000);
+    prom_fixed(&o, &l, "rlock_renewal_rtt_seconds_sum",
+               (int64_t)f.renewal_rtt_sum_us, 6);
     prom_sample(&o, &l, "rlock_renewal_rtt_seconds_count", NULL,
                 f.renewal_rtt_count);
     prom_head(&o, "rlock_renewal_rtt_max_seconds", "gauge",
               "Longest round trip of a renewal command.");
-    put(&o, "rlock_renewal_rtt_max_seconds%s%s%s %" PRIu64 ".%06" PRIu64
-            "\n",
-        any ? "{" : "", l.text, any ? "}" : "",
-        f.renewal_rtt_max_us / 1000000, f.renewal_rtt_max_us % 1000000);
+    prom_fixed(&o, &l, "rlock_renewal_rtt_max_seconds",
+               (int64_t)f.renewal_rtt_max_us, 6);
   }
   if (FITS(size, lease_headroom_min_ms) &&
       f.lease_headroom_min_ms != INT64_MAX) {
     prom_head(&o, "rlock_lease_headroom_min_seconds", "gauge",
-              "Least lease left when a renewal was confirmed.");
-    bool any = l.text[0] != '\0';
-    int64_t v = f.lease_headroom_min_ms;
-    uint64_t a = v < 0 ? (uint64_t)(-(v + 1)) + 1 : (uint64_t)v;
-    put(&o, "rlock_lease_headroom_min_seconds%s%s%s %s%" PRIu64 ".%03" PRIu64
-            "\n",
-        any ? "{" : "", l.text, any ? "}" : "", v < 0 ? "-" : "", a / 1000,
-        a % 1000);
+              "Least guarantee left when a renewal was confirmed.");
+    prom_fixed(&o, &l, "rlock_lease_headroom_min_seconds",
+               f.lease_headroom_min_ms, 3);
   }
-  if (FITS(size, lease_at_risk))
-    prom_counter(&o, &l, "rlock_lease_at_risk_total",
-                 "Holds whose guarantee fell below lease_risk_ms.",
-                 f.lease_at_risk);
-  if (FITS(size, locks_lost))
-    prom_counter(&o, &l, "rlock_locks_lost_total",
-                 "Holds lost: the lock expired or was deleted while held.",
-                 f.locks_lost);
-  if (FITS(size, reconnects))
-    prom_counter(&o, &l, "rlock_reconnects_total",
-                 "Connections up again after a loss.", f.reconnects);
-  if (FITS(size, resubscribes))
-    prom_counter(&o, &l, "rlock_resubscribes_total",
-                 "Channels subscribed again after a reconnect.",
-                 f.resubscribes);
-  if (FITS(size, commands_sent))
-    prom_counter(&o, &l, "rlock_commands_sent_total",
-                 "Commands written to Redis, re-sends included.",
-                 f.commands_sent);
   if (FITS(size, replica_sync_unconfirmed)) {
     prom_head(&o, "rlock_replica_sync_total", "counter",
               "Replica sync outcomes of writes.");
@@ -471,15 +482,9 @@ int rlock_stats_format_json(const rlock_stats *s, char *buf, size_t len,
     json_string(&o, client);
   else
     put(&o, "null");
-#define JSON_U64(field)                                                      \
-  do {                                                                       \
-    if (FITS(size, field))                                                   \
-      put(&o, ",\"" #field "\":%" PRIu64, f.field);                          \
-  } while (0)
-  JSON_U64(acquisitions);
-  JSON_U64(acquisitions_contended);
-  JSON_U64(gave_up_timeout);
-  JSON_U64(gave_up_canceled);
+  for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
+    if (plain_fits(&plain[i], size))
+      put(&o, ",\"%s\":%" PRIu64, plain[i].field, plain_get(&plain[i], &f));
   if (FITS(size, failures)) {
     put(&o, ",\"failures\":{");
     const char *sep = "";
@@ -492,31 +497,16 @@ int rlock_stats_format_json(const rlock_stats *s, char *buf, size_t len,
     }
     put(&o, "}");
   }
-  JSON_U64(releases);
   if (FITS(size, wait))
     json_hist(&o, "wait", &f.wait);
   if (FITS(size, hold))
     json_hist(&o, "hold", &f.hold);
-  JSON_U64(renewals_sent);
-  JSON_U64(renewals_confirmed);
-  JSON_U64(renewals_failed);
-  JSON_U64(renewal_rtt_count);
-  JSON_U64(renewal_rtt_sum_us);
-  JSON_U64(renewal_rtt_max_us);
   if (FITS(size, lease_headroom_min_ms)) {
     if (f.lease_headroom_min_ms == INT64_MAX)
       put(&o, ",\"lease_headroom_min_ms\":null");
     else
       put(&o, ",\"lease_headroom_min_ms\":%" PRId64, f.lease_headroom_min_ms);
   }
-  JSON_U64(locks_lost);
-  JSON_U64(reconnects);
-  JSON_U64(resubscribes);
-  JSON_U64(commands_sent);
-  JSON_U64(replica_sync_ok);
-  JSON_U64(replica_sync_unconfirmed);
-  JSON_U64(lease_at_risk);
-#undef JSON_U64
   put(&o, "}");
   return format_end(&o);
 }

@@ -319,7 +319,9 @@ static void renew_reply(rlock__net *n, redisReply *reply, int err,
                : reply->type == REDIS_REPLY_ERROR ? rlock__reply_error(reply)
                : reply->type != REDIS_REPLY_ARRAY ? RLOCK_EPROTO
                                                   : 0;
-  if (failed != 0)
+  /* (At close the commands in flight end with RLOCK_ECLOSED: no renewal
+   * failed, the client stopped.) */
+  if (failed != 0 && failed != RLOCK_ECLOSED)
     renew_failed(e, b, failed, err == 0 ? reply : NULL, &sum);
   /* A failed renewal is tried again next period; only a definite "0" from
    * the server means the hold is gone. */
@@ -362,7 +364,8 @@ static void renew_reply(rlock__net *n, redisReply *reply, int err,
         o->on_lock_lost(h->name, h->owner, o->on_lock_lost_data);
     }
   }
-  rlock__engine_emit(e, &sum);
+  if (failed != RLOCK_ECLOSED)
+    rlock__engine_emit(e, &sum);
   batch_free(b);
   /* A round that outlasted a period (a slow server or proxy, many slots'
    * batches) made the tick skip one: make it up now, not a whole period

@@ -134,6 +134,26 @@ static rlock_client *open_observed(recorder *r, const char *name,
   return rt_client_opts(&o);
 }
 
+/* An observed client on a fresh key "<base>:..." (written to key) with
+ * its lock handle. */
+static rlock_client *setup(recorder *r, const char *name, int64_t watchdog_ms,
+                           const char *base, char key[96], rlock **l) {
+  rec_init(r);
+  rlock_client *c = open_observed(r, name, watchdog_ms);
+  rt_key(key, 96, base);
+  *l = rt_lock(c, key);
+  return c;
+}
+
+/* Another observed client on the same key. */
+static rlock_client *setup_on(recorder *r, const char *name, const char *key,
+                              rlock **l) {
+  rec_init(r);
+  rlock_client *c = open_observed(r, name, 0);
+  *l = rt_lock(c, key);
+  return c;
+}
+
 static rlock_stats stats_of(rlock_client *c) {
   rlock_stats s;
   rlock_stats_init(&s);
@@ -152,11 +172,9 @@ static uint64_t bucket_sum(const rlock_histogram *h) {
 
 Test(observe, n_acquisitions_give_n_events_and_counts) {
   recorder r;
-  rec_init(&r);
-  rlock_client *c = open_observed(&r, "obs-n", 0);
   char key[96];
-  rt_key(key, sizeof(key), "obs:n");
-  rlock *l = rt_lock(c, key);
+  rlock *l;
+  rlock_client *c = setup(&r, "obs-n", 0, "obs:n", key, &l);
   enum { N = 25 };
   for (int i = 0; i < N; i++) {
     cr_assert_eq(rlock_lock(l, -1), 0, "%s", rlock_last_error());
@@ -198,11 +216,9 @@ Test(observe, n_acquisitions_give_n_events_and_counts) {
 
 Test(observe, reentrant_release_says_what_is_left) {
   recorder r;
-  rec_init(&r);
-  rlock_client *c = open_observed(&r, "obs-re", 0);
   char key[96];
-  rt_key(key, sizeof(key), "obs:re");
-  rlock *l = rt_lock(c, key);
+  rlock *l;
+  rlock_client *c = setup(&r, "obs-re", 0, "obs:re", key, &l);
   cr_assert_eq(rlock_lock(l, -1), 0);
   cr_assert_eq(rlock_lock(l, -1), 0);
   rt_sleep_ms(30);
@@ -237,20 +253,24 @@ static void lock_thread(void *arg) {
     a->rc = rlock_unlock(a->lock) == 1 ? 0 : -100;
 }
 
+/* holder takes the lock; a thread then waits for it on w's handle (and
+ * unlocks once it has it); 300 ms later it has tried, subscribed and
+ * sleeps. */
+static void hold_and_wait(rlock *holder, waiter_arg *w, rt_thread *t) {
+  cr_assert_eq(rlock_lock(holder, -1), 0);
+  rt_thread_start(t, lock_thread, w);
+  rt_sleep_ms(300);
+}
+
 Test(observe, a_waiting_acquire_counts_as_contended) {
   recorder ra, rb;
-  rec_init(&ra);
-  rec_init(&rb);
-  rlock_client *a = open_observed(&ra, "obs-ca", 0);
-  rlock_client *b = open_observed(&rb, "obs-cb", 0);
   char key[96];
-  rt_key(key, sizeof(key), "obs:contended");
-  rlock *la = rt_lock(a, key), *lb = rt_lock(b, key);
-  cr_assert_eq(rlock_lock(la, -1), 0);
+  rlock *la, *lb;
+  rlock_client *a = setup(&ra, "obs-ca", 0, "obs:contended", key, &la);
+  rlock_client *b = setup_on(&rb, "obs-cb", key, &lb);
   waiter_arg w = {lb, 1};
   rt_thread t;
-  rt_thread_start(&t, lock_thread, &w);
-  rt_sleep_ms(300); /* b tried, subscribed and sleeps */
+  hold_and_wait(la, &w, &t); /* b tried, subscribed and sleeps */
   cr_assert_eq(rlock_unlock(la), 1);
   rt_thread_join(&t, 5000);
   cr_assert_eq(w.rc, 0, "%s", rlock_err_name(w.rc));
@@ -312,11 +332,9 @@ Test(observe, gave_up_by_timeout_and_by_cancel) {
 
 Test(observe, failures_are_counted_by_code) {
   recorder r;
-  rec_init(&r);
-  rlock_client *c = open_observed(&r, "obs-fail", 0);
   char key[96];
-  rt_key(key, sizeof(key), "obs:fail");
-  rlock *l = rt_lock(c, key);
+  rlock *l;
+  rlock_client *c = setup(&r, "obs-fail", 0, "obs:fail", key, &l);
   cr_assert_eq(rlock_unlock(l), RLOCK_ENOTOWNER);
   cr_assert_eq(rlock_unlock(l), RLOCK_ENOTOWNER);
   rlock_stats s = stats_of(c);
@@ -334,11 +352,9 @@ Test(observe, failures_are_counted_by_code) {
 
 Test(observe, renewals_are_counted_with_rtt_and_headroom) {
   recorder r;
-  rec_init(&r);
-  rlock_client *c = open_observed(&r, "obs-renew", 300);
   char key[96];
-  rt_key(key, sizeof(key), "obs:renew");
-  rlock *l = rt_lock(c, key);
+  rlock *l;
+  rlock_client *c = setup(&r, "obs-renew", 300, "obs:renew", key, &l);
   cr_assert_eq(rlock_lock(l, -1), 0);
   rt_sleep_ms(1000); /* about ten periods of 100 ms */
   cr_assert_eq(rlock_unlock(l), 1);
@@ -427,11 +443,9 @@ Test(observe, a_forced_loss_is_one_lost_event_and_one_count) {
 
 Test(observe, a_loss_found_by_the_unlock_is_one_lost_event) {
   recorder r;
-  rec_init(&r);
-  rlock_client *c = open_observed(&r, "obs-lost2", 0);
   char key[96];
-  rt_key(key, sizeof(key), "obs:lost2");
-  rlock *l = rt_lock(c, key);
+  rlock *l;
+  rlock_client *c = setup(&r, "obs-lost2", 0, "obs:lost2", key, &l);
   cr_assert_eq(rlock_lock(l, 60000), 0); /* a lease: no watchdog */
   cr_assert_eq(rt_int("DEL %s", key), 1);
   cr_assert_eq(rlock_unlock(l), RLOCK_ELOCKLOST);
@@ -460,11 +474,9 @@ static bool reconnects_reached(void *arg) {
 
 Test(observe, a_killed_connection_is_one_reconnect) {
   recorder r;
-  rec_init(&r);
-  rlock_client *c = open_observed(&r, "obs-kill", 0);
   char key[96];
-  rt_key(key, sizeof(key), "obs:kill");
-  rlock *l = rt_lock(c, key);
+  rlock *l;
+  rlock_client *c = setup(&r, "obs-kill", 0, "obs:kill", key, &l);
   cr_assert_eq(rlock_lock(l, -1), 0);
   cr_assert_eq(rlock_unlock(l), 1);
   cr_assert_eq(fk_kill_cmd_conn("obs-kill"), 1);
@@ -491,18 +503,13 @@ Test(observe, a_killed_connection_is_one_reconnect) {
 
 Test(observe, a_killed_subscriber_resubscribes_a_waiter) {
   recorder ra, rb;
-  rec_init(&ra);
-  rec_init(&rb);
-  rlock_client *a = open_observed(&ra, "obs-sa", 0);
-  rlock_client *b = open_observed(&rb, "obs-sb", 0);
   char key[96];
-  rt_key(key, sizeof(key), "obs:sub");
-  rlock *la = rt_lock(a, key), *lb = rt_lock(b, key);
-  cr_assert_eq(rlock_lock(la, -1), 0);
+  rlock *la, *lb;
+  rlock_client *a = setup(&ra, "obs-sa", 0, "obs:sub", key, &la);
+  rlock_client *b = setup_on(&rb, "obs-sb", key, &lb);
   waiter_arg w = {lb, 1};
   rt_thread t;
-  rt_thread_start(&t, lock_thread, &w);
-  rt_sleep_ms(300); /* b waits on the channel */
+  hold_and_wait(la, &w, &t); /* b waits on the channel */
   cr_assert_eq(fk_kill_sub_conn("obs-sb"), 1);
   reconn_wait rw = {b, 1};
   rt_wait_until_what(reconnects_reached, &rw, 5000, "reconnect");
@@ -828,11 +835,9 @@ static void json_check(const char *text, uint64_t want) {
 
 Test(observe, prometheus_and_json_are_valid) {
   recorder r;
-  rec_init(&r);
-  rlock_client *c = open_observed(&r, "obs-fmt", 300);
   char key[96];
-  rt_key(key, sizeof(key), "obs:fmt");
-  rlock *l = rt_lock(c, key);
+  rlock *l;
+  rlock_client *c = setup(&r, "obs-fmt", 300, "obs:fmt", key, &l);
   for (int i = 0; i < 7; i++) {
     cr_assert_eq(rlock_lock(l, -1), 0);
     rt_sleep_ms(i * 20);

@@ -162,21 +162,29 @@ int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
   return 0;
 }
 
+/* An event about hold h: what every hold event carries. */
+static rlock__event hold_event(const rlock__hold *h, rlock_event_type type,
+                               const char *detail) {
+  rlock__event ev = {.pub = {.type = type,
+                             .kind = h->prim->kind,
+                             .name = h->name,
+                             .owner = h->owner,
+                             .hold_ms = rlock__now_ms() - h->since_ms,
+                             .detail = detail}};
+  return ev;
+}
+
 void rlock__hold_lost(rlock__engine *e, rlock__hold *h, int by) {
   if (h->lost)
     return;
   h->lost = true;
   if (e->on_event == NULL)
     return;
-  rlock__event ev = {.pub = {.type = RLOCK_EVENT_LOST,
-                             .kind = h->prim->kind,
-                             .name = h->name,
-                             .owner = h->owner,
-                             .cause = by,
-                             .hold_ms = rlock__now_ms() - h->since_ms,
-                             .detail = by == RLOCK_EVENT_BY_WATCHDOG
-                                           ? "a renewal found the lock gone"
-                                           : "the unlock found the lock gone"}};
+  rlock__event ev =
+      hold_event(h, RLOCK_EVENT_LOST,
+                 by == RLOCK_EVENT_BY_WATCHDOG ? "a renewal found the lock gone"
+                                               : "the unlock found the lock gone");
+  ev.pub.cause = by;
   rlock__engine_emit(e, &ev);
 }
 
@@ -204,14 +212,9 @@ void rlock__holds_check_risk(rlock__engine *e) {
       continue;
     h->at_risk = true;
     /* The one place LEASE_AT_RISK is told. */
-    rlock__event ev = {.pub = {.type = RLOCK_EVENT_LEASE_AT_RISK,
-                               .kind = h->prim->kind,
-                               .name = h->name,
-                               .owner = h->owner,
-                               .hold_ms = now - h->since_ms,
-                               .remaining_ms = left,
-                               .lease_ms = lease,
-                               .detail = ""}};
+    rlock__event ev = hold_event(h, RLOCK_EVENT_LEASE_AT_RISK, "");
+    ev.pub.remaining_ms = left;
+    ev.pub.lease_ms = lease;
     rlock__engine_emit(e, &ev);
   }
 }
@@ -284,13 +287,8 @@ static void renew_failed(rlock__engine *e, renew_batch *b, int err,
     rlock__hold *h = rlock__map_get(&e->holds, b->key[i], b->key_len[i]);
     if (h == NULL || h->gen != b->gen[i] || h->lost)
       continue;
-    rlock__event ev = {.pub = {.type = RLOCK_EVENT_RENEWAL_FAILED,
-                               .kind = h->prim->kind,
-                               .name = h->name,
-                               .owner = h->owner,
-                               .error = err,
-                               .hold_ms = rlock__now_ms() - h->since_ms,
-                               .detail = detail}};
+    rlock__event ev = hold_event(h, RLOCK_EVENT_RENEWAL_FAILED, detail);
+    ev.pub.error = err;
     rlock__engine_emit(e, &ev);
   }
 }

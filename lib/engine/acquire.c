@@ -431,7 +431,8 @@ static void acquire_event(rlock__op *op, int result) {
                                                : RLOCK_EVENT_ERROR;
     if (result < 0) {
       ev.pub.error = result;
-      ev.pub.detail = op->detail[0] != '\0' ? op->detail : rlock_strerror(result);
+      ev.pub.detail =
+          op->detail[0] != '\0' ? op->detail : rlock_strerror(result);
     }
   }
   rlock__engine_emit(e, &ev);

@@ -180,10 +180,10 @@ void rlock__hold_lost(rlock__engine *e, rlock__hold *h, int by) {
   h->lost = true;
   if (e->on_event == NULL)
     return;
-  rlock__event ev =
-      hold_event(h, RLOCK_EVENT_LOST,
-                 by == RLOCK_EVENT_BY_WATCHDOG ? "a renewal found the lock gone"
-                                               : "the unlock found the lock gone");
+  const char *how = by == RLOCK_EVENT_BY_WATCHDOG
+                        ? "a renewal found the lock gone"
+                        : "the unlock found the lock gone";
+  rlock__event ev = hold_event(h, RLOCK_EVENT_LOST, how);
   ev.pub.cause = by;
   rlock__engine_emit(e, &ev);
 }

@@ -808,8 +808,10 @@ RLOCK_EXTERN int rlock_remain_ttl(rlock *lock, int64_t *ttl_ms);
  * without the watchdog (send time + lease - margin); with the watchdog it
  * moves forward with each confirmed renewal, and stops when renewals stop
  * being confirmed (server paused, connection gone), though the watchdog
- * reports a loss only when the server says so. A re-entry or unlock only
- * lowers it until the next renewal. Sends nothing.
+ * reports a loss only when the server says so. A re-entry never raises
+ * it (its lease may be shorter); an unlock that leaves the lock held sets
+ * it from its own send time and the lease it re-applies (a read unlock
+ * leaves it). Sends nothing.
  * Returns 1 while the time is ahead, 0 when it has passed (*until_ms is
  * still set: the hold may have expired; act as if it had), or a negative
  * error: RLOCK_ENOTOWNER (this client knows of no hold by the thread),

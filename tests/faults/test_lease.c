@@ -371,28 +371,46 @@ static int64_t pttl_then(const char *key, const char *then,
 #define STALL_WD 1500
 #define STALL_MS 3000
 
+/* A client `name` holding a key in watchdog mode (STALL_WD) for a few
+ * renewals, before a stall. */
+typedef struct stall {
+  char key[KEY_MAX];
+  lost_log lost;
+  rlock_client *c;
+  rlock *lock;
+} stall;
+
+static void stall_begin(stall *st, const char *name) {
+  rt_key(st->key, sizeof st->key, name);
+  atomic_store(&st->lost.calls, 0);
+  rlock_options o;
+  wd_options(&o, name, STALL_WD, &st->lost);
+  st->c = open_named(&o);
+  st->lock = rt_lock(st->c, st->key);
+  cr_assert_eq(rlock_lock(st->lock, -1), 0, "%s", rlock_last_error());
+  rt_sleep_ms(1200); /* a few renewals first */
+}
+
+/* The key expired during the stall: the next renewal says so. */
+static void stall_end(stall *st) {
+  check_lost_after(st->lock, &st->lost);
+  rlock_free(st->lock);
+  rlock_client_close(st->c);
+}
+
 static void client_pause(const char *mode) {
   char name[64];
   snprintf(name, sizeof name, "lease-pause-%s", mode);
-  char key[KEY_MAX];
-  rt_key(key, sizeof key, name);
-  static lost_log lost;
-  rlock_options o;
-  wd_options(&o, name, STALL_WD, &lost);
-  rlock_client *c = open_named(&o);
-  rlock *lock = rt_lock(c, key);
-  cr_assert_eq(rlock_lock(lock, -1), 0, "%s", rlock_last_error());
-  rt_sleep_ms(1200); /* a few renewals first */
+  static stall st;
+  stall_begin(&st, name);
   char cmd[64];
   snprintf(cmd, sizeof cmd, "CLIENT PAUSE %d %s", STALL_MS, mode);
-  int64_t exp_lo = pttl_then(key, cmd, "OK", NULL);
+  int64_t exp_lo = pttl_then(st.key, cmd, "OK", NULL);
   static sample s[SAMPLES];
-  int n = sample_for(lock, STALL_MS - 300, s, SAMPLES);
+  int n = sample_for(st.lock, STALL_MS - 300, s, SAMPLES);
   check_stall(name, s, n, exp_lo);
   rt_sleep_ms(400); /* the pause is over */
-  check_lost_after(lock, &lost);
-  rlock_free(lock);
-  rlock_client_close(c);
+  stall_end(&st);
 }
 
 Test(lease, client_pause_write_longer_than_watchdog) { client_pause("WRITE"); }
@@ -401,21 +419,14 @@ Test(lease, client_pause_all_longer_than_watchdog) { client_pause("ALL"); }
 
 Test(lease, debug_sleep_longer_than_watchdog) {
   const char *name = "lease-debug-sleep";
-  char key[KEY_MAX];
-  rt_key(key, sizeof key, "debug-sleep");
-  static lost_log lost;
-  rlock_options o;
-  wd_options(&o, name, STALL_WD, &lost);
-  rlock_client *c = open_named(&o);
-  rlock *lock = rt_lock(c, key);
-  cr_assert_eq(rlock_lock(lock, -1), 0, "%s", rlock_last_error());
-  rt_sleep_ms(1200);
+  static stall st;
+  stall_begin(&st, name);
   redisContext *ctx = NULL;
   /* The server writes the PTTL reply only after the sleep: sample first,
    * compare once it came. */
-  int64_t t_a = pttl_then(key, "DEBUG SLEEP 3", NULL, &ctx);
+  int64_t t_a = pttl_then(st.key, "DEBUG SLEEP 3", NULL, &ctx);
   static sample s[SAMPLES];
-  int n = sample_for(lock, STALL_MS - 300, s, SAMPLES);
+  int n = sample_for(st.lock, STALL_MS - 300, s, SAMPLES);
   redisReply *r = NULL;
   cr_assert_eq(redisGetReply(ctx, (void **)&r), REDIS_OK, "%s", ctx->errstr);
   cr_assert_eq(r->type, REDIS_REPLY_INTEGER);
@@ -428,36 +439,25 @@ Test(lease, debug_sleep_longer_than_watchdog) {
   redisFree(ctx);
   cr_assert_gt(pttl, 0);
   check_stall(name, s, n, bound_of(t_a, pttl));
-  check_lost_after(lock, &lost);
-  rlock_free(lock);
-  rlock_client_close(c);
+  stall_end(&st);
 }
 
 Test(lease, server_sigstopped_longer_than_watchdog) {
   const char *name = "lease-sigstop";
-  char key[KEY_MAX];
-  rt_key(key, sizeof key, "sigstop");
-  static lost_log lost;
-  rlock_options o;
-  wd_options(&o, name, STALL_WD, &lost);
-  rlock_client *c = open_named(&o);
-  rlock *lock = rt_lock(c, key);
-  cr_assert_eq(rlock_lock(lock, -1), 0, "%s", rlock_last_error());
-  rt_sleep_ms(1200);
+  static stall st;
+  stall_begin(&st, name);
   /* PTTL, then a pause that keeps every renewal out until the SIGSTOP
    * below has landed: no command runs between the measure and the stop. */
   int64_t t_a = rlock_now_ms();
-  int64_t exp_lo = pttl_then(key, "CLIENT PAUSE 1000 ALL", "OK", NULL);
+  int64_t exp_lo = pttl_then(st.key, "CLIENT PAUSE 1000 ALL", "OK", NULL);
   fk_server_freeze();
   cr_assert_lt(rlock_now_ms() - t_a, 900, "too slow to stop the server "
                "within its pause (%" PRId64 " ms)", rlock_now_ms() - t_a);
   static sample s[SAMPLES];
-  int n = sample_for(lock, STALL_MS, s, SAMPLES);
+  int n = sample_for(st.lock, STALL_MS, s, SAMPLES);
   fk_server_thaw();
   check_stall(name, s, n, exp_lo);
-  check_lost_after(lock, &lost);
-  rlock_free(lock);
-  rlock_client_close(c);
+  stall_end(&st);
 }
 
 /* ==== the holder's own process stopped (SIGSTOP of its loop) ==== */

@@ -518,7 +518,9 @@ typedef struct rlock_stats {
    * wait 0 included), canceled or interrupted. */
   uint64_t gave_up_timeout;
   uint64_t gave_up_canceled;
-  /* Calls of any kind that failed, by code: failures[-code]. */
+  /* Calls of any kind that failed on the loop thread, by code:
+   * failures[-code] (what a call refuses before it is queued - a bad
+   * argument, RLOCK_EDEADLK, RLOCK_ECLOSED - is not counted). */
   uint64_t failures[RLOCK_STATS_ERRORS];
   /* Successful unlocks of lock kinds, and those that freed the lock. */
   uint64_t releases;

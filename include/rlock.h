@@ -157,6 +157,97 @@ RLOCK_EXTERN const char *rlock_diag_level_name(int level);
 typedef void (*rlock_diag_cb)(rlock_client *client, rlock_diag_level level,
                               const char *message, void *data);
 
+/*
+ * Events (docs/api.md, "Events"). The handler set in rlock_options.on_event
+ * is called on the client's loop thread for each event below, in the order
+ * they happen. It must not block: every lock of the client waits while it
+ * runs. Blocking rlock calls made from it return RLOCK_EDEADLK; async calls,
+ * rlock_client_stats_get() and rlock_client_id() are fine. An event carries
+ * what a handler needs: its strings (kind, name, owner, detail, client_id,
+ * client_name) are valid only during the call - copy what you keep.
+ */
+typedef enum rlock_event_type {
+  /* An acquire call (lock, try_lock, semaphore or latch wait, async or
+   * blocking) got what it asked for: kind, name, owner, wait_ms (from the
+   * start of the call on the loop thread to the server's yes), attempts
+   * (tries sent). */
+  RLOCK_EVENT_ACQUIRED = 1,
+  /* An unlock of a lock kind (not semaphores) succeeded: hold_ms (since
+   * the owner's outermost hold was taken, as this client saw it),
+   * hold_count left (0: the lock is free now). */
+  RLOCK_EVENT_RELEASED = 2,
+  /* An acquire call ended without the lock: cause RLOCK_EVENT_TIMEOUT
+   * (wait_ms passed, a try_lock with wait 0 included), RLOCK_EVENT_CANCELED
+   * (rlock_cancel, rlock_interrupt) or RLOCK_EVENT_ERROR (error: the
+   * RLOCK_E* code it returned, RLOCK_ECLOSED at close included); wait_ms,
+   * attempts. Every acquire call ends in exactly one ACQUIRED or GAVE_UP. */
+  RLOCK_EVENT_GAVE_UP = 3,
+  /* The watchdog's renewal of a hold got no answer, or an error answer
+   * (error: RLOCK_ETIMEDOUT, RLOCK_ECONN, RLOCK_ESERVER ...): retried at
+   * the next period; the lock may expire if it keeps failing. */
+  RLOCK_EVENT_RENEWAL_FAILED = 4,
+  /* What is left of a hold's guarantee (see rlock_lease_guaranteed())
+   * fell below the lease_risk_ms option's threshold at a watchdog period:
+   * kind, name, owner, remaining_ms (may be negative: the guarantee has
+   * run out), lease_ms. Once per hold until the guarantee is back above
+   * the threshold (a renewal confirmed). Stop work that needs the lock
+   * before it may expire. */
+  RLOCK_EVENT_LEASE_AT_RISK = 5,
+  /* A hold was lost: the lock expired or was deleted while this owner held
+   * it. cause RLOCK_EVENT_BY_WATCHDOG (a renewal found it gone; the
+   * on_lock_lost callback runs right after) or RLOCK_EVENT_BY_UNLOCK (the
+   * unlock found it gone); hold_ms. Once per hold. */
+  RLOCK_EVENT_LOST = 6,
+  /* A connection of the client is up again after it was lost: cause 0 for
+   * the command connection, 1 for the subscriber connection; error and
+   * detail say why it was lost (e.g. RLOCK_ECONN, "connection closed by
+   * the server"); host and port name the server. */
+  RLOCK_EVENT_RECONNECTED = 7
+} rlock_event_type;
+
+/* rlock_event.cause values. */
+#define RLOCK_EVENT_TIMEOUT 1
+#define RLOCK_EVENT_CANCELED 2
+#define RLOCK_EVENT_ERROR 3
+#define RLOCK_EVENT_BY_WATCHDOG 1
+#define RLOCK_EVENT_BY_UNLOCK 2
+
+typedef struct rlock_event {
+  /* sizeof(rlock_event) of the library that sends it: a handler built
+   * against a newer rlock.h checks it before reading fields the library
+   * may not have (RLOCK_EVENT_HAS). Fields are only added at the end. */
+  size_t struct_size;
+  rlock_event_type type;
+  /* The kind ("lock", "fair", "read", "write", "fenced", "spin",
+   * "nonreentrant", "nonreentrant_fair", "semaphore", "permit_semaphore",
+   * "latch"), the name and the owner
+   * ("<client-id>:<thread-id>"); NULL for RECONNECTED. */
+  const char *kind;
+  const char *name;
+  const char *owner;
+  int64_t wait_ms;    /* ACQUIRED, GAVE_UP */
+  int attempts;       /* ACQUIRED, GAVE_UP: tries sent */
+  int cause;          /* GAVE_UP, LOST, RECONNECTED (see above) */
+  int error;          /* GAVE_UP (cause ERROR), RENEWAL_FAILED,
+                         RECONNECTED: an RLOCK_E* code; else 0 */
+  int64_t hold_ms;    /* RELEASED, LOST */
+  int64_t hold_count; /* RELEASED: holds the owner still has */
+  int64_t remaining_ms; /* LEASE_AT_RISK: the guarantee left */
+  int64_t lease_ms;     /* LEASE_AT_RISK: the hold's lease */
+  const char *detail; /* a sentence, or "" */
+  const char *client_id;   /* rlock_client_id() */
+  const char *client_name; /* the client_name option, or NULL */
+  const char *host;        /* RECONNECTED: the server; else NULL */
+  int port;
+} rlock_event;
+
+/* Whether an event from a possibly older library has `field`. */
+#define RLOCK_EVENT_HAS(ev, field)                                           \
+  ((ev)->struct_size >=                                                      \
+   offsetof(rlock_event, field) + sizeof(((rlock_event *)0)->field))
+
+typedef void (*rlock_event_cb)(const rlock_event *ev, void *data);
+
 /* Client options. Always fill with rlock_options_init() first, then set the
  * fields you need: the struct may grow in later versions, and fields are
  * only ever added at the end (each marked with the version that added it;
@@ -327,6 +418,17 @@ typedef struct rlock_options {
    * renewals. NULL (default): silent, and no message is formatted. */
   rlock_diag_cb on_diag;
   void *on_diag_data;
+  /* Events (issue 28): see rlock_event_cb. Default NULL (none). Added in
+   * 0.2.0 (unreleased). */
+  rlock_event_cb on_event;
+  void *on_event_data;
+  /* RLOCK_EVENT_LEASE_AT_RISK fires when what is left of a hold's
+   * guarantee (rlock_lease_guaranteed() minus now), checked at each
+   * watchdog period (watchdog_timeout_ms / 3), is below this many ms.
+   * 0 (default): a third of the hold's lease (watchdog_timeout_ms for
+   * holds taken without a lease: about one renewal missed). -1: never.
+   * Range -1..2^31-1. */
+  int64_t lease_risk_ms;
 } rlock_options;
 
 /* rlock_options.replica_sync_mode values. */
@@ -418,6 +520,125 @@ static inline void rlock_client_caps_init(rlock_client_caps *caps) {
  * larger than this library's struct). Never blocks; any thread. */
 RLOCK_EXTERN int rlock_client_caps_get(const rlock_client *client,
                                        rlock_client_caps *caps);
+
+/*
+ * Stats (docs/api.md, "Stats"): counters and histograms of what a client
+ * did since it was opened. Added in 0.2.0 (unreleased).
+ *
+ * A histogram's buckets are log2 milliseconds: buckets[0] counts values
+ * of 0 and 1 ms, buckets[i] (1 <= i < RLOCK_STATS_BUCKETS - 1) values v
+ * with 2^(i-1) < v <= 2^i ms, and the last bucket everything above
+ * 2^(RLOCK_STATS_BUCKETS - 2) ms (about 70 minutes). count is the sum of
+ * the buckets; sum_ms the sum of the values; max_ms the largest.
+ */
+#define RLOCK_STATS_BUCKETS 24
+/* failures[] has this many entries, indexed by -code (RLOCK_EINVAL is
+ * failures[1]); failures[0] counts codes beyond the table. */
+#define RLOCK_STATS_ERRORS 32
+
+typedef struct rlock_histogram {
+  uint64_t count;
+  uint64_t sum_ms;
+  uint64_t max_ms;
+  uint64_t buckets[RLOCK_STATS_BUCKETS];
+} rlock_histogram;
+
+typedef struct rlock_stats {
+  /* Set by rlock_stats_init(). A struct from an older rlock.h (smaller)
+   * is filled only as far as it reaches. */
+  size_t struct_size;
+  /* Acquire calls that got the lock (or permit, or latch), and those of
+   * them that had to wait (more than one try). */
+  uint64_t acquisitions;
+  uint64_t acquisitions_contended;
+  /* Acquire calls that ended without it: wait_ms passed (try_lock with
+   * wait 0 included), canceled or interrupted. */
+  uint64_t gave_up_timeout;
+  uint64_t gave_up_canceled;
+  /* Calls of any kind that failed on the loop thread, by code:
+   * failures[-code] (what a call refuses before it is queued - a bad
+   * argument, RLOCK_EDEADLK, RLOCK_ECLOSED - is not counted). */
+  uint64_t failures[RLOCK_STATS_ERRORS];
+  /* Successful unlocks of lock kinds, and those that freed the lock. */
+  uint64_t releases;
+  /* Time acquisitions waited (call start to the server's yes), and how
+   * long locks were held (outermost acquire to the unlock that freed it). */
+  rlock_histogram wait;
+  rlock_histogram hold;
+  /* Watchdog renewals, one per hold per period: sent, confirmed by the
+   * server, failed (no answer or an error answer: RENEWAL_FAILED). */
+  uint64_t renewals_sent;
+  uint64_t renewals_confirmed;
+  uint64_t renewals_failed;
+  /* Round-trip time of renewal commands (one per batch of holds), in
+   * microseconds, re-sends included. */
+  uint64_t renewal_rtt_count;
+  uint64_t renewal_rtt_sum_us;
+  uint64_t renewal_rtt_max_us;
+  /* The least lease head-room seen at a confirmed renewal: what was left
+   * of the hold's guarantee (rlock_lease_guaranteed() minus now) when the
+   * renewal's confirmation came, before it moved the guarantee on.
+   * Negative: the guarantee had run out before the renewal was confirmed
+   * (the lock may have been free meanwhile). INT64_MAX: no renewal
+   * confirmed yet. */
+  int64_t lease_headroom_min_ms;
+  /* Holds lost (RLOCK_EVENT_LOST). */
+  uint64_t locks_lost;
+  /* Connections up again after a loss (command and subscriber), channels
+   * subscribed again after one, commands written (re-sends included). */
+  uint64_t reconnects;
+  uint64_t resubscribes;
+  uint64_t commands_sent;
+  /* Replica sync: writes a replica confirmed, and writes none confirmed
+   * in time (the acquire is undone: RLOCK_ENOREPLICA). */
+  uint64_t replica_sync_ok;
+  uint64_t replica_sync_unconfirmed;
+  /* RLOCK_EVENT_LEASE_AT_RISK, however many. */
+  uint64_t lease_at_risk;
+} rlock_stats;
+
+/* Zeroes `s` and sets struct_size to `size`; use rlock_stats_init(). */
+static inline void rlock_stats_init_size(rlock_stats *s, size_t size) {
+  rlock_stats zero = {0};
+  *s = zero;
+  s->struct_size = size;
+}
+static inline void rlock_stats_init(rlock_stats *s) {
+  rlock_stats_init_size(s, sizeof(*s));
+}
+
+/* Fills `out` with the client's stats: only its first struct_size bytes are
+ * written (bytes beyond are left as they are). The counters are written by
+ * the loop thread and read here without a lock, each one whole (relaxed
+ * atomics): a reading taken while locks are busy may be a few events
+ * behind in one counter and not yet in another, but a histogram's count
+ * always equals the sum of its buckets. Never blocks; any thread,
+ * including an event handler. 0, or RLOCK_EINVAL (NULL client or out,
+ * struct_size smaller than the struct_size field's end or larger than this
+ * library's struct). */
+RLOCK_EXTERN int rlock_client_stats_get(const rlock_client *client,
+                                        rlock_stats *out);
+
+/* Writes `s` in the Prometheus text exposition format 0.0.4 (# HELP and
+ * # TYPE lines; counters end in _total; histograms as _bucket{le="..."}
+ * in seconds, cumulative, with le="+Inf", _sum and _count) to buf, at
+ * most len bytes including the NUL, as snprintf does. Every sample has
+ * the label client="<client>" (escaped) when client is not NULL. Metric
+ * names start with "rlock_". Fields beyond s->struct_size are left out.
+ * Returns the length the whole text needs (without the NUL): call again
+ * with a larger buffer when it is >= len. RLOCK_EINVAL for a NULL s, a
+ * NULL buf with len > 0, or a bad struct_size. Any thread. */
+RLOCK_EXTERN int rlock_stats_format_prometheus(const rlock_stats *s,
+                                               char *buf, size_t len,
+                                               const char *client);
+
+/* The same as one JSON object: {"client": ..., "acquisitions": N, ...,
+ * "failures": {"RLOCK_ECONN": N, ...} (non-zero codes only),
+ * "wait": {"count", "sum_ms", "max_ms", "buckets": [{"le_ms": 1, "count":
+ * n}, ..., {"le_ms": null, ...}]} (buckets not cumulative)}. Returns as
+ * rlock_stats_format_prometheus(). */
+RLOCK_EXTERN int rlock_stats_format_json(const rlock_stats *s, char *buf,
+                                         size_t len, const char *client);
 
 /*
  * The calling thread's id as used in lock owners: a decimal 64-bit integer,

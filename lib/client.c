@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "observe.h"
 #include "prim.h"
 
 struct rlock_client {
@@ -23,6 +24,7 @@ struct rlock_client {
   int open_result;
   char open_detail[256];
   int open_pending; /* connections still to answer their PING */
+  rlock__observer obs; /* events and stats (observe.c) */
 };
 
 #define CLIENT_OF(ptr, member) RLOCK__CONTAINER_OF(ptr, rlock_client, member)
@@ -70,6 +72,14 @@ static void open_timeout(rlock__timed *t) {
            "connect_timeout_ms + command_timeout_ms (%lld ms)",
            (long long)open_bound_ms(&c->core));
   open_progress(c, RLOCK_ETIMEDOUT, detail);
+}
+
+static void engine_event(rlock__engine *e, const rlock__event *ev) {
+  rlock__observe_event(&CLIENT_OF(e, engine)->obs, ev);
+}
+
+static void net_reconnected(rlock__net *n, const rlock__conn *conn) {
+  rlock__observe_reconnected(&CLIENT_OF(n, net)->obs, conn);
 }
 
 static void net_cmd_ready(rlock__net *n) {
@@ -253,7 +263,10 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
   c->net.on_open_progress = net_open_progress;
   c->net.on_cmd_ready = net_cmd_ready;
   c->net.on_cmd_closed = net_cmd_closed;
+  c->net.on_reconnected = net_reconnected;
   c->engine.on_drained = engine_drained;
+  c->engine.on_event = engine_event;
+  rlock__observer_init(&c->obs, &c->core.opts, c->id, c->client_name);
   c->open_pending = 2;
 
   rc = rlock__core_start(&c->core); /* sets the last error */
@@ -323,6 +336,12 @@ int rlock_client_caps_get(const rlock_client *c, rlock_client_caps *caps) {
   }
   memcpy(caps, &got, size);
   return 0;
+}
+
+int rlock_client_stats_get(const rlock_client *c, rlock_stats *out) {
+  if (c == NULL || out == NULL)
+    return rlock__bad_arg("client or out is NULL");
+  return rlock__observer_stats(&c->obs, &c->net, out);
 }
 
 int rlock_interrupt(rlock_client *c, uint64_t owner) {

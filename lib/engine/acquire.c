@@ -336,6 +336,7 @@ static void send_try(rlock__op *op) {
                        : rlock__chan_epoch(e->net, op->u.acq.wchan, op->u.acq.wchan_len);
   op->state = RLOCK__ST_CMD;
   op->u.acq.tried = true;
+  op->u.acq.tries++;
   op->u.acq.try_sent_ms = rlock__now_ms();
   /* A re-entry may run before its reply comes: the guarantee of the hold
    * drops at once to what its lease promises (hold.c). */
@@ -410,8 +411,36 @@ static void abandon_reply(rlock__net *n, redisReply *reply, int err,
     rlock__engine_drained_one(e);
 }
 
+/* The one place an acquire's end is told: ACQUIRED or GAVE_UP. */
+static void acquire_event(rlock__op *op, int result) {
+  rlock__engine *e = op->engine;
+  if (e->on_event == NULL)
+    return;
+  rlock__event ev = {.pub = {.kind = op->lock->prim->kind,
+                             .name = op->lock->name,
+                             .owner = op->owner,
+                             .wait_ms = rlock__now_ms() - op->started_ms,
+                             .attempts = op->u.acq.tries,
+                             .detail = ""}};
+  if (result == 1) {
+    ev.pub.type = RLOCK_EVENT_ACQUIRED;
+  } else {
+    ev.pub.type = RLOCK_EVENT_GAVE_UP;
+    ev.pub.cause = result == 0                   ? RLOCK_EVENT_TIMEOUT
+                   : result == RLOCK_ECANCELED ? RLOCK_EVENT_CANCELED
+                                               : RLOCK_EVENT_ERROR;
+    if (result < 0) {
+      ev.pub.error = result;
+      ev.pub.detail =
+          op->detail[0] != '\0' ? op->detail : rlock_strerror(result);
+    }
+  }
+  rlock__engine_emit(e, &ev);
+}
+
 void rlock__acquire_finish(rlock__op *op, int result) {
   rlock__engine *e = op->engine;
+  acquire_event(op, result);
   if (op->u.acq.tried && result != 1 && op->lock->prim->abandon != NULL &&
       op->lock->prim->abandon(op, abandon_reply, e) != NULL)
     e->abandons_inflight++;

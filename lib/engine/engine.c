@@ -24,6 +24,7 @@ static void tick(rlock__timed *t) {
   rlock__timed_start(e->core, &e->tick,
                      rlock__now_ms() + e->core->opts.watchdog_timeout_ms / 3);
   rlock__suspects_run(e);
+  rlock__holds_check_risk(e);
   rlock__holds_renew(e);
 }
 

@@ -28,6 +28,7 @@ typedef struct rlock__op rlock__op;
 typedef struct rlock__prim rlock__prim;
 typedef struct rlock__op_type rlock__op_type;
 typedef struct rlock__prim_ops rlock__prim_ops;
+typedef struct rlock__event rlock__event;
 
 /* ---- handles (the public `rlock`) ---- */
 
@@ -176,6 +177,7 @@ typedef struct rlock__acquire_state {
   size_t wchan_len;
   int polls;            /* back-offs so far (spin, or "try again now") */
   int64_t backoff_ms;   /* the last back-off */
+  int tries;            /* tries sent (events: attempts) */
 } rlock__acquire_state;
 
 /* The engine's state of a release (release.c). */
@@ -185,6 +187,7 @@ typedef struct rlock__release_state {
   int64_t lease_ms;    /* while the lock stays held (lease safety) */
   uint64_t hold_gen;   /* the hold it counts as releasing, or 0 */
   int handoff_streak;  /* > 0 when it handed the lock off locally */
+  int64_t held_since;  /* the hold's since_ms when it started (events) */
 } rlock__release_state;
 
 /* One public call. A kind whose ops need state of their own embeds this as
@@ -202,6 +205,7 @@ struct rlock__op {
   int64_t wait_ms;   /* acquires: < 0 no deadline */
   int64_t lease_ms;  /* acquires: < 0 watchdog */
   int64_t deadline;  /* rlock__now_ms() based; valid when wait_ms > 0 */
+  int64_t started_ms; /* when it started on the loop thread (events) */
   /* outcome */
   int result;
   int64_t value;
@@ -301,6 +305,10 @@ typedef struct rlock__hold {
   uint64_t release_seq;
   /* Local handoffs in a row that led to this hold (release.c). */
   int handoff_streak;
+  /* Events and stats: when the outermost hold was taken; LEASE_AT_RISK
+   * was said and the guarantee has not recovered since. */
+  int64_t since_ms;
+  bool at_risk;
   /* Lease safety (docs/api.md, "Lease safety"). The key cannot expire
    * before until_ms (rlock__now_ms() clock): the send time of the last
    * command the server confirmed that set the expiry, plus its lease,
@@ -324,6 +332,9 @@ rlock__hold *rlock__hold_find(rlock__engine *e, const char *name,
  * sent_ms: when the try that took it was sent (lease safety). */
 int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
                     int64_t lease_ms, int64_t sent_ms, int streak);
+/* The hold is lost (expired or deleted on the server): marks it, and says
+ * so once (RLOCK_EVENT_LOST; by: RLOCK_EVENT_BY_WATCHDOG / _BY_UNLOCK). */
+void rlock__hold_lost(rlock__engine *e, rlock__hold *h, int by);
 void rlock__hold_drop(rlock__engine *e, rlock__hold *h);
 /* The count the client knows it has (0 when lost or unknown). */
 int64_t rlock__hold_count_known(rlock__engine *e, const char *name,
@@ -363,6 +374,10 @@ void rlock__hold_lease_confirmed(rlock__engine *e, const rlock *lock,
                                  const char *owner, int64_t sent_ms,
                                  int64_t lease_ms);
 
+/* At each period (engine.c's tick): a hold whose guarantee left is below
+ * the lease_risk_ms threshold is said LEASE_AT_RISK, once until it
+ * recovers. */
+void rlock__holds_check_risk(rlock__engine *e);
 /* One renewal round (engine.c's tick, every watchdog_timeout/3), unless the
  * last one is still retrying. */
 void rlock__holds_renew(rlock__engine *e);
@@ -392,6 +407,24 @@ void rlock__suspects_free(rlock__engine *e);
 int rlock__latches_flush_at_close(rlock__engine *e);
 void rlock__latches_free(rlock__engine *e);
 
+/* ---- events (up to the client: lib/observe.c) ---- */
+
+/* Engine-only event types, beside the public rlock_event_type: they feed
+ * stats and are not shown to the user's handler. */
+enum {
+  RLOCK__EV_RENEWED = 100, /* a renewal batch answered: n_ok, n_failed,
+                              rtt_us, headroom_ms (-1: none) */
+  RLOCK__EV_RENEW_SENT,    /* a renewal batch sent: n holds */
+  RLOCK__EV_FAILED         /* a call of any kind failed: pub.error */
+};
+
+typedef struct rlock__event {
+  rlock_event pub; /* pub.type: an rlock_event_type or RLOCK__EV_* */
+  int64_t n, n_ok, n_failed;
+  int64_t rtt_us;
+  int64_t headroom_ms;
+} rlock__event;
+
 /* ---- the engine ---- */
 
 struct rlock__engine {
@@ -420,7 +453,20 @@ struct rlock__engine {
   int abandons_inflight; /* abandons sent, unanswered: close waits */
   /* hook: every command sent at close has answered */
   void (*on_drained)(rlock__engine *e);
+  /* hook: what happened to locks (events and stats, lib/observe.c); NULL:
+   * nobody listens. Called through rlock__engine_emit only. */
+  void (*on_event)(rlock__engine *e, const rlock__event *ev);
 };
+
+/* Says ev to the on_event hook. Each event has one call site: acquire done
+ * (rlock__acquire_finish), release done (rlock__release_finish), lost
+ * (rlock__hold_lost), renewal results (hold.c, renew_reply), call failures
+ * (rlock__op_finish). */
+static inline void rlock__engine_emit(rlock__engine *e,
+                                      const rlock__event *ev) {
+  if (e->on_event != NULL)
+    e->on_event(e, ev);
+}
 
 /* One of the replies close waits for has come (any of the trims, latch
  * deletes and abandons counted in draining): the last one calls

@@ -126,6 +126,7 @@ int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
     h->owner = h->key + lock->name_len + 1;
     h->prim = lock->prim;
     h->gen = ++e->next_hold_gen;
+    h->since_ms = rlock__now_ms();
   } else if (h->lost) {
     /* Re-entered after the watchdog saw the hold lost: the server holds 1
      * again, but the caller still counts its outer holds, which were lost:
@@ -136,6 +137,7 @@ int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
     h->lost = false;
     h->releasing = 0;
     h->gen = ++e->next_hold_gen;
+    h->since_ms = rlock__now_ms();
   }
   int64_t applied =
       lease_ms < 0 ? e->core->opts.watchdog_timeout_ms : lease_ms;
@@ -158,6 +160,63 @@ int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
   assert(h->count > 0 && h->watchdog_count >= 0 &&
          h->watchdog_count <= h->count);
   return 0;
+}
+
+/* An event about hold h: what every hold event carries. */
+static rlock__event hold_event(const rlock__hold *h, rlock_event_type type,
+                               const char *detail) {
+  rlock__event ev = {.pub = {.type = type,
+                             .kind = h->prim->kind,
+                             .name = h->name,
+                             .owner = h->owner,
+                             .hold_ms = rlock__now_ms() - h->since_ms,
+                             .detail = detail}};
+  return ev;
+}
+
+void rlock__hold_lost(rlock__engine *e, rlock__hold *h, int by) {
+  if (h->lost)
+    return;
+  h->lost = true;
+  if (e->on_event == NULL)
+    return;
+  const char *how = by == RLOCK_EVENT_BY_WATCHDOG
+                        ? "a renewal found the lock gone"
+                        : "the unlock found the lock gone";
+  rlock__event ev = hold_event(h, RLOCK_EVENT_LOST, how);
+  ev.pub.cause = by;
+  rlock__engine_emit(e, &ev);
+}
+
+void rlock__holds_check_risk(rlock__engine *e) {
+  const rlock_options *o = &e->core->opts;
+  if (o->lease_risk_ms < 0)
+    return;
+  int64_t now = rlock__now_ms();
+  rlock__map_iter it;
+  rlock__map_node *node;
+  rlock__map_iter_init(&it, &e->holds);
+  while ((node = rlock__map_next(&it)) != NULL) {
+    rlock__hold *h = node->value;
+    if (h->lost)
+      continue;
+    int64_t lease =
+        h->watchdog_count > 0 ? o->watchdog_timeout_ms : h->lease_ms;
+    int64_t limit = o->lease_risk_ms > 0 ? o->lease_risk_ms : lease / 3;
+    int64_t left = rlock__hold_guaranteed_until(h) - now;
+    if (left >= limit) {
+      h->at_risk = false; /* recovered: a later fall is said again */
+      continue;
+    }
+    if (h->at_risk)
+      continue;
+    h->at_risk = true;
+    /* The one place LEASE_AT_RISK is told. */
+    rlock__event ev = hold_event(h, RLOCK_EVENT_LEASE_AT_RISK, "");
+    ev.pub.remaining_ms = left;
+    ev.pub.lease_ms = lease;
+    rlock__engine_emit(e, &ev);
+  }
 }
 
 void rlock__hold_drop(rlock__engine *e, rlock__hold *h) {
@@ -197,6 +256,7 @@ typedef struct renew_batch {
   int slot; /* the cluster slot of every key, or -1 (not a cluster) */
   int64_t sent_ms; /* the round's start: no later than the send */
   int n;
+  uint64_t sent_ns; /* when it was sent (round trip) */
   uint64_t gen[RENEW_BATCH];
   uint64_t release_seq[RENEW_BATCH]; /* the hold's unlock count when sent */
   char *key[RENEW_BATCH]; /* copies of hold keys: holds may go meanwhile */
@@ -234,6 +294,28 @@ static void diag_renew_failed(rlock__engine *e, const renew_batch *b,
                 (long long)every);
 }
 
+/* A renewal command failed as a whole (no answer, an error answer): each
+ * hold it renewed still held is told RENEWAL_FAILED. */
+static void renew_failed(rlock__engine *e, renew_batch *b, int err,
+                         const redisReply *reply, rlock__event *sum) {
+  sum->n_failed = b->n;
+  if (e->on_event == NULL)
+    return;
+  char detail[160];
+  if (reply != NULL && reply->type == REDIS_REPLY_ERROR)
+    snprintf(detail, sizeof(detail), "%.*s", (int)reply->len, reply->str);
+  else
+    snprintf(detail, sizeof(detail), "%s", rlock_strerror(err));
+  for (int i = 0; i < b->n; i++) {
+    rlock__hold *h = rlock__map_get(&e->holds, b->key[i], b->key_len[i]);
+    if (h == NULL || h->gen != b->gen[i] || h->lost)
+      continue;
+    rlock__event ev = hold_event(h, RLOCK_EVENT_RENEWAL_FAILED, detail);
+    ev.pub.error = err;
+    rlock__engine_emit(e, &ev);
+  }
+}
+
 static void renew_reply(rlock__net *n, redisReply *reply, int err,
                         void *data) {
   (void)n;
@@ -250,19 +332,39 @@ static void renew_reply(rlock__net *n, redisReply *reply, int err,
         h->lost_lease = wd;
     }
   }
+  /* The one place renewal results are told (stats, RENEWAL_FAILED). */
+  rlock__event sum = {.pub = {.type = (rlock_event_type)RLOCK__EV_RENEWED},
+                      .rtt_us = (int64_t)((uv_hrtime() - b->sent_ns) / 1000),
+                      .headroom_ms = INT64_MAX};
+  int failed = err != 0                            ? err
+               : reply->type == REDIS_REPLY_ERROR ? rlock__reply_error(reply)
+               : reply->type != REDIS_REPLY_ARRAY ? RLOCK_EPROTO
+                                                  : 0;
+  /* (At close the commands in flight end with RLOCK_ECLOSED: no renewal
+   * failed, the client stopped.) */
+  if (failed != 0 && failed != RLOCK_ECLOSED)
+    renew_failed(e, b, failed, err == 0 ? reply : NULL, &sum);
   /* A failed renewal is tried again next period; only a definite "0" from
    * the server means the hold is gone. */
   if (rlock__diag_on(e->core))
     diag_renew_failed(e, b, reply, err);
-  if (err == 0 && reply->type == REDIS_REPLY_ARRAY) {
+  if (failed == 0) {
+    int64_t now = rlock__now_ms();
     for (size_t i = 0; i < reply->elements && i < (size_t)b->n; i++) {
       const redisReply *r = reply->element[i];
       if (r->type != REDIS_REPLY_INTEGER)
         continue;
+      if (r->integer == 1)
+        sum.n_ok++;
       rlock__hold *h = rlock__map_get(&e->holds, b->key[i], b->key_len[i]);
       if (h == NULL || h->gen != b->gen[i] || h->lost)
         continue;
       if (r->integer == 1) {
+        /* Head-room: what was still guaranteed when the confirmation
+         * came, before it moves the guarantee on. */
+        int64_t room = rlock__hold_guaranteed_until(h) - now;
+        if (room < sum.headroom_ms)
+          sum.headroom_ms = room;
         /* Confirmed: the key lives a watchdog timeout from when the
          * renewal ran, later than it was sent - unless a command sent
          * since (a re-entry with a shorter lease) ran after it. */
@@ -279,15 +381,17 @@ static void renew_reply(rlock__net *n, redisReply *reply, int err,
        * then only says the unlock worked; its own reply settles the hold. */
       if (h->releasing > 0 || h->release_seq != b->release_seq[i])
         continue;
-      h->lost = true;
       rlock__diag(e->core, RLOCK_DIAG_ERROR,
                   "renewal found '%.200s' no longer held by %s: lock lost",
                   h->name, h->owner);
+      rlock__hold_lost(e, h, RLOCK_EVENT_BY_WATCHDOG);
       const rlock_options *o = &e->core->opts;
       if (o->on_lock_lost != NULL)
         o->on_lock_lost(h->name, h->owner, o->on_lock_lost_data);
     }
   }
+  if (failed != RLOCK_ECLOSED)
+    rlock__engine_emit(e, &sum);
   batch_free(b);
   /* A round that outlasted a period (a slow server or proxy, many slots'
    * batches) made the tick skip one: make it up now, not a whole period
@@ -320,6 +424,7 @@ static void send_batch(rlock__engine *e, renew_batch *b, const char *timeout) {
     argv[argc] = owner;
     lens[argc++] = strlen(owner);
   }
+  b->sent_ns = uv_hrtime();
   rlock__cmd *cmd = rlock__cmd_send(e->net, b->script, argc, argv, lens,
                                     e->core->opts.retry_attempts,
                                     renew_reply, b);
@@ -328,6 +433,9 @@ static void send_batch(rlock__engine *e, renew_batch *b, const char *timeout) {
     return;
   }
   e->renew_inflight++;
+  rlock__event ev = {.pub = {.type = (rlock_event_type)RLOCK__EV_RENEW_SENT},
+                     .n = b->n};
+  rlock__engine_emit(e, &ev);
 }
 
 /* The index in open[] of the open batch for (script, slot), or of a new

@@ -70,6 +70,11 @@ void rlock__op_finish(rlock__op *op, int result) {
     else
       rlock__op_detail(op, "%s", rlock_strerror(result));
   }
+  if (result < 0 && e->on_event != NULL) {
+    rlock__event ev = {.pub = {.type = (rlock_event_type)RLOCK__EV_FAILED,
+                               .error = result}};
+    rlock__engine_emit(e, &ev);
+  }
   op->done(op); /* op may be gone after this (a blocking caller returned) */
   rlock__suspects_run(e);
 }
@@ -190,6 +195,7 @@ static void task_run(rlock__task *t) {
     return;
   }
   active_add(op->engine, op);
+  op->started_ms = rlock__now_ms();
   if (op->canceled) {
     rlock__op_detail(op, "acquire of '%s' was canceled", op->lock->name);
     rlock__op_finish(op, RLOCK_ECANCELED);

@@ -154,6 +154,7 @@ static void release_reply(rlock__net *n, redisReply *reply, int err,
       /* We held it, the server says we don't: it expired or was deleted. */
       rlock__op_detail(op, "lock '%s' expired or was deleted before this "
                            "unlock", op->lock->name);
+      rlock__hold_lost(e, h, RLOCK_EVENT_BY_UNLOCK);
       rlock__hold_drop(e, h);
       rlock__op_finish(op, RLOCK_ELOCKLOST);
     } else {
@@ -176,7 +177,7 @@ static void release_reply(rlock__net *n, redisReply *reply, int err,
       h->count--;
       if (h->watchdog_count > h->count)
         h->watchdog_count = h->count;
-      h->lost = true;
+      rlock__hold_lost(e, h, RLOCK_EVENT_BY_UNLOCK);
       rlock__op_detail(op, "lock '%s' was lost while re-entered (it expired "
                            "or was deleted after an outer hold was taken); "
                            "this unlock released a later hold",
@@ -251,6 +252,7 @@ static void start_release(rlock__op *op) {
     h->releasing++;
     h->release_seq++;
     op->u.rel.hold_gen = h->gen;
+    op->u.rel.held_since = h->since_ms;
   }
   int64_t lease = o->watchdog_timeout_ms;
   if (h != NULL && h->watchdog_count == 0 && h->lease_ms > 0)
@@ -279,7 +281,22 @@ static void start_release(rlock__op *op) {
  * neither renews such a hold nor takes a "0" for a loss); its latch, if
  * its reply never came, is left to expire by its TTL. */
 void rlock__release_finish(rlock__op *op, int result) {
-  (void)result;
+  /* The one place a release's success is told (RELEASED): 1 freed the
+   * lock, 0 left holds. */
+  rlock__engine *e = op->engine;
+  if (result >= 0 && e->on_event != NULL) {
+    rlock__event ev = {.pub = {.type = RLOCK_EVENT_RELEASED,
+                               .kind = op->lock->prim->kind,
+                               .name = op->lock->name,
+                               .owner = op->owner,
+                               .detail = ""}};
+    if (op->u.rel.hold_gen != 0)
+      ev.pub.hold_ms = rlock__now_ms() - op->u.rel.held_since;
+    if (result == 0)
+      ev.pub.hold_count =
+          rlock__hold_count_known(e, op->lock->name, op->owner);
+    rlock__engine_emit(e, &ev);
+  }
   if (op->u.rel.hold_gen != 0) {
     rlock__hold *h = rlock__hold_find(op->engine, op->lock->name, op->owner);
     if (h != NULL && h->gen == op->u.rel.hold_gen && h->releasing > 0)

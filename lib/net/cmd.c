@@ -288,6 +288,7 @@ void rlock__cmd_wait_reply(rlock__cmd *cmd, uint32_t seq, redisReply *reply) {
       reply->element[1]->type == REDIS_REPLY_INTEGER)
     synced = reply->element[1]->integer >= 1;
   n->reply_unsynced = !synced;
+  rlock__count(synced ? &n->stats.sync_ok : &n->stats.sync_unconfirmed, 1);
   complete(cmd, held, 0);
   freeReplyObject(held);
 }
@@ -383,6 +384,7 @@ void rlock__cmd_send_now(rlock__cmd *cmd) {
   }
   cmd->ask = NULL;
   cmd->sent_to = node;
+  rlock__count(&n->stats.commands_sent, 1);
   cmd->inflight++;
   cmd->send_seq++;
   /* Replica sync: WAIT right behind it, in the same write. */

@@ -278,6 +278,11 @@ static void fail_expected(rlock__conn *conn) {
 static void conn_lost(rlock__conn *conn, int err, const char *detail) {
   rlock__net *n = conn->net;
   rlock__timed_stop(n->core, &conn->hs_timer);
+  if (conn->state == RLOCK__CONN_UP) { /* told at its reconnect */
+    conn->down_err = err;
+    snprintf(conn->down_detail, sizeof(conn->down_detail), "%s",
+             detail != NULL ? detail : rlock_strerror(err));
+  }
   if (err != RLOCK__NOT_MASTER)
     progress(conn, err, detail);
   if (err == RLOCK_EPROTO) {
@@ -380,6 +385,9 @@ static void conn_ready(rlock__conn *conn) {
   conn->ever_up = true;
   conn->backoff_attempt = 0;
   progress(conn, 0, NULL);
+  if (conn->was_up && n->on_reconnected != NULL)
+    n->on_reconnected(n, conn);
+  conn->was_up = true;
   if (!conn->is_sub)
     n->on_cmd_ready(n);
 }

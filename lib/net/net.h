@@ -194,6 +194,17 @@ struct rlock__net {
   void (*on_cmd_ready)(rlock__net *n);
   /* During close: the command connection has finished closing. */
   void (*on_cmd_closed)(rlock__net *n);
+  /* A connection that was up before is up again (its handshake answered):
+   * is_sub, and err/detail of its loss. NULL: none. */
+  void (*on_reconnected)(rlock__net *n, const rlock__conn *conn);
+  /* Counts for the client's stats (loop thread writes, any thread reads). */
+  struct {
+    rlock__counter commands_sent; /* writes of a command, re-sends too */
+    rlock__counter resubscribes;  /* channels subscribed again on a
+                                     subscriber connection that was up */
+    rlock__counter sync_ok;       /* replica sync: confirmed */
+    rlock__counter sync_unconfirmed;
+  } stats;
 };
 
 /* Inside a command's callback: the command asked for replica sync and no

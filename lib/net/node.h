@@ -44,6 +44,11 @@ typedef struct rlock__conn {
    * and answered on the current link: checked by asserts only. */
   int hs_pushed, hs_answered;
   char hs_detail[200];
+  /* Stats and events: it was up once (a later up is a reconnect), and why
+   * it last went down from up. */
+  bool was_up;
+  int down_err;
+  char down_detail[128];
 } rlock__conn;
 
 /* One server: its command connection, its subscriber connection (started

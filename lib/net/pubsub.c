@@ -556,6 +556,8 @@ void rlock__chans_on_connect(rlock__node *nd) {
       /* (A first connection, started by a subscribe of the walk below,
        * leaves the count to that walk.) */
       again += e->missed && nd->sub.ever_up;
+      if (nd->sub.was_up)
+        rlock__count(&n->stats.resubscribes, 1);
       send_subscribe(n, e);
     } else {
       entry_free(n, e);

@@ -51,6 +51,8 @@ static const rlock__option_spec specs[] = {
     {"replica_sync_mode", INT_OPT(replica_sync_mode), RLOCK_REPLICA_SYNC_AUTO,
      RLOCK_REPLICA_SYNC_AUTO, RLOCK_REPLICA_SYNC_WAITAOF,
      "0 (auto), 1 (WAIT) or 2 (WAITAOF)"},
+    /* 0: a third of the hold's lease; -1: off */
+    {"lease_risk_ms", I64_OPT(lease_risk_ms), 0, -1, RLOCK__MS_MAX, NULL},
 };
 
 const rlock__option_spec *rlock__options_specs(size_t *n) {

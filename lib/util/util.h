@@ -7,6 +7,7 @@
 #define RLOCK_UTIL_H
 
 #include <assert.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -179,5 +180,20 @@ char *rlock__tag(const char *name, size_t len, size_t *tag_len);
 /* prefix + tag, malloc'd; NULL when out of memory. */
 char *rlock__prefixed(const char *prefix, const char *tag, size_t tag_len,
                       size_t *len);
+
+/* ---- counters (stats: docs/api.md, "Stats") ---- */
+
+/* A counter with one writer (the loop thread) and readers on any thread:
+ * relaxed atomics, so a reader never sees a torn value, and the writer's
+ * add is a plain load and store (no locked instruction). */
+typedef _Atomic uint64_t rlock__counter;
+
+static inline void rlock__count(rlock__counter *c, uint64_t n) {
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+                        memory_order_relaxed);
+}
+static inline uint64_t rlock__counter_get(const rlock__counter *c) {
+  return atomic_load_explicit((rlock__counter *)c, memory_order_relaxed);
+}
 
 #endif

@@ -2677,6 +2677,154 @@ static bool sync_command(const char *cmd, int n, char **words) {
   return true;
 }
 
+/* ---- MultiLock (getMultiLock(RLock...); PROTOCOL-SYNC.md section 2a) ----
+ * Java's RedissonMultiLock over RLocks of the names given (comma-separated
+ * in one word): members in the order given; each member's tryLock may use
+ * the whole time left (a member wait of -1 in Java, one attempt here when
+ * no time is left or none was given); lease L = -1 (watchdog) without a
+ * lease, 2 x wait with a wait, else the lease; a member not taken releases
+ * every member taken (unlock, errors ignored) and, with a wait, starts
+ * again from the first; the time left is checked after every member (the
+ * last too: then all are released and it is false); with a lease, each
+ * member gets it at the end by Java's generic expire (EVAL, KEYS [name],
+ * ARGV [lease, ""]). lock(): rounds of tryLock(w, lease), w = n x 1500
+ * without a lease, else random in [lease/2, lease) or [base, lease).
+ *   mlock <names> <lease_ms>               -> ACQUIRED <ms>
+ *   mtrylock <names> <wait_ms> <lease_ms>  -> ACQUIRED <ms> | NOTACQUIRED <ms>
+ *   munlock <names>                        unlock(), in order -> UNLOCKED
+ *   mcount <names> <key> <n> <lease_ms>    n x { mlock; GET key; SET key
+ *                                          v+1; munlock } -> COUNTED <n> <ms>
+ */
+#define MULTI_MAX 16
+
+static const char multi_expire_lua[] =
+    "local r = 0; for j = 1, #KEYS do "
+    "if redis.call('pexpire', KEYS[j], ARGV[1]) == 1 then r = 1; end; end; "
+    "return r;";
+
+static int multi_split(char *list, char **names) {
+  int n = 0;
+  for (char *save = NULL, *w = strtok_r(list, ",", &save);
+       w != NULL && n < MULTI_MAX; w = strtok_r(NULL, ",", &save))
+    names[n++] = w;
+  return n;
+}
+
+static void multi_release(char **names, int acquired) {
+  for (int i = 0; i < acquired; i++)
+    (void)release(names[i], true);
+}
+
+/* tryLock(wait, lease): 1 all held, 0 not (none held). */
+static int multi_try(char **names, int n, int64_t wait_ms, int64_t lease_ms) {
+  int64_t member_lease = lease_ms <= 0 ? -1
+                         : wait_ms > 0 ? 2 * wait_ms
+                                       : lease_ms;
+  int64_t remain = wait_ms > 0 ? wait_ms : -1;
+  int acquired = 0;
+  for (int i = 0; i < n;) {
+    int64_t t = now_ms();
+    int rc = lock_wait(names[i], remain > 0 ? remain : 0, member_lease);
+    if (rc == 1) {
+      acquired++;
+      i++;
+    } else {
+      multi_release(names, acquired);
+      acquired = 0;
+      if (wait_ms <= 0)
+        return 0;
+      i = 0; /* start again from the first member */
+    }
+    if (remain > 0) {
+      remain -= now_ms() - t;
+      if (remain <= 0) {
+        multi_release(names, acquired);
+        return 0;
+      }
+    }
+  }
+  if (lease_ms > 0) {
+    char lease[24];
+    snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
+    for (int i = 0; i < n; i++) {
+      const char *argv[6] = {"EVAL", multi_expire_lua, "1", names[i], lease,
+                             ""};
+      freeReplyObject(run_argv(6, argv));
+      lease_set(names[i], lease_ms);
+    }
+  }
+  return 1;
+}
+
+static int multi_lock(char **names, int n, int64_t lease_ms) {
+  int64_t base = (int64_t)n * 1500;
+  for (;;) {
+    int64_t w = base;
+    if (lease_ms > 0) {
+      int64_t lo = lease_ms <= base ? lease_ms / 2 : base;
+      uint64_t x = 0;
+      random_bytes((unsigned char *)&x, sizeof x);
+      w = lo + (lease_ms > lo ? (int64_t)(x % (uint64_t)(lease_ms - lo)) : 0);
+      if (w < 1)
+        w = 1;
+    }
+    if (multi_try(names, n, w, lease_ms) == 1)
+      return 1;
+  }
+}
+
+static bool multi_command(const char *cmd, int n, char **words) {
+  if (cmd[0] != 'm' || n < 2)
+    return false;
+  char *names[MULTI_MAX];
+  int64_t t0 = now_ms();
+  if (strcmp(cmd, "mlock") == 0 && n == 3 && num(words[2]) != INT64_MIN) {
+    multi_lock(names, multi_split(words[1], names), num(words[2]));
+    out("ACQUIRED %" PRId64, now_ms() - t0);
+  } else if (strcmp(cmd, "mtrylock") == 0 && n == 4 &&
+             num(words[2]) != INT64_MIN && num(words[3]) != INT64_MIN) {
+    int rc = multi_try(names, multi_split(words[1], names), num(words[2]),
+                       num(words[3]));
+    out("%s %" PRId64, rc == 1 ? "ACQUIRED" : "NOTACQUIRED", now_ms() - t0);
+  } else if (strcmp(cmd, "munlock") == 0 && n == 2) {
+    int m = multi_split(words[1], names);
+    for (int i = 0; i < m; i++)
+      if (release(names[i], true) == -1) {
+        out("ERROR NOTOWNER %s", names[i]);
+        return true;
+      }
+    out("UNLOCKED");
+  } else if (strcmp(cmd, "mcount") == 0 && n == 5 && num(words[3]) > 0 &&
+             num(words[4]) != INT64_MIN) {
+    int m = multi_split(words[1], names);
+    long rounds = (long)num(words[3]);
+    set_quiet(true);
+    for (long i = 0; i < rounds; i++) {
+      multi_lock(names, m, num(words[4]));
+      const char *get[2] = {"GET", words[2]};
+      redisReply *r = run_argv(2, get);
+      long long v =
+          r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
+      freeReplyObject(r);
+      char next[24];
+      snprintf(next, sizeof next, "%lld", v + 1);
+      const char *set[3] = {"SET", words[2], next};
+      freeReplyObject(run_argv(3, set));
+      for (int j = 0; j < m; j++)
+        if (release(names[j], true) != 1) {
+          set_quiet(false);
+          out("ERROR mcount: unlock of %s in round %ld", names[j], i);
+          return true;
+        }
+    }
+    set_quiet(false);
+    out("COUNTED %ld %" PRId64, rounds, now_ms() - t0);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 static void run_command(char *line) {
   char *words[8] = {0};
   int n = 0;
@@ -2716,7 +2864,8 @@ static void run_command(char *line) {
              num(words[3]) > 0 && num(words[4]) != INT64_MIN) {
     count_cmd(words[1], words[2], (long)num(words[3]), num(words[4]),
               n == 6 ? words[5] : NULL);
-  } else if (!kind_command(cmd, n, words) && !sync_command(cmd, n, words)) {
+  } else if (!kind_command(cmd, n, words) && !sync_command(cmd, n, words) &&
+             !multi_command(cmd, n, words)) {
     out("ERROR unknown command or bad arguments: %s", cmd);
   }
 }

@@ -1478,3 +1478,152 @@ Test(kinds, rw_monitor) {
   rlock_free(wr);
   rlock_client_close(c);
 }
+
+/* ==================================================================== */
+/* ---- MultiLock (issue 29, items 2 and 5) ---- */
+
+typedef struct ml_counter {
+  rlock_multilock *ml;
+  redisContext *redis;
+  const char *key;
+  int rounds;
+  atomic_int done;
+  char error[256];
+  rt_thread th;
+} ml_counter;
+
+static void ml_counter_main(void *arg) {
+  ml_counter *t = arg;
+  for (int i = 0; i < t->rounds; i++) {
+    int rc = rlock_multilock_lock(t->ml, -1);
+    if (rc != 0) {
+      snprintf(t->error, sizeof t->error, "lock: %s", rlock_err_name(rc));
+      return;
+    }
+    /* Deliberately not atomic: only the MultiLock keeps this exact. */
+    redisReply *r = redisCommand(t->redis, "GET %s", t->key);
+    long long v = r != NULL && r->type == REDIS_REPLY_STRING ? atoll(r->str)
+                                                              : 0;
+    freeReplyObject(r);
+    freeReplyObject(redisCommand(t->redis, "SET %s %lld", t->key, v + 1));
+    rc = rlock_multilock_unlock(t->ml);
+    if (rc != 0) {
+      snprintf(t->error, sizeof t->error, "unlock: %s", rlock_err_name(rc));
+      return;
+    }
+    atomic_fetch_add(&t->done, 1);
+  }
+}
+
+#define ML_ROUNDS 40
+
+/* A MultiLock in rlock over {a,b} and one in the java-like peer over
+ * {b,c} (Java's algorithm over RLocks) never both hold: first step by
+ * step, then counting together on one unguarded counter. */
+Test(kinds, multilock_c_and_java_exclude_each_other) {
+  char a[NAME_MAX_LEN], b[NAME_MAX_LEN], c3[NAME_MAX_LEN], key[NAME_MAX_LEN];
+  rt_key(a, sizeof a, "kinds:mla");
+  rt_key(b, sizeof b, "kinds:mlb");
+  rt_key(c3, sizeof c3, "kinds:mlc");
+  rt_key(key, sizeof key, "kinds:ml-counter");
+  peer *p = peer_start(PEER_JAVA, 0);
+  rlock_client *c = rt_client();
+  rlock *m[2] = {rt_lock(c, a), rt_lock(c, b)};
+  rlock_multilock *ml = NULL;
+  cr_assert_eq(rlock_multilock_new(m, 2, &ml), 0);
+
+  cr_assert_eq(rlock_multilock_try_lock(ml, 0, LONG_LEASE_MS), 1);
+  const char *ans = peer_call(p, "NOTACQUIRED", REPLY_BOUND_MS,
+                              "mtrylock %s,%s 300 -1", b, c3);
+  cr_assert_geq(atoll(ans), 290, "the peer gave up after %s ms", ans);
+  cr_assert_eq(rt_exists(c3), 0, "the peer left a member held");
+  cr_assert_eq(rlock_multilock_unlock(ml), 0);
+  peer_call(p, "ACQUIRED", REPLY_BOUND_MS, "mtrylock %s,%s 0 -1", b, c3);
+  cr_assert_eq(rlock_multilock_try_lock(ml, 300, -1), 0);
+  cr_assert_eq(rt_exists(a), 0, "rlock left a member held");
+  /* rlock waits for b; the peer's unlock of both wakes it */
+  peer_send(p, "munlock %s,%s", b, c3);
+  cr_assert_eq(rlock_multilock_try_lock(ml, 10000, -1), 1);
+  peer_expect(p, "UNLOCKED", REPLY_BOUND_MS);
+  cr_assert_eq(rlock_multilock_unlock(ml), 0);
+  cr_assert_eq(rt_exists(a) + rt_exists(b) + rt_exists(c3), 0);
+
+  /* both count under their MultiLocks at once */
+  ml_counter t = {.ml = ml, .key = key, .rounds = ML_ROUNDS};
+  t.redis = rt_redis_new(10000);
+  int64_t t0 = rt_now_ms();
+  rt_thread_start(&t.th, ml_counter_main, &t);
+  peer_send(p, "mcount %s,%s %s %d -1", b, c3, key, ML_ROUNDS);
+  const char *answer = peer_next_answer(p, 120000);
+  cr_assert(strncmp(answer, "COUNTED ", 8) == 0, "the peer's count: %s",
+            answer);
+  rt_thread_join(&t.th, 120000);
+  redisFree(t.redis);
+  cr_assert_str_empty(t.error, "%s", t.error);
+  char *v = rt_str("GET %s", key);
+  long long got = v != NULL ? atoll(v) : -1;
+  free(v);
+  interop_report("multilock counter: rlock {a,b} and java-like {b,c}, %d "
+                 "rounds each, %lld increments in %" PRId64 " ms",
+                 ML_ROUNDS, got, rt_now_ms() - t0);
+  cr_assert_eq(got, 2 * ML_ROUNDS, "lost updates: both held b at once");
+  cr_assert_eq(rt_exists(a) + rt_exists(b) + rt_exists(c3), 0);
+
+  peer_stop(p);
+  rlock_multilock_free(ml);
+  rlock_free(m[0]);
+  rlock_free(m[1]);
+  rlock_client_close(c);
+}
+
+/* The wire of a MultiLock with a wait and a lease, as Java sends it: each
+ * member's acquire with a lease of 2 x wait, then each member's keys
+ * PEXPIREd to the lease (KEYS the member's keys - a fair member's queue
+ * and deadlines too - ARGV [lease, ""]), from rlock and from the peer. */
+Test(kinds, multilock_monitor) {
+  char a[NAME_MAX_LEN], f[NAME_MAX_LEN], tag[NAME_MAX_LEN], me[OWNER_MAX_LEN],
+      po[OWNER_MAX_LEN], needle[2048];
+  rt_key(a, sizeof a, "kinds:mlm-a");
+  rt_key(f, sizeof f, "kinds:mlm-f");
+  tag_of(tag, sizeof tag, f);
+  peer *p = peer_start(PEER_JAVA, 0);
+  peer_owner(p, a, po, sizeof po);
+  rlock_client *c = rt_client();
+  rlock *m[2] = {rt_lock(c, a), kind_get(c, "fair", f)};
+  rlock_multilock *ml = NULL;
+  cr_assert_eq(rlock_multilock_new(m, 2, &ml), 0);
+  interop_my_owner(me, sizeof me, c);
+
+  monitor *mon = monitor_start();
+  cr_assert_eq(rlock_multilock_try_lock(ml, 1000, 9000), 1);
+  cr_assert_eq(rlock_multilock_unlock(ml), 0);
+  peer_call(p, "ACQUIRED", REPLY_BOUND_MS, "mtrylock %s 1000 9000", a);
+  peer_call(p, "UNLOCKED", REPLY_BOUND_MS, "munlock %s", a);
+  monitor_sync(mon);
+
+  snprintf(needle, sizeof needle, "\"1\" \"%s\" \"2000\" \"%s\"", a, me);
+  assert_monitor_has(mon, needle, "rlock member acquire with 2 x wait");
+  snprintf(needle, sizeof needle, "\"1\" \"%s\" \"2000\" \"%s\"", a, po);
+  assert_monitor_has(mon, needle, "java-like member acquire with 2 x wait");
+  snprintf(needle, sizeof needle, "\"1\" \"%s\" \"9000\" \"\"", a);
+  /* >= 2: a first EVALSHA of rlock's script comes again as EVAL */
+  cr_assert_geq(monitor_count_of(mon, needle), 2,
+                "an expire of the member to the lease from each side");
+  snprintf(needle, sizeof needle, "\"EVAL\" \"local r = 0;");
+  assert_monitor_has(mon, needle, "the java-like expire");
+  snprintf(needle, sizeof needle,
+           "\"3\" \"%s\" \"redisson_lock_queue:%s\" \"redisson_lock_timeout:%s\""
+           " \"9000\" \"\"",
+           f, tag, tag);
+  assert_monitor_has(mon, needle, "rlock expire of the fair member's keys");
+  snprintf(needle, sizeof needle, "lua] \"pexpire\" \"redisson_lock_queue:%s\"",
+           tag);
+  assert_monitor_has(mon, needle, "the fair queue key PEXPIREd");
+  interop_report("multilock MONITOR: %zu lines", monitor_count(mon));
+  monitor_stop(mon);
+  peer_stop(p);
+  rlock_multilock_free(ml);
+  rlock_free(m[0]);
+  rlock_free(m[1]);
+  rlock_client_close(c);
+}

@@ -758,6 +758,70 @@ RLOCK_EXTERN int rlock_multilock_unlock_owner(rlock_multilock *ml,
 RLOCK_EXTERN int rlock_multilock_is_held_by_owner(rlock_multilock *ml,
                                                   uint64_t owner);
 
+/* ---- FasterMultiLock (Redisson getMultiLock(group, values)) ------------ *
+ * Values of one group locked all or none by one script call on one hash,
+ * the group's name: per value a field named after a hash of the value
+ * (rlock_fast_multilock_field_name), holding its owner, plus the owner's
+ * expiry (client wall-clock ms) and count fields; waiters wait on the
+ * group's RLock channel "redisson_lock__channel:{group}" (docs/
+ * wire-protocol.md, "The FasterMultiLock"). Shared with Java only when
+ * Java encodes the values as UTF-8 strings (StringCodec): the field names
+ * are hashes of the encoded bytes, and Java's default codec is Kryo. A
+ * lease is required (lease_ms > 0; < 0 is RLOCK_EINVAL): nothing renews
+ * the values by themselves - rlock_fast_multilock_renew_owner() does. */
+typedef struct rlock_fast_multilock rlock_fast_multilock;
+#define RLOCK_FAST_MULTILOCK_FIELD_LEN 22
+
+/* The field name of a value: base64 (standard alphabet, no "==") of
+ * HighwayHash-128 with Redisson's key over its bytes, 22 characters and a
+ * NUL into out ("Jack_001" -> "7pNoDdizVy2xY792MaFv+w"). 0, or
+ * RLOCK_EINVAL (NULL out, or NULL value with len > 0). */
+RLOCK_EXTERN int rlock_fast_multilock_field_name(
+    const void *value, size_t len, char out[RLOCK_FAST_MULTILOCK_FIELD_LEN + 1]);
+/* A handle for `values` (n >= 1; lens NULL: NUL-terminated strings, else
+ * their byte lengths) of `group`; equal values count once. Sends nothing.
+ * Errors as for rlock_get(), and RLOCK_EINVAL for n == 0 or a NULL value. */
+RLOCK_EXTERN int rlock_fast_multilock_get(rlock_client *client,
+                                          const char *group,
+                                          const char *const *values,
+                                          const size_t *lens, size_t n,
+                                          rlock_fast_multilock **out);
+RLOCK_EXTERN void rlock_fast_multilock_free(rlock_fast_multilock *fml);
+/* How many distinct values; 0 for NULL. */
+RLOCK_EXTERN size_t rlock_fast_multilock_size(const rlock_fast_multilock *fml);
+/* Takes every value within wait_ms (0: one try; < 0: no limit) for
+ * lease_ms: 1 all taken (re-entered where the owner held them), 0 not
+ * within wait_ms (none taken), or an error. */
+RLOCK_EXTERN int rlock_fast_multilock_try_lock(rlock_fast_multilock *fml,
+                                               int64_t wait_ms,
+                                               int64_t lease_ms);
+RLOCK_EXTERN int rlock_fast_multilock_try_lock_owner(
+    rlock_fast_multilock *fml, uint64_t owner, int64_t wait_ms,
+    int64_t lease_ms);
+/* Waits as long as it takes: 0 or an error. */
+RLOCK_EXTERN int rlock_fast_multilock_lock(rlock_fast_multilock *fml,
+                                           int64_t lease_ms);
+/* Releases one hold of every value: 1 all freed, 0 some still held
+ * (re-entered), RLOCK_ENOTOWNER when a value is not held by the owner
+ * (nothing is changed then). Publishes "0" on the group's channel when a
+ * value was freed. */
+RLOCK_EXTERN int rlock_fast_multilock_unlock(rlock_fast_multilock *fml);
+RLOCK_EXTERN int rlock_fast_multilock_unlock_owner(rlock_fast_multilock *fml,
+                                                   uint64_t owner);
+/* Java's renewal: every value's hold by `owner` ends lease_ms from now. 1
+ * renewed, 0 a value is not the owner's (or the group is gone). */
+RLOCK_EXTERN int rlock_fast_multilock_renew_owner(rlock_fast_multilock *fml,
+                                                  uint64_t owner,
+                                                  int64_t lease_ms);
+/* Frees every value whoever holds it (publishing "0"): the number of
+ * values that had a holder. */
+RLOCK_EXTERN int rlock_fast_multilock_force_unlock(rlock_fast_multilock *fml);
+/* 1 if any value is held (a hold not ended), else 0. */
+RLOCK_EXTERN int rlock_fast_multilock_is_locked(rlock_fast_multilock *fml);
+/* 1 if `owner` holds every value, else 0. */
+RLOCK_EXTERN int rlock_fast_multilock_is_held_by_owner(
+    rlock_fast_multilock *fml, uint64_t owner);
+
 /* ---- semaphores (Redisson getSemaphore) ------------------------------- *
  * N permits shared by every client, Java's included: a string counter under
  * the name and the channel "redisson_sc:{name}", on which every call that

@@ -1627,3 +1627,60 @@ Test(kinds, multilock_monitor) {
   rlock_free(m[1]);
   rlock_client_close(c);
 }
+
+/* The FasterMultiLock's wire as the study saw Java send it: the acquire
+ * KEYS [group] ARGV [lease, now, owner, fields...], the unlock KEYS [group,
+ * redisson_lock__channel:{group}, latch] ARGV [owner, 0, lease, PUBLISH,
+ * latch TTL, now, fields...], "0" published on the group's channel, which
+ * a waiter subscribes to. */
+Test(kinds, fast_multilock_monitor) {
+  char g[NAME_MAX_LEN], tag[NAME_MAX_LEN], me[OWNER_MAX_LEN], needle[2048];
+  rt_key(g, sizeof g, "kinds:fml");
+  tag_of(tag, sizeof tag, g);
+  rlock_client *c = rt_client(), *c2 = rt_client();
+  interop_my_owner(me, sizeof me, c);
+  const char *vals[2] = {"Jack_001", "Mary_002"};
+  rlock_fast_multilock *f = NULL, *f2 = NULL;
+  cr_assert_eq(rlock_fast_multilock_get(c, g, vals, NULL, 2, &f), 0);
+  cr_assert_eq(rlock_fast_multilock_get(c2, g, vals + 1, NULL, 1, &f2), 0);
+  monitor *mon = monitor_start();
+  cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, 30000), 1);
+  cr_assert_eq(rlock_fast_multilock_try_lock(f2, 100, 30000), 0);
+  cr_assert_eq(rlock_fast_multilock_unlock(f), 1);
+  monitor_sync(mon);
+
+  snprintf(needle, sizeof needle, "\"1\" \"%s\" \"30000\" \"", g);
+  size_t i = monitor_find(mon, 0, needle);
+  cr_assert_neq(i, SIZE_MAX, "no acquire call");
+  snprintf(needle, sizeof needle,
+           "\" \"%s\" \"7pNoDdizVy2xY792MaFv+w\" \"kIX2DFOX4IWct7G7K6tV9A\"",
+           me);
+  cr_assert(strstr(monitor_line(mon, i), needle) != NULL,
+            "acquire ARGV lease, now, owner, fields: %s",
+            monitor_line(mon, i));
+  snprintf(needle, sizeof needle,
+           "\"3\" \"%s\" \"redisson_lock__channel:%s\" "
+           "\"redisson_unlock_latch:%s:",
+           g, tag, tag);
+  i = monitor_find(mon, 0, needle);
+  cr_assert_neq(i, SIZE_MAX, "no unlock call");
+  snprintf(needle, sizeof needle, "\"%s\" \"0\" \"30000\" \"PUBLISH\" \"",
+           me);
+  cr_assert(strstr(monitor_line(mon, i), needle) != NULL &&
+                strstr(monitor_line(mon, i),
+                       "\"7pNoDdizVy2xY792MaFv+w\" "
+                       "\"kIX2DFOX4IWct7G7K6tV9A\"") != NULL,
+            "unlock ARGV: %s", monitor_line(mon, i));
+  snprintf(needle, sizeof needle,
+           "lua] \"publish\" \"redisson_lock__channel:%s\" \"0\"", tag);
+  assert_monitor_has(mon, needle, "0 on the group's channel");
+  snprintf(needle, sizeof needle, "\"subscribe\" \"redisson_lock__channel:%s\"",
+           tag);
+  assert_monitor_has(mon, needle, "the waiter's SUBSCRIBE");
+  interop_report("fast multilock MONITOR: %zu lines", monitor_count(mon));
+  monitor_stop(mon);
+  rlock_fast_multilock_free(f);
+  rlock_fast_multilock_free(f2);
+  rlock_client_close(c2);
+  rlock_client_close(c);
+}

@@ -276,17 +276,31 @@ static rlock__cmd *send_with_fields(rlock__op *op, const rlock__script *script,
   return cmd;
 }
 
-/* The acquire's try (Java's wait-loop form): KEYS [H]; ARGV lease, now,
- * owner, fields. Never re-sent (a second lock_count increment). */
-static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
-                            rlock__reply_cb cb) {
+/* The shape of the acquire, the renewal and the queries: KEYS [H]; ARGV
+ * `what` (a word, or the number `ms` when NULL), now, the owner (or ""),
+ * the fields. Sent for op (op_send) or returned (the acquire's try). */
+static rlock__cmd *send_group(rlock__op *op, const rlock__script *script,
+                              const char *what, int64_t ms, bool with_owner,
+                              rlock__reply_cb cb, bool op_send) {
   rlock__argv a = {0};
   rlock__argv_str(&a, "1");
   rlock__argv_mem(&a, op->lock->name, op->lock->name_len);
-  rlock__argv_int(&a, lease_ms);
+  if (what != NULL)
+    rlock__argv_str(&a, what);
+  else
+    rlock__argv_int(&a, ms);
   rlock__argv_int(&a, rlock__wall_ms());
-  rlock__argv_str(&a, op->owner);
-  return send_with_fields(op, &acquire_script, &a, 0, cb, false);
+  rlock__argv_str(&a, with_owner ? op->owner : "");
+  /* the acquire is never re-sent (a second lock_count increment) */
+  return send_with_fields(
+      op, script, &a, op_send ? op->engine->core->opts.retry_attempts : 0, cb,
+      op_send);
+}
+
+/* The acquire's try (Java's wait-loop form): lease, now, owner, fields. */
+static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
+                            rlock__reply_cb cb) {
+  return send_group(op, &acquire_script, NULL, lease_ms, true, cb, false);
 }
 
 static void int_reply(rlock__net *n, redisReply *reply, int err, void *data) {
@@ -355,28 +369,14 @@ static void start_force(rlock__op *op) {
 }
 
 static void start_renew(rlock__op *op) {
-  rlock__argv a = {0};
-  rlock__argv_str(&a, "1");
-  rlock__argv_mem(&a, op->lock->name, op->lock->name_len);
-  rlock__argv_int(&a, op->lease_ms);
-  rlock__argv_int(&a, rlock__wall_ms());
-  rlock__argv_str(&a, op->owner);
-  send_with_fields(op, &renew_script, &a,
-                   op->engine->core->opts.retry_attempts, int_reply, true);
+  send_group(op, &renew_script, NULL, op->lease_ms, true, int_reply, true);
 }
-
-static void query(rlock__op *op, const char *what, bool with_owner) {
-  rlock__argv a = {0};
-  rlock__argv_str(&a, "1");
-  rlock__argv_mem(&a, op->lock->name, op->lock->name_len);
-  rlock__argv_str(&a, what);
-  rlock__argv_int(&a, rlock__wall_ms());
-  rlock__argv_str(&a, with_owner ? op->owner : "");
-  send_with_fields(op, &query_script, &a,
-                   op->engine->core->opts.retry_attempts, int_reply, true);
+static void start_is_locked(rlock__op *op) {
+  send_group(op, &query_script, "locked", 0, false, int_reply, true);
 }
-static void start_is_locked(rlock__op *op) { query(op, "locked", false); }
-static void start_is_held(rlock__op *op) { query(op, "held", true); }
+static void start_is_held(rlock__op *op) {
+  send_group(op, &query_script, "held", 0, true, int_reply, true);
+}
 
 static const rlock__op_type release_type = {.name = "fml_release",
                                             .start = start_release};

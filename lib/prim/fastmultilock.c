@@ -418,24 +418,27 @@ static int run(rlock_fast_multilock *f, const rlock__op_type *type,
   return rlock__op_run_sync(&o.op);
 }
 
-static int check_lease(int64_t lease_ms) {
+/* The acquire and the renewal: a lease is required; the last one given is
+ * what a release re-applies to values still held. */
+static int run_leased(rlock_fast_multilock *f, const rlock__op_type *type,
+                      uint64_t owner, int64_t wait_ms, int64_t lease_ms) {
   if (lease_ms < 0) {
     rlock__set_last_error("a FasterMultiLock needs a lease (lease_ms > 0): "
                           "nothing renews its values by itself");
     return RLOCK_EINVAL;
   }
-  return rlock__check_lease(lease_ms);
+  int rc = rlock__check_lease(lease_ms);
+  if (rc != 0)
+    return rc;
+  if (f != NULL)
+    atomic_store(&f->lease_ms, lease_ms);
+  return run(f, type, owner, wait_ms, lease_ms);
 }
 
 int rlock_fast_multilock_try_lock_owner(rlock_fast_multilock *f,
                                         uint64_t owner, int64_t wait_ms,
                                         int64_t lease_ms) {
-  int rc = check_lease(lease_ms);
-  if (rc != 0)
-    return rc;
-  if (f != NULL)
-    atomic_store(&f->lease_ms, lease_ms);
-  return run(f, &rlock__op_acquire, owner, wait_ms, lease_ms);
+  return run_leased(f, &rlock__op_acquire, owner, wait_ms, lease_ms);
 }
 
 int rlock_fast_multilock_try_lock(rlock_fast_multilock *f, int64_t wait_ms,
@@ -460,12 +463,7 @@ int rlock_fast_multilock_unlock(rlock_fast_multilock *f) {
 
 int rlock_fast_multilock_renew_owner(rlock_fast_multilock *f, uint64_t owner,
                                      int64_t lease_ms) {
-  int rc = check_lease(lease_ms);
-  if (rc != 0)
-    return rc;
-  if (f != NULL)
-    atomic_store(&f->lease_ms, lease_ms);
-  return run(f, &renew_type, owner, 0, lease_ms);
+  return run_leased(f, &renew_type, owner, 0, lease_ms);
 }
 
 int rlock_fast_multilock_force_unlock(rlock_fast_multilock *f) {

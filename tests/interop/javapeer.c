@@ -74,7 +74,11 @@
  * and write lock), fx (getFencedLock), sp (getSpinLock), nr
  * (getNonReentrantLock: RLock's keys, channel and unlock; its acquire adds
  * the marker NON_REENTRANT_REACQUIRE as ARGV[3] and a re-acquire prints
- * `ERROR acquire: ERR NON_REENTRANT_REACQUIRE` at once); lease <= 0 means
+ * `ERROR acquire: ERR NON_REENTRANT_REACQUIRE` at once), nf
+ * (getNonReentrantFairLock: the fair lock's keys, channels, unlock and
+ * queue-leave; its two acquire forms take the marker as ARGV[5] and refuse
+ * the owner's own field before any queue step, with no acquireFailed
+ * after the refusal); lease <= 0 means
  * the watchdog timeout, renewed. Answers as for the plain lock.
  *   <p>lock <name> <lease_ms>              lock(lease)
  *   <p>trylock <name> <wait_ms> <lease_ms> tryLock(wait, lease)
@@ -242,7 +246,7 @@ static const char renew_lua[] =
 
 /* Steps shared by both fair acquires: take the free lock when first in
  * line (the others' deadlines move up by our wait), or re-enter. */
-#define FAIR_TAKE_OR_REENTER                                                   \
+#define FAIR_TAKE                                                             \
   "if redis.call('exists', KEYS[1]) == 0 then "                                \
   "  local h = redis.call('lindex', KEYS[2], 0) "                              \
   "  if (not h) or h == ARGV[2] then "                                         \
@@ -255,43 +259,60 @@ static const char renew_lua[] =
   "    redis.call('pexpire', KEYS[1], ARGV[1]) "                               \
   "    return nil "                                                            \
   "  end "                                                                     \
-  "end "                                                                       \
+  "end "
+#define FAIR_TAKE_OR_REENTER                                                   \
+  FAIR_TAKE                                                                    \
   "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then "                      \
   "  redis.call('hincrby', KEYS[1], ARGV[2], 1) "                              \
   "  redis.call('pexpire', KEYS[1], ARGV[1]) "                                 \
   "  return nil "                                                              \
   "end "
 
+/* getNonReentrantFairLock: the owner's own field is an error reply with
+ * the marker (ARGV[5]), before any queue step. */
+#define FAIR_TAKE_OR_REFUSE                                                    \
+  FAIR_TAKE                                                                    \
+  "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then "                      \
+  "  return redis.error_reply(ARGV[5]) "                                       \
+  "end "
+
 /* tryLock(wait, lease) / lock(). KEYS[1] hash, KEYS[2] queue, KEYS[3]
  * deadlines; ARGV[1] lease, ARGV[2] owner, ARGV[3] waitMs, ARGV[4] now.
  * nil = acquired, else the wait hint (0: queued, lock free, not our turn). */
-static const char fair_acquire_lua[] =
-    "local now = tonumber(ARGV[4]) "
-    "local wait = tonumber(ARGV[3]) " FAIR_PRUNE(
-        "KEYS[3]", "KEYS[2]") FAIR_TAKE_OR_REENTER
-    "if redis.call('zscore', KEYS[3], ARGV[2]) then "
-    "  local t = redis.call('pttl', KEYS[1]) "
-    "  if t < 0 then t = 0 end "
-    "  return t "
-    "end "
-    "local base = nil "
-    "local last = redis.call('lindex', KEYS[2], -1) "
-    "if last and last ~= ARGV[2] then "
-    "  local s = redis.call('zscore', KEYS[3], last) "
-    "  if s then base = tonumber(s) - now end "
-    "end "
-    "if base == nil then base = redis.call('pttl', KEYS[1]) end "
-    "if redis.call('zadd', KEYS[3], base + wait + now, ARGV[2]) == 1 then "
-    "  redis.call('rpush', KEYS[2], ARGV[2]) "
-    "end "
-    "return base";
+#define FAIR_ACQUIRE_LUA(TAKE) \
+    "local now = tonumber(ARGV[4]) " \
+    "local wait = tonumber(ARGV[3]) " FAIR_PRUNE( \
+        "KEYS[3]", "KEYS[2]") TAKE \
+    "if redis.call('zscore', KEYS[3], ARGV[2]) then " \
+    "  local t = redis.call('pttl', KEYS[1]) " \
+    "  if t < 0 then t = 0 end " \
+    "  return t " \
+    "end " \
+    "local base = nil " \
+    "local last = redis.call('lindex', KEYS[2], -1) " \
+    "if last and last ~= ARGV[2] then " \
+    "  local s = redis.call('zscore', KEYS[3], last) " \
+    "  if s then base = tonumber(s) - now end " \
+    "end " \
+    "if base == nil then base = redis.call('pttl', KEYS[1]) end " \
+    "if redis.call('zadd', KEYS[3], base + wait + now, ARGV[2]) == 1 then " \
+    "  redis.call('rpush', KEYS[2], ARGV[2]) " \
+    "end " \
+    "return base"
+static const char fair_acquire_lua[] = FAIR_ACQUIRE_LUA(FAIR_TAKE_OR_REENTER);
 
 /* tryLock(): the same keys, ARGV[3] now and ARGV[4] waitMs (swapped).
  * nil = acquired, 1 = not (never queues). */
-static const char fair_try_lua[] =
-    "local now = tonumber(ARGV[3]) "
-    "local wait = tonumber(ARGV[4]) " FAIR_PRUNE(
-        "KEYS[3]", "KEYS[2]") FAIR_TAKE_OR_REENTER "return 1";
+#define FAIR_TRY_LUA(TAKE) \
+    "local now = tonumber(ARGV[3]) " \
+    "local wait = tonumber(ARGV[4]) " FAIR_PRUNE( \
+        "KEYS[3]", "KEYS[2]") TAKE "return 1"
+static const char fair_try_lua[] = FAIR_TRY_LUA(FAIR_TAKE_OR_REENTER);
+
+/* The non-reentrant fair lock's two acquire forms: ARGV[5] the marker. */
+static const char nonre_fair_acquire_lua[] =
+    FAIR_ACQUIRE_LUA(FAIR_TAKE_OR_REFUSE);
+static const char nonre_fair_try_lua[] = FAIR_TRY_LUA(FAIR_TAKE_OR_REFUSE);
 
 /* acquireFailed. KEYS[1] queue, KEYS[2] deadlines; ARGV[1] owner,
  * ARGV[2] waitMs. Everyone behind the owner moves up by waitMs. */
@@ -653,6 +674,8 @@ enum {
   S_LATCH_DOWN,
   S_LATCH_DELETE,
   S_NONRE_ACQUIRE,
+  S_NONRE_FAIR_ACQUIRE,
+  S_NONRE_FAIR_TRY,
   S_COUNT
 };
 static struct {
@@ -669,7 +692,8 @@ static struct {
     {sem_try_lua, ""},        {sem_release_lua, ""},  {sem_set_lua, ""},
     {sem_add_lua, ""},        {sem_drain_lua, ""},    {latch_set_lua, ""},
     {latch_down_lua, ""},     {latch_delete_lua, ""},
-    {nonre_acquire_lua, ""},
+    {nonre_acquire_lua, ""}, {nonre_fair_acquire_lua, ""},
+    {nonre_fair_try_lua, ""},
 };
 
 /* ---- process state ---- */
@@ -1883,6 +1907,8 @@ typedef struct kcall {
   int64_t lease_ms; /* <= 0: the watchdog timeout, renewed */
   bool single;      /* fair tryLock(): the non-queueing script */
   bool want_token;  /* fenced: the *AndGetToken script (reply pair) */
+  bool marker;      /* fair: getNonReentrantFairLock (ARGV[5] the marker) */
+  bool refused;     /* its re-acquire error: no acquireFailed follows */
   int64_t token;    /* fenced + want_token: the token, on success */
 } kcall;
 
@@ -1977,10 +2003,13 @@ static int kind_try(kcall *c, int64_t *ttl) {
     k1 = prefixed("redisson_lock_queue", c->name);
     k2 = prefixed("redisson_lock_timeout", c->name);
     /* The two argument orders: tryLock() sends now before the wait. */
-    const char *args[8] = {"3",   c->name, k1,
+    const char *args[9] = {"3",   c->name, k1,
                            k2,    lease,   g.owner,
-                           c->single ? now : wait, c->single ? wait : now};
-    r = run_script(c->single ? S_FAIR_TRY : S_FAIR_ACQUIRE, 8, args);
+                           c->single ? now : wait, c->single ? wait : now,
+                           "NON_REENTRANT_REACQUIRE"};
+    int id = c->marker ? (c->single ? S_NONRE_FAIR_TRY : S_NONRE_FAIR_ACQUIRE)
+                       : (c->single ? S_FAIR_TRY : S_FAIR_ACQUIRE);
+    r = run_script(id, c->marker ? 9 : 8, args);
     break;
   }
   case K_READ: {
@@ -2041,6 +2070,8 @@ static int kind_try(kcall *c, int64_t *ttl) {
     *ttl = r->integer;
   } else {
     print_error_reply("acquire", r);
+    c->refused = c->marker && r->type == REDIS_REPLY_ERROR &&
+                 strstr(r->str, "NON_REENTRANT_REACQUIRE") != NULL;
     rc = -1;
   }
   if (rc == 1) {
@@ -2079,7 +2110,7 @@ static void fair_failed(const kcall *c) {
 }
 
 static void kind_failed(const kcall *c) {
-  if (c->kind == K_FAIR && !c->single)
+  if (c->kind == K_FAIR && !c->single && !c->refused)
     fair_failed(c);
 }
 
@@ -2328,9 +2359,11 @@ static void kind_force_cmd(enum kind k, const char *name) {
 
 /* lock / trylock / try of a kind; prints the answer. */
 static void kind_lock_cmd(enum kind k, const char *name, int64_t wait_ms,
-                          int64_t lease_ms, bool single, bool want_token) {
+                          int64_t lease_ms, bool single, bool want_token,
+                          bool marker) {
   int64_t t0 = now_ms();
   kcall c = {.kind = k,
+             .marker = marker,
              .name = name,
              .wait_ms = wait_ms,
              .lease_ms = lease_ms,
@@ -2403,7 +2436,8 @@ static bool kind_command(const char *cmd, int n, char **words) {
     const char *prefix;
     enum kind kind;
   } prefixes[] = {{"rd", K_READ}, {"wr", K_WRITE}, {"fx", K_FENCED},
-                  {"sp", K_SPIN}, {"nr", K_NONRE}, {"f", K_FAIR}};
+                  {"sp", K_SPIN}, {"nr", K_NONRE}, {"nf", K_FAIR},
+                  {"f", K_FAIR}};
   const char *verb = NULL;
   enum kind k = K_FAIR;
   for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes && !verb; i++) {
@@ -2415,20 +2449,21 @@ static bool kind_command(const char *cmd, int n, char **words) {
   }
   if (verb == NULL)
     return false;
+  bool nf = strncmp(cmd, "nf", 2) == 0; /* the fair kind with the marker */
   if (strcmp(verb, "lock") == 0 && n == 3 && num(words[2]) != INT64_MIN) {
-    kind_lock_cmd(k, words[1], -1, num(words[2]), false, false);
+    kind_lock_cmd(k, words[1], -1, num(words[2]), false, false, nf);
   } else if (strcmp(verb, "trylock") == 0 && n == 4 &&
              num(words[2]) != INT64_MIN && num(words[3]) != INT64_MIN) {
-    kind_lock_cmd(k, words[1], num(words[2]), num(words[3]), false, false);
+    kind_lock_cmd(k, words[1], num(words[2]), num(words[3]), false, false, nf);
   } else if (k == K_FAIR && strcmp(verb, "try") == 0 && n == 3 &&
              num(words[2]) != INT64_MIN) {
-    kind_lock_cmd(k, words[1], 0, num(words[2]), true, false);
+    kind_lock_cmd(k, words[1], 0, num(words[2]), true, false, nf);
   } else if (k == K_FENCED && strcmp(verb, "locktoken") == 0 && n == 2) {
     /* lockAndGetToken(): watchdog lease (Java's lease form ignores it). */
-    kind_lock_cmd(k, words[1], -1, -1, false, true);
+    kind_lock_cmd(k, words[1], -1, -1, false, true, nf);
   } else if (k == K_FENCED && strcmp(verb, "trylocktoken") == 0 && n == 4 &&
              num(words[2]) != INT64_MIN && num(words[3]) != INT64_MIN) {
-    kind_lock_cmd(k, words[1], num(words[2]), num(words[3]), false, true);
+    kind_lock_cmd(k, words[1], num(words[2]), num(words[3]), false, true, nf);
   } else if (k == K_FENCED && strcmp(verb, "token") == 0 && n == 2) {
     fenced_token_cmd(words[1]);
   } else if (strcmp(verb, "unlock") == 0 && n == 2) {

@@ -71,6 +71,8 @@ static rlock *kind_get(rlock_client *c, const char *kind, const char *name) {
     rc = rlock_get_fenced(c, name, &lock);
   else if (strcmp(kind, "nonreentrant") == 0)
     rc = rlock_get_nonreentrant(c, name, &lock);
+  else if (strcmp(kind, "nonreentrant_fair") == 0)
+    rc = rlock_get_nonreentrant_fair(c, name, &lock);
   else
     rc = rlock_get_spin(c, name, &lock);
   cr_assert_eq(rc, 0, "rlock_get_%s(%s): %s (%s)", kind, name,
@@ -1683,4 +1685,63 @@ Test(kinds, fast_multilock_monitor) {
   rlock_fast_multilock_free(f2);
   rlock_client_close(c2);
   rlock_client_close(c);
+}
+
+static bool queue_len_is_1(void *name) {
+  return rt_int("LLEN redisson_lock_queue:{%s}", (const char *)name) == 1;
+}
+
+/* getNonReentrantFairLock both ways (the peer's nf* commands): each side's
+ * own re-acquire is refused at once without a queue entry; each side's
+ * queued waiter is woken by the other's release. */
+Test(kinds, nonreentrant_fair_both_ways) {
+  char name[NAME_MAX_LEN], me[OWNER_MAX_LEN], po[OWNER_MAX_LEN];
+  rt_key(name, sizeof name, "kinds:nonre-fair");
+  peer *p = peer_start(PEER_JAVA, 0);
+  peer_owner(p, name, po, sizeof po);
+  rlock_client *c = rt_client(), *c2 = rt_client();
+  rlock *lock = kind_get(c, "nonreentrant_fair", name);
+  rlock *lock2 = kind_get(c2, "nonreentrant_fair", name);
+  interop_my_owner(me, sizeof me, c);
+
+  peer_call(p, "ACQUIRED", REPLY_BOUND_MS, "nflock %s %d", name,
+            LONG_LEASE_MS);
+  interop_assert_hget(name, po, "1");
+  int64_t t0 = rt_now_ms();
+  const char *err = peer_call(p, "ERROR", REPLY_BOUND_MS,
+                              "nftrylock %s 5000 %d", name, LONG_LEASE_MS);
+  cr_assert(strstr(err, "NON_REENTRANT_REACQUIRE") != NULL, "%s", err);
+  cr_assert_lt(rt_now_ms() - t0, 2000, "refused at once");
+  cr_assert_eq(rt_int("LLEN redisson_lock_queue:{%s}", name), 0,
+               "a refused re-acquire was queued");
+  kworker w = {0};
+  kworker_start(&w, c2, lock2, 10000, LONG_LEASE_MS);
+  interop_wait_until(queue_len_is_1, name, REPLY_BOUND_MS, "rlock queued");
+  int64_t t_release = rt_now_ms();
+  peer_call(p, "UNLOCKED", REPLY_BOUND_MS, "nfunlock %s", name);
+  assert_woke(&w, t_release, "nonreentrant fair: java-like releases -> "
+                             "rlock acquires");
+  kworker_finish(&w);
+  cr_assert_eq(w.unlock_rc, 1);
+  cr_assert_eq(rt_exists(name), 0);
+
+  cr_assert_eq(rlock_lock(lock, LONG_LEASE_MS), 0);
+  interop_assert_hget(name, me, "1");
+  cr_assert_eq(rlock_try_lock(lock, 5000, LONG_LEASE_MS), RLOCK_EREENTRY);
+  cr_assert_eq(rt_int("LLEN redisson_lock_queue:{%s}", name), 0);
+  peer_send(p, "nftrylock %s 10000 %d", name, LONG_LEASE_MS);
+  interop_wait_until(queue_len_is_1, name, REPLY_BOUND_MS, "peer queued");
+  t_release = rt_now_ms();
+  cr_assert_eq(rlock_unlock(lock), 1);
+  expect_peer_woke(p, t_release, "nonreentrant fair: rlock releases -> "
+                                 "java-like acquires");
+  interop_assert_hget(name, po, "1");
+  peer_call(p, "UNLOCKED", REPLY_BOUND_MS, "nfunlock %s", name);
+  cr_assert_eq(rt_exists(name), 0);
+
+  peer_stop(p);
+  rlock_free(lock);
+  rlock_free(lock2);
+  rlock_client_close(c);
+  rlock_client_close(c2);
 }

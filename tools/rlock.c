@@ -571,12 +571,13 @@ static int run_kinds(cli_run_opts *o, bool no_reenter) {
   size_t n = 1;
   for (const char *p = o->name; *p != '\0'; p++)
     n += *p == ',';
-  /* static: reachable until exit, which frees them */
+  /* static: reachable until exit, which frees them (names[0] is copy) */
   static char **names;
   static char *copy;
   o->names = names = calloc(n + 1, sizeof(char *));
   copy = strdup(o->name);
   if (names == NULL || copy == NULL) {
+    free(copy);
     cli_err("out of memory");
     return CLI_EX_OSERR;
   }
@@ -588,6 +589,10 @@ static int run_kinds(cli_run_opts *o, bool no_reenter) {
       cli_err("-m '%s': empty lock name in the list (NAME1,NAME2,...)",
               o->name);
       usage_hint();
+      free(copy);
+      free(names);
+      o->names = names = NULL;
+      o->n_names = 0;
       return CLI_EX_USAGE;
     }
     o->names[o->n_names++] = s;

@@ -126,6 +126,37 @@ typedef struct rlock rlock;
 typedef void (*rlock_lock_lost_cb)(const char *name, const char *owner,
                                    void *data);
 
+/* How much a diagnostics message matters (rlock_options.on_diag). */
+typedef enum rlock_diag_level {
+  RLOCK_DIAG_ERROR = 0, /* safety or service at stake: a connection dropped
+                           for bad bytes, a lock its renewal found gone */
+  RLOCK_DIAG_WARN = 1,  /* a fault rlock works around: a lost connection, a
+                           failed attempt, a failed renewal, replica sync
+                           off on a server */
+  RLOCK_DIAG_INFO = 2,  /* a change of state: connected, reconnected, a new
+                           master or slot map, channels resubscribed */
+  RLOCK_DIAG_DEBUG = 3, /* detail: what the capability probes found */
+} rlock_diag_level;
+
+/* "ERROR", "WARN", "INFO" or "DEBUG"; "?" for another value. Never NULL. */
+RLOCK_EXTERN const char *rlock_diag_level_name(int level);
+
+/*
+ * Diagnostics: what the client does on the network, as one line of text
+ * (no newline; stable wording, naming the server as host:port where one is
+ * concerned - docs/api.md, Diagnostics, lists them). `client` is the client
+ * the message is about: the messages of the connections made during
+ * rlock_client_open() come before open returns it, so compare it, do not
+ * use it. `message` is valid for the call only.
+ * Runs on the client's loop thread, one call at a time, never after
+ * rlock_client_close() has returned. It must not block (the client's
+ * network and timers wait for it) and must not call into the library:
+ * blocking rlock calls return RLOCK_EDEADLK there, and
+ * rlock_client_close() of its own client is not allowed.
+ */
+typedef void (*rlock_diag_cb)(rlock_client *client, rlock_diag_level level,
+                              const char *message, void *data);
+
 /* Client options. Always fill with rlock_options_init() first, then set the
  * fields you need: the struct may grow in later versions, and fields are
  * only ever added at the end (each marked with the version that added it;
@@ -289,6 +320,13 @@ typedef struct rlock_options {
    * service, rename-command) gets neither: replica sync is off there.
    * Range 0..2. */
   int replica_sync_mode;
+
+  /* Diagnostics (see rlock_diag_cb): connects, reconnects and their cause,
+   * failovers and slot map changes, resubscribes, dropped protocol
+   * violations, capability probes, replica sync turned off, failed
+   * renewals. NULL (default): silent, and no message is formatted. */
+  rlock_diag_cb on_diag;
+  void *on_diag_data;
 } rlock_options;
 
 /* rlock_options.replica_sync_mode values. */
@@ -577,6 +615,40 @@ RLOCK_EXTERN int64_t rlock_hold_count(rlock *lock);
  * Returns 0 or a negative error.
  */
 RLOCK_EXTERN int rlock_remain_ttl(rlock *lock, int64_t *ttl_ms);
+
+/*
+ * Lease safety (docs/api.md, "Lease safety"): stores in *until_ms the
+ * time, on the rlock_now_ms() clock, until which the calling thread's
+ * hold cannot have expired: the send time of the last command the server
+ * confirmed that set the lock's expiry (the acquire, a watchdog renewal,
+ * an unlock that left it held) plus its lease, minus a margin for clock
+ * drift of lease/100 + 2 ms (Redlock's). Exact for a lease taken once
+ * without the watchdog (send time + lease - margin); with the watchdog it
+ * moves forward with each confirmed renewal, and stops when renewals stop
+ * being confirmed (server paused, connection gone), though the watchdog
+ * reports a loss only when the server says so. A re-entry never raises
+ * it (its lease may be shorter); an unlock that leaves the lock held sets
+ * it from its own send time and the lease it re-applies (a read unlock
+ * leaves it). Sends nothing.
+ * Returns 1 while the time is ahead, 0 when it has passed (*until_ms is
+ * still set: the hold may have expired; act as if it had), or a negative
+ * error: RLOCK_ENOTOWNER (this client knows of no hold by the thread),
+ * RLOCK_ELOCKLOST (a renewal found it gone; unlock to forget the hold),
+ * RLOCK_EINVAL (NULL argument, or a semaphore or latch handle: a plain
+ * semaphore's permits have no lease, a permit-expirable semaphore's permit
+ * leases are not tracked), RLOCK_ECLOSED. May be called on the loop thread
+ * (in a callback). Not covered: a key deleted by someone else, lost with
+ * its server (restart without persistence, failover before a replica had
+ * it, eviction), or a client host suspended (CLOCK_MONOTONIC stops).
+ */
+RLOCK_EXTERN int rlock_lease_guaranteed(rlock *lock, int64_t *until_ms);
+RLOCK_EXTERN int rlock_lease_guaranteed_owner(rlock *lock, uint64_t owner,
+                                              int64_t *until_ms);
+
+/* The library's monotonic clock in milliseconds: CLOCK_MONOTONIC (libuv's
+ * uv_hrtime()) divided down, the clock of rlock_lease_guaranteed().
+ * Any thread. */
+RLOCK_EXTERN int64_t rlock_now_ms(void);
 
 /* ------------------------------------------------------------------------
  * Explicit owners
@@ -870,6 +942,13 @@ RLOCK_EXTERN int rlock_semaphore_acquire_async(rlock_semaphore *sem,
                                                int64_t permits,
                                                int64_t wait_ms, rlock_cb cb,
                                                void *data, rlock_req **req);
+/* Adds `permits` permits and publishes the new total only if the semaphore
+ * exists (Java releaseIfExists): 1 released, 0 there is none (nothing is
+ * created or published). permits 0 answers 0 without sending anything, as
+ * Java does; negative or above 2^40 is RLOCK_EINVAL. Not re-sent after a
+ * lost reply. */
+RLOCK_EXTERN int rlock_semaphore_release_if_exists(rlock_semaphore *sem,
+                                                   int64_t permits);
 
 /* ---- permit-expirable semaphores (Redisson getPermitExpirableSemaphore)
  * N permits; each taken permit has an id (32 lowercase hex characters, as
@@ -881,6 +960,9 @@ RLOCK_EXTERN int rlock_semaphore_acquire_async(rlock_semaphore *sem,
  * permit is held until released); 0 is RLOCK_EINVAL. */
 typedef struct rlock_permit_semaphore rlock_permit_semaphore;
 #define RLOCK_PERMIT_ID_LEN 32
+/* The most permits one acquire takes, and the most ids one release gives
+ * back (they travel in one script call). */
+#define RLOCK_PERMIT_IDS_MAX 1024
 
 RLOCK_EXTERN int rlock_permit_semaphore_get(rlock_client *client,
                                             const char *name,
@@ -921,6 +1003,57 @@ RLOCK_EXTERN int64_t rlock_permit_semaphore_available_permits(
     rlock_permit_semaphore *sem);
 RLOCK_EXTERN int64_t rlock_permit_semaphore_acquired_permits(
     rlock_permit_semaphore *sem);
+
+/* Several permits at once (Java's acquire(n) / tryAcquire(n, ...)): all
+ * `permits` or none, each with its own id and the same lease. `ids` has
+ * room for `permits` ids (char ids[permits][RLOCK_PERMIT_ID_LEN + 1]);
+ * each gets a NUL-terminated id when taken. permits: 1..
+ * RLOCK_PERMIT_IDS_MAX, else RLOCK_EINVAL. More permits than the pool has
+ * is not an error (as in Java): the call waits until set_permits or
+ * add_permits make room, or wait_ms runs out. 1 taken, 0 not within
+ * wait_ms (0: one attempt, < 0: no limit), or an error. */
+RLOCK_EXTERN int rlock_permit_semaphore_try_acquire_n(
+    rlock_permit_semaphore *sem, int64_t permits, int64_t wait_ms,
+    int64_t lease_ms, char (*ids)[RLOCK_PERMIT_ID_LEN + 1]);
+/* As try_acquire_n, waiting as long as it takes: 0 or an error. */
+RLOCK_EXTERN int rlock_permit_semaphore_acquire_n(
+    rlock_permit_semaphore *sem, int64_t permits, int64_t lease_ms,
+    char (*ids)[RLOCK_PERMIT_ID_LEN + 1]);
+/* As try_acquire_n, with a callback (status 1/0/error) exactly once; `ids`
+ * must stay valid until then. Cancellable with rlock_cancel(): a cancelled
+ * acquire leaves none of its permits taken. */
+RLOCK_EXTERN int rlock_permit_semaphore_acquire_n_async(
+    rlock_permit_semaphore *sem, int64_t permits, int64_t wait_ms,
+    int64_t lease_ms, char (*ids)[RLOCK_PERMIT_ID_LEN + 1], rlock_cb cb,
+    void *data, rlock_req **req);
+/* Returns the `count` permits `ids`, all or none (Java tryRelease(List)):
+ * `count` released, or 0 when any id is not taken (never issued, already
+ * released, or its lease ran out) and nothing changed. The number
+ * released is published on the channel (not the new count). An empty
+ * list, more than RLOCK_PERMIT_IDS_MAX ids, an id that is not 32 hex
+ * characters or the same id twice: RLOCK_EINVAL, nothing sent. */
+RLOCK_EXTERN int64_t rlock_permit_semaphore_try_release_n(
+    rlock_permit_semaphore *sem, const char *const *ids, size_t count);
+/* As try_release_n: 0, or RLOCK_ENOTOWNER where it answers 0. */
+RLOCK_EXTERN int rlock_permit_semaphore_release_n(
+    rlock_permit_semaphore *sem, const char *const *ids, size_t count);
+/* Makes the pool `permits` in all, free + taken (Java setPermits): a
+ * missing semaphore is created with that many; otherwise the free count
+ * moves by the difference, and goes below 0 when more permits are taken
+ * than the new size (they are not taken back; the pool refills as they are
+ * released). Publishes `permits`. permits 0..2^40, else RLOCK_EINVAL. 0 or
+ * an error. */
+RLOCK_EXTERN int rlock_permit_semaphore_set_permits(
+    rlock_permit_semaphore *sem, int64_t permits);
+/* The pool's size: free + taken (Java getPermits; expired ones are
+ * returned first), 0 when the semaphore does not exist, or an error. */
+RLOCK_EXTERN int64_t rlock_permit_semaphore_get_permits(
+    rlock_permit_semaphore *sem);
+/* The lease time left of the permit `id` (Java getLeaseTime), in
+ * *ms_left: >= 1, or -1 when it has no lease. 0, RLOCK_ENOTOWNER when no
+ * such permit is taken (Java throws), RLOCK_EINVAL for a malformed id. */
+RLOCK_EXTERN int rlock_permit_semaphore_lease_time(
+    rlock_permit_semaphore *sem, const char *id, int64_t *ms_left);
 
 /* ---- count-down latches (Redisson getCountDownLatch) ------------------ *
  * A count under the name; when count_down takes it to 0 the key is deleted

@@ -33,6 +33,8 @@ uint64_t rlock_thread_id(void) { return rlock__thread_id(); }
 
 uint64_t rlock_owner_new(void) { return rlock__id_next(); }
 
+int64_t rlock_now_ms(void) { return rlock__now_ms(); }
+
 /* ---- open ---- */
 
 static void open_progress(rlock_client *c, int err, const char *detail) {
@@ -213,6 +215,7 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
     rlock__set_last_error("uv_sem_init failed: %s", uv_strerror(sys));
     return RLOCK_ESYS;
   }
+  c->core.diag_client = c;
   c->core.on_loop_start = loop_start;
   c->core.on_close = on_close;
   c->core.on_final = on_final;

@@ -152,8 +152,9 @@ typedef struct cli_run_opts {
   char **names;           /* -m: the names, split at the commas */
   size_t n_names;         /* -m: how many; 0: one lock, `name` */
   cli_kind kind;          /* -s, -x, --fair, --fenced; default the RLock */
-  int64_t permits;        /* --permits N: one permit of the permit-expirable
+  int64_t permits;        /* --permits N: permits of the permit-expirable
                              semaphore NAME of N permits; 0: a lock */
+  int64_t take;           /* --take K: how many of them (0: 1) */
   char **command;         /* NULL-terminated argv for execvp */
   int64_t wait_ms;        /* < 0: forever; 0: -n */
   int64_t lease_ms;       /* < 0: watchdog mode */
@@ -163,7 +164,8 @@ typedef struct cli_run_opts {
   cli_on_lost on_lost;
   bool orphan_ok;         /* --orphan-ok: no SIGTERM to COMMAND when rlock
                              dies */
-  bool verbose;
+  int verbose;            /* -v count: 1 acquire/release and the client's
+                             diagnostics from INFO up, 2 DEBUG too */
   cli_tls_opts tls;
   cli_sentinel_opts sentinel;
   bool no_replica_sync;            /* --no-replica-sync */

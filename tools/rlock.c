@@ -42,13 +42,15 @@ static const char help_text[] =
     "  -n, --nonblock          exit 1 at once if the lock is held\n"
     "  -w, --wait DURATION     exit 1 after waiting DURATION (250ms, 1.5s, 2m)\n"
     "  -l, --lease DURATION    a fixed lease instead of the renewing watchdog\n"
-    "  -s, -x, --fair, --fenced, --permits N\n"
-    "                          read, write, fair or fenced lock; semaphore\n"
+    "  -s, -x, --fair, --fenced, --permits N [--take K]\n"
+    "                          read, write, fair or fenced lock; K (1) of N\n"
+    "                          semaphore permits\n"
     "  --no-reenter            the non-reentrant lock (with --fair: fair)\n"
     "  -m, --multi NAMES       hold every lock of the comma-separated NAMES\n"
     "                          (a MultiLock, all or none)\n"
     "  -c, --command STRING    run STRING with /bin/sh -c\n"
-    "  -v, --verbose           report acquiring and releasing on stderr\n"
+    "  -v, --verbose           report acquiring and releasing, and the\n"
+    "                          connection's events, on stderr (-vv: more)\n"
     "Connection options: -u, --tls-*, --sentinel-* (before or after status,\n"
     "unlock and ls).\n"
     "\n"
@@ -508,6 +510,7 @@ enum {
   OPT_KILL_AFTER,
   OPT_WATCHDOG,
   OPT_PERMITS,
+  OPT_TAKE,
   OPT_NO_REPLICA_SYNC,
   OPT_REPLICA_SYNC_TIMEOUT,
   OPT_ORPHAN_OK,
@@ -524,6 +527,7 @@ static const struct option run_longopts[] = {
     {"lease", required_argument, NULL, 'l'},
     {"watchdog", required_argument, NULL, OPT_WATCHDOG},
     {"permits", required_argument, NULL, OPT_PERMITS},
+    {"take", required_argument, NULL, OPT_TAKE},
     {"on-lost", required_argument, NULL, OPT_ON_LOST},
     {"kill-after", required_argument, NULL, OPT_KILL_AFTER},
     {"orphan-ok", no_argument, NULL, OPT_ORPHAN_OK},
@@ -660,19 +664,19 @@ static int run_main(int argc, char **argv) {
         return CLI_EX_USAGE;
       }
       break;
-    case OPT_PERMITS: {
+    case OPT_PERMITS:
+    case OPT_TAKE: {
       char *end = NULL;
       errno = 0;
       long long n = strtoll(optarg, &end, 10);
-      if (errno != 0 || end == optarg || *end != '\0' || n < 1 ||
-          n > INT64_C(2147483647)) {
-        cli_err("invalid --permits '%s' (a number of permits from 1 to "
-                "2147483647)",
-                optarg);
+      long long max = c == OPT_TAKE ? RLOCK_PERMIT_IDS_MAX : 2147483647;
+      if (errno != 0 || end == optarg || *end != '\0' || n < 1 || n > max) {
+        cli_err("invalid --%s '%s' (a number of permits from 1 to %lld)",
+                c == OPT_TAKE ? "take" : "permits", optarg, max);
         usage_hint();
         return CLI_EX_USAGE;
       }
-      o.permits = (int64_t)n;
+      *(c == OPT_TAKE ? &o.take : &o.permits) = (int64_t)n;
       break;
     }
     case OPT_KILL_AFTER:
@@ -712,7 +716,8 @@ static int run_main(int argc, char **argv) {
       }
       break;
     case 'v':
-      o.verbose = true;
+      if (o.verbose < 2)
+        o.verbose++;
       break;
     case 'h':
       cli_help(stdout);
@@ -755,6 +760,13 @@ static int run_main(int argc, char **argv) {
     cli_err("--permits and %s exclude each other (a semaphore is not a "
             "kind of lock)",
             cli_kind_option(o.kind));
+    usage_hint();
+    return CLI_EX_USAGE;
+  }
+  if (o.take > (o.permits > 0 ? o.permits : 0)) {
+    cli_err(o.permits > 0 ? "--take is more than --permits (a run cannot "
+                            "take more permits than the semaphore has)"
+                          : "--take needs --permits N");
     usage_hint();
     return CLI_EX_USAGE;
   }

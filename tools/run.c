@@ -76,6 +76,27 @@ static void on_signal(int signo, siginfo_t *info, void *ucontext) {
   errno = saved_errno;
 }
 
+/* -v: the client's diagnostics, from INFO up (-vv: DEBUG too), as
+ * "rlock: <UTC time, ms> <LEVEL> <message>". On the client's loop thread;
+ * one fprintf per line, which stdio keeps whole. */
+static void on_diag(rlock_client *client, rlock_diag_level level,
+                    const char *message, void *data) {
+  (void)client;
+  if ((int)level > (int)(intptr_t)data)
+    return;
+  struct timespec ts;
+  struct tm tm;
+  char stamp[32] = "";
+  if (clock_gettime(CLOCK_REALTIME, &ts) == 0 &&
+      gmtime_r(&ts.tv_sec, &tm) != NULL) {
+    size_t n = strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(stamp + n, sizeof stamp - n, ".%03dZ",
+             (int)(ts.tv_nsec / 1000000));
+  }
+  fprintf(stderr, CLI_PROG ": %s %s %s\n", stamp,
+          rlock_diag_level_name(level), message);
+}
+
 /* On the client's loop thread: must not block. */
 static void on_lock_lost(const char *name, const char *owner, void *data) {
   (void)name;
@@ -100,6 +121,7 @@ typedef struct holder {
   rlock_permit_semaphore *sem; /* --permits: instead of lock */
   rlock_multilock *ml;         /* -m: instead of lock */
   int64_t permits;             /* --permits N */
+  int64_t take;                /* --take K (>= 1) */
   int64_t renew_ms;            /* --permits: update the lease this often
                                   (0: never, a fixed -l lease) */
   cli_kind kind;
@@ -109,10 +131,10 @@ typedef struct holder {
   pthread_cond_t cond;
   /* under mutex */
   bool release_requested;
-  char owner[RLOCK_ID_LEN + 1 + 21];
+  /* the lock's owner; --permits: the permit ids, comma-separated */
+  char owner[(RLOCK_PERMIT_ID_LEN + 1) * RLOCK_PERMIT_IDS_MAX];
   int64_t acquired_at_ms;
   int64_t token;    /* --fenced: the fencing token of the acquisition */
-  char id[RLOCK_PERMIT_ID_LEN + 1]; /* --permits: the permit's id */
   char detail[512]; /* rlock_last_error() of the last failed call */
 } holder;
 
@@ -145,24 +167,48 @@ static int permits_prepare(holder *h, const char *name) {
   return 0;
 }
 
-/* --permits: holds the permit until told to release it, renewing its lease
- * every renew_ms; a permit found gone is reported as a lost lock. */
+/* --permits: gives the take permits back, all at once; when one of them
+ * is gone (its lease ran out) the others one by one, and RLOCK_ENOTOWNER
+ * tells that one was lost. */
+static int permits_release(holder *h, char (*ids)[RLOCK_PERMIT_ID_LEN + 1],
+                           const char **list) {
+  for (int64_t i = 0; i < h->take; i++)
+    list[i] = ids[i];
+  int64_t n = rlock_permit_semaphore_try_release_n(h->sem, list,
+                                                   (size_t)h->take);
+  if (n != 0)
+    return n < 0 ? (int)n : 0;
+  for (int64_t i = 0; i < h->take; i++)
+    rlock_permit_semaphore_try_release(h->sem, ids[i]);
+  return RLOCK_ENOTOWNER;
+}
+
+/* --permits: holds the take permits until told to release them, renewing
+ * their leases every renew_ms; a permit found gone is reported as a lost
+ * lock. */
 static void *holder_permit(holder *h, const char *name) {
-  char id[RLOCK_PERMIT_ID_LEN + 1] = "";
-  int rc = permits_prepare(h, name);
+  char(*ids)[RLOCK_PERMIT_ID_LEN + 1] = calloc((size_t)h->take, sizeof *ids);
+  const char **list = calloc((size_t)h->take, sizeof *list);
+  int rc = ids == NULL || list == NULL ? RLOCK_ENOMEM
+                                       : permits_prepare(h, name);
   if (rc == 0)
-    rc = rlock_permit_semaphore_try_acquire(h->sem, h->wait_ms, h->lease_ms,
-                                            id);
+    rc = rlock_permit_semaphore_try_acquire_n(h->sem, h->take, h->wait_ms,
+                                              h->lease_ms, ids);
   int64_t now = cli_now_ms();
   holder_set_detail(h, rc);
   pthread_mutex_lock(&h->mutex);
   h->acquired_at_ms = now;
-  memcpy(h->id, id, sizeof id);
-  snprintf(h->owner, sizeof h->owner, "%s", id);
+  h->owner[0] = '\0';
+  for (int64_t i = 0; rc == 1 && i < h->take; i++)
+    snprintf(h->owner + strlen(h->owner), sizeof h->owner - strlen(h->owner),
+             "%s%s", i > 0 ? "," : "", ids[i]);
   pthread_mutex_unlock(&h->mutex);
   post_event(EV_ACQUIRED, 0, rc);
-  if (rc != 1)
+  if (rc != 1) {
+    free(ids);
+    free(list);
     return NULL;
+  }
 
   bool lost = false;
   int64_t next = now + h->renew_ms;
@@ -186,17 +232,22 @@ static void *holder_permit(holder *h, const char *name) {
       continue;
     }
     pthread_mutex_unlock(&h->mutex);
-    int urc = rlock_permit_semaphore_update_lease(h->sem, id, h->lease_ms);
-    if (urc == 0) {
-      lost = true;
-      post_event(EV_LOST, 0, 0);
+    for (int64_t i = 0; i < h->take && !lost; i++) {
+      int urc =
+          rlock_permit_semaphore_update_lease(h->sem, ids[i], h->lease_ms);
+      if (urc == 0) {
+        lost = true;
+        post_event(EV_LOST, 0, 0);
+      }
     }
     /* an error (Redis unreachable...): try again next period */
     next = cli_now_ms() + h->renew_ms;
     pthread_mutex_lock(&h->mutex);
   }
   pthread_mutex_unlock(&h->mutex);
-  rc = rlock_permit_semaphore_release(h->sem, id);
+  rc = permits_release(h, ids, list);
+  free(ids);
+  free(list);
   holder_set_detail(h, rc);
   post_event(EV_RELEASED, 0, rc == RLOCK_ENOTOWNER ? RLOCK_ELOCKLOST : rc);
   return NULL;
@@ -623,7 +674,11 @@ static void on_acquired(run *r, int rc) {
   char token_text[24];
   snprintf(token_text, sizeof token_text, "%" PRId64, token);
   if (r->o->verbose) {
-    if (r->h.sem != NULL)
+    if (r->h.sem != NULL && r->h.take > 1)
+      cli_err("acquired %" PRId64 " permits of '%s' (ids %s) after %" PRId64
+              " ms",
+              r->h.take, r->o->name, owner, acquired_at - r->started_ms);
+    else if (r->h.sem != NULL)
       cli_err("acquired a permit of '%s' (id %s) after %" PRId64 " ms",
               r->o->name, owner, acquired_at - r->started_ms);
     else if (r->o->kind == CLI_KIND_FENCED)
@@ -835,12 +890,18 @@ static int start(run *r) {
   if (o->watchdog_ms > 0)
     opts.watchdog_timeout_ms = o->watchdog_ms;
   opts.on_lock_lost = on_lock_lost;
+  if (o->verbose > 0) {
+    opts.on_diag = on_diag;
+    opts.on_diag_data = (void *)(intptr_t)(o->verbose > 1 ? RLOCK_DIAG_DEBUG
+                                                          : RLOCK_DIAG_INFO);
+  }
   int rc = rlock_client_open(&r->client, &opts);
   if (rc != 0)
     return cli_open_failed(rc);
   if (o->permits > 0) {
     rc = rlock_permit_semaphore_get(r->client, o->name, &r->h.sem);
     r->h.permits = o->permits;
+    r->h.take = o->take > 0 ? o->take : 1;
     if (o->lease_ms > 0) {
       r->h.lease_ms = o->lease_ms;
     } else {

@@ -104,7 +104,22 @@ struct rlock__core {
   bool closed; /* under queue_mutex: no more tasks accepted */
 
   bool closing; /* loop thread: close has begun; timed events stop */
+
+  /* What opts.on_diag is told the message is about (set by the owner). */
+  rlock_client *diag_client;
 };
+
+/* ---- diagnostics (diag.c) ---- */
+
+/* Whether opts.on_diag is set: guard any work done only for a message. */
+static inline bool rlock__diag_on(const rlock__core *core) {
+  return core->opts.on_diag != NULL;
+}
+/* Formats one line (control bytes shown as '?') and hands it to
+ * opts.on_diag with its level (RLOCK_DIAG_*); nothing - not even the
+ * formatting - without a callback. Loop thread. */
+void rlock__diag(rlock__core *core, int level, const char *fmt, ...)
+    RLOCK__PRINTF(3, 4);
 
 /* Fills core (opts copied as given). 0 or RLOCK_ESYS. */
 int rlock__core_init(rlock__core *core, const rlock_options *opts);

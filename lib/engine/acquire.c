@@ -45,6 +45,20 @@ static int64_t end_by(const rlock__op *op) {
 
 static void start_trim(rlock__op *op);
 
+/* The lease the try sets (the watchdog timeout without one). */
+static int64_t try_lease(const rlock__op *op) {
+  return op->lease_ms < 0 ? op->engine->core->opts.watchdog_timeout_ms
+                          : op->lease_ms;
+}
+
+/* A try (or trim) of op whose reply will not be read may still run: for a
+ * hold this owner already has, its lease may then cut the expiry (lease
+ * safety, hold.c). */
+static void try_unknown(rlock__op *op) {
+  if (op->lock->prim->hold != NULL)
+    rlock__hold_lease_lost(op->engine, op->lock, op->owner, try_lease(op));
+}
+
 /* Gives up on an acquire whose outcome is unknown: the caller gets the
  * transport error and the client trims this owner's field in the
  * background, so no hold it doesn't know of survives. */
@@ -76,6 +90,7 @@ static void deadline_fire(rlock__timed *t) {
       give_up(op);
     return;
   }
+  try_unknown(op);
   rlock__suspect_add(op->engine, op->lock, op->owner);
   if (op->u.acq.answered) {
     rlock__op_finish(op, 0);
@@ -92,8 +107,10 @@ static void deadline_fire(rlock__timed *t) {
  * bound holds (issue 24). The command may still run: trimmed later. */
 static void outage_fire(rlock__timed *t) {
   rlock__op *op = RLOCK__CONTAINER_OF(t, rlock__op, timer);
-  if (op->state == RLOCK__ST_CMD)
+  if (op->state == RLOCK__ST_CMD) {
+    try_unknown(op);
     give_up(op);
+  }
 }
 
 /* Bounds the command just sent by the op's own deadline, or by the end of
@@ -155,6 +172,7 @@ static void start_trim(rlock__op *op) {
 static void lost_acquire(rlock__op *op, int err) {
   if (op->u.acq.lost_err == 0)
     op->u.acq.lost_err = err;
+  try_unknown(op);
   if (op->lock->prim->hold == NULL) { /* no holds, nothing to trim */
     rlock__op_finish(op, err);
     return;
@@ -234,7 +252,7 @@ static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
       return;
     }
     int rc = rlock__hold_add(e, lock, op->owner, op->lease_ms,
-                             op->u.acq.handoff_streak);
+                             op->u.acq.try_sent_ms, op->u.acq.handoff_streak);
     rlock__op_finish(op, rc < 0 ? rc : 1);
     return;
   }
@@ -312,14 +330,17 @@ static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
 static void send_try(rlock__op *op) {
   rlock *lock = op->lock;
   rlock__engine *e = op->engine;
-  int64_t lease =
-      op->lease_ms < 0 ? e->core->opts.watchdog_timeout_ms : op->lease_ms;
+  int64_t lease = try_lease(op);
   op->u.acq.seen_epoch = lock->prim->polls
                        ? 0
                        : rlock__chan_epoch(e->net, op->u.acq.wchan, op->u.acq.wchan_len);
   op->state = RLOCK__ST_CMD;
   op->u.acq.tried = true;
   op->u.acq.try_sent_ms = rlock__now_ms();
+  /* A re-entry may run before its reply comes: the guarantee of the hold
+   * drops at once to what its lease promises (hold.c). */
+  if (lock->prim->hold != NULL)
+    rlock__hold_lease_sent(e, lock, op->owner, op->u.acq.try_sent_ms, lease);
   op->cmd = lock->prim->send_try(op, lease, try_reply);
   if (op->cmd == NULL) {
     rlock__op_finish(op, RLOCK_ENOMEM);

@@ -81,6 +81,11 @@ typedef struct rlock__prim_hold {
   /* Appended to the owner id in every field this kind writes (the write
    * lock's ":write"); NULL: none. */
   const char *owner_suffix;
+  /* The expiry is the hash's, shared with other owners' holds whose
+   * renewals set it to their watchdog timeout, and a release re-applies
+   * no lease (the read lock): lease safety bounds a hold by min(lease,
+   * watchdog timeout) and leaves it alone at a release (hold.c). */
+  bool shared_expiry;
 } rlock__prim_hold;
 
 /* A primitive's descriptor: a wait part every kind fills, and a hold part
@@ -176,6 +181,8 @@ typedef struct rlock__acquire_state {
 /* The engine's state of a release (release.c). */
 typedef struct rlock__release_state {
   char *latch;         /* its unlock latch key, malloc'd */
+  int64_t sent_ms;     /* when it was sent, and the lease it re-applies */
+  int64_t lease_ms;    /* while the lock stays held (lease safety) */
   uint64_t hold_gen;   /* the hold it counts as releasing, or 0 */
   int handoff_streak;  /* > 0 when it handed the lock off locally */
 } rlock__release_state;
@@ -294,13 +301,29 @@ typedef struct rlock__hold {
   uint64_t release_seq;
   /* Local handoffs in a row that led to this hold (release.c). */
   int handoff_streak;
+  /* Lease safety (docs/api.md, "Lease safety"). The key cannot expire
+   * before until_ms (rlock__now_ms() clock): the send time of the last
+   * command the server confirmed that set the expiry, plus its lease,
+   * minus rlock__lease_margin_ms(). Commands that may set a shorter
+   * expiry lower it as soon as they are sent (they may run before their
+   * reply comes). */
+  int64_t until_ms;
+  /* The lowest bound of commands sent since this hold joined the renewal
+   * in flight: that renewal's confirmation may not raise until_ms above
+   * it (they run after it). INT64_MAX: none. */
+  int64_t renew_cap;
+  /* The shortest lease of a command on this hold whose reply never came:
+   * it may still run after any later confirmed command, so every later
+   * bound uses at most this lease. INT64_MAX: none. */
+  int64_t lost_lease;
 } rlock__hold;
 
 rlock__hold *rlock__hold_find(rlock__engine *e, const char *name,
                               const char *owner);
-/* Adds one hold; streak: the local handoffs in a row that led to it. */
+/* Adds one hold; streak: the local handoffs in a row that led to it;
+ * sent_ms: when the try that took it was sent (lease safety). */
 int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
-                    int64_t lease_ms, int streak);
+                    int64_t lease_ms, int64_t sent_ms, int streak);
 void rlock__hold_drop(rlock__engine *e, rlock__hold *h);
 /* The count the client knows it has (0 when lost or unknown). */
 int64_t rlock__hold_count_known(rlock__engine *e, const char *name,
@@ -309,6 +332,37 @@ int64_t rlock__hold_count_known(rlock__engine *e, const char *name,
 void rlock__hold_trimmed(rlock__engine *e, const char *name,
                          const char *owner, int64_t server_before,
                          int64_t want);
+/* ---- lease safety (hold.c; docs/api.md, "Lease safety") ----
+ * Times are rlock__now_ms() (CLOCK_MONOTONIC ms, rlock_now_ms()). */
+
+/* The margin taken off a lease for clock drift between this host and the
+ * server, and for both sides' millisecond rounding: lease/100 + 2 ms, as
+ * Redlock's drift factor. */
+static inline int64_t rlock__lease_margin_ms(int64_t lease_ms) {
+  return lease_ms / 100 + 2;
+}
+/* Until when the hold is guaranteed (see rlock__hold.until_ms), whether or
+ * not that time has passed. Meaningless when h->lost (the server said the
+ * hold is gone). Loop thread. */
+int64_t rlock__hold_guaranteed_until(const rlock__hold *h);
+/* A command that sets the expiry of the hold `owner` has on lock (when it
+ * holds it) to `lease_ms` when it runs was sent at sent_ms (a re-entrant
+ * try, a release that may leave the lock held): the guarantee drops to
+ * what it can promise. */
+void rlock__hold_lease_sent(rlock__engine *e, const rlock *lock,
+                            const char *owner, int64_t sent_ms,
+                            int64_t lease_ms);
+/* The reply of such a command never came: it may still run later. */
+void rlock__hold_lease_lost(rlock__engine *e, const rlock *lock,
+                            const char *owner, int64_t lease_ms);
+/* A release the server answered "still held" re-applied its lease (not
+ * for shared_expiry kinds: a read release re-applies none, and the hash
+ * then lives as long as the longest read hold left, each no shorter than
+ * the guarantee already). */
+void rlock__hold_lease_confirmed(rlock__engine *e, const rlock *lock,
+                                 const char *owner, int64_t sent_ms,
+                                 int64_t lease_ms);
+
 /* One renewal round (engine.c's tick, every watchdog_timeout/3), unless the
  * last one is still retrying. */
 void rlock__holds_renew(rlock__engine *e);

@@ -46,9 +46,71 @@ rlock__hold *rlock__hold_find(rlock__engine *e, const char *name,
   return h;
 }
 
-int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
-                    int64_t lease_ms, int streak) {
+/* ---- lease safety ---- */
+
+/* What a command on h sent at sent_ms that sets the expiry to lease_ms
+ * when it runs lets the client promise: the key lives at least until
+ * sent_ms + lease_ms (it ran after it was sent), less the margin. A
+ * command whose reply never came may still run after this one and set
+ * its own (shorter) lease then; a read/write lock's hash may be cut to a
+ * watchdog timeout by another holder's renewal. */
+static int64_t lease_bound(const rlock__engine *e, const rlock__hold *h,
+                           int64_t sent_ms, int64_t lease_ms) {
+  if (h->lost_lease < lease_ms)
+    lease_ms = h->lost_lease;
+  if (h->prim->hold->shared_expiry &&
+      lease_ms > e->core->opts.watchdog_timeout_ms)
+    lease_ms = e->core->opts.watchdog_timeout_ms;
+  return sent_ms + lease_ms - rlock__lease_margin_ms(lease_ms);
+}
+
+static void lease_lower(rlock__hold *h, int64_t bound) {
+  if (bound < h->until_ms)
+    h->until_ms = bound;
+  if (bound < h->renew_cap)
+    h->renew_cap = bound;
+}
+
+int64_t rlock__hold_guaranteed_until(const rlock__hold *h) {
+  return h->until_ms;
+}
+
+/* The hold the lease-safety hooks act on: a live one. */
+static rlock__hold *live_hold(rlock__engine *e, const rlock *lock,
+                              const char *owner) {
   rlock__hold *h = rlock__hold_find(e, lock->name, owner);
+  return h != NULL && !h->lost ? h : NULL;
+}
+
+void rlock__hold_lease_sent(rlock__engine *e, const rlock *lock,
+                            const char *owner, int64_t sent_ms,
+                            int64_t lease_ms) {
+  rlock__hold *h = live_hold(e, lock, owner);
+  if (h != NULL)
+    lease_lower(h, lease_bound(e, h, sent_ms, lease_ms));
+}
+
+void rlock__hold_lease_lost(rlock__engine *e, const rlock *lock,
+                            const char *owner, int64_t lease_ms) {
+  rlock__hold *h = live_hold(e, lock, owner);
+  if (h != NULL && lease_ms < h->lost_lease)
+    h->lost_lease = lease_ms;
+}
+
+void rlock__hold_lease_confirmed(rlock__engine *e, const rlock *lock,
+                                 const char *owner, int64_t sent_ms,
+                                 int64_t lease_ms) {
+  rlock__hold *h = live_hold(e, lock, owner);
+  if (h != NULL)
+    h->until_ms = lease_bound(e, h, sent_ms, lease_ms);
+}
+
+/* ---- holds ---- */
+
+int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
+                    int64_t lease_ms, int64_t sent_ms, int streak) {
+  rlock__hold *h = rlock__hold_find(e, lock->name, owner);
+  bool fresh = h == NULL || h->lost;
   if (h == NULL) {
     h = calloc(1, sizeof(*h));
     if (h == NULL)
@@ -74,6 +136,17 @@ int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
     h->lost = false;
     h->releasing = 0;
     h->gen = ++e->next_hold_gen;
+  }
+  int64_t applied =
+      lease_ms < 0 ? e->core->opts.watchdog_timeout_ms : lease_ms;
+  if (fresh) {
+    h->lost_lease = h->renew_cap = INT64_MAX;
+    h->until_ms = lease_bound(e, h, sent_ms, applied);
+  } else {
+    /* A re-entry: RLock's script sets the expiry to this lease, which may
+     * be shorter than what was promised (the write lock's adds it, the
+     * read lock's keeps the longer): the lower of the two holds. */
+    lease_lower(h, lease_bound(e, h, sent_ms, applied));
   }
   if (h->count == 0)
     h->handoff_streak = streak;
@@ -122,6 +195,7 @@ typedef struct renew_batch {
   rlock__engine *engine;
   const rlock__script *script;
   int slot; /* the cluster slot of every key, or -1 (not a cluster) */
+  int64_t sent_ms; /* the round's start: no later than the send */
   int n;
   uint64_t gen[RENEW_BATCH];
   uint64_t release_seq[RENEW_BATCH]; /* the hold's unlock count when sent */
@@ -137,6 +211,29 @@ static void batch_free(renew_batch *b) {
 
 static void renew_round(rlock__engine *e);
 
+/* Diagnostics: a renewal batch got no answer, or an error reply. */
+static void diag_renew_failed(rlock__engine *e, const renew_batch *b,
+                              const redisReply *reply, int err) {
+  int64_t every = e->core->opts.watchdog_timeout_ms / 3;
+  if (err == RLOCK_ECLOSED)
+    return; /* closing: nothing is renewed any more */
+  if (err != 0)
+    rlock__diag(e->core, RLOCK_DIAG_WARN,
+                "renewal of %d lock%s ('%.200s'%s) failed: %s; the watchdog "
+                "tries again every %lld ms",
+                b->n, b->n == 1 ? "" : "s", b->key[0], b->n > 1 ? ", ..." : "",
+                rlock_err_name(err), (long long)every);
+  else if (reply->type != REDIS_REPLY_ARRAY)
+    rlock__diag(e->core, RLOCK_DIAG_WARN,
+                "renewal of %d lock%s ('%.200s'%s) failed: %.*s; the "
+                "watchdog tries again every %lld ms",
+                b->n, b->n == 1 ? "" : "s", b->key[0], b->n > 1 ? ", ..." : "",
+                reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 15,
+                reply->type == REDIS_REPLY_ERROR ? reply->str
+                                                 : "unexpected reply",
+                (long long)every);
+}
+
 static void renew_reply(rlock__net *n, redisReply *reply, int err,
                         void *data) {
   (void)n;
@@ -144,15 +241,36 @@ static void renew_reply(rlock__net *n, redisReply *reply, int err,
   rlock__engine *e = b->engine;
   assert(e->renew_inflight > 0);
   e->renew_inflight--;
+  const int64_t wd = e->core->opts.watchdog_timeout_ms;
+  if (err != 0) {
+    /* Never answered: it may still run later (lease safety). */
+    for (int i = 0; i < b->n; i++) {
+      rlock__hold *h = rlock__map_get(&e->holds, b->key[i], b->key_len[i]);
+      if (h != NULL && h->gen == b->gen[i] && wd < h->lost_lease)
+        h->lost_lease = wd;
+    }
+  }
   /* A failed renewal is tried again next period; only a definite "0" from
    * the server means the hold is gone. */
+  if (rlock__diag_on(e->core))
+    diag_renew_failed(e, b, reply, err);
   if (err == 0 && reply->type == REDIS_REPLY_ARRAY) {
     for (size_t i = 0; i < reply->elements && i < (size_t)b->n; i++) {
       const redisReply *r = reply->element[i];
-      if (r->type != REDIS_REPLY_INTEGER || r->integer != 0)
+      if (r->type != REDIS_REPLY_INTEGER)
         continue;
       rlock__hold *h = rlock__map_get(&e->holds, b->key[i], b->key_len[i]);
       if (h == NULL || h->gen != b->gen[i] || h->lost)
+        continue;
+      if (r->integer == 1) {
+        /* Confirmed: the key lives a watchdog timeout from when the
+         * renewal ran, later than it was sent - unless a command sent
+         * since (a re-entry with a shorter lease) ran after it. */
+        int64_t bound = lease_bound(e, h, b->sent_ms, wd);
+        h->until_ms = bound < h->renew_cap ? bound : h->renew_cap;
+        continue;
+      }
+      if (r->integer != 0)
         continue;
       /* An unlock that started after this renewal was sent (or is still in
        * flight) may have run on the server before it: a command that timed
@@ -162,6 +280,9 @@ static void renew_reply(rlock__net *n, redisReply *reply, int err,
       if (h->releasing > 0 || h->release_seq != b->release_seq[i])
         continue;
       h->lost = true;
+      rlock__diag(e->core, RLOCK_DIAG_ERROR,
+                  "renewal found '%.200s' no longer held by %s: lock lost",
+                  h->name, h->owner);
       const rlock_options *o = &e->core->opts;
       if (o->on_lock_lost != NULL)
         o->on_lock_lost(h->name, h->owner, o->on_lock_lost_data);
@@ -238,6 +359,7 @@ static int batch_for(rlock__engine *e, renew_batch *open[RENEW_OPEN],
   if (b == NULL)
     return -1;
   b->engine = e;
+  b->sent_ms = rlock__now_ms();
   b->script = script;
   b->slot = slot;
   open[at] = b;
@@ -272,6 +394,7 @@ static void renew_round(rlock__engine *e) {
     b->key_len[b->n] = h->key_len;
     b->gen[b->n] = h->gen;
     b->release_seq[b->n] = h->release_seq;
+    h->renew_cap = INT64_MAX; /* what is sent from now on runs after it */
     if (++b->n == RENEW_BATCH) {
       send_batch(e, b, timeout);
       open[at] = NULL;

@@ -124,6 +124,8 @@ static void release_reply(rlock__net *n, redisReply *reply, int err,
     /* Every re-send (same latch) went unanswered. The caller asked to give
      * up one hold, so the client now counts one fewer and trims the
      * server's count down to that once it answers. */
+    if (h != NULL && !op->lock->prim->hold->shared_expiry)
+      rlock__hold_lease_lost(e, op->lock, op->owner, op->u.rel.lease_ms);
     if (h != NULL) {
       assert(h->count > 0);
       if (--h->count <= 0)
@@ -187,6 +189,9 @@ static void release_reply(rlock__net *n, redisReply *reply, int err,
     } else {
       /* Still held: which kind of hold ended is unknown, so renewal goes on
        * while any watchdog hold may remain (as Redisson does). */
+      if (!op->lock->prim->hold->shared_expiry)
+        rlock__hold_lease_confirmed(e, op->lock, op->owner, op->u.rel.sent_ms,
+                                    op->u.rel.lease_ms);
       if (h->count > 1)
         h->count--;
       if (h->watchdog_count > h->count)
@@ -254,6 +259,12 @@ static void start_release(rlock__op *op) {
   int64_t latch_ttl = (int64_t)(o->retry_attempts + 1) *
                       (o->command_timeout_ms + o->retry_interval_ms);
   op->state = RLOCK__ST_CMD;
+  op->u.rel.sent_ms = rlock__now_ms();
+  op->u.rel.lease_ms = lease;
+  /* One that leaves the lock held sets its expiry to this lease (a read
+   * release sets none): it may run before its reply comes (hold.c). */
+  if (!lock->prim->hold->shared_expiry)
+    rlock__hold_lease_sent(e, lock, op->owner, op->u.rel.sent_ms, lease);
   op->cmd = lock->prim->hold->send_release(op, op->u.rel.latch, lease, latch_ttl,
                                      release_reply);
   if (op->cmd == NULL) {

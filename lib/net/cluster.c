@@ -66,6 +66,10 @@ static void probe_reply(rlock__net *n, redisReply *reply, int err,
    * subcommand. No answer within command_timeout_ms, or anything but an
    * array (a proxy's own reply): plain pub/sub, which every server has. */
   n->sharded = err == 0 && reply->type == REDIS_REPLY_ARRAY;
+  rlock__diag(n->core, RLOCK_DIAG_DEBUG,
+              "cluster pub/sub probe (PUBSUB SHARDNUMSUB): %s",
+              n->sharded ? "answered, sharded pub/sub (SSUBSCRIBE, SPUBLISH)"
+                         : "not answered, plain pub/sub");
   open_done(n);
   rlock__chans_on_topology(n);
 }
@@ -118,6 +122,54 @@ static void schedule(rlock__net *n, int64_t at) {
   rlock__timed_start(n->core, &c->timer, at);
 }
 
+/* Diagnostics: how many slots a map read moves to another master (or
+ * serves anew), before it replaces the current one; and the line said
+ * after, for the first map and for every map that changed something. */
+static int slots_moved(rlock__net *n, const rlock__slot_range *r, int nr) {
+  rlock__cluster *c = n->cluster;
+  int moved = 0, served = 0, was = 0;
+  for (int s = 0; s < RLOCK__SLOTS; s++)
+    was += c->slots[s] != NULL;
+  for (int i = 0; i < nr; i++) {
+    const rlock__node *node = n->nodes;
+    while (node != NULL && !(node->has_addr && node->port == r[i].port &&
+                             strcmp(node->host, r[i].host) == 0))
+      node = node->next;
+    for (int s = r[i].start; s <= r[i].end; s++) {
+      served++;
+      moved += node == NULL || c->slots[s] != node;
+    }
+  }
+  return moved + (was > served ? was - served : 0); /* + no longer served */
+}
+
+static void diag_map(rlock__net *n, const rlock__node *asked, bool first,
+                     int moved) {
+  rlock__cluster *c = n->cluster;
+  if (!first && moved == 0)
+    return;
+  int served = 0, masters = 0;
+  for (int s = 0; s < RLOCK__SLOTS; s++)
+    served += c->slots[s] != NULL;
+  for (const rlock__node *node = n->nodes; node != NULL; node = node->next)
+    for (int s = 0; s < RLOCK__SLOTS; s++)
+      if (c->slots[s] == node) {
+        masters++;
+        break;
+      }
+  char from[100];
+  rlock__node_addr(asked, from, sizeof(from));
+  if (first)
+    rlock__diag(n->core, RLOCK_DIAG_INFO,
+                "cluster slot map from %s: %d masters serve %d slots", from,
+                masters, served);
+  else
+    rlock__diag(n->core, RLOCK_DIAG_INFO,
+                "cluster slot map from %s changed: %d slots moved, %d "
+                "masters serve %d slots",
+                from, moved, masters, served);
+}
+
 static void map_reply(rlock__net *n, redisReply *reply, int err, void *data) {
   rlock__node *asked = data;
   rlock__cluster *c = n->cluster;
@@ -144,6 +196,7 @@ static void map_reply(rlock__net *n, redisReply *reply, int err, void *data) {
              asked->port, c->use_slots ? "CLUSTER SLOTS" : "CLUSTER SHARDS",
              (int)(reply->len > 200 ? 200 : reply->len), reply->str);
     open_fail(n, RLOCK_ECLUSTER, detail);
+    rlock__diag(n->core, RLOCK_DIAG_WARN, "cluster: %s", detail);
     schedule(n, rlock__now_ms() + n->core->opts.retry_interval_ms);
     return;
   }
@@ -161,9 +214,12 @@ static void map_reply(rlock__net *n, redisReply *reply, int err, void *data) {
              asked->host, asked->port, why);
     free(r);
     open_fail(n, nr == 0 ? RLOCK_ECLUSTER : RLOCK_EPROTO, detail);
+    rlock__diag(n->core, RLOCK_DIAG_WARN, "cluster: %s", detail);
     schedule(n, rlock__now_ms() + n->core->opts.retry_interval_ms);
     return;
   }
+  bool first = !c->known;
+  int moved = rlock__diag_on(n->core) ? slots_moved(n, r, nr) : 0;
   /* The new map replaces the old one whole: a slot it does not list is
    * not served (commands for it meet CLUSTERDOWN somewhere and wait). */
   memset(c->slots, 0, sizeof(c->slots));
@@ -177,6 +233,8 @@ static void map_reply(rlock__net *n, redisReply *reply, int err, void *data) {
       c->slots[s] = node;
   }
   free(r);
+  if (rlock__diag_on(n->core))
+    diag_map(n, asked, first, moved);
   c->known = true;
   rlock__cmds_reroute(n);
   rlock__chans_on_topology(n);

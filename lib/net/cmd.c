@@ -204,9 +204,13 @@ void rlock__cmd_reply(rlock__cmd *cmd, redisReply *reply) {
   assert(cmd->inflight > 0);
   cmd->inflight--;
   /* Replies on one connection come in order, so only the reply to the latest
-   * send (inflight back to 0) answers a record that is still waiting. */
+   * send (inflight back to 0) answers a record that is still waiting. A
+   * record queued for its next send (is_pending: re-sent after a timeout
+   * to a node whose connection is not ready - a cluster slot that moved,
+   * a failover) is answered by that send, not by a late reply to an
+   * earlier one from another connection, as after a timeout. */
   if (cmd->state != RLOCK__CMD_WAIT_REPLY || cmd->inflight > 0 ||
-      rlock__timed_active(&cmd->redo)) {
+      cmd->is_pending || rlock__timed_active(&cmd->redo)) {
     cmd_free_if_idle(cmd);
     return;
   }
@@ -230,7 +234,7 @@ void rlock__cmd_reply(rlock__cmd *cmd, redisReply *reply) {
     /* A proxy that let the probe pass refused a batch: it is a cluster
      * after all. This command fails (a renewal is tried again at the next
      * tick), the next batches keep to one slot. */
-    n->per_slot = true;
+    rlock__net_crossslot_refused(n, cmd->sent_to);
   }
   if (reply->type == REDIS_REPLY_ERROR && cmd->script != NULL &&
       !cmd->use_eval && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
@@ -255,7 +259,7 @@ void rlock__cmd_wait_reply(rlock__cmd *cmd, uint32_t seq, redisReply *reply) {
   cmd->wait_inflight--;
   redisReply *held = cmd->held;
   if (seq != cmd->send_seq || held == NULL ||
-      cmd->state != RLOCK__CMD_WAIT_REPLY) {
+      cmd->state != RLOCK__CMD_WAIT_REPLY || cmd->is_pending) {
     cmd_free_if_idle(cmd);
     return;
   }
@@ -273,7 +277,7 @@ void rlock__cmd_wait_reply(rlock__cmd *cmd, uint32_t seq, redisReply *reply) {
    * as unconfirmed, and the ones after it go without WAIT. */
   if (rlock__reply_unknown_command(reply) && cmd->sent_to != NULL) {
     if (strcasestr(reply->str, "WAITAOF") != NULL)
-      cmd->sent_to->cap_waitaof = -1; /* WAIT from now on */
+      rlock__conn_waitaof_missing(&cmd->sent_to->cmd, reply);
     else
       rlock__conn_wait_missing(&cmd->sent_to->cmd, reply);
   }

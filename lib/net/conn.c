@@ -103,15 +103,7 @@ static bool exp_pop(rlock__conn *conn, struct rlock__expect *out) {
 /* ---- texts for details ---- */
 
 static void peer_name(const rlock__conn *conn, char *buf, size_t n) {
-  const rlock__uri *u = conn->net->uri;
-  const rlock__node *node = conn->node;
-  /* (shortened: it goes into details of a few hundred bytes) */
-  if (u->is_unix)
-    snprintf(buf, n, "%.80s", u->path);
-  else if (strchr(node->host, ':') != NULL)
-    snprintf(buf, n, "[%.80s]:%d", node->host, node->port);
-  else
-    snprintf(buf, n, "%.80s:%d", node->host, node->port);
+  rlock__node_addr(conn->node, buf, n);
 }
 
 /* A handshake's outcome: open hears of it (standalone and Sentinel), or
@@ -171,6 +163,74 @@ static void describe_reply(const redisReply *r, char *buf, size_t n) {
   }
 }
 
+/* ---- diagnostics (rlock_options.on_diag) ---- */
+
+static const char *conn_role(const rlock__conn *conn) {
+  return conn->is_sub ? "pub/sub" : "commands";
+}
+
+/* A connection went (was_up) or an attempt failed, and the next attempt
+ * is scheduled. The first failed attempt of a series (at open, or the
+ * immediate one after a loss: it gives the outage's cause) is a warning;
+ * the attempts that follow it while the server stays away are DEBUG (a
+ * dead cluster node is retried until close). */
+static void diag_lost(const rlock__conn *conn, bool was_up, int err,
+                      const char *detail) {
+  rlock__core *core = conn->net->core;
+  char peer[100];
+  peer_name(conn, peer, sizeof(peer));
+  int64_t in = conn->reconnect.at - rlock__now_ms();
+  const char *code =
+      err == RLOCK__NOT_MASTER ? "not the master" : rlock_err_name(err);
+  if (was_up) {
+    rlock__diag(core, err == RLOCK_EPROTO ? RLOCK_DIAG_ERROR : RLOCK_DIAG_WARN,
+                "lost connection to %s (%s): %s: %s; reconnecting in %lld ms",
+                peer, conn_role(conn), code, detail != NULL ? detail : "",
+                (long long)(in > 0 ? in : 0));
+    return;
+  }
+  /* The attempt that failed: the count was raised for the next one, and
+   * after a loss the attempts count from the first reconnect. */
+  int failed = conn->backoff_attempt - (conn->ever_up ? 1 : 0);
+  rlock__diag(core,
+              err == RLOCK_EPROTO ? RLOCK_DIAG_ERROR
+              : failed <= 1       ? RLOCK_DIAG_WARN
+                                  : RLOCK_DIAG_DEBUG,
+              "cannot connect to %s (%s): %s: %s; attempt %d, next in %lld "
+              "ms",
+              peer, conn_role(conn), code, detail != NULL ? detail : "",
+              failed, (long long)(in > 0 ? in : 0));
+}
+
+static const char *cap_text(int cap) {
+  return cap > 0 ? "yes" : cap < 0 ? "no" : "not probed";
+}
+
+/* The connection is up: connected or reconnected, and (command connection)
+ * what its capability probes found. */
+static void diag_up(const rlock__conn *conn) {
+  rlock__net *n = conn->net;
+  const rlock__node *node = conn->node;
+  char peer[100];
+  peer_name(conn, peer, sizeof(peer));
+  if (conn->ever_up)
+    rlock__diag(n->core, RLOCK_DIAG_INFO, "reconnected to %s (%s), attempt %d",
+                peer, conn_role(conn), conn->backoff_attempt);
+  else
+    rlock__diag(n->core, RLOCK_DIAG_INFO, "connected to %s (%s)", peer,
+                conn_role(conn));
+  if (conn->is_sub)
+    return;
+  rlock__diag(n->core, RLOCK_DIAG_DEBUG,
+              "probes on %s: CLIENT SETINFO %s, WAIT %s, WAITAOF %s, "
+              "appendonly %s, cross-slot scripts %s",
+              peer, cap_text(node->cap_setinfo), cap_text(node->cap_wait),
+              cap_text(node->cap_waitaof), cap_text(node->aof_on),
+              n->mode == RLOCK__URI_CLUSTER ? "not probed (a cluster)"
+              : n->per_slot ? "refused (one slot per command)"
+                            : "accepted");
+}
+
 /* ---- reconnect ---- */
 
 static void reconnect_fire(rlock__timed *t) {
@@ -228,6 +288,7 @@ static void conn_lost(rlock__conn *conn, int err, const char *detail) {
       conn->proto_drops++;
     conn->backoff_attempt = conn->proto_drops;
   }
+  bool was_up = conn->state == RLOCK__CONN_UP;
   conn->state = RLOCK__CONN_DOWN;
   conn->draining = false;
   fail_expected(conn);
@@ -246,6 +307,8 @@ static void conn_lost(rlock__conn *conn, int err, const char *detail) {
   else if (n->mode == RLOCK__URI_SENTINEL)
     rlock__sentinel_requery(n);
   rlock__conn_schedule_reconnect(conn);
+  if (rlock__diag_on(n->core))
+    diag_lost(conn, was_up, err, detail);
 }
 
 /* rlock lets go of the connection (protocol violation, failed handshake).
@@ -311,6 +374,10 @@ static void conn_ready(rlock__conn *conn) {
   }
   rlock__timed_stop(n->core, &conn->hs_timer);
   conn->state = RLOCK__CONN_UP;
+  /* Said before open hears of it, so open returns after the lines. */
+  if (rlock__diag_on(n->core))
+    diag_up(conn);
+  conn->ever_up = true;
   conn->backoff_attempt = 0;
   progress(conn, 0, NULL);
   if (!conn->is_sub)
@@ -502,6 +569,38 @@ void rlock__conn_wait_missing(rlock__conn *conn, const redisReply *r) {
            "locks are not confirmed by replicas)",
            peer, what);
   atomic_store_explicit(&n->sync_report_set, true, memory_order_release);
+  rlock__diag(n->core, RLOCK_DIAG_WARN, "%s", n->sync_report);
+}
+
+void rlock__conn_waitaof_missing(rlock__conn *conn, const redisReply *r) {
+  rlock__node *node = conn->node;
+  if (node->cap_waitaof < 0)
+    return;
+  node->cap_waitaof = -1;
+  if (!rlock__diag_on(conn->net->core))
+    return;
+  char peer[100], what[96];
+  peer_name(conn, peer, sizeof(peer));
+  describe_reply(r, what, sizeof(what));
+  rlock__diag(conn->net->core, RLOCK_DIAG_WARN,
+              "replica sync on %s: WAITAOF was answered %s: WAIT from now on",
+              peer, what);
+}
+
+void rlock__net_crossslot_refused(rlock__net *n, const rlock__node *node) {
+  if (n->per_slot)
+    return;
+  n->per_slot = true;
+  if (!rlock__diag_on(n->core))
+    return;
+  char peer[100] = "the server";
+  if (node != NULL)
+    rlock__node_addr(node, peer, sizeof(peer));
+  rlock__diag(n->core, RLOCK_DIAG_INFO,
+              "%s refused a script over two slots (CROSSSLOT: a cluster "
+              "behind one endpoint): multi-key commands keep to one slot "
+              "each",
+              peer);
 }
 
 static void probe_reply(rlock__conn *conn, int which, const redisReply *r) {
@@ -514,7 +613,10 @@ static void probe_reply(rlock__conn *conn, int which, const redisReply *r) {
     /* anything else (a proxy's own error, garbage): left unknown, so WAIT
      * is still sent and what it answers decides each command */
   } else if (which == PROBE_WAITAOF) {
-    if (rlock__reply_unknown_command(r))
+    if (rlock__reply_unknown_command(r) &&
+        conn->net->core->opts.replica_sync_mode == RLOCK_REPLICA_SYNC_WAITAOF)
+      rlock__conn_waitaof_missing(conn, r); /* asked for: worth a word */
+    else if (rlock__reply_unknown_command(r))
       node->cap_waitaof = -1;
     else if (r->type == REDIS_REPLY_ARRAY)
       node->cap_waitaof = 1;
@@ -536,7 +638,7 @@ static void probe_reply(rlock__conn *conn, int which, const redisReply *r) {
   } else if (which == PROBE_CROSSSLOT) {
     if (r->type == REDIS_REPLY_ERROR && r->len >= 9 &&
         strncmp(r->str, "CROSSSLOT", 9) == 0)
-      conn->net->per_slot = true;
+      rlock__net_crossslot_refused(conn->net, conn->node);
   } else if (which == PROBE_LIB_NAME && !conn->is_sub) {
     node->cap_setinfo = r->type == REDIS_REPLY_STATUS ? 1 : -1;
   }

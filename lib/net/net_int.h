@@ -102,6 +102,13 @@ int rlock__conn_expect(rlock__conn *conn, int kind, rlock__cmd *cmd,
 /* The server has no WAIT: replica sync off for conn's node (reported
  * once per client, rlock__net_sync_report). */
 void rlock__conn_wait_missing(rlock__conn *conn, const redisReply *r);
+/* The server refused WAITAOF (a failover to one without it): WAIT from
+ * now on for conn's node. */
+void rlock__conn_waitaof_missing(rlock__conn *conn, const redisReply *r);
+/* Standalone, Sentinel: `node` refused a command over keys of two slots
+ * (CROSSSLOT: a cluster behind a proxy): multi-key commands keep to one
+ * slot each from now on (n->per_slot), said once. */
+void rlock__net_crossslot_refused(rlock__net *n, const rlock__node *node);
 /* "ERR unknown command ..." */
 bool rlock__reply_unknown_command(const redisReply *r);
 /* Appends a command to the node's subscriber connection. 0 or RLOCK_ECONN
@@ -118,6 +125,8 @@ rlock__node *rlock__node_get(rlock__net *n, const char *host, int port);
 void rlock__node_start(rlock__node *node);
 /* The subscriber connection, started on first use. */
 void rlock__node_want_sub(rlock__node *node);
+/* "host:port", "[v6]:port" or the unix socket's path, cut to fit n. */
+void rlock__node_addr(const rlock__node *node, char *buf, size_t n);
 /* Sentinel: the master moved - both connections go and come back on the
  * new address; what was in flight is failed as after a lost connection. */
 void rlock__node_set_addr(rlock__node *node, const char *host, int port);

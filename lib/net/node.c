@@ -43,6 +43,17 @@ rlock__node *rlock__node_get(rlock__net *n, const char *host, int port) {
   return node;
 }
 
+void rlock__node_addr(const rlock__node *node, char *buf, size_t n) {
+  const rlock__uri *u = node->net->uri;
+  /* (shortened: it goes into details of a few hundred bytes) */
+  if (u->is_unix)
+    snprintf(buf, n, "%.80s", u->path);
+  else if (strchr(node->host, ':') != NULL)
+    snprintf(buf, n, "[%.80s]:%d", node->host, node->port);
+  else
+    snprintf(buf, n, "%.80s:%d", node->host, node->port);
+}
+
 void rlock__node_start(rlock__node *node) {
   if (node->cmd.state == RLOCK__CONN_DOWN && node->cmd.link == NULL &&
       !rlock__timed_active(&node->cmd.reconnect) && node->has_addr)
@@ -61,16 +72,18 @@ void rlock__node_set_addr(rlock__node *node, const char *host, int port) {
   bool had = node->has_addr;
   if (had && node->port == port && strcmp(node->host, host) == 0)
     return;
-  snprintf(node->host, sizeof(node->host), "%s", host);
-  node->port = port;
-  node->has_addr = true;
   if (!had) {
+    snprintf(node->host, sizeof(node->host), "%s", host);
+    node->port = port;
+    node->has_addr = true;
     rlock__conn_start(&node->cmd);
     node->sub_started = true;
     rlock__conn_start(&node->sub);
     return;
   }
-  /* Both connections go; each comes back at once, on the new address. */
+  /* Both connections go; each comes back at once (a timer: after this
+   * returns), on the new address - set after the drops, so that what they
+   * report (diagnostics) names the server that was left. */
   rlock__conn *conns[2] = {&node->cmd, &node->sub};
   for (int i = 0; i < 2; i++) {
     rlock__conn *c = conns[i];
@@ -81,6 +94,8 @@ void rlock__node_set_addr(rlock__node *node, const char *host, int port) {
     else if (i == 0 || node->sub_started)
       rlock__conn_schedule_reconnect(c);
   }
+  snprintf(node->host, sizeof(node->host), "%s", host);
+  node->port = port;
 }
 
 /* ---- the layer's life ---- */

@@ -29,6 +29,7 @@ typedef struct rlock__conn {
   rlock__timed reconnect;
   rlock__timed hs_timer; /* the handshake's deadline, once connected */
   int backoff_attempt;
+  bool ever_up; /* was connected once: the next time is a reconnect */
   int proto_drops; /* connections dropped for a protocol violation */
   /* commands created while link == NULL, sent at the next connect */
   rlock__cmd *pending_head, *pending_tail;

@@ -520,6 +520,11 @@ void rlock__chans_reply(rlock__node *node, const redisReply *reply) {
        * the slot map says once it has been read. */
       e->state = CHAN_NONE;
       e->missed = true;
+      rlock__diag(n->core, RLOCK_DIAG_INFO,
+                  "%s:%d dropped the subscription to %.*s (its slot moved?)",
+                  node->host, node->port, (int)(e->channel_len > 200 ? 200
+                                                : e->channel_len),
+                  e->channel);
       if (e->refs == 0) {
         entry_free(n, e);
         return;
@@ -530,8 +535,16 @@ void rlock__chans_reply(rlock__node *node, const redisReply *reply) {
   }
 }
 
+/* Diagnostics: channels subscribed again after they were lost (`why`). */
+static void diag_resubscribed(rlock__net *n, int count, const char *why) {
+  if (count > 0)
+    rlock__diag(n->core, RLOCK_DIAG_INFO, "resubscribing %d channel%s %s",
+                count, count == 1 ? "" : "s", why);
+}
+
 void rlock__chans_on_connect(rlock__node *nd) {
   rlock__net *n = nd->net;
+  int again = 0;
   rlock__map_iter it;
   rlock__map_node *node;
   rlock__map_iter_init(&it, &n->chans);
@@ -539,14 +552,25 @@ void rlock__chans_on_connect(rlock__node *nd) {
     rlock__chan *e = node->value;
     if (e->state != CHAN_NONE || (e->node != nd && e->node != NULL))
       continue;
-    if (e->refs > 0)
+    if (e->refs > 0) {
+      /* (A first connection, started by a subscribe of the walk below,
+       * leaves the count to that walk.) */
+      again += e->missed && nd->sub.ever_up;
       send_subscribe(n, e);
-    else
+    } else {
       entry_free(n, e);
+    }
+  }
+  if (again > 0 && rlock__diag_on(n->core)) {
+    char on[160], peer[100];
+    rlock__node_addr(nd, peer, sizeof(peer));
+    snprintf(on, sizeof(on), "on %s (pub/sub connection back)", peer);
+    diag_resubscribed(n, again, on);
   }
 }
 
 void rlock__chans_on_topology(rlock__net *n) {
+  int again = 0;
   rlock__map_iter it;
   rlock__map_node *node;
   rlock__map_iter_init(&it, &n->chans);
@@ -554,11 +578,14 @@ void rlock__chans_on_topology(rlock__net *n) {
     rlock__chan *e = node->value;
     if (e->state != CHAN_NONE)
       continue;
-    if (e->refs > 0)
+    if (e->refs > 0) {
+      again += e->missed;
       send_subscribe(n, e);
-    else
+    } else {
       entry_free(n, e);
+    }
   }
+  diag_resubscribed(n, again, "after the slot map was read");
 }
 
 void rlock__chans_on_disconnect(rlock__node *nd) {

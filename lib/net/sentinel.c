@@ -73,6 +73,9 @@ static void failed(rlock__sentinel *s, int err, const char *detail) {
   snprintf(s->last_detail, sizeof(s->last_detail), "%.*s",
            (int)sizeof(s->last_detail) - 1, detail);
   s->at = (s->at + 1) % n->uri->naddrs;
+  if (!n->core->closing)
+    rlock__diag(n->core, RLOCK_DIAG_WARN, "%s; asking the next sentinel",
+                detail);
   int64_t delay = 0;
   if (++s->tried >= (int)n->uri->naddrs) {
     s->tried = 0;
@@ -88,11 +91,28 @@ static void failed(rlock__sentinel *s, int err, const char *detail) {
     rlock__timed_start(n->core, &s->retry, rlock__now_ms() + delay);
 }
 
-static void on_master(rlock__sentinel *s, const char *host, int port) {
+/* `how`: what told us (for diagnostics). */
+static void on_master(rlock__sentinel *s, const char *host, int port,
+                      const char *how) {
   rlock__net *n = s->net;
   s->tried = 0;
   s->attempt = 0;
-  rlock__node_set_addr(n->master, host, port);
+  rlock__node *m = n->master;
+  if (rlock__diag_on(n->core) &&
+      (!m->has_addr || m->port != port || strcmp(m->host, host) != 0)) {
+    char who[300], was[100] = "", to[100];
+    peer(s, who, sizeof(who));
+    if (m->has_addr)
+      rlock__node_addr(m, was, sizeof(was));
+    snprintf(to, sizeof(to), strchr(host, ':') != NULL ? "[%.80s]:%d"
+                                                        : "%.80s:%d",
+             host, port);
+    rlock__diag(n->core, RLOCK_DIAG_INFO,
+                "sentinel %s: master '%s' %s%s%s%s (%s)", who, n->uri->master,
+                m->has_addr ? "moved from " : "is at ", was,
+                m->has_addr ? " to " : "", to, how);
+  }
+  rlock__node_set_addr(m, host, port);
 }
 
 static void handle(rlock__sentinel *s, int kind, const redisReply *r) {
@@ -145,7 +165,7 @@ static void handle(rlock__sentinel *s, int kind, const redisReply *r) {
     if (listed >= 0)
       s->net->master->replicas_listed = listed;
     if (s->found_port != 0) {
-      on_master(s, s->found_host, s->found_port);
+      on_master(s, s->found_host, s->found_port, "GET-MASTER-ADDR-BY-NAME");
       s->found_port = 0;
     }
     return;
@@ -182,7 +202,7 @@ static void link_reply(rlock__link *l, redisReply *r) {
                                  (size_t)r->element[2]->len,
                                  s->net->uri->master, host, sizeof(host),
                                  &port) == 1) {
-    on_master(s, host, port);
+    on_master(s, host, port, "+switch-master");
     /* The new master's replicas are another list: read it on a fresh
      * link (a subscribed one cannot ask). */
     rlock__sentinel_requery(s->net);

@@ -346,6 +346,76 @@ int rlock_remain_ttl(rlock *lock, int64_t *ttl_ms) {
   return lock == NULL ? rlock__bad_arg("lock is NULL") : simple(lock, KIND_OP(lock, remain_ttl), 0, ttl_ms);
 }
 
+/* ---- lease safety ---- */
+
+/* Reads what the engine knows of op's hold (nothing is sent): the result,
+ * with the guarantee in op->value. Loop thread. */
+static int lease_read(rlock__op *op) {
+  rlock__hold *h = rlock__hold_find(op->engine, op->lock->name, op->owner);
+  if (h == NULL) {
+    rlock__op_detail(op, "lock '%s' is not held by %s (this client knows "
+                         "of no hold)", op->lock->name, op->owner);
+    return RLOCK_ENOTOWNER;
+  }
+  if (h->lost) {
+    rlock__op_detail(op, "lock '%s' was lost: a renewal found it no longer "
+                         "held by %s (it expired or was deleted)",
+                     op->lock->name, op->owner);
+    return RLOCK_ELOCKLOST;
+  }
+  op->value = rlock__hold_guaranteed_until(h);
+  int64_t now = rlock__now_ms();
+  if (op->value > now)
+    return 1;
+  rlock__op_detail(op, "the hold of '%s' by %s was guaranteed until %" PRId64
+                       " ms (now %" PRId64 ") and no renewal was confirmed "
+                       "since: it may have expired",
+                   op->lock->name, op->owner, op->value, now);
+  return 0;
+}
+
+/* Control: it acts at once and never waits (never an active op). */
+static void start_lease(rlock__op *op) {
+  op->result = lease_read(op);
+  op->state = RLOCK__ST_DONE;
+  op->done(op);
+}
+
+static const rlock__op_type lease_type = {
+    .name = "lease_guaranteed", .start = start_lease, .control = true};
+
+static void lease_done_here(rlock__op *op) { (void)op; }
+
+int rlock_lease_guaranteed_owner(rlock *lock, uint64_t owner,
+                                 int64_t *until_ms) {
+  if (until_ms == NULL)
+    return rlock__bad_arg("until_ms is NULL");
+  int rc = lock_handle(lock);
+  if (rc != 0)
+    return rc;
+  rlock__op op;
+  rlock__op_init(&op, lock, &lease_type, owner);
+  if (rlock__core_on_loop_thread(lock->engine->core)) {
+    /* From a callback: the holds are the loop thread's, read them here. */
+    op.done = lease_done_here;
+    start_lease(&op);
+    rc = op.result;
+    if (op.detail[0] != '\0')
+      rlock__set_last_error("%s", op.detail);
+    else
+      rlock__clear_last_error();
+  } else {
+    rc = rlock__op_run_sync(&op);
+  }
+  if (rc >= 0)
+    *until_ms = op.value;
+  return rc;
+}
+
+int rlock_lease_guaranteed(rlock *lock, int64_t *until_ms) {
+  return rlock_lease_guaranteed_owner(lock, rlock__thread_id(), until_ms);
+}
+
 /* ---- the asynchronous API ---- */
 
 int rlock_lock_async(rlock *lock, uint64_t owner, int64_t wait_ms,

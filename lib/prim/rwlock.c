@@ -256,7 +256,8 @@ static const rlock__prim_hold read_hold = {
     .read_release = rlock__lock_read_release,
     .trim = &read_trim_script,
     .renew = &read_renew_script,
-    .local_handoff = false};
+    .local_handoff = false,
+    .shared_expiry = true};
 
 const rlock__prim rlock__prim_read = {
     .kind = "read",

@@ -41,6 +41,9 @@ static const rlock__script release_script = {
 static const rlock__script try_set_script = {
     "semaphore_try_set_permits", RLOCK__LUA_SEMAPHORE_TRY_SET_PERMITS_BODY,
     RLOCK__LUA_SEMAPHORE_TRY_SET_PERMITS_SHA, false};
+static const rlock__script release_if_exists_script = {
+    "semaphore_release_if_exists", RLOCK__LUA_SEMAPHORE_RELEASE_IF_EXISTS_BODY,
+    RLOCK__LUA_SEMAPHORE_RELEASE_IF_EXISTS_SHA, false};
 static const rlock__script drain_script = {
     "semaphore_drain", RLOCK__LUA_SEMAPHORE_DRAIN_BODY,
     RLOCK__LUA_SEMAPHORE_DRAIN_SHA, false};
@@ -246,6 +249,14 @@ static void start_add(rlock__op *op) {
                  value_reply);
 }
 
+/* release_if_exists. Not re-sent: INCRBY twice would add twice. */
+static void start_add_if_exists(rlock__op *op) {
+  rlock__argv a = {0};
+  sem_args(op, &a);
+  rlock__op_send(op, &release_if_exists_script, a.argc, a.argv, a.lens, 0,
+                 value_reply);
+}
+
 /* Not re-sent: a second send after the first landed would answer 0 ("it
  * existed"). */
 static void start_try_set(rlock__op *op) {
@@ -273,6 +284,8 @@ static void start_available(rlock__op *op) {
 
 static const rlock__op_type add_type = {.name = "semaphore_add",
                                         .start = start_add};
+static const rlock__op_type add_if_exists_type = {
+    .name = "semaphore_release_if_exists", .start = start_add_if_exists};
 static const rlock__op_type try_set_type = {.name = "semaphore_try_set",
                                             .start = start_try_set};
 static const rlock__op_type drain_type = {.name = "semaphore_drain",
@@ -382,6 +395,21 @@ int rlock_semaphore_release(rlock_semaphore *sem, int64_t permits) {
     return rc;
   rc = run(lock, &add_type, permits, 0, false, NULL);
   return rc < 0 ? rc : 0;
+}
+
+int rlock_semaphore_release_if_exists(rlock_semaphore *sem,
+                                      int64_t permits) {
+  rlock *lock = handle(sem);
+  if (lock == NULL)
+    return RLOCK_EINVAL;
+  if (permits == 0)
+    return 0; /* Java's: false, nothing sent */
+  int rc = rlock__semaphore_check_permits(permits);
+  if (rc != 0)
+    return rc;
+  int64_t done = 0;
+  rc = run(lock, &add_if_exists_type, permits, 0, false, &done);
+  return rc < 0 ? rc : (done == 1 ? 1 : 0);
 }
 
 int rlock_semaphore_add_permits(rlock_semaphore *sem, int64_t permits) {

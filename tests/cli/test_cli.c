@@ -429,6 +429,8 @@ Test(cli, man_page_lists_every_option_and_exit_code) {
       "CLUSTERDOWN",
       /* issue 24 and 26 */
       "--orphan-ok", "--permits N", "1 to 2147483647", "RLOCK_NAME",
+      /* issue 29 */
+      "--take K",
       "# NAME", "# DESCRIPTION", "# ENVIRONMENT", "# EXAMPLES", "# SEE ALSO",
       "A cron job", "cleanup -- /usr/local/bin/cleanup", "[Service]", "ExecStart=/usr/bin/rlock",
       "rlock --permits 3", "--token \"$RLOCK_TOKEN\"",
@@ -681,6 +683,92 @@ Test(cli, nonblock_when_busy_exits_1_at_once) {
   cr_assert(count != NULL && strcmp(count, "1") == 0);
   free(count);
   unhold(&h);
+}
+
+/* Lines of text matching the extended regex `re`. */
+static int count_matching(const char *text, const char *re) {
+  regex_t rx;
+  cr_assert_eq(regcomp(&rx, re, REG_EXTENDED | REG_NEWLINE | REG_NOSUB), 0,
+               "regex %s", re);
+  int n = 0;
+  for (const char *line = text; *line != '\0';) {
+    const char *end = strchr(line, '\n');
+    size_t len = end != NULL ? (size_t)(end - line) : strlen(line);
+    char *copy = strndup(line, len);
+    cr_assert(copy != NULL);
+    n += regexec(&rx, copy, 0, NULL, 0) == 0;
+    free(copy);
+    line += len + (end != NULL);
+  }
+  regfree(&rx);
+  return n;
+}
+
+/* -v also prints the client's diagnostics, timestamped (ISO-8601 UTC, ms):
+ * both connections killed while COMMAND runs give one "lost" line each,
+ * with the cause, and one "reconnected" line each; -v leaves DEBUG out,
+ * -vv prints it (the probes at connect). */
+Test(cli, verbose_reports_a_killed_connection_and_its_reconnect) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:diag");
+  cli_proc p;
+  cli_start(&p, ARGS("-v", key, "--", "sh", "-c",
+                     "touch started; while [ ! -e go ]; do sleep 0.02; done"));
+  rt_wait_until_what(file_exists, "started", 10000, "COMMAND started");
+  /* rlock's two connections (neither is subscribed): every normal
+   * connection but this test's own. */
+  redisReply *r = rt_cmd("CLIENT KILL TYPE normal SKIPME yes");
+  cr_assert(r->type == REDIS_REPLY_INTEGER && r->integer == 2,
+            "killed %lld connections", r->type == REDIS_REPLY_INTEGER
+                                           ? (long long)r->integer : -1LL);
+  freeReplyObject(r);
+  char want[160];
+  snprintf(want, sizeof want, "reconnected to 127.0.0.1:%d (pub/sub)",
+           rt_port());
+  contains_arg wait_args = {p.err_path, want};
+  rt_wait_until_what(file_contains, &wait_args, 5000, "the reconnect line");
+  snprintf(want, sizeof want, "reconnected to 127.0.0.1:%d (commands)",
+           rt_port());
+  rt_wait_until_what(file_contains, &wait_args, 5000, "the reconnect line");
+  touch_in("go");
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 0);
+  char *err = cli_err(&p);
+  const char *stamp = "^rlock: [0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:"
+                      "[0-9]{2}\\.[0-9]{3}Z ";
+  char re[512];
+  for (int i = 0; i < 2; i++) {
+    const char *role = i == 0 ? "commands" : "pub/sub";
+    snprintf(re, sizeof re,
+             "%sWARN lost connection to 127\\.0\\.0\\.1:%d \\(%s\\): "
+             "RLOCK_ECONN: .+; reconnecting in [0-9]+ ms$",
+             stamp, rt_port(), role);
+    cr_assert_eq(count_matching(err, re), 1, "%s in stderr:\n%s", re, err);
+    snprintf(re, sizeof re,
+             "%sINFO reconnected to 127\\.0\\.0\\.1:%d \\(%s\\), attempt 1$",
+             stamp, rt_port(), role);
+    cr_assert_eq(count_matching(err, re), 1, "%s in stderr:\n%s", re, err);
+    snprintf(re, sizeof re, "%sINFO connected to 127\\.0\\.0\\.1:%d \\(%s\\)$",
+             stamp, rt_port(), role);
+    cr_assert_eq(count_matching(err, re), 1, "%s in stderr:\n%s", re, err);
+  }
+  /* The -v lines of before are still there; DEBUG is not. */
+  cr_assert_eq(count_matching(err, "^rlock: acquired '"), 1, "%s", err);
+  cr_assert_eq(count_matching(err, "^rlock: released '"), 1, "%s", err);
+  cr_assert_eq(count_matching(err, " DEBUG "), 0, "%s", err);
+  cr_assert_eq(count_matching(err, " (WARN|ERROR) "), 2, "%s", err);
+  free(err);
+
+  cr_assert_eq(cli_run(&p, ARGS("-vv", key, "--", "true")), 0);
+  err = cli_err(&p);
+  snprintf(re, sizeof re, "%sDEBUG probes on 127\\.0\\.0\\.1:%d: ", stamp,
+           rt_port());
+  cr_assert_eq(count_matching(err, re), 1, "%s in stderr:\n%s", re, err);
+  free(err);
+  /* Without -v: nothing at all. */
+  cr_assert_eq(cli_run(&p, ARGS(key, "--", "true")), 0);
+  err = cli_err(&p);
+  cr_assert_str_eq(err, "");
+  free(err);
 }
 
 Test(cli, wait_timeout_exits_1_after_the_wait) {
@@ -2566,6 +2654,74 @@ Test(cli, permits_usage_errors) {
   cr_assert_eq(cli_run(&p, ARGS("--permits", "-1", "k", "true")), 64);
   cr_assert_eq(cli_run(&p, ARGS("--permits", "2", "-s", "k", "true")), 64);
   cr_assert_eq(cli_run(&p, ARGS("--fenced", "--permits", "2", "k", "true")),
+               64);
+}
+
+/* Issue 29: --take K holds K permits at once (one acquire, K ids in
+ * RLOCK_OWNER) and gives all K back at the end. */
+Test(cli, take_holds_k_permits_at_once) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:take");
+  cli_proc p;
+  cli_start(&p, ARGS("--permits", "3", "--take", "2", key, "--", "sh", "-c",
+                     "echo \"$RLOCK_OWNER\" > owner.tmp && mv owner.tmp "
+                     "owner; sleep 2"));
+  rt_wait_until_what(file_exists, "owner", 10000, "COMMAND started");
+  char *owner = first_line_in("owner");
+  cr_assert_eq(strlen(owner), 2 * 32 + 1, "RLOCK_OWNER '%s'", owner);
+  cr_assert_eq(owner[32], ',', "RLOCK_OWNER '%s'", owner);
+  cr_assert_eq(rt_int("ZCARD {%s}:timeout", key), 2);
+  char *count = rt_str("GET %s", key);
+  cr_assert_str_eq(count, "1");
+  free(count);
+  /* each id is a member (16 raw bytes of its hex) */
+  for (int i = 0; i < 2; i++) {
+    unsigned char raw[16];
+    for (int b = 0; b < 16; b++) {
+      unsigned v = 0;
+      sscanf(owner + i * 33 + 2 * b, "%2x", &v);
+      raw[b] = (unsigned char)v;
+    }
+    redisReply *r = rt_cmd("ZSCORE {%s}:timeout %b", key, raw, (size_t)16);
+    cr_assert_eq(r->type, REDIS_REPLY_STRING, "id %d is not taken", i);
+    freeReplyObject(r);
+  }
+  free(owner);
+  cli_proc busy, one;
+  cr_assert_eq(cli_run(&busy, ARGS("--permits", "3", "--take", "2", "-n",
+                                   key, "true")),
+               1, "2 more of 3 with 1 free: busy");
+  cr_assert_eq(cli_run(&one, ARGS("--permits", "3", "-n", key, "true")), 0,
+               "the third permit is free");
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 0);
+  cr_assert_eq(rt_int("ZCARD {%s}:timeout", key), 0);
+  count = rt_str("GET %s", key);
+  cr_assert_str_eq(count, "3", "all back");
+  free(count);
+}
+
+Test(cli, take_usage_errors) {
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("--permits", "3", "--take", "4", "k",
+                                "true")),
+               64);
+  char *err = cli_err(&p);
+  cr_assert(strstr(err, "--take is more than --permits") != NULL,
+            "stderr: %s", err);
+  free(err);
+  cr_assert_eq(cli_run(&p, ARGS("--take", "2", "k", "true")), 64);
+  err = cli_err(&p);
+  cr_assert(strstr(err, "--take needs --permits") != NULL, "stderr: %s",
+            err);
+  free(err);
+  cr_assert_eq(cli_run(&p, ARGS("--permits", "3", "--take", "0", "k",
+                                "true")),
+               64);
+  cr_assert_eq(cli_run(&p, ARGS("--permits", "2000", "--take", "1025", "k",
+                                "true")),
+               64);
+  cr_assert_eq(cli_run(&p, ARGS("--permits", "3", "--take", "x", "k",
+                                "true")),
                64);
 }
 

@@ -128,9 +128,21 @@
  *    DECRs, deletes at <= 0, publishes 0 exactly at 0; trySetCount and
  *    delete publish 1. An awaiter GETs, subscribes, then loops { GET; wait
  *    on the entry's latch }; 0 opens it (every awaiter re-reads), 1 closes.
+ *
+ * The permit-expirable semaphore with several permits (PROTOCOL-SYNC.md
+ * section 3, own Lua; commands pes*, listed above pes_command): the count
+ * under the name, the zset {name}:timeout of raw 16-byte ids scored by
+ * expiry (922337203685477: no lease), channel redisson_sc:<tag>. Ids are
+ * made here (16 random bytes, shown as 32 hex) and sent raw. An acquire
+ * sends ARGV [n, expiry, now, sentinel, publish, id1..idn] and replies OK,
+ * ":<lowest score>" (a wait hint) or nil; a waiter tries, subscribes, then
+ * loops { try; wait for a local permit until the hint or the deadline }.
+ * tryRelease of a list: ARGV [count, now, publish, ids...], all or nothing,
+ * publishing the number released.
  */
 #include <hiredis/hiredis.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -643,6 +655,96 @@ static const char latch_delete_lua[] =
     "end "
     "return 0";
 
+/* The permit-expirable semaphore's reclaim: every id whose expiry
+ * (score) is at or before `now` goes back to the count (LIMIT: at most
+ * `lim` ids; nil no limit), whose new value is published when > 0. A
+ * prefix of the pes_* scripts (Z, V, channel, now, publish, lim set by
+ * each). */
+#define PES_RECLAIM                                                        \
+  "local exp = lim and redis.call('zrangebyscore', Z, 0, now, 'limit', 0, " \
+  "lim) or redis.call('zrangebyscore', Z, 0, now) "                        \
+  "if #exp > 0 then "                                                      \
+  "  redis.call('zrem', Z, unpack(exp)) "                                  \
+  "  local v = redis.call('incrby', V, #exp) "                             \
+  "  if v > 0 then redis.call(pub, C, v) end "                             \
+  "end "
+
+/* acquire / tryAcquire of n permits. KEYS[1] count, KEYS[2] zset, KEYS[3]
+ * channel; ARGV[1] n, ARGV[2] expiry, ARGV[3] now, ARGV[4] the no-lease
+ * sentinel, ARGV[5] publish command, ARGV[6..] the n ids. Reclaim at most
+ * n; then with n free: DECRBY n, ZADD every id, the count's TTL onto the
+ * zset, status OK. Else ":"..lowest score unless it is the sentinel; nil. */
+static const char pes_acquire_lua[] =
+    "local V, Z, C = KEYS[1], KEYS[2], KEYS[3] "
+    "local now, pub, lim = ARGV[3], ARGV[5], tonumber(ARGV[1]) " PES_RECLAIM
+    "local v = redis.call('get', V) "
+    "if v ~= false and tonumber(v) >= tonumber(ARGV[1]) then "
+    "  redis.call('decrby', V, ARGV[1]) "
+    "  for i = 6, #ARGV do redis.call('zadd', Z, ARGV[2], ARGV[i]) end "
+    "  local ttl = redis.call('pttl', V) "
+    "  if ttl > 0 then redis.call('pexpire', Z, ttl) end "
+    "  return redis.status_reply('OK') "
+    "end "
+    "local low = redis.call('zrange', Z, 0, 0, 'withscores') "
+    "if low[2] ~= nil and low[2] ~= ARGV[4] then return ':' .. low[2] end "
+    "return nil";
+
+/* tryRelease(List). KEYS[1] count, KEYS[2] channel, KEYS[3] zset; ARGV[1]
+ * the number of ids, ARGV[2] now, ARGV[3] publish command, ARGV[4..] the
+ * ids. Any id missing or expired: 0, nothing changed. Else reclaim (no
+ * limit), ZREM the ids, INCRBY and publish the number removed, reply it. */
+static const char pes_release_lua[] =
+    "for i = 4, #ARGV do "
+    "  local s = redis.call('zscore', KEYS[3], ARGV[i]) "
+    "  if s == false or tonumber(s) <= tonumber(ARGV[2]) then return 0 end "
+    "end "
+    "local V, Z, C = KEYS[1], KEYS[3], KEYS[2] "
+    "local now, pub, lim = ARGV[2], ARGV[3], nil " PES_RECLAIM
+    "local r = 0 "
+    "for i = 4, #ARGV do r = r + redis.call('zrem', Z, ARGV[i]) end "
+    "redis.call('incrby', V, r) "
+    "redis.call(pub, C, r) "
+    "return r";
+
+/* setPermits(n). KEYS[1] count, KEYS[2] channel, KEYS[3] zset; ARGV[1] n,
+ * ARGV[2] publish command. Missing: SET n. Else the size is count + every
+ * zset member (no reclaim); a different size moves the count by the
+ * difference. Either change publishes n. nil. */
+static const char pes_set_lua[] =
+    "local v = redis.call('get', KEYS[1]) "
+    "if v == false then "
+    "  redis.call('set', KEYS[1], ARGV[1]) "
+    "  redis.call(ARGV[2], KEYS[2], ARGV[1]) "
+    "  return nil "
+    "end "
+    "local size = tonumber(v) + redis.call('zcount', KEYS[3], '-inf', '+inf') "
+    "if size ~= tonumber(ARGV[1]) then "
+    "  redis.call('incrby', KEYS[1], tonumber(ARGV[1]) - size) "
+    "  redis.call(ARGV[2], KEYS[2], ARGV[1]) "
+    "end "
+    "return nil";
+
+/* getPermits. KEYS[1] count, KEYS[2] zset, KEYS[3] channel; ARGV[1] now,
+ * ARGV[2] publish command. Reclaim; 0 when the count is missing, else
+ * count + zset size. */
+static const char pes_permits_lua[] =
+    "local V, Z, C = KEYS[1], KEYS[2], KEYS[3] "
+    "local now, pub, lim = ARGV[1], ARGV[2], nil " PES_RECLAIM
+    "local v = redis.call('get', V) "
+    "if v == false then return 0 end "
+    "return tonumber(v) + redis.call('zcount', Z, '-inf', '+inf')";
+
+/* getLeaseTime(id). KEYS[1] count, KEYS[2] zset, KEYS[3] channel; ARGV[1]
+ * id, ARGV[2] sentinel, ARGV[3] now, ARGV[4] publish command. Reclaim;
+ * -1 no lease, else the ms left; 0 not taken (Java then throws). */
+static const char pes_lease_lua[] =
+    "local V, Z, C = KEYS[1], KEYS[2], KEYS[3] "
+    "local now, pub, lim = ARGV[3], ARGV[4], nil " PES_RECLAIM
+    "local s = redis.call('zscore', Z, ARGV[1]) "
+    "if s == false then return 0 end "
+    "if s == ARGV[2] then return -1 end "
+    "return tonumber(s) - tonumber(now)";
+
 enum {
   S_ACQUIRE,
   S_RELEASE4,
@@ -674,6 +776,11 @@ enum {
   S_LATCH_DOWN,
   S_LATCH_DELETE,
   S_NONRE_ACQUIRE,
+  S_PES_ACQUIRE,
+  S_PES_RELEASE,
+  S_PES_SET,
+  S_PES_PERMITS,
+  S_PES_LEASE,
   S_NONRE_FAIR_ACQUIRE,
   S_NONRE_FAIR_TRY,
   S_COUNT
@@ -692,8 +799,10 @@ static struct {
     {sem_try_lua, ""},        {sem_release_lua, ""},  {sem_set_lua, ""},
     {sem_add_lua, ""},        {sem_drain_lua, ""},    {latch_set_lua, ""},
     {latch_down_lua, ""},     {latch_delete_lua, ""},
-    {nonre_acquire_lua, ""}, {nonre_fair_acquire_lua, ""},
-    {nonre_fair_try_lua, ""},
+    {nonre_acquire_lua, ""},
+    {pes_acquire_lua, ""},    {pes_release_lua, ""},  {pes_set_lua, ""},
+    {pes_permits_lua, ""},    {pes_lease_lua, ""},
+    {nonre_fair_acquire_lua, ""}, {nonre_fair_try_lua, ""},
 };
 
 /* ---- process state ---- */
@@ -1117,7 +1226,8 @@ static bool parse_redirect(const char *msg, int *slot, int *node) {
  * MOVED (the map is updated and re-read) and ASK (ASKING first, the map
  * kept), at most MAX_REDIRECTS times, and retrying TRYAGAIN/CLUSTERDOWN
  * every 50 ms for up to ~5 s. cmd_mu held. */
-static redisReply *cluster_run(int argc, const char **argv) {
+static redisReply *cluster_run(int argc, const char **argv,
+                               const size_t *lens) {
   const char *key = routing_key(argc, argv);
   int node = key != NULL ? slot_owner(key_slot(key)) : slot_owner(0);
   bool asking = false;
@@ -1132,7 +1242,7 @@ static redisReply *cluster_run(int argc, const char **argv) {
       freeReplyObject(a);
       asking = false;
     }
-    redisReply *r = redisCommandArgv(c, argc, argv, NULL);
+    redisReply *r = redisCommandArgv(c, argc, argv, lens);
     if (r == NULL)
       die("redis: %s", c->errstr);
     if (r->type != REDIS_REPLY_ERROR)
@@ -1169,18 +1279,23 @@ static redisReply *cluster_run(int argc, const char **argv) {
 /* Runs a command (argv) on the command connection (in cluster mode: the
  * one to its key's master); caller frees the reply. A transport failure
  * ends the process: a test then sees the ERROR line. */
-static redisReply *run_argv(int argc, const char **argv) {
+static redisReply *run_argv_lens(int argc, const char **argv,
+                                 const size_t *lens) {
   pthread_mutex_lock(&g.cmd_mu);
   redisReply *r;
   if (g.cluster) {
-    r = cluster_run(argc, argv);
+    r = cluster_run(argc, argv, lens);
   } else {
-    r = redisCommandArgv(g.nodes[0].cmd, argc, argv, NULL);
+    r = redisCommandArgv(g.nodes[0].cmd, argc, argv, lens);
     if (r == NULL)
       die("redis: %s", g.nodes[0].cmd->errstr);
   }
   pthread_mutex_unlock(&g.cmd_mu);
   return r;
+}
+
+static redisReply *run_argv(int argc, const char **argv) {
+  return run_argv_lens(argc, argv, NULL);
 }
 
 /* Standalone: SCRIPT LOAD on the one command connection, at start. */
@@ -1191,20 +1306,31 @@ static void load_scripts(void) {
 }
 
 /* EVALSHA, falling back to EVAL when the server lost the script cache.
- * args = numkeys, keys..., argv... */
-static redisReply *run_script(int id, int argc, const char **args) {
+ * args = numkeys, keys..., argv...; lens: their lengths (binary
+ * arguments), or NULL (strings). */
+static redisReply *run_script_lens(int id, int argc, const char **args,
+                                   const size_t *lens) {
   const char *argv[2 + 2 * RENEW_BATCH + 2];
+  size_t argl[2 + 2 * RENEW_BATCH + 2];
   argv[0] = "EVALSHA";
   argv[1] = scripts[id].sha;
   memcpy(argv + 2, args, (size_t)argc * sizeof *args);
-  redisReply *r = run_argv(argc + 2, argv);
+  for (int i = 0; i < argc + 2; i++)
+    argl[i] = i >= 2 && lens != NULL ? lens[i - 2] : strlen(argv[i]);
+  redisReply *r = run_argv_lens(argc + 2, argv, argl);
   if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
     freeReplyObject(r);
     argv[0] = "EVAL";
     argv[1] = scripts[id].body;
-    r = run_argv(argc + 2, argv);
+    argl[0] = 4;
+    argl[1] = strlen(argv[1]);
+    r = run_argv_lens(argc + 2, argv, argl);
   }
   return r;
+}
+
+static redisReply *run_script(int id, int argc, const char **args) {
+  return run_script_lens(id, argc, args, NULL);
 }
 
 /* ---- leases and renewals ---- */
@@ -2539,11 +2665,18 @@ static int sem_try(const char *name, const char *n) {
   return rc;
 }
 
-/* Java's acquire(n) (wait_ms < 0) / tryAcquire(n, wait): try; subscribe;
- * loop { try; wait for a local permit for the whole remaining time }. */
-static void sem_acquire_cmd(const char *name, const char *n, int64_t wait_ms) {
-  int64_t t0 = now_ms();
-  int rc = sem_try(name, n);
+/* One acquire try of a semaphore kind: 1 taken, 0 not (*hint: the wall
+ * clock time worth a new try without a message, or -1), -1 an error
+ * (printed). */
+typedef int (*sem_try_fn)(void *arg, int64_t *hint);
+
+/* Java's wait for semaphore permits from t0 (wait_ms < 0: no limit; 0:
+ * the one try): try; subscribe; loop { try; wait for a local permit until
+ * the deadline or the try's hint }. 1 taken, 0 not, -1 error (printed). */
+static int sem_wait_loop(const char *name, int64_t t0, int64_t wait_ms,
+                         sem_try_fn try_fn, void *arg) {
+  int64_t hint = -1;
+  int rc = try_fn(arg, &hint);
   if (rc == 0 && wait_ms != 0) {
     int64_t deadline = t0 + wait_ms;
     char *channel = sem_channel_of(name);
@@ -2555,22 +2688,45 @@ static void sem_acquire_cmd(const char *name, const char *n, int64_t wait_ms) {
       free(channel);
       if (wait_ms < 0) {
         out("ERROR subscribe to %s timed out", name);
-        return;
+        return -1;
       }
     } else {
       for (;;) {
-        rc = sem_try(name, n);
+        rc = try_fn(arg, &hint);
         if (rc != 0)
           break;
         int64_t remaining = wait_ms > 0 ? deadline - now_ms() : -1;
         if (wait_ms > 0 && remaining <= 0)
           break;
+        if (hint > 0) {
+          int64_t until_hint = hint - wall_ms() > 0 ? hint - wall_ms() : 1;
+          if (remaining < 0 || until_hint < remaining)
+            remaining = until_hint;
+        }
         permit_wait(e, remaining);
       }
       unsubscribe(e);
       free(channel);
     }
   }
+  return rc;
+}
+
+typedef struct sem_try_arg {
+  const char *name, *n;
+} sem_try_arg;
+
+static int sem_try_cb(void *arg, int64_t *hint) {
+  sem_try_arg *a = arg;
+  *hint = -1; /* no TTL hint: only a message wakes */
+  return sem_try(a->name, a->n);
+}
+
+/* Java's acquire(n) (wait_ms < 0) / tryAcquire(n, wait). */
+static void sem_acquire_cmd(const char *name, const char *n, int64_t wait_ms) {
+  int64_t t0 = now_ms();
+  sem_try_arg a = {name, n};
+  int rc = sem_wait_loop(name, t0, wait_ms, sem_try_cb, &a);
   if (rc >= 0)
     out("%s %" PRId64, rc == 1 ? "ACQUIRED" : "NOTACQUIRED", now_ms() - t0);
 }
@@ -2710,6 +2866,203 @@ static bool sync_command(const char *cmd, int n, char **words) {
     return false;
   }
   return true;
+}
+
+/* ---- the permit-expirable semaphore, several permits ----
+ *   pesacquire <name> <n> <wait_ms> <lease_ms>
+ *                         acquire(n, lease) (wait_ms < 0) / tryAcquire(n,
+ *                         wait, lease) (lease < 0: none) -> ACQUIRED <ms>
+ *                         <id>,<id>,... | NOTACQUIRED <ms>
+ *   pesrelease <name> <id>,<id>,...   tryRelease(ids) -> RELEASED <n>
+ *   pessetpermits <name> <n>          setPermits(n) -> SET
+ *   pespermits <name>                 getPermits() -> PERMITS <n>
+ *   pesleasetime <name> <id>          getLeaseTime(id) -> LEASETIME <ms>
+ *                                     (-1 no lease, 0 not taken)
+ * trySetPermits is semtryset (the same script and channel). */
+
+#define PES_SENTINEL "922337203685477"
+#define PES_MAX_IDS 64
+
+static char *pes_zset_of(const char *name) {
+  char *b = braced(name);
+  char *z = str_printf("%s:timeout", b);
+  free(b);
+  return z;
+}
+
+/* 32 hex characters -> 16 bytes; false if malformed. */
+static bool pes_unhex(const char *hex, size_t len, unsigned char raw[16]) {
+  if (len != 32)
+    return false;
+  for (int i = 0; i < 16; i++) {
+    unsigned v = 0;
+    if (!isxdigit((unsigned char)hex[2 * i]) ||
+        !isxdigit((unsigned char)hex[2 * i + 1]) ||
+        sscanf(hex + 2 * i, "%2x", &v) != 1)
+      return false;
+    raw[i] = (unsigned char)v;
+  }
+  return true;
+}
+
+/* One acquire try: 1 taken, 0 not (*hint the lowest expiry, or -1), -1 an
+ * error (printed). */
+static int pes_try(const char *name, int n, const unsigned char (*ids)[16],
+                   int64_t lease_ms, int64_t *hint) {
+  char *zset = pes_zset_of(name), *chan = sem_channel_of(name);
+  char nbuf[24], expiry[24], nowbuf[24];
+  snprintf(nbuf, sizeof nbuf, "%d", n);
+  if (lease_ms < 0)
+    snprintf(expiry, sizeof expiry, "%s", PES_SENTINEL);
+  else
+    snprintf(expiry, sizeof expiry, "%" PRId64, wall_ms() + lease_ms);
+  snprintf(nowbuf, sizeof nowbuf, "%" PRId64, wall_ms());
+  const char *args[9 + PES_MAX_IDS];
+  size_t lens[9 + PES_MAX_IDS];
+  const char *head[9] = {"3", name, zset, chan, nbuf, expiry, nowbuf,
+                         PES_SENTINEL, g.publish};
+  for (int i = 0; i < 9; i++) {
+    args[i] = head[i];
+    lens[i] = strlen(head[i]);
+  }
+  for (int i = 0; i < n; i++) {
+    args[9 + i] = (const char *)ids[i];
+    lens[9 + i] = 16;
+  }
+  redisReply *r = run_script_lens(S_PES_ACQUIRE, 9 + n, args, lens);
+  int rc = -1;
+  *hint = -1;
+  if (r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0) {
+    rc = 1;
+  } else if (r->type == REDIS_REPLY_NIL) {
+    rc = 0;
+  } else if (r->type == REDIS_REPLY_STRING && r->str[0] == ':') {
+    rc = 0;
+    *hint = strtoll(r->str + 1, NULL, 10);
+  } else {
+    print_error_reply("permit semaphore acquire", r);
+  }
+  freeReplyObject(r);
+  free(zset);
+  free(chan);
+  return rc;
+}
+
+typedef struct pes_try_arg {
+  const char *name;
+  int n;
+  const unsigned char (*ids)[16];
+  int64_t lease_ms;
+} pes_try_arg;
+
+static int pes_try_cb(void *arg, int64_t *hint) {
+  pes_try_arg *a = arg;
+  return pes_try(a->name, a->n, a->ids, a->lease_ms, hint);
+}
+
+/* Java's acquire(n, lease) / tryAcquire(n, wait, lease): the semaphore's
+ * wait, sleeping at most until the try's hint (the lowest expiry). */
+static void pes_acquire_cmd(const char *name, int n, int64_t wait_ms,
+                            int64_t lease_ms) {
+  int64_t t0 = now_ms();
+  unsigned char ids[PES_MAX_IDS][16];
+  random_bytes(&ids[0][0], (size_t)n * 16);
+  pes_try_arg a = {name, n, (const unsigned char(*)[16])ids, lease_ms};
+  int rc = sem_wait_loop(name, t0, wait_ms, pes_try_cb, &a);
+  if (rc < 0)
+    return;
+  if (rc == 0) {
+    out("NOTACQUIRED %" PRId64, now_ms() - t0);
+    return;
+  }
+  char list[PES_MAX_IDS * 33 + 1] = "";
+  for (int i = 0; i < n; i++) {
+    char hex[33];
+    for (int b = 0; b < 16; b++)
+      snprintf(hex + 2 * b, 3, "%02x", ids[i][b]);
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
+             i > 0 ? "," : "", hex);
+  }
+  out("ACQUIRED %" PRId64 " %s", now_ms() - t0, list);
+}
+
+/* tryRelease(ids): `csv` the hex ids, comma-separated. */
+static void pes_release_cmd(const char *name, const char *csv) {
+  unsigned char ids[PES_MAX_IDS][16];
+  int n = 0;
+  for (const char *p = csv; *p != '\0' && n < PES_MAX_IDS;) {
+    size_t len = strcspn(p, ",");
+    if (!pes_unhex(p, len, ids[n])) {
+      out("ERROR bad permit id in %s", csv);
+      return;
+    }
+    n++;
+    p += len;
+    if (*p == ',')
+      p++;
+  }
+  char *zset = pes_zset_of(name), *chan = sem_channel_of(name);
+  char nbuf[24], nowbuf[24];
+  snprintf(nbuf, sizeof nbuf, "%d", n);
+  snprintf(nowbuf, sizeof nowbuf, "%" PRId64, wall_ms());
+  const char *args[7 + PES_MAX_IDS] = {"3", name, chan, zset, nbuf, nowbuf,
+                                       g.publish};
+  size_t lens[7 + PES_MAX_IDS];
+  for (int i = 0; i < 7; i++)
+    lens[i] = strlen(args[i]);
+  for (int i = 0; i < n; i++) {
+    args[7 + i] = (const char *)ids[i];
+    lens[7 + i] = 16;
+  }
+  reply_out("RELEASED", run_script_lens(S_PES_RELEASE, 7 + n, args, lens));
+  free(zset);
+  free(chan);
+}
+
+static bool pes_command(const char *cmd, int n, char **words) {
+  if (strcmp(cmd, "pesacquire") == 0 && n == 5 && num(words[2]) > 0 &&
+      num(words[2]) <= PES_MAX_IDS && num(words[3]) != INT64_MIN &&
+      num(words[4]) != INT64_MIN) {
+    pes_acquire_cmd(words[1], (int)num(words[2]), num(words[3]),
+                    num(words[4]));
+    return true;
+  }
+  if (strcmp(cmd, "pesrelease") == 0 && n == 3) {
+    pes_release_cmd(words[1], words[2]);
+    return true;
+  }
+  if (n < 2 || strncmp(cmd, "pes", 3) != 0)
+    return false;
+  char *zset = pes_zset_of(words[1]), *chan = sem_channel_of(words[1]);
+  char nowbuf[24];
+  snprintf(nowbuf, sizeof nowbuf, "%" PRId64, wall_ms());
+  bool known = true;
+  if (strcmp(cmd, "pessetpermits") == 0 && n == 3 &&
+      num(words[2]) != INT64_MIN) {
+    const char *args[6] = {"3", words[1], chan, zset, words[2], g.publish};
+    reply_out("SET", run_script(S_PES_SET, 6, args));
+  } else if (strcmp(cmd, "pespermits") == 0 && n == 2) {
+    const char *args[6] = {"3", words[1], zset, chan, nowbuf, g.publish};
+    reply_out("PERMITS", run_script(S_PES_PERMITS, 6, args));
+  } else if (strcmp(cmd, "pesleasetime") == 0 && n == 3) {
+    unsigned char raw[16];
+    if (!pes_unhex(words[2], strlen(words[2]), raw)) {
+      out("ERROR bad permit id %s", words[2]);
+    } else {
+      const char *args[8] = {"3", words[1], zset, chan,
+                             (const char *)raw, PES_SENTINEL, nowbuf,
+                             g.publish};
+      size_t lens[8];
+      for (int i = 0; i < 8; i++)
+        lens[i] = i == 4 ? 16 : strlen(args[i]);
+      reply_out("LEASETIME", run_script_lens(S_PES_LEASE, 8, args, lens));
+    }
+  } else {
+    known = false;
+  }
+  free(zset);
+  free(chan);
+  return known;
 }
 
 /* ---- MultiLock (getMultiLock(RLock...); PROTOCOL-SYNC.md section 2a) ----
@@ -2900,7 +3253,7 @@ static void run_command(char *line) {
     count_cmd(words[1], words[2], (long)num(words[3]), num(words[4]),
               n == 6 ? words[5] : NULL);
   } else if (!kind_command(cmd, n, words) && !sync_command(cmd, n, words) &&
-             !multi_command(cmd, n, words)) {
+             !pes_command(cmd, n, words) && !multi_command(cmd, n, words)) {
     out("ERROR unknown command or bad arguments: %s", cmd);
   }
 }

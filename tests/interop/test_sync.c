@@ -24,6 +24,19 @@
  *   monitor_channels                     rlock's PUBLISHes: redisson_sc:<tag>
  *                                        with the new total, the latch
  *                                        channel (braces always) with 0 / 1
+ *   pes_ids_cross_release                permit-expirable semaphore, several
+ *                                        permits: ids taken on one side are
+ *                                        released (all or none), leased and
+ *                                        counted on the other; setPermits
+ *                                        and getPermits agree
+ *   pes_waiters_woken_across             a waiter for 2 permits on each side
+ *                                        is woken by the other's release of
+ *                                        a list
+ *   pes_monitor_wire                     the acquire's and the list
+ *                                        release's EVALSHA arguments in
+ *                                        order (raw ids decoded from the
+ *                                        MONITOR line), the channel, and the
+ *                                        message: the number released
  */
 #include <criterion/criterion.h>
 
@@ -31,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "interop.h"
 
@@ -91,8 +105,10 @@ static void assert_peer_waits(peer *p, const char *what) {
 /* An rlock thread running one blocking call (semaphore try_acquire or
  * latch await) with wait LONG_WAIT_MS. Never asserts. */
 typedef struct waiter {
-  rlock_semaphore *sem; /* one of these two */
+  rlock_semaphore *sem; /* one of these three */
   rlock_latch *latch;
+  rlock_permit_semaphore *psem; /* `permits` permits, ids into ids */
+  char (*ids)[RLOCK_PERMIT_ID_LEN + 1];
   int64_t permits;
   atomic_int stage; /* 0 start, 1 calling, 2 returned */
   int rc;
@@ -105,6 +121,9 @@ static void waiter_main(void *arg) {
   atomic_store(&w->stage, 1);
   if (w->sem != NULL)
     w->rc = rlock_semaphore_try_acquire(w->sem, w->permits, LONG_WAIT_MS);
+  else if (w->psem != NULL)
+    w->rc = rlock_permit_semaphore_try_acquire_n(w->psem, w->permits,
+                                                 LONG_WAIT_MS, -1, w->ids);
   else
     w->rc = rlock_latch_await(w->latch, LONG_WAIT_MS);
   w->t_returned = rt_now_ms();
@@ -532,4 +551,358 @@ Test(sync, monitor_channels) {
   monitor_latch("sync:latch-mon");
   /* {a{t}b...}: braces added around a name that has its own. */
   monitor_latch("a{t}b");
+}
+
+/* ==================================================================== */
+/* ---- the permit-expirable semaphore, several permits (issue 29) ---- */
+
+typedef char pes_id[RLOCK_PERMIT_ID_LEN + 1];
+
+static rlock_permit_semaphore *pes_get(rlock_client *c, const char *name) {
+  rlock_permit_semaphore *s = NULL;
+  int rc = rlock_permit_semaphore_get(c, name, &s);
+  cr_assert_eq(rc, 0, "rlock_permit_semaphore_get(%s): %s", name,
+               rlock_err_name(rc));
+  return s;
+}
+
+static void pes_zset(char *buf, size_t n, const char *name) {
+  char tag[NAME_MAX_LEN];
+  interop_braced(tag, sizeof tag, name);
+  snprintf(buf, n, "%s:timeout", tag);
+}
+
+/* Splits the peer's "ACQUIRED <ms> <id>,<id>,..." rest into want ids. */
+static void pes_parse_ids(const char *rest, pes_id *ids, int want) {
+  const char *p = strchr(rest, ' ');
+  cr_assert_not_null(p, "no ids in \"%s\"", rest);
+  p++;
+  for (int i = 0; i < want; i++) {
+    size_t len = strcspn(p, ",");
+    cr_assert_eq(len, (size_t)RLOCK_PERMIT_ID_LEN, "id %d in \"%s\"", i, rest);
+    memcpy(ids[i], p, len);
+    ids[i][len] = '\0';
+    p += len;
+    cr_assert(*p == (i + 1 < want ? ',' : '\0'), "ids in \"%s\"", rest);
+    if (*p == ',')
+      p++;
+  }
+}
+
+static void pes_join(char *buf, size_t n, pes_id *ids, int count) {
+  buf[0] = '\0';
+  for (int i = 0; i < count; i++)
+    snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", i ? "," : "",
+             ids[i]);
+}
+
+static void assert_count(const char *name, const char *want) {
+  char *v = rt_str("GET %s", name);
+  cr_assert_not_null(v, "%s is missing, want %s", name, want);
+  cr_assert_str_eq(v, want, "%s = %s, want %s", name, v, want);
+  free(v);
+}
+
+Test(sync, pes_ids_cross_release) {
+  char name[NAME_MAX_LEN], zset[NAME_MAX_LEN + 16], list[8 * 33];
+  rt_key(name, sizeof name, "sync:pes-cross");
+  pes_zset(zset, sizeof zset, name);
+  peer *p = peer_start(PEER_JAVA, 0);
+  rlock_client *c = rt_client();
+  rlock_permit_semaphore *s = pes_get(c, name);
+  cr_assert_eq(rlock_permit_semaphore_try_set_permits(s, 4), 1);
+
+  /* taken by rlock, released by the peer (Java's tryRelease(List)) */
+  pes_id mine[3];
+  cr_assert_eq(rlock_permit_semaphore_try_acquire_n(s, 3, 0, 60000, mine), 1);
+  peer_call(p, "PERMITS 4", REPLY_BOUND_MS, "pespermits %s", name);
+  int64_t left = 0;
+  peer_call(p, "LEASETIME 0", REPLY_BOUND_MS, "pesleasetime %s %s", name,
+            "0123456789abcdef0123456789abcdef");
+  const char *lt = peer_call(p, "LEASETIME", REPLY_BOUND_MS,
+                             "pesleasetime %s %s", name, mine[1]);
+  left = strtoll(lt, NULL, 10);
+  cr_assert(left > 50000 && left <= 60000, "peer sees lease %s", lt);
+  /* one unknown id: Java releases nothing */
+  snprintf(list, sizeof list, "%s,%s", mine[0],
+           "0123456789abcdef0123456789abcdef");
+  peer_call(p, "RELEASED 0", REPLY_BOUND_MS, "pesrelease %s %s", name, list);
+  assert_count(name, "1");
+  cr_assert_eq(rt_int("ZCARD %s", zset), 3);
+  pes_join(list, sizeof list, mine, 3);
+  peer_call(p, "RELEASED 3", REPLY_BOUND_MS, "pesrelease %s %s", name, list);
+  assert_count(name, "4");
+  cr_assert_eq(rt_int("ZCARD %s", zset), 0);
+  const char *gone[3] = {mine[0], mine[1], mine[2]};
+  cr_assert_eq(rlock_permit_semaphore_release_n(s, gone, 3), RLOCK_ENOTOWNER,
+               "released by the peer already");
+
+  /* taken by the peer (no lease), released by rlock */
+  const char *got = peer_call(p, "ACQUIRED", REPLY_BOUND_MS,
+                              "pesacquire %s 2 0 -1", name);
+  pes_id theirs[2];
+  pes_parse_ids(got, theirs, 2);
+  cr_assert_str_neq(theirs[0], theirs[1]);
+  assert_count(name, "2");
+  cr_assert_eq(rlock_permit_semaphore_acquired_permits(s), 2);
+  cr_assert_eq(rlock_permit_semaphore_get_permits(s), 4);
+  cr_assert_eq(rlock_permit_semaphore_lease_time(s, theirs[0], &left), 0);
+  cr_assert_eq(left, -1, "the peer's permit has no lease");
+  const char *bad[2] = {theirs[0], "0123456789abcdef0123456789abcdef"};
+  cr_assert_eq(rlock_permit_semaphore_try_release_n(s, bad, 2), 0);
+  cr_assert_eq(rt_int("ZCARD %s", zset), 2, "all or nothing");
+  const char *both[2] = {theirs[0], theirs[1]};
+  cr_assert_eq(rlock_permit_semaphore_try_release_n(s, both, 2), 2);
+  assert_count(name, "4");
+  peer_call(p, "RELEASED 0", REPLY_BOUND_MS, "pesrelease %s %s,%s", name,
+            theirs[0], theirs[1]);
+
+  /* setPermits on one side, getPermits on the other */
+  peer_call(p, "SET", REPLY_BOUND_MS, "pessetpermits %s 6", name);
+  cr_assert_eq(rlock_permit_semaphore_get_permits(s), 6);
+  cr_assert_eq(rlock_permit_semaphore_acquire_n(s, 2, -1, mine), 0);
+  cr_assert_eq(rlock_permit_semaphore_set_permits(s, 3), 0);
+  peer_call(p, "PERMITS 3", REPLY_BOUND_MS, "pespermits %s", name);
+  assert_count(name, "1");
+  pes_join(list, sizeof list, mine, 2);
+  peer_call(p, "RELEASED 2", REPLY_BOUND_MS, "pesrelease %s %s", name, list);
+  assert_count(name, "3");
+
+  peer_stop(p);
+  rlock_permit_semaphore_free(s);
+  rlock_client_close(c);
+}
+
+Test(sync, pes_waiters_woken_across) {
+  char name[NAME_MAX_LEN], channel[CHANNEL_MAX_LEN], list[8 * 33];
+  rt_key(name, sizeof name, "sync:pes-wake");
+  sem_channel(channel, sizeof channel, name);
+  peer *p = peer_start(PEER_JAVA, 0);
+  rlock_options o;
+  rlock_options_init(&o);
+  o.watchdog_timeout_ms = 30000;
+  rlock_client *c = rt_client_opts(&o);
+  rlock_permit_semaphore *s = pes_get(c, name);
+  cr_assert_eq(rlock_permit_semaphore_try_set_permits(s, 3), 1);
+
+  /* rlock holds all 3 (no lease: no hint to wake by); the peer wants 2 */
+  pes_id mine[3];
+  cr_assert_eq(rlock_permit_semaphore_try_acquire_n(s, 3, 0, -1, mine), 1);
+  peer_send(p, "pesacquire %s 2 %d -1", name, LONG_WAIT_MS);
+  peer_expect_event(p, "WAITING", REPLY_BOUND_MS);
+  const char *one[1] = {mine[2]};
+  cr_assert_eq(rlock_permit_semaphore_release_n(s, one, 1), 0);
+  rt_sleep_ms(300);
+  assert_peer_waits(p, "1 of 2 free");
+  int64_t t_release = rt_now_ms();
+  const char *two[2] = {mine[0], mine[1]};
+  cr_assert_eq(rlock_permit_semaphore_release_n(s, two, 2), 0);
+  expect_peer_woke(p, "ACQUIRED", t_release, "rlock list release -> peer");
+  /* (the answer's ids were consumed by expect_peer_woke: read them back
+   * from the zset's size instead) */
+  assert_count(name, "1");
+
+  /* the peer holds 2, rlock wants 2 of the 1 free */
+  pes_id want[2];
+  memset(want, 0, sizeof want);
+  waiter w = {.psem = s, .permits = 2, .ids = want};
+  rt_thread_start(&w.th, waiter_main, &w);
+  interop_wait_numsub(channel, 1, REPLY_BOUND_MS);
+  rt_sleep_ms(300);
+  cr_assert_eq(atomic_load(&w.stage), 1, "rlock took 2 with 1 free");
+  /* the peer's ids: the zset's members */
+  char zset[NAME_MAX_LEN + 16];
+  pes_zset(zset, sizeof zset, name);
+  redisReply *r = rt_cmd("ZRANGE %s 0 -1", zset);
+  cr_assert_eq(r->elements, 2);
+  list[0] = '\0';
+  for (size_t i = 0; i < 2; i++) {
+    cr_assert_eq(r->element[i]->len, 16);
+    for (size_t b = 0; b < 16; b++)
+      snprintf(list + strlen(list), sizeof list - strlen(list), "%02x",
+               (unsigned char)r->element[i]->str[b]);
+    if (i == 0)
+      strcat(list, ",");
+  }
+  freeReplyObject(r);
+  int64_t t_peer = rt_now_ms();
+  peer_call(p, "RELEASED 2", REPLY_BOUND_MS, "pesrelease %s %s", name, list);
+  assert_waiter_woke(&w, t_peer, "peer list release -> rlock");
+  cr_assert_str_neq(want[0], want[1]);
+  assert_count(name, "1");
+  const char *back[2] = {want[0], want[1]};
+  cr_assert_eq(rlock_permit_semaphore_release_n(s, back, 2), 0);
+  assert_count(name, "3");
+
+  peer_stop(p);
+  rlock_permit_semaphore_free(s);
+  rlock_client_close(c);
+}
+
+/* A MONITOR line's quoted arguments after the "]", unescaped (\xHH, \",
+ * \\, \n, \r, \t): up to max, each into args[i] (cap bytes), lengths in
+ * lens. Returns the count. */
+#define ARG_CAP 128
+static size_t monitor_args(const char *line, char (*args)[ARG_CAP],
+                           size_t *lens, size_t max) {
+  const char *p = strstr(line, "] ");
+  size_t n = 0;
+  if (p == NULL)
+    return 0;
+  p += 2;
+  while (*p == '"' && n < max) {
+    p++;
+    size_t len = 0;
+    while (*p != '\0' && *p != '"') {
+      char ch = *p++;
+      if (ch == '\\') {
+        char e = *p++;
+        if (e == 'x') {
+          unsigned v = 0;
+          sscanf(p, "%2x", &v);
+          p += 2;
+          ch = (char)v;
+        } else {
+          ch = e == 'n'   ? '\n'
+               : e == 'r' ? '\r'
+               : e == 't' ? '\t'
+               : e == 'a' ? '\a'
+               : e == 'b' ? '\b'
+                          : e;
+        }
+      }
+      if (len < ARG_CAP)
+        args[n][len++] = ch;
+    }
+    args[n][len < ARG_CAP ? len : ARG_CAP - 1] = '\0';
+    lens[n] = len;
+    n++;
+    if (*p == '"')
+      p++;
+    while (*p == ' ')
+      p++;
+  }
+  return n;
+}
+
+/* args[i] holds the 16 raw bytes of the hex id. */
+static void assert_raw_id(char (*args)[ARG_CAP], const size_t *lens, size_t i,
+                          const char *hex) {
+  cr_assert_eq(lens[i], 16, "argument %zu is %zu bytes, not a raw id", i,
+               lens[i]);
+  for (int b = 0; b < 16; b++) {
+    unsigned v = 0;
+    sscanf(hex + 2 * b, "%2x", &v);
+    cr_assert_eq((unsigned char)args[i][b], v, "argument %zu is not id %s",
+                 i, hex);
+  }
+}
+
+/* The last line (EVALSHA, or EVAL after NOSCRIPT) whose KEYS start with
+ * k1, k2, k3 (the 3 keys after numkeys "3"); its arguments in args. */
+static size_t find_script(const monitor *m, const char *k1, const char *k2,
+                          const char *k3, char (*args)[ARG_CAP], size_t *lens,
+                          size_t max) {
+  char needle[NEEDLE_MAX];
+  snprintf(needle, sizeof needle, "\"3\" \"%s\" \"%s\" \"%s\"", k1, k2, k3);
+  size_t found = (size_t)-1;
+  for (size_t i = monitor_find(m, 0, needle); i != (size_t)-1;
+       i = monitor_find(m, i + 1, needle))
+    if (strstr(monitor_line(m, i), "lua]") == NULL)
+      found = i;
+  cr_assert_neq(found, (size_t)-1, "MONITOR: no script call with %s",
+                needle);
+  size_t n = monitor_args(monitor_line(m, found), args, lens, max);
+  cr_assert(n >= 6, "MONITOR line: %s", monitor_line(m, found));
+  return n;
+}
+
+static int64_t wall_ms(void) {
+  struct timespec ts;
+  timespec_get(&ts, TIME_UTC);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+Test(sync, pes_monitor_wire) {
+  char name[NAME_MAX_LEN], channel[CHANNEL_MAX_LEN], zset[NAME_MAX_LEN + 16];
+  rt_key(name, sizeof name, "sync:pes-mon");
+  sem_channel(channel, sizeof channel, name);
+  pes_zset(zset, sizeof zset, name);
+  peer *p = peer_start(PEER_JAVA, 0);
+  rlock_client *c = rt_client();
+  rlock_permit_semaphore *s = pes_get(c, name);
+  cr_assert_eq(rlock_permit_semaphore_try_set_permits(s, 5), 1);
+  char (*args)[ARG_CAP] = calloc(32, ARG_CAP);
+  size_t lens[32];
+
+  /* rlock's acquire of 2: KEYS name, zset, channel; ARGV first id,
+   * expiry, now, PUBLISH, second id (docs/wire-protocol.md) */
+  monitor *m = monitor_start();
+  pes_id ids[2];
+  int64_t t0 = wall_ms();
+  cr_assert_eq(rlock_permit_semaphore_try_acquire_n(s, 2, 0, 60000, ids), 1);
+  int64_t t1 = wall_ms();
+  monitor_sync(m);
+  size_t n = find_script(m, name, zset, channel, args, lens, 32);
+  cr_assert_eq(n, 11, "numkeys, 3 keys, 5 ARGV for 2 ids: %zu arguments", n);
+  assert_raw_id(args, lens, 6, ids[0]);
+  long long expiry = atoll(args[7]), now = atoll(args[8]);
+  cr_assert(now >= t0 - 1000 && now <= t1 + 1000, "ARGV now %lld", now);
+  cr_assert_eq(expiry, now + 60000, "ARGV expiry %lld, now %lld", expiry, now);
+  cr_assert_str_eq(args[9], "PUBLISH");
+  assert_raw_id(args, lens, 10, ids[1]);
+  monitor_stop(m);
+
+  /* rlock's release of the list: KEYS name, channel, zset; ARGV now,
+   * PUBLISH, the ids; the message is the number released */
+  m = monitor_start();
+  const char *list[2] = {ids[0], ids[1]};
+  cr_assert_eq(rlock_permit_semaphore_try_release_n(s, list, 2), 2);
+  monitor_sync(m);
+  n = find_script(m, name, channel, zset, args, lens, 32);
+  cr_assert_eq(n, 10, "numkeys, 3 keys, now, PUBLISH, 2 ids: %zu", n);
+  cr_assert_str_eq(args[7], "PUBLISH");
+  assert_raw_id(args, lens, 8, ids[0]);
+  assert_raw_id(args, lens, 9, ids[1]);
+  assert_publish(m, channel, "2", 1);
+  cr_assert_eq(monitor_count_of(m, "\"publish\" \"redisson_sc:"), 1,
+               "one message: the number released, not the count (5)");
+  monitor_stop(m);
+
+  /* the peer's acquire of 3 and release of the 3 (Java's ARGV order) */
+  m = monitor_start();
+  const char *got = peer_call(p, "ACQUIRED", REPLY_BOUND_MS,
+                              "pesacquire %s 3 0 -1", name);
+  pes_id theirs[3];
+  pes_parse_ids(got, theirs, 3);
+  char csv[4 * 33];
+  pes_join(csv, sizeof csv, theirs, 3);
+  peer_call(p, "RELEASED 3", REPLY_BOUND_MS, "pesrelease %s %s", name, csv);
+  monitor_sync(m);
+  n = find_script(m, name, zset, channel, args, lens, 32);
+  cr_assert_eq(n, 14, "numkeys, 3 keys, n, expiry, now, sentinel, PUBLISH, "
+                      "3 ids: %zu", n);
+  cr_assert_str_eq(args[6], "3");
+  cr_assert_str_eq(args[7], "922337203685477");
+  cr_assert_str_eq(args[9], "922337203685477");
+  cr_assert_str_eq(args[10], "PUBLISH");
+  for (int i = 0; i < 3; i++)
+    assert_raw_id(args, lens, 11 + (size_t)i, theirs[i]);
+  n = find_script(m, name, channel, zset, args, lens, 32);
+  cr_assert_eq(n, 12, "numkeys, 3 keys, count, now, PUBLISH, 3 ids: %zu", n);
+  cr_assert_str_eq(args[6], "3");
+  cr_assert_str_eq(args[8], "PUBLISH");
+  for (int i = 0; i < 3; i++)
+    assert_raw_id(args, lens, 9 + (size_t)i, theirs[i]);
+  assert_publish(m, channel, "3", 1);
+  cr_assert_eq(monitor_count_of(m, "\"publish\" \"redisson_sc:"), 1,
+               "the peer's release: one message, 3 released");
+  assert_only_channel(m, "redisson_sc:", channel);
+  monitor_stop(m);
+  assert_count(name, "5");
+
+  free(args);
+  peer_stop(p);
+  rlock_permit_semaphore_free(s);
+  rlock_client_close(c);
 }

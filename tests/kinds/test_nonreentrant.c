@@ -395,7 +395,8 @@ Test(nonreentrant, wire_monitor) {
   rt_lock_channel(chan, sizeof chan, name);
   rlock *l = nr(c, name), *f = nr_fair(c, name);
   redisContext *m = rt_redis_new(5000);
-  redisReply *r = redisCommand(m, "MONITOR");
+  char admin[64];
+  redisReply *r = redisCommand(m, rt_admin("MONITOR", admin, sizeof admin));
   cr_assert(r != NULL && r->type == REDIS_REPLY_STATUS);
   freeReplyObject(r);
 

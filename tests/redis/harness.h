@@ -90,6 +90,16 @@ void rt_redis_set_auth(const char *user, const char *password);
  * given read timeout. Free with redisFree(). */
 redisContext *rt_redis_new(int64_t timeout_ms);
 
+/* RT_RENAMED=1 in the environment: the harness's server (rt_server_start*)
+ * has the commands managed services disable (CONFIG, DEBUG, KEYS, MONITOR,
+ * SCRIPT, FLUSHALL, FLUSHDB, SAVE, BGSAVE, BGREWRITEAOF, REPLICAOF, SLAVEOF,
+ * SHUTDOWN, MIGRATE, SWAPDB) renamed to names only the harness knows.
+ * rt_cmd() and friends translate a command's first word themselves; a test
+ * that sends one on a connection of its own passes the command through
+ * rt_admin(cmd, buf, n), which returns cmd or its secret form (in buf). */
+bool rt_renamed(void);
+const char *rt_admin(const char *cmd, char *buf, size_t n);
+
 /* Runs a command (hiredis format: %s, %b, %d ...) on rt_redis(); asserts a
  * reply came back (error replies are returned as such). freeReplyObject()
  * the result. */

@@ -680,7 +680,10 @@ Test(latch, interrupt_ends_blocking_await) {
  * connection; redisFree() it after the sleep). */
 static redisContext *server_sleep(int ms) {
   redisContext *s = rt_redis_new(5000);
-  cr_assert_eq(redisAppendCommand(s, "DEBUG SLEEP %f", ms / 1000.0),
+  char admin[64];
+  cr_assert_eq(redisAppendCommand(s, rt_admin("DEBUG SLEEP %f", admin,
+                                              sizeof admin),
+                                  ms / 1000.0),
                REDIS_OK);
   int done = 0;
   while (!done)

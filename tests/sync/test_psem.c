@@ -83,6 +83,8 @@ typedef struct acquirer {
   rlock_permit_semaphore *sem;
   int64_t wait_ms, lease_ms;
   char id[RLOCK_PERMIT_ID_LEN + 1];
+  int64_t permits;                      /* > 1: try_acquire_n into ids */
+  char (*ids)[RLOCK_PERMIT_ID_LEN + 1];
   atomic_int rc;
   atomic_bool done;
   _Atomic int64_t done_at;
@@ -91,21 +93,33 @@ typedef struct acquirer {
 
 static void acquirer_run(void *arg) {
   acquirer *a = arg;
-  int rc = rlock_permit_semaphore_try_acquire(a->sem, a->wait_ms, a->lease_ms,
-                                              a->id);
+  int rc = a->permits > 1
+               ? rlock_permit_semaphore_try_acquire_n(
+                     a->sem, a->permits, a->wait_ms, a->lease_ms, a->ids)
+               : rlock_permit_semaphore_try_acquire(a->sem, a->wait_ms,
+                                                    a->lease_ms, a->id);
   atomic_store(&a->rc, rc);
   atomic_store(&a->done_at, rt_now_ms());
   atomic_store(&a->done, true);
 }
 
-static void acquirer_start(acquirer *a, rlock_permit_semaphore *s,
-                           int64_t wait_ms, int64_t lease_ms) {
+static void acquirer_start_n(acquirer *a, rlock_permit_semaphore *s,
+                             int64_t wait_ms, int64_t lease_ms,
+                             int64_t permits,
+                             char (*ids)[RLOCK_PERMIT_ID_LEN + 1]) {
   memset(a, 0, sizeof(*a));
   a->sem = s;
   a->wait_ms = wait_ms;
   a->lease_ms = lease_ms;
+  a->permits = permits;
+  a->ids = ids;
   atomic_init(&a->rc, -1000);
   rt_thread_start(&a->thread, acquirer_run, a);
+}
+
+static void acquirer_start(acquirer *a, rlock_permit_semaphore *s,
+                           int64_t wait_ms, int64_t lease_ms) {
+  acquirer_start_n(a, s, wait_ms, lease_ms, 1, NULL);
 }
 
 static bool acquirer_done(void *arg) {
@@ -599,4 +613,368 @@ Test(psem, acl_refusal_changes_nothing) {
   rlock_permit_semaphore_free(sok);
   rlock_client_close(ok);
   cr_assert_eq(rt_int("ACL DELUSER psemnopub psemnozadd"), 2);
+}
+
+/* ---- several permits at once (issue 29, item 3) ---- */
+
+typedef char ps_id[RLOCK_PERMIT_ID_LEN + 1];
+
+/* Subscribes a fresh connection to chan (3 s read timeout). */
+static redisContext *ps_subscribe(const char *chan) {
+  redisContext *sub = rt_redis_new(3000);
+  redisReply *r = redisCommand(sub, "SUBSCRIBE %s", chan);
+  cr_assert_not_null(r, "SUBSCRIBE %s", chan);
+  freeReplyObject(r);
+  return sub;
+}
+
+/* The next message on sub is `want`. */
+static void assert_message(redisContext *sub, const char *want,
+                           const char *what) {
+  void *msg = NULL;
+  cr_assert_eq(redisGetReply(sub, &msg), REDIS_OK, "%s: no message", what);
+  redisReply *r = msg;
+  cr_assert_eq(r->type, REDIS_REPLY_ARRAY);
+  cr_assert_str_eq(r->element[2]->str, want, "%s: message %s, want %s", what,
+                   r->element[2]->str, want);
+  freeReplyObject(r);
+}
+
+/* n ids taken at once: distinct, each in the zset with one expiry, the
+ * counts exact; a try for more than is free takes nothing; lease_time. */
+Test(psem, several_permits_exact_values) {
+  rlock_client *c = rt_client();
+  char key[64], chan[128], zset[128];
+  rt_key(key, sizeof key, "psemn");
+  ps_names(key, chan, sizeof chan, zset, sizeof zset);
+  rlock_permit_semaphore *s = ps_get(c, key);
+  cr_assert_eq(rlock_permit_semaphore_try_set_permits(s, 5), 1);
+
+  ps_id ids[3];
+  memset(ids, 0, sizeof ids);
+  int64_t before = wall_now();
+  cr_assert_eq(rlock_permit_semaphore_try_acquire_n(s, 3, 0, 60000, ids), 1);
+  int64_t after = wall_now();
+  for (int i = 0; i < 3; i++) {
+    assert_id(ids[i]);
+    for (int j = 0; j < i; j++)
+      cr_assert_str_neq(ids[i], ids[j], "ids %d and %d are the same", i, j);
+    char *sc = zscore(zset, ids[i]);
+    cr_assert_not_null(sc, "id %d is not in the zset", i);
+    long long score = atoll(sc);
+    free(sc);
+    cr_assert(score >= before + 60000 && score <= after + 60000,
+              "id %d: score %lld not now+lease", i, score);
+    int64_t left = 0;
+    cr_assert_eq(rlock_permit_semaphore_lease_time(s, ids[i], &left), 0);
+    cr_assert(left > 59000 && left <= 60000, "lease left %lld",
+              (long long)left);
+  }
+  assert_value(key, "2");
+  cr_assert_eq(rt_int("ZCARD %s", zset), 3);
+  cr_assert_eq(rlock_permit_semaphore_available_permits(s), 2);
+  cr_assert_eq(rlock_permit_semaphore_acquired_permits(s), 3);
+  cr_assert_eq(rlock_permit_semaphore_get_permits(s), 5);
+
+  /* 3 more with 2 free: nothing taken, nothing written */
+  ps_id more[3];
+  memset(more, 0, sizeof more);
+  cr_assert_eq(rlock_permit_semaphore_try_acquire_n(s, 3, 0, -1, more), 0);
+  cr_assert_eq(more[0][0], '\0', "no id handed out");
+  assert_value(key, "2");
+  cr_assert_eq(rt_int("ZCARD %s", zset), 3);
+
+  /* the last 2, without lease */
+  cr_assert_eq(rlock_permit_semaphore_acquire_n(s, 2, -1, more), 0);
+  for (int i = 0; i < 2; i++) {
+    char *sc = zscore(zset, more[i]);
+    cr_assert_not_null(sc);
+    cr_assert_str_eq(sc, NO_LEASE);
+    free(sc);
+    int64_t left = 0;
+    cr_assert_eq(rlock_permit_semaphore_lease_time(s, more[i], &left), 0);
+    cr_assert_eq(left, -1, "no lease: -1, got %lld", (long long)left);
+  }
+  cr_assert_str_neq(more[0], more[1]);
+  assert_value(key, "0");
+  cr_assert_eq(rlock_permit_semaphore_get_permits(s), 5);
+  cr_assert_eq(rlock_permit_semaphore_acquired_permits(s), 5);
+
+  /* lease_time of an id not taken; of a malformed one */
+  int64_t left = 12345;
+  cr_assert_eq(rlock_permit_semaphore_lease_time(
+                   s, "0123456789abcdef0123456789abcdef", &left),
+               RLOCK_ENOTOWNER);
+  cr_assert_eq(left, 12345, "left untouched on an error");
+  cr_assert_eq(rlock_permit_semaphore_lease_time(s, "xyz", &left),
+               RLOCK_EINVAL);
+  cr_assert_eq(rlock_permit_semaphore_lease_time(s, ids[0], NULL),
+               RLOCK_EINVAL);
+
+  const char *all[5] = {ids[0], ids[1], ids[2], more[0], more[1]};
+  cr_assert_eq(rlock_permit_semaphore_try_release_n(s, all, 5), 5);
+  assert_value(key, "5");
+  cr_assert_eq(rt_int("ZCARD %s", zset), 0);
+
+  rlock_permit_semaphore_free(s);
+  rlock_client_close(c);
+}
+
+/* A release of a list is all or nothing: one unknown, expired or repeated
+ * id and nothing is released (and nothing published); a good list
+ * publishes the number released, not the new count. */
+Test(psem, release_list_all_or_nothing) {
+  rlock_client *c = rt_client();
+  char key[64], chan[128], zset[128];
+  rt_key(key, sizeof key, "psemrel");
+  ps_names(key, chan, sizeof chan, zset, sizeof zset);
+  rlock_permit_semaphore *s = ps_get(c, key);
+  cr_assert_eq(rlock_permit_semaphore_try_set_permits(s, 6), 1);
+  ps_id ids[3], short_id[1];
+  cr_assert_eq(rlock_permit_semaphore_try_acquire_n(s, 3, 0, -1, ids), 1);
+  cr_assert_eq(rlock_permit_semaphore_try_acquire_n(s, 1, 0, 150, short_id),
+               1);
+  assert_value(key, "2");
+  redisContext *sub = ps_subscribe(chan);
+
+  const char *unknown = "0123456789abcdef0123456789abcdef";
+  const char *with_unknown[3] = {ids[0], ids[1], unknown};
+  cr_assert_eq(rlock_permit_semaphore_try_release_n(s, with_unknown, 3), 0);
+  cr_assert_eq(rlock_permit_semaphore_release_n(s, with_unknown, 3),
+               RLOCK_ENOTOWNER);
+  const char *repeat[3] = {ids[0], ids[1], ids[0]};
+  cr_assert_eq(rlock_permit_semaphore_try_release_n(s, repeat, 3),
+               RLOCK_EINVAL);
+  cr_assert_not_null(strstr(rlock_last_error(), "repeats"), "detail: %s",
+                     rlock_last_error());
+  const char *malformed[2] = {ids[0], "nothex"};
+  cr_assert_eq(rlock_permit_semaphore_try_release_n(s, malformed, 2),
+               RLOCK_EINVAL);
+  cr_assert_eq(rlock_permit_semaphore_try_release_n(s, with_unknown, 0),
+               RLOCK_EINVAL);
+  cr_assert_eq(rlock_permit_semaphore_try_release_n(s, NULL, 2),
+               RLOCK_EINVAL);
+  assert_value(key, "2");
+  cr_assert_eq(rt_int("ZCARD %s", zset), 4);
+
+  /* an expired id spoils the list too (its lease ran out: not held) */
+  rt_sleep_ms(300);
+  const char *with_expired[2] = {ids[2], short_id[0]};
+  cr_assert_eq(rlock_permit_semaphore_try_release_n(s, with_expired, 2), 0);
+  assert_value(key, "2");
+  cr_assert_eq(rt_int("ZCARD %s", zset), 4, "nothing reclaimed either");
+
+  /* the good list: 2 released, "2" published although the count is 5
+   * after it (the expired permit is reclaimed first, publishing 3) */
+  const char *good[2] = {ids[0], ids[1]};
+  cr_assert_eq(rlock_permit_semaphore_try_release_n(s, good, 2), 2);
+  assert_message(sub, "3", "the reclaim before the release");
+  assert_message(sub, "2", "the list release");
+  assert_value(key, "5");
+  cr_assert_eq(rt_int("ZCARD %s", zset), 1);
+  cr_assert_eq(rlock_permit_semaphore_release_n(s, good, 2), RLOCK_ENOTOWNER,
+               "released already");
+  const char *last[1] = {ids[2]};
+  cr_assert_eq(rlock_permit_semaphore_release_n(s, last, 1), 0);
+  assert_message(sub, "1", "the one-id list release");
+  assert_value(key, "6");
+  cr_assert_eq(rt_int("ZCARD %s", zset), 0);
+
+  redisFree(sub);
+  rlock_permit_semaphore_free(s);
+  rlock_client_close(c);
+}
+
+/* Bad counts: RLOCK_EINVAL, nothing sent; more than the pool has is Java's
+ * behaviour: it waits and takes nothing. */
+Test(psem, several_permits_bad_counts) {
+  rlock_client *c = rt_client();
+  char key[64], chan[128], zset[128];
+  rt_key(key, sizeof key, "psembadn");
+  ps_names(key, chan, sizeof chan, zset, sizeof zset);
+  rlock_permit_semaphore *s = ps_get(c, key);
+  ps_id ids[2];
+  int64_t bad[] = {0, -1, RLOCK_PERMIT_IDS_MAX + 1, INT64_MIN};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    cr_assert_eq(rlock_permit_semaphore_try_acquire_n(s, bad[i], 0, -1, ids),
+                 RLOCK_EINVAL, "permits %lld", (long long)bad[i]);
+    cr_assert_eq(rlock_permit_semaphore_acquire_n(s, bad[i], -1, ids),
+                 RLOCK_EINVAL);
+    rlock_req *req = (rlock_req *)1;
+    cr_assert_eq(rlock_permit_semaphore_acquire_n_async(s, bad[i], 0, -1, ids,
+                                                        rec_cb, NULL, &req),
+                 RLOCK_EINVAL);
+    cr_assert_null(req);
+  }
+  cr_assert_eq(rlock_permit_semaphore_try_acquire_n(s, 2, 0, -1, NULL),
+               RLOCK_EINVAL);
+  cr_assert_eq(rlock_permit_semaphore_try_acquire_n(s, 2, 0, 0, ids),
+               RLOCK_EINVAL, "lease 0");
+  cr_assert_eq(rlock_permit_semaphore_set_permits(s, -1), RLOCK_EINVAL);
+  cr_assert_eq(rt_exists(key), 0, "nothing written");
+
+  cr_assert_eq(rlock_permit_semaphore_try_set_permits(s, 1), 1);
+  int64_t t0 = rt_now_ms();
+  cr_assert_eq(rlock_permit_semaphore_try_acquire_n(s, 2, 300, -1, ids), 0,
+               "2 of a pool of 1: not within the wait");
+  int64_t took = rt_now_ms() - t0;
+  cr_assert(took >= 250, "gave up after %lld ms", (long long)took);
+  assert_value(key, "1");
+  cr_assert_eq(rt_int("ZCARD %s", zset), 0);
+  rt_wait_until_what(no_subscriber, chan, 5000, "unsubscribed");
+
+  rlock_permit_semaphore_free(s);
+  rlock_client_close(c);
+}
+
+/* set_permits: creates; resizes by the difference (the free count may go
+ * below 0 while more are taken than the new size); publishes the size. */
+Test(psem, set_permits_and_get_permits) {
+  rlock_client *c = rt_client();
+  char key[64], chan[128], zset[128];
+  rt_key(key, sizeof key, "psemset");
+  ps_names(key, chan, sizeof chan, zset, sizeof zset);
+  rlock_permit_semaphore *s = ps_get(c, key);
+  redisContext *sub = ps_subscribe(chan);
+  cr_assert_eq(rlock_permit_semaphore_get_permits(s), 0, "no semaphore");
+
+  cr_assert_eq(rlock_permit_semaphore_set_permits(s, 4), 0);
+  assert_message(sub, "4", "set on a missing semaphore");
+  assert_value(key, "4");
+  ps_id ids[3];
+  cr_assert_eq(rlock_permit_semaphore_try_acquire_n(s, 3, 0, -1, ids), 1);
+  cr_assert_eq(rlock_permit_semaphore_get_permits(s), 4);
+
+  cr_assert_eq(rlock_permit_semaphore_set_permits(s, 2), 0);
+  assert_message(sub, "2", "shrunk");
+  assert_value(key, "-1");
+  cr_assert_eq(rlock_permit_semaphore_get_permits(s), 2);
+  cr_assert_eq(rlock_permit_semaphore_available_permits(s), 0);
+  cr_assert_eq(rlock_permit_semaphore_acquired_permits(s), 3);
+  ps_id one[1];
+  cr_assert_eq(rlock_permit_semaphore_try_acquire_n(s, 1, 0, -1, one), 0);
+
+  cr_assert_eq(rlock_permit_semaphore_set_permits(s, 7), 0);
+  assert_message(sub, "7", "grown");
+  assert_value(key, "4");
+  cr_assert_eq(rlock_permit_semaphore_get_permits(s), 7);
+  /* the same size again: nothing changes, nothing is published (the next
+   * message is the release's) */
+  cr_assert_eq(rlock_permit_semaphore_set_permits(s, 7), 0);
+  const char *all[3] = {ids[0], ids[1], ids[2]};
+  cr_assert_eq(rlock_permit_semaphore_release_n(s, all, 3), 0);
+  assert_message(sub, "3", "the release, no message before it");
+  assert_value(key, "7");
+
+  /* not a number: the scripts refuse it (EKIND) and write nothing */
+  rt_ok("OK", "SET %s notanumber", key);
+  cr_assert_eq(rlock_permit_semaphore_set_permits(s, 3), RLOCK_EKIND);
+  cr_assert_eq(rlock_permit_semaphore_get_permits(s), RLOCK_EKIND);
+  char *v = rt_str("GET %s", key);
+  cr_assert_str_eq(v, "notanumber");
+  free(v);
+
+  redisFree(sub);
+  rlock_permit_semaphore_free(s);
+  rlock_client_close(c);
+}
+
+/* A waiter for 2 permits sleeps while only 1 is free and is woken by a
+ * release of a list (whose message is the number released). */
+Test(psem, waiter_for_several_woken_by_list_release) {
+  rlock_client *a = client_30s();
+  rlock_client *b = rt_client();
+  char key[64], chan[128], zset[128];
+  rt_key(key, sizeof key, "psemnwake");
+  ps_names(key, chan, sizeof chan, zset, sizeof zset);
+  rlock_permit_semaphore *sa = ps_get(a, key);
+  rlock_permit_semaphore *sb = ps_get(b, key);
+  cr_assert_eq(rlock_permit_semaphore_try_set_permits(sb, 3), 1);
+  ps_id held[2];
+  cr_assert_eq(rlock_permit_semaphore_try_acquire_n(sb, 2, 0, -1, held), 1);
+
+  acquirer w;
+  ps_id got[2];
+  acquirer_start_n(&w, sa, 20000, 60000, 2, got);
+  rt_wait_until_what(has_subscriber, chan, 5000, "waiter subscribed");
+  rt_sleep_ms(200);
+  cr_assert(!atomic_load(&w.done), "1 free of 2 wanted: must wait");
+  assert_value(key, "1");
+
+  int64_t released_at = rt_now_ms();
+  const char *list[2] = {held[0], held[1]};
+  cr_assert_eq(rlock_permit_semaphore_release_n(sb, list, 2), 0);
+  rt_wait_until_what(acquirer_done, &w, 3000, "waiter woken");
+  rt_thread_join(&w.thread, 1000);
+  cr_assert_eq(atomic_load(&w.rc), 1);
+  int64_t took = atomic_load(&w.done_at) - released_at;
+  cr_assert(took < 1500, "woken %lld ms after the release", (long long)took);
+  assert_id(got[0]);
+  assert_id(got[1]);
+  cr_assert_str_neq(got[0], got[1]);
+  assert_value(key, "1");
+  cr_assert_eq(rt_int("ZCARD %s", zset), 2);
+  rt_wait_until_what(no_subscriber, chan, 5000, "unsubscribed");
+
+  rlock_permit_semaphore_free(sa);
+  rlock_permit_semaphore_free(sb);
+  rlock_client_close(a);
+  rlock_client_close(b);
+}
+
+/* An async acquire of 3 cancelled while its try is in flight: the try
+ * takes the 3 permits after the cancel, and the abandon behind it gives
+ * every one back. */
+Test(psem, several_permits_cancel_in_flight_gives_all_back) {
+  rlock_client *a = rt_client();
+  char key[64], chan[128], zset[128];
+  rt_key(key, sizeof key, "psemncancel");
+  ps_names(key, chan, sizeof chan, zset, sizeof zset);
+  g_zset = zset;
+  rlock_permit_semaphore *sa = ps_get(a, key);
+  rt_ok("OK", "SET %s 3", key);
+
+  /* async success hands out all 3 ids (and loads the script: the
+   * cancelled try below must not meet NOSCRIPT) */
+  ps_id ids[3];
+  rlock_req *req = NULL;
+  rec r2 = {0};
+  cr_assert_eq(rlock_permit_semaphore_acquire_n_async(sa, 3, 1000, -1, ids,
+                                                      rec_cb, &r2, &req), 0);
+  rt_wait_until_what(rec_fired, &r2, 3000, "async acquire");
+  cr_assert_eq(atomic_load(&r2.status), 1);
+  rlock_req_free(req);
+  for (int i = 0; i < 3; i++)
+    assert_id(ids[i]);
+  assert_value(key, "0");
+  const char *all[3] = {ids[0], ids[1], ids[2]};
+  cr_assert_eq(rlock_permit_semaphore_try_release_n(sa, all, 3), 3);
+  assert_value(key, "3");
+
+  /* cancel while the try is in flight (server paused) */
+  memset(ids, 0, sizeof ids);
+  rec r = {0};
+  rt_ok("OK", "CONFIG RESETSTAT");
+  rt_ok("OK", "CLIENT PAUSE 400 ALL");
+  cr_assert_eq(rlock_permit_semaphore_acquire_n_async(sa, 3, -1, 60000, ids,
+                                                      rec_cb, &r, &req), 0);
+  rt_sleep_ms(100);
+  cr_assert_eq(rlock_cancel(req), 0);
+  rt_wait_until_what(rec_fired, &r, 3000, "cancel callback");
+  cr_assert_eq(atomic_load(&r.status), RLOCK_ECANCELED);
+  rlock_req_free(req);
+  rt_sleep_ms(500);
+  rt_wait_until_what(zset_empty, NULL, 5000, "every id given back");
+  assert_value(key, "3");
+  redisReply *st = rt_cmd("INFO commandstats");
+  cr_assert_not_null(strstr(st->str, "cmdstat_zadd:calls=3,"),
+                     "the try took 3 permits after the cancel: %s", st->str);
+  cr_assert_not_null(strstr(st->str, "cmdstat_zrem:calls=1,"),
+                     "one abandon removed them");
+  freeReplyObject(st);
+  cr_assert_eq(ids[0][0], '\0', "no id handed out");
+  cr_assert_eq(atomic_load(&r.calls), 1, "exactly once");
+
+  rlock_permit_semaphore_free(sa);
+  rlock_client_close(a);
 }

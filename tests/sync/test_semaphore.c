@@ -727,3 +727,46 @@ Test(semaphore, lock_calls_refuse_handles_of_other_kinds, .timeout = 30) {
   rlock_semaphore_free(s);
   rlock_client_close(c);
 }
+
+/* release_if_exists (Java releaseIfExists): a missing semaphore is left
+ * missing and nothing is published; an existing one gets the permits and
+ * the new total is published. 0 permits: 0 without a command (Java's). */
+Test(semaphore, release_if_exists_missing_vs_existing) {
+  rlock_client *c = rt_client();
+  char key[64], chan[128];
+  rt_key(key, sizeof key, "semifexists");
+  snprintf(chan, sizeof chan, "redisson_sc:{%s}", key);
+  rlock_semaphore *s = NULL;
+  cr_assert_eq(rlock_semaphore_get(c, key, &s), 0);
+  redisContext *sub = rt_redis_new(3000);
+  redisReply *r = redisCommand(sub, "SUBSCRIBE %s", chan);
+  freeReplyObject(r);
+
+  cr_assert_eq(rlock_semaphore_release_if_exists(s, 2), 0);
+  cr_assert_eq(rt_exists(key), 0, "not created");
+  cr_assert_eq(rlock_semaphore_release_if_exists(s, -1), RLOCK_EINVAL);
+  rt_ok("OK", "CONFIG RESETSTAT");
+  cr_assert_eq(rlock_semaphore_release_if_exists(s, 0), 0);
+  r = rt_cmd("INFO commandstats");
+  cr_assert_null(strstr(r->str, "cmdstat_eval"), "0 permits sent nothing");
+  freeReplyObject(r);
+
+  cr_assert_eq(rlock_semaphore_try_set_permits(s, 1, 0), 1);
+  cr_assert_eq(rlock_semaphore_release_if_exists(s, 2), 1);
+  char *v = rt_str("GET %s", key);
+  cr_assert_str_eq(v, "3");
+  free(v);
+  /* the first message is the try_set's "1": the missing case published
+   * nothing; then the release's new total */
+  const char *want[2] = {"1", "3"};
+  for (int i = 0; i < 2; i++) {
+    void *msg = NULL;
+    cr_assert_eq(redisGetReply(sub, &msg), REDIS_OK, "message %d", i);
+    r = msg;
+    cr_assert_str_eq(r->element[2]->str, want[i]);
+    freeReplyObject(r);
+  }
+  redisFree(sub);
+  rlock_semaphore_free(s);
+  rlock_client_close(c);
+}

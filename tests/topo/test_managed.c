@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "diag_rec.h"
 #include "net.h"
 #include "topo_client.h"
 
@@ -67,6 +68,120 @@ Test(sentinel_nowait, acquires_succeed_sync_reported_off) {
   }
   cr_assert_eq(rlock__net_sync_report(rlock__client_net(c)), report,
                "reported once");
+  rlock_free(l);
+  rlock_client_close(c);
+}
+
+static void losewait_init(void) {
+  static const char *const args[] = {"--rename-command", "WAIT", "", NULL};
+  rt_sentinel_replica_args(args);
+  rt_sentinel_start();
+}
+
+TestSuite(sentinel_losewait, .init = losewait_init,
+          .fini = rt_topo_stop_all, .timeout = 120);
+
+/* A failover to a replica that lacks WAIT (bad input, issue 27): before it,
+ * acquires are confirmed by WAIT 1; after it, the new master's probe finds
+ * WAIT unknown, replica sync is off for that node and said so, acquires
+ * succeed without waiting for a confirmation that cannot come - no acquire
+ * is held up past the command timeout, none is retried forever. */
+Test(sentinel_losewait, failover_to_a_master_without_wait) {
+  int master = rt_sentinel_master_port();
+  int replica = rt_sentinel_replica_port();
+  redisReply *w = rt_node_cmd(replica, "WAIT 0 0");
+  cr_assert_eq(w->type, REDIS_REPLY_ERROR, "the replica still has WAIT");
+  freeReplyObject(w);
+  rlock_options o;
+  rlock_options_init(&o);
+  o.replica_sync_timeout_ms = 300;
+  o.command_timeout_ms = 2000;
+  rlock_client *c = tc_open(rt_sentinel_uri(), &o);
+  rlock_client_caps caps;
+  rlock_client_caps_init(&caps);
+  TC_EQ(rlock_client_caps_get(c, &caps), 0, "caps before");
+  cr_assert_eq(caps.replica_sync_off, 0, "note: %s", caps.replica_sync_note);
+  char name[64];
+  rt_key(name, sizeof name, "losewait");
+  rlock *l = tc_lock(c, name);
+  TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock with WAIT");
+  TC_EQ(rlock_unlock(l), 1, "unlock");
+  char *stats = rt_node_str(master, "INFO commandstats");
+  cr_assert(strstr(stats, "cmdstat_wait:") != NULL,
+            "the first master saw no WAIT:\n%s", stats);
+  free(stats);
+
+  int next = rt_sentinel_failover(20000);
+  cr_assert_eq(next, replica);
+  /* The first acquire on the new master may still meet the switch (its
+   * WAIT refused before the probe ran: RLOCK_ENOREPLICA, undone); within a
+   * few seconds every acquire succeeds, each well inside the bound. */
+  int64_t deadline = rt_topo_now_ms() + 15000;
+  int ok = 0;
+  while (ok < 3) {
+    cr_assert(rt_topo_now_ms() < deadline, "no acquire succeeded on the new "
+              "master without WAIT (last: %s)", rlock_last_error());
+    int64_t t0 = rt_topo_now_ms();
+    int rc = rlock_try_lock(l, 0, 10000);
+    int64_t took = rt_topo_now_ms() - t0;
+    cr_assert_leq(took, o.command_timeout_ms + 500, "acquire took %lld ms",
+                  (long long)took);
+    if (rc == 1) {
+      cr_assert_eq(rt_node_int(next, "EXISTS %s", name), 1);
+      TC_EQ(rlock_unlock(l), 1, "unlock");
+      ok++;
+      continue;
+    }
+    /* Never confirmed when it was not: a failed acquire leaves no key. */
+    cr_assert(rc == RLOCK_ENOREPLICA || rc == RLOCK_ECONN ||
+                  rc == RLOCK_ETIMEDOUT,
+              "rc %d: %s", rc, rlock_last_error());
+    cr_assert_eq(rt_node_int(next, "EXISTS %s", name), 0,
+                 "a failed acquire (%d) left the key", rc);
+    rt_topo_sleep_ms(200);
+  }
+  TC_EQ(rlock_client_caps_get(c, &caps), 0, "caps after");
+  cr_assert_eq(caps.replica_sync_off, 1);
+  char port_s[16];
+  snprintf(port_s, sizeof port_s, ":%d", next);
+  cr_assert(strstr(caps.replica_sync_note, port_s) != NULL &&
+                strstr(caps.replica_sync_note, "unknown command") != NULL,
+            "note: %s", caps.replica_sync_note);
+  rlock_free(l);
+  rlock_client_close(c);
+}
+
+/* Diagnostics (issue 28, item 1): the master the sentinels name is said
+ * once, with its address; the server without WAIT gives one WARN line -
+ * the note rlock_client_caps carries - once, however many locks follow. */
+Test(sentinel_nowait, diagnostics_say_replica_sync_off_once) {
+  int master = rt_sentinel_master_port();
+  rlock_options o;
+  rlock_options_init(&o);
+  o.replica_sync_timeout_ms = 300;
+  diag_rec rec;
+  rec_init(&rec, &o);
+  rlock_client *c = tc_open(rt_sentinel_uri(), &o);
+  char at[64];
+  snprintf(at, sizeof at, "127.0.0.1:%d", master);
+  char name[64];
+  rt_key(name, sizeof name, "diag-nowait");
+  rlock *l = tc_lock(c, name);
+  for (int i = 0; i < 3; i++) {
+    TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock without WAIT");
+    TC_EQ(rlock_unlock(l), 1, "unlock");
+  }
+  REC_EXPECT(&rec, 1, RLOCK_DIAG_INFO, "master 'mymaster' is at", at,
+             "(GET-MASTER-ADDR-BY-NAME)");
+  REC_EXPECT(&rec, 1, RLOCK_DIAG_WARN, "replica sync is off on", at,
+             "unknown command");
+  REC_EXPECT(&rec, 1, -1, "replica sync");
+  rlock_client_caps caps;
+  rlock_client_caps_init(&caps);
+  TC_EQ(rlock_client_caps_get(c, &caps), 0, "caps");
+  /* In the same words as the caps note. */
+  REC_EXPECT(&rec, 1, RLOCK_DIAG_WARN, caps.replica_sync_note);
+  REC_EXPECT(&rec, 1, RLOCK_DIAG_DEBUG, "probes on", at, "WAIT no");
   rlock_free(l);
   rlock_client_close(c);
 }

@@ -43,20 +43,33 @@ void rt_topo_sleep_ms(int64_t ms) {
 }
 
 int rt_topo_free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return -1;
-  struct sockaddr_in a;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-    port = ntohs(a.sin_port);
-  close(fd);
-  return port;
+  /* A port below the kernel's ephemeral range (ip_local_port_range, 32768
+   * and up by default): a port from that range (bind to port 0) can be
+   * taken between this check and the server's bind by the local end of
+   * any outgoing connection - the tests make thousands - so a server
+   * sometimes failed to start. Random, checked with a bind; the callers
+   * retry when the server still loses a race for it. */
+  static _Thread_local unsigned seed;
+  if (seed == 0)
+    seed = (unsigned)getpid() * 2654435761u ^ (unsigned)time(NULL) ^
+           (unsigned)(uintptr_t)&seed;
+  for (int attempt = 0; attempt < 200; attempt++) {
+    seed = seed * 1103515245u + 12345u;
+    int port = 12000 + (int)((seed >> 8) % 20000u); /* 12000..31999 */
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+      return -1;
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    bool ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    if (ok)
+      return port;
+  }
+  return -1;
 }
 
 /* ---- CRC16 (XMODEM), as in Redis' crc16.c ---- */
@@ -566,6 +579,17 @@ void rt_sentinel_stop(void) {
 /* rt_sentinel_data_args: extra arguments for the data nodes. */
 static const char *data_extra[RT_DATA_ARGS_MAX + 1];
 
+static const char *replica_extra[RT_DATA_ARGS_MAX + 1];
+
+void rt_sentinel_replica_args(const char *const *args) {
+  size_t i = 0;
+  for (; args != NULL && args[i] != NULL && i < RT_DATA_ARGS_MAX; i++)
+    replica_extra[i] = args[i];
+  cr_assert(args == NULL || args[i] == NULL, "more than %d replica "
+            "arguments", RT_DATA_ARGS_MAX);
+  replica_extra[i] = NULL;
+}
+
 void rt_sentinel_data_args(const char *const *args) {
   size_t i = 0;
   for (; args != NULL && args[i] != NULL && i < RT_DATA_ARGS_MAX; i++)
@@ -582,6 +606,7 @@ void rt_topo_stop_all(void) {
   T.tls_dir[0] = '\0'; /* back to plain mode */
   T.tls_auth_clients = false;
   data_extra[0] = NULL;
+  replica_extra[0] = NULL;
   for (size_t i = 0; i < sizeof T.conns / sizeof T.conns[0]; i++)
     if (T.conns[i].ctx) {
       redisFree(T.conns[i].ctx);
@@ -1165,6 +1190,12 @@ int rt_cluster_fail_master(int port, bool stop_only, int64_t bound_ms) {
   return -1;
 }
 
+void rt_cluster_kill_node(int port) {
+  proc *p = proc_of_port(port);
+  rt_node_forget(port);
+  kill_proc(p);
+}
+
 void rt_cluster_restart_node(int port, int64_t bound_ms) {
   proc *p = proc_of_port(port);
   rt_node_forget(port);
@@ -1206,6 +1237,8 @@ static void data_spawn(proc *p, int replica_of) {
   tls_args(argv, &a, tls_s, false);
   for (size_t i = 0; data_extra[i] != NULL; i++)
     argv[a++] = data_extra[i];
+  for (size_t i = 0; replica_of > 0 && replica_extra[i] != NULL; i++)
+    argv[a++] = replica_extra[i];
   argv[a] = NULL;
   p->pid = spawn(argv, log);
 }

@@ -163,6 +163,9 @@ int rt_cluster_fail_master(int port, bool stop_only, int64_t bound_ms);
  * replica of whoever took its slots) or SIGCONTs a stopped one; waits until
  * it answers PING and the cluster is ok. */
 void rt_cluster_restart_node(int port, int64_t bound_ms);
+/* SIGKILL of the node on port, no waiting for a failover
+ * (rt_cluster_restart_node starts it again). */
+void rt_cluster_kill_node(int port);
 /* Waits until every live node reports cluster_state:ok and all slots ok. */
 void rt_cluster_wait_ok(int64_t bound_ms);
 
@@ -180,6 +183,9 @@ void rt_sentinel_start(void);
  * copied as pointers (keep them alive); rt_topo_stop_all() clears them. */
 #define RT_DATA_ARGS_MAX 32
 void rt_sentinel_data_args(const char *const *args);
+/* The same for the first replica only (a master and replica that differ,
+ * e.g. a replica without WAIT that a failover makes the master). */
+void rt_sentinel_replica_args(const char *const *args);
 void rt_sentinel_start_auth(const char *sentinel_pass);
 void rt_sentinel_stop(void);
 int rt_sentinel_port(int i);     /* sentinel i, 0..2 */

@@ -35,6 +35,36 @@ static rlock_multilock *ml_of(rlock *const *m, size_t n) {
   return ml;
 }
 
+/* The common case: a MultiLock of two members (kinds k0, k1) in one client,
+ * and a handle of the second member in another client, to hold it. */
+typedef struct two {
+  rlock_client *c, *other;
+  char a[64], b[64];
+  rlock *m[2], *held;
+  rlock_multilock *ml;
+} two;
+
+static void two_setup(two *t, const char *ka, const char *kb, const char *k0,
+                      const char *k1) {
+  t->c = rt_client();
+  t->other = rt_client();
+  rt_key(t->a, sizeof t->a, ka);
+  rt_key(t->b, sizeof t->b, kb);
+  t->m[0] = get_kind(t->c, k0, t->a);
+  t->m[1] = get_kind(t->c, k1, t->b);
+  t->held = get_kind(t->other, k1, t->b);
+  t->ml = ml_of(t->m, 2);
+}
+
+static void two_teardown(two *t) {
+  rlock_multilock_free(t->ml);
+  rlock_free(t->m[0]);
+  rlock_free(t->m[1]);
+  rlock_free(t->held);
+  rlock_client_close(t->other);
+  rlock_client_close(t->c);
+}
+
 static bool held_by(rlock_client *c, const char *name, uint64_t id,
                     const char *suffix) {
   char owner[160];
@@ -167,14 +197,14 @@ static void unlock_later(void *arg) {
 /* A member held elsewhere for 500 ms: the MultiLock waits for it within
  * its wait (each member may use all the time left) and gets all. */
 Test(multilock, waits_for_a_member_within_the_wait) {
-  rlock_client *c = rt_client(), *other = rt_client();
-  char a[64], b[64];
-  rt_key(a, sizeof a, "mlwa");
-  rt_key(b, sizeof b, "mlwb");
-  rlock *m[2] = {get_kind(c, "lock", a), get_kind(c, "fair", b)};
-  rlock *ob = get_kind(other, "fair", b);
+  two fx;
+  two_setup(&fx, "mlwa", "mlwb", "lock", "fair");
+  rlock_client *c = fx.c;
+  const char *a = fx.a;
+  const char *b = fx.b;
+  rlock *ob = fx.held;
   cr_assert_eq(rlock_try_lock_owner(ob, 77, 0, -1), 1);
-  rlock_multilock *ml = ml_of(m, 2);
+  rlock_multilock *ml = fx.ml;
   later l = {ob, 500, -100};
   rt_thread t;
   rt_thread_start(&t, unlock_later, &l);
@@ -189,12 +219,7 @@ Test(multilock, waits_for_a_member_within_the_wait) {
   cr_assert(held_by(c, a, rlock_thread_id(), ""));
   cr_assert(held_by(c, b, rlock_thread_id(), ""));
   cr_assert_eq(rlock_multilock_unlock(ml), 0);
-  rlock_multilock_free(ml);
-  rlock_free(m[0]);
-  rlock_free(m[1]);
-  rlock_free(ob);
-  rlock_client_close(other);
-  rlock_client_close(c);
+  two_teardown(&fx);
 }
 
 /* wait + lease: members are taken with 2 x wait, then every member's keys
@@ -251,14 +276,15 @@ static bool queued_and_first_held(void *arg) {
 /* An async MultiLock waiting in a fair member's queue, with the member
  * before it held: cancel leaves no member held and no queue entry. */
 Test(multilock, async_cancel_leaves_nothing_held_or_queued) {
-  rlock_client *c = rt_client(), *other = rt_client();
-  char a[64], f[64];
-  rt_key(a, sizeof a, "mlxa");
-  rt_key(f, sizeof f, "mlxf");
-  rlock *m[2] = {get_kind(c, "lock", a), get_kind(c, "fair", f)};
-  rlock *of = get_kind(other, "fair", f);
+  two fx;
+  two_setup(&fx, "mlxa", "mlxf", "lock", "fair");
+  rlock_client *c = fx.c;
+  rlock_client *other = fx.other;
+  const char *a = fx.a;
+  const char *f = fx.b;
+  rlock *of = fx.held;
   cr_assert_eq(rlock_try_lock(of, 0, -1), 1);
-  rlock_multilock *ml = ml_of(m, 2);
+  rlock_multilock *ml = fx.ml;
   ml_waiter w = {.status = 1000};
   rlock_multilock_req *req = NULL;
   cr_assert_eq(rlock_multilock_lock_async(ml, 5150, -1, -1, ml_cb, &w, &req),
@@ -279,25 +305,19 @@ Test(multilock, async_cancel_leaves_nothing_held_or_queued) {
   cr_assert(held_by(other, f, rlock_thread_id(), ""));
   cr_assert_eq(rlock_multilock_cancel(req), 0); /* after the end: harmless */
   rlock_multilock_req_free(req);
-  rlock_multilock_free(ml);
-  rlock_free(m[0]);
-  rlock_free(m[1]);
-  rlock_free(of);
-  rlock_client_close(other);
-  rlock_client_close(c);
+  two_teardown(&fx);
 }
 
 /* A timed-out MultiLock with a fair member held elsewhere: none held, and
  * the fair queue is left empty. */
 Test(multilock, timeout_with_a_fair_member_leaves_no_queue_entry) {
-  rlock_client *c = rt_client(), *other = rt_client();
-  char a[64], f[64];
-  rt_key(a, sizeof a, "mlta");
-  rt_key(f, sizeof f, "mltf");
-  rlock *m[2] = {get_kind(c, "lock", a), get_kind(c, "fair", f)};
-  rlock *of = get_kind(other, "fair", f);
+  two fx;
+  two_setup(&fx, "mlta", "mltf", "lock", "fair");
+  const char *a = fx.a;
+  const char *f = fx.b;
+  rlock *of = fx.held;
   cr_assert_eq(rlock_try_lock(of, 0, -1), 1);
-  rlock_multilock *ml = ml_of(m, 2);
+  rlock_multilock *ml = fx.ml;
   int64_t t0 = rt_now_ms();
   cr_assert_eq(rlock_multilock_try_lock(ml, 300, 5000), 0);
   int64_t took = rt_now_ms() - t0;
@@ -305,12 +325,7 @@ Test(multilock, timeout_with_a_fair_member_leaves_no_queue_entry) {
   cr_assert_eq(rt_exists(a), 0);
   cr_assert_eq(llen_queue(f), 0);
   cr_assert_eq(zcard_timeout(f), 0);
-  rlock_multilock_free(ml);
-  rlock_free(m[0]);
-  rlock_free(m[1]);
-  rlock_free(of);
-  rlock_client_close(other);
-  rlock_client_close(c);
+  two_teardown(&fx);
 }
 
 /* The same name twice, as Java: an RLock is entered twice (count 2) and
@@ -352,14 +367,14 @@ Test(multilock, the_same_name_twice) {
 /* lock(): rounds until all are held; a member held elsewhere for 4.5 s
  * (its lease), longer than one round's wait of 2 x 1500 ms. */
 Test(multilock, lock_waits_in_rounds_until_all_are_held) {
-  rlock_client *c = rt_client(), *other = rt_client();
-  char a[64], b[64];
-  rt_key(a, sizeof a, "mlra");
-  rt_key(b, sizeof b, "mlrb");
-  rlock *m[2] = {get_kind(c, "lock", a), get_kind(c, "lock", b)};
-  rlock *ob = get_kind(other, "lock", b);
+  two fx;
+  two_setup(&fx, "mlra", "mlrb", "lock", "lock");
+  rlock_client *c = fx.c;
+  const char *a = fx.a;
+  const char *b = fx.b;
+  rlock *ob = fx.held;
   cr_assert_eq(rlock_try_lock_owner(ob, 77, 0, 4500), 1);
-  rlock_multilock *ml = ml_of(m, 2);
+  rlock_multilock *ml = fx.ml;
   int64_t t0 = rt_now_ms();
   cr_assert_eq(rlock_multilock_lock(ml, -1), 0, "%s", rlock_last_error());
   int64_t took = rt_now_ms() - t0;
@@ -367,12 +382,7 @@ Test(multilock, lock_waits_in_rounds_until_all_are_held) {
   cr_assert(held_by(c, a, rlock_thread_id(), ""));
   cr_assert(held_by(c, b, rlock_thread_id(), ""));
   cr_assert_eq(rlock_multilock_unlock(ml), 0);
-  rlock_multilock_free(ml);
-  rlock_free(m[0]);
-  rlock_free(m[1]);
-  rlock_free(ob);
-  rlock_client_close(other);
-  rlock_client_close(c);
+  two_teardown(&fx);
 }
 
 /* Overlapping sets {a,b} and {b,c} exclude each other: while one holds,
@@ -419,14 +429,13 @@ static void interrupt_later(void *arg) {
 /* rlock_interrupt() of the owner ends a blocking MultiLock with
  * RLOCK_ECANCELED, nothing held. */
 Test(multilock, interrupt_ends_a_blocking_multilock) {
-  rlock_client *c = rt_client(), *other = rt_client();
-  char a[64], b[64];
-  rt_key(a, sizeof a, "mlia");
-  rt_key(b, sizeof b, "mlib");
-  rlock *m[2] = {get_kind(c, "lock", a), get_kind(c, "lock", b)};
-  rlock *ob = get_kind(other, "lock", b);
+  two fx;
+  two_setup(&fx, "mlia", "mlib", "lock", "lock");
+  rlock_client *c = fx.c;
+  const char *a = fx.a;
+  rlock *ob = fx.held;
   cr_assert_eq(rlock_try_lock(ob, 0, -1), 1);
-  rlock_multilock *ml = ml_of(m, 2);
+  rlock_multilock *ml = fx.ml;
   interrupter in = {c, rlock_thread_id(), -1};
   rt_thread t;
   rt_thread_start(&t, interrupt_later, &in);
@@ -434,10 +443,5 @@ Test(multilock, interrupt_ends_a_blocking_multilock) {
   rt_thread_join(&t, 5000);
   cr_assert_eq(in.n, 1);
   cr_assert_eq(rt_exists(a), 0);
-  rlock_multilock_free(ml);
-  rlock_free(m[0]);
-  rlock_free(m[1]);
-  rlock_free(ob);
-  rlock_client_close(other);
-  rlock_client_close(c);
+  two_teardown(&fx);
 }

@@ -954,6 +954,167 @@ RLOCK_EXTERN int rlock_hold_count_async(rlock *lock, uint64_t owner,
 RLOCK_EXTERN int rlock_remain_ttl_async(rlock *lock, rlock_cb cb, void *data,
                                         rlock_req **req);
 
+/* ---- MultiLock (Redisson getMultiLock(RLock...)) ------------------------ *
+ * Several locks of any kinds taken all-or-nothing by one owner, with
+ * Java's RedissonMultiLock algorithm, so a MultiLock in C and one in Java
+ * over the same names exclude each other (docs/multilock.md). It has no
+ * keys of its own: each member takes, waits for and releases its lock as
+ * that lock's own calls do (its wire protocol, channel, fair queue,
+ * watchdog). Members are taken one after the other in the order given
+ * (not sorted: as in Java, two MultiLocks over the same names in another
+ * order avoid a deadlock only by their waits); each member may wait the
+ * whole time that remains. When a member is not taken, every member taken
+ * so far is released and the round starts again from the first member
+ * while time remains. Members may be on different cluster slots, nodes
+ * and clients. The same lock twice is taken twice, as in Java (an RLock
+ * re-enters; a non-reentrant lock fails the call with RLOCK_EREENTRY). */
+typedef struct rlock_multilock rlock_multilock;
+typedef struct rlock_multilock_req rlock_multilock_req;
+
+/* A MultiLock over members[0..n-1] (lock handles: rlock_get and the other
+ * getters; the handles may be freed afterwards - the MultiLock keeps them
+ * alive until rlock_multilock_free()). Sends nothing. Errors: RLOCK_EINVAL
+ * (NULL members or out, n == 0, a NULL member, or a handle that is not a
+ * lock: semaphore, latch), RLOCK_ENOMEM. */
+RLOCK_EXTERN int rlock_multilock_new(rlock *const *members, size_t n,
+                                     rlock_multilock **out);
+/* Frees the MultiLock (does not unlock; an acquire still running keeps it
+ * alive until its callback). NULL is accepted. */
+RLOCK_EXTERN void rlock_multilock_free(rlock_multilock *ml);
+/* How many members (n of rlock_multilock_new); 0 for NULL. */
+RLOCK_EXTERN size_t rlock_multilock_size(const rlock_multilock *ml);
+
+/*
+ * Takes every member for the calling thread (the _owner forms: for
+ * `owner`) within wait_ms: returns 1 all held, 0 not all within wait_ms
+ * (none held), or a negative error (none held). wait_ms 0: one try of
+ * each member (the first one not taken ends the call with 0); wait_ms < 0:
+ * as rlock_multilock_lock(). lease_ms < 0: each member is held until
+ * unlocked (its watchdog renews it); lease_ms > 0: members are taken with
+ * a lease of 2 x wait_ms (wait_ms 0: lease_ms), and once all are held each
+ * member's keys get lease_ms (Java's way); 0: RLOCK_EINVAL.
+ * A member's own error ends the call with that error after the members
+ * taken are released (RLOCK_EREENTRY, RLOCK_EKIND, RLOCK_ENOPERM,
+ * RLOCK_ECLOSED, ...), except the transient ones (RLOCK_ETIMEDOUT,
+ * RLOCK_ECONN, RLOCK_ENOREPLICA, RLOCK_ECLUSTER), which count as a member
+ * not taken, as Java counts any exception: the round starts again, and
+ * at the deadline the call returns that error instead of 0. Java quirk
+ * kept: the time left is checked after each member, the last one
+ * included, so members all taken just after the deadline are released
+ * and the call returns 0. rlock_interrupt() of the owner ends a member's
+ * wait and the call returns RLOCK_ECANCELED. RLOCK_EDEADLK on a member's
+ * client loop thread.
+ */
+RLOCK_EXTERN int rlock_multilock_try_lock(rlock_multilock *ml,
+                                          int64_t wait_ms, int64_t lease_ms);
+RLOCK_EXTERN int rlock_multilock_try_lock_owner(rlock_multilock *ml,
+                                                uint64_t owner,
+                                                int64_t wait_ms,
+                                                int64_t lease_ms);
+/* Takes every member, however long it takes (Java's lock()): rounds of
+ * rlock_multilock_try_lock(w, lease_ms) until one succeeds, w = n x 1500
+ * ms without a lease, else random in [lease/2, lease) when lease_ms <=
+ * n x 1500, else in [n x 1500, lease). 0 or a negative error. */
+RLOCK_EXTERN int rlock_multilock_lock(rlock_multilock *ml, int64_t lease_ms);
+RLOCK_EXTERN int rlock_multilock_lock_owner(rlock_multilock *ml,
+                                            uint64_t owner, int64_t lease_ms);
+/*
+ * rlock_multilock_try_lock_owner with a callback (status 1/0/error; value
+ * 0), exactly once, on a member's client loop thread; wait_ms < 0: rounds
+ * until all are held, as rlock_multilock_lock (status 1). Callbacks must
+ * not block. If the call returns an error the callback never fires. `req`
+ * (NULL ok) receives a handle for rlock_multilock_cancel(), to free with
+ * rlock_multilock_req_free().
+ */
+RLOCK_EXTERN int rlock_multilock_lock_async(rlock_multilock *ml,
+                                            uint64_t owner, int64_t wait_ms,
+                                            int64_t lease_ms, rlock_cb cb,
+                                            void *data,
+                                            rlock_multilock_req **req);
+/* Cancels a MultiLock acquire from any thread: its callback fires with
+ * RLOCK_ECANCELED (unless it already fired or fires first with its own
+ * result), after the member being waited for is cancelled (a fair
+ * member leaves its queue) and every member taken is released. 0, or
+ * RLOCK_EINVAL for NULL. */
+RLOCK_EXTERN int rlock_multilock_cancel(rlock_multilock_req *req);
+/* Releases the caller's handle (does not cancel). NULL is accepted. */
+RLOCK_EXTERN void rlock_multilock_req_free(rlock_multilock_req *req);
+/* Releases one hold of every member, in order, for the calling thread (or
+ * `owner`): all are tried whatever one answers (Java's sync unlock stops
+ * at the first failure). 0, or the first member's error
+ * (RLOCK_ENOTOWNER: not held). */
+RLOCK_EXTERN int rlock_multilock_unlock(rlock_multilock *ml);
+RLOCK_EXTERN int rlock_multilock_unlock_owner(rlock_multilock *ml,
+                                              uint64_t owner);
+/* 1 if `owner` holds every member (Java's isHeldByThread), 0 if not, or
+ * the first error. */
+RLOCK_EXTERN int rlock_multilock_is_held_by_owner(rlock_multilock *ml,
+                                                  uint64_t owner);
+
+/* ---- FasterMultiLock (Redisson getMultiLock(group, values)) ------------ *
+ * Values of one group locked all or none by one script call on one hash,
+ * the group's name: per value a field named after a hash of the value
+ * (rlock_fast_multilock_field_name), holding its owner, plus the owner's
+ * expiry (client wall-clock ms) and count fields; waiters wait on the
+ * group's RLock channel "redisson_lock__channel:{group}" (docs/
+ * wire-protocol.md, "The FasterMultiLock"). Shared with Java only when
+ * Java encodes the values as UTF-8 strings (StringCodec): the field names
+ * are hashes of the encoded bytes, and Java's default codec is Kryo. A
+ * lease is required (lease_ms > 0; < 0 is RLOCK_EINVAL): nothing renews
+ * the values by themselves - rlock_fast_multilock_renew_owner() does. */
+typedef struct rlock_fast_multilock rlock_fast_multilock;
+#define RLOCK_FAST_MULTILOCK_FIELD_LEN 22
+
+/* The field name of a value: base64 (standard alphabet, no "==") of
+ * HighwayHash-128 with Redisson's key over its bytes, 22 characters and a
+ * NUL into out ("Jack_001" -> "7pNoDdizVy2xY792MaFv+w"). 0, or
+ * RLOCK_EINVAL (NULL out, or NULL value with len > 0). */
+RLOCK_EXTERN int rlock_fast_multilock_field_name(
+    const void *value, size_t len, char out[RLOCK_FAST_MULTILOCK_FIELD_LEN + 1]);
+/* A handle for `values` (n >= 1; lens NULL: NUL-terminated strings, else
+ * their byte lengths) of `group`; equal values count once. Sends nothing.
+ * Errors as for rlock_get(), and RLOCK_EINVAL for n == 0 or a NULL value. */
+RLOCK_EXTERN int rlock_fast_multilock_get(rlock_client *client,
+                                          const char *group,
+                                          const char *const *values,
+                                          const size_t *lens, size_t n,
+                                          rlock_fast_multilock **out);
+RLOCK_EXTERN void rlock_fast_multilock_free(rlock_fast_multilock *fml);
+/* How many distinct values; 0 for NULL. */
+RLOCK_EXTERN size_t rlock_fast_multilock_size(const rlock_fast_multilock *fml);
+/* Takes every value within wait_ms (0: one try; < 0: no limit) for
+ * lease_ms: 1 all taken (re-entered where the owner held them), 0 not
+ * within wait_ms (none taken), or an error. */
+RLOCK_EXTERN int rlock_fast_multilock_try_lock(rlock_fast_multilock *fml,
+                                               int64_t wait_ms,
+                                               int64_t lease_ms);
+RLOCK_EXTERN int rlock_fast_multilock_try_lock_owner(
+    rlock_fast_multilock *fml, uint64_t owner, int64_t wait_ms,
+    int64_t lease_ms);
+/* Waits as long as it takes: 0 or an error. */
+RLOCK_EXTERN int rlock_fast_multilock_lock(rlock_fast_multilock *fml,
+                                           int64_t lease_ms);
+/* Releases one hold of every value: 1 all freed, 0 some still held
+ * (re-entered), RLOCK_ENOTOWNER when a value is not held by the owner
+ * (nothing is changed then). Publishes "0" on the group's channel when a
+ * value was freed. */
+RLOCK_EXTERN int rlock_fast_multilock_unlock(rlock_fast_multilock *fml);
+RLOCK_EXTERN int rlock_fast_multilock_unlock_owner(rlock_fast_multilock *fml,
+                                                   uint64_t owner);
+/* Java's renewal: every value's hold by `owner` ends lease_ms from now. 1
+ * renewed, 0 a value is not the owner's (or the group is gone). */
+RLOCK_EXTERN int rlock_fast_multilock_renew_owner(rlock_fast_multilock *fml,
+                                                  uint64_t owner,
+                                                  int64_t lease_ms);
+/* Frees every value whoever holds it (publishing "0"): the number of
+ * values that had a holder. */
+RLOCK_EXTERN int rlock_fast_multilock_force_unlock(rlock_fast_multilock *fml);
+/* 1 if any value is held (a hold not ended), else 0. */
+RLOCK_EXTERN int rlock_fast_multilock_is_locked(rlock_fast_multilock *fml);
+/* 1 if `owner` holds every value, else 0. */
+RLOCK_EXTERN int rlock_fast_multilock_is_held_by_owner(
+    rlock_fast_multilock *fml, uint64_t owner);
+
 /* ---- semaphores (Redisson getSemaphore) ------------------------------- *
  * N permits shared by every client, Java's included: a string counter under
  * the name and the channel "redisson_sc:{name}", on which every call that

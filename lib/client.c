@@ -430,6 +430,17 @@ int rlock_get_fenced(rlock_client *c, const char *name, rlock **out) {
   return get_handle(c, name, out, &rlock__prim_fenced);
 }
 
+int rlock_fast_multilock_get(rlock_client *c, const char *group,
+                             const char *const *values, const size_t *lens,
+                             size_t n, rlock_fast_multilock **out) {
+  if (out == NULL)
+    return rlock__bad_arg("out is NULL");
+  *out = NULL;
+  rlock *h = NULL;
+  int rc = get_handle(c, group, &h, &rlock__prim_fast_multilock);
+  return rc != 0 ? rc : rlock__fast_multilock_wrap(h, values, lens, n, out);
+}
+
 int rlock_semaphore_get(rlock_client *c, const char *name,
                         rlock_semaphore **out) {
   return get_handle(c, name, (rlock **)out, &rlock__prim_semaphore);

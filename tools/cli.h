@@ -53,13 +53,16 @@ typedef enum cli_on_lost { CLI_ON_LOST_WARN, CLI_ON_LOST_KILL } cli_on_lost;
 
 /* Which of Redisson's locks NAME is: the plain RLock (no option, the
  * default), the fair lock (--fair), the read or the write lock of the
- * read/write lock NAME (-s / -x) or the fenced lock (--fenced). */
+ * read/write lock NAME (-s / -x), the fenced lock (--fenced), or the
+ * non-reentrant lock and fair lock (--no-reenter, with --fair). */
 typedef enum cli_kind {
   CLI_KIND_LOCK = 0,
   CLI_KIND_FAIR,
   CLI_KIND_READ,
   CLI_KIND_WRITE,
   CLI_KIND_FENCED,
+  CLI_KIND_NONREENTRANT,
+  CLI_KIND_NONREENTRANT_FAIR,
 } cli_kind;
 
 /* The option that selects a kind ("--shared", ...; "" for the plain lock),
@@ -145,7 +148,9 @@ enum {
 /* Everything `rlock [options] NAME -- COMMAND` was asked to do. */
 typedef struct cli_run_opts {
   const char *uri;        /* resolved: -u, $REDIS_URL or the default */
-  const char *name;       /* lock name */
+  const char *name;       /* lock name (-m: the NAME1,NAME2,... list) */
+  char **names;           /* -m: the names, split at the commas */
+  size_t n_names;         /* -m: how many; 0: one lock, `name` */
   cli_kind kind;          /* -s, -x, --fair, --fenced; default the RLock */
   int64_t permits;        /* --permits N: permits of the permit-expirable
                              semaphore NAME of N permits; 0: a lock */

@@ -25,6 +25,7 @@ static const char help_text[] =
     "Usage:\n"
     "  rlock [options] NAME [--] COMMAND [ARGS...]\n"
     "  rlock [options] NAME -c SHELL-COMMAND\n"
+    "  rlock [options] -m NAME1,NAME2,... [--] COMMAND [ARGS...]\n"
     "  rlock [connection options] status [--json] [--watch [INTERVAL]] NAME...\n"
     "  rlock [connection options] ls [--json] [--limit N] [PATTERN]\n"
     "  rlock [connection options] unlock --force [--any-type] [KIND] NAME...\n"
@@ -44,6 +45,9 @@ static const char help_text[] =
     "  -s, -x, --fair, --fenced, --permits N [--take K]\n"
     "                          read, write, fair or fenced lock; K (1) of N\n"
     "                          semaphore permits\n"
+    "  --no-reenter            the non-reentrant lock (with --fair: fair)\n"
+    "  -m, --multi NAMES       hold every lock of the comma-separated NAMES\n"
+    "                          (a MultiLock, all or none)\n"
     "  -c, --command STRING    run STRING with /bin/sh -c\n"
     "  -v, --verbose           report acquiring and releasing, and the\n"
     "                          connection's events, on stderr (-vv: more)\n"
@@ -114,6 +118,9 @@ int cli_exit_for(int err) {
   case RLOCK_EKIND:     /* NAME holds another kind of lock: like a key of
                            another type (EWRONGTYPE), a refusal about what
                            NAME is, not a busy lock */
+  case RLOCK_EREENTRY:  /* a non-reentrant lock this owner holds already
+                           (-m --no-reenter naming it twice): refused,
+                           and waiting would not change that */
     return CLI_EX_UNAVAILABLE;
   case RLOCK_ENOMEM:
   case RLOCK_ESYS:
@@ -133,6 +140,10 @@ const char *cli_kind_option(cli_kind kind) {
     return "--exclusive";
   case CLI_KIND_FENCED:
     return "--fenced";
+  case CLI_KIND_NONREENTRANT:
+    return "--no-reenter";
+  case CLI_KIND_NONREENTRANT_FAIR:
+    return "--fair --no-reenter";
   case CLI_KIND_LOCK:
   default:
     return "";
@@ -178,6 +189,10 @@ int cli_kind_get(rlock_client *client, cli_kind kind, const char *name,
     return rlock_get_write(client, name, lock);
   case CLI_KIND_FENCED:
     return rlock_get_fenced(client, name, lock);
+  case CLI_KIND_NONREENTRANT:
+    return rlock_get_nonreentrant(client, name, lock);
+  case CLI_KIND_NONREENTRANT_FAIR:
+    return rlock_get_nonreentrant_fair(client, name, lock);
   case CLI_KIND_LOCK:
   default:
     return rlock_get(client, name, lock);
@@ -499,6 +514,7 @@ enum {
   OPT_NO_REPLICA_SYNC,
   OPT_REPLICA_SYNC_TIMEOUT,
   OPT_ORPHAN_OK,
+  OPT_NO_REENTER,
 };
 
 static const struct option run_longopts[] = {
@@ -515,6 +531,8 @@ static const struct option run_longopts[] = {
     {"on-lost", required_argument, NULL, OPT_ON_LOST},
     {"kill-after", required_argument, NULL, OPT_KILL_AFTER},
     {"orphan-ok", no_argument, NULL, OPT_ORPHAN_OK},
+    {"multi", required_argument, NULL, 'm'},
+    {"no-reenter", no_argument, NULL, OPT_NO_REENTER},
     {"no-replica-sync", no_argument, NULL, OPT_NO_REPLICA_SYNC},
     {"replica-sync-timeout", required_argument, NULL,
      OPT_REPLICA_SYNC_TIMEOUT},
@@ -526,6 +544,65 @@ static const struct option run_longopts[] = {
     CLI_KIND_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
+
+/* After parsing: --no-reenter turns the RLock (or, with --fair, the fair
+ * lock) into its non-reentrant kind; -m (o->name is its list) is split
+ * into o->names. Kinds apply to every name of -m; --fenced and --permits
+ * do not combine with it. 0, or CLI_EX_USAGE with the message printed. */
+static int run_kinds(cli_run_opts *o, bool no_reenter) {
+  const char *bad = NULL;
+  if (no_reenter && o->kind != CLI_KIND_LOCK && o->kind != CLI_KIND_FAIR)
+    bad = cli_kind_option(o->kind);
+  else if (no_reenter && o->permits > 0)
+    bad = "--permits";
+  if (bad != NULL) {
+    cli_err("--no-reenter and %s exclude each other (only the lock and the "
+            "fair lock have a non-reentrant kind)", bad);
+    usage_hint();
+    return CLI_EX_USAGE;
+  }
+  if (no_reenter)
+    o->kind = o->kind == CLI_KIND_FAIR ? CLI_KIND_NONREENTRANT_FAIR
+                                       : CLI_KIND_NONREENTRANT;
+  if (o->name == NULL)
+    return 0;
+  if (o->kind == CLI_KIND_FENCED || o->permits > 0) {
+    cli_err("-m and %s exclude each other (a MultiLock holds locks without "
+            "a token or permits)", o->permits > 0 ? "--permits" : "--fenced");
+    usage_hint();
+    return CLI_EX_USAGE;
+  }
+  size_t n = 1;
+  for (const char *p = o->name; *p != '\0'; p++)
+    n += *p == ',';
+  /* static: reachable until exit, which frees them (names[0] is copy) */
+  static char **names;
+  static char *copy;
+  o->names = names = calloc(n + 1, sizeof(char *));
+  copy = strdup(o->name);
+  if (names == NULL || copy == NULL) {
+    free(copy);
+    cli_err("out of memory");
+    return CLI_EX_OSERR;
+  }
+  for (char *s = copy, *e; s != NULL; s = e) {
+    e = strchr(s, ',');
+    if (e != NULL)
+      *e++ = '\0';
+    if (*s == '\0') {
+      cli_err("-m '%s': empty lock name in the list (NAME1,NAME2,...)",
+              o->name);
+      usage_hint();
+      free(copy);
+      free(names);
+      o->names = names = NULL;
+      o->n_names = 0;
+      return CLI_EX_USAGE;
+    }
+    o->names[o->n_names++] = s;
+  }
+  return 0;
+}
 
 static bool is_subcommand(const char *arg) {
   return strcmp(arg, "status") == 0 || strcmp(arg, "unlock") == 0 ||
@@ -542,11 +619,12 @@ static int run_main(int argc, char **argv) {
       .on_lost = CLI_ON_LOST_WARN,
   };
   const char *uri_flag = NULL;
+  bool no_reenter = false, at_command = false;
   int c;
   /* "+": stop at NAME, so COMMAND's own options are left alone. ":" first
    * lets us word the missing-argument message ourselves. */
-  while ((c = getopt_long(argc, argv, "+:u:nw:E:l:vhVsx", run_longopts,
-                          NULL)) != -1) {
+  while (!at_command && (c = getopt_long(argc, argv, "+:u:nw:E:l:m:vhVsx",
+                                         run_longopts, NULL)) != -1) {
     switch (c) {
     case 'u':
       uri_flag = optarg;
@@ -611,6 +689,12 @@ static int run_main(int argc, char **argv) {
     case OPT_ORPHAN_OK:
       o.orphan_ok = true;
       break;
+    case 'm':
+      o.name = optarg;
+      break;
+    case OPT_NO_REENTER:
+      no_reenter = true;
+      break;
     case OPT_REPLICA_SYNC_TIMEOUT:
       if (!duration_opt("replica-sync-timeout", optarg,
                         &o.replica_sync_timeout_ms))
@@ -641,7 +725,15 @@ static int run_main(int argc, char **argv) {
     case 'V':
       printf(CLI_PROG " %s\n", RLOCK_VERSION_STRING);
       return fflush(stdout) == 0 ? 0 : CLI_EX_OSERR;
-    default: { /* ':' or '?', or a kind or --tls-* option */
+    case '?': /* -m NAMES -c STRING: -c is not an option before NAME */
+      if (o.name != NULL && (strcmp(argv[optind - 1], "-c") == 0 ||
+                             strcmp(argv[optind - 1], "--command") == 0)) {
+        optind--;
+        at_command = true;
+        break;
+      }
+      return cli_getopt_error(c, argv);
+    default: { /* ':', or a kind or --tls-* option */
       int kind_rc = cli_kind_parse(&o.kind, c);
       if (kind_rc > 0)
         return kind_rc;
@@ -678,7 +770,10 @@ static int run_main(int argc, char **argv) {
     usage_hint();
     return CLI_EX_USAGE;
   }
-  if (optind >= argc) {
+  int rc = run_kinds(&o, no_reenter);
+  if (rc != 0)
+    return rc;
+  if (o.name == NULL && optind >= argc) {
     cli_err("missing lock NAME and COMMAND");
     usage_hint();
     return CLI_EX_USAGE;
@@ -686,7 +781,10 @@ static int run_main(int argc, char **argv) {
   /* getopt consumed a `--` before NAME when the argument before it is one
    * (no option value here can be a bare "--"). */
   bool after_dashes = strcmp(argv[optind - 1], "--") == 0;
-  o.name = argv[optind++];
+  if (o.name != NULL) /* -m: the names were its value, no NAME follows */
+    after_dashes = true;
+  else
+    o.name = argv[optind++];
   if (is_subcommand(o.name) && !after_dashes) {
     /* `rlock -n status job` would lock a lock called "status": most likely
      * a subcommand given an option it does not take. */
@@ -725,7 +823,7 @@ static int run_main(int argc, char **argv) {
     o.command = &argv[optind];
   }
   o.uri = cli_resolve_uri(uri_flag);
-  int rc = cli_tls_check(&o.tls, o.uri);
+  rc = cli_tls_check(&o.tls, o.uri);
   if (rc == 0)
     rc = cli_sentinel_check(&o.sentinel, o.uri);
   if (rc != 0)

@@ -119,6 +119,7 @@ typedef struct holder {
   rlock_client *client;
   rlock *lock;
   rlock_permit_semaphore *sem; /* --permits: instead of lock */
+  rlock_multilock *ml;         /* -m: instead of lock */
   int64_t permits;             /* --permits N */
   int64_t take;                /* --take K (>= 1) */
   int64_t renew_ms;            /* --permits: update the lease this often
@@ -264,7 +265,9 @@ static void *holder_main(void *arg) {
   pthread_mutex_unlock(&h->mutex);
 
   int64_t token = 0;
-  int rc = h->kind == CLI_KIND_FENCED
+  int rc = h->ml != NULL ? rlock_multilock_try_lock(h->ml, h->wait_ms,
+                                                    h->lease_ms)
+           : h->kind == CLI_KIND_FENCED
                ? rlock_try_lock_fenced(h->lock, h->wait_ms, h->lease_ms,
                                        &token)
                : rlock_try_lock(h->lock, h->wait_ms, h->lease_ms);
@@ -282,7 +285,11 @@ static void *holder_main(void *arg) {
   while (!h->release_requested)
     pthread_cond_wait(&h->cond, &h->mutex);
   pthread_mutex_unlock(&h->mutex);
-  rc = rlock_unlock(h->lock);
+  rc = h->ml != NULL ? rlock_multilock_unlock(h->ml) : rlock_unlock(h->lock);
+  if (h->ml != NULL && rc == 0)
+    rc = 1; /* every member released */
+  else if (h->ml != NULL && rc == RLOCK_ENOTOWNER)
+    rc = RLOCK_ELOCKLOST; /* a member expired or was deleted meanwhile */
   holder_set_detail(h, rc);
   post_event(EV_RELEASED, 0, rc);
   return NULL;
@@ -618,9 +625,11 @@ static void on_acquired(run *r, int rc) {
       char owner[sizeof r->h.owner];
       memcpy(owner, r->h.owner, sizeof owner);
       pthread_mutex_unlock(&r->h.mutex);
-      cli_release_orphan(r->o->uri, &r->o->tls, &r->o->sentinel,
-                         r->o->kind, r->o->name,
-                         owner);
+      for (size_t i = 0; i < (r->o->n_names > 0 ? r->o->n_names : 1); i++)
+        cli_release_orphan(r->o->uri, &r->o->tls, &r->o->sentinel,
+                           r->o->kind,
+                           r->o->n_names > 0 ? r->o->names[i] : r->o->name,
+                           owner);
     }
     r->exit_code = 128 + r->abort_signal;
     r->phase = PH_DONE;
@@ -677,8 +686,11 @@ static void on_acquired(run *r, int rc) {
               " ms",
               r->o->name, token_text, owner, acquired_at - r->started_ms);
     else if (r->o->kind != CLI_KIND_LOCK)
-      cli_err("acquired '%s' (%s lock) as %s after %" PRId64 " ms",
-              r->o->name, rlock_kind(r->h.lock), owner,
+      cli_err("acquired '%s' (%s%s) as %s after %" PRId64 " ms",
+              r->o->name,
+              r->h.ml != NULL ? cli_kind_option(r->o->kind)
+                              : rlock_kind(r->h.lock),
+              r->h.ml != NULL ? "" : " lock", owner,
               acquired_at - r->started_ms);
     else
       cli_err("acquired '%s' as %s after %" PRId64 " ms", r->o->name, owner,
@@ -846,6 +858,24 @@ static int open_event_pipe(void) {
   return 0;
 }
 
+/* -m: a MultiLock over a handle of the kind for each name. */
+static int multi_get(rlock_client *client, const cli_run_opts *o,
+                     rlock_multilock **ml) {
+  rlock **m = calloc(o->n_names, sizeof(rlock *));
+  int rc = m == NULL ? RLOCK_ENOMEM : 0;
+  size_t got = 0;
+  while (rc == 0 && got < o->n_names) {
+    rc = cli_kind_get(client, o->kind, o->names[got], &m[got]);
+    got += rc == 0;
+  }
+  if (rc == 0)
+    rc = rlock_multilock_new(m, o->n_names, ml);
+  for (size_t i = 0; i < got; i++)
+    rlock_free(m[i]); /* the MultiLock keeps its own references */
+  free(m);
+  return rc;
+}
+
 static int start(run *r) {
   const cli_run_opts *o = r->o;
   rlock_options opts;
@@ -878,6 +908,9 @@ static int start(run *r) {
       r->h.lease_ms = o->watchdog_ms > 0 ? o->watchdog_ms : 30000;
       r->h.renew_ms = r->h.lease_ms / 3;
     }
+  } else if (o->n_names > 0) {
+    rc = multi_get(r->client, o, &r->h.ml);
+    r->h.lease_ms = o->lease_ms;
   } else {
     rc = cli_kind_get(r->client, o->kind, o->name, &r->h.lock);
     r->h.lease_ms = o->lease_ms;
@@ -949,6 +982,7 @@ int cli_run(const cli_run_opts *o) {
     pthread_join(r.h.thread, NULL);
   }
   rlock_free(r.h.lock);
+  rlock_multilock_free(r.h.ml);
   rlock_permit_semaphore_free(r.h.sem);
   rlock_client_close(r.client);
   pthread_cond_destroy(&r.h.cond);

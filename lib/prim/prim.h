@@ -4,7 +4,8 @@
  * count-down latch, nonreentrant.c the non-reentrant lock and fair lock),
  * each filling an rlock__prim descriptor that the engine drives, plus its
  * Lua scripts (<kind>_*.lua beside it, embedded at build time) and its
- * public API. Internal. */
+ * public API; and multilock.c, the MultiLock, which composes member locks
+ * through their public calls (no descriptor). Internal. */
 #ifndef RLOCK_PRIM_H
 #define RLOCK_PRIM_H
 
@@ -46,6 +47,14 @@ rlock__cmd *rlock__fair_abandon(rlock__op *op, rlock__reply_cb cb,
                                 void *data);
 extern const rlock__prim_ops rlock__fair_ops;
 extern const rlock__prim_hold rlock__fair_hold;
+/* getMultiLock(group, values) (fastmultilock.c): the group's hash, RLock's
+ * channel; the values' field names travel in its ops. Wraps a handle of
+ * this kind (taken over: released on failure) with the values: 0,
+ * RLOCK_EINVAL (no value, a NULL value), RLOCK_ENOMEM. */
+extern const rlock__prim rlock__prim_fast_multilock;
+int rlock__fast_multilock_wrap(rlock *h, const char *const *values,
+                               const size_t *lens, size_t n,
+                               rlock_fast_multilock **out);
 /* getSemaphore: channel "redisson_sc:" + tag. */
 extern const rlock__prim rlock__prim_semaphore;
 #define RLOCK__SEMAPHORE_CHANNEL_PREFIX "redisson_sc:"

@@ -437,6 +437,8 @@ Test(cli, man_page_lists_every_option_and_exit_code) {
       "rlock -u redis://redis.internal status",
       /* issue 28 */
       "rlock ls", "--limit", "--watch", "rlock: ls: skipped",
+      /* issue 29 */
+      "-m, --multi", "--no-reenter",
   };
   for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
     cr_expect(strstr(man, must[i]) != NULL, "rlock(1) lacks \"%s\"", must[i]);
@@ -3446,4 +3448,123 @@ Test(cli, status_watch_refreshes_until_sigint) {
   /* a bad interval is a usage error */
   cr_assert_eq(cli_run(&p, ARGS("status", "--watch=0.01", key)), 64);
   unhold(&h);
+}
+
+/* ---- -m (a MultiLock) and --no-reenter (issue 29, item 4) ---- */
+
+/* Every name is held while COMMAND runs, and all are released after. */
+Test(cli, multi_holds_every_name_while_the_command_runs) {
+  char a[64], b[64], c[64], list[200];
+  rt_key(a, sizeof a, "cli:ma");
+  rt_key(b, sizeof b, "cli:mb");
+  rt_key(c, sizeof c, "cli:mc");
+  snprintf(list, sizeof list, "%s,%s,%s", a, b, c);
+  cli_proc p;
+  cli_start(&p, ARGS("-m", list, "-c", "echo \"$RLOCK_NAME\" > started; "
+                                       "sleep 1"));
+  rt_wait_until_what(file_exists, "started", RUN_BOUND_MS, "started");
+  cr_assert_eq(rt_exists(a) + rt_exists(b) + rt_exists(c), 3);
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 0);
+  char *name = first_line_in("started");
+  cr_assert_str_eq(name, list);
+  free(name);
+  cr_assert_eq(rt_exists(a) + rt_exists(b) + rt_exists(c), 0);
+}
+
+/* One name held elsewhere: -n exits 1 without running COMMAND, and the
+ * names before it are not left held. */
+Test(cli, multi_is_all_or_nothing) {
+  char a[64], b[64], list[200];
+  rt_key(a, sizeof a, "cli:mna");
+  rt_key(b, sizeof b, "cli:mnb");
+  snprintf(list, sizeof list, "%s,%s", a, b);
+  held h;
+  hold(&h, b);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("-n", "-m", list, "--", "touch", "ran")), 1);
+  cr_assert_eq(cli_run(&p, ARGS("-w", "300ms", "-m", list, "--", "touch",
+                                "ran")),
+               1);
+  cr_assert_geq(cli_elapsed(&p), 300);
+  cr_assert(!exists_in("ran"));
+  cr_assert_eq(rt_exists(a), 0, "the first name was left held");
+  unhold(&h);
+  cr_assert_eq(cli_run(&p, ARGS("-n", "-m", list, "--", "touch", "ran")), 0);
+  cr_assert(exists_in("ran"));
+}
+
+/* Overlapping sets {a,b} and {b,c}: never both running. */
+Test(cli, multi_overlapping_sets_never_run_together) {
+  char a[64], b[64], c[64], l1[200], l2[200];
+  rt_key(a, sizeof a, "cli:moa");
+  rt_key(b, sizeof b, "cli:mob");
+  rt_key(c, sizeof c, "cli:moc");
+  snprintf(l1, sizeof l1, "%s,%s", a, b);
+  snprintf(l2, sizeof l2, "%s,%s", b, c);
+  const char *script = "echo S >> stamps; sleep 0.5; echo E >> stamps";
+  cli_proc p[4];
+  for (int i = 0; i < 4; i++)
+    cli_start(&p[i], ARGS("-m", i % 2 ? l2 : l1, "-c", script));
+  for (int i = 0; i < 4; i++)
+    cr_assert_eq(cli_wait(&p[i], RUN_BOUND_MS), 0);
+  char *stamps = slurp_in("stamps");
+  cr_assert_str_eq(stamps, "S\nE\nS\nE\nS\nE\nS\nE\n");
+  free(stamps);
+  cr_assert_eq(rt_exists(a) + rt_exists(b) + rt_exists(c), 0);
+}
+
+Test(cli, multi_and_no_reenter_usage_errors_64) {
+  char key[64], list[140];
+  rt_key(key, sizeof key, "cli:mu");
+  snprintf(list, sizeof list, "%s,%s2", key, key);
+  const char *const *cases[] = {
+      ARGS("-m", list, "--fenced", "--", "touch", "ran"),
+      ARGS("-m", list, "--permits", "2", "--", "touch", "ran"),
+      ARGS("--no-reenter", "-s", key, "--", "touch", "ran"),
+      ARGS("-x", "--no-reenter", key, "--", "touch", "ran"),
+      ARGS("--no-reenter", "--fenced", key, "--", "touch", "ran"),
+      ARGS("--no-reenter", "--permits", "2", key, "--", "touch", "ran"),
+      ARGS("-m", ",x", "--", "touch", "ran"),
+      ARGS("-m", "x,", "--", "touch", "ran"),
+      ARGS("-m", list),
+      ARGS("-m"),
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cli_proc p;
+    int code = cli_run(&p, cases[i]);
+    char *err = cli_err(&p);
+    cr_expect_eq(code, 64, "case %zu: exit %d, stderr: %s", i, code, err);
+    cr_expect(strncmp(err, "rlock: ", 7) == 0, "case %zu: %s", i, err);
+    free(err);
+  }
+  cr_assert(!exists_in("ran"));
+  cr_assert_eq(rt_exists(key), 0);
+}
+
+/* --no-reenter selects the non-reentrant lock: a MultiLock naming it twice
+ * is refused (RLOCK_EREENTRY, exit 69) where the RLock re-enters, and
+ * --fair --no-reenter leaves no queue entry behind. */
+Test(cli, no_reenter_refuses_a_second_hold_exit_69) {
+  char key[64], twice[140];
+  rt_key(key, sizeof key, "cli:nr");
+  snprintf(twice, sizeof twice, "%s,%s", key, key);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("-m", twice, "--", "touch", "ran1")), 0);
+  cr_assert(exists_in("ran1"));
+  cr_assert_eq(cli_run(&p, ARGS("--no-reenter", "-m", twice, "--", "touch",
+                                "ran2")),
+               69);
+  char *err = cli_err(&p);
+  cr_assert(strstr(err, "non-reentrant") != NULL, "stderr: %s", err);
+  free(err);
+  cr_assert_eq(cli_run(&p, ARGS("--fair", "--no-reenter", "-m", twice, "--",
+                                "touch", "ran2")),
+               69);
+  cr_assert(!exists_in("ran2"));
+  cr_assert_eq(rt_exists(key), 0);
+  cr_assert_eq(rt_int("LLEN redisson_lock_queue:{%s}", key), 0);
+  /* one name: an ordinary run of the non-reentrant lock */
+  cr_assert_eq(cli_run(&p, ARGS("--no-reenter", key, "--", "touch", "ran3")),
+               0);
+  cr_assert(exists_in("ran3"));
 }

@@ -74,7 +74,11 @@
  * and write lock), fx (getFencedLock), sp (getSpinLock), nr
  * (getNonReentrantLock: RLock's keys, channel and unlock; its acquire adds
  * the marker NON_REENTRANT_REACQUIRE as ARGV[3] and a re-acquire prints
- * `ERROR acquire: ERR NON_REENTRANT_REACQUIRE` at once); lease <= 0 means
+ * `ERROR acquire: ERR NON_REENTRANT_REACQUIRE` at once), nf
+ * (getNonReentrantFairLock: the fair lock's keys, channels, unlock and
+ * queue-leave; its two acquire forms take the marker as ARGV[5] and refuse
+ * the owner's own field before any queue step, with no acquireFailed
+ * after the refusal); lease <= 0 means
  * the watchdog timeout, renewed. Answers as for the plain lock.
  *   <p>lock <name> <lease_ms>              lock(lease)
  *   <p>trylock <name> <wait_ms> <lease_ms> tryLock(wait, lease)
@@ -254,7 +258,7 @@ static const char renew_lua[] =
 
 /* Steps shared by both fair acquires: take the free lock when first in
  * line (the others' deadlines move up by our wait), or re-enter. */
-#define FAIR_TAKE_OR_REENTER                                                   \
+#define FAIR_TAKE                                                             \
   "if redis.call('exists', KEYS[1]) == 0 then "                                \
   "  local h = redis.call('lindex', KEYS[2], 0) "                              \
   "  if (not h) or h == ARGV[2] then "                                         \
@@ -267,43 +271,60 @@ static const char renew_lua[] =
   "    redis.call('pexpire', KEYS[1], ARGV[1]) "                               \
   "    return nil "                                                            \
   "  end "                                                                     \
-  "end "                                                                       \
+  "end "
+#define FAIR_TAKE_OR_REENTER                                                   \
+  FAIR_TAKE                                                                    \
   "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then "                      \
   "  redis.call('hincrby', KEYS[1], ARGV[2], 1) "                              \
   "  redis.call('pexpire', KEYS[1], ARGV[1]) "                                 \
   "  return nil "                                                              \
   "end "
 
+/* getNonReentrantFairLock: the owner's own field is an error reply with
+ * the marker (ARGV[5]), before any queue step. */
+#define FAIR_TAKE_OR_REFUSE                                                    \
+  FAIR_TAKE                                                                    \
+  "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then "                      \
+  "  return redis.error_reply(ARGV[5]) "                                       \
+  "end "
+
 /* tryLock(wait, lease) / lock(). KEYS[1] hash, KEYS[2] queue, KEYS[3]
  * deadlines; ARGV[1] lease, ARGV[2] owner, ARGV[3] waitMs, ARGV[4] now.
  * nil = acquired, else the wait hint (0: queued, lock free, not our turn). */
-static const char fair_acquire_lua[] =
-    "local now = tonumber(ARGV[4]) "
-    "local wait = tonumber(ARGV[3]) " FAIR_PRUNE(
-        "KEYS[3]", "KEYS[2]") FAIR_TAKE_OR_REENTER
-    "if redis.call('zscore', KEYS[3], ARGV[2]) then "
-    "  local t = redis.call('pttl', KEYS[1]) "
-    "  if t < 0 then t = 0 end "
-    "  return t "
-    "end "
-    "local base = nil "
-    "local last = redis.call('lindex', KEYS[2], -1) "
-    "if last and last ~= ARGV[2] then "
-    "  local s = redis.call('zscore', KEYS[3], last) "
-    "  if s then base = tonumber(s) - now end "
-    "end "
-    "if base == nil then base = redis.call('pttl', KEYS[1]) end "
-    "if redis.call('zadd', KEYS[3], base + wait + now, ARGV[2]) == 1 then "
-    "  redis.call('rpush', KEYS[2], ARGV[2]) "
-    "end "
-    "return base";
+#define FAIR_ACQUIRE_LUA(TAKE) \
+    "local now = tonumber(ARGV[4]) " \
+    "local wait = tonumber(ARGV[3]) " FAIR_PRUNE( \
+        "KEYS[3]", "KEYS[2]") TAKE \
+    "if redis.call('zscore', KEYS[3], ARGV[2]) then " \
+    "  local t = redis.call('pttl', KEYS[1]) " \
+    "  if t < 0 then t = 0 end " \
+    "  return t " \
+    "end " \
+    "local base = nil " \
+    "local last = redis.call('lindex', KEYS[2], -1) " \
+    "if last and last ~= ARGV[2] then " \
+    "  local s = redis.call('zscore', KEYS[3], last) " \
+    "  if s then base = tonumber(s) - now end " \
+    "end " \
+    "if base == nil then base = redis.call('pttl', KEYS[1]) end " \
+    "if redis.call('zadd', KEYS[3], base + wait + now, ARGV[2]) == 1 then " \
+    "  redis.call('rpush', KEYS[2], ARGV[2]) " \
+    "end " \
+    "return base"
+static const char fair_acquire_lua[] = FAIR_ACQUIRE_LUA(FAIR_TAKE_OR_REENTER);
 
 /* tryLock(): the same keys, ARGV[3] now and ARGV[4] waitMs (swapped).
  * nil = acquired, 1 = not (never queues). */
-static const char fair_try_lua[] =
-    "local now = tonumber(ARGV[3]) "
-    "local wait = tonumber(ARGV[4]) " FAIR_PRUNE(
-        "KEYS[3]", "KEYS[2]") FAIR_TAKE_OR_REENTER "return 1";
+#define FAIR_TRY_LUA(TAKE) \
+    "local now = tonumber(ARGV[3]) " \
+    "local wait = tonumber(ARGV[4]) " FAIR_PRUNE( \
+        "KEYS[3]", "KEYS[2]") TAKE "return 1"
+static const char fair_try_lua[] = FAIR_TRY_LUA(FAIR_TAKE_OR_REENTER);
+
+/* The non-reentrant fair lock's two acquire forms: ARGV[5] the marker. */
+static const char nonre_fair_acquire_lua[] =
+    FAIR_ACQUIRE_LUA(FAIR_TAKE_OR_REFUSE);
+static const char nonre_fair_try_lua[] = FAIR_TRY_LUA(FAIR_TAKE_OR_REFUSE);
 
 /* acquireFailed. KEYS[1] queue, KEYS[2] deadlines; ARGV[1] owner,
  * ARGV[2] waitMs. Everyone behind the owner moves up by waitMs. */
@@ -760,6 +781,8 @@ enum {
   S_PES_SET,
   S_PES_PERMITS,
   S_PES_LEASE,
+  S_NONRE_FAIR_ACQUIRE,
+  S_NONRE_FAIR_TRY,
   S_COUNT
 };
 static struct {
@@ -779,6 +802,7 @@ static struct {
     {nonre_acquire_lua, ""},
     {pes_acquire_lua, ""},    {pes_release_lua, ""},  {pes_set_lua, ""},
     {pes_permits_lua, ""},    {pes_lease_lua, ""},
+    {nonre_fair_acquire_lua, ""}, {nonre_fair_try_lua, ""},
 };
 
 /* ---- process state ---- */
@@ -2009,6 +2033,8 @@ typedef struct kcall {
   int64_t lease_ms; /* <= 0: the watchdog timeout, renewed */
   bool single;      /* fair tryLock(): the non-queueing script */
   bool want_token;  /* fenced: the *AndGetToken script (reply pair) */
+  bool marker;      /* fair: getNonReentrantFairLock (ARGV[5] the marker) */
+  bool refused;     /* its re-acquire error: no acquireFailed follows */
   int64_t token;    /* fenced + want_token: the token, on success */
 } kcall;
 
@@ -2103,10 +2129,13 @@ static int kind_try(kcall *c, int64_t *ttl) {
     k1 = prefixed("redisson_lock_queue", c->name);
     k2 = prefixed("redisson_lock_timeout", c->name);
     /* The two argument orders: tryLock() sends now before the wait. */
-    const char *args[8] = {"3",   c->name, k1,
+    const char *args[9] = {"3",   c->name, k1,
                            k2,    lease,   g.owner,
-                           c->single ? now : wait, c->single ? wait : now};
-    r = run_script(c->single ? S_FAIR_TRY : S_FAIR_ACQUIRE, 8, args);
+                           c->single ? now : wait, c->single ? wait : now,
+                           "NON_REENTRANT_REACQUIRE"};
+    int id = c->marker ? (c->single ? S_NONRE_FAIR_TRY : S_NONRE_FAIR_ACQUIRE)
+                       : (c->single ? S_FAIR_TRY : S_FAIR_ACQUIRE);
+    r = run_script(id, c->marker ? 9 : 8, args);
     break;
   }
   case K_READ: {
@@ -2167,6 +2196,8 @@ static int kind_try(kcall *c, int64_t *ttl) {
     *ttl = r->integer;
   } else {
     print_error_reply("acquire", r);
+    c->refused = c->marker && r->type == REDIS_REPLY_ERROR &&
+                 strstr(r->str, "NON_REENTRANT_REACQUIRE") != NULL;
     rc = -1;
   }
   if (rc == 1) {
@@ -2205,7 +2236,7 @@ static void fair_failed(const kcall *c) {
 }
 
 static void kind_failed(const kcall *c) {
-  if (c->kind == K_FAIR && !c->single)
+  if (c->kind == K_FAIR && !c->single && !c->refused)
     fair_failed(c);
 }
 
@@ -2454,9 +2485,11 @@ static void kind_force_cmd(enum kind k, const char *name) {
 
 /* lock / trylock / try of a kind; prints the answer. */
 static void kind_lock_cmd(enum kind k, const char *name, int64_t wait_ms,
-                          int64_t lease_ms, bool single, bool want_token) {
+                          int64_t lease_ms, bool single, bool want_token,
+                          bool marker) {
   int64_t t0 = now_ms();
   kcall c = {.kind = k,
+             .marker = marker,
              .name = name,
              .wait_ms = wait_ms,
              .lease_ms = lease_ms,
@@ -2529,7 +2562,8 @@ static bool kind_command(const char *cmd, int n, char **words) {
     const char *prefix;
     enum kind kind;
   } prefixes[] = {{"rd", K_READ}, {"wr", K_WRITE}, {"fx", K_FENCED},
-                  {"sp", K_SPIN}, {"nr", K_NONRE}, {"f", K_FAIR}};
+                  {"sp", K_SPIN}, {"nr", K_NONRE}, {"nf", K_FAIR},
+                  {"f", K_FAIR}};
   const char *verb = NULL;
   enum kind k = K_FAIR;
   for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes && !verb; i++) {
@@ -2541,20 +2575,21 @@ static bool kind_command(const char *cmd, int n, char **words) {
   }
   if (verb == NULL)
     return false;
+  bool nf = strncmp(cmd, "nf", 2) == 0; /* the fair kind with the marker */
   if (strcmp(verb, "lock") == 0 && n == 3 && num(words[2]) != INT64_MIN) {
-    kind_lock_cmd(k, words[1], -1, num(words[2]), false, false);
+    kind_lock_cmd(k, words[1], -1, num(words[2]), false, false, nf);
   } else if (strcmp(verb, "trylock") == 0 && n == 4 &&
              num(words[2]) != INT64_MIN && num(words[3]) != INT64_MIN) {
-    kind_lock_cmd(k, words[1], num(words[2]), num(words[3]), false, false);
+    kind_lock_cmd(k, words[1], num(words[2]), num(words[3]), false, false, nf);
   } else if (k == K_FAIR && strcmp(verb, "try") == 0 && n == 3 &&
              num(words[2]) != INT64_MIN) {
-    kind_lock_cmd(k, words[1], 0, num(words[2]), true, false);
+    kind_lock_cmd(k, words[1], 0, num(words[2]), true, false, nf);
   } else if (k == K_FENCED && strcmp(verb, "locktoken") == 0 && n == 2) {
     /* lockAndGetToken(): watchdog lease (Java's lease form ignores it). */
-    kind_lock_cmd(k, words[1], -1, -1, false, true);
+    kind_lock_cmd(k, words[1], -1, -1, false, true, nf);
   } else if (k == K_FENCED && strcmp(verb, "trylocktoken") == 0 && n == 4 &&
              num(words[2]) != INT64_MIN && num(words[3]) != INT64_MIN) {
-    kind_lock_cmd(k, words[1], num(words[2]), num(words[3]), false, true);
+    kind_lock_cmd(k, words[1], num(words[2]), num(words[3]), false, true, nf);
   } else if (k == K_FENCED && strcmp(verb, "token") == 0 && n == 2) {
     fenced_token_cmd(words[1]);
   } else if (strcmp(verb, "unlock") == 0 && n == 2) {
@@ -3030,6 +3065,154 @@ static bool pes_command(const char *cmd, int n, char **words) {
   return known;
 }
 
+/* ---- MultiLock (getMultiLock(RLock...); PROTOCOL-SYNC.md section 2a) ----
+ * Java's RedissonMultiLock over RLocks of the names given (comma-separated
+ * in one word): members in the order given; each member's tryLock may use
+ * the whole time left (a member wait of -1 in Java, one attempt here when
+ * no time is left or none was given); lease L = -1 (watchdog) without a
+ * lease, 2 x wait with a wait, else the lease; a member not taken releases
+ * every member taken (unlock, errors ignored) and, with a wait, starts
+ * again from the first; the time left is checked after every member (the
+ * last too: then all are released and it is false); with a lease, each
+ * member gets it at the end by Java's generic expire (EVAL, KEYS [name],
+ * ARGV [lease, ""]). lock(): rounds of tryLock(w, lease), w = n x 1500
+ * without a lease, else random in [lease/2, lease) or [base, lease).
+ *   mlock <names> <lease_ms>               -> ACQUIRED <ms>
+ *   mtrylock <names> <wait_ms> <lease_ms>  -> ACQUIRED <ms> | NOTACQUIRED <ms>
+ *   munlock <names>                        unlock(), in order -> UNLOCKED
+ *   mcount <names> <key> <n> <lease_ms>    n x { mlock; GET key; SET key
+ *                                          v+1; munlock } -> COUNTED <n> <ms>
+ */
+#define MULTI_MAX 16
+
+static const char multi_expire_lua[] =
+    "local r = 0; for j = 1, #KEYS do "
+    "if redis.call('pexpire', KEYS[j], ARGV[1]) == 1 then r = 1; end; end; "
+    "return r;";
+
+static int multi_split(char *list, char **names) {
+  int n = 0;
+  for (char *save = NULL, *w = strtok_r(list, ",", &save);
+       w != NULL && n < MULTI_MAX; w = strtok_r(NULL, ",", &save))
+    names[n++] = w;
+  return n;
+}
+
+static void multi_release(char **names, int acquired) {
+  for (int i = 0; i < acquired; i++)
+    (void)release(names[i], true);
+}
+
+/* tryLock(wait, lease): 1 all held, 0 not (none held). */
+static int multi_try(char **names, int n, int64_t wait_ms, int64_t lease_ms) {
+  int64_t member_lease = lease_ms <= 0 ? -1
+                         : wait_ms > 0 ? 2 * wait_ms
+                                       : lease_ms;
+  int64_t remain = wait_ms > 0 ? wait_ms : -1;
+  int acquired = 0;
+  for (int i = 0; i < n;) {
+    int64_t t = now_ms();
+    int rc = lock_wait(names[i], remain > 0 ? remain : 0, member_lease);
+    if (rc == 1) {
+      acquired++;
+      i++;
+    } else {
+      multi_release(names, acquired);
+      acquired = 0;
+      if (wait_ms <= 0)
+        return 0;
+      i = 0; /* start again from the first member */
+    }
+    if (remain > 0) {
+      remain -= now_ms() - t;
+      if (remain <= 0) {
+        multi_release(names, acquired);
+        return 0;
+      }
+    }
+  }
+  if (lease_ms > 0) {
+    char lease[24];
+    snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
+    for (int i = 0; i < n; i++) {
+      const char *argv[6] = {"EVAL", multi_expire_lua, "1", names[i], lease,
+                             ""};
+      freeReplyObject(run_argv(6, argv));
+      lease_set(names[i], lease_ms);
+    }
+  }
+  return 1;
+}
+
+static int multi_lock(char **names, int n, int64_t lease_ms) {
+  int64_t base = (int64_t)n * 1500;
+  for (;;) {
+    int64_t w = base;
+    if (lease_ms > 0) {
+      int64_t lo = lease_ms <= base ? lease_ms / 2 : base;
+      uint64_t x = 0;
+      random_bytes((unsigned char *)&x, sizeof x);
+      w = lo + (lease_ms > lo ? (int64_t)(x % (uint64_t)(lease_ms - lo)) : 0);
+      if (w < 1)
+        w = 1;
+    }
+    if (multi_try(names, n, w, lease_ms) == 1)
+      return 1;
+  }
+}
+
+static bool multi_command(const char *cmd, int n, char **words) {
+  if (cmd[0] != 'm' || n < 2)
+    return false;
+  char *names[MULTI_MAX];
+  int64_t t0 = now_ms();
+  if (strcmp(cmd, "mlock") == 0 && n == 3 && num(words[2]) != INT64_MIN) {
+    multi_lock(names, multi_split(words[1], names), num(words[2]));
+    out("ACQUIRED %" PRId64, now_ms() - t0);
+  } else if (strcmp(cmd, "mtrylock") == 0 && n == 4 &&
+             num(words[2]) != INT64_MIN && num(words[3]) != INT64_MIN) {
+    int rc = multi_try(names, multi_split(words[1], names), num(words[2]),
+                       num(words[3]));
+    out("%s %" PRId64, rc == 1 ? "ACQUIRED" : "NOTACQUIRED", now_ms() - t0);
+  } else if (strcmp(cmd, "munlock") == 0 && n == 2) {
+    int m = multi_split(words[1], names);
+    for (int i = 0; i < m; i++)
+      if (release(names[i], true) == -1) {
+        out("ERROR NOTOWNER %s", names[i]);
+        return true;
+      }
+    out("UNLOCKED");
+  } else if (strcmp(cmd, "mcount") == 0 && n == 5 && num(words[3]) > 0 &&
+             num(words[4]) != INT64_MIN) {
+    int m = multi_split(words[1], names);
+    long rounds = (long)num(words[3]);
+    set_quiet(true);
+    for (long i = 0; i < rounds; i++) {
+      multi_lock(names, m, num(words[4]));
+      const char *get[2] = {"GET", words[2]};
+      redisReply *r = run_argv(2, get);
+      long long v =
+          r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
+      freeReplyObject(r);
+      char next[24];
+      snprintf(next, sizeof next, "%lld", v + 1);
+      const char *set[3] = {"SET", words[2], next};
+      freeReplyObject(run_argv(3, set));
+      for (int j = 0; j < m; j++)
+        if (release(names[j], true) != 1) {
+          set_quiet(false);
+          out("ERROR mcount: unlock of %s in round %ld", names[j], i);
+          return true;
+        }
+    }
+    set_quiet(false);
+    out("COUNTED %ld %" PRId64, rounds, now_ms() - t0);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 static void run_command(char *line) {
   char *words[8] = {0};
   int n = 0;
@@ -3070,7 +3253,7 @@ static void run_command(char *line) {
     count_cmd(words[1], words[2], (long)num(words[3]), num(words[4]),
               n == 6 ? words[5] : NULL);
   } else if (!kind_command(cmd, n, words) && !sync_command(cmd, n, words) &&
-             !pes_command(cmd, n, words)) {
+             !pes_command(cmd, n, words) && !multi_command(cmd, n, words)) {
     out("ERROR unknown command or bad arguments: %s", cmd);
   }
 }

@@ -71,6 +71,8 @@ static rlock *kind_get(rlock_client *c, const char *kind, const char *name) {
     rc = rlock_get_fenced(c, name, &lock);
   else if (strcmp(kind, "nonreentrant") == 0)
     rc = rlock_get_nonreentrant(c, name, &lock);
+  else if (strcmp(kind, "nonreentrant_fair") == 0)
+    rc = rlock_get_nonreentrant_fair(c, name, &lock);
   else
     rc = rlock_get_spin(c, name, &lock);
   cr_assert_eq(rc, 0, "rlock_get_%s(%s): %s (%s)", kind, name,
@@ -1477,4 +1479,269 @@ Test(kinds, rw_monitor) {
   rlock_free(rd);
   rlock_free(wr);
   rlock_client_close(c);
+}
+
+/* ==================================================================== */
+/* ---- MultiLock (issue 29, items 2 and 5) ---- */
+
+typedef struct ml_counter {
+  rlock_multilock *ml;
+  redisContext *redis;
+  const char *key;
+  int rounds;
+  atomic_int done;
+  char error[256];
+  rt_thread th;
+} ml_counter;
+
+static void ml_counter_main(void *arg) {
+  ml_counter *t = arg;
+  for (int i = 0; i < t->rounds; i++) {
+    int rc = rlock_multilock_lock(t->ml, -1);
+    if (rc != 0) {
+      snprintf(t->error, sizeof t->error, "lock: %s", rlock_err_name(rc));
+      return;
+    }
+    /* Deliberately not atomic: only the MultiLock keeps this exact. */
+    redisReply *r = redisCommand(t->redis, "GET %s", t->key);
+    long long v = r != NULL && r->type == REDIS_REPLY_STRING ? atoll(r->str)
+                                                              : 0;
+    freeReplyObject(r);
+    freeReplyObject(redisCommand(t->redis, "SET %s %lld", t->key, v + 1));
+    rc = rlock_multilock_unlock(t->ml);
+    if (rc != 0) {
+      snprintf(t->error, sizeof t->error, "unlock: %s", rlock_err_name(rc));
+      return;
+    }
+    atomic_fetch_add(&t->done, 1);
+  }
+}
+
+#define ML_ROUNDS 40
+
+/* A MultiLock in rlock over {a,b} and one in the java-like peer over
+ * {b,c} (Java's algorithm over RLocks) never both hold: first step by
+ * step, then counting together on one unguarded counter. */
+Test(kinds, multilock_c_and_java_exclude_each_other) {
+  char a[NAME_MAX_LEN], b[NAME_MAX_LEN], c3[NAME_MAX_LEN], key[NAME_MAX_LEN];
+  rt_key(a, sizeof a, "kinds:mla");
+  rt_key(b, sizeof b, "kinds:mlb");
+  rt_key(c3, sizeof c3, "kinds:mlc");
+  rt_key(key, sizeof key, "kinds:ml-counter");
+  peer *p = peer_start(PEER_JAVA, 0);
+  rlock_client *c = rt_client();
+  rlock *m[2] = {rt_lock(c, a), rt_lock(c, b)};
+  rlock_multilock *ml = NULL;
+  cr_assert_eq(rlock_multilock_new(m, 2, &ml), 0);
+
+  cr_assert_eq(rlock_multilock_try_lock(ml, 0, LONG_LEASE_MS), 1);
+  const char *ans = peer_call(p, "NOTACQUIRED", REPLY_BOUND_MS,
+                              "mtrylock %s,%s 300 -1", b, c3);
+  cr_assert_geq(atoll(ans), 290, "the peer gave up after %s ms", ans);
+  cr_assert_eq(rt_exists(c3), 0, "the peer left a member held");
+  cr_assert_eq(rlock_multilock_unlock(ml), 0);
+  peer_call(p, "ACQUIRED", REPLY_BOUND_MS, "mtrylock %s,%s 0 -1", b, c3);
+  cr_assert_eq(rlock_multilock_try_lock(ml, 300, -1), 0);
+  cr_assert_eq(rt_exists(a), 0, "rlock left a member held");
+  /* rlock waits for b; the peer's unlock of both wakes it */
+  peer_send(p, "munlock %s,%s", b, c3);
+  cr_assert_eq(rlock_multilock_try_lock(ml, 10000, -1), 1);
+  peer_expect(p, "UNLOCKED", REPLY_BOUND_MS);
+  cr_assert_eq(rlock_multilock_unlock(ml), 0);
+  cr_assert_eq(rt_exists(a) + rt_exists(b) + rt_exists(c3), 0);
+
+  /* both count under their MultiLocks at once */
+  ml_counter t = {.ml = ml, .key = key, .rounds = ML_ROUNDS};
+  t.redis = rt_redis_new(10000);
+  int64_t t0 = rt_now_ms();
+  rt_thread_start(&t.th, ml_counter_main, &t);
+  peer_send(p, "mcount %s,%s %s %d -1", b, c3, key, ML_ROUNDS);
+  const char *answer = peer_next_answer(p, 120000);
+  cr_assert(strncmp(answer, "COUNTED ", 8) == 0, "the peer's count: %s",
+            answer);
+  rt_thread_join(&t.th, 120000);
+  redisFree(t.redis);
+  cr_assert_str_empty(t.error, "%s", t.error);
+  char *v = rt_str("GET %s", key);
+  long long got = v != NULL ? atoll(v) : -1;
+  free(v);
+  interop_report("multilock counter: rlock {a,b} and java-like {b,c}, %d "
+                 "rounds each, %lld increments in %" PRId64 " ms",
+                 ML_ROUNDS, got, rt_now_ms() - t0);
+  cr_assert_eq(got, 2 * ML_ROUNDS, "lost updates: both held b at once");
+  cr_assert_eq(rt_exists(a) + rt_exists(b) + rt_exists(c3), 0);
+
+  peer_stop(p);
+  rlock_multilock_free(ml);
+  rlock_free(m[0]);
+  rlock_free(m[1]);
+  rlock_client_close(c);
+}
+
+/* The wire of a MultiLock with a wait and a lease, as Java sends it: each
+ * member's acquire with a lease of 2 x wait, then each member's keys
+ * PEXPIREd to the lease (KEYS the member's keys - a fair member's queue
+ * and deadlines too - ARGV [lease, ""]), from rlock and from the peer. */
+Test(kinds, multilock_monitor) {
+  char a[NAME_MAX_LEN], f[NAME_MAX_LEN], tag[NAME_MAX_LEN], me[OWNER_MAX_LEN],
+      po[OWNER_MAX_LEN], needle[2048];
+  rt_key(a, sizeof a, "kinds:mlm-a");
+  rt_key(f, sizeof f, "kinds:mlm-f");
+  tag_of(tag, sizeof tag, f);
+  peer *p = peer_start(PEER_JAVA, 0);
+  peer_owner(p, a, po, sizeof po);
+  rlock_client *c = rt_client();
+  rlock *m[2] = {rt_lock(c, a), kind_get(c, "fair", f)};
+  rlock_multilock *ml = NULL;
+  cr_assert_eq(rlock_multilock_new(m, 2, &ml), 0);
+  interop_my_owner(me, sizeof me, c);
+
+  monitor *mon = monitor_start();
+  cr_assert_eq(rlock_multilock_try_lock(ml, 1000, 9000), 1);
+  cr_assert_eq(rlock_multilock_unlock(ml), 0);
+  peer_call(p, "ACQUIRED", REPLY_BOUND_MS, "mtrylock %s 1000 9000", a);
+  peer_call(p, "UNLOCKED", REPLY_BOUND_MS, "munlock %s", a);
+  monitor_sync(mon);
+
+  snprintf(needle, sizeof needle, "\"1\" \"%s\" \"2000\" \"%s\"", a, me);
+  assert_monitor_has(mon, needle, "rlock member acquire with 2 x wait");
+  snprintf(needle, sizeof needle, "\"1\" \"%s\" \"2000\" \"%s\"", a, po);
+  assert_monitor_has(mon, needle, "java-like member acquire with 2 x wait");
+  snprintf(needle, sizeof needle, "\"1\" \"%s\" \"9000\" \"\"", a);
+  /* >= 2: a first EVALSHA of rlock's script comes again as EVAL */
+  cr_assert_geq(monitor_count_of(mon, needle), 2,
+                "an expire of the member to the lease from each side");
+  snprintf(needle, sizeof needle, "\"EVAL\" \"local r = 0;");
+  assert_monitor_has(mon, needle, "the java-like expire");
+  snprintf(needle, sizeof needle,
+           "\"3\" \"%s\" \"redisson_lock_queue:%s\" \"redisson_lock_timeout:%s\""
+           " \"9000\" \"\"",
+           f, tag, tag);
+  assert_monitor_has(mon, needle, "rlock expire of the fair member's keys");
+  snprintf(needle, sizeof needle, "lua] \"pexpire\" \"redisson_lock_queue:%s\"",
+           tag);
+  assert_monitor_has(mon, needle, "the fair queue key PEXPIREd");
+  interop_report("multilock MONITOR: %zu lines", monitor_count(mon));
+  monitor_stop(mon);
+  peer_stop(p);
+  rlock_multilock_free(ml);
+  rlock_free(m[0]);
+  rlock_free(m[1]);
+  rlock_client_close(c);
+}
+
+/* The FasterMultiLock's wire as the study saw Java send it: the acquire
+ * KEYS [group] ARGV [lease, now, owner, fields...], the unlock KEYS [group,
+ * redisson_lock__channel:{group}, latch] ARGV [owner, 0, lease, PUBLISH,
+ * latch TTL, now, fields...], "0" published on the group's channel, which
+ * a waiter subscribes to. */
+Test(kinds, fast_multilock_monitor) {
+  char g[NAME_MAX_LEN], tag[NAME_MAX_LEN], me[OWNER_MAX_LEN], needle[2048];
+  rt_key(g, sizeof g, "kinds:fml");
+  tag_of(tag, sizeof tag, g);
+  rlock_client *c = rt_client(), *c2 = rt_client();
+  interop_my_owner(me, sizeof me, c);
+  const char *vals[2] = {"Jack_001", "Mary_002"};
+  rlock_fast_multilock *f = NULL, *f2 = NULL;
+  cr_assert_eq(rlock_fast_multilock_get(c, g, vals, NULL, 2, &f), 0);
+  cr_assert_eq(rlock_fast_multilock_get(c2, g, vals + 1, NULL, 1, &f2), 0);
+  monitor *mon = monitor_start();
+  cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, 30000), 1);
+  cr_assert_eq(rlock_fast_multilock_try_lock(f2, 100, 30000), 0);
+  cr_assert_eq(rlock_fast_multilock_unlock(f), 1);
+  monitor_sync(mon);
+
+  snprintf(needle, sizeof needle, "\"1\" \"%s\" \"30000\" \"", g);
+  size_t i = monitor_find(mon, 0, needle);
+  cr_assert_neq(i, SIZE_MAX, "no acquire call");
+  snprintf(needle, sizeof needle,
+           "\" \"%s\" \"7pNoDdizVy2xY792MaFv+w\" \"kIX2DFOX4IWct7G7K6tV9A\"",
+           me);
+  cr_assert(strstr(monitor_line(mon, i), needle) != NULL,
+            "acquire ARGV lease, now, owner, fields: %s",
+            monitor_line(mon, i));
+  snprintf(needle, sizeof needle,
+           "\"3\" \"%s\" \"redisson_lock__channel:%s\" "
+           "\"redisson_unlock_latch:%s:",
+           g, tag, tag);
+  i = monitor_find(mon, 0, needle);
+  cr_assert_neq(i, SIZE_MAX, "no unlock call");
+  snprintf(needle, sizeof needle, "\"%s\" \"0\" \"30000\" \"PUBLISH\" \"",
+           me);
+  cr_assert(strstr(monitor_line(mon, i), needle) != NULL &&
+                strstr(monitor_line(mon, i),
+                       "\"7pNoDdizVy2xY792MaFv+w\" "
+                       "\"kIX2DFOX4IWct7G7K6tV9A\"") != NULL,
+            "unlock ARGV: %s", monitor_line(mon, i));
+  snprintf(needle, sizeof needle,
+           "lua] \"publish\" \"redisson_lock__channel:%s\" \"0\"", tag);
+  assert_monitor_has(mon, needle, "0 on the group's channel");
+  snprintf(needle, sizeof needle, "\"subscribe\" \"redisson_lock__channel:%s\"",
+           tag);
+  assert_monitor_has(mon, needle, "the waiter's SUBSCRIBE");
+  interop_report("fast multilock MONITOR: %zu lines", monitor_count(mon));
+  monitor_stop(mon);
+  rlock_fast_multilock_free(f);
+  rlock_fast_multilock_free(f2);
+  rlock_client_close(c2);
+  rlock_client_close(c);
+}
+
+static bool queue_len_is_1(void *name) {
+  return rt_int("LLEN redisson_lock_queue:{%s}", (const char *)name) == 1;
+}
+
+/* getNonReentrantFairLock both ways (the peer's nf* commands): each side's
+ * own re-acquire is refused at once without a queue entry; each side's
+ * queued waiter is woken by the other's release. */
+Test(kinds, nonreentrant_fair_both_ways) {
+  char name[NAME_MAX_LEN], me[OWNER_MAX_LEN], po[OWNER_MAX_LEN];
+  rt_key(name, sizeof name, "kinds:nonre-fair");
+  peer *p = peer_start(PEER_JAVA, 0);
+  peer_owner(p, name, po, sizeof po);
+  rlock_client *c = rt_client(), *c2 = rt_client();
+  rlock *lock = kind_get(c, "nonreentrant_fair", name);
+  rlock *lock2 = kind_get(c2, "nonreentrant_fair", name);
+  interop_my_owner(me, sizeof me, c);
+
+  peer_call(p, "ACQUIRED", REPLY_BOUND_MS, "nflock %s %d", name,
+            LONG_LEASE_MS);
+  interop_assert_hget(name, po, "1");
+  int64_t t0 = rt_now_ms();
+  const char *err = peer_call(p, "ERROR", REPLY_BOUND_MS,
+                              "nftrylock %s 5000 %d", name, LONG_LEASE_MS);
+  cr_assert(strstr(err, "NON_REENTRANT_REACQUIRE") != NULL, "%s", err);
+  cr_assert_lt(rt_now_ms() - t0, 2000, "refused at once");
+  cr_assert_eq(rt_int("LLEN redisson_lock_queue:{%s}", name), 0,
+               "a refused re-acquire was queued");
+  kworker w = {0};
+  kworker_start(&w, c2, lock2, 10000, LONG_LEASE_MS);
+  interop_wait_until(queue_len_is_1, name, REPLY_BOUND_MS, "rlock queued");
+  int64_t t_release = rt_now_ms();
+  peer_call(p, "UNLOCKED", REPLY_BOUND_MS, "nfunlock %s", name);
+  assert_woke(&w, t_release, "nonreentrant fair: java-like releases -> "
+                             "rlock acquires");
+  kworker_finish(&w);
+  cr_assert_eq(w.unlock_rc, 1);
+  cr_assert_eq(rt_exists(name), 0);
+
+  cr_assert_eq(rlock_lock(lock, LONG_LEASE_MS), 0);
+  interop_assert_hget(name, me, "1");
+  cr_assert_eq(rlock_try_lock(lock, 5000, LONG_LEASE_MS), RLOCK_EREENTRY);
+  cr_assert_eq(rt_int("LLEN redisson_lock_queue:{%s}", name), 0);
+  peer_send(p, "nftrylock %s 10000 %d", name, LONG_LEASE_MS);
+  interop_wait_until(queue_len_is_1, name, REPLY_BOUND_MS, "peer queued");
+  t_release = rt_now_ms();
+  cr_assert_eq(rlock_unlock(lock), 1);
+  expect_peer_woke(p, t_release, "nonreentrant fair: rlock releases -> "
+                                 "java-like acquires");
+  interop_assert_hget(name, po, "1");
+  peer_call(p, "UNLOCKED", REPLY_BOUND_MS, "nfunlock %s", name);
+  cr_assert_eq(rt_exists(name), 0);
+
+  peer_stop(p);
+  rlock_free(lock);
+  rlock_free(lock2);
+  rlock_client_close(c);
+  rlock_client_close(c2);
 }

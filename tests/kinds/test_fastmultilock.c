@@ -1,0 +1,226 @@
+/* The FasterMultiLock (rlock_fast_multilock_*; Redisson getMultiLock(group,
+ * values), ../shared/PROTOCOL-SYNC.md section 2b): one hash per group, the
+ * fields named after HighwayHash-128 of each value, against a real
+ * redis-server. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+TestSuite(fastmultilock, .init = rt_server_start, .fini = rt_server_stop,
+          .timeout = 90);
+
+#define JACK "7pNoDdizVy2xY792MaFv+w"
+#define MARY "kIX2DFOX4IWct7G7K6tV9A"
+#define TOM "wtBowYvIhL9i3vllpQLwIg"
+
+/* The study's vectors (computed with Redisson's class, StringCodec). */
+Test(fastmultilock, field_names_match_the_vectors) {
+  static const struct {
+    const char *value, *field;
+  } v[] = {{"Jack_001", JACK}, {"Mary_002", MARY}, {"Tom_003", TOM},
+           {"", "t6rZwibGo2uy1OSmNVe8pg"}};
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+    char out[RLOCK_FAST_MULTILOCK_FIELD_LEN + 1];
+    cr_assert_eq(rlock_fast_multilock_field_name(v[i].value,
+                                                 strlen(v[i].value), out),
+                 0);
+    cr_assert_str_eq(out, v[i].field, "value '%s'", v[i].value);
+  }
+  cr_assert_eq(rlock_fast_multilock_field_name(NULL, 3, NULL), RLOCK_EINVAL);
+}
+
+static rlock_fast_multilock *fml(rlock_client *c, const char *group,
+                                 const char *const *values, size_t n) {
+  rlock_fast_multilock *f = NULL;
+  int rc = rlock_fast_multilock_get(c, group, values, NULL, n, &f);
+  cr_assert_eq(rc, 0, "get: %s %s", rlock_err_name(rc), rlock_last_error());
+  return f;
+}
+
+static char *field_of(const char *group, const char *f, rlock_client *c,
+                      uint64_t id, const char *what) {
+  char owner[128], name[256];
+  rt_owner(owner, sizeof owner, c, id);
+  if (what == NULL)
+    return rt_hget(group, f);
+  snprintf(name, sizeof name, "%s:%s:%s", f, owner, what);
+  return rt_hget(group, name);
+}
+
+Test(fastmultilock, bad_input) {
+  rlock_client *c = rt_client();
+  char g[64];
+  rt_key(g, sizeof g, "fmlbad");
+  rlock_fast_multilock *f = NULL;
+  const char *vals[2] = {"a", NULL};
+  cr_assert_eq(rlock_fast_multilock_get(c, g, vals, NULL, 0, &f),
+               RLOCK_EINVAL);
+  cr_assert_eq(rlock_fast_multilock_get(c, g, vals, NULL, 2, &f),
+               RLOCK_EINVAL);
+  cr_assert_null(f);
+  const char *dup[3] = {"Jack_001", "Jack_001", "Mary_002"};
+  f = fml(c, g, dup, 3);
+  cr_assert_eq(rlock_fast_multilock_size(f), 2, "equal values count once");
+  cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, -1), RLOCK_EINVAL);
+  cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, 0), RLOCK_EINVAL);
+  cr_assert_eq(rt_exists(g), 0);
+  rlock_fast_multilock_free(f);
+  rlock_client_close(c);
+}
+
+/* The layout after an acquire, re-entry counts, and the release. */
+Test(fastmultilock, layout_reentry_and_release) {
+  rlock_client *c = rt_client();
+  char g[64];
+  rt_key(g, sizeof g, "fmlgrp");
+  const char *vals[2] = {"Jack_001", "Mary_002"};
+  rlock_fast_multilock *f = fml(c, g, vals, 2);
+  uint64_t me = rlock_thread_id();
+  int64_t wall0 = (int64_t)time(NULL) * 1000;
+  cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, 10000), 1, "%s",
+               rlock_last_error());
+  char owner[128];
+  rt_owner(owner, sizeof owner, c, me);
+  const char *fields[2] = {JACK, MARY};
+  for (int i = 0; i < 2; i++) {
+    char *holder = field_of(g, fields[i], c, me, NULL);
+    cr_assert_str_eq(holder, owner);
+    free(holder);
+    char *exp = field_of(g, fields[i], c, me, "expire_time");
+    cr_assert_not_null(exp);
+    long long e = atoll(exp);
+    cr_assert(e >= wall0 + 9000 && e <= wall0 + 12000, "expire_time %lld", e);
+    free(exp);
+    char *cnt = field_of(g, fields[i], c, me, "lock_count");
+    cr_assert_str_eq(cnt, "1");
+    free(cnt);
+  }
+  cr_assert_eq(rt_hlen(g), 6);
+  long long ttl = rt_pttl(g);
+  cr_assert(ttl > 9000 && ttl <= 10000, "PTTL %lld", ttl);
+  cr_assert_eq(rlock_fast_multilock_is_held_by_owner(f, me), 1);
+  cr_assert_eq(rlock_fast_multilock_is_locked(f), 1);
+  /* re-entry */
+  cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, 10000), 1);
+  char *cnt = field_of(g, JACK, c, me, "lock_count");
+  cr_assert_str_eq(cnt, "2");
+  free(cnt);
+  cr_assert_eq(rlock_fast_multilock_unlock(f), 0, "still held once");
+  cr_assert_eq(rlock_fast_multilock_unlock(f), 1);
+  cr_assert_eq(rt_exists(g), 0, "every field deleted");
+  cr_assert_eq(rlock_fast_multilock_unlock(f), RLOCK_ENOTOWNER);
+  cr_assert_eq(rlock_fast_multilock_is_locked(f), 0);
+  rlock_fast_multilock_free(f);
+  rlock_client_close(c);
+}
+
+typedef struct later {
+  rlock_fast_multilock *f;
+  int rc;
+} later;
+
+static void unlock_later(void *arg) {
+  later *l = arg;
+  rt_sleep_ms(400);
+  l->rc = rlock_fast_multilock_unlock_owner(l->f, 88);
+}
+
+/* Overlapping value sets exclude each other, all or nothing; a disjoint
+ * set is free; a waiter wakes on the group channel's message. */
+Test(fastmultilock, overlapping_values_exclude_and_wake) {
+  rlock_client *c = rt_client(), *other = rt_client();
+  char g[64];
+  rt_key(g, sizeof g, "fmlx");
+  const char *mine[2] = {"Jack_001", "Mary_002"};
+  const char *theirs[2] = {"Mary_002", "Tom_003"};
+  const char *free1[1] = {"Jack_001"};
+  rlock_fast_multilock *a = fml(c, g, mine, 2), *b = fml(other, g, theirs, 2),
+                       *j = fml(c, g, free1, 1);
+  cr_assert_eq(rlock_fast_multilock_try_lock_owner(b, 88, 0, 20000), 1);
+  int64_t t0 = rt_now_ms();
+  cr_assert_eq(rlock_fast_multilock_try_lock(a, 300, 20000), 0);
+  int64_t took = rt_now_ms() - t0;
+  cr_assert(took >= 290 && took < 1500, "took %lld", (long long)took);
+  char *holder = rt_hget(g, JACK);
+  cr_assert_null(holder, "all or nothing: Jack was taken");
+  /* a disjoint set is free meanwhile */
+  cr_assert_eq(rlock_fast_multilock_try_lock_owner(j, 5, 0, 20000), 1);
+  cr_assert_eq(rlock_fast_multilock_unlock_owner(j, 5), 1);
+  later l = {b, -100};
+  rt_thread t;
+  rt_thread_start(&t, unlock_later, &l);
+  t0 = rt_now_ms();
+  cr_assert_eq(rlock_fast_multilock_try_lock(a, 10000, 20000), 1);
+  took = rt_now_ms() - t0;
+  rt_thread_join(&t, 5000);
+  cr_assert_eq(l.rc, 1);
+  /* the hint was the holder's 20 s: only the message woke it this soon */
+  cr_assert(took >= 350 && took < 3000, "took %lld", (long long)took);
+  cr_assert_eq(rlock_fast_multilock_unlock(a), 1);
+  rlock_fast_multilock_free(a);
+  rlock_fast_multilock_free(b);
+  rlock_fast_multilock_free(j);
+  rlock_client_close(other);
+  rlock_client_close(c);
+}
+
+/* Where rlock does better than Java without changing the wire: an unlock
+ * with a value not held changes nothing (Java decrements the ones before
+ * it); is_held checks the first value too (Java skips it); force unlock of
+ * a value nobody holds is no Lua error; taking a value whose other holder's
+ * hold ended deletes that holder's stale fields. */
+Test(fastmultilock, java_bugs_not_repeated) {
+  rlock_client *c = rt_client(), *other = rt_client();
+  char g[64];
+  rt_key(g, sizeof g, "fmlbugs");
+  const char *jm[2] = {"Jack_001", "Mary_002"};
+  const char *mj[2] = {"Mary_002", "Jack_001"};
+  const char *j1[1] = {"Jack_001"};
+  const char *t1[1] = {"Tom_003"};
+  rlock_fast_multilock *both = fml(c, g, jm, 2), *both2 = fml(c, g, mj, 2),
+                       *jack = fml(c, g, j1, 1), *tom = fml(other, g, t1, 1),
+                       *ojack = fml(other, g, j1, 1);
+  uint64_t me = rlock_thread_id();
+  cr_assert_eq(rlock_fast_multilock_try_lock(jack, 0, 20000), 1);
+  cr_assert_eq(rlock_fast_multilock_unlock(both), RLOCK_ENOTOWNER);
+  char *cnt = field_of(g, JACK, c, me, "lock_count");
+  cr_assert_str_eq(cnt, "1", "the unlock changed Jack's count");
+  free(cnt);
+  /* Jack held, Mary not: Java's check (from the second value on) would
+   * say held for [Jack, Mary]... and for [Mary, Jack] it skips Mary */
+  cr_assert_eq(rlock_fast_multilock_is_held_by_owner(both, me), 0);
+  cr_assert_eq(rlock_fast_multilock_is_held_by_owner(both2, me), 0);
+  cr_assert_eq(rlock_fast_multilock_force_unlock(both), 1,
+               "one value had a holder");
+  cr_assert_eq(rt_exists(g), 0);
+  /* stale fields: the other owner's Jack hold ends (200 ms) while its Tom
+   * keeps the hash alive */
+  cr_assert_eq(rlock_fast_multilock_try_lock_owner(tom, 9, 0, 20000), 1);
+  cr_assert_eq(rlock_fast_multilock_try_lock_owner(ojack, 9, 0, 200), 1);
+  rt_sleep_ms(300);
+  cr_assert_eq(rlock_fast_multilock_try_lock(jack, 0, 20000), 1);
+  char *stale = field_of(g, JACK, other, 9, "expire_time");
+  cr_assert_null(stale, "the ended holder's fields were left");
+  stale = field_of(g, JACK, other, 9, "lock_count");
+  cr_assert_null(stale);
+  /* renewal (Java's script) moves the expiry */
+  cr_assert_eq(rlock_fast_multilock_renew_owner(jack, me, 60000), 1);
+  char *exp = field_of(g, JACK, c, me, "expire_time");
+  cr_assert(atoll(exp) > (long long)time(NULL) * 1000 + 50000);
+  free(exp);
+  cr_assert_eq(rlock_fast_multilock_renew_owner(tom, me, 60000), 0,
+               "not the owner's");
+  cr_assert_eq(rlock_fast_multilock_unlock(jack), 1);
+  cr_assert_eq(rlock_fast_multilock_unlock_owner(tom, 9), 1);
+  cr_assert_eq(rt_exists(g), 0);
+  rlock_fast_multilock_free(both);
+  rlock_fast_multilock_free(both2);
+  rlock_fast_multilock_free(jack);
+  rlock_fast_multilock_free(tom);
+  rlock_fast_multilock_free(ojack);
+  rlock_client_close(other);
+  rlock_client_close(c);
+}

@@ -441,6 +441,9 @@ struct rlock__engine {
   /* A period's round was skipped because the last one was still in
    * flight: it runs as soon as that one is done. */
   bool renew_missed;
+  /* A batch of this period was refused whole for spanning slots and its
+   * holds renewed again at once (at most once a period). */
+  bool renew_crossslot_redone;
   /* unlock latches to delete, sent as one UNLINK (one per slot in a
    * cluster) */
   char *latch_del[64];

@@ -344,6 +344,16 @@ static void renew_reply(rlock__net *n, redisReply *reply, int err,
    * failed, the client stopped.) */
   if (failed != 0 && failed != RLOCK_ECLOSED)
     renew_failed(e, b, failed, err == 0 ? reply : NULL, &sum);
+  /* A batch refused whole for spanning slots (a cluster behind a proxy
+   * that let the cross-slot probe pass): nothing ran, and the net layer
+   * batches per slot from now on. Renew again as soon as this round is
+   * over rather than a period later - a third of the lease less head-room
+   * for every hold in it otherwise - once a period at most. */
+  if (err == 0 && reply->type == REDIS_REPLY_ERROR && reply->len >= 9 &&
+      memcmp(reply->str, "CROSSSLOT", 9) == 0 && !e->renew_crossslot_redone) {
+    e->renew_crossslot_redone = true;
+    e->renew_missed = true;
+  }
   /* A failed renewal is tried again next period; only a definite "0" from
    * the server means the hold is gone. */
   if (rlock__diag_on(e->core))
@@ -524,6 +534,7 @@ void rlock__holds_renew(rlock__engine *e) {
     return;
   }
   e->renew_missed = false;
+  e->renew_crossslot_redone = false;
   renew_round(e);
 }
 

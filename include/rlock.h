@@ -1059,9 +1059,14 @@ RLOCK_EXTERN int rlock_multilock_is_held_by_owner(rlock_multilock *ml,
  * group's RLock channel "redisson_lock__channel:{group}" (docs/
  * wire-protocol.md, "The FasterMultiLock"). Shared with Java only when
  * Java encodes the values as UTF-8 strings (StringCodec): the field names
- * are hashes of the encoded bytes, and Java's default codec is Kryo. A
- * lease is required (lease_ms > 0; < 0 is RLOCK_EINVAL): nothing renews
- * the values by themselves - rlock_fast_multilock_renew_owner() does. */
+ * are hashes of the encoded bytes, and Java's default codec is Kryo.
+ * lease_ms < 0 is watchdog mode, as for rlock_try_lock(): the values are
+ * taken for the client's watchdog_timeout_ms and renewed every third of it
+ * (one renewal script per group and owner, Java's FastMultilockTask) until
+ * the owner's last unlock, the handle's free or the client's close. A
+ * renewal that finds the values no longer the owner's (expired, deleted,
+ * force-unlocked) stops, calls on_lock_lost (name = the group, the owner
+ * string) once, and the owner's next unlock returns RLOCK_ELOCKLOST. */
 typedef struct rlock_fast_multilock rlock_fast_multilock;
 #define RLOCK_FAST_MULTILOCK_FIELD_LEN 22
 
@@ -1083,8 +1088,9 @@ RLOCK_EXTERN void rlock_fast_multilock_free(rlock_fast_multilock *fml);
 /* How many distinct values; 0 for NULL. */
 RLOCK_EXTERN size_t rlock_fast_multilock_size(const rlock_fast_multilock *fml);
 /* Takes every value within wait_ms (0: one try; < 0: no limit) for
- * lease_ms: 1 all taken (re-entered where the owner held them), 0 not
- * within wait_ms (none taken), or an error. */
+ * lease_ms (> 0; < 0: watchdog mode, see above; 0: RLOCK_EINVAL): 1 all
+ * taken (re-entered where the owner held them), 0 not within wait_ms (none
+ * taken), or an error. */
 RLOCK_EXTERN int rlock_fast_multilock_try_lock(rlock_fast_multilock *fml,
                                                int64_t wait_ms,
                                                int64_t lease_ms);
@@ -1096,13 +1102,16 @@ RLOCK_EXTERN int rlock_fast_multilock_lock(rlock_fast_multilock *fml,
                                            int64_t lease_ms);
 /* Releases one hold of every value: 1 all freed, 0 some still held
  * (re-entered), RLOCK_ENOTOWNER when a value is not held by the owner
- * (nothing is changed then). Publishes "0" on the group's channel when a
- * value was freed. */
+ * (nothing is changed then), RLOCK_ELOCKLOST when the owner's watchdog
+ * found the hold lost (any values still held are released all the same).
+ * Publishes "0" on the group's channel when a value was freed. The
+ * owner's watchdog stops at 1, and keeps renewing at 0. */
 RLOCK_EXTERN int rlock_fast_multilock_unlock(rlock_fast_multilock *fml);
 RLOCK_EXTERN int rlock_fast_multilock_unlock_owner(rlock_fast_multilock *fml,
                                                    uint64_t owner);
-/* Java's renewal: every value's hold by `owner` ends lease_ms from now. 1
- * renewed, 0 a value is not the owner's (or the group is gone). */
+/* Java's renewal, on request: every value's hold by `owner` ends lease_ms
+ * (> 0) from now. 1 renewed, 0 a value is not the owner's (or the group is
+ * gone). */
 RLOCK_EXTERN int rlock_fast_multilock_renew_owner(rlock_fast_multilock *fml,
                                                   uint64_t owner,
                                                   int64_t lease_ms);

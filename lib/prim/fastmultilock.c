@@ -12,8 +12,12 @@
  * wait part only: like the semaphores, an acquisition is not a hold the
  * engine records, renews or trims); the values' field names travel in the
  * op (fml_op embeds rlock__op). Release, renewal, force unlock and the
- * queries are ops of this file. A lease is required: nothing renews the
- * fields by itself (rlock_fast_multilock_renew_owner() does on request). */
+ * queries are ops of this file. Without a lease (lease_ms < 0) the values
+ * are taken for the client's watchdog timeout and renewed by a watchdog of
+ * this file (Java's FastMultilockTask): a long-running op per (handle,
+ * owner) that sends the renewal script every watchdog_timeout/3 until the
+ * owner's last release, the loss of the hold, the handle's free or the
+ * client's close (which finishes every running op). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,8 +176,14 @@ int rlock_fast_multilock_field_name(const void *value, size_t len,
 
 typedef char fml_field[RLOCK_FAST_MULTILOCK_FIELD_LEN + 1];
 
+typedef struct fml_wd fml_wd;
+
 struct rlock_fast_multilock {
   rlock *h;        /* the group's handle (this kind's descriptor) */
+  /* The user's reference and one per watchdog op: a watchdog may outlive
+   * rlock_fast_multilock_free() until the loop thread has stopped it. */
+  atomic_int refs;
+  fml_wd *wds;     /* loop thread: the running watchdogs, one per owner */
   size_t n;        /* distinct values */
   atomic_llong lease_ms; /* the last acquire's, re-applied by a release */
   fml_field fields[];
@@ -195,6 +205,8 @@ int rlock__fast_multilock_wrap(rlock *h, const char *const *values,
     return RLOCK_ENOMEM;
   }
   f->h = h;
+  atomic_init(&f->refs, 1);
+  f->wds = NULL;
   f->n = 0;
   atomic_init(&f->lease_ms, 30000);
   for (size_t i = 0; i < n; i++) {
@@ -221,8 +233,8 @@ int rlock__fast_multilock_wrap(rlock *h, const char *const *values,
   return 0;
 }
 
-void rlock_fast_multilock_free(rlock_fast_multilock *f) {
-  if (f == NULL)
+static void fml_unref(rlock_fast_multilock *f) {
+  if (atomic_fetch_sub(&f->refs, 1) != 1)
     return;
   rlock__handle_release(f->h);
   free(f);
@@ -281,7 +293,7 @@ static rlock__cmd *send_with_fields(rlock__op *op, const rlock__script *script,
  * the fields. Sent for op (op_send) or returned (the acquire's try). */
 static rlock__cmd *send_group(rlock__op *op, const rlock__script *script,
                               const char *what, int64_t ms, bool with_owner,
-                              rlock__reply_cb cb, bool op_send) {
+                              rlock__reply_cb cb, bool op_send, int retries) {
   rlock__argv a = {0};
   rlock__argv_str(&a, "1");
   rlock__argv_mem(&a, op->lock->name, op->lock->name_len);
@@ -291,36 +303,270 @@ static rlock__cmd *send_group(rlock__op *op, const rlock__script *script,
     rlock__argv_int(&a, ms);
   rlock__argv_int(&a, rlock__wall_ms());
   rlock__argv_str(&a, with_owner ? op->owner : "");
-  /* the acquire is never re-sent (a second lock_count increment) */
-  return send_with_fields(
-      op, script, &a, op_send ? op->engine->core->opts.retry_attempts : 0, cb,
-      op_send);
+  return send_with_fields(op, script, &a, retries, cb, op_send);
 }
 
 /* The acquire's try (Java's wait-loop form): lease, now, owner, fields. */
 static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
                             rlock__reply_cb cb) {
-  return send_group(op, &acquire_script, NULL, lease_ms, true, cb, false);
+  /* never re-sent (a second lock_count increment) */
+  return send_group(op, &acquire_script, NULL, lease_ms, true, cb, false, 0);
+}
+
+/* A reply of the release, force unlock, renewal and queries: its integer,
+ * or an error with op's detail set. */
+static int int_result(rlock__op *op, const redisReply *reply, int err) {
+  if (err != 0)
+    return err;
+  if (reply->type == REDIS_REPLY_ERROR) {
+    rlock__op_detail(op, "%.*s", (int)reply->len, reply->str);
+    return rlock__reply_error(reply);
+  }
+  if (reply->type == REDIS_REPLY_NIL) {
+    rlock__op_detail(op, "a value of the FasterMultiLock '%s' is not held "
+                         "by this owner (never taken, or its hold ended)",
+                     op->lock->name);
+    return RLOCK_ENOTOWNER;
+  }
+  if (reply->type == REDIS_REPLY_INTEGER)
+    return reply->integer > INT32_MAX ? INT32_MAX : (int)reply->integer;
+  rlock__op_detail(op, "unexpected reply type %d", reply->type);
+  return RLOCK_EPROTO;
 }
 
 static void int_reply(rlock__net *n, redisReply *reply, int err, void *data) {
   (void)n;
   rlock__op *op = data;
   op->cmd = NULL;
-  if (rlock__op_failed(op, reply, err))
+  rlock__op_finish(op, int_result(op, reply, err));
+}
+
+/* ---- the watchdog (lease_ms < 0) ----
+ * One op per (handle, owner), on the handle's list while it runs: armed
+ * every watchdog_timeout/3, it sends the renewal script (lease = the
+ * watchdog timeout; re-sent as any idempotent command). A renewal answered
+ * 0 means the hold is gone (expired, deleted, taken over): the watchdog
+ * stops renewing, says so (diagnostic, on_lock_lost with the group and
+ * the owner) and stays on the list, idle, so that the owner's next unlock
+ * answers RLOCK_ELOCKLOST. A transport or error reply only waits for the
+ * next period (the lease is three periods long). The op finishes - and
+ * leaves the list, dropping its reference on the handle - at the owner's
+ * last release, at that unlock after a loss, at the handle's free (a task
+ * on the loop thread) or when the client closes (the engine finishes
+ * every running op). An unlock pauses it first (its renewal in flight is
+ * abandoned: a "0" answered after the unlock ran is no loss) and the
+ * release's reply resumes it when values stay held (re-entry). */
+
+struct fml_wd {
+  fml_op o; /* first: the op */
+  fml_wd *next;
+  bool linked; /* on the handle's list (started) */
+  bool lost;   /* a renewal found the hold gone */
+};
+
+static const rlock__op_type wd_type;
+
+static fml_wd *wd_of(rlock__op *op) {
+  return (fml_wd *)RLOCK__CONTAINER_OF(op, fml_op, op);
+}
+
+static rlock_fast_multilock *fml_of(rlock__op *op) {
+  return (rlock_fast_multilock *)RLOCK__CONTAINER_OF(op, fml_op, op)->fml;
+}
+
+static fml_wd *wd_find(rlock_fast_multilock *f, const char *owner) {
+  for (fml_wd *w = f->wds; w != NULL; w = w->next)
+    if (strcmp(w->o.op.owner, owner) == 0)
+      return w;
+  return NULL;
+}
+
+static void wd_arm(fml_wd *w) {
+  rlock__op *op = &w->o.op;
+  int64_t period = op->engine->core->opts.watchdog_timeout_ms / 3;
+  op->state = RLOCK__ST_WAITING;
+  rlock__timed_start(op->engine->core, &op->timer,
+                     rlock__now_ms() + (period > 0 ? period : 1));
+}
+
+/* Stops renewing (loop thread): no timer, no command. */
+static void wd_pause(fml_wd *w) {
+  rlock__op *op = &w->o.op;
+  rlock__cmd_abandon(op->cmd);
+  op->cmd = NULL;
+  rlock__timed_stop(op->engine->core, &op->timer);
+}
+
+static void wd_reply(rlock__net *n, redisReply *reply, int err, void *data) {
+  (void)n;
+  rlock__op *op = data;
+  fml_wd *w = wd_of(op);
+  rlock__core *core = op->engine->core;
+  op->cmd = NULL;
+  if (err == RLOCK_ECLOSED)
+    return; /* the close finishes the op */
+  if (err == 0 && reply->type == REDIS_REPLY_INTEGER && reply->integer == 0) {
+    w->lost = true;
+    op->state = RLOCK__ST_WAITING; /* idle until unlock, free or close */
+    rlock__diag(core, RLOCK_DIAG_ERROR,
+                "renewal found the FasterMultiLock '%.200s' no longer held "
+                "by %s: lock lost",
+                op->lock->name, op->owner);
+    const rlock_options *o = &core->opts;
+    if (o->on_lock_lost != NULL)
+      o->on_lock_lost(op->lock->name, op->owner, o->on_lock_lost_data);
     return;
-  if (reply->type == REDIS_REPLY_NIL) {
-    rlock__op_detail(op, "a value of the FasterMultiLock '%s' is not held "
-                         "by this owner (never taken, or its hold ended)",
-                     op->lock->name);
-    rlock__op_finish(op, RLOCK_ENOTOWNER);
-  } else if (reply->type == REDIS_REPLY_INTEGER) {
-    rlock__op_finish(op, reply->integer > INT32_MAX ? INT32_MAX
-                                                    : (int)reply->integer);
-  } else {
-    rlock__op_detail(op, "unexpected reply type %d", reply->type);
-    rlock__op_finish(op, RLOCK_EPROTO);
   }
+  if (err != 0 || reply->type != REDIS_REPLY_INTEGER) {
+    int rc = int_result(op, reply, err);
+    rlock__diag(core, RLOCK_DIAG_WARN,
+                "renewal of the FasterMultiLock '%.200s' by %s failed (%s: "
+                "%s); trying again next period",
+                op->lock->name, op->owner, rlock_err_name(rc),
+                op->detail[0] != '\0' ? op->detail : rlock_strerror(rc));
+    op->detail[0] = '\0';
+  }
+  wd_arm(w);
+}
+
+static void wd_fire(rlock__timed *t) {
+  rlock__op *op = RLOCK__CONTAINER_OF(t, rlock__op, timer);
+  op->state = RLOCK__ST_CMD;
+  op->cmd = send_group(op, &renew_script, NULL,
+                       op->engine->core->opts.watchdog_timeout_ms, true,
+                       wd_reply, false, op->engine->core->opts.retry_attempts);
+  if (op->cmd == NULL) /* out of memory: the next period */
+    wd_arm(wd_of(op));
+}
+
+static void wd_start(rlock__op *op) {
+  fml_wd *w = wd_of(op);
+  rlock_fast_multilock *f = fml_of(op);
+  fml_wd *old = wd_find(f, op->owner);
+  if (old != NULL && !old->lost) {
+    /* A re-entry: the running watchdog renews every value already. */
+    rlock__op_finish(op, 0);
+    return;
+  }
+  if (old != NULL) /* taken again after a loss: this one takes over */
+    rlock__op_finish(&old->o.op, 0);
+  w->next = f->wds;
+  f->wds = w;
+  w->linked = true;
+  op->timer.fire = wd_fire;
+  wd_arm(w);
+}
+
+/* Completion, exactly once (finished, or rejected before it started):
+ * leaves the list and lets go of the handle. */
+static void wd_done(rlock__op *op) {
+  fml_wd *w = wd_of(op);
+  rlock_fast_multilock *f = fml_of(op);
+  if (w->linked) {
+    fml_wd **p = &f->wds;
+    while (*p != w)
+      p = &(*p)->next;
+    *p = w->next;
+  }
+  free(w);
+  fml_unref(f);
+}
+
+static const rlock__op_type wd_type = {.name = "fml_watchdog",
+                                       .start = wd_start};
+
+/* A watchdog op for owner, not yet submitted (NULL: out of memory, last
+ * error set). Any thread. */
+static fml_wd *wd_new(rlock_fast_multilock *f, uint64_t owner) {
+  fml_wd *w = calloc(1, sizeof(*w));
+  if (w == NULL) {
+    rlock__set_last_error("out of memory");
+    return NULL;
+  }
+  rlock__op_init(&w->o.op, f->h, &wd_type, owner);
+  w->o.fml = f;
+  w->o.op.done = wd_done;
+  return w;
+}
+
+/* Starts w on the loop thread after its owner took the values. When the
+ * client is closed (or this is a forked child) nothing can renew: the
+ * values end with their lease. */
+static void wd_submit(rlock_fast_multilock *f, fml_wd *w) {
+  atomic_fetch_add(&f->refs, 1);
+  if (rlock__core_submit(f->h->engine->core, &w->o.op.task) != 0) {
+    atomic_fetch_sub(&f->refs, 1);
+    free(w);
+  }
+}
+
+/* The free's task: stops the handle's watchdogs on the loop thread, then
+ * drops the user's reference. Rejected (the client closes): the close
+ * finishes them. */
+typedef struct fml_stop {
+  rlock__task task;
+  rlock_fast_multilock *f;
+} fml_stop;
+
+static void stop_run(rlock__task *t) {
+  fml_stop *s = RLOCK__CONTAINER_OF(t, fml_stop, task);
+  while (s->f->wds != NULL) /* each finish unlinks it (wd_done) */
+    rlock__op_finish(&s->f->wds->o.op, 0);
+  fml_unref(s->f);
+  free(s);
+}
+
+static void stop_reject(rlock__task *t, int err) {
+  (void)err;
+  fml_stop *s = RLOCK__CONTAINER_OF(t, fml_stop, task);
+  fml_unref(s->f);
+  free(s);
+}
+
+void rlock_fast_multilock_free(rlock_fast_multilock *f) {
+  if (f == NULL)
+    return;
+  /* Only this thread submits watchdogs: with no reference but the user's,
+   * none runs or will. */
+  if (atomic_load(&f->refs) > 1) {
+    fml_stop *s = malloc(sizeof(*s));
+    if (s != NULL) {
+      s->task.run = stop_run;
+      s->task.reject = stop_reject;
+      s->f = f;
+      if (rlock__core_submit(f->h->engine->core, &s->task) == 0)
+        return;
+      free(s);
+    }
+    /* Closed (the close finishes the watchdogs), forked, or out of memory
+     * (they run until the unlock or the close): the last one frees. */
+  }
+  fml_unref(f);
+}
+
+/* The release's reply: a watchdog of the owner resumes while values stay
+ * held (0), else stops; after a loss the answer is RLOCK_ELOCKLOST. */
+static void release_reply(rlock__net *n, redisReply *reply, int err,
+                          void *data) {
+  (void)n;
+  rlock__op *op = data;
+  op->cmd = NULL;
+  int rc = int_result(op, reply, err);
+  fml_wd *w = wd_find(fml_of(op), op->owner);
+  if (w != NULL) {
+    if (w->lost) {
+      rlock__op_detail(op, "the FasterMultiLock '%s' was lost: a renewal "
+                           "found it no longer held by %s (it expired or "
+                           "was deleted)",
+                       op->lock->name, op->owner);
+      rc = RLOCK_ELOCKLOST;
+    }
+    if (rc == 0 && !w->lost)
+      wd_arm(w);
+    else
+      rlock__op_finish(&w->o.op, 0);
+  }
+  rlock__op_finish(op, rc);
 }
 
 /* KEYS [H, channel, latch]; ARGV owner, "0", lease, publish, latch TTL,
@@ -353,8 +599,11 @@ static void start_release(rlock__op *op) {
                           (op->engine->core->opts.command_timeout_ms +
                            op->engine->core->opts.retry_interval_ms));
   rlock__argv_int(&a, rlock__wall_ms());
+  fml_wd *w = wd_find(fml_of(op), op->owner);
+  if (w != NULL)
+    wd_pause(w);
   send_with_fields(op, &release_script, &a,
-                   op->engine->core->opts.retry_attempts, int_reply, true);
+                   op->engine->core->opts.retry_attempts, release_reply, true);
 }
 
 static void start_force(rlock__op *op) {
@@ -368,14 +617,19 @@ static void start_force(rlock__op *op) {
                    op->engine->core->opts.retry_attempts, int_reply, true);
 }
 
+static void send_op(rlock__op *op, const rlock__script *script,
+                    const char *what, int64_t ms, bool with_owner) {
+  send_group(op, script, what, ms, with_owner, int_reply, true,
+             op->engine->core->opts.retry_attempts);
+}
 static void start_renew(rlock__op *op) {
-  send_group(op, &renew_script, NULL, op->lease_ms, true, int_reply, true);
+  send_op(op, &renew_script, NULL, op->lease_ms, true);
 }
 static void start_is_locked(rlock__op *op) {
-  send_group(op, &query_script, "locked", 0, false, int_reply, true);
+  send_op(op, &query_script, "locked", 0, false);
 }
 static void start_is_held(rlock__op *op) {
-  send_group(op, &query_script, "held", 0, true, int_reply, true);
+  send_op(op, &query_script, "held", 0, true);
 }
 
 static const rlock__op_type release_type = {.name = "fml_release",
@@ -418,27 +672,44 @@ static int run(rlock_fast_multilock *f, const rlock__op_type *type,
   return rlock__op_run_sync(&o.op);
 }
 
-/* The acquire and the renewal: a lease is required; the last one given is
- * what a release re-applies to values still held. */
+/* The renewal: a lease is required (lease_ms > 0). */
 static int run_leased(rlock_fast_multilock *f, const rlock__op_type *type,
                       uint64_t owner, int64_t wait_ms, int64_t lease_ms) {
   if (lease_ms < 0) {
-    rlock__set_last_error("a FasterMultiLock needs a lease (lease_ms > 0): "
-                          "nothing renews its values by itself");
+    rlock__set_last_error("a FasterMultiLock renewal needs a lease "
+                          "(lease_ms > 0)");
     return RLOCK_EINVAL;
   }
   int rc = rlock__check_lease(lease_ms);
   if (rc != 0)
     return rc;
-  if (f != NULL)
-    atomic_store(&f->lease_ms, lease_ms);
   return run(f, type, owner, wait_ms, lease_ms);
 }
 
+/* The acquire: lease_ms > 0, or < 0 for the watchdog (the values taken for
+ * watchdog_timeout_ms and renewed). The lease given is what a release
+ * re-applies to values still held. */
 int rlock_fast_multilock_try_lock_owner(rlock_fast_multilock *f,
                                         uint64_t owner, int64_t wait_ms,
                                         int64_t lease_ms) {
-  return run_leased(f, &rlock__op_acquire, owner, wait_ms, lease_ms);
+  int rc = rlock__check_lease(lease_ms);
+  if (rc != 0)
+    return rc;
+  if (f == NULL)
+    return rlock__bad_arg("FasterMultiLock is NULL");
+  /* Made first: once the values are taken, starting it cannot fail. */
+  fml_wd *w = NULL;
+  if (lease_ms < 0 && (w = wd_new(f, owner)) == NULL)
+    return RLOCK_ENOMEM;
+  atomic_store(&f->lease_ms,
+               lease_ms > 0 ? lease_ms
+                            : f->h->engine->core->opts.watchdog_timeout_ms);
+  rc = run(f, &rlock__op_acquire, owner, wait_ms, lease_ms);
+  if (w != NULL && rc == 1)
+    wd_submit(f, w);
+  else
+    free(w);
+  return rc;
 }
 
 int rlock_fast_multilock_try_lock(rlock_fast_multilock *f, int64_t wait_ms,

@@ -1687,6 +1687,64 @@ Test(kinds, fast_multilock_monitor) {
   rlock_client_close(c);
 }
 
+/* Watchdog mode (lease_ms < 0) on the wire, as Java's FastMultilockTask:
+ * the acquire sends the watchdog timeout as the lease, then the renewal
+ * KEYS [group] ARGV [watchdog timeout, now, owner, fields...] follows
+ * every timeout/3 (one call per group), and the unlock re-applies it. */
+Test(kinds, fast_multilock_watchdog_monitor) {
+  char g[NAME_MAX_LEN], me[OWNER_MAX_LEN], needle[2048], tail[2048];
+  rt_key(g, sizeof g, "kinds:fmlwd");
+  rlock_options o;
+  rlock_options_init(&o);
+  o.watchdog_timeout_ms = 900;
+  rlock_client *c = rt_client_opts(&o);
+  interop_my_owner(me, sizeof me, c);
+  const char *vals[2] = {"Jack_001", "Mary_002"};
+  rlock_fast_multilock *f = NULL;
+  cr_assert_eq(rlock_fast_multilock_get(c, g, vals, NULL, 2, &f), 0);
+  monitor *mon = monitor_start();
+  cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, -1), 1);
+  rt_sleep_ms(1500);
+  cr_assert_eq(rlock_fast_multilock_unlock(f), 1);
+  monitor_sync(mon);
+
+  snprintf(needle, sizeof needle, "\"1\" \"%s\" \"900\" \"", g);
+  snprintf(tail, sizeof tail,
+           "\" \"%s\" \"7pNoDdizVy2xY792MaFv+w\" \"kIX2DFOX4IWct7G7K6tV9A\"",
+           me);
+  size_t i = monitor_find(mon, 0, needle);
+  cr_assert_neq(i, SIZE_MAX, "no acquire with the watchdog timeout");
+  cr_assert(strstr(monitor_line(mon, i), tail) != NULL, "acquire: %s",
+            monitor_line(mon, i));
+  /* The acquire's own lines (EVALSHA, and EVAL after a NOSCRIPT) have
+   * the same shape: told apart by its SHA and its script's text. */
+  char sha[48] = "";
+  const char *at = strcasestr(monitor_line(mon, i), "\"evalsha\" \"");
+  if (at != NULL)
+    snprintf(sha, sizeof sha, "%.40s", at + strlen("\"evalsha\" \""));
+  int renewals = 0;
+  for (size_t j = monitor_find(mon, i + 1, needle); j != SIZE_MAX;
+       j = monitor_find(mon, j + 1, needle)) {
+    const char *line = monitor_line(mon, j);
+    if ((sha[0] != '\0' && strstr(line, sha) != NULL) ||
+        strstr(line, "FasterMultiLock acquire") != NULL)
+      continue;
+    cr_assert(strstr(line, tail) != NULL, "renewal: %s", line);
+    renewals++;
+  }
+  /* >= 3 lines: two renewals at least, even if the first was a NOSCRIPT
+   * EVALSHA re-sent as EVAL */
+  cr_assert(renewals >= 3, "%d renewal lines in 1.5 s at a 300 ms period",
+            renewals);
+  snprintf(needle, sizeof needle, "\"%s\" \"0\" \"900\" \"PUBLISH\" \"",
+           me);
+  assert_monitor_has(mon, needle, "the unlock re-applies the timeout");
+  interop_report("fast multilock watchdog MONITOR: %d renewals", renewals);
+  monitor_stop(mon);
+  rlock_fast_multilock_free(f);
+  rlock_client_close(c);
+}
+
 static bool queue_len_is_1(void *name) {
   return rt_int("LLEN redisson_lock_queue:{%s}", (const char *)name) == 1;
 }

@@ -3,6 +3,7 @@
  * fields named after HighwayHash-128 of each value, against a real
  * redis-server. */
 #include <criterion/criterion.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,8 +65,10 @@ Test(fastmultilock, bad_input) {
   const char *dup[3] = {"Jack_001", "Jack_001", "Mary_002"};
   f = fml(c, g, dup, 3);
   cr_assert_eq(rlock_fast_multilock_size(f), 2, "equal values count once");
-  cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, -1), RLOCK_EINVAL);
   cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, 0), RLOCK_EINVAL);
+  cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, INT64_C(1) << 41),
+               RLOCK_EINVAL);
+  cr_assert_eq(rlock_fast_multilock_renew_owner(f, 1, -1), RLOCK_EINVAL);
   cr_assert_eq(rt_exists(g), 0);
   rlock_fast_multilock_free(f);
   rlock_client_close(c);
@@ -223,4 +226,152 @@ Test(fastmultilock, java_bugs_not_repeated) {
   rlock_fast_multilock_free(ojack);
   rlock_client_close(other);
   rlock_client_close(c);
+}
+
+/* ---- watchdog mode (lease_ms < 0) ---- */
+
+typedef struct fml_lost {
+  atomic_int n;
+  char name[96];
+  char owner[128];
+} fml_lost;
+
+static void on_fml_lost(const char *name, const char *owner, void *data) {
+  fml_lost *l = data;
+  snprintf(l->name, sizeof l->name, "%s", name);
+  snprintf(l->owner, sizeof l->owner, "%s", owner);
+  atomic_fetch_add(&l->n, 1);
+}
+
+static bool fml_lost_seen(void *arg) {
+  return atomic_load(&((fml_lost *)arg)->n) > 0;
+}
+
+static rlock_client *wd_client(fml_lost *seen) {
+  memset(seen, 0, sizeof *seen);
+  rlock_options o;
+  rlock_options_init(&o);
+  o.watchdog_timeout_ms = 900;
+  o.on_lock_lost = on_fml_lost;
+  o.on_lock_lost_data = seen;
+  return rt_client_opts(&o);
+}
+
+static long long expire_of(const char *g, const char *field, rlock_client *c,
+                           uint64_t id) {
+  char *v = field_of(g, field, c, id, "expire_time");
+  cr_assert_not_null(v, "no expire_time for %s", field);
+  long long e = atoll(v);
+  free(v);
+  return e;
+}
+
+/* Held for 3 s (more than three watchdog timeouts) with every field's
+ * expire_time moving forward; a re-entry's release keeps renewing; the
+ * last release stops it (a later renewal would find another owner's
+ * fields and call the loss callback). */
+Test(fastmultilock, watchdog_renews_until_unlock) {
+  static fml_lost seen;
+  rlock_client *c = wd_client(&seen);
+  char g[64];
+  rt_key(g, sizeof g, "fmlwd");
+  const char *vals[2] = {"Jack_001", "Mary_002"};
+  rlock_fast_multilock *f = fml(c, g, vals, 2);
+  uint64_t me = rlock_thread_id();
+  int64_t wall0 = (int64_t)time(NULL) * 1000;
+  cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, -1), 1, "%s",
+               rlock_last_error());
+  long long ttl = rt_pttl(g);
+  cr_assert(ttl > 0 && ttl <= 900, "lease = the watchdog timeout: %lld", ttl);
+  long long last[2] = {expire_of(g, JACK, c, me), expire_of(g, MARY, c, me)};
+  cr_assert(last[0] >= wall0 && last[0] <= wall0 + 2900, "%lld", last[0]);
+  int moved[2] = {0, 0};
+  int64_t end = rt_now_ms() + 3000;
+  while (rt_now_ms() < end) {
+    rt_sleep_ms(200);
+    ttl = rt_pttl(g);
+    cr_assert(ttl > 0 && ttl <= 900, "PTTL %lld", ttl);
+    const char *fields[2] = {JACK, MARY};
+    for (int i = 0; i < 2; i++) {
+      long long e = expire_of(g, fields[i], c, me);
+      cr_assert(e >= last[i], "expire_time went back");
+      if (e > last[i])
+        moved[i]++;
+      last[i] = e;
+    }
+  }
+  cr_assert(moved[0] >= 2 && moved[1] >= 2, "renewed %d and %d times",
+            moved[0], moved[1]);
+  /* a re-entry, released once: still held and still renewed */
+  cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, -1), 1);
+  cr_assert_eq(rlock_fast_multilock_unlock(f), 0);
+  long long before = expire_of(g, JACK, c, me);
+  rt_sleep_ms(1200);
+  cr_assert(expire_of(g, JACK, c, me) > before, "renewed after re-entry");
+  cr_assert_eq(rlock_fast_multilock_unlock(f), 1);
+  cr_assert_eq(rt_exists(g), 0);
+  /* another owner takes the values: a renewal by the first would answer 0
+   * and be reported as a loss */
+  cr_assert_eq(rlock_fast_multilock_try_lock_owner(f, me + 1000, 0, 10000),
+               1);
+  long long other = expire_of(g, JACK, c, me + 1000);
+  rt_sleep_ms(1000);
+  cr_assert_eq(atomic_load(&seen.n), 0, "renewals stopped at the unlock");
+  cr_assert_eq(expire_of(g, JACK, c, me + 1000), other);
+  cr_assert_eq(rlock_fast_multilock_unlock_owner(f, me + 1000), 1);
+  rlock_fast_multilock_free(f);
+  rlock_client_close(c);
+}
+
+/* The group deleted from outside: the next renewal reports the loss once,
+ * the unlock answers RLOCK_ELOCKLOST, then nothing is held. */
+Test(fastmultilock, watchdog_reports_loss) {
+  static fml_lost seen;
+  rlock_client *c = wd_client(&seen);
+  char g[64], owner[128];
+  rt_key(g, sizeof g, "fmlwdlost");
+  const char *vals[2] = {"Jack_001", "Tom_003"};
+  rlock_fast_multilock *f = fml(c, g, vals, 2);
+  cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, -1), 1);
+  rt_sleep_ms(700);
+  cr_assert_eq(atomic_load(&seen.n), 0);
+  freeReplyObject(rt_cmd("DEL %s", g));
+  rt_wait_until(fml_lost_seen, &seen, 3000);
+  cr_assert_str_eq(seen.name, g);
+  rt_owner(owner, sizeof owner, c, rlock_thread_id());
+  cr_assert_str_eq(seen.owner, owner);
+  rt_sleep_ms(1000);
+  cr_assert_eq(atomic_load(&seen.n), 1, "said once");
+  cr_assert_eq(rt_exists(g), 0, "a renewal creates nothing");
+  cr_assert_eq(rlock_fast_multilock_unlock(f), RLOCK_ELOCKLOST);
+  cr_assert_eq(rlock_fast_multilock_unlock(f), RLOCK_ENOTOWNER);
+  rlock_fast_multilock_free(f);
+  rlock_client_close(c);
+  cr_assert_eq(atomic_load(&seen.n), 1);
+}
+
+/* Free, or close, while renewing: the renewals stop (the hold then ends
+ * with its lease) and nothing is left behind (ASan/LSan builds). */
+Test(fastmultilock, watchdog_free_and_close_while_renewing) {
+  static fml_lost seen;
+  rlock_client *c = wd_client(&seen);
+  char g[64], g2[64];
+  rt_key(g, sizeof g, "fmlwdfree");
+  rt_key(g2, sizeof g2, "fmlwdclose");
+  const char *vals[2] = {"Jack_001", "Mary_002"};
+  rlock_fast_multilock *f = fml(c, g, vals, 2);
+  rlock_fast_multilock *f2 = fml(c, g2, vals, 2);
+  cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, -1), 1);
+  cr_assert_eq(rlock_fast_multilock_try_lock(f2, 0, -1), 1);
+  rt_sleep_ms(1000);
+  cr_assert_eq(rt_exists(g), 1);
+  rlock_fast_multilock_free(f);
+  rt_sleep_ms(1500);
+  cr_assert_eq(rt_exists(g), 0, "free stopped the renewal");
+  cr_assert_eq(rt_exists(g2), 1, "the other handle still renews");
+  rlock_client_close(c); /* f2 still renewing, freed after the close */
+  rlock_fast_multilock_free(f2);
+  rt_sleep_ms(1500);
+  cr_assert_eq(rt_exists(g2), 0, "close stopped the renewal");
+  cr_assert_eq(atomic_load(&seen.n), 0);
 }

@@ -492,11 +492,15 @@ static void reporter_child(int wfd, const char *key) {
     _exit(2);
   }
   for (;;) {
-    int64_t until = 0;
+    /* The call ran between `before` and `after`: the parent judges its
+     * answer by `before` (a SIGSTOP may fall between any two lines) and
+     * compares the guarantee with the expiry read after `after`. */
+    int64_t until = 0, before = rlock_now_ms();
     int r = rlock_lease_guaranteed(lock, &until);
-    char line[96];
-    snprintf(line, sizeof line, "%d %" PRId64 " %" PRId64 "\n", r, until,
-             rlock_now_ms());
+    int64_t after = rlock_now_ms();
+    char line[128];
+    snprintf(line, sizeof line, "%d %" PRId64 " %" PRId64 " %" PRId64 "\n",
+             r, until, before, after);
     if (write(wfd, line, strlen(line)) < 0)
       _exit(3);
     usleep(5000);
@@ -505,7 +509,7 @@ static void reporter_child(int wfd, const char *key) {
 
 typedef struct report {
   int rc;
-  int64_t until, at;
+  int64_t until, at, after; /* at: just before the call; after: after it */
 } report;
 
 /* Reads the child's reports that are complete now (non-blocking). */
@@ -526,9 +530,10 @@ static int read_reports(int fd, char *buf, size_t *used, size_t cap,
   while ((nl = strchr(line, '\n')) != NULL && n < max) {
     *nl = '\0';
     cr_assert_neq(strncmp(line, "ERR", 3), 0, "child: %s", line);
-    cr_assert_eq(sscanf(line, "%d %" SCNd64 " %" SCNd64, &out[n].rc,
-                        &out[n].until, &out[n].at), 3, "bad report '%s'",
-                 line);
+    cr_assert_eq(sscanf(line, "%d %" SCNd64 " %" SCNd64 " %" SCNd64,
+                        &out[n].rc, &out[n].until, &out[n].at,
+                        &out[n].after),
+                 4, "bad report '%s'", line);
     n++;
     line = nl + 1;
   }
@@ -595,7 +600,7 @@ Test(lease, holder_process_sigstopped_longer_than_watchdog) {
   /* Each report against the first PTTL sample sent after it was made. */
   for (int i = 0; i < nrep; i++) {
     int j = 0;
-    while (j < nps && ps_t[j] < rep[i].at)
+    while (j < nps && ps_t[j] < rep[i].after)
       j++;
     if (rep[i].at >= t_cont) {
       after_cont++;

@@ -403,6 +403,15 @@ static void counter(peer_kind kind) {
   for (int i = 0; i < 2; i++)
     peer_send(peers[i], "count %s %s %d -1 %s%d", name, key, COUNTER_ROUNDS,
               kind_name(kind), i);
+  /* The rlock threads start once a peer has counted once: a peer still
+   * connecting (node-redisson's cluster client reads the slot map first)
+   * would otherwise let rlock's 200 increments run before the peers' 200
+   * - mutual exclusion would still be checked, taking turns would not. */
+  int64_t started = rt_now_ms();
+  while (rt_node_int(port, "LLEN %s:log", key) == 0) {
+    cr_assert(rt_now_ms() - started < 60000, "no peer counted in 60 s");
+    rt_sleep_ms(1);
+  }
   for (int i = 0; i < COUNTER_RLOCK_THREADS; i++) {
     th[i].lock = i == 0 ? l1 : l2;
     th[i].key = key;

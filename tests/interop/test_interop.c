@@ -441,6 +441,13 @@ static bool counter_attempt(attempt *a, int node_peers, int java_peers) {
   for (int i = 0; i < n_peers; i++)
     peer_send(peers[i], "count %s %s %d -1 %s%d", name, key, COUNTER_ROUNDS,
               i < node_peers ? "node" : "java", i);
+  /* rlock starts once a peer has counted once (a peer still connecting
+   * would let one side run its rounds alone: see the cluster test). */
+  int64_t started = rt_now_ms();
+  while (rt_int("LLEN %s:log", key) == 0) {
+    cr_assert(rt_now_ms() - started < 60000, "no peer counted in 60 s");
+    rt_sleep_ms(1);
+  }
   for (int i = 0; i < COUNTER_RLOCK_THREADS; i++) {
     threads[i].lock = i == COUNTER_RLOCK_THREADS - 1 ? l2 : l1;
     threads[i].redis = rt_redis_new(10000);

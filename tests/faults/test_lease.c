@@ -8,10 +8,11 @@
  * The key's expiry is measured from a separate raw hiredis connection
  * with PTTL: the server ran it between the send and the reply, so the key
  * expires before (reply time + pttl + 1) - the bound a guarantee must not
- * pass (expiry_hi). The stall tests read PTTL right before the stall
- * starts and use the lower bound (t_a + pttl - 1), the strict side. A
- * renewal only moves the expiry later, so a guarantee read before a PTTL
- * sample must also be below that sample's bound.
+ * pass (expiry_hi). The stall tests read TIME and PTTL in one pipeline
+ * right before the stall starts and place the expiry on the server's own
+ * clock (stall_expiry). A renewal only moves the expiry later, so a
+ * guarantee read before a PTTL sample must also be below that sample's
+ * bound.
  */
 #include <criterion/criterion.h>
 
@@ -296,19 +297,19 @@ static int sample_for(rlock *lock, int64_t ms, sample *s, int max) {
 }
 
 /* Every sample taken while nothing could renew the key: never later than
- * the expiry `exp_lo` measured when the stall began; "guaranteed" (1) only
+ * the expiry `exp` measured when the stall began; "guaranteed" (1) only
  * while the time is ahead; and at least one sample past the guarantee. */
 static void check_stall(const char *what, const sample *s, int n,
-                        int64_t exp_lo) {
+                        int64_t exp) {
   int past = 0;
   int64_t first = s[0].until, lastu = s[0].until;
   for (int i = 0; i < n; i++) {
     cr_assert(s[i].rc == 1 || s[i].rc == 0,
               "%s: sample %d: %d %s", what, i, s[i].rc,
               rlock_err_name(s[i].rc));
-    cr_assert_leq(s[i].until, exp_lo, "%s: sample %d (at %" PRId64 "): "
+    cr_assert_leq(s[i].until, exp, "%s: sample %d (at %" PRId64 "): "
                   "guarantee %" PRId64 " later than the expiry %" PRId64,
-                  what, i, s[i].at, s[i].until, exp_lo);
+                  what, i, s[i].at, s[i].until, exp);
     if (s[i].rc == 1)
       cr_assert_gt(s[i].until, s[i].at - 1, "%s: 1 for a time passed",
                    what);
@@ -318,11 +319,11 @@ static void check_stall(const char *what, const sample *s, int n,
   }
   cr_assert_gt(past, 0, "%s: the guarantee never passed during the stall "
                "(last %" PRId64 ", stall measured expiry %" PRId64 ")",
-               what, lastu, exp_lo);
+               what, lastu, exp);
   cr_log_info("%s: %d samples, guarantee %" PRId64 " -> %" PRId64
-              " (moved %" PRId64 " ms), %d past; expiry >= %" PRId64
+              " (moved %" PRId64 " ms), %d past; expiry <= %" PRId64
               " (head-room %" PRId64 " ms)", what, n, first, lastu,
-              lastu - first, past, exp_lo, exp_lo - lastu);
+              lastu - first, past, exp, exp - lastu);
 }
 
 static bool lost_seen(void *arg) {
@@ -340,39 +341,69 @@ static void check_lost_after(rlock *lock, lost_log *lost) {
   cr_assert_eq(rlock_unlock(lock), RLOCK_ELOCKLOST);
 }
 
-/* Sends PTTL key and then `then` on a connection of its own in one write:
- * the server runs them back to back, with no other client's command
- * between them. Returns the expiry bound of the PTTL; the second reply is
- * checked to start with `then_reply` (NULL: not read here; *ctx_out then
- * keeps the connection open for the caller to read it). */
-static int64_t pttl_then(const char *key, const char *then,
-                         const char *then_reply, redisContext **ctx_out) {
+/* CLOCK_REALTIME minus CLOCK_MONOTONIC in microseconds: maps the server's
+ * TIME (gettimeofday on this same machine) onto rlock_now_ms()'s clock
+ * (libuv's hrtime, CLOCK_MONOTONIC). */
+static int64_t realtime_minus_mono_us(void) {
+  struct timespec rt, mo;
+  clock_gettime(CLOCK_MONOTONIC, &mo);
+  clock_gettime(CLOCK_REALTIME, &rt);
+  return ((int64_t)rt.tv_sec - (int64_t)mo.tv_sec) * 1000000 +
+         ((int64_t)rt.tv_nsec - (int64_t)mo.tv_nsec) / 1000;
+}
+
+/* Sends TIME, PTTL key and then `then` on a connection of its own in one
+ * write: the server runs them back to back, with no other client's
+ * command between them, so nothing renews the key between the measure
+ * and `then`. The replies are read by stall_expiry() and then_ok(). */
+static redisContext *time_pttl_then(const char *key, const char *then) {
   redisContext *ctx = rt_redis_new(10000);
-  int64_t t_a = rlock_now_ms();
+  redisAppendCommand(ctx, "TIME");
   redisAppendCommand(ctx, "PTTL %s", key);
   redisAppendCommand(ctx, then);
   int done = 0;
   while (!done)
     cr_assert_eq(redisBufferWrite(ctx, &done), REDIS_OK, "%s", ctx->errstr);
-  if (then_reply == NULL) {
-    *ctx_out = ctx;
-    return t_a; /* the caller reads both replies */
-  }
+  return ctx;
+}
+
+/* Reads the TIME and PTTL replies: the key's expiry, on rlock_now_ms()'s
+ * clock, taken from the server's own clock when it ran PTTL - so neither
+ * the test process being descheduled nor a reply held back by the stall
+ * (DEBUG SLEEP writes its replies after the sleep) moves it. The result is
+ * the latest the key can expire: PTTL truncates to the millisecond, and
+ * one more for the two clocks' reading; at most 2 ms after the real
+ * expiry. (Bounds taken around the round trip instead - t_a + pttl - 1 -
+ * made a correct guarantee fail when the test was descheduled for more
+ * than the margin between t_a and the server running PTTL: 24 ms in a
+ * loaded CI run.) */
+static int64_t stall_expiry(redisContext *ctx) {
   redisReply *r = NULL;
+  cr_assert_eq(redisGetReply(ctx, (void **)&r), REDIS_OK, "%s", ctx->errstr);
+  cr_assert(r->type == REDIS_REPLY_ARRAY && r->elements == 2,
+            "TIME: type %d", r->type);
+  int64_t server_us = strtoll(r->element[0]->str, NULL, 10) * 1000000 +
+                      strtoll(r->element[1]->str, NULL, 10);
+  freeReplyObject(r);
+  int64_t mono_us = server_us - realtime_minus_mono_us();
   cr_assert_eq(redisGetReply(ctx, (void **)&r), REDIS_OK, "%s", ctx->errstr);
   cr_assert_eq(r->type, REDIS_REPLY_INTEGER);
   long long pttl = r->integer;
   freeReplyObject(r);
+  cr_assert_gt(pttl, 0, "the key has no TTL before the stall: %lld", pttl);
+  return (mono_us + ((int64_t)pttl + 1) * 1000) / 1000 + 1;
+}
+
+/* Reads the reply to `then` and closes the connection. */
+static void then_ok(redisContext *ctx, const char *then,
+                    const char *then_reply) {
+  redisReply *r = NULL;
   cr_assert_eq(redisGetReply(ctx, (void **)&r), REDIS_OK, "%s", ctx->errstr);
   cr_assert(r->type == REDIS_REPLY_STATUS &&
                 strncmp(r->str, then_reply, strlen(then_reply)) == 0,
             "%s: %s", then, r->str ? r->str : "?");
   freeReplyObject(r);
   redisFree(ctx);
-  cr_assert_gt(pttl, 0, "the key has no TTL before the stall: %lld", pttl);
-  if (ctx_out != NULL)
-    *ctx_out = NULL;
-  return bound_of(t_a, pttl);
 }
 
 #define STALL_WD 1500
@@ -412,10 +443,12 @@ static void client_pause(const char *mode) {
   stall_begin(&st, name);
   char cmd[64];
   snprintf(cmd, sizeof cmd, "CLIENT PAUSE %d %s", STALL_MS, mode);
-  int64_t exp_lo = pttl_then(st.key, cmd, "OK", NULL);
+  redisContext *ctx = time_pttl_then(st.key, cmd);
+  int64_t exp = stall_expiry(ctx);
+  then_ok(ctx, cmd, "OK");
   static sample s[SAMPLES];
   int n = sample_for(st.lock, STALL_MS - 300, s, SAMPLES);
-  check_stall(name, s, n, exp_lo);
+  check_stall(name, s, n, exp);
   rt_sleep_ms(400); /* the pause is over */
   stall_end(&st);
 }
@@ -428,24 +461,14 @@ Test(lease, debug_sleep_longer_than_watchdog) {
   const char *name = "lease-debug-sleep";
   static stall st;
   stall_begin(&st, name);
-  redisContext *ctx = NULL;
-  /* The server writes the PTTL reply only after the sleep: sample first,
-   * compare once it came. */
-  int64_t t_a = pttl_then(st.key, "DEBUG SLEEP 3", NULL, &ctx);
+  /* The server writes the replies only after the sleep: sample first,
+   * compare once they came. */
+  redisContext *ctx = time_pttl_then(st.key, "DEBUG SLEEP 3");
   static sample s[SAMPLES];
   int n = sample_for(st.lock, STALL_MS - 300, s, SAMPLES);
-  redisReply *r = NULL;
-  cr_assert_eq(redisGetReply(ctx, (void **)&r), REDIS_OK, "%s", ctx->errstr);
-  cr_assert_eq(r->type, REDIS_REPLY_INTEGER);
-  long long pttl = r->integer;
-  freeReplyObject(r);
-  cr_assert_eq(redisGetReply(ctx, (void **)&r), REDIS_OK, "%s", ctx->errstr);
-  cr_assert_eq(r->type, REDIS_REPLY_STATUS, "DEBUG SLEEP: %s",
-               r->str ? r->str : "?");
-  freeReplyObject(r);
-  redisFree(ctx);
-  cr_assert_gt(pttl, 0);
-  check_stall(name, s, n, bound_of(t_a, pttl));
+  int64_t exp = stall_expiry(ctx);
+  then_ok(ctx, "DEBUG SLEEP", "OK");
+  check_stall(name, s, n, exp);
   stall_end(&st);
 }
 
@@ -456,14 +479,16 @@ Test(lease, server_sigstopped_longer_than_watchdog) {
   /* PTTL, then a pause that keeps every renewal out until the SIGSTOP
    * below has landed: no command runs between the measure and the stop. */
   int64_t t_a = rlock_now_ms();
-  int64_t exp_lo = pttl_then(st.key, "CLIENT PAUSE 1000 ALL", "OK", NULL);
+  redisContext *ctx = time_pttl_then(st.key, "CLIENT PAUSE 1000 ALL");
+  int64_t exp = stall_expiry(ctx);
+  then_ok(ctx, "CLIENT PAUSE", "OK");
   fk_server_freeze();
   cr_assert_lt(rlock_now_ms() - t_a, 900, "too slow to stop the server "
                "within its pause (%" PRId64 " ms)", rlock_now_ms() - t_a);
   static sample s[SAMPLES];
   int n = sample_for(st.lock, STALL_MS, s, SAMPLES);
   fk_server_thaw();
-  check_stall(name, s, n, exp_lo);
+  check_stall(name, s, n, exp);
   stall_end(&st);
 }
 
@@ -560,7 +585,7 @@ Test(lease, holder_process_sigstopped_longer_than_watchdog) {
   static report rep[4 * SAMPLES];
   int nrep = 0;
   /* PTTL samples: (t_a, bound) */
-  static int64_t ps_t[4 * SAMPLES], ps_lo[4 * SAMPLES];
+  static int64_t ps_t[4 * SAMPLES], ps_hi[4 * SAMPLES];
   int nps = 0;
   int64_t t0 = rlock_now_ms();
   int64_t t_stop = 0, t_cont = 0;
@@ -581,7 +606,7 @@ Test(lease, holder_process_sigstopped_longer_than_watchdog) {
     if (nps < 4 * SAMPLES) {
       ps_t[nps] = t_a;
       /* the latest this reading allows (see expiry_hi) */
-      ps_lo[nps] = bound_of(rlock_now_ms() + 2, pttl);
+      ps_hi[nps] = bound_of(rlock_now_ms() + 2, pttl);
       nps++;
     }
     if (t_stop != 0 && t_cont == 0 && pttl == -2)
@@ -616,24 +641,24 @@ Test(lease, holder_process_sigstopped_longer_than_watchdog) {
       continue;
     if (j == nps)
       continue; /* no PTTL sample after it */
-    if (ps_lo[j] == INT64_MIN)
-      continue; /* gone by then: see last_lo below */
-    cr_assert_leq(rep[i].until, ps_lo[j], "report %d (at %" PRId64 ", rc "
+    if (ps_hi[j] == INT64_MIN)
+      continue; /* gone by then: see last_hi below */
+    cr_assert_leq(rep[i].until, ps_hi[j], "report %d (at %" PRId64 ", rc "
                   "%d): guarantee %" PRId64 " later than the expiry %"
-                  PRId64, i, rep[i].at, rep[i].rc, rep[i].until, ps_lo[j]);
+                  PRId64, i, rep[i].at, rep[i].rc, rep[i].until, ps_hi[j]);
     checked++;
   }
   /* The last expiry measured before the key went: the guarantee of every
    * report after SIGCONT is below it. */
-  int64_t last_lo = INT64_MIN;
+  int64_t last_hi = INT64_MIN;
   for (int j = 0; j < nps; j++)
-    if (ps_lo[j] != INT64_MIN && ps_lo[j] != INT64_MAX)
-      last_lo = ps_lo[j] > last_lo ? ps_lo[j] : last_lo;
+    if (ps_hi[j] != INT64_MIN && ps_hi[j] != INT64_MAX)
+      last_hi = ps_hi[j] > last_hi ? ps_hi[j] : last_hi;
   for (int i = 0; i < nrep; i++)
     if (rep[i].at >= t_cont && rep[i].rc == 0)
-      cr_assert_leq(rep[i].until, last_lo, "report after SIGCONT: %" PRId64
+      cr_assert_leq(rep[i].until, last_hi, "report after SIGCONT: %" PRId64
                     " > last measured expiry %" PRId64, rep[i].until,
-                    last_lo);
+                    last_hi);
   cr_log_info("%d reports (%d checked against a later PTTL, %d after "
               "SIGCONT), %d PTTL samples; stopped %" PRId64 " ms", nrep,
               checked, after_cont, nps, t_cont - t_stop);

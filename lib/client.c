@@ -78,8 +78,8 @@ static void engine_event(rlock__engine *e, const rlock__event *ev) {
   rlock__observe_event(&CLIENT_OF(e, engine)->obs, ev);
 }
 
-static void net_reconnected(rlock__net *n, const rlock__conn *conn) {
-  rlock__observe_reconnected(&CLIENT_OF(n, net)->obs, conn);
+static void net_reconnected(rlock__net *n, const rlock__reconnect *r) {
+  rlock__observe_reconnected(&CLIENT_OF(n, net)->obs, r);
 }
 
 static void net_cmd_ready(rlock__net *n) {

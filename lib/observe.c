@@ -107,19 +107,20 @@ void rlock__observe_event(rlock__observer *o, const rlock__event *ev) {
   o->cb(&pub, o->cb_data);
 }
 
-void rlock__observe_reconnected(rlock__observer *o, const rlock__conn *conn) {
+void rlock__observe_reconnected(rlock__observer *o,
+                                const rlock__reconnect *r) {
   rlock__count(&o->reconnects, 1);
   if (o->cb == NULL)
     return;
   rlock_event ev = {.struct_size = sizeof(ev),
                     .type = RLOCK_EVENT_RECONNECTED,
-                    .cause = conn->is_sub ? 1 : 0,
-                    .error = conn->down_err,
-                    .detail = conn->down_detail,
+                    .cause = r->is_sub ? 1 : 0,
+                    .error = r->err,
+                    .detail = r->detail,
                     .client_id = o->client_id,
                     .client_name = o->client_name,
-                    .host = conn->node->host,
-                    .port = conn->node->port};
+                    .host = r->host,
+                    .port = r->port};
   o->cb(&ev, o->cb_data);
 }
 

@@ -385,8 +385,14 @@ static void conn_ready(rlock__conn *conn) {
   conn->ever_up = true;
   conn->backoff_attempt = 0;
   progress(conn, 0, NULL);
-  if (conn->was_up && n->on_reconnected != NULL)
-    n->on_reconnected(n, conn);
+  if (conn->was_up && n->on_reconnected != NULL) {
+    rlock__reconnect r = {.is_sub = conn->is_sub,
+                          .err = conn->down_err,
+                          .detail = conn->down_detail,
+                          .host = conn->node->host,
+                          .port = conn->node->port};
+    n->on_reconnected(n, &r);
+  }
   conn->was_up = true;
   if (!conn->is_sub)
     n->on_cmd_ready(n);

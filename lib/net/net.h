@@ -17,13 +17,26 @@
 
 #include "core.h"
 #include "map.h"
-#include "node.h"
 #include "topo.h"
 
 typedef struct rlock__net rlock__net;
 typedef struct rlock__cmd rlock__cmd;
 typedef struct rlock__node rlock__node;
 typedef struct rlock__tls_ctx rlock__tls_ctx; /* tls.h */
+
+/* What on_reconnected tells the owner about a connection that is up again. */
+typedef struct rlock__reconnect {
+  bool is_sub;        /* the subscriber connection (else commands) */
+  int err;            /* why it was lost: an RLOCK_E* code */
+  const char *detail; /* and in words ("" if none) */
+  const char *host;   /* the node it is connected to */
+  int port;
+} rlock__reconnect;
+
+/* A node's address, as configured or as learnt from Sentinel or the slot
+ * map (valid until the node moves or goes; loop thread). */
+const char *rlock__node_host(const rlock__node *node);
+int rlock__node_port(const rlock__node *node);
 
 /* ---- scripts ---- */
 
@@ -194,9 +207,9 @@ struct rlock__net {
   void (*on_cmd_ready)(rlock__net *n);
   /* During close: the command connection has finished closing. */
   void (*on_cmd_closed)(rlock__net *n);
-  /* A connection that was up before is up again (its handshake answered):
-   * is_sub, and err/detail of its loss. NULL: none. */
-  void (*on_reconnected)(rlock__net *n, const rlock__conn *conn);
+  /* A connection that was up before is up again (its handshake answered).
+   * The facts are valid for the call only. NULL: none. */
+  void (*on_reconnected)(rlock__net *n, const rlock__reconnect *r);
   /* Counts for the client's stats (loop thread writes, any thread reads). */
   struct {
     rlock__counter commands_sent; /* writes of a command, re-sends too */

@@ -6,6 +6,7 @@
 
 #include "link.h"
 #include "net.h"
+#include "node.h"
 
 /* A handshake error of the net layer's own, never seen by users: the
  * server is not the master (Sentinel; the sentinels are asked again). */

@@ -189,3 +189,7 @@ void rlock__net_free(rlock__net *n) {
   rlock__tls_ctx_free(n->tls);
   n->tls = NULL;
 }
+
+const char *rlock__node_host(const rlock__node *node) { return node->host; }
+
+int rlock__node_port(const rlock__node *node) { return node->port; }

@@ -165,6 +165,7 @@ typedef void (*rlock_diag_cb)(rlock_client *client, rlock_diag_level level,
  * rlock_client_stats_get() and rlock_client_id() are fine. An event carries
  * what a handler needs: its strings (kind, name, owner, detail, client_id,
  * client_name) are valid only during the call - copy what you keep.
+ * Later versions may add types: a handler ignores those it does not know.
  */
 typedef enum rlock_event_type {
   /* An acquire call (lock, try_lock, semaphore or latch wait, async or
@@ -202,7 +203,12 @@ typedef enum rlock_event_type {
    * the command connection, 1 for the subscriber connection; error and
    * detail say why it was lost (e.g. RLOCK_ECONN, "connection closed by
    * the server"); host and port name the server. */
-  RLOCK_EVENT_RECONNECTED = 7
+  RLOCK_EVENT_RECONNECTED = 7,
+  /* A connection of the client that was up is lost (not at close), and
+   * its reconnect is scheduled: cause, error, detail, host and port as for
+   * RECONNECTED, which follows once it is up again. Commands in flight are
+   * re-sent or repaired, waiters re-subscribe. */
+  RLOCK_EVENT_DISCONNECTED = 8
 } rlock_event_type;
 
 /* rlock_event.cause values. */
@@ -221,15 +227,17 @@ typedef struct rlock_event {
   /* The kind ("lock", "fair", "read", "write", "fenced", "spin",
    * "nonreentrant", "nonreentrant_fair", "semaphore", "permit_semaphore",
    * "latch"), the name and the owner
-   * ("<client-id>:<thread-id>"); NULL for RECONNECTED. */
+   * ("<client-id>:<thread-id>"); NULL for RECONNECTED and DISCONNECTED. */
   const char *kind;
   const char *name;
   const char *owner;
   int64_t wait_ms;    /* ACQUIRED, GAVE_UP */
   int attempts;       /* ACQUIRED, GAVE_UP: tries sent */
-  int cause;          /* GAVE_UP, LOST, RECONNECTED (see above) */
+  int cause;          /* GAVE_UP, LOST, RECONNECTED,
+                         DISCONNECTED (see above) */
   int error;          /* GAVE_UP (cause ERROR), RENEWAL_FAILED,
-                         RECONNECTED: an RLOCK_E* code; else 0 */
+                         RECONNECTED, DISCONNECTED:
+                         an RLOCK_E* code; else 0 */
   int64_t hold_ms;    /* RELEASED, LOST */
   int64_t hold_count; /* RELEASED: holds the owner still has */
   int64_t remaining_ms; /* LEASE_AT_RISK: the guarantee left */
@@ -237,7 +245,8 @@ typedef struct rlock_event {
   const char *detail; /* a sentence, or "" */
   const char *client_id;   /* rlock_client_id() */
   const char *client_name; /* the client_name option, or NULL */
-  const char *host;        /* RECONNECTED: the server; else NULL */
+  const char *host;        /* RECONNECTED, DISCONNECTED: the server;
+                              else NULL */
   int port;
 } rlock_event;
 

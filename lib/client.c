@@ -78,8 +78,12 @@ static void engine_event(rlock__engine *e, const rlock__event *ev) {
   rlock__observe_event(&CLIENT_OF(e, engine)->obs, ev);
 }
 
-static void net_reconnected(rlock__net *n, const rlock__reconnect *r) {
+static void net_reconnected(rlock__net *n, const rlock__conn_change *r) {
   rlock__observe_reconnected(&CLIENT_OF(n, net)->obs, r);
+}
+
+static void net_disconnected(rlock__net *n, const rlock__conn_change *r) {
+  rlock__observe_disconnected(&CLIENT_OF(n, net)->obs, r);
 }
 
 static void net_cmd_ready(rlock__net *n) {
@@ -264,6 +268,7 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
   c->net.on_cmd_ready = net_cmd_ready;
   c->net.on_cmd_closed = net_cmd_closed;
   c->net.on_reconnected = net_reconnected;
+  c->net.on_disconnected = net_disconnected;
   c->engine.on_drained = engine_drained;
   c->engine.on_event = engine_event;
   rlock__observer_init(&c->obs, &c->core.opts, c->id, c->client_name);

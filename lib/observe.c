@@ -107,13 +107,12 @@ void rlock__observe_event(rlock__observer *o, const rlock__event *ev) {
   o->cb(&pub, o->cb_data);
 }
 
-void rlock__observe_reconnected(rlock__observer *o,
-                                const rlock__reconnect *r) {
-  rlock__count(&o->reconnects, 1);
+static void conn_event(rlock__observer *o, rlock_event_type type,
+                       const rlock__conn_change *r) {
   if (o->cb == NULL)
     return;
   rlock_event ev = {.struct_size = sizeof(ev),
-                    .type = RLOCK_EVENT_RECONNECTED,
+                    .type = type,
                     .cause = r->is_sub ? 1 : 0,
                     .error = r->err,
                     .detail = r->detail,
@@ -122,6 +121,17 @@ void rlock__observe_reconnected(rlock__observer *o,
                     .host = r->host,
                     .port = r->port};
   o->cb(&ev, o->cb_data);
+}
+
+void rlock__observe_reconnected(rlock__observer *o,
+                                const rlock__conn_change *r) {
+  rlock__count(&o->reconnects, 1);
+  conn_event(o, RLOCK_EVENT_RECONNECTED, r);
+}
+
+void rlock__observe_disconnected(rlock__observer *o,
+                                 const rlock__conn_change *r) {
+  conn_event(o, RLOCK_EVENT_DISCONNECTED, r);
 }
 
 /* ---- reading (any thread) ---- */

@@ -42,10 +42,13 @@ typedef struct rlock__observer {
 
 void rlock__observer_init(rlock__observer *o, const rlock_options *opts,
                           const char *client_id, const char *client_name);
-/* The engine's on_event, and net's on_reconnected, land here. */
+/* The engine's on_event, and net's on_reconnected and on_disconnected,
+ * land here. */
 void rlock__observe_event(rlock__observer *o, const rlock__event *ev);
 void rlock__observe_reconnected(rlock__observer *o,
-                                const rlock__reconnect *r);
+                                const rlock__conn_change *r);
+void rlock__observe_disconnected(rlock__observer *o,
+                                 const rlock__conn_change *r);
 /* rlock_client_stats_get(): the observer's and net's counts. */
 int rlock__observer_stats(const rlock__observer *o, const rlock__net *n,
                           rlock_stats *out);

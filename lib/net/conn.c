@@ -314,6 +314,14 @@ static void conn_lost(rlock__conn *conn, int err, const char *detail) {
   rlock__conn_schedule_reconnect(conn);
   if (rlock__diag_on(n->core))
     diag_lost(conn, was_up, err, detail);
+  if (was_up && n->on_disconnected != NULL) {
+    rlock__conn_change r = {.is_sub = conn->is_sub,
+                            .err = conn->down_err,
+                            .detail = conn->down_detail,
+                            .host = conn->node->host,
+                            .port = conn->node->port};
+    n->on_disconnected(n, &r);
+  }
 }
 
 /* rlock lets go of the connection (protocol violation, failed handshake).
@@ -386,7 +394,7 @@ static void conn_ready(rlock__conn *conn) {
   conn->backoff_attempt = 0;
   progress(conn, 0, NULL);
   if (conn->was_up && n->on_reconnected != NULL) {
-    rlock__reconnect r = {.is_sub = conn->is_sub,
+    rlock__conn_change r = {.is_sub = conn->is_sub,
                           .err = conn->down_err,
                           .detail = conn->down_detail,
                           .host = conn->node->host,

@@ -24,14 +24,15 @@ typedef struct rlock__cmd rlock__cmd;
 typedef struct rlock__node rlock__node;
 typedef struct rlock__tls_ctx rlock__tls_ctx; /* tls.h */
 
-/* What on_reconnected tells the owner about a connection that is up again. */
-typedef struct rlock__reconnect {
+/* What on_disconnected and on_reconnected tell the owner about a
+ * connection that went down, or is up again. */
+typedef struct rlock__conn_change {
   bool is_sub;        /* the subscriber connection (else commands) */
   int err;            /* why it was lost: an RLOCK_E* code */
   const char *detail; /* and in words ("" if none) */
   const char *host;   /* the node it is connected to */
   int port;
-} rlock__reconnect;
+} rlock__conn_change;
 
 /* A node's address, as configured or as learnt from Sentinel or the slot
  * map (valid until the node moves or goes; loop thread). */
@@ -209,7 +210,10 @@ struct rlock__net {
   void (*on_cmd_closed)(rlock__net *n);
   /* A connection that was up before is up again (its handshake answered).
    * The facts are valid for the call only. NULL: none. */
-  void (*on_reconnected)(rlock__net *n, const rlock__reconnect *r);
+  void (*on_reconnected)(rlock__net *n, const rlock__conn_change *r);
+  /* A connection that was up is lost (not at close); its reconnect is
+   * scheduled. The facts are valid for the call only. NULL: none. */
+  void (*on_disconnected)(rlock__net *n, const rlock__conn_change *r);
   /* Counts for the client's stats (loop thread writes, any thread reads). */
   struct {
     rlock__counter commands_sent; /* writes of a command, re-sends too */

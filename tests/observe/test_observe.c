@@ -501,6 +501,77 @@ Test(observe, a_killed_connection_is_one_reconnect) {
   rlock_client_close(c);
 }
 
+/* Where the i-th event of `type` is among all recorded (-1: none). */
+static int rec_pos(recorder *r, rlock_event_type type, int i) {
+  pthread_mutex_lock(&r->mu);
+  int pos = -1;
+  for (int k = 0; k < r->n && pos < 0; k++)
+    if (r->ev[k].type == type && i-- == 0)
+      pos = k;
+  pthread_mutex_unlock(&r->mu);
+  return pos;
+}
+
+Test(observe, a_killed_connection_is_one_disconnect_before_its_reconnect) {
+  recorder r;
+  char key[96];
+  rlock *l;
+  rlock_client *c = setup(&r, "obs-disc", 0, "obs:disc", key, &l);
+  cr_assert_eq(rlock_lock(l, -1), 0);
+  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rec_count(&r, RLOCK_EVENT_DISCONNECTED), 0, "none at open");
+  /* the command connection */
+  cr_assert_eq(fk_kill_cmd_conn("obs-disc"), 1);
+  reconn_wait w = {c, 1};
+  rt_wait_until_what(reconnects_reached, &w, 5000, "reconnect");
+  rt_sleep_ms(200);
+  cr_assert_eq(rec_count(&r, RLOCK_EVENT_DISCONNECTED), 1);
+  cr_assert_eq(rec_count(&r, RLOCK_EVENT_RECONNECTED), 1);
+  cr_assert_lt(rec_pos(&r, RLOCK_EVENT_DISCONNECTED, 0),
+               rec_pos(&r, RLOCK_EVENT_RECONNECTED, 0), "lost before back");
+  rec_event d, u;
+  cr_assert(rec_get(&r, RLOCK_EVENT_DISCONNECTED, 0, &d));
+  cr_assert(rec_get(&r, RLOCK_EVENT_RECONNECTED, 0, &u));
+  cr_assert_eq(d.cause, 0, "the command connection");
+  cr_assert_eq(d.error, RLOCK_ECONN, "%s", rlock_err_name(d.error));
+  cr_assert_neq(d.detail[0], '\0');
+  cr_assert_str_eq(d.detail, u.detail, "the same cause, told twice");
+  cr_assert(d.has_host);
+  cr_assert_eq(d.port, rt_port());
+  cr_assert_str_eq(d.kind, "", "no kind for a connection event");
+  cr_assert_neq(d.client_id[0], '\0');
+  /* the subscriber connection, while a waiter of c is subscribed (the
+   * test finds it by its subscription) */
+  recorder rh;
+  rlock *lh;
+  rlock_client *h = setup_on(&rh, "obs-disc-h", key, &lh);
+  waiter_arg wa = {l, 1};
+  rt_thread t;
+  hold_and_wait(lh, &wa, &t);
+  cr_assert_eq(fk_kill_sub_conn("obs-disc"), 1);
+  w.want = 2;
+  rt_wait_until_what(reconnects_reached, &w, 5000, "second reconnect");
+  rt_sleep_ms(200);
+  cr_assert_eq(rlock_unlock(lh), 1);
+  rt_thread_join(&t, 10000);
+  cr_assert_eq(wa.rc, 0, "the waiter got the lock after the resubscribe");
+  cr_assert_eq(rec_count(&r, RLOCK_EVENT_DISCONNECTED), 2);
+  cr_assert(rec_get(&r, RLOCK_EVENT_DISCONNECTED, 1, &d));
+  cr_assert_eq(d.cause, 1, "the subscriber connection");
+  cr_assert_eq(d.port, rt_port());
+  cr_assert_lt(rec_pos(&r, RLOCK_EVENT_DISCONNECTED, 1),
+               rec_pos(&r, RLOCK_EVENT_RECONNECTED, 1));
+  cr_assert_eq(rec_count(&rh, RLOCK_EVENT_DISCONNECTED), 0, "h lost none");
+  /* closing is not a disconnect */
+  rlock_free(l);
+  rlock_free(lh);
+  rlock_client_close(c);
+  rlock_client_close(h);
+  cr_assert_eq(rec_count(&rh, RLOCK_EVENT_DISCONNECTED), 0, "close told");
+  cr_assert_eq(rec_count(&r, RLOCK_EVENT_DISCONNECTED), 2, "close told");
+  cr_assert_eq(r.dropped, 0);
+}
+
 Test(observe, a_killed_subscriber_resubscribes_a_waiter) {
   recorder ra, rb;
   char key[96];

@@ -273,6 +273,16 @@ static void fail_expected(rlock__conn *conn) {
   assert(conn->exp_len == 0);
 }
 
+/* What the owner's on_disconnected / on_reconnected hear of a connection:
+ * the cause of its last loss and the server it is (or was) connected to. */
+static rlock__conn_change change_of(const rlock__conn *conn) {
+  return (rlock__conn_change){.is_sub = conn->is_sub,
+                              .err = conn->down_err,
+                              .detail = conn->down_detail,
+                              .host = conn->node->host,
+                              .port = conn->node->port};
+}
+
 /* The connection is gone: conn->link is NULL (the link closes itself, or
  * was closed). */
 static void conn_lost(rlock__conn *conn, int err, const char *detail) {
@@ -315,11 +325,7 @@ static void conn_lost(rlock__conn *conn, int err, const char *detail) {
   if (rlock__diag_on(n->core))
     diag_lost(conn, was_up, err, detail);
   if (was_up && n->on_disconnected != NULL) {
-    rlock__conn_change r = {.is_sub = conn->is_sub,
-                            .err = conn->down_err,
-                            .detail = conn->down_detail,
-                            .host = conn->node->host,
-                            .port = conn->node->port};
+    rlock__conn_change r = change_of(conn);
     n->on_disconnected(n, &r);
   }
 }
@@ -394,11 +400,7 @@ static void conn_ready(rlock__conn *conn) {
   conn->backoff_attempt = 0;
   progress(conn, 0, NULL);
   if (conn->was_up && n->on_reconnected != NULL) {
-    rlock__conn_change r = {.is_sub = conn->is_sub,
-                          .err = conn->down_err,
-                          .detail = conn->down_detail,
-                          .host = conn->node->host,
-                          .port = conn->node->port};
+    rlock__conn_change r = change_of(conn);
     n->on_reconnected(n, &r);
   }
   conn->was_up = true;

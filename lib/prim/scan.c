@@ -30,14 +30,15 @@ static void scan_reply(rlock__net *n, redisReply *reply, int err,
   op->cmd = NULL;
   scan_op *so = RLOCK__CONTAINER_OF(op, scan_op, op);
   rlock__node *node = so->pos->nodes[so->pos->at];
+  const char *host = rlock__node_host(node);
+  int port = rlock__node_port(node);
   if (err != 0) {
-    rlock__op_detail(op, "SCAN on %s:%d got no reply", rlock__node_host(node),
-                     rlock__node_port(node));
+    rlock__op_detail(op, "SCAN on %s:%d got no reply", host, port);
     rlock__op_finish(op, err);
     return;
   }
   if (reply->type == REDIS_REPLY_ERROR) {
-    rlock__op_detail(op, "SCAN on %s:%d: %.*s", rlock__node_host(node), rlock__node_port(node),
+    rlock__op_detail(op, "SCAN on %s:%d: %.*s", host, port,
                      (int)(reply->len > 200 ? 200 : reply->len), reply->str);
     rlock__op_finish(op, rlock__reply_error(reply));
     return;
@@ -51,7 +52,7 @@ static void scan_reply(rlock__net *n, redisReply *reply, int err,
     ok = is_str(reply->element[1]->element[i]);
   if (!ok) {
     rlock__op_detail(op, "SCAN on %s:%d replied an unexpected value",
-                     rlock__node_host(node), rlock__node_port(node));
+                     host, port);
     rlock__op_finish(op, RLOCK_EPROTO);
     return;
   }

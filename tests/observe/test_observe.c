@@ -91,18 +91,28 @@ static int rec_count(recorder *r, rlock_event_type type) {
   return n;
 }
 
+/* Where the i-th event of `type` is among all recorded (-1: none). */
+static int rec_pos(recorder *r, rlock_event_type type, int i) {
+  pthread_mutex_lock(&r->mu);
+  int pos = -1;
+  for (int k = 0; k < r->n && pos < 0; k++)
+    if (r->ev[k].type == type && i-- == 0)
+      pos = k;
+  pthread_mutex_unlock(&r->mu);
+  return pos;
+}
+
 /* A copy of the i-th event of `type` (false if there is none). */
 static bool rec_get(recorder *r, rlock_event_type type, int i,
                     rec_event *out) {
-  pthread_mutex_lock(&r->mu);
-  bool found = false;
-  for (int k = 0; k < r->n && !found; k++)
-    if (r->ev[k].type == type && i-- == 0) {
-      *out = r->ev[k];
-      found = true;
-    }
+  int pos = rec_pos(r, type, i);
+  if (pos < 0)
+    return false;
+  pthread_mutex_lock(&r->mu); /* the entry stays as recorded; the lock
+                               * orders this read after its write */
+  *out = r->ev[pos];
   pthread_mutex_unlock(&r->mu);
-  return found;
+  return true;
 }
 
 typedef struct count_wait {
@@ -499,17 +509,6 @@ Test(observe, a_killed_connection_is_one_reconnect) {
   cr_assert_eq(e.port, rt_port());
   rlock_free(l);
   rlock_client_close(c);
-}
-
-/* Where the i-th event of `type` is among all recorded (-1: none). */
-static int rec_pos(recorder *r, rlock_event_type type, int i) {
-  pthread_mutex_lock(&r->mu);
-  int pos = -1;
-  for (int k = 0; k < r->n && pos < 0; k++)
-    if (r->ev[k].type == type && i-- == 0)
-      pos = k;
-  pthread_mutex_unlock(&r->mu);
-  return pos;
 }
 
 Test(observe, a_killed_connection_is_one_disconnect_before_its_reconnect) {

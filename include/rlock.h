@@ -84,7 +84,9 @@ extern "C" {
   X(EKIND, -23, "the key holds another kind of lock (e.g. a read/write lock)") \
   X(ENOREPLICA, -24, "no replica confirmed the write (replica sync)")          \
   X(ECLUSTER, -25, "Redis Cluster cannot serve the key now (CLUSTERDOWN, TRYAGAIN, redirects, slots)") \
-  X(EREENTRY, -26, "non-reentrant lock already held by this owner")
+  X(EREENTRY, -26, "non-reentrant lock already held by this owner")         \
+  X(ESTALE, -27, "fencing token is older than one the resource has seen (stale holder)") \
+  X(EFOREIGN, -28, "fencing token is from another lock than the one the guard fences")
 
 typedef enum rlock_errno {
 #define RLOCK__ERR_ENUM(name, value, msg) RLOCK_##name = (value),
@@ -208,7 +210,12 @@ typedef enum rlock_event_type {
    * its reconnect is scheduled: cause, error, detail, host and port as for
    * RECONNECTED, which follows once it is up again. Commands in flight are
    * re-sent or repaired, waiters re-subscribe. */
-  RLOCK_EVENT_DISCONNECTED = 8
+  RLOCK_EVENT_DISCONNECTED = 8,
+  /* A guarded write (rlock_guard_write) was refused because its fencing
+   * token is older than one the guard has seen (RLOCK_ESTALE): kind
+   * "guard", name the guard, error RLOCK_ESTALE, detail names the lock,
+   * the token refused and the highest seen. Added in 0.2.0 (unreleased). */
+  RLOCK_EVENT_STALE = 9
 } rlock_event_type;
 
 /* rlock_event.cause values. */
@@ -438,6 +445,14 @@ typedef struct rlock_options {
    * holds taken without a lease: about one renewal missed). -1: never.
    * Range -1..2^31-1. */
   int64_t lease_risk_ms;
+  /* Fenced locks (docs/fencing.md): the TTL in ms an acquisition sets on
+   * the lock's token key (redisson_lock_token:{name}), so the key of an
+   * idle lock goes away. Tokens stay increasing without it (they are
+   * floored with the server's clock). 0 (default): no TTL, as Redisson.
+   * Keep it 0 while Java clients use the name: Java's plain INCR on a lost
+   * key starts again at 1, below every token handed out before. Range
+   * 0..2^31-1. Added in 0.2.0 (unreleased). */
+  int64_t fenced_token_ttl_ms;
 } rlock_options;
 
 /* rlock_options.replica_sync_mode values. */
@@ -1561,6 +1576,131 @@ RLOCK_EXTERN int rlock_cancel(rlock_req *req);
 /* Releases the caller's handle to an operation (it does not cancel it).
  * NULL is accepted. */
 RLOCK_EXTERN void rlock_req_free(rlock_req *req);
+
+/* ------------------------------------------------------------------------
+ * Fencing (docs/fencing.md): the check call on a fenced lock, and the
+ * guard, the resource-side half of fencing for data kept in Redis. A
+ * fenced lock's tokens (rlock_lock_fenced) grow with every acquisition and
+ * never go backwards, even after the server lost the token key (they are
+ * floored with the server's clock); a resource that refuses writes with a
+ * token older than one it has seen stops a paused holder whose lease ran
+ * out from overwriting the next holder's work.
+ * ---------------------------------------------------------------------- */
+
+/* What rlock_fenced_check() answers. */
+typedef enum rlock_fence_state {
+  RLOCK_FENCE_FREE = 0,    /* the lock is not held */
+  RLOCK_FENCE_CURRENT = 1, /* held, and the token is the latest handed out
+                              (or higher: a forged token or one from a
+                              clock jump passes, as with Chubby) */
+  RLOCK_FENCE_STALE = 2,   /* held, with a later token than this one: the
+                              token's holder lost the lock (or re-entered:
+                              each acquisition has its own token) */
+  RLOCK_FENCE_UNKNOWN = 3  /* held, but the token key is gone (its TTL,
+                              fenced_token_ttl_ms, was shorter than the
+                              hold): no token can be judged */
+} rlock_fence_state;
+
+/*
+ * Fenced lock: is `token` the current holder's? In the manner of Chubby's
+ * CheckSequencer, for a service that is handed a token and can call back:
+ * one read (a script over the lock hash and the token key, re-sent after a
+ * timeout). Returns an rlock_fence_state (>= 0), or RLOCK_EINVAL (NULL
+ * lock, not a fenced lock, token < 1), the transport errors, RLOCK_EPROTO
+ * (the token key does not hold a number). The async form's callback gets
+ * status 0 and the state as value, or the error.
+ */
+RLOCK_EXTERN int rlock_fenced_check(rlock *lock, int64_t token);
+RLOCK_EXTERN int rlock_fenced_check_async(rlock *lock, int64_t token,
+                                          rlock_cb cb, void *data,
+                                          rlock_req **req);
+
+/* A guard: a hash under its own name (fields "lock" and "token": the lock
+ * it fences and the highest token that passed), kept beside the data it
+ * fences, on the lock's server or any other the client talks to. */
+typedef struct rlock_guard rlock_guard;
+
+/*
+ * A handle on the guard `name` (no command is sent). In a cluster the
+ * guarded keys must share the guard's slot: name the guard "{res}" or
+ * "x:{res}" and its keys "{res}:..." - a name without braces hashes as
+ * "{name}". 0, RLOCK_EINVAL (NULL or empty name), RLOCK_ENAMETOOLONG,
+ * RLOCK_ECLOSED, RLOCK_ENOMEM. Free with rlock_guard_free().
+ */
+RLOCK_EXTERN int rlock_guard_get(rlock_client *client, const char *name,
+                                 rlock_guard **out);
+RLOCK_EXTERN void rlock_guard_free(rlock_guard *guard);
+
+/* The write a guarded write makes. */
+typedef enum rlock_guard_op {
+  RLOCK_GUARD_SET = 1,    /* SET key value; result 0 */
+  RLOCK_GUARD_HSET = 2,   /* HSET key field value; result the fields added */
+  RLOCK_GUARD_INCRBY = 3, /* INCRBY key delta; result the new value */
+  RLOCK_GUARD_DEL = 4,    /* DEL key; result the keys removed */
+  /* The caller's own Lua script, run inside the guard's: it sees its keys
+   * as KEYS and its args as ARGV, as with EVAL; result its integer reply
+   * (nil, a status or a non-number: 0). An error reply it returns (or
+   * raises) is the call's error, and the guard does not record the token
+   * (what the script wrote before the error stays, as with EVAL). */
+  RLOCK_GUARD_EVAL = 5
+} rlock_guard_op;
+
+typedef struct rlock_guarded_write {
+  size_t struct_size; /* rlock_guarded_write_init() */
+  const char *lock_name; /* the fenced lock the token is from */
+  int64_t token;         /* >= 1 */
+  rlock_guard_op op;
+  const char *key;       /* SET, HSET, INCRBY, DEL */
+  const char *field;     /* HSET */
+  const char *value;     /* SET, HSET */
+  int64_t delta;         /* INCRBY */
+  const char *script;    /* EVAL: the Lua body */
+  const char *const *keys; /* EVAL: nkeys keys */
+  size_t nkeys;
+  const char *const *args; /* EVAL: nargs arguments */
+  size_t nargs;
+} rlock_guarded_write;
+
+static inline void rlock_guarded_write_init(rlock_guarded_write *w) {
+  rlock_guarded_write zero = {0};
+  *w = zero;
+  w->struct_size = sizeof(*w);
+}
+
+/*
+ * A guarded write: the write runs only if w->token is at least the highest
+ * token the guard has seen for w->lock_name, and the guard then records
+ * it - atomically, one script on the server; else nothing is written.
+ * Strings are copied; the call may return before the write runs (async).
+ * Never re-sent: a lost reply is RLOCK_ETIMEDOUT / RLOCK_ECONN (the write
+ * may have run; the same write with the same token again is accepted).
+ * Returns 0 with *result (may be NULL) as rlock_guard_op says, or:
+ *   RLOCK_ESTALE   the token is below the highest the guard has seen (a
+ *                  holder whose lock expired while it was paused); counted
+ *                  in stats as failures[-RLOCK_ESTALE] and said as
+ *                  RLOCK_EVENT_STALE;
+ *   RLOCK_EFOREIGN the guard fences another lock than w->lock_name;
+ *   RLOCK_EWRONGTYPE the guard key is not a guard, or the data key holds
+ *                  the wrong type for the write (nothing written);
+ *   RLOCK_ECLUSTER a key is not in the guard's cluster slot (nothing sent);
+ *   RLOCK_EINVAL   NULL guard or w, struct_size not set, empty lock_name,
+ *                  token < 1, an unknown op, a NULL key/field/value the op
+ *                  needs, an EVAL without a script, over 1000 keys or args;
+ *   RLOCK_ENOPERM  the ACL denies a command of the write (nothing written);
+ *   the transport errors, RLOCK_ESERVER (e.g. the caller's script failed).
+ * A token higher than any handed out (forged, or from a clock jump) is
+ * accepted and raises the guard's floor, as a Chubby sequencer would.
+ */
+RLOCK_EXTERN int rlock_guard_write(rlock_guard *guard,
+                                   const rlock_guarded_write *w,
+                                   int64_t *result);
+/* The same, asynchronously: the callback gets status (0 or the error) and
+ * the result as value. 0 or the argument errors above, RLOCK_ECLOSED,
+ * RLOCK_ENOMEM. */
+RLOCK_EXTERN int rlock_guard_write_async(rlock_guard *guard,
+                                         const rlock_guarded_write *w,
+                                         rlock_cb cb, void *data,
+                                         rlock_req **req);
 
 #ifdef __cplusplus
 }

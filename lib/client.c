@@ -435,6 +435,10 @@ int rlock_get_fenced(rlock_client *c, const char *name, rlock **out) {
   return get_handle(c, name, out, &rlock__prim_fenced);
 }
 
+int rlock_guard_get(rlock_client *c, const char *name, rlock_guard **out) {
+  return get_handle(c, name, (rlock **)out, &rlock__prim_guard);
+}
+
 int rlock_fast_multilock_get(rlock_client *c, const char *group,
                              const char *const *values, const size_t *lens,
                              size_t n, rlock_fast_multilock **out) {

@@ -22,6 +22,8 @@ extern const rlock__prim rlock__prim_read;
 extern const rlock__prim rlock__prim_write;
 /* getFencedLock: RLock's channel. */
 extern const rlock__prim rlock__prim_fenced;
+/* The fencing guard (guard.c): no Redisson counterpart, no channel. */
+extern const rlock__prim rlock__prim_guard;
 /* getSpinLock: no channel. */
 extern const rlock__prim rlock__prim_spin;
 /* getNonReentrantLock / getNonReentrantFairLock (nonreentrant.c): RLock's

@@ -102,6 +102,10 @@ int rlock__err_from_server(const char *text, size_t len) {
        * bare marker (Java's) gets "ERR " in front from Redis 7. */
       {"NON_REENTRANT_REACQUIRE", RLOCK_EREENTRY},
       {"ERR NON_REENTRANT_REACQUIRE", RLOCK_EREENTRY},
+      /* the guard's scripts (lib/prim/guard.c): an older token than the
+       * guard has seen; a token of another lock than the guard's */
+      {"STALE", RLOCK_ESTALE},
+      {"FOREIGN", RLOCK_EFOREIGN},
       /* Redis Cluster: the slot is not served, is moving, or the keys of
        * one command are in different slots */
       {"CLUSTERDOWN", RLOCK_ECLUSTER},

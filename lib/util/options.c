@@ -53,6 +53,9 @@ static const rlock__option_spec specs[] = {
      "0 (auto), 1 (WAIT) or 2 (WAITAOF)"},
     /* 0: a third of the hold's lease; -1: off */
     {"lease_risk_ms", I64_OPT(lease_risk_ms), 0, -1, RLOCK__MS_MAX, NULL},
+    /* 0: the token key keeps no TTL (Redisson's way) */
+    {"fenced_token_ttl_ms", I64_OPT(fenced_token_ttl_ms), 0, 0,
+     RLOCK__MS_MAX, NULL},
 };
 
 const rlock__option_spec *rlock__options_specs(size_t *n) {

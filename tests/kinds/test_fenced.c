@@ -29,6 +29,16 @@ static long long getnum(const char *key) {
   return n;
 }
 
+/* The server's clock in microseconds (TIME): the floor of the next token. */
+static long long server_us(void) {
+  redisReply *r = rt_cmd("TIME");
+  cr_assert(r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+  long long us = atoll(r->element[0]->str) * 1000000LL +
+                 atoll(r->element[1]->str);
+  freeReplyObject(r);
+  return us;
+}
+
 static void token_key(char *buf, size_t n, const char *name) {
   if (strchr(name, '{'))
     snprintf(buf, n, "redisson_lock_token:%s", name);
@@ -45,26 +55,29 @@ Test(fenced, token_grows_with_every_acquisition_reentry_included) {
   int64_t t1 = 0, t2 = 0, t3 = 0, cur = -1;
   cr_assert_eq(rlock_fenced_token(la, &cur), 0);
   cr_assert_eq(cur, 0, "no token before the first acquisition");
+  long long before = server_us();
   cr_assert_eq(rlock_lock_fenced(la, 30000, &t1), 0);
-  cr_assert_eq(t1, 1);
+  cr_assert_geq(t1, before, "the first token is floored with the server's "
+                "clock (us): %lld < %lld", (long long)t1, before);
+  cr_assert_lt(t1, server_us() + 1, "and not above it");
   cr_assert_eq(rlock_lock_fenced(la, 30000, &t2), 0, "re-entry");
-  cr_assert_eq(t2, 2, "re-entry takes a new token");
+  cr_assert_gt(t2, t1, "re-entry takes a new token");
   cr_assert_eq(rt_hlen(key), 1);
   cr_assert_eq(rt_pttl(tk), -1, "the token key has no TTL");
   /* the other client waits; the token key is not touched by a failed try */
   int64_t tb = -7;
   cr_assert_eq(rlock_try_lock_fenced(lb, 0, 30000, &tb), 0);
   cr_assert_eq(tb, -7, "token not written when not acquired");
-  cr_assert_eq(getnum(tk), 2);
+  cr_assert_eq(getnum(tk), t2);
   cr_assert_eq(rlock_unlock(la), 0);
   cr_assert_eq(rlock_unlock(la), 1);
   cr_assert_eq(rlock_try_lock_fenced(lb, 1000, 30000, &t3), 1);
-  cr_assert_eq(t3, 3, "the next holder's token is above every earlier one");
+  cr_assert_gt(t3, t2, "the next holder's token is above every earlier one");
   cr_assert_eq(rlock_fenced_token(la, &cur), 0);
-  cr_assert_eq(cur, 3);
+  cr_assert_eq(cur, t3);
   cr_assert_eq(rlock_unlock(lb), 1);
   cr_assert_eq(rt_exists(key), 0);
-  cr_assert_eq(getnum(tk), 3, "unlock never resets the counter");
+  cr_assert_eq(getnum(tk), t3, "unlock never resets the counter");
   rlock_free(la);
   rlock_free(lb);
   rlock_client_close(a);
@@ -85,14 +98,15 @@ Test(fenced, wire_keys_and_java_layout) {
   free(v);
   long long pttl = rt_pttl(key);
   cr_assert(pttl > 4000 && pttl <= 5000, "lease applied: %lld", pttl);
-  cr_assert_eq(getnum(tk), 1, "token key %s", tk);
+  cr_assert_eq(getnum(tk), t, "token key %s", tk);
   cr_assert_eq(rlock_unlock(l), 1);
   rlock_free(l);
   rlock_client_close(c);
 }
 
-/* A Java client's token already at 41: ours continues from it; a Java
- * holder (hash written by hand) makes our try wait for the PTTL. */
+/* A Java client's token already at 41: ours jumps to the clock floor above
+ * it; a Java holder (hash written by hand) makes our try wait for the
+ * PTTL. */
 Test(fenced, continues_a_java_counter_and_waits_for_a_java_holder) {
   rlock_client *c = rt_client();
   char key[64], tk[128];
@@ -103,12 +117,34 @@ Test(fenced, continues_a_java_counter_and_waits_for_a_java_holder) {
   freeReplyObject(rt_cmd("PEXPIRE %s 700", key));
   rlock *l = fenced(c, key);
   int64_t t = 0;
+  long long floor = server_us();
   int64_t t0 = rt_now_ms();
   cr_assert_eq(rlock_try_lock_fenced(l, 3000, 10000, &t), 1);
   int64_t took = rt_now_ms() - t0;
   cr_assert(took >= 500 && took < 2500, "waited out the Java hold: %lld ms",
             (long long)took);
-  cr_assert_eq(t, 42);
+  cr_assert_gt(t, 41);
+  cr_assert_geq(t, floor, "the clock floor (us)");
+  cr_assert_eq(getnum(tk), t, "the counter holds the token: Java's INCR "
+               "continues above it");
+  cr_assert_eq(rlock_unlock(l), 1);
+  rlock_free(l);
+  rlock_client_close(c);
+}
+
+/* A counter above the clock (Java's INCRs after ours, or a clock that
+ * stepped back): the INCR wins, tokens still grow by one. */
+Test(fenced, a_counter_above_the_clock_is_incremented) {
+  rlock_client *c = rt_client();
+  char key[64], tk[128];
+  rt_key(key, sizeof key, "fk");
+  token_key(tk, sizeof tk, key);
+  long long ahead = server_us() + 3600LL * 1000000LL;
+  rt_ok("OK", "SET %s %lld", tk, ahead);
+  rlock *l = fenced(c, key);
+  int64_t t = 0;
+  cr_assert_eq(rlock_lock_fenced(l, 10000, &t), 0);
+  cr_assert_eq(t, ahead + 1);
   cr_assert_eq(rlock_unlock(l), 1);
   rlock_free(l);
   rlock_client_close(c);
@@ -134,7 +170,10 @@ Test(fenced, async_gives_the_token_as_value) {
   cr_assert_eq(rlock_lock_async(l, 7, -1, 30000, async_cb, out, NULL), 0);
   rt_wait_until(async_done, out, 5000);
   cr_assert_eq(out[0], 1);
-  cr_assert_eq(out[1], 1, "token 1 as the callback's value");
+  cr_assert_gt(out[1], 1, "the token as the callback's value");
+  int64_t cur = 0;
+  cr_assert_eq(rlock_fenced_token(l, &cur), 0);
+  cr_assert_eq(out[1], cur);
   cr_assert_eq(rlock_unlock_owner(l, 7), 1);
   rlock_free(l);
   rlock_client_close(c);
@@ -213,7 +252,7 @@ Test(fenced, exclusion_and_increasing_tokens_across_clients) {
   cr_assert_eq(s.counter, 240);
   char tk[128];
   token_key(tk, sizeof tk, s.key);
-  cr_assert_eq(getnum(tk), 240);
+  cr_assert_eq(getnum(tk), s.last_token);
   rlock_client_close(s.c[0]);
   rlock_client_close(s.c[1]);
 }

@@ -22,7 +22,7 @@ static const struct err_row err_rows[] = {
 Test(errors, table_names_and_messages_match_enum) {
   size_t i;
 
-  cr_assert_eq(N_ERR_ROWS, 26);
+  cr_assert_eq(N_ERR_ROWS, 28);
   for (i = 0; i < N_ERR_ROWS; i++) {
     cr_assert_lt(err_rows[i].code, 0, "%s must be negative", err_rows[i].name);
     cr_assert_str_eq(rlock_err_name(err_rows[i].code), err_rows[i].name);
@@ -57,12 +57,14 @@ Test(errors, stable_values) {
   cr_assert_eq(RLOCK_ENOREPLICA, -24);
   cr_assert_eq(RLOCK_ECLUSTER, -25);
   cr_assert_eq(RLOCK_EREENTRY, -26);
+  cr_assert_eq(RLOCK_ESTALE, -27);
+  cr_assert_eq(RLOCK_EFOREIGN, -28);
   cr_assert_str_eq(rlock_err_name(-9), "RLOCK_ENOTOWNER");
   cr_assert_str_eq(rlock_strerror(-14), "Redis authentication failed");
 }
 
 Test(errors, success_and_unknown_codes) {
-  static const int unknown[] = {1, 2, -27, -100, 1000, INT32_MIN, INT32_MAX};
+  static const int unknown[] = {1, 2, -29, -100, 1000, INT32_MIN, INT32_MAX};
   size_t i;
 
   cr_assert_str_eq(rlock_err_name(0), "RLOCK_OK");
@@ -136,6 +138,12 @@ Test(errors, server_error_mapping) {
        "u:1", RLOCK_EREENTRY},
       {"ERR NON_REENTRANT_REACQUIRE", RLOCK_EREENTRY},
       {"NON_REENTRANT_REACQUIREX", RLOCK_ESERVER},
+      /* the guard's refusals (lib/prim/_guard_check.lua) */
+      {"STALE token 4 of lock L is below 9, the highest guard g has seen "
+       "(nothing was written)", RLOCK_ESTALE},
+      {"FOREIGN guard g fences lock L, not M (nothing was written)",
+       RLOCK_EFOREIGN},
+      {"STALENESS", RLOCK_ESERVER},
       {"NOPERM this user has no permissions to run the 'evalsha' command",
        RLOCK_ENOPERM},
       {"NOPERM No permissions to access a key", RLOCK_ENOPERM},

@@ -238,6 +238,8 @@ int64_t cli_now_ms(void);
 int cli_status_main(int argc, char **argv);
 int cli_unlock_main(int argc, char **argv);
 int cli_ls_main(int argc, char **argv);
+/* `rlock fence ...` (fence.c): a token's check, guarded writes. */
+int cli_fence_main(int argc, char **argv);
 
 /* The subcommands' connection: resolves the URI (-u, $REDIS_URL, the
  * default), checks the --tls-* and --sentinel-* options against it and

@@ -116,6 +116,8 @@ static void print_human(const char *name, const rlock_info *info) {
   if (info->kind != RLOCK_INFO_COUNT &&
       info->kind != RLOCK_INFO_PERMIT_SEMAPHORE)
     printf(", %s", info->locked ? "locked" : "unlocked");
+  if (info->kind == RLOCK_INFO_FENCED && strcmp(info->type, "none") == 0)
+    fputs(" (token key only)", stdout);
   if (info->ttl_ms >= 0)
     printf(", ttl %" PRId64 " ms", info->ttl_ms);
   else if (info->ttl_ms == -1)

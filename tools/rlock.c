@@ -606,7 +606,7 @@ static int run_kinds(cli_run_opts *o, bool no_reenter) {
 
 static bool is_subcommand(const char *arg) {
   return strcmp(arg, "status") == 0 || strcmp(arg, "unlock") == 0 ||
-         strcmp(arg, "ls") == 0;
+         strcmp(arg, "ls") == 0 || strcmp(arg, "fence") == 0;
 }
 
 static int run_main(int argc, char **argv) {
@@ -887,6 +887,7 @@ int main(int argc, char **argv) {
     sub[argc - 1] = NULL;
     int rc = strcmp(sub[0], "status") == 0 ? cli_status_main(argc - 1, sub)
              : strcmp(sub[0], "ls") == 0   ? cli_ls_main(argc - 1, sub)
+             : strcmp(sub[0], "fence") == 0 ? cli_fence_main(argc - 1, sub)
                                            : cli_unlock_main(argc - 1, sub);
     free(sub);
     return rc;

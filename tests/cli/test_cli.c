@@ -439,6 +439,8 @@ Test(cli, man_page_lists_every_option_and_exit_code) {
       "rlock ls", "--limit", "--watch", "rlock: ls: skipped",
       /* issue 29 */
       "-m, --multi", "--no-reenter",
+      /* issue 37 */
+      "rlock fence", "fence check", "fence set", "# FENCING",
   };
   for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
     cr_expect(strstr(man, must[i]) != NULL, "rlock(1) lacks \"%s\"", must[i]);
@@ -2117,7 +2119,9 @@ Test(cli, kinds_options_exclude_each_other_usage_64) {
   cr_assert_eq(rt_exists(key), 0);
 }
 
-Test(cli, kinds_fenced_command_gets_token_1_then_2) {
+/* Tokens are floored with the server's clock (docs/fencing.md): the second
+ * run's is above the first's, and the counter holds the latest. */
+Test(cli, kinds_fenced_command_gets_rising_tokens) {
   char key[64], token_key[128];
   rt_key(key, sizeof key, "cli:fenced");
   tagged_key(token_key, sizeof token_key, "redisson_lock_token:", key);
@@ -2138,22 +2142,27 @@ Test(cli, kinds_fenced_command_gets_token_1_then_2) {
                0);
   char *t1 = first_line_in("t1"), *t2 = first_line_in("t2");
   char *n1 = first_line_in("n1");
-  cr_assert_str_eq(t1, "1", "first run's RLOCK_TOKEN");
-  cr_assert_str_eq(t2, "2", "second run's RLOCK_TOKEN");
+  long long v1 = atoll(t1), v2 = atoll(t2);
+  cr_assert_gt(v1, 0, "first run's RLOCK_TOKEN: %s", t1);
+  cr_assert_gt(v2, v1, "second run's RLOCK_TOKEN: %s after %s", t2, t1);
   cr_assert_str_eq(n1, key);
+  char *counter = rt_str("GET %s", token_key);
+  cr_assert(counter != NULL && strcmp(counter, t2) == 0, "token key: %s",
+            counter ? counter : "(nil)");
+  free(counter);
   free(t1);
   free(t2);
   free(n1);
   cr_assert_eq(rt_exists(key), 0, "lock left behind");
-  char *counter = rt_str("GET %s", token_key);
-  cr_assert(counter != NULL && strcmp(counter, "2") == 0, "token key: %s",
-            counter ? counter : "(nil)");
-  free(counter);
 
   /* -v says the token; the plain lock on the same name sets no RLOCK_TOKEN */
   cr_assert_eq(cli_run(&p, ARGS("-v", "--fenced", key, "--", "true")), 0);
   err = cli_err(&p);
-  cr_assert(strstr(err, "(fenced lock, token 3)") != NULL, "stderr: %s", err);
+  long long v3 = 0;
+  const char *at = strstr(err, "(fenced lock, token ");
+  cr_assert(at != NULL, "stderr: %s", err);
+  v3 = atoll(at + strlen("(fenced lock, token "));
+  cr_assert_gt(v3, v2, "stderr: %s", err);
   free(err);
   cr_assert_eq(cli_run(&p, ARGS(key, "-c",
                                 "echo \"${RLOCK_TOKEN-unset}\" > t4")),
@@ -2167,14 +2176,15 @@ Test(cli, kinds_fenced_command_gets_token_1_then_2) {
   out = cli_out(&p);
   char expect[256];
   snprintf(expect, sizeof expect,
-           "%s: unlocked\n  fenced lock: token 3 (the latest handed out)\n",
-           key);
+           "%s: unlocked\n  fenced lock: token %lld (the latest handed "
+           "out)\n",
+           key, v3);
   cr_assert_str_eq(out, expect);
   free(out);
   cr_assert_eq(cli_run(&p, ARGS("status", "--json", key)), 0);
   out = cli_out(&p);
-  cr_assert(strstr(out, "\"waiters\":0,\"token\":3}") != NULL, "json: %s",
-            out);
+  snprintf(expect, sizeof expect, "\"waiters\":0,\"token\":%lld}", v3);
+  cr_assert(strstr(out, expect) != NULL, "json: %s", out);
   free(out);
 }
 
@@ -2196,10 +2206,14 @@ Test(cli, kinds_fenced_excludes_the_plain_lock_and_unlock_force_fenced) {
   cr_assert_eq(cli_run(&p, ARGS("status", key)), 0);
   char *out = cli_out(&p), *owner = first_line_in("owner");
   char expect[256];
+  char tk[128];
+  tagged_key(tk, sizeof tk, "redisson_lock_token:", key);
+  char *first = rt_str("GET %s", tk);
+  cr_assert(first != NULL);
   snprintf(expect, sizeof expect,
-           "\n  owner %s  holds 1\n  fenced lock: token 1 (the latest "
+           "\n  owner %s  holds 1\n  fenced lock: token %s (the latest "
            "handed out)\n",
-           owner);
+           owner, first);
   cr_assert(strstr(out, expect) != NULL, "status: %s", out);
   free(out);
   free(owner);
@@ -2214,8 +2228,10 @@ Test(cli, kinds_fenced_excludes_the_plain_lock_and_unlock_force_fenced) {
   free(out);
   cr_assert_eq(cli_wait(&waiter, RUN_BOUND_MS), 0);
   char *token = first_line_in("waiter-token");
-  cr_assert_str_eq(token, "2", "the waiter's acquisition is token 2");
+  cr_assert_gt(atoll(token), atoll(first), "the waiter's token %s is above "
+               "the first holder's %s", token, first);
   free(token);
+  free(first);
   touch_in("go");
   cr_assert_eq(cli_wait(&holder, RUN_BOUND_MS), 0);
   char *err = cli_err(&holder);
@@ -3215,7 +3231,7 @@ Test(cli, ls_lists_every_kind_with_holders_and_counts) {
   for (int i = 0; i < 100 && rt_int("LLEN %s", queue) != 1; i++)
     rt_sleep_ms(50);
   cr_assert_eq(rt_int("LLEN %s", queue), 1);
-  /* fenced: token 1 left after the unlock */
+  /* fenced: its token left after the unlock */
   rlock *f = NULL;
   cr_assert_eq(rlock_get_fenced(c, n[1], &f), 0);
   int64_t token = 0;
@@ -3275,7 +3291,8 @@ Test(cli, ls_lists_every_kind_with_holders_and_counts) {
   snprintf(expect, sizeof expect, "  queue 1, head %s (client ", owner);
   cr_assert(strstr(out, expect) != NULL, "ls: %s", out);
   snprintf(expect, sizeof expect,
-           "%s: fenced lock, token 1, unlocked, 0 waiting\n", n[1]);
+           "%s: fenced lock, token %" PRId64 ", unlocked (token key only), "
+           "0 waiting\n", n[1], token);
   cr_assert(strstr(out, expect) != NULL, "ls: %s", out);
   snprintf(expect, sizeof expect,
            "%s: semaphore or latch, count 2, no ttl, 0 waiting\n", n[2]);
@@ -3327,7 +3344,8 @@ Test(cli, ls_lists_every_kind_with_holders_and_counts) {
            "\"locked\":false,\"ttl_ms\":null",
            n[1]);
   cr_assert(strstr(out, expect) != NULL, "json: %s", out);
-  cr_assert(strstr(out, "\"token\":1,") != NULL, "json: %s", out);
+  snprintf(expect, sizeof expect, "\"token\":%" PRId64 ",", token);
+  cr_assert(strstr(out, expect) != NULL, "json: %s", out);
   cr_assert(strstr(out, "\"kind\":\"count\"") != NULL, "json: %s", out);
   cr_assert(strstr(out, "\"count\":3,") != NULL, "json: %s", out);
   cr_assert(strstr(out, "\"permits_available\":2,\"permits_taken\":1") !=
@@ -3567,4 +3585,59 @@ Test(cli, no_reenter_refuses_a_second_hold_exit_69) {
   cr_assert_eq(cli_run(&p, ARGS("--no-reenter", key, "--", "touch", "ran3")),
                0);
   cr_assert(exists_in("ran3"));
+}
+
+/* `rlock fence` (issue 37): a COMMAND of `rlock --fenced` writes through a
+ * guard with its $RLOCK_TOKEN; a stale token is refused (exit 1, nothing
+ * written), the check says current / stale / free by its exit status. */
+Test(cli, fence_guarded_write_and_check) {
+  char key[64], guard[96], data[96], script[512];
+  rt_key(key, sizeof key, "cli:fence");
+  snprintf(guard, sizeof guard, "{%s}:guard", key);
+  snprintf(data, sizeof data, "{%s}:data", key);
+  const char *cli = getenv("RLOCK_CLI");
+  snprintf(script, sizeof script,
+           "echo \"$RLOCK_TOKEN\" > token;"
+           " \"%s\" fence set '%s' '%s' \"$RLOCK_TOKEN\" '%s' first || exit 9;"
+           " \"%s\" fence check '%s' \"$RLOCK_TOKEN\" > check",
+           cli, guard, key, data, cli, key);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("--fenced", key, "-c", script)), 0);
+  char *tok = first_line_in("token"), *check = first_line_in("check");
+  cr_assert_str_eq(check, "current", "the holder's own token");
+  char *v = rt_str("GET %s", data);
+  cr_assert_str_eq(v, "first");
+  free(v);
+  /* the lock is free now */
+  cr_assert_eq(cli_run(&p, ARGS("fence", "check", key, tok)), 2);
+  char *out = cli_out(&p);
+  cr_assert_str_eq(out, "free\n");
+  free(out);
+  /* a newer holder writes; the old token is refused */
+  char newer[32];
+  snprintf(newer, sizeof newer, "%lld", atoll(tok) + 5);
+  char counter[128];
+  snprintf(counter, sizeof counter, "%sn", data);
+  cr_assert_eq(cli_run(&p, ARGS("fence", "incrby", guard, key, newer,
+                                counter, "4")), 0, "incrby");
+  out = cli_out(&p);
+  cr_assert_str_eq(out, "4\n");
+  free(out);
+  cr_assert_eq(cli_run(&p, ARGS("fence", "set", guard, key, tok, data,
+                                "zombie")), 1);
+  char *err = cli_err(&p);
+  cr_assert(strstr(err, "STALE") != NULL, "stderr: %s", err);
+  free(err);
+  v = rt_str("GET %s", data);
+  cr_assert_str_eq(v, "first", "nothing written by the stale token");
+  free(v);
+  /* another lock's token, bad input */
+  cr_assert_eq(cli_run(&p, ARGS("fence", "set", guard, "other", newer, data,
+                                "x")), 69);
+  cr_assert_eq(cli_run(&p, ARGS("fence", "set", guard, key, "0", data, "x")),
+               64);
+  cr_assert_eq(cli_run(&p, ARGS("fence", "frob", guard)), 64);
+  cr_assert_eq(cli_run(&p, ARGS("fence", "check", key)), 64);
+  free(tok);
+  free(check);
 }

@@ -2,6 +2,7 @@
  * (lock.c the reentrant lock, fair.c, rwlock.c (read and write), fenced.c,
  * spin.c, semaphore.c, psem.c the permit-expirable semaphore, latch.c the
  * count-down latch, nonreentrant.c the non-reentrant lock and fair lock),
+ * plus guard.c, the fencing guard (rlock's own: no Redisson counterpart),
  * each filling an rlock__prim descriptor that the engine drives, plus its
  * Lua scripts (<kind>_*.lua beside it, embedded at build time) and its
  * public API; and multilock.c, the MultiLock, which composes member locks

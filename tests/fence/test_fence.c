@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "faultkit.h"
+#include "fence_test.h"
 #include "harness.h"
 
 TestSuite(fence, .init = fk_init, .fini = fk_fini, .timeout = 90);
@@ -30,19 +31,6 @@ static rlock_guard *guard(rlock_client *c, const char *name) {
   int rc = rlock_guard_get(c, name, &g);
   cr_assert_eq(rc, 0, "rlock_guard_get: %s", rlock_err_name(rc));
   return g;
-}
-
-/* A guarded SET of key to value with (lock, token). */
-static int gset(rlock_guard *g, const char *lock, int64_t token,
-                const char *key, const char *value) {
-  rlock_guarded_write w;
-  rlock_guarded_write_init(&w);
-  w.lock_name = lock;
-  w.token = token;
-  w.op = RLOCK_GUARD_SET;
-  w.key = key;
-  w.value = value;
-  return rlock_guard_write(g, &w, NULL);
 }
 
 /* GET key as a number (0 for nil). */
@@ -160,10 +148,10 @@ Test(fence, guard_accepts_rising_tokens_and_refuses_older_ones) {
   snprintf(h, sizeof h, "{%s}:h", g);
   snprintf(n, sizeof n, "{%s}:n", g);
   rlock_guard *gu = guard(c, g);
-  cr_assert_eq(gset(gu, "L", 10, data, "ten"), 0);
-  cr_assert_eq(gset(gu, "L", 10, data, "ten again"), 0, "equal passes");
-  cr_assert_eq(gset(gu, "L", 12, data, "twelve"), 0);
-  cr_assert_eq(gset(gu, "L", 11, data, "eleven"), RLOCK_ESTALE);
+  cr_assert_eq(fence_set(gu, "L", 10, data, "ten"), 0);
+  cr_assert_eq(fence_set(gu, "L", 10, data, "ten again"), 0, "equal passes");
+  cr_assert_eq(fence_set(gu, "L", 12, data, "twelve"), 0);
+  cr_assert_eq(fence_set(gu, "L", 11, data, "eleven"), RLOCK_ESTALE);
   cr_assert(strstr(rlock_last_error(), "STALE") != NULL, "%s",
             rlock_last_error());
   char *v = rt_str("GET %s", data);
@@ -173,10 +161,10 @@ Test(fence, guard_accepts_rising_tokens_and_refuses_older_ones) {
   cr_assert_str_eq(v, "12");
   free(v);
   /* tokens compared as numbers, not as text, beyond 2^53 too */
-  cr_assert_eq(gset(gu, "L", 100, data, "100"), 0);
-  cr_assert_eq(gset(gu, "L", 99, data, "99"), RLOCK_ESTALE);
-  cr_assert_eq(gset(gu, "L", INT64_C(9007199254740993), data, "big"), 0);
-  cr_assert_eq(gset(gu, "L", INT64_C(9007199254740992), data, "big-1"),
+  cr_assert_eq(fence_set(gu, "L", 100, data, "100"), 0);
+  cr_assert_eq(fence_set(gu, "L", 99, data, "99"), RLOCK_ESTALE);
+  cr_assert_eq(fence_set(gu, "L", INT64_C(9007199254740993), data, "big"), 0);
+  cr_assert_eq(fence_set(gu, "L", INT64_C(9007199254740992), data, "big-1"),
                RLOCK_ESTALE);
   /* hset, incrby, del, eval */
   int64_t t = INT64_C(9007199254740993), res = -1;
@@ -238,11 +226,11 @@ Test(fence, guard_bad_input_is_refused_with_nothing_written) {
   snprintf(data, sizeof data, "{%s}:data", g);
   rt_key(other, sizeof other, "gbo");
   rlock_guard *gu = guard(c, g);
-  cr_assert_eq(gset(gu, "L", 0, data, "x"), RLOCK_EINVAL, "token 0");
-  cr_assert_eq(gset(gu, "L", -4, data, "x"), RLOCK_EINVAL);
-  cr_assert_eq(gset(gu, "", 4, data, "x"), RLOCK_EINVAL);
-  cr_assert_eq(gset(gu, "L", 4, NULL, "x"), RLOCK_EINVAL);
-  cr_assert_eq(gset(NULL, "L", 4, data, "x"), RLOCK_EINVAL);
+  cr_assert_eq(fence_set(gu, "L", 0, data, "x"), RLOCK_EINVAL, "token 0");
+  cr_assert_eq(fence_set(gu, "L", -4, data, "x"), RLOCK_EINVAL);
+  cr_assert_eq(fence_set(gu, "", 4, data, "x"), RLOCK_EINVAL);
+  cr_assert_eq(fence_set(gu, "L", 4, NULL, "x"), RLOCK_EINVAL);
+  cr_assert_eq(fence_set(NULL, "L", 4, data, "x"), RLOCK_EINVAL);
   rlock_guarded_write w;
   rlock_guarded_write_init(&w);
   w.lock_name = "L";
@@ -257,18 +245,18 @@ Test(fence, guard_bad_input_is_refused_with_nothing_written) {
   cr_assert_eq(rt_exists(g), 0);
   cr_assert_eq(rt_exists(data), 0);
   /* a token from another lock */
-  cr_assert_eq(gset(gu, "L", 4, data, "x"), 0);
-  cr_assert_eq(gset(gu, "M", 40, data, "y"), RLOCK_EFOREIGN);
+  cr_assert_eq(fence_set(gu, "L", 4, data, "x"), 0);
+  cr_assert_eq(fence_set(gu, "M", 40, data, "y"), RLOCK_EFOREIGN);
   char *v = rt_str("GET %s", data);
   cr_assert_str_eq(v, "x");
   free(v);
   /* a guard key of the wrong type */
   rlock_guard *wrong = guard(c, other);
   rt_ok("OK", "SET %s 5", other);
-  cr_assert_eq(gset(wrong, "L", 4, data, "z"), RLOCK_EWRONGTYPE);
+  cr_assert_eq(fence_set(wrong, "L", 4, data, "z"), RLOCK_EWRONGTYPE);
   freeReplyObject(rt_cmd("DEL %s", other));
   freeReplyObject(rt_cmd("HSET %s a b", other));
-  cr_assert_eq(gset(wrong, "L", 4, data, "z"), RLOCK_EWRONGTYPE,
+  cr_assert_eq(fence_set(wrong, "L", 4, data, "z"), RLOCK_EWRONGTYPE,
                "a hash that is not a guard");
   /* a data key of the wrong type: nothing written, token not recorded */
   char h[96];
@@ -297,7 +285,7 @@ Test(fence, guard_on_an_unreachable_server_is_a_transport_error) {
   rlock_client *c = rt_client_opts(&o);
   rlock_guard *gu = guard(c, "gu");
   fk_server_freeze();
-  int rc = gset(gu, "L", 4, "{gu}:d", "x");
+  int rc = fence_set(gu, "L", 4, "{gu}:d", "x");
   fk_server_thaw();
   cr_assert(rc == RLOCK_ETIMEDOUT || rc == RLOCK_ECONN, "%s",
             rlock_err_name(rc));
@@ -363,7 +351,7 @@ Test(fence, async_write_and_check_stale_counted_and_said) {
   cr_assert_eq(rlock_guard_write_async(gu, &w, async_cb, NULL, NULL), 0);
   rt_wait_until(async_done, NULL, 5000);
   cr_assert_eq(atomic_load(&async_out[0]), 1000 - RLOCK_ESTALE);
-  cr_assert_eq(gset(gu, "L", 18, n, "x"), RLOCK_ESTALE);
+  cr_assert_eq(fence_set(gu, "L", 18, n, "x"), RLOCK_ESTALE);
   cr_assert_eq(atomic_load(&s.stale), 2);
   cr_assert(strstr(s.detail, "18") != NULL, "%s", s.detail);
   rlock_stats st;
@@ -462,7 +450,7 @@ static void zombie(bool eval) {
   cr_assert_eq(rc, 1, "B waits out A's lease: %s", rlock_err_name(rc));
   cr_assert_gt(tb, ta);
   cr_assert_eq(rlock_fenced_check(l, ta), RLOCK_FENCE_STALE);
-  cr_assert_eq(gset(gu, name, tb, data, "B's write"), 0);
+  cr_assert_eq(fence_set(gu, name, tb, data, "B's write"), 0);
   cr_assert_eq(kill(a, SIGCONT), 0);
   cr_assert_eq(write(go[1], "g", 1), 1);
   int st = 0;

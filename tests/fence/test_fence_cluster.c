@@ -8,24 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fence_test.h"
 #include "topo_client.h"
 
 static void cluster3(void) { rt_cluster_start(3, 0); }
 
 TestSuite(fence_cluster, .init = cluster3, .fini = rt_topo_stop_all,
           .timeout = 180);
-
-static int gwrite(rlock_guard *g, const char *lock, int64_t token,
-                  const char *key, const char *value) {
-  rlock_guarded_write w;
-  rlock_guarded_write_init(&w);
-  w.lock_name = lock;
-  w.token = token;
-  w.op = RLOCK_GUARD_SET;
-  w.key = key;
-  w.value = value;
-  return rlock_guard_write(g, &w, NULL);
-}
 
 Test(fence_cluster, guarded_writes_on_the_guards_slot_only) {
   rlock_client *c = tc_open(rt_cluster_uri(), NULL);
@@ -39,13 +28,13 @@ Test(fence_cluster, guarded_writes_on_the_guards_slot_only) {
   rlock_guard *g = NULL;
   cr_assert_eq(rlock_guard_get(c, "{acct:7}:guard", &g), 0);
   const char *data = "{acct:7}:data";
-  cr_assert_eq(gwrite(g, name, t, data, "mine"), 0, "%s",
+  cr_assert_eq(fence_set(g, name, t, data, "mine"), 0, "%s",
                rlock_last_error());
   int port = rt_cluster_key_owner(data);
   char *v = rt_node_str(port, "GET %s", data);
   cr_assert_str_eq(v, "mine");
   free(v);
-  cr_assert_eq(gwrite(g, name, t - 1, data, "old"), RLOCK_ESTALE);
+  cr_assert_eq(fence_set(g, name, t - 1, data, "old"), RLOCK_ESTALE);
   /* a script over two keys of the tag */
   rlock_guarded_write w;
   rlock_guarded_write_init(&w);
@@ -63,7 +52,7 @@ Test(fence_cluster, guarded_writes_on_the_guards_slot_only) {
   /* a key in another slot: refused before sending */
   const char *other = "elsewhere:data";
   cr_assert_neq(rt_key_slot(other), rt_key_slot("{acct:7}:guard"));
-  cr_assert_eq(gwrite(g, name, t + 1, other, "x"), RLOCK_ECLUSTER);
+  cr_assert_eq(fence_set(g, name, t + 1, other, "x"), RLOCK_ECLUSTER);
   cr_assert(strstr(rlock_last_error(), "slot") != NULL, "%s",
             rlock_last_error());
   cr_assert_eq(tc_exists_asking(rt_cluster_key_owner(other), other), 0);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "faultkit.h"
+#include "fence_test.h"
 #include "harness.h"
 
 TestSuite(fence_java, .init = fk_init, .fini = fk_fini, .timeout = 120);
@@ -92,18 +93,6 @@ static void peer_stop(peer *p) {
   }
 }
 
-static int guarded_set(rlock_guard *g, const char *lock, int64_t token,
-                       const char *key, const char *value) {
-  rlock_guarded_write w;
-  rlock_guarded_write_init(&w);
-  w.lock_name = lock;
-  w.token = token;
-  w.op = RLOCK_GUARD_SET;
-  w.key = key;
-  w.value = value;
-  return rlock_guard_write(g, &w, NULL);
-}
-
 Test(fence_java, java_and_c_holders_interleave_with_rising_tokens) {
   peer p;
   peer_start(&p);
@@ -125,14 +114,14 @@ Test(fence_java, java_and_c_holders_interleave_with_rising_tokens) {
     cr_assert_eq(sscanf(peer_call(&p, "token X/%s", name), "OK %lld", &jt),
                  1);
     tokens[n++] = jt;
-    cr_assert_eq(guarded_set(gu, name, jt, data, "java"), 0,
+    cr_assert_eq(fence_set(gu, name, jt, data, "java"), 0,
                  "Java's token %lld refused: %s", jt, rlock_last_error());
     peer_call(&p, "unlock X/%s", name);
     /* C: the same */
     int64_t ct = 0;
     cr_assert_eq(rlock_try_lock_fenced(l, 10000, 30000, &ct), 1);
     tokens[n++] = ct;
-    cr_assert_eq(guarded_set(gu, name, ct, data, "c"), 0, "%s",
+    cr_assert_eq(fence_set(gu, name, ct, data, "c"), 0, "%s",
                  rlock_last_error());
     cr_assert_eq(rlock_unlock(l), 1);
   }
@@ -147,7 +136,7 @@ Test(fence_java, java_and_c_holders_interleave_with_rising_tokens) {
   for (size_t i = 2; i < n; i += 2)
     cr_assert_eq(tokens[i], tokens[i - 1] + 1,
                  "Java's INCR continues right above rlock's:%s", list);
-  cr_assert_eq(guarded_set(gu, name, tokens[n - 2], data, "old"),
+  cr_assert_eq(fence_set(gu, name, tokens[n - 2], data, "old"),
                RLOCK_ESTALE);
   char *v = rt_str("GET %s", data);
   cr_assert_str_eq(v, "c");

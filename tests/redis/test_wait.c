@@ -166,14 +166,22 @@ static int try_acquire_1(void *arg) {
   return rlock_semaphore_try_acquire(arg, 1, STRAY_WAIT_MS);
 }
 
-Test(wait, stray_unlock_message_keeps_the_lock_wait_bound) {
+/* A holder on one client, the waiter (owner 7) on another; `fair`: the
+ * waiter listens on a channel of its own, <lock channel>:<owner>. */
+static void stray_on_lock(const char *what,
+                          int (*get)(rlock_client *, const char *, rlock **),
+                          bool fair) {
   rlock_client *holder = rt_client(), *waiter = rt_client();
-  char key[64], chan[128];
-  rt_key(key, sizeof key, "stray-lock");
-  rt_lock_channel(chan, sizeof chan, key);
-  rlock *lh = rt_lock(holder, key), *lw = rt_lock(waiter, key);
+  char key[64], lchan[128], owner[128], chan[300];
+  rt_key(key, sizeof key, fair ? "stray-fair" : "stray-lock");
+  rt_lock_channel(lchan, sizeof lchan, key);
+  rt_owner(owner, sizeof owner, waiter, 7);
+  snprintf(chan, sizeof chan, fair ? "%s:%s" : "%s", lchan, owner);
+  rlock *lh = NULL, *lw = NULL;
+  cr_assert_eq(get(holder, key, &lh), 0);
+  cr_assert_eq(get(waiter, key, &lw), 0);
   cr_assert_eq(rlock_lock(lh, 30000), 0);
-  stray_bound("lock", try_lock_owner_7, lw, chan, "0");
+  stray_bound(what, try_lock_owner_7, lw, chan, "0");
   cr_assert_eq(rlock_unlock(lh), 1);
   rlock_free(lw);
   rlock_free(lh);
@@ -181,24 +189,12 @@ Test(wait, stray_unlock_message_keeps_the_lock_wait_bound) {
   rlock_client_close(holder);
 }
 
+Test(wait, stray_unlock_message_keeps_the_lock_wait_bound) {
+  stray_on_lock("lock", rlock_get, false);
+}
+
 Test(wait, stray_unlock_message_keeps_the_fair_wait_bound) {
-  rlock_client *holder = rt_client(), *waiter = rt_client();
-  char key[64], lchan[128], owner[128], chan[300];
-  rt_key(key, sizeof key, "stray-fair");
-  rt_lock_channel(lchan, sizeof lchan, key);
-  rt_owner(owner, sizeof owner, waiter, 7);
-  /* a fair waiter listens on a channel of its own: <lock channel>:<owner> */
-  snprintf(chan, sizeof chan, "%s:%s", lchan, owner);
-  rlock *lh = NULL, *lw = NULL;
-  cr_assert_eq(rlock_get_fair(holder, key, &lh), 0);
-  cr_assert_eq(rlock_get_fair(waiter, key, &lw), 0);
-  cr_assert_eq(rlock_lock(lh, 30000), 0);
-  stray_bound("fair lock", try_lock_owner_7, lw, chan, "0");
-  cr_assert_eq(rlock_unlock(lh), 1);
-  rlock_free(lw);
-  rlock_free(lh);
-  rlock_client_close(waiter);
-  rlock_client_close(holder);
+  stray_on_lock("fair lock", rlock_get_fair, true);
 }
 
 Test(wait, stray_release_message_keeps_the_semaphore_wait_bound) {

@@ -84,9 +84,25 @@
 
 #include <hiredis/hiredis.h>
 
-#include "prim.h" /* rlock__lock_scripts(): the exact acquire script */
+/* The acquire and release scripts exactly as the library sends them:
+ * embedded from lib/prim's .lua files by the library's own embedder
+ * (bench/meson.build), so the bench sees nothing of the library but its
+ * public header (scripts/check-layers). */
+#include "bench_lua.h"
 #include "rlock.h"
-#include "tls.h" /* rlock__tls_available */
+
+/* RLOCK_BENCH_TLS: 1 when this rlock is built with TLS (bench/meson.build). */
+#ifndef RLOCK_BENCH_TLS
+#define RLOCK_BENCH_TLS 0
+#endif
+
+typedef struct bench_script {
+  const char *body, *sha;
+} bench_script;
+static const bench_script acquire_script = {RLOCK__LUA_LOCK_ACQUIRE_BODY,
+                                            RLOCK__LUA_LOCK_ACQUIRE_SHA};
+static const bench_script release_script = {RLOCK__LUA_LOCK_RELEASE_BODY,
+                                            RLOCK__LUA_LOCK_RELEASE_SHA};
 
 #define LEASE_MS 30000 /* S1-S4 leases (the baseline uses a short one) */
 #define MAX_THREADS 256
@@ -876,7 +892,7 @@ static rb_result redis_benchmark_timed(int conns, int pipeline, long calib_n) {
 }
 
 static void phase_baseline(void) {
-  const rlock__script *acq = rlock__lock_scripts()[0];
+  const bench_script *acq = &acquire_script;
   for (int i = 0; i < nmons; i++) { /* cluster: on every master */
     redisReply *r = ctx_cmd(mons[i], "SCRIPT LOAD %s", acq->body);
     if (r->type != REDIS_REPLY_STRING || strcmp(r->str, acq->sha) != 0)
@@ -1071,8 +1087,8 @@ static double base_pair_us(void) {
  * ahead of the next acquire. Separates the cost of the commands themselves
  * from the cost of the client's threads. Returns pairs/s. */
 static double wire_pairs(double seconds, samples *lat) {
-  const rlock__script *acq = rlock__lock_scripts()[0];
-  const rlock__script *rel = rlock__lock_scripts()[1];
+  const bench_script *acq = &acquire_script;
+  const bench_script *rel = &release_script;
   freeReplyObject(mon_cmd("SCRIPT LOAD %s", acq->body));
   freeReplyObject(mon_cmd("SCRIPT LOAD %s", rel->body));
   char name[128], channel[192], latch[256];
@@ -2168,7 +2184,7 @@ int main(int argc, char **argv) {
   fflush(stdout);
 
   run_transport();
-  if (cfg.tls_port > 0 && !rlock__tls_available) {
+  if (cfg.tls_port > 0 && !RLOCK_BENCH_TLS) {
     note("TLS run skipped: this rlock is built without TLS (-Dtls)");
   } else if (cfg.tls_port > 0 &&
              (phase_on("B") || phase_on("S1") || phase_on("S2") ||

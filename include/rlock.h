@@ -27,6 +27,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h> /* memset in the inline initialisers */
 
 #ifdef __cplusplus
 extern "C" {
@@ -531,8 +532,7 @@ typedef struct rlock_client_caps {
 
 /* Sets struct_size to sizeof(*caps) and clears the rest. Thread-safe. */
 static inline void rlock_client_caps_init(rlock_client_caps *caps) {
-  rlock_client_caps zero = {0};
-  *caps = zero;
+  memset(caps, 0, sizeof(*caps));
   caps->struct_size = sizeof(*caps);
 }
 
@@ -623,8 +623,7 @@ typedef struct rlock_stats {
 
 /* Zeroes `s` and sets struct_size to `size`; use rlock_stats_init(). */
 static inline void rlock_stats_init_size(rlock_stats *s, size_t size) {
-  rlock_stats zero = {0};
-  *s = zero;
+  memset(s, 0, sizeof(*s));
   s->struct_size = size;
 }
 static inline void rlock_stats_init(rlock_stats *s) {

@@ -1049,6 +1049,34 @@ Test(cli, on_lost_kill_stops_command_and_exits_79) {
   cr_assert(kill(child, 0) != 0 && errno == ESRCH, "COMMAND still runs");
 }
 
+/* --on-lost=kill sends COMMAND a SIGTERM and waits for it to end: a
+ * COMMAND that traps TERM records it, takes 300 ms to finish, and has
+ * finished by the time rlock exits 79 (a SIGKILL, no signal until the
+ * grace's SIGKILL, or only the SIGTERM of rlock's own death would each
+ * leave a file missing). */
+Test(cli, on_lost_kill_sends_sigterm_and_waits_for_command) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:lostterm");
+  cli_proc p;
+  cli_start(&p, ARGS("--watchdog", "900", "--on-lost=kill", key, "--", "sh",
+                     "-c",
+                     "trap 'echo TERM > term; sleep 0.3; echo done > done;"
+                     " exit 3' TERM; echo $$ > pid.tmp && mv pid.tmp pid;"
+                     " while :; do sleep 0.02; done"));
+  rt_wait_until_what(file_exists, "pid", 10000, "COMMAND started");
+  rt_wait_until_what(key_exists, key, 10000, "lock held");
+  cr_assert_eq(rt_int("DEL %s", key), 1);
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 79);
+  bool term = exists_in("term"), done = exists_in("done");
+  char *err = cli_err(&p);
+  cr_assert(term, "COMMAND got no SIGTERM; stderr: %s", err);
+  cr_assert(done, "rlock exited before COMMAND finished; stderr: %s", err);
+  cr_assert(strstr(err, "stopping COMMAND") != NULL &&
+                strstr(err, "sending SIGKILL") == NULL,
+            "stderr: %s", err);
+  free(err);
+}
+
 Test(cli, on_lost_warn_is_the_default_and_command_goes_on) {
   char key[64];
   rt_key(key, sizeof key, "cli:lostwarn");

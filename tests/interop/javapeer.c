@@ -68,8 +68,8 @@
  * `unlock3 <name>` and the unprompted lines `RENEWED <keys>` (one renewal
  * call) and `LOST <name>` (renewal found the lock gone).
  *
- * The rest of Redisson 4.7's lock family (wire facts: the fact sheet
- * PROTOCOL-PRIMITIVES.md sections 0-3 and 6, in our own Lua). A command is
+ * The rest of Redisson 4.7's lock family (wire facts:
+ * docs/wire-protocol.md, in our own Lua). A command is
  * <prefix><verb>: prefix f (getFairLock), rd / wr (getReadWriteLock's read
  * and write lock), fx (getFencedLock), sp (getSpinLock), nr
  * (getNonReentrantLock: RLock's keys, channel and unlock; its acquire adds
@@ -129,8 +129,8 @@
  *    delete publish 1. An awaiter GETs, subscribes, then loops { GET; wait
  *    on the entry's latch }; 0 opens it (every awaiter re-reads), 1 closes.
  *
- * The permit-expirable semaphore with several permits (PROTOCOL-SYNC.md
- * section 3, own Lua; commands pes*, listed above pes_command): the count
+ * The permit-expirable semaphore with several permits
+ * (docs/wire-protocol.md, "The permit-expirable semaphore"; own Lua; commands pes*, listed above pes_command): the count
  * under the name, the zset {name}:timeout of raw 16-byte ids scored by
  * expiry (922337203685477: no lease), channel redisson_sc:<tag>. Ids are
  * made here (16 random bytes, shown as 32 hex) and sent raw. An acquire
@@ -177,7 +177,7 @@ static const char acquire_lua[] =
     "end "
     "return redis.call('pttl', KEYS[1])";
 
-/* getNonReentrantLock (4.4.0+, PROTOCOL-SYNC.md section 1): RLock's acquire
+/* getNonReentrantLock (4.4.0+, docs/wire-protocol.md): RLock's acquire
  * whose owner-field branch replies the marker ARGV[3] as an error (Redis 7
  * sends it as "ERR NON_REENTRANT_REACQUIRE"). */
 static const char nonre_acquire_lua[] =
@@ -3065,7 +3065,7 @@ static bool pes_command(const char *cmd, int n, char **words) {
   return known;
 }
 
-/* ---- MultiLock (getMultiLock(RLock...); PROTOCOL-SYNC.md section 2a) ----
+/* ---- MultiLock (getMultiLock(RLock...); docs/wire-protocol.md) ----
  * Java's RedissonMultiLock over RLocks of the names given (comma-separated
  * in one word): members in the order given; each member's tryLock may use
  * the whole time left (a member wait of -1 in Java, one attempt here when

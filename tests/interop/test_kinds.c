@@ -365,7 +365,7 @@ Test(kinds, fenced_wakes_both_ways_tokens_increase) {
   rlock_client_close(c2);
 }
 
-/* getNonReentrantLock (PROTOCOL-SYNC.md section 1) both ways: each side
+/* getNonReentrantLock (docs/wire-protocol.md) both ways: each side
  * refuses its own re-acquire at once (the peer with Java's bare marker
  * error, rlock with RLOCK_EREENTRY) without subscribing, and each wakes on
  * the other's release, on RLock's channel, with count 1 throughout. */

@@ -1,7 +1,7 @@
 /* The FasterMultiLock (rlock_fast_multilock_*; Redisson getMultiLock(group,
- * values), ../shared/PROTOCOL-SYNC.md section 2b): one hash per group, the
- * fields named after HighwayHash-128 of each value, against a real
- * redis-server. */
+ * values); docs/wire-protocol.md, "The FasterMultiLock"): one hash per
+ * group, the fields named after HighwayHash-128 of each value, against a
+ * real redis-server. */
 #include <criterion/criterion.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -17,7 +17,8 @@ TestSuite(fastmultilock, .init = rt_server_start, .fini = rt_server_stop,
 #define MARY "kIX2DFOX4IWct7G7K6tV9A"
 #define TOM "wtBowYvIhL9i3vllpQLwIg"
 
-/* The study's vectors (computed with Redisson's class, StringCodec). */
+/* Vectors computed with Redisson's class and StringCodec, listed in
+ * docs/wire-protocol.md ("The FasterMultiLock", Key). */
 Test(fastmultilock, field_names_match_the_vectors) {
   static const struct {
     const char *value, *field;

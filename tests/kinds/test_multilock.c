@@ -1,6 +1,7 @@
 /* The MultiLock (rlock_multilock_*; Redisson getMultiLock(RLock...),
- * ../shared/PROTOCOL-SYNC.md section 2a): members of any kinds taken
- * all-or-nothing with Java's algorithm, against a real redis-server. */
+ * docs/wire-protocol.md, "The MultiLock", and docs/multilock.md): members
+ * of any kinds taken all-or-nothing with Java's algorithm, against a real
+ * redis-server. */
 #include <criterion/criterion.h>
 #include <stdatomic.h>
 #include <stdio.h>

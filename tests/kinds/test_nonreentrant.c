@@ -1,6 +1,6 @@
 /* The non-reentrant lock and fair lock (rlock_get_nonreentrant,
  * rlock_get_nonreentrant_fair; Redisson getNonReentrantLock /
- * getNonReentrantFairLock, ../shared/PROTOCOL-SYNC.md section 1): RLock's
+ * getNonReentrantFairLock): RLock's
  * and the fair lock's keys and channels, an acquire whose last ARGV is the
  * marker NON_REENTRANT_REACQUIRE, and a re-acquire by the holder refused
  * at once with RLOCK_EREENTRY (docs/wire-protocol.md, "The non-reentrant
@@ -364,7 +364,8 @@ Test(nonreentrant, fair_queue_order) {
   rlock_client_close(c);
 }
 
-/* ---- the wire (MONITOR), against PROTOCOL-SYNC.md section 1 ---- */
+/* ---- the wire (MONITOR), against docs/wire-protocol.md, "The
+ * non-reentrant locks" ---- */
 
 /* Reads MONITOR lines until one contains `needle` (or fails after 3 s),
  * copying it to out. */

@@ -189,6 +189,93 @@ Test(net, slow_dns_does_not_stall_the_loop) {
   rlock_client_close(c);
 }
 
+/* An unlock while the waiter's subscriber connection is down (its
+ * reconnect held up 1.5 s by the slow resolver) is not heard: the
+ * waiter must try again once its channel is subscribed again and take
+ * the lock then, not sleep on until its wait ends (12 s here). */
+typedef struct resub_job {
+  rlock *lock;
+  int rc;
+  int64_t t_end;
+  atomic_bool done;
+} resub_job;
+
+static void resub_try(void *arg) {
+  resub_job *j = arg;
+  j->rc = rlock_try_lock(j->lock, 12000, 30000);
+  j->t_end = rt_now_ms();
+  if (j->rc == 1)
+    rlock_unlock(j->lock);
+  atomic_store(&j->done, true);
+}
+
+static long long evalsha_calls(void) {
+  char *info = rt_str("INFO commandstats");
+  const char *p = strstr(info, "cmdstat_evalsha:calls=");
+  long long calls = p ? strtoll(p + strlen("cmdstat_evalsha:calls="), NULL,
+                                10)
+                      : 0;
+  free(info);
+  return calls;
+}
+
+Test(net, unlock_during_the_subscriber_reconnect_wakes_the_waiter) {
+  char uri[96];
+  snprintf(uri, sizeof uri, "redis://slow.rlock.test:%d", rt_port());
+  rlock_options ho, wo;
+  rlock_options_init(&ho);
+  rlock_options_init(&wo);
+  rlock_client *holder = open_uri(rt_uri(), &ho);
+  rlock_client *waiter = open_uri(uri, &wo);
+  char key[96], chan[160];
+  rt_key(key, sizeof key, "net-resub");
+  rt_lock_channel(chan, sizeof chan, key);
+  rlock *lh = rt_lock(holder, key);
+  cr_assert_eq(rlock_lock(lh, 30000), 0);
+  resub_job job = {.lock = rt_lock(waiter, key)};
+  rt_thread t;
+  rt_thread_start(&t, resub_try, &job);
+  /* asleep on the channel: subscribed, and its two tries made */
+  int64_t t0 = rt_now_ms();
+  while ((rt_numsub(chan) != 1 || evalsha_calls() < 3) &&
+         rt_now_ms() - t0 < 10000)
+    rt_sleep_ms(5);
+  cr_assert_eq(rt_numsub(chan), 1, "the waiter subscribed");
+  rt_sleep_ms(100);
+  long long tries = evalsha_calls();
+
+  int started = atomic_load(&slow_dns_started);
+  atomic_store(&slow_dns_ms, 1500);
+  long long killed = rt_int("CLIENT KILL TYPE pubsub");
+  cr_assert_eq(killed, 1, "the waiter's subscriber connection was killed");
+  /* The reconnect is resolving, and the sleeper's try at the disconnect
+   * (the lock still held) has been answered. */
+  t0 = rt_now_ms();
+  while ((atomic_load(&slow_dns_started) == started ||
+          evalsha_calls() < tries + 1) &&
+         rt_now_ms() - t0 < 3000)
+    rt_sleep_ms(2);
+  cr_assert_gt(atomic_load(&slow_dns_started), started, "no reconnect began");
+  cr_assert_geq(evalsha_calls(), tries + 1, "no try at the disconnect");
+  rt_sleep_ms(50);
+  cr_assert_eq(rt_numsub(chan), 0, "still subscribed during the lookup");
+  cr_assert(!atomic_load(&job.done), "the waiter ended early: %d", job.rc);
+
+  int64_t unlocked = rt_now_ms();
+  cr_assert_eq(rlock_unlock(lh), 1);
+  rt_thread_join(&t, 20000);
+  atomic_store(&slow_dns_ms, 0);
+  cr_assert_eq(job.rc, 1, "the waiter did not get the lock: %d", job.rc);
+  int64_t after = job.t_end - unlocked;
+  cr_assert_lt(after, 1500 + 2500,
+               "the waiter took the lock %lld ms after the unlock (the "
+               "resolver held the reconnect 1.5 s)", (long long)after);
+  rlock_free(job.lock);
+  rlock_free(lh);
+  rlock_client_close(waiter);
+  rlock_client_close(holder);
+}
+
 /* ---- connecting ---- */
 
 /* A listener whose accept queue is full drops new SYNs: the connect hangs,

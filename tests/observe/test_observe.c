@@ -360,6 +360,59 @@ Test(observe, failures_are_counted_by_code) {
 
 /* ---- renewals and loss ---- */
 
+/* The watchdog renews every watchdog_timeout_ms / 3 (docs/api.md): with a
+ * 2400 ms timeout, one renewal every 800 ms. The times at which
+ * renewals_sent grows are read every 5 ms for 5 s; the median gap
+ * between two renewals must be nearer 800 ms than 1200 ms (a period of
+ * lease/2) or 600 ms (lease/4). A median, so that a few late timers on a
+ * loaded machine do not decide it. */
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+Test(observe, watchdog_renews_every_third_of_its_timeout) {
+  recorder r;
+  char key[96];
+  rlock *l;
+  const int64_t wd = 2400, period = wd / 3;
+  rlock_client *c = setup(&r, "obs-period", wd, "obs:period", key, &l);
+  cr_assert_eq(rlock_lock(l, -1), 0);
+  int64_t at[32];
+  int n = 0;
+  uint64_t seen = stats_of(c).renewals_sent;
+  int64_t t0 = rt_now_ms();
+  while (rt_now_ms() - t0 < 5000 && n < 32) {
+    uint64_t now_sent = stats_of(c).renewals_sent;
+    if (now_sent != seen) {
+      cr_assert_eq(now_sent, seen + 1, "two renewals within 5 ms");
+      at[n++] = rt_now_ms();
+      seen = now_sent;
+    }
+    rt_sleep_ms(5);
+  }
+  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_geq(n, 4, "%d renewals in 5 s with a %lld ms period", n,
+                (long long)period);
+  int64_t gap[31];
+  char list[400] = "";
+  for (int i = 1; i < n; i++) {
+    gap[i - 1] = at[i] - at[i - 1];
+    size_t len = strlen(list);
+    snprintf(list + len, sizeof list - len, " %lld", (long long)gap[i - 1]);
+  }
+  qsort(gap, (size_t)(n - 1), sizeof gap[0], cmp_i64);
+  int64_t median = gap[(n - 1) / 2];
+  cr_assert_gt(median, period * 7 / 8,
+               "median gap %lld ms between renewals (gaps:%s), want %lld",
+               (long long)median, list, (long long)period);
+  cr_assert_lt(median, period * 5 / 4,
+               "median gap %lld ms between renewals (gaps:%s), want %lld",
+               (long long)median, list, (long long)period);
+  rlock_free(l);
+  rlock_client_close(c);
+}
+
 Test(observe, renewals_are_counted_with_rtt_and_headroom) {
   recorder r;
   char key[96];

@@ -19,7 +19,7 @@ import weakref
 from . import _rlock
 
 __all__ = [
-    "Client", "Lock", "MultiLock", "Semaphore", "PermitSemaphore",
+    "Client", "Lock", "FencedLock", "MultiLock", "Semaphore", "PermitSemaphore",
     "CountDownLatch", "Owner", "RLockError", "Timeout", "AcquireTimeout",
     "LockLost", "NotOwner", "Closed", "Cancelled", "ConnectionLost",
     "InvalidArgument", "ForkError", "ReentryError", "DEFAULTS",

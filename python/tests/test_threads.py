@@ -15,9 +15,12 @@ import rlock
 def child(server, body, timeout=30):
     """Runs `body` in a fresh interpreter with the built package."""
     code = "import rlock, sys, time, os, signal, threading\n" + textwrap.dedent(body)
+    pkg_root = os.path.dirname(os.path.dirname(rlock.__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [pkg_root, os.environ.get("PYTHONPATH", "")]))
     return subprocess.Popen([sys.executable, "-c", code, server.uri],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, env=env)
 
 
 def test_ctrl_c_during_blocking_acquire(server, client, name):

@@ -188,3 +188,26 @@ def test_threads_exclude_each_other(client, name, r):
     for t in ts:
         t.join()
     assert int(r.get(name + ":n")) == 4 * per
+
+
+def test_interrupt_a_waiting_thread_is_cancelled(client, name):
+    lk = client.fair_lock(name)
+    holder = rlock.Owner()
+    lk.acquire(owner=holder)
+    res, tid = [], []
+
+    def waiter():
+        tid.append(rlock.thread_id())
+        try:
+            lk.acquire()
+        except rlock.Cancelled as e:
+            res.append(e.name)
+    t = threading.Thread(target=waiter)
+    t.start()
+    deadline = time.monotonic() + 5
+    while client.info(name)["queue_total"] != 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert client.interrupt(tid[0]) == 1
+    t.join(5)
+    assert res == ["RLOCK_ECANCELED"]
+    lk.release(owner=holder)

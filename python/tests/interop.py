@@ -40,7 +40,7 @@ class Peer:
         threading.Thread(target=self._read, daemon=True).start()
         self.errors = []
         threading.Thread(target=self._read_err, daemon=True).start()
-        line = self.next(120)  # first run compiles the driver
+        line = self.next(300)  # the first run compiles the driver
         assert line.startswith("ID "), line
         self.id = line.split()[1]
         assert self.next(60) == "READY"

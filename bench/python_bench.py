@@ -2,6 +2,9 @@
 """The Python binding against redis-py's Lock, side by side in one run
 (issue 36), on one private redis-server:
 
+Single runs move by 2x on a loaded machine: P1, P2 and P4 run three
+times, alternating rlock and redis-py, and the medians count.
+
   P1  single-thread lock+unlock: pair time p50 (both two round trips);
       beside it the C benchmark's S1 p50 on the same server (rlock-bench
       --only S1), so the binding's own cost shows
@@ -237,12 +240,18 @@ def main():
         print("P1 p50 runs (us): rlock", [round(x[0]) for x in p1["rlock"]],
               "redis-py", [round(x[0]) for x in p1["redis-py"]],
               "C S1", [round(x) for x in p1["C"]])
-        for s in sides:
-            res[(s.name, "P2")] = p2_distinct(s, a.seconds)
+        runs = {}
+        for _ in range(3):
+            for s in sides:
+                runs.setdefault((s.name, "P2"), []).append(p2_distinct(s, a.seconds))
         res[("rlock", "P3")] = p3_handoff(sides[0], 100)
         res[("redis-py", "P3")] = p3_handoff(sides[1], 30)
-        for s in sides:
-            res[(s.name, "P4")] = p4_one_lock(s, a.seconds)
+        for _ in range(3):
+            for s in sides:
+                runs.setdefault((s.name, "P4"), []).append(p4_one_lock(s, a.seconds))
+        for k, v in runs.items():
+            res[k] = statistics.median(v)
+            print(f"{k[1]} {k[0]} runs (/s):", [round(x) for x in v])
         c50 = statistics.median(p1["C"]) if p1["C"] else float("nan")
         (p1r, p1rate), (p1p, p1prate) = res[("rlock", "P1")], res[("redis-py", "P1")]
         rows = [

@@ -18,7 +18,9 @@ class _Bridge:
     """The completion queue of one event loop."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.loop = loop
+        # weakly: _bridges is keyed by the loop, and a value that held its
+        # key would keep every finished loop (and its eventfd) alive
+        self._loop = weakref.ref(loop)
         self.queue = _rlock.Queue()
         self.tokens = itertools.count(1)
         self.waiting = {}  # token -> (future, undo or None)
@@ -26,7 +28,7 @@ class _Bridge:
 
     def register(self, undo=None):
         token = next(self.tokens)
-        fut = self.loop.create_future()
+        fut = self._loop().create_future()
         self.waiting[token] = (fut, undo)
         return token, fut
 
@@ -72,13 +74,16 @@ def _owner(owner) -> int:
 
 
 async def _settle(fut):
-    """The future's result, however often the task is cancelled meanwhile."""
+    """(result, cancelled): the future's result, however often the task is
+    cancelled meanwhile, and whether it was."""
+    cancelled = False
     while True:
         try:
-            return await asyncio.shield(fut)
+            return await asyncio.shield(fut), cancelled
         except asyncio.CancelledError:
+            cancelled = True
             if fut.done():
-                return fut.result()
+                return fut.result(), cancelled
 
 
 async def acquire(handle, n: int, wait_ms: int, lease_ms: int, owner):
@@ -86,7 +91,7 @@ async def acquire(handle, n: int, wait_ms: int, lease_ms: int, owner):
     the C wait is cancelled, its completion awaited (so nothing is left
     queued when CancelledError goes on), and an acquire that won the race
     is undone."""
-    from . import Lock, MultiLock, PermitSemaphore, Semaphore, _Waitable
+    from . import Lock, MultiLock
     handle._check_client()
     b = _bridge()
     kind_lock = isinstance(handle, (Lock, MultiLock))
@@ -99,7 +104,7 @@ async def acquire(handle, n: int, wait_ms: int, lease_ms: int, owner):
         if not fut.done():
             req.cancel()
         try:
-            st, _v, ids = await _settle(fut)
+            (st, _v, ids), _c = await _settle(fut)
         except Exception:
             raise asyncio.CancelledError()
         if st == 1:
@@ -134,5 +139,7 @@ async def release(lock, owner) -> int:
     b = _bridge()
     token, fut = b.register()
     lock._h.unlock_async(b.queue, token, _owner(owner))
-    st, _v, _ids = await _settle(fut)
+    (st, _v, _ids), cancelled = await _settle(fut)
+    if cancelled:  # the unlock is done; the cancellation goes on
+        raise asyncio.CancelledError()
     return st

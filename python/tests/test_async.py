@@ -136,3 +136,17 @@ def test_async_error_is_raised(client, name):
         with pytest.raises(rlock.NotOwner):
             await client.lock(name).release_async()
     run(main())
+
+
+def test_finished_loops_are_not_kept(client, name):
+    import gc
+    from rlock import _aio
+    lk = client.lock(name)
+
+    async def once():
+        async with lk:
+            pass
+    for _ in range(5):
+        asyncio.run(once())
+    gc.collect()
+    assert len(_aio._bridges) == 0

@@ -148,3 +148,22 @@ def test_java_sees_python_holds_and_semaphore(deployment, pc, name):
     assert s.acquire(wait=0) is False
     assert peer.call(f"semRelease {name}s 1") == "OK"
     assert s.acquire(wait=1)
+
+
+def test_python_unlock_wakes_a_c_waiter(deployment, pc, name):
+    """rlock's CLI (C) waits for a lock Python holds; Python's unlock lets
+    it run at once."""
+    lk = pc.lock(name)
+    lk.acquire()
+    p = subprocess.Popen([cli_path(), "-u", deployment["uri"], name, "-c", "true"])
+    deadline = time.monotonic() + 20
+    while pc.info(name)["waiters"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pc.info(name)["waiters"] >= 1
+    t0 = time.monotonic()
+    lk.release()
+    assert p.wait(20) == 0
+    latency = time.monotonic() - t0
+    print(f"Python unlock -> C waiter done: {latency * 1000:.1f} ms")
+    assert latency < 0.5  # woken, then runs `true` and unlocks
+    assert not lk.locked()

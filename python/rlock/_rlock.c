@@ -1078,7 +1078,7 @@ static PyObject *Client_caps(ClientObject *self, PyObject *noargs) {
 
 /* ---- handles ------------------------------------------------------------ */
 
-enum { H_LOCK = 1, H_SEM, H_PSEM, H_LATCH, H_MULTI };
+enum { H_LOCK = 1, H_SEM, H_PSEM, H_LATCH, H_MULTI, H_FAST };
 
 typedef struct {
   PyObject_HEAD
@@ -1099,6 +1099,7 @@ static void Handle_dealloc(HandleObject *self) {
     case H_PSEM: rlock_permit_semaphore_free(self->h); break;
     case H_LATCH: rlock_latch_free(self->h); break;
     case H_MULTI: rlock_multilock_free(self->h); break;
+    case H_FAST: rlock_fast_multilock_free(self->h); break;
     }
   }
   Py_XDECREF(self->client);
@@ -1221,6 +1222,81 @@ static PyObject *mod_multilock(PyObject *m, PyObject *arg) {
   Py_INCREF(o->client);
   o->members = seq;
   return (PyObject *)o;
+}
+
+/* client.fast_multilock(group, values): Redisson's getMultiLock(group,
+ * values); values are str (UTF-8) or bytes (any bytes). */
+static PyObject *Client_fast_multilock(ClientObject *self, PyObject *args) {
+  PyObject *group, *values;
+  if (!PyArg_ParseTuple(args, "OO:fast_multilock", &group, &values))
+    return NULL;
+  PyObject *gb = name_bytes(group, "group");
+  if (gb == NULL)
+    return NULL;
+  PyObject *seq = PySequence_Tuple(values);
+  if (seq == NULL) {
+    Py_DECREF(gb);
+    return NULL;
+  }
+  Py_ssize_t n = PyTuple_GET_SIZE(seq);
+  PyObject *enc = PyList_New(0);
+  const char **vals = calloc(n > 0 ? (size_t)n : 1, sizeof(*vals));
+  size_t *lens = calloc(n > 0 ? (size_t)n : 1, sizeof(*lens));
+  PyObject *result = NULL;
+  if (enc == NULL || vals == NULL || lens == NULL) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  if (n == 0) {
+    PyErr_SetString(PyExc_ValueError, "a FasterMultiLock needs at least one value");
+    goto done;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *v = PyTuple_GET_ITEM(seq, i), *b;
+    if (PyUnicode_Check(v))
+      b = PyUnicode_AsEncodedString(v, "utf-8", "strict");
+    else if (PyBytes_Check(v))
+      b = Py_NewRef(v);
+    else {
+      PyErr_Format(PyExc_TypeError, "values must be str or bytes, not %.100s",
+                   Py_TYPE(v)->tp_name);
+      goto done;
+    }
+    if (b == NULL || PyList_Append(enc, b) < 0) {
+      Py_XDECREF(b);
+      goto done;
+    }
+    Py_DECREF(b);
+    vals[i] = PyBytes_AS_STRING(b);
+    lens[i] = (size_t)PyBytes_GET_SIZE(b);
+  }
+  if (!client_ok(self))
+    goto done;
+  rlock_fast_multilock *fml = NULL;
+  int rc = rlock_fast_multilock_get(self->c, PyBytes_AS_STRING(gb), vals, lens,
+                                    (size_t)n, &fml);
+  if (rc < 0) {
+    set_error(rc);
+    goto done;
+  }
+  HandleObject *o = PyObject_New(HandleObject, &Handle_Type);
+  if (o == NULL) {
+    rlock_fast_multilock_free(fml);
+    goto done;
+  }
+  o->htype = H_FAST;
+  o->h = fml;
+  o->fenced = 0;
+  o->members = NULL;
+  o->client = Py_NewRef((PyObject *)self);
+  result = (PyObject *)o;
+done:
+  free(vals);
+  free(lens);
+  Py_XDECREF(enc);
+  Py_DECREF(seq);
+  Py_DECREF(gb);
+  return result;
 }
 
 static int handle_is(HandleObject *self, int ht, const char *what) {
@@ -1456,6 +1532,36 @@ static item *interruptible_acquire(HandleObject *self, uint64_t owner,
   return it;
 }
 
+/* The FasterMultiLock has no async call to cancel: on the main thread a
+ * wait is made of tries of at most 200 ms, with signals checked between
+ * them (a try that ends without the values leaves nothing taken); other
+ * threads wait in one call. */
+static PyObject *fast_acquire(HandleObject *self, uint64_t owner,
+                              int64_t wait_ms, int64_t lease_ms) {
+  void *h = self->h;
+  int main = is_main_thread();
+  int64_t deadline = wait_ms > 0 ? rlock_now_ms() + wait_ms : 0;
+  for (;;) {
+    int64_t slice = wait_ms;
+    if (main && wait_ms != 0) {
+      int64_t left = wait_ms < 0 ? 200 : deadline - rlock_now_ms();
+      slice = left < 0 ? 0 : (left > 200 ? 200 : left);
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = owner ? rlock_fast_multilock_try_lock_owner(h, owner, slice, lease_ms)
+               : rlock_fast_multilock_try_lock(h, slice, lease_ms);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+      return set_error(rc);
+    if (rc == 1 || !main || wait_ms == 0 ||
+        (wait_ms > 0 && rlock_now_ms() >= deadline))
+      return PyLong_FromLong(rc);
+    if (PyErr_CheckSignals() < 0)
+      return NULL;
+  }
+}
+
 /* acquire(n, wait_ms, lease_ms, owner=None) -> status (1/0), or for fenced
  * locks (status, token), for permit semaphores (status, [ids]).
  * n: permits (semaphores); wait_ms < 0: no limit. Blocking, GIL released;
@@ -1484,6 +1590,8 @@ static PyObject *Handle_acquire(HandleObject *self, PyObject *args) {
   /* the first try without waiting, then (main thread) the interruptible
    * wait, or (other threads: signals go to the main thread) the blocking
    * call itself, which spins for fast answers */
+  if (self->htype == H_FAST)
+    return fast_acquire(self, owner, wait_ms, lease_ms);
   int main_wait = wait_ms != 0 && is_main_thread();
   int64_t first_wait = main_wait ? 0 : wait_ms;
   void *h = self->h;
@@ -1569,6 +1677,11 @@ static PyObject *Handle_release(HandleObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     if (rc == 0)
       rc = 1;
+  } else if (self->htype == H_FAST) {
+    Py_BEGIN_ALLOW_THREADS
+    rc = owner ? rlock_fast_multilock_unlock_owner(h, owner)
+               : rlock_fast_multilock_unlock(h);
+    Py_END_ALLOW_THREADS
   } else {
     PyErr_SetString(PyExc_TypeError, "release(owner) is for locks");
     return NULL;
@@ -1599,6 +1712,28 @@ static PyObject *Handle_query(HandleObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     if (rc < 0)
       return set_error((int)rc);
+    return PyBool_FromLong((long)rc);
+  }
+  if (self->htype == H_FAST) {
+    uint64_t ow = owner ? owner : rlock_thread_id();
+    Py_BEGIN_ALLOW_THREADS
+    if (strcmp(what, "is_locked") == 0)
+      rc = rlock_fast_multilock_is_locked(h);
+    else if (strcmp(what, "is_held") == 0)
+      rc = rlock_fast_multilock_is_held_by_owner(h, ow);
+    else if (strcmp(what, "force_unlock") == 0)
+      rc = rlock_fast_multilock_force_unlock(h);
+    else
+      known = 0;
+    Py_END_ALLOW_THREADS
+    if (!known) {
+      PyErr_Format(PyExc_TypeError, "%s is not available on this handle", what);
+      return NULL;
+    }
+    if (rc < 0)
+      return set_error((int)rc);
+    if (strcmp(what, "force_unlock") == 0)
+      return PyLong_FromLongLong(rc);
     return PyBool_FromLong((long)rc);
   }
   if (!handle_is(self, H_LOCK, what))
@@ -1636,6 +1771,29 @@ static PyObject *Handle_query(HandleObject *self, PyObject *args) {
   if (strcmp(what, "hold_count") == 0)
     return PyLong_FromLongLong(rc);
   return PyBool_FromLong((long)rc);
+}
+
+/* renew(owner, lease_ms) for a FasterMultiLock: 1 renewed, 0 not held. */
+static PyObject *Handle_renew(HandleObject *self, PyObject *args) {
+  PyObject *owner_o;
+  long long lease_ms;
+  if (!PyArg_ParseTuple(args, "OL:renew", &owner_o, &lease_ms))
+    return NULL;
+  if (!handle_is(self, H_FAST, "renew"))
+    return NULL;
+  uint64_t owner;
+  if (parse_owner(owner_o, &owner) < 0)
+    return NULL;
+  if (owner == 0)
+    owner = rlock_thread_id();
+  int rc;
+  void *h = self->h;
+  Py_BEGIN_ALLOW_THREADS
+  rc = rlock_fast_multilock_renew_owner(h, owner, lease_ms);
+  Py_END_ALLOW_THREADS
+  if (rc < 0)
+    return set_error(rc);
+  return PyBool_FromLong(rc);
 }
 
 /* force_unlock_owner(owner_string) */
@@ -1816,6 +1974,7 @@ static PyObject *Handle_get_kind(HandleObject *self, void *closure) {
   case H_PSEM: return PyUnicode_FromString("permit_semaphore");
   case H_LATCH: return PyUnicode_FromString("latch");
   case H_MULTI: return PyUnicode_FromString("multilock");
+  case H_FAST: return PyUnicode_FromString("fast_multilock");
   }
   Py_RETURN_NONE;
 }
@@ -1829,6 +1988,7 @@ static PyMethodDef Handle_methods[] = {
     {"op", (PyCFunction)Handle_op, METH_VARARGS, NULL},
     {"permit_op", (PyCFunction)Handle_permit_op, METH_VARARGS, NULL},
     {"force_unlock_owner", (PyCFunction)Handle_force_unlock_owner, METH_O, NULL},
+    {"renew", (PyCFunction)Handle_renew, METH_VARARGS, NULL},
     {NULL}};
 
 static PyGetSetDef Handle_getset[] = {
@@ -1856,6 +2016,7 @@ static PyMethodDef Client_methods[] = {
     {"force_unlock", (PyCFunction)Client_force_unlock, METH_VARARGS, NULL},
     {"caps", (PyCFunction)Client_caps, METH_NOARGS, NULL},
     {"handle", (PyCFunction)Client_handle, METH_VARARGS, NULL},
+    {"fast_multilock", (PyCFunction)Client_fast_multilock, METH_VARARGS, NULL},
     {NULL}};
 
 static PyGetSetDef Client_getset[] = {

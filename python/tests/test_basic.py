@@ -299,3 +299,28 @@ def test_lock_lost_callback(server, name, r):
         time.sleep(0.02)
     c.close()
     assert lost and lost[0][0] == name and lost[0][1].startswith(c.id)
+
+
+def test_fast_multilock(client, name, r):
+    fm = client.fast_multi_lock(name, "Jack_001", b"Jill_002", lease=10)
+    with fm:
+        assert fm.is_held() and fm.locked()
+        # Redisson's field name of "Jack_001" (HighwayHash-128, base64)
+        assert b"7pNoDdizVy2xY792MaFv+w" in r.hkeys(name)
+        res = []
+        t = threading.Thread(target=lambda: res.append(
+            client.fast_multi_lock(name, "Jack_001").acquire(wait=0.05)))
+        t.start()
+        t.join()
+        assert res == [False]
+        assert fm.renew(20)
+    assert not fm.locked()
+    other = client.fast_multi_lock(name, "Jill_002")
+    o = rlock.Owner()
+    assert other.acquire(owner=o, lease=5)
+    assert fm.acquire(wait=0) is False
+    assert fm.force_unlock() == 1
+    with pytest.raises(TypeError):
+        client.fast_multi_lock(name, 5)
+    with pytest.raises(ValueError):
+        client.fast_multi_lock(name)

@@ -167,3 +167,15 @@ def test_python_unlock_wakes_a_c_waiter(deployment, pc, name):
     print(f"Python unlock -> C waiter done: {latency * 1000:.1f} ms")
     assert latency < 0.5  # woken, then runs `true` and unlocks
     assert not lk.locked()
+
+
+def test_fast_multilock_with_java(deployment, pc, name):
+    peer = deployment["peer"]
+    fm = pc.fast_multi_lock(name, "a", "b")
+    with fm:
+        assert peer.call(f"tryLock G/{name}=b 0") == "OK false"
+    assert peer.call(f"tryLock G/{name}=a,b 0") == "OK true"
+    assert fm.acquire(wait=0) is False
+    assert peer.call(f"unlock G/{name}=a,b") == "OK"
+    assert fm.acquire(wait=0)
+    fm.release()

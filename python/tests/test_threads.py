@@ -23,6 +23,33 @@ def child(server, body, timeout=30):
                             text=True, env=env)
 
 
+def test_ctrl_c_during_a_fast_multilock_wait(server, client, name):
+    fm = client.fast_multi_lock(name, "v")
+    holder = rlock.Owner()
+    fm.acquire(owner=holder)
+    p = child(server, f"""
+        c = rlock.Client(sys.argv[1])
+        print("waiting", flush=True)
+        try:
+            c.fast_multi_lock({name!r}, "v").acquire()
+            print("acquired?!", flush=True)
+        except KeyboardInterrupt:
+            print("interrupted", time.monotonic(), flush=True)
+        c.close()
+    """)
+    assert p.stdout.readline().strip() == "waiting"
+    time.sleep(0.5)
+    t_sig = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=20)
+    assert p.returncode == 0, err
+    word, t_done = out.split()
+    assert word == "interrupted"
+    assert float(t_done) - t_sig < 1.0
+    assert fm.is_held(owner=holder)
+    fm.release(owner=holder)
+
+
 def test_ctrl_c_during_blocking_acquire(server, client, name):
     fl = client.fair_lock(name)
     holder = rlock.Owner()

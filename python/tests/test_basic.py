@@ -324,3 +324,28 @@ def test_fast_multilock(client, name, r):
         client.fast_multi_lock(name, 5)
     with pytest.raises(ValueError):
         client.fast_multi_lock(name)
+
+
+def test_every_c_option_is_a_keyword(server):
+    fields = set(rlock._rlock.default_options()) - {"uri"}
+    mapped = {field for field, _secs in rlock._OPTS.values()}
+    assert fields == mapped
+    assert set(rlock.DEFAULTS) == set(rlock._OPTS)
+    # every keyword is accepted by a real open (defaults passed explicitly)
+    kw = {k: v for k, v in rlock.DEFAULTS.items() if v is not None}
+    kw["client_name"] = "py-all-options"
+    c = rlock.Client(server.uri, **kw)
+    c.close()
+
+
+def test_a_failing_handler_does_not_stop_delivery(server, name):
+    seen = []
+
+    def handler(ev):
+        seen.append(ev["type"])
+        raise RuntimeError("handler bug")
+    c = rlock.Client(server.uri, on_event=handler)
+    with c.lock(name):
+        pass
+    c.close()
+    assert seen[:2] == ["acquired", "released"]

@@ -1,0 +1,862 @@
+"""rlock: Redisson-compatible distributed locks for Python.
+
+A thin Python layer over rlock's C library (the extension module
+``rlock._rlock``): a Python service and a Java service using Redisson guard
+one resource with the same lock name. See docs/python.md.
+
+Times are float seconds, as in :mod:`threading`; ``None`` means "no limit"
+for waits and "held until released, renewed by the watchdog" for leases.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import math
+import threading
+import weakref
+
+from . import _rlock
+
+__all__ = [
+    "Client", "Lock", "FencedLock", "MultiLock", "FastMultiLock", "Semaphore", "PermitSemaphore",
+    "CountDownLatch", "Owner", "RLockError", "Timeout", "AcquireTimeout",
+    "LockLost", "NotOwner", "Closed", "Cancelled", "ConnectionLost",
+    "InvalidArgument", "ForkError", "ReentryError", "DEFAULTS",
+    "__version__", "library_version", "thread_id", "now",
+]
+
+__version__ = _rlock.HEADER_VERSION
+
+
+def library_version() -> str:
+    """The running C library's version (rlock_version())."""
+    return _rlock.version()
+
+
+def thread_id() -> int:
+    """The calling thread's owner id (rlock_thread_id())."""
+    return _rlock.thread_id()
+
+
+def now() -> float:
+    """The library's monotonic clock, in seconds (rlock_now_ms() / 1000)."""
+    return _rlock.now_ms() / 1000.0
+
+
+# ---- errors -----------------------------------------------------------------
+
+class RLockError(Exception):
+    """An error of the C library: ``code`` (negative RLOCK_E* value),
+    ``name`` ("RLOCK_ETIMEDOUT") and ``detail`` (rlock_last_error())."""
+
+    def __init__(self, code: int, name: str, detail: str = ""):
+        self.code = code
+        self.name = name
+        self.detail = detail
+        super().__init__(code, name, detail)
+
+    def __str__(self) -> str:
+        msg = _MESSAGES.get(self.code, "error")
+        if self.detail:
+            return f"{self.name}: {msg}: {self.detail}"
+        return f"{self.name}: {msg}"
+
+
+class Timeout(RLockError, builtins.TimeoutError):
+    """RLOCK_ETIMEDOUT: Redis did not answer in time."""
+
+
+class AcquireTimeout(Timeout):
+    """Not acquired within ``wait`` (a ``with`` block or ``acquire(
+    raise_on_timeout=True)``); code and name are RLOCK_ETIMEDOUT's."""
+
+
+class LockLost(RLockError):
+    """RLOCK_ELOCKLOST: the lock expired or was deleted while held."""
+
+
+class NotOwner(RLockError):
+    """RLOCK_ENOTOWNER: the lock is not held by this owner."""
+
+
+class Closed(RLockError):
+    """RLOCK_ECLOSED: the client is closed."""
+
+
+class Cancelled(RLockError):
+    """RLOCK_ECANCELED: the acquire was cancelled or interrupted."""
+
+
+class ConnectionLost(RLockError, builtins.ConnectionError):
+    """RLOCK_ECONN: the connection to Redis failed or was lost."""
+
+
+class InvalidArgument(RLockError, ValueError):
+    """RLOCK_EINVAL (and RLOCK_ENAMETOOLONG, RLOCK_EURI): a bad argument."""
+
+
+class ForkError(RLockError):
+    """RLOCK_EFORK: a client used in a forked child: open a new one."""
+
+
+class ReentryError(RLockError):
+    """RLOCK_EREENTRY: a non-reentrant lock taken again by its holder."""
+
+
+_MESSAGES = {code: msg for code, _name, msg in _rlock.error_table()}
+_CODES = {name: code for code, name, _msg in _rlock.error_table()}
+_CLASSES = {
+    _CODES["RLOCK_ETIMEDOUT"]: Timeout,
+    _CODES["RLOCK_ELOCKLOST"]: LockLost,
+    _CODES["RLOCK_ENOTOWNER"]: NotOwner,
+    _CODES["RLOCK_ECLOSED"]: Closed,
+    _CODES["RLOCK_ECANCELED"]: Cancelled,
+    _CODES["RLOCK_ECONN"]: ConnectionLost,
+    _CODES["RLOCK_EINVAL"]: InvalidArgument,
+    _CODES["RLOCK_ENAMETOOLONG"]: InvalidArgument,
+    _CODES["RLOCK_EURI"]: InvalidArgument,
+    _CODES["RLOCK_EFORK"]: ForkError,
+    _CODES["RLOCK_EREENTRY"]: ReentryError,
+}
+_rlock._register(_CLASSES, RLockError, threading.main_thread().ident)
+
+
+def _acquire_timeout(wait: float | None, what: str) -> AcquireTimeout:
+    return AcquireTimeout(_CODES["RLOCK_ETIMEDOUT"], "RLOCK_ETIMEDOUT",
+                          f"{what} not acquired within {wait} s")
+
+
+# ---- times ------------------------------------------------------------------
+
+_MS_MAX = 2 ** 40  # the C library's largest lease
+
+
+def _ms(value, what: str, *, none: int, allow_zero: bool = True) -> int:
+    """Seconds (int or float) -> ms. None -> `none`."""
+    if value is None:
+        return none
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds or None, "
+                        f"not {type(value).__name__}")
+    if math.isnan(value):
+        raise ValueError(f"{what} must not be NaN")
+    if value < 0:
+        raise ValueError(f"{what} must not be negative (None: no limit)")
+    if value == 0 and not allow_zero:
+        raise ValueError(f"{what} must be positive (None: watchdog)")
+    if math.isinf(value) or value * 1000 > _MS_MAX:
+        raise ValueError(f"{what} is too large (at most 2^40 ms)")
+    ms = int(math.ceil(value * 1000))
+    if ms == 0 and value > 0:
+        ms = 1
+    return ms
+
+
+def _wait_ms(wait) -> int:
+    return _ms(wait, "wait", none=-1)
+
+
+def _lease_ms(lease) -> int:
+    return _ms(lease, "lease", none=-1, allow_zero=False)
+
+
+def _count(n, what: str, lo: int = 1) -> int:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{what} must be an int, not {type(n).__name__}")
+    if n < lo or n > _MS_MAX:
+        raise ValueError(f"{what} must be in {lo}..2^40, not {n}")
+    return n
+
+
+# ---- owners -----------------------------------------------------------------
+
+class Owner:
+    """An explicit owner (rlock_owner_new()): a lock acquired with
+    ``owner=o`` may be released by any thread passing the same owner."""
+
+    __slots__ = ("id",)
+
+    def __init__(self, id: int | None = None):
+        self.id = _rlock.owner_new() if id is None else id
+
+    def __repr__(self) -> str:
+        return f"Owner({self.id})"
+
+
+def _owner_id(owner) -> int | None:
+    if owner is None:
+        return None
+    if isinstance(owner, Owner):
+        return owner.id
+    if isinstance(owner, int) and not isinstance(owner, bool):
+        if owner <= 0 or owner >= 2 ** 64:
+            raise ValueError("owner must be a positive 64-bit id")
+        return owner
+    raise TypeError(f"owner must be an Owner or an int, not {type(owner).__name__}")
+
+
+# ---- client options ---------------------------------------------------------
+
+# Python keyword -> (rlock_options field, ms conversion?)
+_OPTS = {
+    "client_name": ("client_name", False),
+    "watchdog_timeout": ("watchdog_timeout_ms", True),
+    "command_timeout": ("command_timeout_ms", True),
+    "subscribe_timeout": ("subscribe_timeout_ms", True),
+    "retry_attempts": ("retry_attempts", False),
+    "retry_interval": ("retry_interval_ms", True),
+    "sharded_pubsub": ("sharded_pubsub", False),
+    "connect_timeout": ("connect_timeout_ms", True),
+    "max_write_queue_bytes": ("max_write_queue_bytes", False),
+    "tls_ca_file": ("tls_ca_file", False),
+    "tls_ca_dir": ("tls_ca_dir", False),
+    "tls_cert_file": ("tls_cert_file", False),
+    "tls_key_file": ("tls_key_file", False),
+    "tls_server_name": ("tls_server_name", False),
+    "tls_insecure": ("tls_insecure", False),
+    "spin_us": ("spin_us", False),
+    "handoff_max": ("handoff_max", False),
+    "sentinel_user": ("sentinel_user", False),
+    "sentinel_password": ("sentinel_password", False),
+    "replica_sync": ("replica_sync", False),
+    "replica_sync_timeout": ("replica_sync_timeout_ms", True),
+    "cluster_refresh": ("cluster_refresh_ms", True),
+    "replica_sync_connected_only": ("replica_sync_connected_only", False),
+    "replica_sync_mode": ("replica_sync_mode", False),
+    "lease_risk": ("lease_risk_ms", True),
+}
+
+
+def _defaults() -> dict:
+    d = _rlock.default_options()
+    out = {}
+    for kw, (field, secs) in _OPTS.items():
+        v = d[field]
+        out[kw] = v / 1000.0 if secs else v
+    return out
+
+
+#: The C library's defaults (rlock_options_init()), keyed as Client's
+#: keyword arguments; times in seconds.
+DEFAULTS = _defaults()
+
+_DIAG_LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO,
+                3: logging.DEBUG}
+
+
+def _handler(h, what):
+    if h is None or callable(h) or isinstance(h, logging.Logger):
+        return h
+    if h is True:
+        return logging.getLogger("rlock")
+    raise TypeError(f"{what} must be a callable, a logging.Logger, True or None")
+
+
+class Client:
+    """A client of one Redis deployment (rlock_client_open()).
+
+    ``Client("redis://127.0.0.1:6379", watchdog_timeout=10.0)``: the URI
+    (None: $REDIS_URL, else redis://127.0.0.1:6379) and any field of
+    rlock_options as a keyword (times in float seconds: ``watchdog_timeout``
+    for ``watchdog_timeout_ms``; see ``rlock.DEFAULTS``). ``on_event``,
+    ``on_diag``, ``on_lock_lost``: a callable, a ``logging.Logger`` or True
+    (the logger "rlock"); they run on a dispatcher thread of this client,
+    never on the library's loop thread.
+    """
+
+    def __init__(self, uri: str | None = None, *, on_event=None, on_diag=None,
+                 on_lock_lost=None, **options):
+        if uri is not None and not isinstance(uri, str):
+            raise TypeError(f"uri must be str or None, not {type(uri).__name__}")
+        opts = {"uri": uri}
+        for kw, value in options.items():
+            if kw not in _OPTS:
+                raise TypeError(f"Client() got an unknown option {kw!r}")
+            field, secs = _OPTS[kw]
+            if value is None:
+                continue
+            if secs:
+                if kw == "lease_risk" and value == -1:
+                    opts[field] = -1
+                    continue
+                opts[field] = _ms(value, kw, none=0)
+            else:
+                opts[field] = value
+        self._on_event = _handler(on_event, "on_event")
+        self._on_diag = _handler(on_diag, "on_diag")
+        self._on_lost = _handler(on_lock_lost, "on_lock_lost")
+        self._c = _rlock.Client(opts, diag=self._on_diag is not None,
+                                events=self._on_event is not None,
+                                lost=self._on_lost is not None)
+        self._id = self._c.id
+        self._dispatcher = None
+        if self._on_event or self._on_diag or self._on_lost:
+            self._dispatcher = threading.Thread(
+                target=self._dispatch, name="rlock-events", daemon=True)
+            self._dispatcher.start()
+        self._lock = threading.Lock()
+
+    # -- events --
+    def _dispatch(self) -> None:
+        c = self._c
+        while True:
+            for it in c.events_wait():
+                kind = it[0]
+                if kind == "end":
+                    return
+                try:
+                    if kind == "event":
+                        _deliver(self._on_event, it[1], logging.INFO,
+                                 lambda e: _event_text(e))
+                    elif kind == "diag":
+                        lvl = it[1]
+                        if isinstance(self._on_diag, logging.Logger):
+                            self._on_diag.log(_DIAG_LEVELS.get(lvl, logging.INFO),
+                                              "%s", it[2])
+                        else:
+                            self._on_diag(_rlock.diag_level_name(lvl), it[2])
+                    elif kind == "lost":
+                        if isinstance(self._on_lost, logging.Logger):
+                            self._on_lost.error("lock %s lost (owner %s)",
+                                                it[1], it[2])
+                        else:
+                            self._on_lost(it[1], it[2])
+                except Exception:  # a handler's error must not stop delivery
+                    logging.getLogger("rlock").exception("rlock event handler failed")
+
+    # -- life --
+    @property
+    def id(self) -> str:
+        """The client's UUID (the first part of every owner string)."""
+        return self._id
+
+    @property
+    def closed(self) -> bool:
+        return self._c.closed
+
+    def close(self) -> None:
+        """Closes the client: waiters get Closed, renewals stop (held locks
+        expire after the watchdog timeout, as in Redisson). Idempotent."""
+        self._c.close()
+        d = self._dispatcher
+        if d is not None and d is not threading.current_thread():
+            d.join()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- handles --
+    def lock(self, name, *, wait=None, lease=None) -> "Lock":
+        """Redisson getLock(name): a reentrant lock."""
+        return Lock(self, "lock", name, wait, lease)
+
+    def fair_lock(self, name, *, wait=None, lease=None) -> "Lock":
+        """getFairLock(name)."""
+        return Lock(self, "fair", name, wait, lease)
+
+    def read_lock(self, name, *, wait=None, lease=None) -> "Lock":
+        """getReadWriteLock(name).readLock()."""
+        return Lock(self, "read", name, wait, lease)
+
+    def write_lock(self, name, *, wait=None, lease=None) -> "Lock":
+        """getReadWriteLock(name).writeLock()."""
+        return Lock(self, "write", name, wait, lease)
+
+    def fenced_lock(self, name, *, wait=None, lease=None) -> "FencedLock":
+        """getFencedLock(name): acquire() returns the fencing token."""
+        return FencedLock(self, "fenced", name, wait, lease)
+
+    def spin_lock(self, name, *, wait=None, lease=None) -> "Lock":
+        """getSpinLock(name)."""
+        return Lock(self, "spin", name, wait, lease)
+
+    def nonreentrant_lock(self, name, *, fair=False, wait=None, lease=None) -> "Lock":
+        """getNonReentrantLock(name) / getNonReentrantFairLock(name)."""
+        return Lock(self, "nonreentrant_fair" if fair else "nonreentrant",
+                    name, wait, lease)
+
+    def multi_lock(self, *locks: "Lock", wait=None, lease=None) -> "MultiLock":
+        """getMultiLock(lock, ...): every lock, all or none."""
+        return MultiLock(self, locks, wait, lease)
+
+    def fast_multi_lock(self, group, *values, wait=None, lease=None) -> "FastMultiLock":
+        """getMultiLock(group, values): the values of one group, all or
+        none, in one hash (Java's values must use StringCodec)."""
+        return FastMultiLock(self, group, values, wait, lease)
+
+    def semaphore(self, name) -> "Semaphore":
+        """getSemaphore(name)."""
+        return Semaphore(self, name)
+
+    def permit_semaphore(self, name) -> "PermitSemaphore":
+        """getPermitExpirableSemaphore(name)."""
+        return PermitSemaphore(self, name)
+
+    def latch(self, name) -> "CountDownLatch":
+        """getCountDownLatch(name)."""
+        return CountDownLatch(self, name)
+
+    # -- introspection --
+    def info(self, name) -> dict:
+        """What is stored under `name` (rlock_info_get()): kind, holders,
+        queue, permits, token, count, ttl_ms, waiters ..."""
+        return self._c.info(name)
+
+    def scan(self, pattern: str | None = None, count: int = 0) -> list:
+        """Every lock, semaphore and latch name matching the glob
+        (rlock_scan_*): on every master."""
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise TypeError("count must be an int")
+        return self._c.scan(pattern, count)
+
+    def force_unlock(self, name, kind: str | None = None) -> bool:
+        """Kind-aware force unlock (rlock_client_force_unlock())."""
+        return self._c.force_unlock(name, kind)
+
+    def interrupt(self, owner) -> int:
+        """Interrupts the acquires of a thread id or Owner (Cancelled)."""
+        return self._c.interrupt(_owner_id(owner) or 0)
+
+    def stats(self) -> dict:
+        """The client's counters and histograms (rlock_client_stats_get())."""
+        return self._c.stats()
+
+    def prometheus(self, label: str | None = None) -> str:
+        """The stats in Prometheus text format 0.0.4."""
+        return self._c.stats_text(label, False)
+
+    def stats_json(self, label: str | None = None) -> str:
+        return self._c.stats_text(label, True)
+
+    def caps(self) -> dict:
+        return self._c.caps()
+
+    # -- asyncio plumbing --
+    def _bridge(self):
+        from . import _aio
+        return _aio.bridge(self)
+
+
+def _deliver(h, ev, level, text):
+    if isinstance(h, logging.Logger):
+        lvl = logging.WARNING if ev["type"] in ("lost", "renewal_failed",
+                                                "lease_at_risk",
+                                                "disconnected") else logging.DEBUG
+        h.log(lvl, "%s", text(ev))
+    else:
+        h(ev)
+
+
+def _event_text(ev: dict) -> str:
+    parts = [ev["type"]]
+    for k in ("kind", "name", "owner", "error", "detail", "host"):
+        if ev.get(k):
+            parts.append(f"{k}={ev[k]}")
+    return " ".join(parts)
+
+
+# ---- locks ------------------------------------------------------------------
+
+class _Waitable:
+    """Shared parts of handles whose acquire waits."""
+
+    __slots__ = ("client", "_h", "_wait", "_lease", "__weakref__")
+
+    def _check_client(self):
+        if self.client._c.closed:
+            raise Closed(_CODES["RLOCK_ECLOSED"], "RLOCK_ECLOSED",
+                         "the client is closed")
+
+
+class Lock(_Waitable):
+    """A lock handle of one kind (lock, fair, read, write, spin,
+    nonreentrant, nonreentrant_fair; FencedLock for fenced).
+
+    Held per Python thread by default (re-entrant where the kind is, as
+    Java's per-thread holds); pass ``owner=`` for an explicit owner. As a
+    context manager it acquires with the ``wait`` and ``lease`` given to
+    the client's ``lock()`` and raises AcquireTimeout when not acquired."""
+
+    __slots__ = ()
+
+    def __init__(self, client: Client, kind: str, name, wait=None, lease=None):
+        if not isinstance(client, Client):
+            raise TypeError("client must be an rlock.Client")
+        self.client = client
+        self._wait = _wait_ms(wait)
+        self._lease = _lease_ms(lease)
+        self._h = client._c.handle(kind, name)
+
+    @property
+    def name(self) -> str:
+        return self._h.name
+
+    @property
+    def kind(self) -> str:
+        return self._h.kind
+
+    def __repr__(self) -> str:
+        return f"<rlock.Lock {self.kind} {self.name!r}>"
+
+    def acquire(self, blocking: bool = True, timeout: float = -1, *,
+                wait=None, lease=None, owner=None) -> bool:
+        """Acquires the lock; True if acquired.
+
+        ``threading.Lock`` style (blocking, timeout; -1 = no limit) or
+        ``wait=`` seconds (None: no limit); ``lease`` seconds (None: held
+        until released, renewed by the watchdog). Interruptible with
+        Ctrl-C on the main thread (nothing is left queued)."""
+        if wait is None:
+            if not blocking:
+                w = 0
+            elif timeout is None or timeout == -1:
+                w = -1
+            else:
+                w = _wait_ms(timeout)
+        else:
+            w = _wait_ms(wait)
+        return self._h.acquire(1, w, _lease_ms(lease), _owner_id(owner)) == 1
+
+    def release(self, *, owner=None) -> bool:
+        """Releases one hold: True when the lock was released, False when
+        still held (re-entered). NotOwner / LockLost as in Redisson."""
+        return self._h.release(_owner_id(owner)) == 1
+
+    unlock = release
+
+    def __enter__(self):
+        if self._h.acquire(1, self._wait, self._lease, None) != 1:
+            raise _acquire_timeout(self._wait / 1000, self.name)
+        return self
+
+    def __exit__(self, *exc):
+        self._h.release(None)
+
+    def locked(self) -> bool:
+        """Whether anyone holds it (isLocked)."""
+        return self._h.query("is_locked")
+
+    is_locked = locked
+
+    def is_held(self, *, owner=None) -> bool:
+        """isHeldByCurrentThread (or by `owner`)."""
+        return self._h.query("is_held", _owner_id(owner))
+
+    def hold_count(self, *, owner=None) -> int:
+        return self._h.query("hold_count", _owner_id(owner))
+
+    def remain_ttl(self) -> float | None:
+        """Seconds until the key expires; None: not held; inf: no TTL."""
+        ms = self._h.query("ttl")
+        if ms == -2:
+            return None
+        if ms == -1:
+            return math.inf
+        return ms / 1000.0
+
+    def force_unlock(self) -> bool:
+        return self._h.query("force_unlock")
+
+    def force_unlock_owner(self, owner: str) -> bool:
+        """Releases every hold of the owner string "<uuid>:<thread>"."""
+        return self._h.force_unlock_owner(owner)
+
+    def lease_guaranteed(self, *, owner=None) -> tuple:
+        """(ok, until): ``until`` on rlock.now()'s clock, up to which the
+        hold cannot have expired; ok False when that time has passed
+        (rlock_lease_guaranteed())."""
+        ok, until = self._h.query("lease_guaranteed", _owner_id(owner))
+        return ok == 1, until / 1000.0
+
+    # -- asyncio --
+    async def acquire_async(self, *, wait=None, lease=None, owner=None) -> bool:
+        """Awaitable acquire, owned by the current asyncio task (or
+        `owner`). Cancelling the task cancels the wait (nothing is left
+        queued on the server)."""
+        from . import _aio
+        st, _v, _ids = await _aio.acquire(self, 1, _wait_ms(wait),
+                                          _lease_ms(lease), owner)
+        return st == 1
+
+    async def release_async(self, *, owner=None) -> bool:
+        from . import _aio
+        return await _aio.release(self, owner) == 1
+
+    async def __aenter__(self):
+        from . import _aio
+        st, _v, _ids = await _aio.acquire(self, 1, self._wait, self._lease, None)
+        if st != 1:
+            raise _acquire_timeout(self._wait / 1000, self.name)
+        return self
+
+    async def __aexit__(self, *exc):
+        from . import _aio
+        await _aio.release(self, None)
+
+
+class FencedLock(Lock):
+    """getFencedLock: acquire() returns the fencing token (0: not
+    acquired); ``with`` gives the token as its target."""
+
+    __slots__ = ()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1, *,
+                wait=None, lease=None, owner=None) -> int:
+        if wait is None:
+            w = 0 if not blocking else (-1 if timeout in (None, -1) else _wait_ms(timeout))
+        else:
+            w = _wait_ms(wait)
+        st, token = self._h.acquire(1, w, _lease_ms(lease), _owner_id(owner))
+        return token if st == 1 else 0
+
+    def token(self) -> int:
+        """The token counter's current value (getToken)."""
+        return self._h.query("token")
+
+    def __enter__(self) -> int:
+        st, token = self._h.acquire(1, self._wait, self._lease, None)
+        if st != 1:
+            raise _acquire_timeout(self._wait / 1000, self.name)
+        return token
+
+    async def acquire_async(self, *, wait=None, lease=None, owner=None) -> int:
+        from . import _aio
+        st, v, _ids = await _aio.acquire(self, 1, _wait_ms(wait),
+                                         _lease_ms(lease), owner)
+        return v if st == 1 else 0
+
+
+class MultiLock(_Waitable):
+    """getMultiLock(locks...): all or none, Java's algorithm."""
+
+    __slots__ = ("locks",)
+
+    def __init__(self, client, locks, wait=None, lease=None):
+        locks = tuple(locks)
+        for lk in locks:
+            if not isinstance(lk, Lock):
+                raise TypeError(f"MultiLock members must be rlock.Lock, not {type(lk).__name__}")
+        self.client = client
+        self.locks = locks
+        self._wait = _wait_ms(wait)
+        self._lease = _lease_ms(lease)
+        self._h = _rlock.multilock([lk._h for lk in locks])
+
+    def acquire(self, *, wait=None, lease=None, owner=None) -> bool:
+        return self._h.acquire(1, _wait_ms(wait), _lease_ms(lease),
+                               _owner_id(owner)) == 1
+
+    def release(self, *, owner=None) -> None:
+        self._h.release(_owner_id(owner))
+
+    def is_held(self, *, owner=None) -> bool:
+        return self._h.query("is_held", _owner_id(owner))
+
+    def __enter__(self):
+        if self._h.acquire(1, self._wait, self._lease, None) != 1:
+            raise _acquire_timeout(self._wait / 1000, "MultiLock")
+        return self
+
+    def __exit__(self, *exc):
+        self._h.release(None)
+
+    async def acquire_async(self, *, wait=None, lease=None, owner=None) -> bool:
+        from . import _aio
+        st, _v, _ids = await _aio.acquire(self, 1, _wait_ms(wait),
+                                          _lease_ms(lease), owner)
+        return st == 1
+
+
+class FastMultiLock(_Waitable):
+    """getMultiLock(group, values) (Redisson's FasterMultiLock). No async
+    form (the C library has none); on the main thread a wait is made of
+    tries of at most 200 ms, so Ctrl-C works."""
+
+    __slots__ = ()
+
+    def __init__(self, client, group, values, wait=None, lease=None):
+        self.client = client
+        self._wait = _wait_ms(wait)
+        self._lease = _lease_ms(lease)
+        self._h = client._c.fast_multilock(group, values)
+
+    def acquire(self, *, wait=None, lease=None, owner=None) -> bool:
+        return self._h.acquire(1, _wait_ms(wait), _lease_ms(lease),
+                               _owner_id(owner)) == 1
+
+    def release(self, *, owner=None) -> bool:
+        """True when every value was freed, False when still held."""
+        return self._h.release(_owner_id(owner)) == 1
+
+    def locked(self) -> bool:
+        return self._h.query("is_locked")
+
+    def is_held(self, *, owner=None) -> bool:
+        return self._h.query("is_held", _owner_id(owner))
+
+    def force_unlock(self) -> int:
+        """Frees every value whoever holds it: how many had a holder."""
+        return self._h.query("force_unlock")
+
+    def renew(self, lease, *, owner=None) -> bool:
+        return self._h.renew(_owner_id(owner), _lease_ms(lease))
+
+    def __enter__(self):
+        if self._h.acquire(1, self._wait, self._lease, None) != 1:
+            raise _acquire_timeout(self._wait / 1000, "FasterMultiLock")
+        return self
+
+    def __exit__(self, *exc):
+        self._h.release(None)
+
+
+class Semaphore(_Waitable):
+    """getSemaphore(name): permits belong to nobody."""
+
+    __slots__ = ()
+
+    def __init__(self, client: Client, name):
+        self.client = client
+        self._h = client._c.handle("semaphore", name)
+
+    def try_set_permits(self, permits: int, ttl=None) -> bool:
+        return self._h.op("try_set", _count(permits, "permits"),
+                          0 if ttl is None else _ms(ttl, "ttl", none=0, allow_zero=False)) == 1
+
+    def acquire(self, permits: int = 1, *, wait=None) -> bool:
+        return self._h.acquire(_count(permits, "permits"), _wait_ms(wait), 0) == 1
+
+    def release(self, permits: int = 1) -> None:
+        self._h.op("release", _count(permits, "permits"))
+
+    def release_if_exists(self, permits: int = 1) -> bool:
+        return self._h.op("release_if_exists", _count(permits, "permits", 0)) == 1
+
+    def add_permits(self, permits: int) -> None:
+        if isinstance(permits, bool) or not isinstance(permits, int):
+            raise TypeError("permits must be an int")
+        if permits == 0 or abs(permits) > _MS_MAX:
+            raise ValueError("permits must be non-zero, at most 2^40 either way")
+        self._h.op("add", permits)
+
+    def drain_permits(self) -> int:
+        return self._h.op("drain")
+
+    def available_permits(self) -> int:
+        return self._h.op("available")
+
+    def __enter__(self):
+        self._h.acquire(1, -1, 0)
+        return self
+
+    def __exit__(self, *exc):
+        self._h.op("release", 1)
+
+    async def acquire_async(self, permits: int = 1, *, wait=None) -> bool:
+        from . import _aio
+        st, _v, _ids = await _aio.acquire(self, _count(permits, "permits"),
+                                          _wait_ms(wait), 0, None)
+        return st == 1
+
+
+class PermitSemaphore(_Waitable):
+    """getPermitExpirableSemaphore(name): each permit has an id (32 hex
+    characters) and optionally a lease."""
+
+    __slots__ = ()
+
+    def __init__(self, client: Client, name):
+        self.client = client
+        self._h = client._c.handle("permit_semaphore", name)
+
+    def try_set_permits(self, permits: int) -> bool:
+        return self._h.op("try_set", _count(permits, "permits")) == 1
+
+    def set_permits(self, permits: int) -> None:
+        self._h.op("set", _count(permits, "permits", 0))
+
+    def add_permits(self, permits: int) -> None:
+        if isinstance(permits, bool) or not isinstance(permits, int):
+            raise TypeError("permits must be an int")
+        self._h.op("add", permits)
+
+    def acquire(self, permits: int = 1, *, wait=None, lease=None) -> list | None:
+        """Takes `permits` permits (all or none): their ids, or None when
+        not taken within `wait`."""
+        st, ids = self._h.acquire(_count(permits, "permits"), _wait_ms(wait),
+                                  _lease_ms(lease))
+        return ids if st == 1 else None
+
+    def release(self, ids) -> int:
+        """Returns the permits (all or none); NotOwner if one is not taken."""
+        return self._h.permit_op("release", _ids(ids))
+
+    def try_release(self, ids) -> bool:
+        return self._h.permit_op("try_release", _ids(ids)) > 0
+
+    def update_lease(self, id: str, lease) -> bool:
+        return self._h.permit_op("update_lease", _ids(id), _lease_ms(lease)) == 1
+
+    def lease_time(self, id: str) -> float | None:
+        ms = self._h.permit_op("lease_time", _ids(id))
+        return None if ms < 0 else ms / 1000.0
+
+    def available_permits(self) -> int:
+        return self._h.op("available")
+
+    def acquired_permits(self) -> int:
+        return self._h.op("acquired")
+
+    def permits(self) -> int:
+        return self._h.op("permits")
+
+    async def acquire_async(self, permits: int = 1, *, wait=None, lease=None):
+        from . import _aio
+        st, _v, ids = await _aio.acquire(self, _count(permits, "permits"),
+                                         _wait_ms(wait), _lease_ms(lease), None)
+        return ids if st == 1 else None
+
+
+def _ids(ids):
+    if isinstance(ids, str):
+        return (ids,)
+    if isinstance(ids, (list, tuple)):
+        return tuple(ids)
+    raise TypeError(f"permit ids must be a str or a list of str, not {type(ids).__name__}")
+
+
+class CountDownLatch(_Waitable):
+    """getCountDownLatch(name)."""
+
+    __slots__ = ()
+
+    def __init__(self, client: Client, name):
+        self.client = client
+        self._h = client._c.handle("latch", name)
+
+    def try_set_count(self, count: int) -> bool:
+        return self._h.op("try_set", _count(count, "count")) == 1
+
+    def count_down(self) -> None:
+        self._h.op("count_down")
+
+    def count(self) -> int:
+        return self._h.op("count")
+
+    def delete(self) -> bool:
+        return self._h.op("delete") == 1
+
+    def wait(self, timeout=None) -> bool:
+        """Waits until the count is 0 (await): True open, False timed out."""
+        return self._h.acquire(0, _wait_ms(timeout), 0) == 1
+
+    await_ = wait
+
+    async def wait_async(self, timeout=None) -> bool:
+        from . import _aio
+        st, _v, _ids = await _aio.acquire(self, 0, _wait_ms(timeout), 0, None)
+        return st == 1

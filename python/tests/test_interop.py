@@ -1,0 +1,181 @@
+"""Python, Java (the real Redisson peer) and C (rlock's CLI) on the same
+names, on one server and on a Redis Cluster."""
+import os
+import shutil
+import subprocess
+import threading
+import time
+
+import pytest
+
+import rlock
+from conftest import Server
+from interop import Cluster, Peer
+
+ROUNDS = 40
+
+
+@pytest.fixture(scope="module", params=["standalone", "cluster"])
+def deployment(request):
+    if request.param == "standalone":
+        s = Server()
+        peer = Peer(str(s.port))
+        d = {"uri": s.uri, "redis": s.redis(), "peer": peer, "cli_redis": ["-p", str(s.port)]}
+        yield d
+        peer.close()
+        s.stop()
+    else:
+        c = Cluster()
+        peer = Peer("cluster:" + c.seeds)
+        d = {"uri": c.uri, "redis": c.redis(), "peer": peer,
+             "cli_redis": ["-c", "-p", str(c.nodes[0].port)]}
+        yield d
+        peer.close()
+        c.stop()
+
+
+@pytest.fixture
+def pc(deployment):
+    c = rlock.Client(deployment["uri"])
+    yield c
+    c.close()
+
+
+def cli_path():
+    p = os.environ.get("RLOCK_CLI")
+    assert p, "RLOCK_CLI not set (meson test sets it to the built rlock tool)"
+    return p
+
+
+def test_shared_counter_python_java_c(deployment, pc, name):
+    """Python threads, a Java thread and C processes increment one counter
+    under one lock, each as read-then-write: zero lost updates."""
+    r, peer = deployment["redis"], deployment["peer"]
+    key = "{" + name + "}:n"
+    lock_name = "{" + name + "}"
+    r.set(key, 0)
+    peer.send(f"J: count {lock_name} {key} {ROUNDS}")
+    lk = pc.lock(lock_name)
+
+    def py_worker():
+        for _ in range(ROUNDS):
+            with lk:
+                v = int(r.get(key))
+                r.set(key, v + 1)
+
+    c_rounds = 8
+    script = (f'v=$(redis-cli {" ".join(deployment["cli_redis"])} GET "{key}"); '
+              f'redis-cli {" ".join(deployment["cli_redis"])} SET "{key}" $((v+1)) >/dev/null')
+
+    def c_worker():
+        for _ in range(c_rounds):
+            subprocess.run([cli_path(), "-u", deployment["uri"], lock_name, "-c", script],
+                           check=True, timeout=60)
+
+    ts = [threading.Thread(target=py_worker) for _ in range(2)] + [threading.Thread(target=c_worker)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    ans = peer.answer(peer.next(120))
+    assert ans.startswith("J: OK"), ans
+    assert int(r.get(key)) == 2 * ROUNDS + ROUNDS + c_rounds
+
+
+def test_java_unlock_wakes_a_python_waiter(deployment, pc, name):
+    peer = deployment["peer"]
+    assert peer.call(f"lock {name}") == "OK"
+    got = []
+
+    def waiter():
+        ok = pc.lock(name).acquire(wait=20)
+        got.append((ok, time.monotonic()))
+        pc.lock(name).release()
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.3)  # the waiter is subscribed and waiting
+    t0 = time.monotonic()
+    assert peer.call(f"unlock {name}") == "OK"
+    t.join(20)
+    ok, t_acq = got[0]
+    latency = t_acq - t0
+    print(f"Java unlock -> Python acquire: {latency * 1000:.1f} ms")
+    assert ok and latency < 0.25  # woken by the message; polling would not do this
+
+
+def test_python_unlock_wakes_a_java_waiter(deployment, pc, name):
+    peer = deployment["peer"]
+    lk = pc.lock(name)
+    lk.acquire()
+    peer.send(f"B: tryLock {name} 20000")
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    lk.release()
+    ans = peer.answer(peer.next(30))
+    latency = time.monotonic() - t0
+    print(f"Python unlock -> Java acquire: {latency * 1000:.1f} ms")
+    assert ans == "B: OK true", ans
+    assert latency < 0.25
+    peer.send(f"B: unlock {name}")
+    assert peer.answer(peer.next(30)) == "B: OK"
+
+
+def test_fenced_tokens_interleave(deployment, pc, name):
+    peer = deployment["peer"]
+    f = pc.fenced_lock(name)
+    t1 = f.acquire()
+    f.release()
+    assert peer.call(f"lock X/{name}") == "OK"
+    t2 = int(peer.call(f"token X/{name}").split()[1])
+    assert peer.call(f"unlock X/{name}") == "OK"
+    t3 = f.acquire()
+    f.release()
+    assert (t1, t2, t3) == (t1, t1 + 1, t1 + 2)
+
+
+def test_java_sees_python_holds_and_semaphore(deployment, pc, name):
+    peer = deployment["peer"]
+    lk = pc.lock(name)
+    with lk:
+        assert peer.call(f"isLocked {name}") == "OK true"
+        assert peer.call(f"tryLock {name} 0") == "OK false"
+    assert peer.call(f"tryLock {name} 0") == "OK true"
+    assert lk.locked() and not lk.is_held()
+    assert peer.call(f"unlock {name}") == "OK"
+    s = pc.semaphore(name + "s")
+    s.try_set_permits(2)
+    assert peer.call(f"semAcquire {name}s 2 0") == "OK true"
+    assert s.acquire(wait=0) is False
+    assert peer.call(f"semRelease {name}s 1") == "OK"
+    assert s.acquire(wait=1)
+
+
+def test_python_unlock_wakes_a_c_waiter(deployment, pc, name):
+    """rlock's CLI (C) waits for a lock Python holds; Python's unlock lets
+    it run at once."""
+    lk = pc.lock(name)
+    lk.acquire()
+    p = subprocess.Popen([cli_path(), "-u", deployment["uri"], name, "-c", "true"])
+    deadline = time.monotonic() + 20
+    while pc.info(name)["waiters"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pc.info(name)["waiters"] >= 1
+    t0 = time.monotonic()
+    lk.release()
+    assert p.wait(20) == 0
+    latency = time.monotonic() - t0
+    print(f"Python unlock -> C waiter done: {latency * 1000:.1f} ms")
+    assert latency < 0.5  # woken, then runs `true` and unlocks
+    assert not lk.locked()
+
+
+def test_fast_multilock_with_java(deployment, pc, name):
+    peer = deployment["peer"]
+    fm = pc.fast_multi_lock(name, "a", "b")
+    with fm:
+        assert peer.call(f"tryLock G/{name}=b 0") == "OK false"
+    assert peer.call(f"tryLock G/{name}=a,b 0") == "OK true"
+    assert fm.acquire(wait=0) is False
+    assert peer.call(f"unlock G/{name}=a,b") == "OK"
+    assert fm.acquire(wait=0)
+    fm.release()

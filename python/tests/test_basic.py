@@ -122,7 +122,9 @@ def test_fenced_tokens_grow(client, name):
     assert t1 > 0
     assert f.release()
     with f as t2:
-        assert t2 == t1 + 1
+        # Tokens are floored with the server's clock (docs/fencing.md):
+        # they grow, by more than one when time has passed.
+        assert t2 > t1
         assert f.token() == t2
 
 

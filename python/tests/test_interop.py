@@ -130,7 +130,10 @@ def test_fenced_tokens_interleave(deployment, pc, name):
     assert peer.call(f"unlock X/{name}") == "OK"
     t3 = f.acquire()
     f.release()
-    assert (t1, t2, t3) == (t1, t1 + 1, t1 + 2)
+    # Java's plain INCR continues one above rlock's token; rlock's next is
+    # floored with the server's clock, so it is above both.
+    assert t2 == t1 + 1
+    assert t3 > t2
 
 
 def test_java_sees_python_holds_and_semaphore(deployment, pc, name):

@@ -178,6 +178,8 @@ typedef struct rlock__acquire_state {
   int polls;            /* back-offs so far (spin, or "try again now") */
   int64_t backoff_ms;   /* the last back-off */
   int tries;            /* tries sent (events: attempts) */
+  bool sync_refused;    /* the server refused replica sync's WAIT: undo,
+                           then fail; no retry (issue 33) */
 } rlock__acquire_state;
 
 /* The engine's state of a release (release.c). */

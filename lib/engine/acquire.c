@@ -231,8 +231,8 @@ static void undo_reply(rlock__net *n, redisReply *reply, int err,
  * reply was lost rides it out as a lock waiter does (issue 33): the
  * kind's abandon gives back what that try may have taken (the semaphores'
  * take record, the permit ids), sent on the connection that answers next,
- * so it runs after the lost try; then it tries again. Without an abandon
- * (nothing to give back) the try is sent again after retry_interval_ms. */
+ * so it runs after the lost try; then it tries again. A try that changes
+ * nothing (try_reads_only) is sent again after retry_interval_ms. */
 static void start_undo(rlock__op *op) {
   op->state = RLOCK__ST_CMD;
   if (op->lock->prim->abandon == NULL) {
@@ -252,7 +252,11 @@ static void lost_acquire(rlock__op *op, int err) {
     op->u.acq.lost_err = err;
   try_unknown(op);
   if (op->lock->prim->hold == NULL) { /* no holds, nothing to trim */
-    if (has_time(op))
+    /* Ridden out when what the lost try did can be undone or did nothing;
+     * else (the FasterMultiLock: a re-sent try could count its values
+     * twice) the error ends the wait, as before. */
+    if (has_time(op) &&
+        (op->lock->prim->abandon != NULL || op->lock->prim->try_reads_only))
       start_undo(op);
     else
       rlock__op_finish(op, err);

@@ -122,6 +122,11 @@ struct rlock__prim {
    * cancel, interrupt, close, error) sends this, e.g. the fair lock's
    * queue-leave; NULL: nothing to undo. The engine owns the command. */
   rlock__cmd *(*abandon)(rlock__op *op, rlock__reply_cb cb, void *data);
+  /* A try changes nothing on the server (the latch's await reads the
+   * count): one whose reply was lost is simply sent again while the wait
+   * has time. A kind without holds needs this or an abandon to ride out a
+   * lost try; else the transport error ends the wait. */
+  bool try_reads_only;
   /* The kind's own queries and force unlock (NULL entries: none). */
   const rlock__prim_ops *ops;
   /* ---- the hold part ----

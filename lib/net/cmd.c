@@ -246,9 +246,9 @@ void rlock__cmd_reply(rlock__cmd *cmd, redisReply *reply) {
      * loaded script serves every later EVALSHA. Where SCRIPT LOAD is
      * refused (an ACL without +script), or a second NOSCRIPT comes, EVAL
      * (which caches it too) - issue 33. */
-    if (!cmd->loaded && cmd->sent_to != NULL &&
+    if (cmd->sent_to != NULL && cmd->loaded_on != cmd->sent_to &&
         cmd->sent_to->cap_script_load >= 0) {
-      cmd->loaded = true;
+      cmd->loaded_on = cmd->sent_to;
       cmd->load_first = true;
     } else {
       cmd->use_eval = true;
@@ -389,6 +389,8 @@ void rlock__cmd_send_now(rlock__cmd *cmd) {
       const char *load[3] = {"SCRIPT", "LOAD", cmd->script->body};
       size_t load_len[3] = {6, 4, strlen(cmd->script->body)};
       rc = rlock__conn_expect(conn, EXP_LOAD, NULL, 3, load, load_len);
+      if (rc == 0) /* the EVALSHA is not refused after its SCRIPT LOAD */
+        rlock__link_join_next(conn->link);
     }
     cmd->argv[0] = cmd->use_eval ? "EVAL" : "EVALSHA";
     cmd->argvlen[0] = strlen(cmd->argv[0]);
@@ -400,6 +402,8 @@ void rlock__cmd_send_now(rlock__cmd *cmd) {
     const char *asking = "ASKING";
     size_t alen = 6;
     rc = rlock__conn_expect(conn, EXP_ASKING, NULL, 1, &asking, &alen);
+    if (rc == 0) /* nor the command after its ASKING */
+      rlock__link_join_next(conn->link);
   }
   if (rc == 0)
     rc = rlock__conn_expect(conn, EXP_CMD, cmd, cmd->argc + 2 - off,

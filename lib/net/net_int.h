@@ -44,7 +44,9 @@ struct rlock__cmd {
   /* SCRIPT LOAD goes right before the next send's EVALSHA, in the same
    * write (after NOSCRIPT, once; an eval_only script, every send). */
   bool load_first;
-  bool loaded; /* a NOSCRIPT was answered with a SCRIPT LOAD already */
+  /* The node a NOSCRIPT was answered with a SCRIPT LOAD on (a second
+   * NOSCRIPT there: EVAL). */
+  const rlock__node *loaded_on;
   rlock__cmd *pending_next;
   rlock__node *pending_on; /* whose pending list holds it; NULL: the
                               client's unrouted list (cluster, no map) */

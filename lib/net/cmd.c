@@ -239,13 +239,14 @@ void rlock__cmd_reply(rlock__cmd *cmd, redisReply *reply) {
     rlock__net_crossslot_refused(n, cmd->sent_to);
   }
   if (reply->type == REDIS_REPLY_ERROR && cmd->script != NULL &&
-      !cmd->use_eval && strncmp(reply->str, "NOSCRIPT", 8) == 0 &&
-      !cmd->script->eval_only) {
+      !cmd->use_eval && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
     /* Not cached (flushed, a new server, or evicted): SCRIPT LOAD, which
      * no later EVAL can evict, then EVALSHA again, in one write; the
      * loaded script serves every later EVALSHA. Where SCRIPT LOAD is
-     * refused (an ACL without +script), or a second NOSCRIPT comes, EVAL
-     * (which caches it too) - issue 33. */
+     * refused (an ACL without +script), EVAL (which caches it too) - issue
+     * 33. */
+    if (cmd->sent_to != NULL && cmd->loaded_on == cmd->sent_to)
+      rlock__conn_script_load_lost(&cmd->sent_to->cmd);
     if (cmd->sent_to != NULL && cmd->loaded_on != cmd->sent_to &&
         cmd->sent_to->cap_script_load >= 0) {
       cmd->loaded_on = cmd->sent_to;
@@ -256,9 +257,6 @@ void rlock__cmd_reply(rlock__cmd *cmd, redisReply *reply) {
     rlock__cmd_send_now(cmd);
     return;
   }
-  /* An eval_only script's NOSCRIPT (flushed between its SCRIPT LOAD and
-   * its EVALSHA) is its answer: a re-send could run after a later command
-   * and undo it (net.h). The caller repairs, as for any error. */
   if (cmd->wait_seq == cmd->send_seq && cmd->wait_inflight > 0 &&
       reply->type != REDIS_REPLY_ERROR && n->reply_link != NULL) {
     /* Replica sync: the answer is complete with WAIT's, which follows. */
@@ -423,8 +421,7 @@ void rlock__cmd_send_now(rlock__cmd *cmd) {
   }
   cmd->ask = NULL;
   cmd->sent_to = node;
-  /* Loaded once; an eval_only script is loaded before each send. */
-  cmd->load_first = cmd->script != NULL && cmd->script->eval_only;
+  cmd->load_first = false; /* loaded once */
   rlock__count(&n->stats.commands_sent, 1);
   cmd->inflight++;
   cmd->send_seq++;
@@ -494,9 +491,7 @@ static rlock__cmd *cmd_new(rlock__net *n, const rlock__script *script,
   cmd->data = data;
   cmd->retries_left = retries;
   cmd->script = script;
-  /* An eval_only script goes with its SCRIPT LOAD in the same write: no
-   * NOSCRIPT can come back to be re-sent out of order (net.h). */
-  cmd->load_first = script != NULL && script->eval_only;
+  cmd->use_eval = script != NULL && script->eval_only;
   cmd->slot = -1;
   cmd->argc = argc;
   cmd->argv = (const char **)(void *)(cmd + 1);

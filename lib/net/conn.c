@@ -623,6 +623,22 @@ void rlock__conn_script_load_reply(rlock__conn *conn, const redisReply *r) {
                 peer, what);
 }
 
+void rlock__conn_script_load_lost(rlock__conn *conn) {
+  rlock__node *node = conn->node;
+  if (node->cap_script_load < 0)
+    return;
+  node->cap_script_load = -1;
+  if (!rlock__diag_on(conn->net->core))
+    return;
+  char peer[100];
+  peer_name(conn, peer, sizeof(peer));
+  rlock__diag(conn->net->core, RLOCK_DIAG_WARN,
+              "%s answered NOSCRIPT right after a SCRIPT LOAD of the same "
+              "script (a proxy in front of several servers?): scripts it "
+              "does not have cached are sent with EVAL",
+              peer);
+}
+
 void rlock__conn_waitaof_missing(rlock__conn *conn, const redisReply *r) {
   char peer[100], what[96];
   if (cap_off(conn, &conn->node->cap_waitaof, r, peer, what))

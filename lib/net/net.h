@@ -45,10 +45,11 @@ typedef struct rlock__script {
   const char *name;
   const char *body;
   char sha[41]; /* computed at build time (lib/embed_lua.py) */
-  /* Always sent with its SCRIPT LOAD right before its EVALSHA, in one
-   * write (EVAL where SCRIPT LOAD is refused): a NOSCRIPT answer would be
-   * re-sent only when it arrives, behind whatever was sent meanwhile -
-   * fatal for a script whose place in the order matters (the trim). */
+  /* Always sent as EVAL: a NOSCRIPT answer to EVALSHA is re-sent only
+   * when it arrives, behind whatever was sent meanwhile - fatal for a
+   * script whose place in the order matters (the trim). (Not SCRIPT LOAD
+   * + EVALSHA in one write either: behind a proxy the two may reach
+   * different servers, and the NOSCRIPT would come back all the same.) */
   bool eval_only;
 } rlock__script;
 

@@ -42,7 +42,7 @@ struct rlock__cmd {
   const rlock__script *script; /* EVALSHA, falling back to EVAL */
   bool use_eval;
   /* SCRIPT LOAD goes right before the next send's EVALSHA, in the same
-   * write (after NOSCRIPT, once; an eval_only script, every send). */
+   * write (after a NOSCRIPT). */
   bool load_first;
   /* The node a NOSCRIPT was answered with a SCRIPT LOAD on (a second
    * NOSCRIPT there: EVAL). */
@@ -116,6 +116,9 @@ void rlock__conn_waitaof_missing(rlock__conn *conn, const redisReply *r);
 /* What SCRIPT LOAD answered (the probe, or one before an EVALSHA): an
  * error turns the fallback to EVAL on for the node, said once. */
 void rlock__conn_script_load_reply(rlock__conn *conn, const redisReply *r);
+/* A NOSCRIPT right after this connection's SCRIPT LOAD of the script (a
+ * proxy that sent the load elsewhere): EVAL from now on, said once. */
+void rlock__conn_script_load_lost(rlock__conn *conn);
 /* Standalone, Sentinel: `node` refused a command over keys of two slots
  * (CROSSSLOT: a cluster behind a proxy): multi-key commands keep to one
  * slot each from now on (n->per_slot), said once. */

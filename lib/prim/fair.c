@@ -37,7 +37,7 @@ static const rlock__script abandon_script = {
 static const rlock__script force_script = {
     "fair_force_unlock", RLOCK__LUA_FAIR_FORCE_UNLOCK_BODY,
     RLOCK__LUA_FAIR_FORCE_UNLOCK_SHA, false};
-/* eval_only, as RLock's trim: its place in the order matters. */
+/* Always sent as EVAL, as RLock's trim: its place in the order matters. */
 static const rlock__script trim_script = {
     "fair_trim", RLOCK__LUA_FAIR_TRIM_BODY, RLOCK__LUA_FAIR_TRIM_SHA, true};
 

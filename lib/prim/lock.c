@@ -24,9 +24,8 @@ static const rlock__script force_script = {
     RLOCK__LUA_LOCK_FORCE_UNLOCK_SHA, false};
 const rlock__script rlock__lock_renew_script = {
     "lock_renew", RLOCK__LUA_LOCK_RENEW_BODY, RLOCK__LUA_LOCK_RENEW_SHA, false};
-/* eval_only: always sent with its SCRIPT LOAD in one write (net.h): the
- * trim's place in the order matters, and an EVALSHA answered NOSCRIPT
- * would be re-sent behind later commands. */
+/* Always sent as EVAL: the trim's place in the order matters, and an
+ * EVALSHA answered NOSCRIPT would be re-sent behind later commands. */
 const rlock__script rlock__lock_trim_script = {
     "lock_trim", RLOCK__LUA_LOCK_TRIM_BODY, RLOCK__LUA_LOCK_TRIM_SHA, true};
 

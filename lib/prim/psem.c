@@ -39,8 +39,7 @@
 static const rlock__script try_script = {
     "psem_try_acquire", RLOCK__LUA_PSEM_TRY_ACQUIRE_BODY,
     RLOCK__LUA_PSEM_TRY_ACQUIRE_SHA, false};
-/* eval_only: an abandon must run behind its try (no NOSCRIPT round
- * trip). */
+/* EVAL: an abandon must run behind its try (no NOSCRIPT round trip). */
 static const rlock__script abandon_script = {
     "psem_abandon", RLOCK__LUA_PSEM_ABANDON_BODY, RLOCK__LUA_PSEM_ABANDON_SHA,
     true};

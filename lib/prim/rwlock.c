@@ -45,8 +45,8 @@ static const rlock__script write_release_script = {
 static const rlock__script force_script = {
     "rwlock_force_unlock", RLOCK__LUA_RWLOCK_FORCE_UNLOCK_BODY,
     RLOCK__LUA_RWLOCK_FORCE_UNLOCK_SHA, false};
-/* The trims are eval_only, as RLock's: their place in the order of
- * commands matters. */
+/* The trims are always sent as EVAL, as RLock's: their place in the order
+ * of commands matters. */
 static const rlock__script read_trim_script = {
     "rwlock_read_trim", RLOCK__LUA_RWLOCK_READ_TRIM_BODY,
     RLOCK__LUA_RWLOCK_READ_TRIM_SHA, true};

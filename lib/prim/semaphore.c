@@ -30,8 +30,8 @@
 static const rlock__script try_script = {
     "semaphore_try_acquire", RLOCK__LUA_SEMAPHORE_TRY_ACQUIRE_BODY,
     RLOCK__LUA_SEMAPHORE_TRY_ACQUIRE_SHA, false};
-/* eval_only: an abandon must run behind its try; a NOSCRIPT re-send could
- * land behind later commands (harmless here, but pointless to risk). */
+/* EVAL: an abandon must run behind its try; a NOSCRIPT re-send could land
+ * behind later commands (harmless here, but pointless to risk). */
 static const rlock__script abandon_script = {
     "semaphore_abandon", RLOCK__LUA_SEMAPHORE_ABANDON_BODY,
     RLOCK__LUA_SEMAPHORE_ABANDON_SHA, true};

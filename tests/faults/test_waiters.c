@@ -219,3 +219,55 @@ Test(waiters, scripts_flushed_midrun_are_loaded_not_evaled) {
   rlock_semaphore_free(s);
   rlock_client_close(c);
 }
+
+typedef struct diag_seen {
+  atomic_int script_load; /* warnings naming SCRIPT LOAD */
+} diag_seen;
+
+static void on_diag(rlock_client *c, rlock_diag_level level,
+                    const char *message, void *data) {
+  (void)c;
+  diag_seen *d = data;
+  if (level == RLOCK_DIAG_WARN && strstr(message, "SCRIPT LOAD") != NULL)
+    atomic_fetch_add(&d->script_load, 1);
+}
+
+/* An ACL user without +script (bad input): SCRIPT LOAD is refused at the
+ * connect probe, said once as a warning, and scripts the server does not
+ * have cached go as EVAL - every call still works, also after a flush. */
+Test(waiters, without_script_permission_scripts_go_as_eval) {
+  rt_ok("OK", "ACL SETUSER rl_noscript on >noscriptpw ~* &* +@all -script");
+  char uri[256];
+  snprintf(uri, sizeof uri, "redis://rl_noscript:noscriptpw@127.0.0.1:%d",
+           rt_port());
+  diag_seen seen = {0};
+  rlock_options o;
+  rlock_options_init(&o);
+  o.uri = uri;
+  o.on_diag = on_diag;
+  o.on_diag_data = &seen;
+  rlock_client *c = NULL;
+  cr_assert_eq(rlock_client_open(&c, &o), 0, "%s", rlock_last_error());
+  rt_ok("OK", "CONFIG RESETSTAT"); /* not the connect's cross-slot probe */
+  char name[64];
+  rt_key(name, sizeof name, "noscript");
+  rlock *l = NULL;
+  cr_assert_eq(rlock_get(c, name, &l), 0);
+  for (int round = 0; round < 2; round++) {
+    cr_assert_eq(rlock_try_lock(l, 0, 10000), 1, "round %d: %s", round,
+                 rlock_last_error());
+    cr_assert_eq(rlock_unlock(l), 1, "round %d: %s", round,
+                 rlock_last_error());
+    rt_ok("OK", "SCRIPT FLUSH");
+  }
+  cr_assert_eq(atomic_load(&seen.script_load), 1,
+               "warnings naming SCRIPT LOAD: %d",
+               atomic_load(&seen.script_load));
+  char *info = rt_str("INFO commandstats");
+  cr_assert(info);
+  bool eval = strstr(info, "cmdstat_eval:") != NULL;
+  free(info);
+  cr_assert(eval, "no EVAL although SCRIPT LOAD is refused");
+  rlock_free(l);
+  rlock_client_close(c);
+}

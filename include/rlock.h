@@ -378,7 +378,11 @@ typedef struct rlock_options {
    * RLOCK_ENOREPLICA. 1 (default): on whenever the master has replicas
    * (connected, or - see replica_sync_connected_only - listed by the
    * sentinels or the cluster); 0: off (no WAIT is sent). Standalone URIs
-   * (redis://, rediss://) never send WAIT. */
+   * (redis://, rediss://) never send WAIT. An acquire undone this way
+   * and out of time answers RLOCK_ENOREPLICA, never 0 (the lock was
+   * free); a WAIT the server refuses (an ACL without +wait) fails the
+   * acquire once, undone, with RLOCK_ENOREPLICA naming the ACL. Renewals
+   * no replica confirmed do not move rlock_lease_guaranteed(). */
   int replica_sync;
   /* WAIT's timeout. Default 1000. Range 1..2^31-1. */
   int64_t replica_sync_timeout_ms;

@@ -67,6 +67,18 @@ static void give_up(rlock__op *op) {
   rlock__op_finish(op, op->u.acq.lost_err);
 }
 
+/* Between commands of an op riding out an outage: `fire` runs after
+ * retry_interval_ms, or at the op's end if that comes first. */
+static void retry_later(rlock__op *op, void (*fire)(rlock__timed *)) {
+  op->state = RLOCK__ST_CMD;
+  op->timer.fire = fire;
+  int64_t at = rlock__now_ms() + op->engine->core->opts.retry_interval_ms;
+  int64_t end = end_by(op);
+  if (end > 0 && end < at)
+    at = end;
+  rlock__timed_start(op->engine->core, &op->timer, at);
+}
+
 static void trim_timer_fire(rlock__timed *t) {
   rlock__op *op = RLOCK__CONTAINER_OF(t, rlock__op, timer);
   if (has_time(op))
@@ -92,6 +104,14 @@ static void deadline_fire(rlock__timed *t) {
   }
   try_unknown(op);
   rlock__suspect_add(op->engine, op->lock, op->owner);
+  if (op->u.acq.lost_err == RLOCK_ENOREPLICA) {
+    /* The last the server said: the lock was free, and this op took it
+     * and undid it for want of a replica's confirmation (try_reply). The
+     * command in flight is that undo or the try after it: the lock is not
+     * known to be busy, so never "not acquired" (issue 33). */
+    rlock__op_finish(op, RLOCK_ENOREPLICA);
+    return;
+  }
   if (op->u.acq.answered) {
     rlock__op_finish(op, 0);
     return;
@@ -138,19 +158,13 @@ static void trim_reply(rlock__net *n, redisReply *reply, int err,
       give_up(op);
       return;
     }
-    op->state = RLOCK__ST_CMD;
-    op->timer.fire = trim_timer_fire;
-    int64_t at = rlock__now_ms() + e->core->opts.retry_interval_ms;
-    int64_t end = end_by(op);
-    if (end > 0 && end < at)
-      at = end;
-    rlock__timed_start(e->core, &op->timer, at);
+    retry_later(op, trim_timer_fire);
     return;
   }
   op->u.acq.answered = true;
   rlock__hold_trimmed(e, op->lock->name, op->owner, reply->integer,
                       op->u.acq.trim_want);
-  if (has_time(op))
+  if (has_time(op) && !op->u.acq.sync_refused)
     send_try(op);
   else
     rlock__op_finish(op, op->u.acq.lost_err);
@@ -168,13 +182,84 @@ static void start_trim(rlock__op *op) {
     arm_deadline(op);
 }
 
+static void start_undo(rlock__op *op);
+
+static void retry_timer_fire(rlock__timed *t) {
+  rlock__op *op = RLOCK__CONTAINER_OF(t, rlock__op, timer);
+  if (has_time(op))
+    send_try(op);
+  else
+    rlock__op_finish(op, op->u.acq.lost_err);
+}
+
+static void undo_timer_fire(rlock__timed *t) {
+  rlock__op *op = RLOCK__CONTAINER_OF(t, rlock__op, timer);
+  if (has_time(op))
+    start_undo(op);
+  else
+    rlock__op_finish(op, op->u.acq.lost_err);
+}
+
+/* The undo of a lost try answered (or not): try again while there is
+ * time; an undo whose reply is lost too is sent again after
+ * retry_interval_ms. */
+static void undo_reply(rlock__net *n, redisReply *reply, int err,
+                       void *data) {
+  (void)n;
+  rlock__op *op = data;
+  op->cmd = NULL;
+  if (err == 0 && reply->type == REDIS_REPLY_ERROR) {
+    rlock__op_failed(op, reply, err);
+    return;
+  }
+  if (err != 0) {
+    if (!has_time(op)) {
+      rlock__op_finish(op, op->u.acq.lost_err);
+      return;
+    }
+    retry_later(op, undo_timer_fire);
+    return;
+  }
+  op->u.acq.answered = true;
+  if (has_time(op))
+    send_try(op);
+  else
+    rlock__op_finish(op, op->u.acq.lost_err);
+}
+
+/* A kind without holds (the semaphores, the latch's await) whose try's
+ * reply was lost rides it out as a lock waiter does (issue 33): the
+ * kind's abandon gives back what that try may have taken (the semaphores'
+ * take record, the permit ids), sent on the connection that answers next,
+ * so it runs after the lost try; then it tries again. A try that changes
+ * nothing (try_reads_only) is sent again after retry_interval_ms. */
+static void start_undo(rlock__op *op) {
+  op->state = RLOCK__ST_CMD;
+  if (op->lock->prim->abandon == NULL) {
+    retry_later(op, retry_timer_fire);
+    return;
+  }
+  op->cmd = op->lock->prim->abandon(op, undo_reply, op);
+  if (op->cmd == NULL)
+    rlock__op_finish(op, op->u.acq.lost_err);
+  else
+    arm_deadline(op);
+}
+
 /* The reply to an acquire never came: it may or may not have run. */
 static void lost_acquire(rlock__op *op, int err) {
   if (op->u.acq.lost_err == 0)
     op->u.acq.lost_err = err;
   try_unknown(op);
   if (op->lock->prim->hold == NULL) { /* no holds, nothing to trim */
-    rlock__op_finish(op, err);
+    /* Ridden out when what the lost try did can be undone or did nothing;
+     * else (the FasterMultiLock: a re-sent try could count its values
+     * twice) the error ends the wait, as before. */
+    if (has_time(op) &&
+        (op->lock->prim->abandon != NULL || op->lock->prim->try_reads_only))
+      start_undo(op);
+    else
+      rlock__op_finish(op, err);
     return;
   }
   if (has_time(op))
@@ -245,9 +330,20 @@ static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
        * outage is ridden out); then it fails with RLOCK_ENOREPLICA. */
       op->u.acq.outage_until = outage_until;
       op->u.acq.lost_err = RLOCK_ENOREPLICA;
-      rlock__op_detail(op, "no replica confirmed the acquire within "
-                           "replica_sync_timeout_ms (%lld ms); undone",
-                       (long long)e->core->opts.replica_sync_timeout_ms);
+      const char *refused = rlock__net_reply_sync_refused(n);
+      if (refused != NULL) {
+        /* The WAIT itself was refused (an ACL user without +wait): every
+         * try would be, so undo once and fail - no retry (issue 33). */
+        op->u.acq.sync_refused = true;
+        rlock__op_detail(op, "replica sync's WAIT refused by the server "
+                             "(%.120s): the ACL user needs +wait (and "
+                             "+waitaof), or set replica_sync = 0; undone",
+                         refused);
+      } else {
+        rlock__op_detail(op, "no replica confirmed the acquire within "
+                             "replica_sync_timeout_ms (%lld ms); undone",
+                         (long long)e->core->opts.replica_sync_timeout_ms);
+      }
       start_trim(op);
       return;
     }

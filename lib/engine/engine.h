@@ -122,6 +122,11 @@ struct rlock__prim {
    * cancel, interrupt, close, error) sends this, e.g. the fair lock's
    * queue-leave; NULL: nothing to undo. The engine owns the command. */
   rlock__cmd *(*abandon)(rlock__op *op, rlock__reply_cb cb, void *data);
+  /* A try changes nothing on the server (the latch's await reads the
+   * count): one whose reply was lost is simply sent again while the wait
+   * has time. A kind without holds needs this or an abandon to ride out a
+   * lost try; else the transport error ends the wait. */
+  bool try_reads_only;
   /* The kind's own queries and force unlock (NULL entries: none). */
   const rlock__prim_ops *ops;
   /* ---- the hold part ----
@@ -178,6 +183,8 @@ typedef struct rlock__acquire_state {
   int polls;            /* back-offs so far (spin, or "try again now") */
   int64_t backoff_ms;   /* the last back-off */
   int tries;            /* tries sent (events: attempts) */
+  bool sync_refused;    /* the server refused replica sync's WAIT: undo,
+                           then fail; no retry (issue 33) */
 } rlock__acquire_state;
 
 /* The engine's state of a release (release.c). */

@@ -101,7 +101,14 @@ void rlock__hold_lease_confirmed(rlock__engine *e, const rlock *lock,
                                  const char *owner, int64_t sent_ms,
                                  int64_t lease_ms) {
   rlock__hold *h = live_hold(e, lock, owner);
-  if (h != NULL)
+  if (h == NULL)
+    return;
+  /* Inside the reply's callback: replica sync not confirmed, so a
+   * replica may have only the expiry before it - the command may shorten
+   * the guarantee, never lengthen it (issue 33). */
+  if (rlock__net_reply_unsynced(e->net))
+    lease_lower(h, lease_bound(e, h, sent_ms, lease_ms));
+  else
     h->until_ms = lease_bound(e, h, sent_ms, lease_ms);
 }
 
@@ -318,7 +325,6 @@ static void renew_failed(rlock__engine *e, renew_batch *b, int err,
 
 static void renew_reply(rlock__net *n, redisReply *reply, int err,
                         void *data) {
-  (void)n;
   renew_batch *b = data;
   rlock__engine *e = b->engine;
   assert(e->renew_inflight > 0);
@@ -360,6 +366,7 @@ static void renew_reply(rlock__net *n, redisReply *reply, int err,
     diag_renew_failed(e, b, reply, err);
   if (failed == 0) {
     int64_t now = rlock__now_ms();
+    bool unsynced = rlock__net_reply_unsynced(n);
     for (size_t i = 0; i < reply->elements && i < (size_t)b->n; i++) {
       const redisReply *r = reply->element[i];
       if (r->type != REDIS_REPLY_INTEGER)
@@ -375,6 +382,12 @@ static void renew_reply(rlock__net *n, redisReply *reply, int err,
         int64_t room = rlock__hold_guaranteed_until(h) - now;
         if (room < sum.headroom_ms)
           sum.headroom_ms = room;
+        /* Replica sync asked for and not confirmed: the master has the
+         * new expiry, a replica that a failover would promote may have
+         * only the last confirmed one - the guarantee stays where that
+         * put it and runs down (LEASE_AT_RISK; issue 33). */
+        if (unsynced)
+          continue;
         /* Confirmed: the key lives a watchdog timeout from when the
          * renewal ran, later than it was sent - unless a command sent
          * since (a re-entry with a shorter lease) ran after it. */

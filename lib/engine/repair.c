@@ -106,8 +106,26 @@ void rlock__suspects_run(rlock__engine *e) {
     run(e);
 }
 
+/* At close: the trims still to send go now, and close waits for those
+ * and for every trim already in flight - one sent just before close (at
+ * an acquire's deadline) may be queued behind a WAIT that blocks the
+ * connection, and the server drops it if the connection goes first
+ * (issue 33). */
 int rlock__suspects_flush(rlock__engine *e) {
-  return e->suspects.count > 0 ? run(e) : 0;
+  if (e->suspects.count == 0)
+    return 0;
+  int waiting = 0;
+  rlock__map_iter it;
+  rlock__map_node *node;
+  rlock__map_iter_init(&it, &e->suspects);
+  while ((node = rlock__map_next(&it)) != NULL) {
+    suspect *s = node->value;
+    if (s->inflight && !s->at_close) {
+      s->at_close = true;
+      waiting++;
+    }
+  }
+  return waiting + run(e);
 }
 
 void rlock__suspect_add(rlock__engine *e, const rlock *lock,

@@ -1,5 +1,6 @@
 /* Command records and their routing: rlock__cmd_send and its record
- * (reply deadline, idempotent re-sends, the EVALSHA -> EVAL fallback), the
+ * (reply deadline, idempotent re-sends, SCRIPT LOAD after NOSCRIPT and
+ * the EVAL fallback where it is refused), the
  * node each send goes to (the cluster slot, MOVED / ASK, TRYAGAIN and the
  * like within the deadline), the lists of records waiting for a connection
  * or a slot map, and replica sync (WAIT / WAITAOF behind a script). The
@@ -94,6 +95,7 @@ static void complete(rlock__cmd *cmd, redisReply *reply, int err) {
   if (cb != NULL)
     cb(n, reply, err, cmd->data);
   n->reply_unsynced = false;
+  n->reply_sync_refused = NULL;
   cmd_free_if_idle(cmd);
 }
 
@@ -238,7 +240,20 @@ void rlock__cmd_reply(rlock__cmd *cmd, redisReply *reply) {
   }
   if (reply->type == REDIS_REPLY_ERROR && cmd->script != NULL &&
       !cmd->use_eval && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
-    cmd->use_eval = true; /* EVAL also caches it for the next EVALSHA */
+    /* Not cached (flushed, a new server, or evicted): SCRIPT LOAD, which
+     * no later EVAL can evict, then EVALSHA again, in one write; the
+     * loaded script serves every later EVALSHA. Where SCRIPT LOAD is
+     * refused (an ACL without +script), EVAL (which caches it too) - issue
+     * 33. */
+    if (cmd->sent_to != NULL && cmd->loaded_on == cmd->sent_to)
+      rlock__conn_script_load_lost(&cmd->sent_to->cmd);
+    if (cmd->sent_to != NULL && cmd->loaded_on != cmd->sent_to &&
+        cmd->sent_to->cap_script_load >= 0) {
+      cmd->loaded_on = cmd->sent_to;
+      cmd->load_first = true;
+    } else {
+      cmd->use_eval = true;
+    }
     rlock__cmd_send_now(cmd);
     return;
   }
@@ -288,6 +303,11 @@ void rlock__cmd_wait_reply(rlock__cmd *cmd, uint32_t seq, redisReply *reply) {
       reply->element[1]->type == REDIS_REPLY_INTEGER)
     synced = reply->element[1]->integer >= 1;
   n->reply_unsynced = !synced;
+  /* Refused (not unknown): an ACL without +wait. Each command would be
+   * refused alike; the caller must not retry in a loop. */
+  if (reply->type == REDIS_REPLY_ERROR && reply->str != NULL &&
+      !rlock__reply_unknown_command(reply))
+    n->reply_sync_refused = reply->str;
   rlock__count(synced ? &n->stats.sync_ok : &n->stats.sync_unconfirmed, 1);
   complete(cmd, held, 0);
   freeReplyObject(held);
@@ -360,11 +380,28 @@ void rlock__cmd_send_now(rlock__cmd *cmd) {
     cmd->argvlen[1] = strlen(cmd->argv[1]);
   }
   int rc = 0;
-  if (cmd->ask != NULL) {
+  if (cmd->script != NULL && !cmd->use_eval && cmd->load_first) {
+    if (node->cap_script_load < 0) {
+      cmd->use_eval = true; /* refused on this node: EVAL */
+    } else {
+      const char *load[3] = {"SCRIPT", "LOAD", cmd->script->body};
+      size_t load_len[3] = {6, 4, strlen(cmd->script->body)};
+      rc = rlock__conn_expect(conn, EXP_LOAD, NULL, 3, load, load_len);
+      if (rc == 0) /* the EVALSHA is not refused after its SCRIPT LOAD */
+        rlock__link_join_next(conn->link);
+    }
+    cmd->argv[0] = cmd->use_eval ? "EVAL" : "EVALSHA";
+    cmd->argvlen[0] = strlen(cmd->argv[0]);
+    cmd->argv[1] = cmd->use_eval ? cmd->script->body : cmd->script->sha;
+    cmd->argvlen[1] = strlen(cmd->argv[1]);
+  }
+  if (rc == 0 && cmd->ask != NULL) {
     /* ASK: this one command may run on the importing node, once. */
     const char *asking = "ASKING";
     size_t alen = 6;
     rc = rlock__conn_expect(conn, EXP_ASKING, NULL, 1, &asking, &alen);
+    if (rc == 0) /* nor the command after its ASKING */
+      rlock__link_join_next(conn->link);
   }
   if (rc == 0)
     rc = rlock__conn_expect(conn, EXP_CMD, cmd, cmd->argc + 2 - off,
@@ -384,6 +421,7 @@ void rlock__cmd_send_now(rlock__cmd *cmd) {
   }
   cmd->ask = NULL;
   cmd->sent_to = node;
+  cmd->load_first = false; /* loaded once */
   rlock__count(&n->stats.commands_sent, 1);
   cmd->inflight++;
   cmd->send_seq++;

@@ -19,7 +19,7 @@
 
 static const char *const exp_names[] = {
     "AUTH", "SELECT", "CLIENT SETNAME", "ROLE", "PING", "a command",
-    "ASKING", "WAIT", "a probe"};
+    "ASKING", "WAIT", "a probe", "SCRIPT LOAD"};
 
 struct rlock__expect {
   int kind;
@@ -564,7 +564,7 @@ int rlock__sub_append(rlock__node *node, int argc, const char **argv,
  *     (rlock__net_key_slot); so do they after any command is refused with
  *     CROSSSLOT (rlock__cmd_reply), whatever the probe was answered. */
 enum { PROBE_LIB_NAME, PROBE_LIB_VER, PROBE_WAIT, PROBE_WAITAOF,
-       PROBE_AOF, PROBE_CROSSSLOT };
+       PROBE_AOF, PROBE_CROSSSLOT, PROBE_SCRIPT };
 
 /* The cross-slot probe, as Java Redisson's: two keys in different slots
  * (4768, 8899), read only. */
@@ -596,19 +596,56 @@ void rlock__conn_wait_missing(rlock__conn *conn, const redisReply *r) {
   rlock__diag(n->core, RLOCK_DIAG_WARN, "%s", n->sync_report);
 }
 
-void rlock__conn_waitaof_missing(rlock__conn *conn, const redisReply *r) {
+/* Turns a capability of the node off (*cap = -1) after the reply r; true
+ * the first time when diagnostics are on, with the peer and the reply
+ * described for the warning. */
+static bool cap_off(rlock__conn *conn, int *cap, const redisReply *r,
+                    char peer[100], char what[96]) {
+  if (*cap < 0)
+    return false;
+  *cap = -1;
+  if (!rlock__diag_on(conn->net->core))
+    return false;
+  peer_name(conn, peer, 100);
+  describe_reply(r, what, 96);
+  return true;
+}
+
+void rlock__conn_script_load_reply(rlock__conn *conn, const redisReply *r) {
   rlock__node *node = conn->node;
-  if (node->cap_waitaof < 0)
+  char peer[100], what[96];
+  if (r->type != REDIS_REPLY_ERROR)
+    node->cap_script_load = 1;
+  else if (cap_off(conn, &node->cap_script_load, r, peer, what))
+    rlock__diag(conn->net->core, RLOCK_DIAG_WARN,
+                "%s answered SCRIPT LOAD %s: scripts it does not have "
+                "cached are sent with EVAL (grant +script to the ACL user)",
+                peer, what);
+}
+
+void rlock__conn_script_load_lost(rlock__conn *conn) {
+  rlock__node *node = conn->node;
+  if (node->cap_script_load < 0)
     return;
-  node->cap_waitaof = -1;
+  node->cap_script_load = -1;
   if (!rlock__diag_on(conn->net->core))
     return;
-  char peer[100], what[96];
+  char peer[100];
   peer_name(conn, peer, sizeof(peer));
-  describe_reply(r, what, sizeof(what));
   rlock__diag(conn->net->core, RLOCK_DIAG_WARN,
-              "replica sync on %s: WAITAOF was answered %s: WAIT from now on",
-              peer, what);
+              "%s answered NOSCRIPT right after a SCRIPT LOAD of the same "
+              "script (a proxy in front of several servers?): scripts it "
+              "does not have cached are sent with EVAL",
+              peer);
+}
+
+void rlock__conn_waitaof_missing(rlock__conn *conn, const redisReply *r) {
+  char peer[100], what[96];
+  if (cap_off(conn, &conn->node->cap_waitaof, r, peer, what))
+    rlock__diag(conn->net->core, RLOCK_DIAG_WARN,
+                "replica sync on %s: WAITAOF was answered %s: WAIT from now "
+                "on",
+                peer, what);
 }
 
 void rlock__net_crossslot_refused(rlock__net *n, const rlock__node *node) {
@@ -659,6 +696,8 @@ static void probe_reply(rlock__conn *conn, int which, const redisReply *r) {
           p++;
       }
     }
+  } else if (which == PROBE_SCRIPT) {
+    rlock__conn_script_load_reply(conn, r);
   } else if (which == PROBE_CROSSSLOT) {
     if (r->type == REDIS_REPLY_ERROR && r->len >= 9 &&
         strncmp(r->str, "CROSSSLOT", 9) == 0)
@@ -698,6 +737,12 @@ static int probes_send(rlock__conn *conn) {
       if (rc == 0)
         rc = probe(conn, PROBE_AOF, 2, info);
     }
+  }
+  if (rc == 0 && !conn->is_sub) {
+    /* Whether SCRIPT LOAD is allowed (an ACL may refuse +script): scripts
+     * are loaded with it after a NOSCRIPT, and run with EVALSHA (cmd.c). */
+    const char *l[3] = {"SCRIPT", "LOAD", "return 1"};
+    rc = probe(conn, PROBE_SCRIPT, 3, l);
   }
   if (rc == 0 && !conn->is_sub && n->mode != RLOCK__URI_CLUSTER &&
       !n->per_slot) {
@@ -747,6 +792,8 @@ static void on_reply(rlock__conn *conn, redisReply *reply) {
     rlock__cmd_wait_reply(e.cmd, e.seq, reply);
   } else if (e.kind == EXP_PROBE) {
     probe_reply(conn, (int)e.seq, reply);
+  } else if (e.kind == EXP_LOAD) {
+    rlock__conn_script_load_reply(conn, reply);
   } else {
     hs_reply(conn, e.kind, e.seq, reply);
   }
@@ -819,6 +866,7 @@ int rlock__conn_start(rlock__conn *conn) {
     conn->node->cap_wait = 0;
     conn->node->cap_setinfo = 0;
     conn->node->cap_waitaof = 0;
+    conn->node->cap_script_load = 0;
     conn->node->aof_on = 0;
   }
   /* A PING before the probes too: whatever the probes are answered never

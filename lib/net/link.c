@@ -29,6 +29,7 @@ struct rlock__link {
   int64_t connect_timeout_ms;
   size_t max_queue;
   bool keep; /* the owner keeps the reply being handed over */
+  bool join_next; /* the next send goes with the last: no bound */
 
   union {
     uv_handle_t handle;
@@ -535,6 +536,8 @@ const char *rlock__link_peer(const rlock__link *l) { return l->peer; }
 
 void rlock__link_keep_reply(rlock__link *l) { l->keep = true; }
 
+void rlock__link_join_next(rlock__link *l) { l->join_next = true; }
+
 size_t rlock__link_queued(const rlock__link *l) {
   /* Of the write in flight, only what the kernel has not taken yet (the
    * write's callback may come a loop turn after the last byte left). */
@@ -551,7 +554,9 @@ int rlock__link_send(rlock__link *l, int argc, const char **argv,
   if (len < 0 || cmd == NULL)
     return RLOCK_ENOMEM;
   size_t queued = rlock__link_queued(l);
-  if (queued > 0 && queued + (size_t)len > l->max_queue) {
+  bool joined = l->join_next;
+  l->join_next = false;
+  if (!joined && queued > 0 && queued + (size_t)len > l->max_queue) {
     redisFreeCommand(cmd);
     return RLOCK_EBACKLOG;
   }

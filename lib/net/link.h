@@ -52,6 +52,10 @@ const char *rlock__link_peer(const rlock__link *l);
  * down or close. */
 int rlock__link_send(rlock__link *l, int argc, const char **argv,
                      const size_t *lens);
+/* The next rlock__link_send goes with the one just made (a SCRIPT LOAD and
+ * its EVALSHA): never refused for the bound, so the pair is accepted or
+ * refused as one, by its first part. */
+void rlock__link_join_next(rlock__link *l);
 /* From inside the reply op: the owner keeps the reply (and frees it with
  * freeReplyObject) instead of the link freeing it after the call. */
 void rlock__link_keep_reply(rlock__link *l);

@@ -45,9 +45,11 @@ typedef struct rlock__script {
   const char *name;
   const char *body;
   char sha[41]; /* computed at build time (lib/embed_lua.py) */
-  /* Always sent as EVAL: a NOSCRIPT answer to EVALSHA is re-sent as EVAL
-   * only when it arrives, behind whatever was sent meanwhile - fatal for a
-   * script whose place in the order matters (the trim). */
+  /* Always sent as EVAL: a NOSCRIPT answer to EVALSHA is re-sent only
+   * when it arrives, behind whatever was sent meanwhile - fatal for a
+   * script whose place in the order matters (the trim). (Not SCRIPT LOAD
+   * + EVALSHA in one write either: behind a proxy the two may reach
+   * different servers, and the NOSCRIPT would come back all the same.) */
   bool eval_only;
 } rlock__script;
 
@@ -188,6 +190,10 @@ struct rlock__net {
   /* Set while a command's callback runs when replica sync was asked for
    * and no replica confirmed it (rlock__net_reply_unsynced). */
   bool reply_unsynced;
+  /* Set with it when the server refused the WAIT itself (an error reply
+   * other than "unknown command": an ACL without +wait): what it said
+   * (rlock__net_reply_sync_refused). */
+  const char *reply_sync_refused;
   void *reply_link; /* conn.c: the link whose command reply is handled */
   /* The first node found without WAIT (conn.c, probes): a sentence,
    * written once by the loop thread, readable from any thread once
@@ -229,6 +235,12 @@ struct rlock__net {
  * master's, which did run it). */
 static inline bool rlock__net_reply_unsynced(const rlock__net *n) {
   return n->reply_unsynced;
+}
+/* Inside a command's callback, with rlock__net_reply_unsynced: the
+ * server's refusal of the WAIT (e.g. "NOPERM ..."), NUL-terminated, valid
+ * for the call; NULL when the WAIT ran and simply went unconfirmed. */
+static inline const char *rlock__net_reply_sync_refused(const rlock__net *n) {
+  return n->reply_sync_refused;
 }
 /* Why replica sync is off on a node although asked for (the server has no
  * WAIT: a managed service, rename-command), said once per client; NULL

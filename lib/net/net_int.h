@@ -23,6 +23,7 @@ enum {
   EXP_ASKING, /* before a command sent on an ASK redirect */
   EXP_WAIT,   /* replica sync, after a command */
   EXP_PROBE,  /* a capability probe (seq: which one): never fatal */
+  EXP_LOAD,   /* SCRIPT LOAD before a command's EVALSHA: never fatal */
 };
 
 /* ---- command records (cmd.c) ---- */
@@ -40,6 +41,12 @@ struct rlock__cmd {
   int fail_err;     /* refused before sending (RLOCK_EBACKLOG) */
   const rlock__script *script; /* EVALSHA, falling back to EVAL */
   bool use_eval;
+  /* SCRIPT LOAD goes right before the next send's EVALSHA, in the same
+   * write (after a NOSCRIPT). */
+  bool load_first;
+  /* The node a NOSCRIPT was answered with a SCRIPT LOAD on (a second
+   * NOSCRIPT there: EVAL). */
+  const rlock__node *loaded_on;
   rlock__cmd *pending_next;
   rlock__node *pending_on; /* whose pending list holds it; NULL: the
                               client's unrouted list (cluster, no map) */
@@ -106,6 +113,12 @@ void rlock__conn_wait_missing(rlock__conn *conn, const redisReply *r);
 /* The server refused WAITAOF (a failover to one without it): WAIT from
  * now on for conn's node. */
 void rlock__conn_waitaof_missing(rlock__conn *conn, const redisReply *r);
+/* What SCRIPT LOAD answered (the probe, or one before an EVALSHA): an
+ * error turns the fallback to EVAL on for the node, said once. */
+void rlock__conn_script_load_reply(rlock__conn *conn, const redisReply *r);
+/* A NOSCRIPT right after this connection's SCRIPT LOAD of the script (a
+ * proxy that sent the load elsewhere): EVAL from now on, said once. */
+void rlock__conn_script_load_lost(rlock__conn *conn);
 /* Standalone, Sentinel: `node` refused a command over keys of two slots
  * (CROSSSLOT: a cluster behind a proxy): multi-key commands keep to one
  * slot each from now on (n->per_slot), said once. */

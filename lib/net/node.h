@@ -79,6 +79,8 @@ struct rlock__node {
   int cap_wait;    /* WAIT (-1: replica sync off on this node) */
   int cap_setinfo; /* CLIENT SETINFO */
   int cap_waitaof; /* WAITAOF */
+  int cap_script_load; /* SCRIPT LOAD (-1: refused, an ACL without
+                          +script: scripts fall back to EVAL) */
   int aof_on;      /* INFO persistence says aof_enabled:1 (-1: :0) */
   int seed_failures; /* cluster open: handshakes failed on this seed */
 };

@@ -113,7 +113,8 @@ const rlock__prim rlock__prim_latch = {.kind = "latch",
                                        .channel_name = channel_name,
                                        .send_try = send_try,
                                        .read_try = read_try,
-                                       .on_message = on_message};
+                                       .on_message = on_message,
+                                       .try_reads_only = true};
 
 /* ---- one-command operations ---- */
 

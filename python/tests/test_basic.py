@@ -122,7 +122,8 @@ def test_fenced_tokens_grow(client, name):
     assert t1 > 0
     assert f.release()
     with f as t2:
-        assert t2 == t1 + 1
+        # floored with the server's clock (issue 37): above, not always +1
+        assert t2 > t1
         assert f.token() == t2
 
 

@@ -367,3 +367,26 @@ def test_token_key_ttl_option_and_the_unknown_state(server, name, r):
         lk.release()
     finally:
         c.close()
+
+
+def test_cancelled_task_waits_for_its_guarded_write(client, name, r):
+    """A guarded write cannot be taken back: a task cancelled while one is
+    in flight gets CancelledError only once the write has ended."""
+    lk, g, key = fenced(client, name)
+    t = lk.acquire()
+    lk.release()
+
+    async def main():
+        r.execute_command("CLIENT", "PAUSE", 400, "WRITE")  # holds the script
+        t0 = time.monotonic()
+        task = asyncio.create_task(g.set_async(key, "v", lock=lk, token=t))
+        await asyncio.sleep(0.05)
+        assert not task.done()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return time.monotonic() - t0
+    took = asyncio.run(main())
+    assert took >= 0.3, took  # not before the pause ended
+    assert r.get(key) == b"v"
+    assert r.hget(f"{{{name}}}:guard", "token") == str(t).encode()

@@ -390,3 +390,26 @@ def test_cancelled_task_waits_for_its_guarded_write(client, name, r):
     assert took >= 0.3, took  # not before the pause ended
     assert r.get(key) == b"v"
     assert r.hget(f"{{{name}}}:guard", "token") == str(t).encode()
+
+
+def test_threads_share_one_guard(client, name, r):
+    """Guarded writes release the GIL and may come from many threads at
+    once through one Guard: each runs exactly once."""
+    lk, g, key = fenced(client, name)
+    t = lk.acquire()
+    lk.release()
+    errors = []
+
+    def worker():
+        try:
+            for _ in range(50):
+                g.incrby(key, 1, lock=lk, token=t)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    assert r.get(key) == b"400"

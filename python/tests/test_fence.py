@@ -58,7 +58,8 @@ def test_guarded_writes_rising_equal_and_older_tokens(client, name, r):
     e = ei.value
     assert isinstance(e, rlock.RLockError)
     assert e.code == -27 and e.name == "RLOCK_ESTALE"
-    assert e.detail, "the C detail is carried"
+    # the C library's detail: the server's text, both tokens named
+    assert e.detail.startswith(f"STALE token {t1} of lock {name} is below {t2}")
     assert "RLOCK_ESTALE" in str(e)
     assert r.get(key) == b"two again"
     guard = {k.decode(): v.decode() for k, v in r.hgetall(f"{{{name}}}:guard").items()}
@@ -140,8 +141,13 @@ def test_async_guarded_writes(client, name, r):
         assert await g.incrby_async(key + ":n", 3, lock=lk, token=t2) == 3
         assert await g.script_async("return #ARGV", [], ["a", "b"], lock=lk, token=t2) == 2
         assert await g.delete_async(key + ":h", lock=lk, token=t2) == 1
-        with pytest.raises(rlock.StaleTokenError):
+        with pytest.raises(rlock.StaleTokenError) as ei:
             await g.set_async(key, "v1", lock=lk, token=t1)
+        assert ei.value.name == "RLOCK_ESTALE"
+        assert ei.value.detail.startswith(f"STALE token {t1} of lock {name} is below {t2}")
+        with pytest.raises(rlock.ForeignTokenError) as ei:
+            await g.set_async(key, "v1", lock=name + ":other", token=t2)
+        assert "FOREIGN" in ei.value.detail
         # many at once on one loop, no thread each
         n0 = threading.active_count()
         res = await asyncio.gather(*[g.incrby_async(key + ":n", 1, lock=lk, token=t2)

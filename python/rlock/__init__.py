@@ -11,6 +11,7 @@ for waits and "held until released, renewed by the watchdog" for leases.
 from __future__ import annotations
 
 import builtins
+import enum
 import logging
 import math
 import threading
@@ -225,6 +226,7 @@ _OPTS = {
     "replica_sync_connected_only": ("replica_sync_connected_only", False),
     "replica_sync_mode": ("replica_sync_mode", False),
     "lease_risk": ("lease_risk_ms", True),
+    "fenced_token_ttl": ("fenced_token_ttl_ms", True),
 }
 
 
@@ -400,6 +402,11 @@ class Client:
         """getCountDownLatch(name)."""
         return CountDownLatch(self, name)
 
+    def guard(self, name) -> "Guard":
+        """The fencing guard `name` (rlock_guard_get()): writes that run
+        only with a fenced lock's current token. No command is sent."""
+        return Guard(self, name)
+
     # -- introspection --
     def info(self, name) -> dict:
         """What is stored under `name` (rlock_info_get()): kind, holders,
@@ -445,7 +452,8 @@ def _deliver(h, ev, level, text):
     if isinstance(h, logging.Logger):
         lvl = logging.WARNING if ev["type"] in ("lost", "renewal_failed",
                                                 "lease_at_risk",
-                                                "disconnected") else logging.DEBUG
+                                                "disconnected",
+                                                "stale") else logging.DEBUG
         h.log(lvl, "%s", text(ev))
     else:
         h(ev)
@@ -628,6 +636,17 @@ class FencedLock(Lock):
         st, v, _ids = await _aio.acquire(self, 1, _wait_ms(wait),
                                          _lease_ms(lease), owner)
         return v if st == 1 else 0
+
+    def check(self, token: int) -> "FenceState":
+        """Is `token` the current holder's (rlock_fenced_check(), one
+        read)? FenceState.CURRENT, STALE, FREE or UNKNOWN."""
+        return FenceState(_rlock.fenced_check(self._h, token))
+
+    async def check_async(self, token: int) -> "FenceState":
+        from . import _aio
+        self._check_client()
+        return FenceState(await _aio.call(
+            lambda q, t: _rlock.fenced_check_async(self._h, q, t, token)))
 
 
 class MultiLock(_Waitable):
@@ -860,3 +879,126 @@ class CountDownLatch(_Waitable):
         from . import _aio
         st, _v, _ids = await _aio.acquire(self, 0, _wait_ms(timeout), 0, None)
         return st == 1
+
+
+# ---- fencing (issue 37; docs/fencing.md) --------------------------------------
+
+class StaleTokenError(RLockError):
+    """RLOCK_ESTALE: a guarded write refused, its token older than one the
+    guard has seen (a holder whose lock expired while it was paused).
+    Nothing was written."""
+
+
+class ForeignTokenError(RLockError):
+    """RLOCK_EFOREIGN: the guard fences another lock than the token's.
+    Nothing was written."""
+
+
+# _rlock holds this very dict: new entries take effect at once
+_CLASSES[_CODES["RLOCK_ESTALE"]] = StaleTokenError
+_CLASSES[_CODES["RLOCK_EFOREIGN"]] = ForeignTokenError
+
+
+class FenceState(enum.IntEnum):
+    """What FencedLock.check() answers (rlock_fence_state)."""
+    FREE = 0      #: the lock is not held
+    CURRENT = 1   #: held, and the token is the latest (or higher)
+    STALE = 2     #: held, with a later token than this one
+    UNKNOWN = 3   #: held, but the token key is gone (fenced_token_ttl_ms)
+
+
+# rlock_guard_op
+_G_SET, _G_HSET, _G_INCRBY, _G_DEL, _G_EVAL = 1, 2, 3, 4, 5
+
+
+def _lock_name(lock):
+    if isinstance(lock, FencedLock):
+        return lock.name
+    if isinstance(lock, Lock):
+        raise TypeError(f"lock must be a fenced lock or its name, not a {lock.kind} lock")
+    if isinstance(lock, (str, bytes)):
+        return lock
+    raise TypeError(f"lock must be an rlock.FencedLock or a name, not {type(lock).__name__}")
+
+
+class Guard:
+    """A fencing guard (rlock_guard_get()): a hash under its own name,
+    beside the data it fences, holding the lock it fences and the highest
+    token that passed. Each write runs only if ``token`` is at least that
+    highest token, and records it, atomically on the server; otherwise
+    StaleTokenError and nothing is written. ``lock`` is the FencedLock (or
+    its name) the token came from. In a cluster the keys must share the
+    guard's slot (name the guard ``"{res}"`` and the keys ``"{res}:..."``).
+    Every write has an awaitable ``..._async`` twin."""
+
+    __slots__ = ("client", "name", "_g", "__weakref__")
+
+    def __init__(self, client: Client, name):
+        if not isinstance(client, Client):
+            raise TypeError("client must be an rlock.Client")
+        self.client = client
+        self._g = _rlock.guard(client._c, name)
+        self.name = name if isinstance(name, str) else name.decode("utf-8", "surrogateescape")
+
+    def __repr__(self) -> str:
+        return f"<rlock.Guard {self.name!r}>"
+
+    @staticmethod
+    def _args(op, lock, token, key=None, field=None, value=None, delta=0,
+              script=None, keys=None, args=None):
+        return (op, _lock_name(lock), token, key, field, value, delta, script,
+                keys, args)
+
+    def _write(self, *a, **kw) -> int:
+        return self._g.write(*self._args(*a, **kw))
+
+    async def _write_async(self, *a, **kw) -> int:
+        from . import _aio
+        args = self._args(*a, **kw)
+        if self.client._c.closed:
+            raise Closed(_CODES["RLOCK_ECLOSED"], "RLOCK_ECLOSED",
+                         "the client is closed")
+        return await _aio.call(lambda q, t: self._g.write_async(q, t, *args))
+
+    def set(self, key, value, *, lock, token: int) -> None:
+        """SET key value, guarded."""
+        self._write(_G_SET, lock, token, key=key, value=value)
+
+    def hset(self, key, field, value, *, lock, token: int) -> int:
+        """HSET key field value, guarded: the fields added (0 or 1)."""
+        return self._write(_G_HSET, lock, token, key=key, field=field, value=value)
+
+    def incrby(self, key, delta: int, *, lock, token: int) -> int:
+        """INCRBY key delta, guarded: the new value."""
+        return self._write(_G_INCRBY, lock, token, key=key, delta=delta)
+
+    def delete(self, key, *, lock, token: int) -> int:
+        """DEL key, guarded: the keys removed (0 or 1)."""
+        return self._write(_G_DEL, lock, token, key=key)
+
+    def script(self, body, keys=(), args=(), *, lock, token: int) -> int:
+        """The caller's Lua script, guarded (it sees KEYS and ARGV as with
+        EVAL): its integer reply (0 for nil, a status or a non-number). An
+        error it returns raises RLockError (RLOCK_ESERVER) and the guard
+        does not record the token."""
+        return self._write(_G_EVAL, lock, token, script=body, keys=keys, args=args)
+
+    async def set_async(self, key, value, *, lock, token: int) -> None:
+        await self._write_async(_G_SET, lock, token, key=key, value=value)
+
+    async def hset_async(self, key, field, value, *, lock, token: int) -> int:
+        return await self._write_async(_G_HSET, lock, token, key=key, field=field,
+                                       value=value)
+
+    async def incrby_async(self, key, delta: int, *, lock, token: int) -> int:
+        return await self._write_async(_G_INCRBY, lock, token, key=key, delta=delta)
+
+    async def delete_async(self, key, *, lock, token: int) -> int:
+        return await self._write_async(_G_DEL, lock, token, key=key)
+
+    async def script_async(self, body, keys=(), args=(), *, lock, token: int) -> int:
+        return await self._write_async(_G_EVAL, lock, token, script=body,
+                                       keys=keys, args=args)
+
+
+__all__ += ["StaleTokenError", "ForeignTokenError", "FenceState", "Guard"]

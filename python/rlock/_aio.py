@@ -143,3 +143,21 @@ async def release(lock, owner) -> int:
     if cancelled:  # the unlock is done; the cancellation goes on
         raise asyncio.CancelledError()
     return st
+
+
+async def call(start):
+    """The value of an async C call that cannot be cancelled (a
+    guarded write, a fenced check): ``start(queue, token)`` starts it. A
+    task cancelled meanwhile gets its CancelledError once the call has
+    ended (a guarded write is never half done)."""
+    b = _bridge()
+    token, fut = b.register()
+    try:
+        start(b.queue, token)
+    except BaseException:
+        b.waiting.pop(token, None)
+        raise
+    (_st, value, _ids), cancelled = await _settle(fut)
+    if cancelled:
+        raise asyncio.CancelledError()
+    return value

@@ -258,6 +258,7 @@ static const char *event_type_name(int t) {
   case RLOCK_EVENT_LOST: return "lost";
   case RLOCK_EVENT_RECONNECTED: return "reconnected";
   case RLOCK_EVENT_DISCONNECTED: return "disconnected";
+  case RLOCK_EVENT_STALE: return "stale";
   default: return "unknown";
   }
 }
@@ -594,7 +595,7 @@ static PyTypeObject Client_Type;
   X(connect_timeout_ms) X(max_write_queue_bytes) X(tls_insecure) X(spin_us)   \
   X(handoff_max) X(replica_sync) X(replica_sync_timeout_ms)                   \
   X(cluster_refresh_ms) X(replica_sync_connected_only) X(replica_sync_mode)   \
-  X(lease_risk_ms)
+  X(lease_risk_ms) X(fenced_token_ttl_ms)
 #define STR_OPTS(X)                                                           \
   X(uri) X(client_name) X(tls_ca_file) X(tls_ca_dir) X(tls_cert_file)         \
   X(tls_key_file) X(tls_server_name) X(sentinel_user) X(sentinel_password)
@@ -2035,6 +2036,329 @@ static PyTypeObject Client_Type = {
     .tp_getset = Client_getset,
 };
 
+/* ---- fencing (issue 37): the check call and the guard ------------------ */
+
+/* fenced_check(handle, token) -> state (0 free, 1 current, 2 stale, 3
+ * unknown), blocking with the GIL released; fenced_check_async(handle,
+ * queue, qtoken, token): the state comes through the queue as the value. */
+/* An int argument (not a bool) that fits int64_t: TypeError / ValueError
+ * ("<what> out of range <range>") otherwise. */
+static int parse_i64(PyObject *o, const char *what, const char *range,
+                     int64_t *out) {
+  if (!PyLong_Check(o) || PyBool_Check(o)) {
+    PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what,
+                 Py_TYPE(o)->tp_name);
+    return -1;
+  }
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+  if (v == -1 && PyErr_Occurred())
+    return -1;
+  if (overflow) {
+    PyErr_Format(PyExc_ValueError, "%s out of range %s", what, range);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/* A token < 1 is left to the C library: RLOCK_EINVAL with its detail. */
+static int parse_token(PyObject *o, int64_t *out) {
+  return parse_i64(o, "token", "(a fenced lock's token is a positive 64-bit int)",
+                   out);
+}
+
+static int check_handle(PyObject *o) {
+  if (!PyObject_TypeCheck(o, &Handle_Type) ||
+      ((HandleObject *)o)->htype != H_LOCK) {
+    PyErr_Format(PyExc_TypeError, "a fenced lock handle is needed, not %.100s",
+                 Py_TYPE(o)->tp_name);
+    return 0;
+  }
+  return 1;
+}
+
+static PyObject *mod_fenced_check(PyObject *m, PyObject *args) {
+  PyObject *h, *tok;
+  if (!PyArg_ParseTuple(args, "OO:fenced_check", &h, &tok))
+    return NULL;
+  int64_t token;
+  if (!check_handle(h) || parse_token(tok, &token) < 0)
+    return NULL;
+  rlock *lk = ((HandleObject *)h)->h;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = rlock_fenced_check(lk, token);
+  Py_END_ALLOW_THREADS
+  if (rc < 0)
+    return set_error(rc);
+  return PyLong_FromLong(rc);
+}
+
+static PyObject *mod_fenced_check_async(PyObject *m, PyObject *args) {
+  PyObject *h, *tok;
+  QueueObject *q;
+  unsigned long long qtoken;
+  if (!PyArg_ParseTuple(args, "OO!KO:fenced_check_async", &h, &Queue_Type, &q,
+                        &qtoken, &tok))
+    return NULL;
+  int64_t token;
+  if (!check_handle(h) || parse_token(tok, &token) < 0)
+    return NULL;
+  pend *p = pend_new(q->q, qtoken, 0);
+  if (p == NULL)
+    return PyErr_NoMemory();
+  int rc = rlock_fenced_check_async(((HandleObject *)h)->h, token, on_done, p,
+                                    NULL);
+  if (rc < 0) {
+    pend_drop(p);
+    return set_error(rc);
+  }
+  Py_RETURN_NONE;
+}
+
+typedef struct {
+  PyObject_HEAD
+  rlock_guard *g;
+  PyObject *client; /* ClientObject, kept alive */
+} GuardObject;
+
+static void Guard_dealloc(GuardObject *self) {
+  if (self->g != NULL)
+    rlock_guard_free(self->g);
+  Py_XDECREF(self->client);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* An optional string argument: None -> NULL; str (UTF-8) or bytes without
+ * NUL (empty allowed) -> a pointer into a bytes object appended to keep. */
+static int opt_text(PyObject *v, const char *what, const char **out,
+                    PyObject *keep) {
+  *out = NULL;
+  if (v == Py_None)
+    return 0;
+  PyObject *b;
+  if (PyUnicode_Check(v)) {
+    b = PyUnicode_AsEncodedString(v, "utf-8", "strict");
+    if (b == NULL)
+      return -1;
+  } else if (PyBytes_Check(v)) {
+    b = Py_NewRef(v);
+  } else {
+    PyErr_Format(PyExc_TypeError, "%s must be str or bytes, not %.100s", what,
+                 Py_TYPE(v)->tp_name);
+    return -1;
+  }
+  if ((Py_ssize_t)strlen(PyBytes_AS_STRING(b)) != PyBytes_GET_SIZE(b)) {
+    Py_DECREF(b);
+    PyErr_Format(PyExc_ValueError, "%s must not contain NUL bytes", what);
+    return -1;
+  }
+  int rc = PyList_Append(keep, b);
+  *out = PyBytes_AS_STRING(b);
+  Py_DECREF(b);
+  return rc;
+}
+
+/* A sequence of str/bytes -> an array of pointers (freed by the caller). */
+static int text_list(PyObject *v, const char *what, const char ***out,
+                     size_t *n, PyObject *keep) {
+  *out = NULL;
+  *n = 0;
+  if (v == Py_None)
+    return 0;
+  if (PyUnicode_Check(v) || PyBytes_Check(v)) {
+    PyErr_Format(PyExc_TypeError, "%s must be a sequence of str or bytes, "
+                 "not a single %.100s", what, Py_TYPE(v)->tp_name);
+    return -1;
+  }
+  PyObject *seq = PySequence_Tuple(v);
+  if (seq == NULL) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "%s must be a sequence of str or bytes, "
+                 "not %.100s", what, Py_TYPE(v)->tp_name);
+    return -1;
+  }
+  Py_ssize_t len = PyTuple_GET_SIZE(seq);
+  const char **arr = calloc(len > 0 ? (size_t)len : 1, sizeof(*arr));
+  if (arr == NULL) {
+    Py_DECREF(seq);
+    PyErr_NoMemory();
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < len; i++) {
+    PyObject *it = PyTuple_GET_ITEM(seq, i);
+    if (it == Py_None) {
+      PyErr_Format(PyExc_TypeError, "%s must be str or bytes, not None", what);
+      goto fail;
+    }
+    if (opt_text(it, what, &arr[i], keep) < 0)
+      goto fail;
+  }
+  Py_DECREF(seq);
+  *out = arr;
+  *n = (size_t)len;
+  return 0;
+fail:
+  free(arr);
+  Py_DECREF(seq);
+  return -1;
+}
+
+/* Fills w from (op, lock, token, key, field, value, delta, script, keys,
+ * args); the strings live in keep, *keys_arr / *args_arr are the caller's
+ * to free. */
+static int parse_write(PyObject *a, rlock_guarded_write *w, PyObject *keep,
+                       const char ***keys_arr, const char ***args_arr) {
+  int op;
+  PyObject *lock, *tok, *key, *field, *value, *delta, *script, *keys, *args;
+  *keys_arr = *args_arr = NULL;
+  if (!PyArg_ParseTuple(a, "iOOOOOOOOO:write", &op, &lock, &tok, &key, &field,
+                        &value, &delta, &script, &keys, &args))
+    return -1;
+  rlock_guarded_write_init(w);
+  w->op = (rlock_guard_op)op;
+  PyObject *lb = name_bytes(lock, "lock");
+  if (lb == NULL)
+    return -1;
+  int rc = PyList_Append(keep, lb);
+  w->lock_name = PyBytes_AS_STRING(lb);
+  Py_DECREF(lb);
+  if (rc < 0 || parse_token(tok, &w->token) < 0 ||
+      opt_text(key, "key", &w->key, keep) < 0 ||
+      opt_text(field, "field", &w->field, keep) < 0 ||
+      opt_text(value, "value", &w->value, keep) < 0 ||
+      opt_text(script, "script", &w->script, keep) < 0 ||
+      parse_i64(delta, "delta", "(64-bit)", &w->delta) < 0)
+    return -1;
+  if (text_list(keys, "keys", keys_arr, &w->nkeys, keep) < 0 ||
+      text_list(args, "args", args_arr, &w->nargs, keep) < 0)
+    return -1;
+  w->keys = *keys_arr;
+  w->args = *args_arr;
+  return 0;
+}
+
+static int guard_ok(GuardObject *self) {
+  ClientObject *c = (ClientObject *)self->client;
+  if (c->c == NULL) {
+    set_error_detail(RLOCK_ECLOSED, "the client is closed");
+    return 0;
+  }
+  return 1;
+}
+
+/* write(op, lock, token, key, field, value, delta, script, keys, args) ->
+ * the result (rlock_guard_op's), blocking with the GIL released. */
+static PyObject *Guard_write(GuardObject *self, PyObject *a) {
+  PyObject *keep = PyList_New(0);
+  if (keep == NULL)
+    return NULL;
+  rlock_guarded_write w;
+  const char **ka, **aa;
+  PyObject *res = NULL;
+  if (parse_write(a, &w, keep, &ka, &aa) == 0 && guard_ok(self)) {
+    int64_t result = 0;
+    int rc;
+    rlock_guard *g = self->g;
+    Py_BEGIN_ALLOW_THREADS
+    rc = rlock_guard_write(g, &w, &result);
+    Py_END_ALLOW_THREADS
+    res = rc < 0 ? set_error(rc) : PyLong_FromLongLong(result);
+  }
+  free(ka);
+  free(aa);
+  Py_DECREF(keep);
+  return res;
+}
+
+/* write_async(queue, qtoken, op, lock, token, ...): the completion (status
+ * 0 and the result, or the error) comes through the queue. The library
+ * copies the strings, so they may go when this returns. */
+static PyObject *Guard_write_async(GuardObject *self, PyObject *a) {
+  Py_ssize_t n = PyTuple_GET_SIZE(a);
+  QueueObject *q;
+  unsigned long long qtoken;
+  if (n < 2 || !PyObject_TypeCheck(PyTuple_GET_ITEM(a, 0), &Queue_Type)) {
+    PyErr_SetString(PyExc_TypeError, "write_async(queue, qtoken, ...)");
+    return NULL;
+  }
+  q = (QueueObject *)PyTuple_GET_ITEM(a, 0);
+  qtoken = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(a, 1));
+  if (qtoken == (unsigned long long)-1 && PyErr_Occurred())
+    return NULL;
+  PyObject *rest = PyTuple_GetSlice(a, 2, n);
+  PyObject *keep = PyList_New(0);
+  if (rest == NULL || keep == NULL) {
+    Py_XDECREF(rest);
+    Py_XDECREF(keep);
+    return NULL;
+  }
+  rlock_guarded_write w;
+  const char **ka, **aa;
+  PyObject *res = NULL;
+  if (parse_write(rest, &w, keep, &ka, &aa) == 0 && guard_ok(self)) {
+    pend *p = pend_new(q->q, qtoken, 0);
+    if (p == NULL) {
+      PyErr_NoMemory();
+    } else {
+      int rc = rlock_guard_write_async(self->g, &w, on_done, p, NULL);
+      if (rc < 0) {
+        pend_drop(p);
+        set_error(rc);
+      } else {
+        res = Py_NewRef(Py_None);
+      }
+    }
+  }
+  free(ka);
+  free(aa);
+  Py_DECREF(keep);
+  Py_DECREF(rest);
+  return res;
+}
+
+static PyMethodDef Guard_methods[] = {
+    {"write", (PyCFunction)Guard_write, METH_VARARGS, NULL},
+    {"write_async", (PyCFunction)Guard_write_async, METH_VARARGS, NULL},
+    {NULL}};
+
+static PyTypeObject Guard_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rlock._rlock.Guard",
+    .tp_basicsize = sizeof(GuardObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)Guard_dealloc,
+    .tp_methods = Guard_methods,
+};
+
+/* guard(client, name) -> Guard (rlock_guard_get: no command is sent). */
+static PyObject *mod_guard(PyObject *m, PyObject *args) {
+  PyObject *client, *name;
+  if (!PyArg_ParseTuple(args, "O!O:guard", &Client_Type, &client, &name))
+    return NULL;
+  PyObject *nb = name_bytes(name, "name");
+  if (nb == NULL)
+    return NULL;
+  ClientObject *c = (ClientObject *)client;
+  if (!client_ok(c)) {
+    Py_DECREF(nb);
+    return NULL;
+  }
+  rlock_guard *g = NULL;
+  int rc = rlock_guard_get(c->c, PyBytes_AS_STRING(nb), &g);
+  Py_DECREF(nb);
+  if (rc < 0)
+    return set_error(rc);
+  GuardObject *o = PyObject_New(GuardObject, &Guard_Type);
+  if (o == NULL) {
+    rlock_guard_free(g);
+    return NULL;
+  }
+  o->g = g;
+  o->client = Py_NewRef(client);
+  return (PyObject *)o;
+}
+
 /* ---- module functions --------------------------------------------------- */
 
 static PyObject *mod_register(PyObject *m, PyObject *args) {
@@ -2110,6 +2434,9 @@ static PyMethodDef mod_methods[] = {
     {"version", mod_version, METH_NOARGS, NULL},
     {"diag_level_name", mod_diag_level_name, METH_O, NULL},
     {"multilock", mod_multilock, METH_O, NULL},
+    {"fenced_check", mod_fenced_check, METH_VARARGS, NULL},
+    {"fenced_check_async", mod_fenced_check_async, METH_VARARGS, NULL},
+    {"guard", mod_guard, METH_VARARGS, NULL},
     {NULL}};
 
 static struct PyModuleDef moddef = {
@@ -2122,7 +2449,8 @@ static struct PyModuleDef moddef = {
 
 PyMODINIT_FUNC PyInit__rlock(void) {
   if (PyType_Ready(&Queue_Type) < 0 || PyType_Ready(&Client_Type) < 0 ||
-      PyType_Ready(&Handle_Type) < 0 || PyType_Ready(&Request_Type) < 0)
+      PyType_Ready(&Handle_Type) < 0 || PyType_Ready(&Request_Type) < 0 ||
+      PyType_Ready(&Guard_Type) < 0)
     return NULL;
   PyObject *m = PyModule_Create(&moddef);
   if (m == NULL)

@@ -11,6 +11,7 @@ EX = os.path.join(os.path.dirname(__file__), "..", "examples")
 @pytest.mark.parametrize("script,expect", [
     ("quickstart.py", "processing order 42"),
     ("async_quickstart.py", "gave up waiting"),
+    ("fencing.py", "refused: RLOCK_ESTALE"),
 ])
 def test_example_runs(server, script, expect):
     import rlock

@@ -8,8 +8,11 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "faultkit.h"
 #include "harness.h"
@@ -434,5 +437,199 @@ Test(redlock, bad_input) {
   rlock_free(a0b);
   rlock_client_close(c0);
   rlock_client_close(c0b);
+  servers_stop(&s);
+}
+
+/* ---- against Java's RedissonRedLock (tests/redlock/RedLockPeer.java) ---- */
+
+/* A running redlock-peer: its stdin, its stdout, what is read. */
+typedef struct jpeer {
+  pid_t pid;
+  FILE *in;
+  int out;
+  char buf[8192];
+  size_t len;
+  char line[4096];
+} jpeer;
+
+/* The next line, within bound_ms (the first start compiles the driver). */
+static const char *jpeer_line(jpeer *p, int64_t bound_ms) {
+  int64_t until = rt_now_ms() + bound_ms;
+  for (;;) {
+    char *nl = memchr(p->buf, '\n', p->len);
+    if (nl != NULL) {
+      size_t n = (size_t)(nl - p->buf);
+      cr_assert_lt(n, sizeof p->line, "peer line too long");
+      memcpy(p->line, p->buf, n);
+      p->line[n] = '\0';
+      memmove(p->buf, nl + 1, p->len - n - 1);
+      p->len -= n + 1;
+      return p->line;
+    }
+    int64_t left = until - rt_now_ms();
+    cr_assert_gt(left, 0, "no line from the Java peer within %lld ms",
+                 (long long)bound_ms);
+    struct pollfd pfd = {.fd = p->out, .events = POLLIN};
+    int rc = poll(&pfd, 1, (int)left);
+    if (rc <= 0)
+      continue;
+    cr_assert_lt(p->len, sizeof p->buf - 1, "peer output overflow");
+    ssize_t got = read(p->out, p->buf + p->len, sizeof p->buf - 1 - p->len);
+    cr_assert_gt(got, 0, "the Java peer ended (see its stderr above)");
+    p->len += (size_t)got;
+  }
+}
+
+static void jpeer_start(jpeer *p, servers *s) {
+  memset(p, 0, sizeof(*p));
+  char ports[128] = "", first[16];
+  for (size_t i = 0; i < s->n; i++)
+    snprintf(ports + strlen(ports), sizeof ports - strlen(ports), "%s%d",
+             i ? "," : "", s->port[i]);
+  snprintf(first, sizeof first, "%d", s->port[0]);
+  int to[2], from[2];
+  cr_assert_eq(pipe(to), 0);
+  cr_assert_eq(pipe(from), 0);
+  pid_t parent = getpid();
+  p->pid = fork();
+  cr_assert_geq(p->pid, 0);
+  if (p->pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+      _exit(126);
+    dup2(to[0], STDIN_FILENO);
+    dup2(from[1], STDOUT_FILENO);
+    close(to[0]);
+    close(to[1]);
+    close(from[0]);
+    close(from[1]);
+    execl(REDLOCK_PEER_SCRIPT, REDLOCK_PEER_SCRIPT, first, "--redlock", ports,
+          (char *)NULL);
+    _exit(127);
+  }
+  close(to[0]);
+  close(from[1]);
+  p->in = fdopen(to[1], "w");
+  p->out = from[0];
+  cr_assert(p->in != NULL);
+  const char *l = jpeer_line(p, 120000);
+  cr_assert(strncmp(l, "ID ", 3) == 0, "peer said: %s", l);
+  l = jpeer_line(p, 30000);
+  cr_assert_str_eq(l, "READY");
+}
+
+/* Sends a command and returns the rest of its answer after "OK" (""), or
+ * fails the test on anything else. Tagged commands (A: ...) are answered
+ * with their tag. */
+static const char *jpeer_call(jpeer *p, const char *cmd) {
+  fprintf(p->in, "%s\n", cmd);
+  fflush(p->in);
+  const char *l = jpeer_line(p, 30000);
+  const char *colon = strchr(cmd, ':');
+  if (colon != NULL && colon[1] == ' ') {
+    size_t t = (size_t)(colon - cmd) + 2;
+    cr_assert(strncmp(l, cmd, t) == 0, "'%s' answered '%s'", cmd, l);
+    l += t;
+  }
+  cr_assert(strncmp(l, "OK", 2) == 0, "'%s' answered '%s'", cmd, l);
+  l += 2;
+  return *l == ' ' ? l + 1 : l;
+}
+
+static void jpeer_stop(jpeer *p) {
+  fprintf(p->in, "quit\n");
+  fclose(p->in);
+  if (!rt_reap_bounded(p->pid, 10000)) {
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, NULL, 0);
+  }
+  close(p->out);
+}
+
+Test(redlock, java_and_c_redlocks_exclude_each_other, .timeout = 180) {
+  servers s;
+  servers_start(&s, 3);
+  char name[64], cmd[256];
+  rt_key(name, sizeof name, "redlock-java");
+  jpeer j;
+  jpeer_start(&j, &s);
+  /* Java's member owners: "<id of client i>:<thread id of tag A>". */
+  char ids[3][64];
+  const char *r = jpeer_call(&j, "redlockIds");
+  cr_assert_eq(sscanf(r, "%63[^,],%63[^,],%63[^ ]", ids[0], ids[1], ids[2]),
+               3, "%s", r);
+  r = jpeer_call(&j, "A: owner");
+  const char *tid = strrchr(r, ':');
+  cr_assert(tid != NULL);
+  char jowner[3][256];
+  for (size_t i = 0; i < 3; i++)
+    snprintf(jowner[i], sizeof jowner[i], "%s:%.20s", ids[i], tid + 1);
+  for (size_t i = 0; i < 3; i++) { /* " (0 ms)" follows the owner */
+    char *sp = strchr(jowner[i], ' ');
+    if (sp != NULL)
+      *sp = '\0';
+  }
+
+  side c;
+  side_open(&c, &s, name);
+
+  /* Java holds: on every server under its member clients' owners. */
+  snprintf(cmd, sizeof cmd, "A: tryLock L/%s 0", name);
+  cr_assert(strncmp(jpeer_call(&j, cmd), "true", 4) == 0);
+  for (size_t i = 0; i < 3; i++)
+    cr_assert(field_on(&s, i, name, jowner[i]), "Java's hold on server %zu",
+              i);
+  cr_assert_eq(rlock_multilock_try_lock(c.rl, 300, -1), 0, "%s",
+               rlock_last_error());
+  snprintf(cmd, sizeof cmd, "A: unlock L/%s", name);
+  jpeer_call(&j, cmd);
+  for (size_t i = 0; i < 3; i++)
+    cr_assert_eq(hlen_on(&s, i, name), 0);
+
+  /* C holds: Java's RedLock is refused. */
+  cr_assert_eq(rlock_multilock_try_lock(c.rl, 1000, -1), 1, "%s",
+               rlock_last_error());
+  snprintf(cmd, sizeof cmd, "B: tryLock L/%s 300", name);
+  cr_assert(strncmp(jpeer_call(&j, cmd), "false", 5) == 0);
+  for (size_t i = 0; i < 3; i++) {
+    char owner[160];
+    owner_of(&c, i, owner, sizeof owner);
+    cr_assert(field_on(&s, i, name, owner), "C's hold on server %zu", i);
+    cr_assert_eq(hlen_on(&s, i, name), 1);
+  }
+  cr_assert_eq(rlock_multilock_unlock(c.rl), 0, "%s", rlock_last_error());
+
+  /* The same quorum on both sides: with server 0's lock held by a third
+   * party, Java takes 2 of 3 and C is refused; then the other way. */
+  rlock_client *third = member_client(&s, 0);
+  rlock *t = NULL;
+  cr_assert_eq(rlock_get(third, name, &t), 0);
+  cr_assert_eq(rlock_try_lock(t, 0, 30000), 1);
+  snprintf(cmd, sizeof cmd, "A: tryLock L/%s 0", name);
+  cr_assert(strncmp(jpeer_call(&j, cmd), "true", 4) == 0);
+  cr_assert(!field_on(&s, 0, name, jowner[0]));
+  cr_assert(field_on(&s, 1, name, jowner[1]));
+  cr_assert(field_on(&s, 2, name, jowner[2]));
+  cr_assert_eq(rlock_multilock_try_lock(c.rl, 300, -1), 0, "%s",
+               rlock_last_error());
+  snprintf(cmd, sizeof cmd, "A: unlock L/%s", name);
+  jpeer_call(&j, cmd); /* Java releases every member, server 0's fails */
+  cr_assert_eq(hlen_on(&s, 0, name), 1); /* the third party's */
+  cr_assert_eq(hlen_on(&s, 1, name), 0);
+  cr_assert_eq(hlen_on(&s, 2, name), 0);
+
+  cr_assert_eq(rlock_multilock_try_lock(c.rl, 1000, -1), 1, "%s",
+               rlock_last_error());
+  snprintf(cmd, sizeof cmd, "B: tryLock L/%s 300", name);
+  cr_assert(strncmp(jpeer_call(&j, cmd), "false", 5) == 0);
+  cr_assert_eq(rlock_multilock_unlock(c.rl), 0, "%s", rlock_last_error());
+  cr_assert_eq(hlen_on(&s, 1, name), 0);
+  cr_assert_eq(hlen_on(&s, 2, name), 0);
+  cr_assert_eq(rlock_unlock(t), 1);
+
+  jpeer_stop(&j);
+  rlock_free(t);
+  rlock_client_close(third);
+  side_close(&c);
   servers_stop(&s);
 }

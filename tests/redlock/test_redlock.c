@@ -5,6 +5,7 @@
  * extra ones from faultkit, stopped with SIGSTOP or killed with SIGKILL. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -633,3 +634,96 @@ Test(redlock, java_and_c_redlocks_exclude_each_other, .timeout = 180) {
   side_close(&c);
   servers_stop(&s);
 }
+
+/* ---- the tool: rlock --redlock URI,URI,... NAME -- COMMAND ---- */
+
+#ifdef RLOCK_CLI_BIN
+/* Starts the tool with argv (NULL-terminated, argv[0] left out), its
+ * output to /dev/null. */
+static pid_t cli_spawn(const char *const *args) {
+  const char *argv[16] = {RLOCK_CLI_BIN};
+  size_t a = 1;
+  for (size_t i = 0; args[i] != NULL; i++) {
+    cr_assert_lt(a, 15);
+    argv[a++] = args[i];
+  }
+  argv[a] = NULL;
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int null_fd = open("/dev/null", O_RDWR);
+    dup2(null_fd, STDIN_FILENO);
+    dup2(null_fd, STDOUT_FILENO);
+    dup2(null_fd, STDERR_FILENO);
+    execv(RLOCK_CLI_BIN, (char *const *)argv);
+    _exit(127);
+  }
+  return pid;
+}
+
+static int cli_run_tool(const char *const *args, int64_t bound_ms) {
+  pid_t pid = cli_spawn(args);
+  int64_t until = rt_now_ms() + bound_ms;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (rt_now_ms() > until) {
+      kill(pid, SIGKILL);
+      waitpid(pid, NULL, 0);
+      cr_assert_fail("the tool did not end within %lld ms",
+                     (long long)bound_ms);
+    }
+    rt_sleep_ms(10);
+  }
+  cr_assert(WIFEXITED(status), "the tool died: status %d", status);
+  return WEXITSTATUS(status);
+}
+
+Test(redlock, tool_holds_a_majority_while_command_runs) {
+  servers s;
+  servers_start(&s, 3);
+  char name[64], uris[256];
+  rt_key(name, sizeof name, "redlock-cli");
+  snprintf(uris, sizeof uris, "%s,%s,%s", s.uri[0], s.uri[1], s.uri[2]);
+  kill_server(&s, 2); /* down from the start: a member never reached */
+
+  const char *hold[] = {"--redlock", uris, name, "--", "sleep", "2", NULL};
+  pid_t a = cli_spawn(hold);
+  int64_t until = rt_now_ms() + 8000;
+  while (hlen_on(&s, 0, name) != 1 || hlen_on(&s, 1, name) != 1) {
+    cr_assert_lt(rt_now_ms(), until, "the tool's RedLock never showed");
+    rt_sleep_ms(20);
+  }
+  /* A second one, without waiting: busy (exit 1). */
+  const char *busy[] = {"--redlock", uris, "-n", name, "--", "true", NULL};
+  cr_assert_eq(cli_run_tool(busy, 10000), 1);
+  cr_assert(rt_reap_bounded(a, 10000), "the holding tool did not end");
+  cr_assert_eq(hlen_on(&s, 0, name), 0, "not released on server 0");
+  cr_assert_eq(hlen_on(&s, 1, name), 0, "not released on server 1");
+  /* Free again: it runs COMMAND, whose status is the tool's. */
+  const char *run[] = {"--redlock", uris, "-n", name, "--", "sh", "-c",
+                       "exit 7", NULL};
+  cr_assert_eq(cli_run_tool(run, 10000), 7);
+
+  /* Usage errors (64): with -u, an empty URI, one server twice. */
+  const char *with_u[] = {"--redlock", uris, "-u", s.uri[0], name, "--",
+                          "true", NULL};
+  cr_assert_eq(cli_run_tool(with_u, 10000), 64);
+  char empty[256], twice[256];
+  snprintf(empty, sizeof empty, "%s,,%s", s.uri[0], s.uri[1]);
+  snprintf(twice, sizeof twice, "%s,%s", s.uri[0], s.uri[0]);
+  const char *with_empty[] = {"--redlock", empty, name, "--", "true", NULL};
+  cr_assert_eq(cli_run_tool(with_empty, 10000), 64);
+  const char *with_twice[] = {"--redlock", twice, name, "--", "true", NULL};
+  cr_assert_eq(cli_run_tool(with_twice, 10000), 64);
+  cr_assert_eq(hlen_on(&s, 0, name), 0);
+
+  /* Two of three down: no majority can be reached (75). */
+  kill_server(&s, 1);
+  const char *minority[] = {"--redlock", uris, "-n", name, "--", "true",
+                            NULL};
+  cr_assert_eq(cli_run_tool(minority, 10000), 75);
+  cr_assert_eq(hlen_on(&s, 0, name), 0);
+  servers_stop(&s);
+}
+#endif

@@ -17,9 +17,16 @@
  * The acquire is a state machine driven by the members' callbacks (on
  * their clients' loop threads; members may belong to different clients):
  * take member `at`; on success the next; on a failure release the members
- * taken (0..at-1, last first) and start again from the first while time
- * remains. Its mutex only guards the member request in flight against
- * rlock_multilock_cancel() from another thread. */
+ * taken (last first) and start again from the first while time remains.
+ * Its mutex only guards the member request in flight against
+ * rlock_multilock_cancel() from another thread.
+ *
+ * The RedLock (getRedLock; docs/multilock.md, "RedLock") is the same
+ * machine with a quorum below n: Java's RedissonRedLock changes three
+ * things of RedissonMultiLock - how many members may be missed in a round
+ * (n - quorum), a member's wait (a share of the round's), and the unlock
+ * (every member at once). Its members are on distinct clients whose URIs
+ * name distinct servers, checked at construction. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,8 +4,9 @@
  * count-down latch, nonreentrant.c the non-reentrant lock and fair lock),
  * each filling an rlock__prim descriptor that the engine drives, plus its
  * Lua scripts (<kind>_*.lua beside it, embedded at build time) and its
- * public API; and multilock.c, the MultiLock, which composes member locks
- * through their public calls (no descriptor). Internal. */
+ * public API; and multilock.c, the MultiLock and the RedLock, which
+ * compose member locks through their public calls (no descriptor).
+ * Internal. */
 #ifndef RLOCK_PRIM_H
 #define RLOCK_PRIM_H
 

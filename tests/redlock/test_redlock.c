@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <poll.h>
@@ -362,6 +363,70 @@ Test(redlock, quorum_sizes) {
     rlock_free(m[i]);
     rlock_client_close(c[i]);
   }
+  servers_stop(&s);
+}
+
+/* The async form and its cancel: a RedLock waiting (rounds, wait < 0) for
+ * one held elsewhere ends with RLOCK_ECANCELED and leaves nothing; once
+ * the other is released a new wait gets it. */
+typedef struct async_res {
+  atomic_int status;
+  atomic_bool done;
+} async_res;
+
+static void async_cb(int status, int64_t value, void *data) {
+  (void)value;
+  async_res *r = data;
+  atomic_store(&r->status, status);
+  atomic_store(&r->done, true);
+}
+
+static bool async_done(void *arg) { return atomic_load(&((async_res *)arg)->done); }
+
+Test(redlock, async_wait_cancel_then_take) {
+  servers s;
+  servers_start(&s, 3);
+  char name[64];
+  rt_key(name, sizeof name, "redlock-async");
+  side a, b;
+  side_open(&a, &s, name);
+  side_open(&b, &s, name);
+  cr_assert_eq(rlock_multilock_try_lock(a.rl, 0, -1), 1, "%s",
+               rlock_last_error());
+  uint64_t owner = rlock_owner_new();
+  async_res r1 = {0};
+  rlock_multilock_req *req = NULL;
+  cr_assert_eq(rlock_multilock_lock_async(b.rl, owner, -1, -1, async_cb, &r1,
+                                          &req),
+               0, "%s", rlock_last_error());
+  rt_sleep_ms(300);
+  cr_assert(!atomic_load(&r1.done), "the wait ended early: %d",
+            atomic_load(&r1.status));
+  cr_assert_eq(rlock_multilock_cancel(req), 0);
+  rt_wait_until_what(async_done, &r1, 5000, "the canceled RedLock's callback");
+  cr_assert_eq(atomic_load(&r1.status), RLOCK_ECANCELED);
+  rlock_multilock_req_free(req);
+  for (size_t i = 0; i < 3; i++) {
+    char ob[160];
+    rt_owner(ob, sizeof ob, b.c[i], owner);
+    cr_assert(!field_on(&s, i, name, ob), "canceled wait left on %zu", i);
+    cr_assert_eq(hlen_on(&s, i, name), 1);
+  }
+  async_res r2 = {0};
+  cr_assert_eq(rlock_multilock_lock_async(b.rl, owner, -1, -1, async_cb, &r2,
+                                          NULL),
+               0);
+  rt_sleep_ms(100);
+  cr_assert_eq(rlock_multilock_unlock(a.rl), 0, "%s", rlock_last_error());
+  rt_wait_until_what(async_done, &r2, 8000, "the second wait");
+  cr_assert_eq(atomic_load(&r2.status), 1, "%d", atomic_load(&r2.status));
+  cr_assert_eq(rlock_multilock_is_held_by_owner(b.rl, owner), 1);
+  cr_assert_eq(rlock_multilock_unlock_owner(b.rl, owner), 0, "%s",
+               rlock_last_error());
+  for (size_t i = 0; i < 3; i++)
+    cr_assert_eq(hlen_on(&s, i, name), 0);
+  side_close(&a);
+  side_close(&b);
   servers_stop(&s);
 }
 

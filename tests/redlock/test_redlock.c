@@ -172,6 +172,7 @@ static void minority_down(size_t n, size_t ndown, bool use_kill) {
   int64_t took = rt_now_ms() - t0;
   cr_assert_eq(rc, 1, "A try_lock: %d %s", rc, rlock_last_error());
   cr_assert_lt(took, 3000 + 1500, "A took %lld ms", (long long)took);
+  cr_log_info("%zu of %zu down: taken in %lld ms", ndown, n, (long long)took);
   size_t held = 0;
   for (size_t i = 0; i < n; i++) {
     if (s.down[i])
@@ -262,6 +263,8 @@ static void majority_down(size_t n, size_t ndown, bool use_kill) {
   int64_t took = rt_now_ms() - t0;
   cr_assert(rc == RLOCK_ETIMEDOUT || rc == RLOCK_ECONN,
             "with %zu of %zu down: %d %s", ndown, n, rc, rlock_last_error());
+  cr_log_info("%zu of %zu down: gave up after %lld ms (wait %lld)", ndown, n,
+              (long long)took, (long long)wait);
   cr_assert_geq(took, wait - 50, "gave up early: %lld ms", (long long)took);
   cr_assert_lt(took, wait + 1500, "took %lld ms", (long long)took);
   for (size_t i = 0; i < n; i++)

@@ -1002,7 +1002,8 @@ typedef struct rlock_multilock_req rlock_multilock_req;
  * getters; the handles may be freed afterwards - the MultiLock keeps them
  * alive until rlock_multilock_free()). Sends nothing. Errors: RLOCK_EINVAL
  * (NULL members or out, n == 0, a NULL member, or a handle that is not a
- * lock: semaphore, latch), RLOCK_ENOMEM. */
+ * lock: semaphore, latch), RLOCK_ECLOSED (a member's client is closed),
+ * RLOCK_ENOMEM. */
 RLOCK_EXTERN int rlock_multilock_new(rlock *const *members, size_t n,
                                      rlock_multilock **out);
 /* Frees the MultiLock (does not unlock; an acquire still running keeps it
@@ -1077,6 +1078,52 @@ RLOCK_EXTERN int rlock_multilock_unlock_owner(rlock_multilock *ml,
  * the first error. */
 RLOCK_EXTERN int rlock_multilock_is_held_by_owner(rlock_multilock *ml,
                                                   uint64_t owner);
+
+/* ---- RedLock (Redisson getRedLock(RLock...)) ---------------------------- *
+ * A MultiLock over locks on independent servers - one member per server,
+ * each through its own client - that is held once a majority of its
+ * members (n/2+1, its quorum) is, with Java's RedissonRedLock algorithm
+ * (docs/multilock.md, "RedLock"): members are tried in the order given,
+ * each waiting at most max(wait_ms / n, 1) ms of the time left; up to
+ * n - quorum members may be missed in a round (a stalled or dead server is
+ * a miss, as a member held by another owner is); once a quorum is held a
+ * miss ends the round a success (the members after it are not tried);
+ * one miss more releases the members taken and starts the round again
+ * from the first member while time remains. It is an rlock_multilock:
+ * taken, tried, released, cancelled and freed with the rlock_multilock_*
+ * calls above, which behave for it as follows.
+ *  - try_lock / lock / lock_async: 1 (or 0 for lock) with at least a
+ *    quorum of members held; the members missed are not held. The
+ *    member lease and the lease trick are the MultiLock's, applied to the
+ *    members held.
+ *  - unlock: every member's release is sent at once (Java releases all
+ *    members, whether taken or not); 0 when at least a quorum was
+ *    released or every release succeeded, else the most telling member
+ *    error (a server's error before RLOCK_ENOTOWNER), with how many were
+ *    released in the detail. A stalled server makes it wait that
+ *    client's command timeout (and retries) once.
+ *  - is_held_by_owner: 1 when at least a quorum of members is held by
+ *    `owner` (Java's RedLock asks all members, so a RedLock held by a
+ *    quorum answers false there), 0 if not, or a member's error when
+ *    fewer than a quorum answered 1.
+ * Members on a stopped server cost their client's command_timeout_ms when
+ * tried without a wait (wait_ms 0); give the members' clients a command
+ * timeout that suits the wait.
+ */
+/* A RedLock over members[0..n-1] (n >= 1; quorum n/2+1). Sends nothing;
+ * the handles may be freed afterwards. Errors, with nothing made:
+ * RLOCK_EINVAL (NULL members or out, n == 0, a NULL member, a handle that
+ * is not a lock, two members on the same client, or on clients whose URIs
+ * name the same server: a host:port written alike, case aside - any of a
+ * sentinel or cluster URI's - or the same unix socket; two names for one
+ * host, such as localhost and 127.0.0.1, are not recognised, and Java
+ * checks none of this), RLOCK_ECLOSED (a member's client is closed),
+ * RLOCK_ENOMEM. A MultiLock cannot be a member (it is not an rlock *). */
+RLOCK_EXTERN int rlock_redlock_new(rlock *const *members, size_t n,
+                                   rlock_multilock **out);
+/* How many members must be held: n for a MultiLock, n/2+1 for a RedLock;
+ * 0 for NULL. */
+RLOCK_EXTERN size_t rlock_multilock_quorum(const rlock_multilock *ml);
 
 /* ---- FasterMultiLock (Redisson getMultiLock(group, values)) ------------ *
  * Values of one group locked all or none by one script call on one hash,

@@ -10,6 +10,8 @@
  *            (rlock_info_get, rlock_client_force_unlock,
  *            rlock_force_unlock_owner): tools/ has no Redis connection of
  *            its own
+ *   redlock.c  --redlock URI,URI,...: the list, its checks, one client per
+ *            server and the RedLock that run.c then holds like a MultiLock
  */
 #ifndef RLOCK_CLI_H
 #define RLOCK_CLI_H
@@ -124,6 +126,7 @@ enum {
   CLI_OPT_KIND_FENCED,
   CLI_OPT_SENTINEL_USER = 0x240,
   CLI_OPT_SENTINEL_PASSWORD_FILE,
+  CLI_OPT_REDLOCK = 0x260,
 };
 #define CLI_TLS_LONGOPTS                                                       \
   {"tls-ca-file", required_argument, NULL, CLI_OPT_TLS_CA_FILE},               \
@@ -170,6 +173,7 @@ typedef struct cli_run_opts {
   cli_sentinel_opts sentinel;
   bool no_replica_sync;            /* --no-replica-sync */
   int64_t replica_sync_timeout_ms; /* --replica-sync-timeout; 0: default */
+  const char *redlock; /* --redlock URI,URI,...: NAME as a RedLock */
 } cli_run_opts;
 
 /* Prints "rlock: <message>\n" on stderr. */
@@ -262,5 +266,18 @@ int cli_run(const cli_run_opts *o);
  * or a negative RLOCK_E* code. */
 int cli_release_orphan(const char *uri, const cli_tls_opts *tls,
                        const cli_sentinel_opts *sentinel, cli_kind kind, const char *name, const char *owner);
+
+/* --redlock (redlock.c). After parsing: the list split and checked
+ * (not with -u, -m, --permits or --fenced; the --tls-* options against
+ * every URI), o->uri set to the first URI. 0, or CLI_EX_USAGE with the
+ * message printed. */
+int cli_redlock_check(cli_run_opts *o, const char *uri_flag);
+/* Opens a client per URI with `base` (uri replaced), gets NAME of o->kind
+ * on each and makes the RedLock; *first receives the first client, which
+ * the caller closes. 0, or the exit code with the failure printed. */
+int cli_redlock_open(const cli_run_opts *o, const rlock_options *base,
+                     rlock_client **first, rlock_multilock **rl);
+/* Closes the other clients (after the RedLock is freed). */
+void cli_redlock_close(void);
 
 #endif

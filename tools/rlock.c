@@ -48,6 +48,8 @@ static const char help_text[] =
     "  --no-reenter            the non-reentrant lock (with --fair: fair)\n"
     "  -m, --multi NAMES       hold every lock of the comma-separated NAMES\n"
     "                          (a MultiLock, all or none)\n"
+    "  --redlock URI,URI,...   NAME on each server, held by a majority\n"
+    "                          (a RedLock; instead of -u)\n"
     "  -c, --command STRING    run STRING with /bin/sh -c\n"
     "  -v, --verbose           report acquiring and releasing, and the\n"
     "                          connection's events, on stderr (-vv: more)\n"
@@ -532,6 +534,7 @@ static const struct option run_longopts[] = {
     {"kill-after", required_argument, NULL, OPT_KILL_AFTER},
     {"orphan-ok", no_argument, NULL, OPT_ORPHAN_OK},
     {"multi", required_argument, NULL, 'm'},
+    {"redlock", required_argument, NULL, CLI_OPT_REDLOCK},
     {"no-reenter", no_argument, NULL, OPT_NO_REENTER},
     {"no-replica-sync", no_argument, NULL, OPT_NO_REPLICA_SYNC},
     {"replica-sync-timeout", required_argument, NULL,
@@ -692,6 +695,9 @@ static int run_main(int argc, char **argv) {
     case 'm':
       o.name = optarg;
       break;
+    case CLI_OPT_REDLOCK:
+      o.redlock = optarg;
+      break;
     case OPT_NO_REENTER:
       no_reenter = true;
       break;
@@ -823,7 +829,9 @@ static int run_main(int argc, char **argv) {
     o.command = &argv[optind];
   }
   o.uri = cli_resolve_uri(uri_flag);
-  rc = cli_tls_check(&o.tls, o.uri);
+  rc = o.redlock != NULL ? cli_redlock_check(&o, uri_flag) : 0;
+  if (rc == 0)
+    rc = cli_tls_check(&o.tls, o.uri);
   if (rc == 0)
     rc = cli_sentinel_check(&o.sentinel, o.uri);
   if (rc != 0)

@@ -895,9 +895,11 @@ static int start(run *r) {
     opts.on_diag_data = (void *)(intptr_t)(o->verbose > 1 ? RLOCK_DIAG_DEBUG
                                                           : RLOCK_DIAG_INFO);
   }
-  int rc = rlock_client_open(&r->client, &opts);
+  int rc = o->redlock != NULL
+               ? cli_redlock_open(o, &opts, &r->client, &r->h.ml)
+               : rlock_client_open(&r->client, &opts);
   if (rc != 0)
-    return cli_open_failed(rc);
+    return o->redlock != NULL ? rc : cli_open_failed(rc);
   if (o->permits > 0) {
     rc = rlock_permit_semaphore_get(r->client, o->name, &r->h.sem);
     r->h.permits = o->permits;
@@ -911,6 +913,8 @@ static int start(run *r) {
   } else if (o->n_names > 0) {
     rc = multi_get(r->client, o, &r->h.ml);
     r->h.lease_ms = o->lease_ms;
+  } else if (o->redlock != NULL) {
+    r->h.lease_ms = o->lease_ms; /* made with its clients above */
   } else {
     rc = cli_kind_get(r->client, o->kind, o->name, &r->h.lock);
     r->h.lease_ms = o->lease_ms;
@@ -985,6 +989,7 @@ int cli_run(const cli_run_opts *o) {
   rlock_multilock_free(r.h.ml);
   rlock_permit_semaphore_free(r.h.sem);
   rlock_client_close(r.client);
+  cli_redlock_close();
   pthread_cond_destroy(&r.h.cond);
   pthread_mutex_destroy(&r.h.mutex);
   free(r.start_fds);

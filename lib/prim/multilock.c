@@ -17,13 +17,21 @@
  * The acquire is a state machine driven by the members' callbacks (on
  * their clients' loop threads; members may belong to different clients):
  * take member `at`; on success the next; on a failure release the members
- * taken (0..at-1, last first) and start again from the first while time
- * remains. Its mutex only guards the member request in flight against
- * rlock_multilock_cancel() from another thread. */
+ * taken (last first) and start again from the first while time remains.
+ * Its mutex only guards the member request in flight against
+ * rlock_multilock_cancel() from another thread.
+ *
+ * The RedLock (getRedLock; docs/multilock.md, "RedLock") is the same
+ * machine with a quorum below n: Java's RedissonRedLock changes three
+ * things of RedissonMultiLock - how many members may be missed in a round
+ * (n - quorum), a member's wait (a share of the round's), and the unlock
+ * (every member at once). Its members are on distinct clients whose URIs
+ * name distinct servers, checked at construction. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "lua_embed.h"
 #include "prim.h"
@@ -35,7 +43,8 @@ static const rlock__script expire_script = {
 struct rlock_multilock {
   atomic_int refs; /* the user's + acquires running */
   size_t n;
-  rlock *m[]; /* each with a reference of ours */
+  size_t quorum; /* members a round must take: n, or n/2+1 for a RedLock */
+  rlock *m[];    /* each with a reference of ours */
 };
 
 static void ml_release(rlock_multilock *ml) {
@@ -46,14 +55,21 @@ static void ml_release(rlock_multilock *ml) {
   free(ml);
 }
 
-int rlock_multilock_new(rlock *const *members, size_t n,
-                        rlock_multilock **out) {
-  if (out != NULL)
-    *out = NULL;
-  if (members == NULL || out == NULL)
-    return rlock__bad_arg("members or out is NULL");
-  if (n == 0)
-    return rlock__bad_arg("a MultiLock needs at least one member");
+static bool client_closed(const rlock *lock) {
+  rlock__core *core = lock->engine->core;
+  uv_mutex_lock(&core->queue_mutex);
+  bool closed = core->closed;
+  uv_mutex_unlock(&core->queue_mutex);
+  return closed;
+}
+
+/* The checks both constructors make of each member: 0, or the error with
+ * its detail set (`what` names the group in the details). */
+static int check_members(rlock *const *members, size_t n, const char *what) {
+  if (n == 0) {
+    rlock__set_last_error("a %s needs at least one member", what);
+    return RLOCK_EINVAL;
+  }
   for (size_t i = 0; i < n; i++) {
     if (members[i] == NULL) {
       rlock__set_last_error("member %zu is NULL", i);
@@ -64,9 +80,19 @@ int rlock_multilock_new(rlock *const *members, size_t n,
                             members[i]->name, members[i]->prim->kind);
       return RLOCK_EINVAL;
     }
+    if (client_closed(members[i])) {
+      rlock__set_last_error("member %zu (%s): its client is closed", i,
+                            members[i]->name);
+      return RLOCK_ECLOSED;
+    }
   }
   if (n > (SIZE_MAX - sizeof(rlock_multilock)) / sizeof(rlock *))
     return rlock__bad_arg("too many members");
+  return 0;
+}
+
+static int ml_new(rlock *const *members, size_t n, size_t quorum,
+                  rlock_multilock **out) {
   rlock_multilock *ml = malloc(sizeof(*ml) + n * sizeof(rlock *));
   if (ml == NULL) {
     rlock__set_last_error("out of memory");
@@ -74,6 +100,7 @@ int rlock_multilock_new(rlock *const *members, size_t n,
   }
   atomic_init(&ml->refs, 1);
   ml->n = n;
+  ml->quorum = quorum;
   for (size_t i = 0; i < n; i++) {
     ml->m[i] = members[i];
     atomic_fetch_add(&members[i]->refs, 1);
@@ -81,6 +108,93 @@ int rlock_multilock_new(rlock *const *members, size_t n,
   rlock__clear_last_error();
   *out = ml;
   return 0;
+}
+
+int rlock_multilock_new(rlock *const *members, size_t n,
+                        rlock_multilock **out) {
+  if (out != NULL)
+    *out = NULL;
+  if (members == NULL || out == NULL)
+    return rlock__bad_arg("members or out is NULL");
+  int rc = check_members(members, n, "MultiLock");
+  return rc != 0 ? rc : ml_new(members, n, n, out);
+}
+
+/* ---- RedLock: members on distinct servers ---- */
+
+/* Whether two parsed URIs name a server in common: the same socket path,
+ * or a host:port (any of a sentinel or cluster URI's) written alike. */
+static bool addr_eq(const char *h1, int p1, const char *h2, int p2) {
+  return h1 != NULL && h2 != NULL && p1 == p2 && strcasecmp(h1, h2) == 0;
+}
+
+static bool uris_share_server(const rlock__uri *a, const rlock__uri *b) {
+  if (a->is_unix || b->is_unix)
+    return a->is_unix && b->is_unix && strcmp(a->path, b->path) == 0;
+  size_t na = a->naddrs > 0 ? a->naddrs : 1, nb = b->naddrs > 0 ? b->naddrs : 1;
+  for (size_t i = 0; i < na; i++) {
+    const char *ha = a->naddrs > 0 ? a->addrs[i].host : a->host;
+    int pa = a->naddrs > 0 ? a->addrs[i].port : a->port;
+    for (size_t j = 0; j < nb; j++) {
+      const char *hb = b->naddrs > 0 ? b->addrs[j].host : b->host;
+      int pb = b->naddrs > 0 ? b->addrs[j].port : b->port;
+      if (addr_eq(ha, pa, hb, pb))
+        return true;
+    }
+  }
+  return false;
+}
+
+/* 0, or RLOCK_EINVAL when two members are on one client or on clients
+ * whose URIs name the same server. */
+static int check_distinct_servers(rlock *const *members, size_t n) {
+  rlock__uri *u = calloc(n, sizeof(*u));
+  if (u == NULL) {
+    rlock__set_last_error("out of memory");
+    return RLOCK_ENOMEM;
+  }
+  int rc = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    const rlock__core *ci = members[i]->engine->core;
+    /* The client checked its URI at open: it parses again. */
+    rc = rlock__uri_parse(ci->opts.uri, &u[i]);
+    for (size_t j = 0; j < i && rc == 0; j++) {
+      const rlock__core *cj = members[j]->engine->core;
+      if (ci == cj) {
+        rlock__set_last_error("members %zu (%s) and %zu (%s) are on the "
+                              "same client: a RedLock takes one lock per "
+                              "independent server, each through its own "
+                              "client",
+                              j, members[j]->name, i, members[i]->name);
+        rc = RLOCK_EINVAL;
+      } else if (uris_share_server(&u[i], &u[j])) {
+        rlock__set_last_error("members %zu (%s) and %zu (%s) are on the "
+                              "same server (their clients' URIs name it "
+                              "alike): a RedLock needs independent servers",
+                              j, members[j]->name, i, members[i]->name);
+        rc = RLOCK_EINVAL;
+      }
+    }
+  }
+  for (size_t i = 0; i < n; i++)
+    rlock__uri_free(&u[i]);
+  free(u);
+  return rc;
+}
+
+int rlock_redlock_new(rlock *const *members, size_t n, rlock_multilock **out) {
+  if (out != NULL)
+    *out = NULL;
+  if (members == NULL || out == NULL)
+    return rlock__bad_arg("members or out is NULL");
+  int rc = check_members(members, n, "RedLock");
+  if (rc == 0)
+    rc = check_distinct_servers(members, n);
+  return rc != 0 ? rc : ml_new(members, n, n / 2 + 1, out);
+}
+
+size_t rlock_multilock_quorum(const rlock_multilock *ml) {
+  return ml != NULL ? ml->quorum : 0;
 }
 
 void rlock_multilock_free(rlock_multilock *ml) {
@@ -147,8 +261,11 @@ struct rlock_multilock_req {
   bool rounds;          /* lock(): rounds of random waits until held */
   int64_t deadline;     /* rlock__now_ms() based, when wait_ms > 0 */
   int64_t member_lease; /* what each member is taken with */
-  size_t at;            /* members 0..at-1 are held */
-  size_t expired;       /* lease trick: members done */
+  int64_t member_wait;  /* RedLock: a member's wait, max(wait / n, 1) */
+  size_t pos;           /* the member tried next */
+  size_t fails_left;    /* RedLock: members this round may still miss */
+  size_t nheld;         /* held[0..nheld-1]: the members taken, in order */
+  size_t expired;       /* lease trick: members of held[] done */
   bool restart;         /* after the release: start again, or finish */
   int result;           /* ... with this */
   int last_err;         /* a transient member error of this round */
@@ -159,6 +276,7 @@ struct rlock_multilock_req {
   bool canceled, done;
   rlock_req *cur;          /* the member acquire in flight */
   const rlock__core *cur_core;
+  size_t held[]; /* ml->n entries */
 };
 
 static void req_release(rlock_multilock_req *r) {
@@ -228,6 +346,13 @@ static int64_t round_wait(const rlock_multilock_req *r) {
 static void set_round(rlock_multilock_req *r, int64_t wait_ms) {
   r->wait_ms = wait_ms;
   r->deadline = rlock__now_ms() + wait_ms;
+  /* Java's RedLock: each member may wait a share of the round's wait, at
+   * least 1 ms; a MultiLock member all the time that is left. */
+  int64_t share = wait_ms / (int64_t)r->ml->n;
+  r->member_wait = r->ml->quorum == r->ml->n ? wait_ms
+                   : wait_ms <= 0            ? wait_ms
+                   : share > 1               ? share
+                                             : 1;
   /* Java: no lease -> each member's watchdog; a lease with a wait -> twice
    * the wait, trimmed to the lease once all are held (the expire phase);
    * a lease without a wait -> the lease. */
@@ -255,6 +380,8 @@ static void after_release(rlock_multilock_req *r) {
       return;
     }
   }
+  r->pos = 0;
+  r->fails_left = r->ml->n - r->ml->quorum;
   next(r);
 }
 
@@ -265,10 +392,10 @@ static void release_cb(int status, int64_t value, void *data) {
 }
 
 static void release_next(rlock_multilock_req *r) {
-  while (r->at > 0) {
-    r->at--;
-    if (rlock_unlock_async(r->ml->m[r->at], r->owner, release_cb, r, NULL) ==
-        0)
+  while (r->nheld > 0) {
+    r->nheld--;
+    if (rlock_unlock_async(r->ml->m[r->held[r->nheld]], r->owner, release_cb,
+                           r, NULL) == 0)
       return;
   }
   after_release(r);
@@ -282,19 +409,35 @@ static bool transient(int err) {
          err == RLOCK_ENOREPLICA || err == RLOCK_ECLUSTER;
 }
 
+static void all_held(rlock_multilock_req *r);
+
 static void member_result(rlock_multilock_req *r, int status) {
   if (status == 1) {
-    r->at++;
+    r->held[r->nheld++] = r->pos++;
     next(r);
     return;
   }
   if (status < 0) {
-    note(r, r->at, status);
+    note(r, r->pos, status);
     if (!transient(status)) {
       release_then(r, false, status);
       return;
     }
     r->last_err = status;
+  }
+  /* RedLock (Java's order of checks): with a quorum held, a member missed
+   * ends the round a success (the members after it are not tried); else a
+   * miss within the round's allowance goes on to the next member. */
+  size_t allowed = r->ml->n - r->ml->quorum;
+  if (allowed > 0 && r->ml->n - r->nheld == allowed) {
+    all_held(r);
+    return;
+  }
+  if (r->fails_left > 0) {
+    r->fails_left--;
+    r->pos++;
+    next(r);
+    return;
   }
   /* A member not taken: release the others; one try each -> done, else
    * start again from the first member while time remains. */
@@ -321,7 +464,7 @@ static void expire_cb(int status, int64_t value, void *data) {
   (void)value;
   rlock_multilock_req *r = data;
   if (status < 0) {
-    note(r, r->expired, status);
+    note(r, r->held[r->expired], status);
     release_then(r, false, status);
     return;
   }
@@ -337,11 +480,11 @@ static void expire_next(rlock_multilock_req *r) {
     release_then(r, false, RLOCK_ECANCELED);
     return;
   }
-  if (r->expired == r->ml->n) {
+  if (r->expired == r->nheld) {
     finish(r, 1);
     return;
   }
-  rlock *m = r->ml->m[r->expired];
+  rlock *m = r->ml->m[r->held[r->expired]];
   rlock__op *op = rlock__req_new(m, &expire_type, r->owner, sizeof(*op),
                                  expire_cb, r);
   if (op == NULL) {
@@ -352,15 +495,26 @@ static void expire_next(rlock_multilock_req *r) {
   op->lease_ms = r->lease_ms;
   int rc = rlock__req_submit(op, NULL);
   if (rc != 0) {
-    note(r, r->expired, rc);
+    note(r, r->held[r->expired], rc);
     release_then(r, false, rc);
   }
 }
 
-/* Starts the acquire of member r->at: 0, or the call's own error (the
+/* The round has what it needs (every member, or a RedLock's quorum): the
+ * lease trick when a lease was asked for, then success. */
+static void all_held(rlock_multilock_req *r) {
+  if (r->lease_ms > 0) {
+    r->expired = 0;
+    expire_next(r);
+  } else {
+    finish(r, 1);
+  }
+}
+
+/* Starts the acquire of member r->pos: 0, or the call's own error (the
  * callback will not fire). */
 static int start_member(rlock_multilock_req *r, int64_t wait_ms) {
-  rlock *m = r->ml->m[r->at];
+  rlock *m = r->ml->m[r->pos];
   uv_mutex_lock(&r->mu);
   int rc = rlock_lock_async(m, r->owner, wait_ms, r->member_lease, member_cb,
                             r, &r->cur);
@@ -385,14 +539,12 @@ static void next(rlock_multilock_req *r) {
       release_then(r, true, 0); /* after_release ends it or starts a round */
       return;
     }
+    if (r->member_wait < wait_ms)
+      wait_ms = r->member_wait;
   }
-  if (r->at == r->ml->n) {
-    if (r->lease_ms > 0) {
-      r->expired = 0;
-      expire_next(r);
-    } else {
-      finish(r, 1);
-    }
+  if (r->pos == r->ml->n) {
+    assert(r->nheld >= r->ml->quorum);
+    all_held(r);
     return;
   }
   int rc = start_member(r, wait_ms);
@@ -414,7 +566,7 @@ int rlock_multilock_lock_async(rlock_multilock *ml, uint64_t owner,
   int rc = check_ml(ml, lease_ms);
   if (rc != 0)
     return rc;
-  rlock_multilock_req *r = calloc(1, sizeof(*r));
+  rlock_multilock_req *r = calloc(1, sizeof(*r) + ml->n * sizeof(size_t));
   if (r == NULL || uv_mutex_init(&r->mu) != 0) {
     free(r);
     rlock__set_last_error("out of memory");
@@ -429,9 +581,10 @@ int rlock_multilock_lock_async(rlock_multilock *ml, uint64_t owner,
   r->cb = cb;
   r->data = data;
   set_round(r, r->rounds ? round_wait(r) : wait_ms);
+  r->fails_left = ml->n - ml->quorum;
   /* The first member from the caller's thread: its own error is the
    * call's (nothing is held yet, and the callback must not fire). */
-  rc = start_member(r, r->wait_ms);
+  rc = start_member(r, r->member_wait);
   if (rc != 0) {
     char why[256];
     snprintf(why, sizeof(why), "%s", rlock_last_error());
@@ -555,9 +708,89 @@ int rlock_multilock_lock(rlock_multilock *ml, int64_t lease_ms) {
   return rlock_multilock_lock_owner(ml, rlock__thread_id(), lease_ms);
 }
 
+/* A RedLock's unlock: every member's release at once (a stalled server
+ * costs its timeout once, not once per member), then the answers. */
+typedef struct unlock_all {
+  uv_mutex_t mu;
+  uv_cond_t cv;
+  size_t left, released;
+  int first;
+  char why[256];
+} unlock_all;
+
+typedef struct unlock_one {
+  unlock_all *all;
+  size_t i;
+  const char *name;
+} unlock_one;
+
+static void unlock_one_done(unlock_one *o, int status) {
+  unlock_all *a = o->all;
+  const char *why = rlock_last_error();
+  uv_mutex_lock(&a->mu);
+  if (status >= 0) {
+    a->released++;
+  } else if (a->first == 0 || (a->first == RLOCK_ENOTOWNER &&
+                               status != RLOCK_ENOTOWNER)) {
+    /* The first error, though one that is not "not held" (the members a
+     * RedLock could not take) tells more. */
+    a->first = status;
+    snprintf(a->why, sizeof(a->why), "member %zu (%s): %s", o->i, o->name,
+             why[0] ? why : rlock_strerror(status));
+  }
+  if (--a->left == 0)
+    uv_cond_signal(&a->cv);
+  uv_mutex_unlock(&a->mu);
+}
+
+static void unlock_one_cb(int status, int64_t value, void *data) {
+  (void)value;
+  unlock_one_done(data, status);
+}
+
+static int redlock_unlock(rlock_multilock *ml, uint64_t owner) {
+  unlock_all a = {.left = ml->n};
+  unlock_one *ones = calloc(ml->n, sizeof(*ones));
+  if (ones == NULL) {
+    rlock__set_last_error("out of memory");
+    return RLOCK_ENOMEM;
+  }
+  if (uv_mutex_init(&a.mu) != 0 ||
+      (uv_cond_init(&a.cv) != 0 && (uv_mutex_destroy(&a.mu), true))) {
+    free(ones);
+    rlock__set_last_error("no mutex or condition variable");
+    return RLOCK_ESYS;
+  }
+  for (size_t i = 0; i < ml->n; i++) {
+    ones[i] = (unlock_one){.all = &a, .i = i, .name = ml->m[i]->name};
+    int rc = rlock_unlock_async(ml->m[i], owner, unlock_one_cb, &ones[i],
+                                NULL);
+    if (rc != 0)
+      unlock_one_done(&ones[i], rc);
+  }
+  uv_mutex_lock(&a.mu);
+  while (a.left > 0)
+    uv_cond_wait(&a.cv, &a.mu);
+  uv_mutex_unlock(&a.mu);
+  uv_cond_destroy(&a.cv);
+  uv_mutex_destroy(&a.mu);
+  free(ones);
+  if (a.released >= ml->quorum || a.first == 0) {
+    rlock__clear_last_error();
+    return 0;
+  }
+  rlock__set_last_error("%s (%zu of %zu members released, %zu needed)", a.why,
+                        a.released, ml->n, ml->quorum);
+  return a.first;
+}
+
 int rlock_multilock_unlock_owner(rlock_multilock *ml, uint64_t owner) {
   if (ml == NULL)
     return rlock__bad_arg("MultiLock is NULL");
+  if (ml->quorum < ml->n) {
+    int rc = on_a_loop_thread(ml);
+    return rc != 0 ? rc : redlock_unlock(ml, owner);
+  }
   int first = 0;
   char why[256] = "";
   for (size_t i = 0; i < ml->n; i++) {
@@ -582,10 +815,32 @@ int rlock_multilock_unlock(rlock_multilock *ml) {
 int rlock_multilock_is_held_by_owner(rlock_multilock *ml, uint64_t owner) {
   if (ml == NULL)
     return rlock__bad_arg("MultiLock is NULL");
-  for (size_t i = 0; i < ml->n; i++) {
-    int rc = rlock_is_held_by_owner(ml->m[i], owner);
-    if (rc != 1)
-      return rc;
+  if (ml->quorum == ml->n) {
+    for (size_t i = 0; i < ml->n; i++) {
+      int rc = rlock_is_held_by_owner(ml->m[i], owner);
+      if (rc != 1)
+        return rc;
+    }
+    return 1;
   }
-  return 1;
+  /* A RedLock: held when a quorum of its members is. */
+  size_t held = 0;
+  int first = 0;
+  char why[256] = "";
+  for (size_t i = 0; i < ml->n && held < ml->quorum; i++) {
+    int rc = rlock_is_held_by_owner(ml->m[i], owner);
+    if (rc == 1) {
+      held++;
+    } else if (rc < 0 && first == 0) {
+      first = rc;
+      snprintf(why, sizeof(why), "member %zu (%s): %s", i, ml->m[i]->name,
+               rlock_last_error());
+    }
+  }
+  if (held >= ml->quorum || first == 0) {
+    rlock__clear_last_error();
+    return held >= ml->quorum ? 1 : 0;
+  }
+  rlock__set_last_error("%s", why);
+  return first;
 }

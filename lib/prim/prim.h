@@ -5,8 +5,9 @@
  * plus guard.c, the fencing guard (rlock's own: no Redisson counterpart),
  * each filling an rlock__prim descriptor that the engine drives, plus its
  * Lua scripts (<kind>_*.lua beside it, embedded at build time) and its
- * public API; and multilock.c, the MultiLock, which composes member locks
- * through their public calls (no descriptor). Internal. */
+ * public API; and multilock.c, the MultiLock and the RedLock, which
+ * compose member locks through their public calls (no descriptor).
+ * Internal. */
 #ifndef RLOCK_PRIM_H
 #define RLOCK_PRIM_H
 

@@ -417,6 +417,9 @@ void rlock__gate_settle(rlock__engine *e, rlock__gate *g);
 void rlock__gate_hold_added(rlock__engine *e, const rlock *lock,
                             rlock__hold *h);
 void rlock__gate_hold_gone(rlock__engine *e, rlock__hold *h);
+/* A release of lock after handoff_max local handoffs in a row, with
+ * waiters here: no try of this client until its message wakes one. */
+void rlock__gate_yield(rlock__engine *e, const rlock *lock);
 /* The command connection is back: parked waiters try at once. */
 void rlock__gates_reconnected(rlock__engine *e);
 void rlock__gates_free(rlock__engine *e);

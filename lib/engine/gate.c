@@ -32,78 +32,72 @@
 #include "engine.h"
 
 struct rlock__gate {
-  char *key; /* name '\0' kind */
+  char *key; /* name '\0' kind (in the same block) */
   size_t key_len;
-  char *channel; /* where its sleepers wait */
+  char *channel; /* where its sleepers wait (in the same block) */
   size_t channel_len;
   rlock__hold *holder; /* this client's hold of the lock, or NULL */
   int trying;          /* this client's tries for it on their way */
   /* A wake-up was held back (a waiter woken while a try was out, a hold
    * that ended while one was out): the next opening passes it on. */
   bool pending;
+  /* After handoff_max local handoffs in a row the lock goes the pub/sub
+   * way: until the release's message wakes a waiter here (or this time
+   * passes), no try of this client goes out - one woken by the message
+   * tries, as other clients' waiters do. 0: none. */
+  int64_t yield_until;
 };
+
+/* How long a yield waits for its message at most: the message comes with
+ * the release's reply; this bounds a lost one. */
+#define YIELD_MAX_MS 50
+
 
 static bool gated(const rlock__prim *prim) {
   return prim->hold != NULL && prim->hold->local_gate;
-}
-
-static char *gate_key(const char *name, const char *kind, size_t *len) {
-  size_t n = strlen(name), k = strlen(kind);
-  char *key = malloc(n + 1 + k + 1);
-  if (key == NULL)
-    return NULL;
-  memcpy(key, name, n + 1);
-  memcpy(key + n + 1, kind, k + 1);
-  *len = n + 1 + k;
-  return key;
 }
 
 static rlock__gate *gate_find(rlock__engine *e, const char *name,
                               const char *kind) {
   char buf[256];
   size_t n = strlen(name), k = strlen(kind);
-  if (n + k + 2 > sizeof(buf)) {
-    size_t len;
-    char *key = gate_key(name, kind, &len);
-    if (key == NULL)
-      return NULL;
-    rlock__gate *g = rlock__map_get(&e->gates, key, len);
+  char *key = n + k + 2 <= sizeof(buf) ? buf : malloc(n + k + 2);
+  if (key == NULL)
+    return NULL;
+  memcpy(key, name, n + 1);
+  memcpy(key + n + 1, kind, k + 1);
+  rlock__gate *g = rlock__map_get(&e->gates, key, n + 1 + k);
+  if (key != buf)
     free(key);
-    return g;
-  }
-  memcpy(buf, name, n + 1);
-  memcpy(buf + n + 1, kind, k + 1);
-  return rlock__map_get(&e->gates, buf, n + 1 + k);
+  return g;
 }
 
-/* The gate of lock, made when missing; NULL when out of memory (the
- * client then simply sends its tries). */
+/* The gate of lock, made when missing (one block: the gate, its key and
+ * its channel); NULL when out of memory (the client then simply sends its
+ * tries). */
 static rlock__gate *gate_get(rlock__engine *e, const rlock *lock) {
   rlock__gate *g = gate_find(e, lock->name, lock->prim->kind);
   if (g != NULL)
     return g;
-  g = calloc(1, sizeof(*g));
+  size_t n = lock->name_len, k = strlen(lock->prim->kind);
+  g = calloc(1, sizeof(*g) + n + 1 + k + 1 + lock->channel_len + 1);
   if (g == NULL)
     return NULL;
-  g->key = gate_key(lock->name, lock->prim->kind, &g->key_len);
-  g->channel = malloc(lock->channel_len + 1);
-  if (g->key == NULL || g->channel == NULL ||
-      rlock__map_put(&e->gates, g->key, g->key_len, g) != 0) {
-    free(g->key);
-    free(g->channel);
+  g->key = (char *)(g + 1);
+  memcpy(g->key, lock->name, n + 1);
+  memcpy(g->key + n + 1, lock->prim->kind, k + 1);
+  g->key_len = n + 1 + k;
+  g->channel = g->key + g->key_len + 1;
+  memcpy(g->channel, lock->channel, lock->channel_len + 1);
+  g->channel_len = lock->channel_len;
+  if (rlock__map_put(&e->gates, g->key, g->key_len, g) != 0) {
     free(g);
     return NULL;
   }
-  memcpy(g->channel, lock->channel, lock->channel_len + 1);
-  g->channel_len = lock->channel_len;
   return g;
 }
 
-static void gate_free(rlock__gate *g) {
-  free(g->key);
-  free(g->channel);
-  free(g);
-}
+static void gate_free(rlock__gate *g) { free(g); }
 
 /* Until when hold h is guaranteed: what rlock__hold_guaranteed_until()
  * answers, read here so that gate.c does not call back into hold.c (which
@@ -136,7 +130,10 @@ bool rlock__gate_park(rlock__op *op) {
   const rlock__hold *h = bypass ? NULL : trusted_holder(g, op, now);
   bool own = g->holder != NULL && !g->holder->lost &&
              strcmp(g->holder->owner, op->owner) == 0;
-  if (bypass || own || (h == NULL && g->trying == 0)) {
+  bool yielding = g->yield_until > now;
+  if (yielding && woken) /* the message came */
+    g->yield_until = 0, yielding = false;
+  if (bypass || own || (h == NULL && g->trying == 0 && !yielding)) {
     g->trying++;
     op->u.acq.gate = g;
     return false;
@@ -148,8 +145,9 @@ bool rlock__gate_park(rlock__op *op) {
   }
   if (h == NULL && woken)
     g->pending = true; /* this wake-up may have been for a release */
-  int64_t until = h != NULL ? guaranteed_until(h) + 1
-                            : now + e->core->opts.command_timeout_ms;
+  int64_t until = h != NULL   ? guaranteed_until(h) + 1
+                  : yielding ? g->yield_until
+                             : now + e->core->opts.command_timeout_ms;
   if (op->wait_ms > 0 && op->deadline < until)
     until = op->deadline;
   op->state = RLOCK__ST_WAITING;
@@ -189,6 +187,10 @@ rlock__gate *rlock__gate_try_done(rlock__op *op, bool abandoned) {
 void rlock__gate_settle(rlock__engine *e, rlock__gate *g) {
   if (g == NULL || g->trying > 0 || g->holder != NULL)
     return;
+  if (g->yield_until > rlock__now_ms()) {
+    g->pending = false; /* the message wakes the one that tries */
+    return;
+  }
   bool wake = g->pending && !e->core->closing;
   g->pending = false;
   /* Idle: nothing to remember (a parked waiter finds it again). */
@@ -218,6 +220,15 @@ void rlock__gate_hold_gone(rlock__engine *e, rlock__hold *h) {
   g->holder = NULL;
   g->pending = true;
   rlock__gate_settle(e, g);
+}
+
+void rlock__gate_yield(rlock__engine *e, const rlock *lock) {
+  if (!gated(lock->prim))
+    return;
+  rlock__gate *g = gate_get(e, lock);
+  if (g == NULL)
+    return;
+  g->yield_until = rlock__now_ms() + YIELD_MAX_MS;
 }
 
 void rlock__gates_reconnected(rlock__engine *e) {

@@ -25,7 +25,13 @@
  * process, or cut off from the server, stops counting when its guarantee
  * runs out), a parked waiter sleeps at most until then (or a command
  * timeout behind a try), and a lost connection lets every parked waiter
- * try once at once. Loop thread only. */
+ * try once at once.
+ *
+ * After handoff_max local handoffs in a row a release goes the pub/sub way
+ * (release.c): the gate then holds this client's tries back until the
+ * release's message wakes a waiter here (at most YIELD_MAX_MS), so its
+ * next try leaves when other clients' woken waiters' do, not with the
+ * release's reply. Loop thread only. */
 #include <stdlib.h>
 #include <string.h>
 

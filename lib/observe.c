@@ -47,7 +47,7 @@ static void count_event(rlock__observer *o, const rlock__event *ev) {
   switch ((int)p->type) {
   case RLOCK_EVENT_ACQUIRED:
     rlock__count(&o->acquisitions, 1);
-    if (p->attempts > 1)
+    if (p->attempts > 1 || ev->n > 0) /* or waited at the local gate */
       rlock__count(&o->contended, 1);
     hist_add(&o->wait, p->wait_ms);
     break;

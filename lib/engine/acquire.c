@@ -294,7 +294,8 @@ static void poll_timer_fire(rlock__timed *t) {
   send_try(RLOCK__CONTAINER_OF(t, rlock__op, timer));
 }
 
-static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
+static void try_answer(rlock__net *n, redisReply *reply, int err,
+                       void *data) {
   rlock__op *op = data;
   rlock *lock = op->lock;
   rlock__engine *e = op->engine;
@@ -423,9 +424,21 @@ static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
   rlock__chan_wait(&op->waiter, sleep_ms);
 }
 
+/* The try no longer counts in the local gate while its answer is acted on
+ * (a re-send from there counts afresh); the gate may open after. */
+static void try_reply(rlock__net *n, redisReply *reply, int err, void *data) {
+  rlock__op *op = data;
+  rlock__engine *e = op->engine;
+  rlock__gate *g = rlock__gate_try_done(op, false);
+  try_answer(n, reply, err, data); /* op may be gone after this */
+  rlock__gate_settle(e, g);
+}
+
 static void send_try(rlock__op *op) {
   rlock *lock = op->lock;
   rlock__engine *e = op->engine;
+  if (rlock__gate_park(op))
+    return; /* a sibling holds the lock, or a try is out: no try now */
   int64_t lease = try_lease(op);
   op->u.acq.seen_epoch = lock->prim->polls
                        ? 0
@@ -449,7 +462,16 @@ static void send_try(rlock__op *op) {
 /* ---- the waiter's callbacks (from the channel registry) ---- */
 
 static void waiter_retry(rlock__waiter *w) {
-  send_try(RLOCK__CONTAINER_OF(w, rlock__op, waiter));
+  rlock__op *op = RLOCK__CONTAINER_OF(w, rlock__op, waiter);
+  /* Parked by the local gate, woken after the subscription was lost (or
+   * made again): what it trusted may have changed unheard - ask the
+   * server once. */
+  if (op->u.acq.gate_parked &&
+      rlock__chan_epoch(op->engine->net, op->u.acq.wchan,
+                        op->u.acq.wchan_len) != op->u.acq.gate_epoch)
+    op->u.acq.gate_bypass = true;
+  op->u.acq.woken = true;
+  send_try(op);
 }
 
 static void waiter_sub_timeout(rlock__waiter *w) {
@@ -520,6 +542,7 @@ static void acquire_event(rlock__op *op, int result) {
                              .detail = ""}};
   if (result == 1) {
     ev.pub.type = RLOCK_EVENT_ACQUIRED;
+    ev.n = op->u.acq.gate_waited;
   } else {
     ev.pub.type = RLOCK_EVENT_GAVE_UP;
     ev.pub.cause = result == 0                   ? RLOCK_EVENT_TIMEOUT
@@ -537,6 +560,8 @@ static void acquire_event(rlock__op *op, int result) {
 void rlock__acquire_finish(rlock__op *op, int result) {
   rlock__engine *e = op->engine;
   acquire_event(op, result);
+  /* A try still on its way no longer counts in the local gate. */
+  rlock__gate_settle(e, rlock__gate_try_done(op, true));
   if (op->u.acq.tried && result != 1 && op->lock->prim->abandon != NULL &&
       op->lock->prim->abandon(op, abandon_reply, e) != NULL)
     e->abandons_inflight++;

@@ -13,6 +13,7 @@ int rlock__engine_init(rlock__engine *e, rlock__core *core, rlock__net *net,
   e->client_id = client_id;
   rlock__map_init(&e->holds);
   rlock__map_init(&e->suspects);
+  rlock__map_init(&e->gates);
   rlock__parker_init(&e->parker, core->opts.spin_us);
   return rlock__random_bytes(e->latch_seed, sizeof(e->latch_seed));
 }
@@ -34,7 +35,10 @@ void rlock__engine_start(rlock__engine *e) {
                      rlock__now_ms() + e->core->opts.watchdog_timeout_ms / 3);
 }
 
-void rlock__engine_on_cmd_ready(rlock__engine *e) { rlock__suspects_run(e); }
+void rlock__engine_on_cmd_ready(rlock__engine *e) {
+  rlock__suspects_run(e);
+  rlock__gates_reconnected(e);
+}
 
 int rlock__engine_close(rlock__engine *e) {
   while (e->active_head != NULL) {
@@ -56,6 +60,7 @@ int rlock__engine_close(rlock__engine *e) {
 
 void rlock__engine_free(rlock__engine *e) {
   rlock__holds_free(e);
+  rlock__gates_free(e);
   rlock__suspects_free(e);
   rlock__latches_free(e);
 }

@@ -87,6 +87,11 @@ typedef struct rlock__prim_hold {
    * no lease (the read lock): lease safety bounds a hold by min(lease,
    * watchdog timeout) and leaves it alone at a release (hold.c). */
   bool shared_expiry;
+  /* Holds exclude every other owner (the lock, the write lock): while
+   * another owner of this client holds the lock, or a try of this client
+   * for it is on its way, an acquire waits locally instead of sending a
+   * try that must fail (gate.c). */
+  bool local_gate;
 } rlock__prim_hold;
 
 /* A primitive's descriptor: a wait part every kind fills, and a hold part
@@ -185,6 +190,15 @@ typedef struct rlock__acquire_state {
   int tries;            /* tries sent (events: attempts) */
   bool sync_refused;    /* the server refused replica sync's WAIT: undo,
                            then fail; no retry (issue 33) */
+  /* The local gate (gate.c): the gate this op's try in flight counts in;
+   * parked by the gate (no try sent) with the subscription's epoch then;
+   * woken by its channel since; let through once (a lost connection). */
+  struct rlock__gate *gate;
+  bool gate_parked;
+  bool gate_waited; /* parked at least once (events: it had to wait) */
+  bool woken;
+  bool gate_bypass;
+  uint64_t gate_epoch;
 } rlock__acquire_state;
 
 /* The engine's state of a release (release.c). */
@@ -390,6 +404,33 @@ void rlock__holds_check_risk(rlock__engine *e);
 void rlock__holds_renew(rlock__engine *e);
 void rlock__holds_free(rlock__engine *e);
 
+/* ---- the local gate (gate.c) ----
+ * Per lock name and kind whose hold part has local_gate: which hold of this
+ * client has it and how many of this client's tries for it are on their
+ * way. An acquire finds it closed while another owner's hold is guaranteed
+ * or a try is out, and sleeps on the channel without sending a try; it
+ * opens (one sleeper woken) when the hold ends or is lost, and when a try
+ * that kept a wake-up waiting ends without the lock. */
+typedef struct rlock__gate rlock__gate;
+
+/* Called first by every try of op: true when op was parked (or finished at
+ * its deadline) instead; false: send the try (op->u.acq.gate counts it). */
+bool rlock__gate_park(rlock__op *op);
+/* op's try has its answer (or was abandoned): it no longer counts. Call
+ * rlock__gate_settle(e, g) after the answer was acted on. */
+rlock__gate *rlock__gate_try_done(rlock__op *op, bool abandoned);
+void rlock__gate_settle(rlock__engine *e, rlock__gate *g);
+/* Hold h of lock was taken / ended or was lost (hold.c). */
+void rlock__gate_hold_added(rlock__engine *e, const rlock *lock,
+                            rlock__hold *h);
+void rlock__gate_hold_gone(rlock__engine *e, rlock__hold *h);
+/* A release of lock after handoff_max local handoffs in a row, with
+ * waiters here: no try of this client until its message wakes one. */
+void rlock__gate_yield(rlock__engine *e, const rlock *lock);
+/* The command connection is back: parked waiters try at once. */
+void rlock__gates_reconnected(rlock__engine *e);
+void rlock__gates_free(rlock__engine *e);
+
 /* ---- repair after lost replies (repair.c) ---- */
 
 rlock__cmd *rlock__trim_send(rlock__engine *e, const rlock *lock,
@@ -427,6 +468,8 @@ enum {
 
 typedef struct rlock__event {
   rlock_event pub; /* pub.type: an rlock_event_type or RLOCK__EV_* */
+  /* n: also ACQUIRED's 1 when it waited at the local gate (gate.c) without
+   * a failed try: contended all the same. */
   int64_t n, n_ok, n_failed;
   int64_t rtt_us;
   int64_t headroom_ms;
@@ -442,6 +485,8 @@ struct rlock__engine {
   rlock__op *active_head;
   rlock__map holds;    /* name '\0' owner -> rlock__hold */
   rlock__map suspects; /* name '\0' owner: holds to re-check */
+  rlock__map gates;    /* name '\0' kind -> rlock__gate (gate.c) */
+  bool gates_open;     /* parked waiters are being let through */
   uint64_t next_hold_gen;
   rlock__timed tick; /* every watchdog_timeout/3: renewal, repairs */
   int renew_inflight;

@@ -159,6 +159,8 @@ int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
   }
   if (h->count == 0)
     h->handoff_streak = streak;
+  if (fresh)
+    rlock__gate_hold_added(e, lock, h);
   h->count++;
   if (lease_ms < 0)
     h->watchdog_count++;
@@ -185,6 +187,7 @@ void rlock__hold_lost(rlock__engine *e, rlock__hold *h, int by) {
   if (h->lost)
     return;
   h->lost = true;
+  rlock__gate_hold_gone(e, h);
   if (e->on_event == NULL)
     return;
   const char *how = by == RLOCK_EVENT_BY_WATCHDOG
@@ -227,6 +230,7 @@ void rlock__holds_check_risk(rlock__engine *e) {
 }
 
 void rlock__hold_drop(rlock__engine *e, rlock__hold *h) {
+  rlock__gate_hold_gone(e, h);
   rlock__map_remove(&e->holds, h->key, h->key_len);
   free(h->key);
   free(h);

@@ -214,13 +214,18 @@ static void hand_off(rlock__op *op, rlock__hold *h) {
   rlock__engine *e = op->engine;
   rlock *lock = op->lock;
   int max = e->core->opts.handoff_max;
-  if (!lock->prim->hold->local_handoff || max == 0 ||
-      h->handoff_streak >= max)
+  if (!lock->prim->hold->local_handoff || max == 0)
     return;
   rlock__waiter *w =
       rlock__chan_sleeper(e->net, lock->channel, lock->channel_len);
   if (w == NULL)
     return;
+  if (h->handoff_streak >= max) {
+    /* The pub/sub way: this client's next try waits for the message, as
+     * other clients' waiters do (gate.c). */
+    rlock__gate_yield(e, lock);
+    return;
+  }
   rlock__op *waiter = RLOCK__CONTAINER_OF(w, rlock__op, waiter);
   if (strcmp(waiter->owner, op->owner) == 0)
     return;

@@ -148,6 +148,11 @@ void rlock__chan_wake_n(rlock__chan *e, int64_t n);
  * downgrade); nothing when the client has no entry for it. */
 void rlock__chan_wake_all_named(rlock__net *n, const char *channel,
                                 size_t len);
+/* Wakes the oldest waiter of the client on `channel` - or, with nobody
+ * asleep, keeps a permit for one joined (see rlock__chan_wake_one); nothing
+ * when nobody is joined. */
+void rlock__chan_wake_one_named(rlock__net *n, const char *channel,
+                                size_t len);
 /* Local handoff: the oldest waiter asleep on a live subscription of
  * `channel`, or NULL. */
 rlock__waiter *rlock__chan_sleeper(rlock__net *n, const char *channel,

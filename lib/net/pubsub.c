@@ -333,6 +333,13 @@ void rlock__chan_wake_all_named(rlock__net *n, const char *channel,
     rlock__chan_wake_all(e);
 }
 
+void rlock__chan_wake_one_named(rlock__net *n, const char *channel,
+                                size_t len) {
+  rlock__chan *e = rlock__map_get(&n->chans, channel, len);
+  if (e != NULL && e->refs > 0)
+    rlock__chan_wake_one(e);
+}
+
 void rlock__chan_kick(rlock__waiter *w, int64_t absorb_ms) {
   rlock__chan *e = w->chan;
   if (absorb_ms > 0) {

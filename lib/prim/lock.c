@@ -126,7 +126,8 @@ const rlock__prim_hold rlock__lock_hold = {
     .read_release = rlock__lock_read_release,
     .trim = &rlock__lock_trim_script,
     .renew = &rlock__lock_renew_script,
-    .local_handoff = true};
+    .local_handoff = true,
+    .local_gate = true};
 
 const rlock__prim rlock__prim_lock = {
     .kind = "lock",

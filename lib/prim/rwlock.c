@@ -275,6 +275,9 @@ static const rlock__prim_hold write_hold = {
     /* RLock's: owner:write field exists -> PEXPIRE the hash. */
     .renew = &rlock__lock_renew_script,
     .local_handoff = false,
+    /* A write hold excludes every other owner: one writer of the client
+     * tries at a time (a "1" wakes them all; gate.c). */
+    .local_gate = true,
     .owner_suffix = WRITE_SUFFIX};
 
 const rlock__prim rlock__prim_write = {

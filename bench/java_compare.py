@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""bench/java_compare.py - rlock beside Java Redisson, from one bench/run.
+
+Reads the rounds bench/run --java wrote to DIR: rlock-bench's CSV (rN.csv)
+and the Redisson benchmark's output (jN.out) of each round, and prints for
+S1-S4 and memory rlock, Java and their ratio per round, then the medians,
+with issue 39's targets (all in the same run, same server):
+S4 >= 3x Java, S2 >= 2.5x Java at 8 and 32 threads, S3 handoff p50 <= 0.2x
+Java's, S1 p50 <= 1.1 x two serial round trips (the wire's floor).
+
+  java_compare.py DIR ROUNDS
+"""
+import csv
+import re
+import statistics
+import sys
+
+
+def rlock_rows(path):
+    got = {}
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            if r.get("transport", "tcp") != "tcp":
+                continue
+            got[(r["id"], r["metric"].strip())] = r
+    return got
+
+
+def num(x):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def rlock_figures(path):
+    rows = rlock_rows(path)
+
+    def v(i, m):
+        r = rows.get((i, m))
+        return num(r["value"]) if r else float("nan")
+
+    def ratio(i, m):
+        r = rows.get((i, m))
+        return num(r["ratio"]) if r else float("nan")
+
+    return {
+        "S1 pairs/s": v("S1", "uncontended lock+unlock, 1 thread"),
+        "S1 p50 us": v("S1", "pair time p50"),
+        "S1 p50 / 2 serial p50": ratio("S1", "pair time p50"),
+        "S2 8 threads pairs/s": v("S2", "distinct locks, 8 threads"),
+        "S2 32 threads pairs/s": v("S2", "distinct locks, 32 threads"),
+        "S3 handoff p50 us": v("S3", "handoff latency p50"),
+        "S3 acq/s": v("S3", "handoff ping-pong, 2 threads"),
+        "S4 acq/s": v("S4", "herd, 64 threads on one lock"),
+        "S4 cmds/acq": v("S4", "client-sent commands per acquisition"),
+        "memory peak KiB": v("MEM", "client RSS, peak under S2 (up to 64 "
+                             "threads)"),
+    }
+
+
+def java_figures(path):
+    text = open(path, errors="replace").read()
+    nan = float("nan")
+    f = dict.fromkeys(["S1 pairs/s", "S1 p50 us", "S2 8 threads pairs/s",
+                       "S2 32 threads pairs/s", "S3 handoff p50 us",
+                       "S3 acq/s", "S4 acq/s", "S4 cmds/acq",
+                       "memory peak KiB"], nan)
+    m = re.search(r"^S1 .*pairs/s=([\d.]+) p50=([\d.]+)us", text, re.M)
+    if m:
+        f["S1 pairs/s"], f["S1 p50 us"] = float(m[1]), float(m[2])
+    for m in re.finditer(r"^S2 threads=(\d+) .*total pairs/s=([\d.]+)",
+                         text, re.M):
+        f["S2 %s threads pairs/s" % m[1]] = float(m[2])
+    m = re.search(r"^S3 .*hold-after-waiter-entered=0: .*p50=([\d.]+)us "
+                  r".*acquisitions/s=([\d.]+)", text, re.M)
+    if m:
+        f["S3 handoff p50 us"], f["S3 acq/s"] = float(m[1]), float(m[2])
+    m = re.search(r"^S4 .*acquisitions/s=([\d.]+).*client-issued\([^)]*\)="
+                  r"([\d.]+)", text, re.M)
+    if m:
+        f["S4 acq/s"], f["S4 cmds/acq"] = float(m[1]), float(m[2])
+    m = re.search(r"VmHWM=.*\((\d+) kB\)", text)
+    if m:
+        f["memory peak KiB"] = float(m[1])
+    return f
+
+
+# figure, whether higher is better for rlock (the ratio is rlock / Java),
+# and issue 39's target on the ratio
+FIGURES = [
+    ("S1 pairs/s", None),
+    ("S1 p50 us", None),
+    ("S2 8 threads pairs/s", (">=", 2.5)),
+    ("S2 32 threads pairs/s", (">=", 2.5)),
+    ("S3 handoff p50 us", ("<=", 0.2)),
+    ("S3 acq/s", None),
+    ("S4 acq/s", (">=", 3.0)),
+    ("S4 cmds/acq", None),
+    ("memory peak KiB", None),
+]
+
+
+def fmt(x):
+    if x != x:
+        return "-"
+    if abs(x) >= 100:
+        return "%.0f" % x
+    return "%.2f" % x
+
+
+def main():
+    d, rounds = sys.argv[1], int(sys.argv[2])
+    rl = [rlock_figures("%s/r%d.csv" % (d, i)) for i in range(1, rounds + 1)]
+    jv = [java_figures("%s/j%d.out" % (d, i)) for i in range(1, rounds + 1)]
+    print()
+    print("rlock beside Java Redisson 4.7 (same server, alternating rounds;"
+          " ratio = rlock / Java)")
+    print("%-24s %s %-26s %s" % ("figure", "  ".join(
+        "round %d: rlock, Java (ratio)" % (i + 1) for i in range(rounds)),
+        "median ratio", "target"))
+    failed = 0
+    for name, target in FIGURES:
+        cells, ratios = [], []
+        for a, b in zip(rl, jv):
+            r = a[name] / b[name] if b[name] == b[name] and b[name] else \
+                float("nan")
+            ratios.append(r)
+            cells.append("%s, %s (%s)" % (fmt(a[name]), fmt(b[name]),
+                                          fmt(r)))
+        ok = [x for x in ratios if x == x]
+        med = statistics.median(ok) if ok else float("nan")
+        verdict = ""
+        if target is not None and med == med:
+            good = med >= target[1] if target[0] == ">=" else \
+                med <= target[1]
+            verdict = "%s %.2f %s" % (target[0], target[1],
+                                      "pass" if good else "MISS")
+            failed += not good
+        print("%-24s %s   %-12s %s" % (name, "   ".join(cells), fmt(med),
+                                        verdict))
+    s1 = [a["S1 p50 / 2 serial p50"] for a in rl]
+    s1ok = [x for x in s1 if x == x]
+    if s1ok:
+        med = statistics.median(s1ok)
+        print("%-24s %s   %-12s <= 1.10 %s" % (
+            "S1 p50 / 2 serial p50", "   ".join(fmt(x) for x in s1),
+            fmt(med), "pass" if med <= 1.1 else "MISS"))
+        failed += med > 1.1
+    print("%d target(s) missed (medians)" % failed)
+
+
+if __name__ == "__main__":
+    main()

@@ -74,36 +74,6 @@ int cli_release_orphan(const char *uri, const cli_tls_opts *tls,
 
 /* ---- status ---- */
 
-void cli_json_string(FILE *out, const char *s, size_t len) {
-  fputc('"', out);
-  for (size_t i = 0; i < len; i++) {
-    unsigned char ch = (unsigned char)s[i];
-    switch (ch) {
-    case '"':
-      fputs("\\\"", out);
-      break;
-    case '\\':
-      fputs("\\\\", out);
-      break;
-    case '\n':
-      fputs("\\n", out);
-      break;
-    case '\r':
-      fputs("\\r", out);
-      break;
-    case '\t':
-      fputs("\\t", out);
-      break;
-    default:
-      if (ch < 0x20 || ch == 0x7f)
-        fprintf(out, "\\u%04x", ch);
-      else
-        fputc(ch, out);
-    }
-  }
-  fputc('"', out);
-}
-
 static bool is_type(const rlock_info *info, const char *type) {
   return strcmp(info->type, type) == 0;
 }
@@ -128,32 +98,36 @@ static void print_kind_lines(const rlock_info *info) {
 }
 
 static void print_permits_human(const char *name, const rlock_info *info) {
-  printf("%s: semaphore (permit-expirable), %" PRId64 " permit%s available, "
+  cli_text(stdout, name);
+  printf(": semaphore (permit-expirable), %" PRId64 " permit%s available, "
          "%zu taken\n",
-         name, info->count, info->count == 1 ? "" : "s",
+         info->count, info->count == 1 ? "" : "s",
          info->permits_total);
   for (size_t i = 0; i < info->permits_n; i++) {
     const rlock_info_entry *p = &info->permits[i];
+    fputs("  permit ", stdout);
+    cli_text_write(stdout, p->key, p->key_len);
     if (p->ttl_ms == RLOCK_INFO_NO_EXPIRY)
-      printf("  permit %s  no lease (held until released)\n", p->key);
+      printf("  no lease (held until released)\n");
     else if (p->ttl_ms >= 0)
-      printf("  permit %s  lease expires in %" PRId64 " ms\n", p->key,
-             p->ttl_ms);
+      printf("  lease expires in %" PRId64 " ms\n", p->ttl_ms);
     else
-      printf("  permit %s  lease expired %" PRId64 " ms ago (returned at "
+      printf("  lease expired %" PRId64 " ms ago (returned at "
              "the next acquire)\n",
-             p->key, -p->ttl_ms);
+             -p->ttl_ms);
   }
 }
 
 static void print_string_human(const char *name, const rlock_info *info) {
-  if (!has_count(info))
-    printf("%s: not a lock (Redis type string)\n", name);
-  else if (info->kind == RLOCK_INFO_COUNT)
-    printf("%s: count %" PRId64 " (a count-down latch's count, or a "
+  if (!has_count(info)) {
+    cli_text(stdout, name);
+    printf(": not a lock (Redis type string)\n");
+  } else if (info->kind == RLOCK_INFO_COUNT) {
+    cli_text(stdout, name);
+    printf(": count %" PRId64 " (a count-down latch's count, or a "
            "semaphore's available permits: Redis cannot tell them apart)\n",
-           name, info->count);
-  else
+           info->count);
+  } else
     print_permits_human(name, info);
 }
 
@@ -166,37 +140,39 @@ static void print_human(const char *name, const rlock_info *info) {
   if (info->waiters > 0)
     snprintf(waiting, sizeof waiting, ", %" PRId64 " client%s waiting",
              info->waiters, info->waiters == 1 ? "" : "s");
+  cli_text(stdout, name);
   if (is_type(info, "none")) {
-    printf("%s: unlocked%s\n", name, waiting);
+    printf(": unlocked%s\n", waiting);
     print_kind_lines(info);
     return;
   }
   if (!is_type(info, "hash")) {
-    printf("%s: not a lock (Redis type %s)\n", name, info->type);
+    printf(": not a lock (Redis type %s)\n", info->type);
     return;
   }
   char kind[96] = "";
-  if (info->mode != NULL)
-    snprintf(kind, sizeof kind, " (read/write lock, %.40s mode)", info->mode);
+  if (info->mode != NULL) {
+    char *mode = cli_text_dup(info->mode, strlen(info->mode));
+    snprintf(kind, sizeof kind, " (read/write lock, %.40s mode)",
+             mode != NULL ? mode : "?");
+    free(mode);
+  }
   if (info->ttl_ms >= 0)
-    printf("%s: locked%s, expires in %" PRId64 " ms%s\n", name, kind,
-           info->ttl_ms, waiting);
+    printf(": locked%s, expires in %" PRId64 " ms%s\n", kind, info->ttl_ms,
+           waiting);
   else
-    printf("%s: locked%s, never expires (no TTL)%s\n", name, kind, waiting);
+    printf(": locked%s, never expires (no TTL)%s\n", kind, waiting);
   for (size_t i = 0; i < info->holders_n; i++) {
     const rlock_info_entry *h = &info->holders[i];
-    int key_len = (int)h->key_len, value_len = (int)h->value_len;
-    if (h->writer)
-      printf("  writer %.*s  holds %.*s\n", key_len - 6, h->key, value_len,
-             h->value);
-    else if (info->mode != NULL && counted(h))
-      printf("  reader %.*s  holds %.*s\n", key_len, h->key, value_len,
-             h->value);
-    else if (counted(h))
-      printf("  owner %.*s  holds %.*s\n", key_len, h->key, value_len,
-             h->value);
-    else
-      printf("  field %.*s = %.*s\n", key_len, h->key, value_len, h->value);
+    fputs(h->writer                          ? "  writer "
+          : info->mode != NULL && counted(h) ? "  reader "
+          : counted(h)                       ? "  owner "
+                                             : "  field ",
+          stdout);
+    cli_text_write(stdout, h->key, h->key_len - (h->writer ? 6 : 0));
+    fputs(counted(h) ? "  holds " : " = ", stdout);
+    cli_text_write(stdout, h->value, h->value_len);
+    fputc('\n', stdout);
   }
   print_kind_lines(info);
 }
@@ -244,7 +220,7 @@ static void print_json(const char *name, const rlock_info *info,
     cli_json_string(stdout, h->key, h->key_len);
     fputc(':', stdout);
     if (counted(h))
-      fwrite(h->value, 1, h->value_len, stdout);
+      printf("%" PRId64, h->count);
     else
       cli_json_string(stdout, h->value, h->value_len);
   }
@@ -428,7 +404,7 @@ int cli_status_main(int argc, char **argv) {
   rlock_client_caps caps;
   rlock_client_caps_init(&caps);
   if (rlock_client_caps_get(client, &caps) == 0 && caps.replica_sync_off)
-    fprintf(stderr, "rlock: note: %s\n", caps.replica_sync_note);
+    cli_err("note: %s", caps.replica_sync_note);
   rc = watch ? status_watch(client, argv + optind, argc - optind, json,
                             interval_ms)
              : status_once(client, argv + optind, argc - optind, json);

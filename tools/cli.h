@@ -246,7 +246,16 @@ int cli_ls_main(int argc, char **argv);
 int cli_connect(const char *uri_flag, const cli_tls_opts *tls,
                 cli_sentinel_opts *sentinel, rlock_client **client);
 
-/* Writes s as a JSON string (quoted, escaped). */
+/* out.c: bytes that came from Redis, for a terminal or for JSON (the
+ * forms are described in out.c and docs/cli.md). */
+/* Writes len bytes of s escaped for text output. */
+void cli_text_write(FILE *out, const char *s, size_t len);
+/* The same for a C string. */
+void cli_text(FILE *out, const char *s);
+/* The escaped text as a malloc'd string; NULL when out of memory. */
+char *cli_text_dup(const char *s, size_t len);
+/* Writes s as a JSON string: quoted, escaped, valid UTF-8 (a byte that is
+ * not part of valid UTF-8 as \udcHH, Python's surrogateescape). */
 void cli_json_string(FILE *out, const char *s, size_t len);
 
 /* `rlock [options] NAME -- COMMAND`. Returns the process exit code. */

@@ -65,13 +65,22 @@ static void usage_hint(void) {
   fprintf(stderr, "Try 'rlock --help' for more information.\n");
 }
 
+/* The message is escaped as a whole (out.c): names, owners and server
+ * error text in it may carry bytes from Redis. One write per line. */
 void cli_err(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fputs(CLI_PROG ": ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  char *msg = NULL;
+  int n = vasprintf(&msg, fmt, ap);
   va_end(ap);
+  if (n < 0) {
+    fputs(CLI_PROG ": out of memory\n", stderr);
+    return;
+  }
+  char *shown = cli_text_dup(msg, (size_t)n);
+  fprintf(stderr, CLI_PROG ": %s\n", shown != NULL ? shown : msg);
+  free(shown);
+  free(msg);
 }
 
 void cli_err_rlock(int err, const char *what) {

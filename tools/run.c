@@ -93,8 +93,10 @@ static void on_diag(rlock_client *client, rlock_diag_level level,
     snprintf(stamp + n, sizeof stamp - n, ".%03dZ",
              (int)(ts.tv_nsec / 1000000));
   }
+  char *shown = cli_text_dup(message, strlen(message));
   fprintf(stderr, CLI_PROG ": %s %s %s\n", stamp,
-          rlock_diag_level_name(level), message);
+          rlock_diag_level_name(level), shown != NULL ? shown : "?");
+  free(shown);
 }
 
 /* On the client's loop thread: must not block. */

@@ -3568,3 +3568,145 @@ Test(cli, no_reenter_refuses_a_second_hold_exit_69) {
                0);
   cr_assert(exists_in("ran3"));
 }
+
+/* ---- bytes from Redis in the output (issue 33, items 5 and 6) ---- */
+
+/* No byte of s is a control byte other than newline, and s is valid UTF-8
+ * (python3 decodes it strictly): what a terminal shows as text. */
+static void assert_terminal_safe(const char *what, const char *path) {
+  char *s = slurp(path);
+  for (const unsigned char *c = (const unsigned char *)s; *c != '\0'; c++)
+    cr_assert((*c >= 0x20 && *c != 0x7f) || *c == '\n',
+              "%s: raw byte 0x%02x at %zu: %s", what, *c,
+              (size_t)(c - (const unsigned char *)s), s);
+  free(s);
+  char cmd[PATH_LEN + 128];
+  snprintf(cmd, sizeof cmd,
+           "python3 -c 'import sys; open(sys.argv[1], \"rb\").read()"
+           ".decode(\"utf-8\")' '%s'",
+           path);
+  cr_assert_eq(system(cmd), 0, "%s is not valid UTF-8", what);
+}
+
+/* The JSON at path parses (python3's json) and holds, as a "name" at any
+ * depth or as a key of "owners", each of the byte strings given in hex,
+ * read back with surrogateescape. */
+static void assert_json_names(const char *path, const char *hex_names) {
+  char cmd[PATH_LEN + 1024];
+  snprintf(cmd, sizeof cmd,
+           "python3 -c '\n"
+           "import json, sys\n"
+           "raw = open(sys.argv[1], \"rb\").read()\n"
+           "doc = json.loads(raw.decode(\"utf-8\"))\n"
+           "seen = set()\n"
+           "def walk(v):\n"
+           "    if isinstance(v, dict):\n"
+           "        for k, x in v.items():\n"
+           "            seen.add(k)\n"
+           "            if isinstance(x, str): seen.add(x)\n"
+           "            walk(x)\n"
+           "    elif isinstance(v, list):\n"
+           "        for x in v: walk(x)\n"
+           "walk(doc)\n"
+           "got = {s.encode(\"utf-8\", \"surrogateescape\") for s in seen}\n"
+           "for h in sys.argv[2].split(\",\"):\n"
+           "    if bytes.fromhex(h) not in got:\n"
+           "        sys.exit(\"missing %%r in %%r\" %% (bytes.fromhex(h), raw))\n"
+           "' '%s' '%s'",
+           path, hex_names);
+  cr_assert_eq(system(cmd), 0, "JSON check failed for %s", path);
+}
+
+static void hex_of(char *buf, size_t n, const char *s, size_t len) {
+  buf[0] = '\0';
+  for (size_t i = 0; i < len && 2 * i + 3 <= n; i++)
+    snprintf(buf + 2 * i, 3, "%02x", (unsigned char)s[i]);
+}
+
+Test(cli, ls_and_status_escape_bytes_from_redis_and_json_stays_valid) {
+  char p[64];
+  rt_key(p, sizeof p, "cli:esc");
+  /* names: escape sequences (clear screen, set the title), a newline
+   * forging a line, invalid UTF-8, a NUL; owners and values alike */
+  char esc[128], nl[128], bad[128], nul[128], foreign[128];
+  size_t esc_n = (size_t)snprintf(esc, sizeof esc, "%s:esc\033[2J\033]0;t\007",
+                                  p);
+  size_t nl_n = (size_t)snprintf(nl, sizeof nl,
+                                 "%s:nl\nFORGED: unlocked, 0 waiting", p);
+  size_t bad_n = (size_t)snprintf(bad, sizeof bad, "%s:bad\377\303(", p);
+  size_t nul_n = (size_t)snprintf(nul, sizeof nul, "%s:nul", p);
+  memcpy(nul + nul_n, "\0tail", 5);
+  nul_n += 5;
+  size_t foreign_n = (size_t)snprintf(foreign, sizeof foreign, "%s:foreign",
+                                      p);
+  const char esc_owner[] = "\033[31mown\nFORGED:7", bad_owner[] = "o\377\376:3";
+  const char field[] = "f\033[0m", value[] = "v\0\033]0;x\007\377";
+  freeReplyObject(rt_cmd("HSET %b %b 1", esc, esc_n, esc_owner,
+                         sizeof esc_owner - 1));
+  freeReplyObject(rt_cmd("HSET %b %b 2", nl, nl_n, bad_owner,
+                         sizeof bad_owner - 1));
+  freeReplyObject(rt_cmd("HSET %b a:1 1", bad, bad_n));
+  freeReplyObject(rt_cmd("HSET %b a:1 1", nul, nul_n));
+  freeReplyObject(rt_cmd("HSET %b %b %b", foreign, foreign_n, field,
+                         sizeof field - 1, value, sizeof value - 1));
+  char pat[96];
+  snprintf(pat, sizeof pat, "%s:*", p);
+
+  cli_proc ls;
+  cr_assert_eq(cli_run(&ls, ARGS("ls", pat)), 0);
+  assert_terminal_safe("ls stdout", ls.out_path);
+  assert_terminal_safe("ls stderr", ls.err_path);
+  char *out = cli_out(&ls), *err = cli_err(&ls);
+  /* each name on one line of its own, escaped */
+  cr_assert(strstr(out, ":esc\\x1b[2J\\x1b]0;t\\x07: lock") != NULL, "%s",
+            out);
+  cr_assert(strstr(out, ":nl\\nFORGED: unlocked, 0 waiting: lock") != NULL,
+            "%s", out);
+  cr_assert(strstr(out, ":bad\\xff\\xc3(: lock") != NULL, "%s", out);
+  cr_assert(strstr(out, "\\x1b[31mown\\nFORGED:7") != NULL, "%s", out);
+  cr_assert(strstr(out, "o\\xff\\xfe:3") != NULL, "%s", out);
+  for (char *line = out; *line != '\0'; line = strchr(line, '\n') + 1) {
+    cr_assert(strncmp(line, p, strlen(p)) == 0 || strncmp(line, "  ", 2) == 0,
+              "a line neither a name nor an entry: %s", out);
+    if (strchr(line, '\n') == NULL)
+      break;
+  }
+  cr_assert(strstr(err, ":nul\\x00tail': the name holds a NUL byte") != NULL,
+            "%s", err);
+  cr_assert(strstr(err, ":foreign': not a lock") != NULL, "%s", err);
+  free(out);
+  free(err);
+
+  cli_proc lj;
+  cr_assert_eq(cli_run(&lj, ARGS("ls", "--json", pat)), 0);
+  assert_terminal_safe("ls --json", lj.out_path);
+  char names[1024], h[5][200];
+  hex_of(h[0], sizeof h[0], esc, esc_n);
+  hex_of(h[1], sizeof h[1], nl, nl_n);
+  hex_of(h[2], sizeof h[2], bad, bad_n);
+  hex_of(h[3], sizeof h[3], nul, nul_n);
+  hex_of(h[4], sizeof h[4], bad_owner, sizeof bad_owner - 1);
+  snprintf(names, sizeof names, "%s,%s,%s,%s,%s", h[0], h[1], h[2], h[3],
+           h[4]);
+  assert_json_names(lj.out_path, names);
+
+  /* status: the owner, a foreign field and its value */
+  cli_proc st;
+  cr_assert_eq(cli_run(&st, ARGS("status", esc, foreign)), 0);
+  assert_terminal_safe("status stdout", st.out_path);
+  out = cli_out(&st);
+  cr_assert(strstr(out, "owner \\x1b[31mown\\nFORGED:7  holds 1") != NULL,
+            "%s", out);
+  cr_assert(strstr(out, "field f\\x1b[0m = v\\x00\\x1b]0;x\\x07\\xff") != NULL,
+            "%s", out);
+  free(out);
+  cli_proc sj;
+  cr_assert_eq(cli_run(&sj, ARGS("status", "--json", esc, foreign)), 0);
+  assert_terminal_safe("status --json", sj.out_path);
+  hex_of(h[0], sizeof h[0], esc, esc_n);
+  hex_of(h[1], sizeof h[1], esc_owner, sizeof esc_owner - 1);
+  hex_of(h[2], sizeof h[2], value, sizeof value - 1);
+  hex_of(h[3], sizeof h[3], field, sizeof field - 1);
+  snprintf(names, sizeof names, "%s,%s,%s,%s", h[0], h[1], h[2], h[3]);
+  assert_json_names(sj.out_path, names);
+}

@@ -316,18 +316,10 @@ static int status_watch(rlock_client *client, char **names, int n, bool json,
   return rc;
 }
 
-/* --watch's INTERVAL: seconds ("2", "0.5") or a duration with its unit
- * ("500ms", "2s"); at least 100 ms. False when it is none. */
+/* --watch's INTERVAL: a duration as for every option (a bare number is
+ * seconds); at least 100 ms. False when it is none. */
 static bool watch_interval(const char *text, int64_t *ms) {
-  char *end = NULL;
-  errno = 0;
-  double s = strtod(text, &end);
-  if (text[0] >= '0' && text[0] <= '9' && errno == 0 && end != text &&
-      *end == '\0' && s <= 86400)
-    *ms = (int64_t)(s * 1000 + 0.5);
-  else if (!cli_parse_duration(text, ms))
-    return false;
-  return *ms >= 100;
+  return cli_parse_duration(text, ms) == 0 && *ms >= 100;
 }
 
 enum { OPT_WATCH = 256 };

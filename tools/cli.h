@@ -44,7 +44,9 @@ enum {
                                undone); the cluster cannot serve NAME now
                                (RLOCK_ECLUSTER: CLUSTERDOWN, TRYAGAIN,
                                redirect loops) */
-  CLI_EX_LOCKLOST = 79,     /* lock lost while COMMAND ran, --on-lost=kill */
+  CLI_EX_LOCKLOST = 79,     /* lock lost while COMMAND ran (--on-lost=kill
+                               stops COMMAND, warn lets it end), or found
+                               gone at the release: never a success */
   CLI_EX_NOEXEC = 126,      /* COMMAND found but not executable */
   CLI_EX_NOTFOUND = 127,    /* COMMAND not found */
 };
@@ -226,9 +228,19 @@ void cli_sentinel_apply(const cli_sentinel_opts *s, rlock_options *o);
 /* Wipes and frees the password read by cli_sentinel_check. */
 void cli_sentinel_free(cli_sentinel_opts *s);
 
-/* "1500", "1500ms", "1.5s", "2m", "1h" -> milliseconds (at most 24 days).
- * False on a malformed or out-of-range value. */
-bool cli_parse_duration(const char *text, int64_t *out_ms);
+/* A duration: a bare number is seconds, as in flock(1) ("5", "0.5"); a
+ * unit says otherwise ("250ms", "1.5s", "2m", "1h"). 0 with *out_ms set,
+ * or one of the CLI_DURATION_* reasons. */
+enum {
+  CLI_DURATION_BAD = -1,   /* not of that form */
+  CLI_DURATION_RANGE = -2, /* over 2^31-1 ms (~24.8 days) */
+  CLI_DURATION_ZERO = -3,  /* not 0 but rounds to 0 ms */
+};
+int cli_parse_duration(const char *text, int64_t *out_ms);
+
+/* cli_parse_duration for the option `opt` ("-w/--wait"): true, or false
+ * with a message naming the option and the accepted forms printed. */
+bool cli_duration_opt(const char *opt, const char *text, int64_t *out_ms);
 
 /* Monotonic milliseconds. */
 int64_t cli_now_ms(void);

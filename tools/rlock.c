@@ -40,8 +40,9 @@ static const char help_text[] =
     "                          redis+sentinel://, redis+cluster://); default\n"
     "                          $REDIS_URL, else redis://127.0.0.1:6379\n"
     "  -n, --nonblock          exit 1 at once if the lock is held\n"
-    "  -w, --wait DURATION     exit 1 after waiting DURATION (250ms, 1.5s, 2m)\n"
+    "  -w, --wait DURATION     exit 1 after waiting DURATION\n"
     "  -l, --lease DURATION    a fixed lease instead of the renewing watchdog\n"
+    "  DURATION: seconds (5, 0.5, as flock) or with a unit (250ms, 2m, 1h)\n"
     "  -s, -x, --fair, --fenced, --permits N [--take K]\n"
     "                          read, write, fair or fenced lock; K (1) of N\n"
     "                          semaphore permits\n"
@@ -55,7 +56,8 @@ static const char help_text[] =
     "unlock and ls).\n"
     "\n"
     "Exit status: COMMAND's; 1 busy; 64 usage; 69 refused by Redis; 75 Redis\n"
-    "unreachable; 79 lock lost (--on-lost=kill); 126/127 COMMAND not runnable.\n"
+    "unreachable; 79 lock lost while COMMAND ran; 126/127 COMMAND not\n"
+    "runnable.\n"
     "\n"
     "Every option, exit status and example: man rlock (rlock(1)).\n";
 
@@ -456,40 +458,70 @@ int64_t cli_now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* "1500", "1500ms", "1.5s", "2m", "1h" -> milliseconds. Returns false on a
- * malformed or out-of-range value. */
-bool cli_parse_duration(const char *text, int64_t *out_ms) {
-  if (text[0] < '0' || text[0] > '9') /* no sign, no blanks, no "inf" */
-    return false;
-  errno = 0;
-  char *end = NULL;
-  double value = strtod(text, &end);
-  if (errno != 0 || end == text)
-    return false;
+/* "5" (seconds, as flock's -w), "1.5", "250ms", "1.5s", "2m", "1h" ->
+ * milliseconds: digits, an optional fraction, an optional unit; nothing
+ * else (no sign, exponent, hex, blanks, "inf"). */
+int cli_parse_duration(const char *text, int64_t *out_ms) {
+  const char *p = text;
+  size_t int_digits = 0, frac_digits = 0;
+  while (*p >= '0' && *p <= '9')
+    p++, int_digits++;
+  if (*p == '.') {
+    p++;
+    while (*p >= '0' && *p <= '9')
+      p++, frac_digits++;
+  }
+  if (int_digits + frac_digits == 0)
+    return CLI_DURATION_BAD;
   double scale;
-  if (*end == '\0' || strcmp(end, "ms") == 0)
-    scale = 1;
-  else if (strcmp(end, "s") == 0)
+  if (*p == '\0' || strcmp(p, "s") == 0 || strcmp(p, "sec") == 0)
     scale = 1000;
-  else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
+  else if (strcmp(p, "ms") == 0)
+    scale = 1;
+  else if (strcmp(p, "m") == 0 || strcmp(p, "min") == 0)
     scale = 60000;
-  else if (strcmp(end, "h") == 0)
+  else if (strcmp(p, "h") == 0)
     scale = 3600000;
   else
-    return false;
+    return CLI_DURATION_BAD;
+  if (int_digits > 12) /* far past the limit; strtod would still parse it */
+    return CLI_DURATION_RANGE;
+  char *end = NULL;
+  errno = 0;
+  double value = strtod(text, &end);
+  if (errno != 0 || end != p)
+    return CLI_DURATION_BAD;
   double ms = value * scale;
-  if (!(ms >= 0) || ms > (double)DURATION_MAX_MS)
-    return false;
-  *out_ms = (int64_t)llround(ms);
-  return true;
+  if (!(ms >= 0) || ms >= (double)DURATION_MAX_MS + 0.5)
+    return CLI_DURATION_RANGE;
+  int64_t rounded = (int64_t)llround(ms);
+  if (rounded == 0 && value > 0)
+    return CLI_DURATION_ZERO;
+  *out_ms = rounded;
+  return 0;
 }
 
-static bool duration_opt(const char *opt, const char *text, int64_t *out) {
-  if (cli_parse_duration(text, out))
+/* The accepted forms, for messages. */
+#define DURATION_FORMS                                                         \
+  "a duration: a number of seconds (5, 0.5) or a number with a unit (250ms, " \
+  "1.5s, 2m, 1h)"
+
+bool cli_duration_opt(const char *opt, const char *text, int64_t *out) {
+  switch (cli_parse_duration(text, out)) {
+  case 0:
     return true;
-  cli_err("invalid %s '%s' (a duration: 500, 500ms, 1.5s, 2m, 1h; at most "
-          "24 days)",
-          opt, text);
+  case CLI_DURATION_RANGE:
+    cli_err("invalid %s '%s': at most 24 days (2147483647ms) (%s)", opt,
+            text, DURATION_FORMS);
+    break;
+  case CLI_DURATION_ZERO:
+    cli_err("invalid %s '%s': rounds to 0 ms, the smallest step is 1ms (%s)",
+            opt, text, DURATION_FORMS);
+    break;
+  default:
+    cli_err("invalid %s '%s' (%s)", opt, text, DURATION_FORMS);
+  }
+  usage_hint();
   return false;
 }
 
@@ -642,7 +674,7 @@ static int run_main(int argc, char **argv) {
       o.wait_ms = 0;
       break;
     case 'w':
-      if (!duration_opt("wait", optarg, &o.wait_ms))
+      if (!cli_duration_opt("-w/--wait", optarg, &o.wait_ms))
         return CLI_EX_USAGE;
       break;
     case 'E': {
@@ -658,18 +690,20 @@ static int run_main(int argc, char **argv) {
       break;
     }
     case 'l':
-      if (!duration_opt("lease", optarg, &o.lease_ms))
+      if (!cli_duration_opt("-l/--lease", optarg, &o.lease_ms))
         return CLI_EX_USAGE;
       if (o.lease_ms == 0) {
-        cli_err("the lease must be longer than 0 ms");
+        cli_err("invalid -l/--lease '%s': the lease must be longer than 0 "
+                "(" DURATION_FORMS ")", optarg);
         return CLI_EX_USAGE;
       }
       break;
     case OPT_WATCHDOG:
-      if (!duration_opt("watchdog", optarg, &o.watchdog_ms))
+      if (!cli_duration_opt("--watchdog", optarg, &o.watchdog_ms))
         return CLI_EX_USAGE;
       if (o.watchdog_ms < 300) {
-        cli_err("the watchdog lease must be at least 300 ms");
+        cli_err("invalid --watchdog '%s': the watchdog lease must be at "
+                "least 300ms", optarg);
         return CLI_EX_USAGE;
       }
       break;
@@ -689,7 +723,7 @@ static int run_main(int argc, char **argv) {
       break;
     }
     case OPT_KILL_AFTER:
-      if (!duration_opt("kill-after", optarg, &o.kill_after_ms))
+      if (!cli_duration_opt("--kill-after", optarg, &o.kill_after_ms))
         return CLI_EX_USAGE;
       break;
     case OPT_NO_REPLICA_SYNC:
@@ -705,12 +739,12 @@ static int run_main(int argc, char **argv) {
       no_reenter = true;
       break;
     case OPT_REPLICA_SYNC_TIMEOUT:
-      if (!duration_opt("replica-sync-timeout", optarg,
+      if (!cli_duration_opt("--replica-sync-timeout", optarg,
                         &o.replica_sync_timeout_ms))
         return CLI_EX_USAGE;
       if (o.replica_sync_timeout_ms < 1) {
-        cli_err("the replica sync timeout must be at least 1 ms "
-                "(--no-replica-sync turns replica sync off)");
+        cli_err("invalid --replica-sync-timeout '%s': at least 1ms "
+                "(--no-replica-sync turns replica sync off)", optarg);
         return CLI_EX_USAGE;
       }
       break;

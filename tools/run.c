@@ -728,8 +728,16 @@ static void reap_child(run *r) {
     r->exit_code = 128 + WTERMSIG(status);
   else
     r->exit_code = CLI_EX_SOFTWARE;
-  if (r->lost && r->o->on_lost == CLI_ON_LOST_KILL)
+  /* A lost lock is never a success, whatever --on-lost says: cron and
+   * CI must not see COMMAND's 0 for a run that was not alone. */
+  if (r->lost) {
+    if (r->o->on_lost == CLI_ON_LOST_WARN)
+      cli_err("COMMAND ended (%s %d) after the lock '%s' was lost; exit %d",
+              WIFSIGNALED(status) ? "signal" : "status",
+              WIFSIGNALED(status) ? WTERMSIG(status) : r->exit_code,
+              r->o->name, CLI_EX_LOCKLOST);
     r->exit_code = CLI_EX_LOCKLOST;
+  }
   r->lease_deadline_ms = 0;
   r->kill_deadline_ms = 0;
   request_release(r);
@@ -772,10 +780,13 @@ static void on_released(run *r, int rc) {
     return;
   }
   if (rc == RLOCK_ELOCKLOST) {
-    if (!r->lost)
-      cli_err("warning: the lock '%s' expired or was deleted before COMMAND "
-              "finished",
-              r->o->name);
+    if (!r->lost && r->child > 0) {
+      /* gone before COMMAND ended, found only at the release */
+      cli_err("the lock '%s' expired or was deleted before COMMAND "
+              "finished (COMMAND's status %d); exit %d",
+              r->o->name, r->exit_code, CLI_EX_LOCKLOST);
+      r->exit_code = CLI_EX_LOCKLOST;
+    }
     return;
   }
   pthread_mutex_lock(&r->h.mutex);

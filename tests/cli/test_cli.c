@@ -466,7 +466,21 @@ Test(cli, usage_errors_exit_64_with_one_message) {
       ARGS("-E", "256", key, "--", "touch", "ran"),
       ARGS("-l", "0", key, "--", "touch", "ran"),
       ARGS("--on-lost=maybe", key, "--", "touch", "ran"),
-      ARGS("--watchdog", "100", key, "--", "touch", "ran"),
+      ARGS("--watchdog", "100ms", key, "--", "touch", "ran"),
+      /* durations: a bare number is seconds; bad forms, zero-rounding
+       * and values over the library's limit are refused (issue 35) */
+      ARGS("-w", "5x", key, "--", "touch", "ran"),
+      ARGS("-w", "-1", key, "--", "touch", "ran"),
+      ARGS("-w", "1e99", key, "--", "touch", "ran"),
+      ARGS("-w", "0x10", key, "--", "touch", "ran"),
+      ARGS("-w", "0.0001", key, "--", "touch", "ran"),
+      ARGS("-w", "0.4ms", key, "--", "touch", "ran"),
+      ARGS("-l", "0.0004", key, "--", "touch", "ran"),
+      ARGS("-l", "25d", key, "--", "touch", "ran"),
+      ARGS("-l", "2147484", key, "--", "touch", "ran"),
+      ARGS("--watchdog", "0.2", key, "--", "touch", "ran"),
+      ARGS("--kill-after", "1h1m", key, "--", "touch", "ran"),
+      ARGS("status", "--watch=0.05", key),
       ARGS("--nonblock=1", key, "--", "touch", "ran"),
       ARGS(key),
       ARGS(key, "--"),
@@ -505,6 +519,45 @@ Test(cli, usage_errors_exit_64_with_one_message) {
   }
   cr_assert(!exists_in("ran"), "a command ran despite a usage error");
   cr_assert_eq(rt_exists(key), 0);
+}
+
+/* A duration's message names the option and the accepted forms. */
+Test(cli, bad_durations_name_the_option_and_the_forms) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:dur");
+  struct {
+    const char *const *args;
+    const char *says;
+  } cases[] = {
+      {ARGS("-w", "5x", key, "--", "true"), "invalid -w/--wait '5x' (a "
+                                            "duration: a number of seconds "
+                                            "(5, 0.5) or a number with a unit "
+                                            "(250ms, 1.5s, 2m, 1h))"},
+      {ARGS("--wait=0.0001", key, "--", "true"),
+       "invalid -w/--wait '0.0001': rounds to 0 ms"},
+      {ARGS("-l", "1e99", key, "--", "true"), "invalid -l/--lease '1e99' ("},
+      {ARGS("-l", "0", key, "--", "true"),
+       "invalid -l/--lease '0': the lease must be longer than 0"},
+      {ARGS("-l", "30d", key, "--", "true"), "invalid -l/--lease '30d' ("},
+      {ARGS("-l", "600h", key, "--", "true"),
+       "invalid -l/--lease '600h': at most 24 days"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cli_proc p;
+    cr_expect_eq(cli_run(&p, cases[i].args), 64, "case %zu", i);
+    char *err = cli_err(&p);
+    cr_expect(strstr(err, cases[i].says) != NULL, "case %zu: %s", i, err);
+    free(err);
+  }
+  /* -l 2: a lease of 2 s (it was 2 ms) */
+  cli_proc p;
+  cli_start(&p, ARGS("-l", "2", key, "--", "sh", "-c",
+                     "touch started; while [ ! -e go ]; do sleep 0.02; done"));
+  rt_wait_until_what(file_exists, "started", 10000, "COMMAND started");
+  long long ttl = rt_pttl(key);
+  cr_assert(ttl > 1000 && ttl <= 2000, "-l 2: TTL %lld", ttl);
+  touch_in("go");
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 0);
 }
 
 /* ---- exit status ---- */
@@ -777,7 +830,7 @@ Test(cli, wait_timeout_exits_1_after_the_wait) {
   held h;
   hold(&h, key);
   cli_proc p;
-  cr_assert_eq(cli_run(&p, ARGS("-w", "800", key, "--", "touch", "ran")), 1);
+  cr_assert_eq(cli_run(&p, ARGS("-w", "800ms", key, "--", "touch", "ran")), 1);
   int64_t took = cli_elapsed(&p);
   cr_assert(took >= 800 && took < 800 + PROMPT_MS,
             "-w 800 gave up after %" PRId64 " ms", took);
@@ -787,6 +840,12 @@ Test(cli, wait_timeout_exits_1_after_the_wait) {
                1);
   took = cli_elapsed(&p);
   cr_assert(took >= 600 && took < 600 + PROMPT_MS, "0.6s: %" PRId64 " ms",
+            took);
+  cr_assert(!exists_in("ran"));
+  /* a bare number is seconds, as flock's -w (issue 35: it was ms) */
+  cr_assert_eq(cli_run(&p, ARGS("-w", "1.2", key, "--", "touch", "ran")), 1);
+  took = cli_elapsed(&p);
+  cr_assert(took >= 1200 && took < 1200 + PROMPT_MS, "-w 1.2: %" PRId64 " ms",
             took);
   cr_assert(!exists_in("ran"));
   /* the waiter unsubscribed when it gave up */
@@ -803,7 +862,7 @@ Test(cli, conflict_exit_code_changes_1) {
   hold(&h, key);
   cli_proc p;
   cr_assert_eq(cli_run(&p, ARGS("-E", "42", "-n", key, "--", "true")), 42);
-  cr_assert_eq(cli_run(&p, ARGS("--conflict-exit-code=7", "-w", "200", key,
+  cr_assert_eq(cli_run(&p, ARGS("--conflict-exit-code=7", "-w", "200ms", key,
                                 "--", "true")),
                7);
   /* -E only concerns conflicts: COMMAND's status is still its own */
@@ -946,11 +1005,11 @@ Test(cli, rlock_sigkilled_lock_expires_and_kill_mode_stops_command) {
     rt_key(key, sizeof key, "cli:rlockkilled");
     cli_proc p;
     if (kill_mode)
-      cli_start(&p, ARGS("--watchdog", "900", "--on-lost=kill", key, "--",
+      cli_start(&p, ARGS("--watchdog", "900ms", "--on-lost=kill", key, "--",
                          "sh", "-c",
                          "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 30"));
     else
-      cli_start(&p, ARGS("--watchdog", "900", "--on-lost=warn", "--orphan-ok",
+      cli_start(&p, ARGS("--watchdog", "900ms", "--on-lost=warn", "--orphan-ok",
                          key, "--", "sh", "-c",
                          "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 30"));
     rt_wait_until_what(file_exists, "pid", 10000, "COMMAND started");
@@ -1029,7 +1088,7 @@ Test(cli, on_lost_kill_stops_command_and_exits_79) {
   rt_key(key, sizeof key, "cli:lostkill");
   cli_proc p;
   /* watchdog 900 ms: renewal, and so loss detection, every 300 ms */
-  cli_start(&p, ARGS("--watchdog", "900", "--on-lost=kill", key, "--", "sh",
+  cli_start(&p, ARGS("--watchdog", "900ms", "--on-lost=kill", key, "--", "sh",
                      "-c", "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 30"));
   rt_wait_until_what(file_exists, "pid", 10000, "COMMAND started");
   rt_wait_until_what(key_exists, key, 10000, "lock held");
@@ -1051,7 +1110,7 @@ Test(cli, on_lost_warn_is_the_default_and_command_goes_on) {
   char key[64];
   rt_key(key, sizeof key, "cli:lostwarn");
   cli_proc p;
-  cli_start(&p, ARGS("--watchdog", "900", key, "--", "sh", "-c",
+  cli_start(&p, ARGS("--watchdog", "900ms", key, "--", "sh", "-c",
                      "touch ready; while [ ! -e go ]; do sleep 0.02; done;"
                      " exit 5"));
   rt_wait_until_what(file_exists, "ready", 10000, "COMMAND started");
@@ -1061,8 +1120,12 @@ Test(cli, on_lost_warn_is_the_default_and_command_goes_on) {
   rt_wait_until_what(file_contains, &warned, 300 + PROMPT_MS, "warning");
   cr_assert(cli_running(&p), "COMMAND was stopped in warn mode");
   touch_in("go");
-  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 5, "COMMAND's own status");
+  /* a lost lock is never a success (issue 35): 79, COMMAND's 5 named */
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 79);
   char *err = cli_err(&p);
+  cr_assert(strstr(err, "rlock: COMMAND ended (status 5) after the lock '") !=
+                NULL,
+            "stderr: %s", err);
   /* one warning, not a second one at release */
   char *first = strstr(err, "lost the lock");
   cr_assert(first != NULL && strstr(first + 1, "lost the lock") == NULL &&
@@ -1075,7 +1138,7 @@ Test(cli, lease_running_out_counts_as_lost) {
   char key[64];
   rt_key(key, sizeof key, "cli:leaselost");
   cli_proc p;
-  cr_assert_eq(cli_run(&p, ARGS("-l", "600", "--on-lost=kill", key, "--",
+  cr_assert_eq(cli_run(&p, ARGS("-l", "600ms", "--on-lost=kill", key, "--",
                                 "sleep", "30")),
                79);
   int64_t took = cli_elapsed(&p);
@@ -1088,12 +1151,29 @@ Test(cli, lease_running_out_counts_as_lost) {
   cr_assert_eq(rt_exists(key), 0);
 }
 
+/* Issue 35: `rlock -l 600` ran a longer COMMAND to exit 0 with the lock
+ * gone after 600 ms: cron saw success. Now 79 in warn mode too. */
+Test(cli, lease_running_out_in_warn_mode_exits_79_after_command) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:leasewarn");
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("-l", "600ms", key, "--", "sh", "-c",
+                                "sleep 1.5; touch done")),
+               79);
+  cr_assert(exists_in("done"), "COMMAND was stopped in warn mode");
+  char *err = cli_err(&p);
+  cr_assert(strstr(err, "warning: lost the lock") != NULL &&
+                strstr(err, "COMMAND ended (status 0) after the lock") != NULL,
+            "stderr: %s", err);
+  free(err);
+}
+
 Test(cli, kill_escalates_to_sigkill_after_the_grace) {
   char key[64];
   rt_key(key, sizeof key, "cli:escalate");
   cli_proc p;
-  cr_assert_eq(cli_run(&p, ARGS("-l", "300", "--on-lost=kill", "--kill-after",
-                                "500", key, "--", "sh", "-c",
+  cr_assert_eq(cli_run(&p, ARGS("-l", "300ms", "--on-lost=kill", "--kill-after",
+                                "500ms", key, "--", "sh", "-c",
                                 "trap '' TERM; while :; do sleep 0.02; done")),
                79);
   int64_t took = cli_elapsed(&p);
@@ -2411,7 +2491,7 @@ Test(cli, kinds_exclusive_excludes_exclusive) {
 
   cr_assert_eq(cli_run(&p, ARGS("-x", "-n", key, "--", "touch", "ran")), 1);
   cr_assert_eq(cli_run(&p, ARGS("-s", "-n", key, "--", "touch", "ran")), 1);
-  cr_assert_eq(cli_run(&p, ARGS("--exclusive", "-w", "400", key, "--",
+  cr_assert_eq(cli_run(&p, ARGS("--exclusive", "-w", "400ms", key, "--",
                                 "touch", "ran")),
                1);
   cli_start(&w2, ARGS("-x", key, "-c", "echo w2 >> log"));
@@ -2623,7 +2703,7 @@ Test(cli, permits_of_a_sigkilled_rlock_return_after_the_lease) {
   char key[64];
   rt_key(key, sizeof key, "cli:permitkill");
   cli_proc p;
-  cli_start(&p, ARGS("--permits", "1", "--watchdog", "900", key, "--", "sh",
+  cli_start(&p, ARGS("--permits", "1", "--watchdog", "900ms", key, "--", "sh",
                      "-c", "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 30"));
   rt_wait_until_what(file_exists, "pid", 10000, "COMMAND started");
   char *pid_text = first_line_in("pid");
@@ -2905,13 +2985,13 @@ Test(cli, sentinel_and_replica_sync_options_refuse_bad_values) {
     const char *says;
   } cases[] = {
       {ARGS("--replica-sync-timeout", "0", key, "-c", "touch ran"),
-       "at least 1 ms"},
+       "at least 1ms"},
       {ARGS("--replica-sync-timeout", "soon", key, "-c", "touch ran"),
-       "invalid replica-sync-timeout 'soon'"},
+       "invalid --replica-sync-timeout 'soon'"},
       {ARGS("--replica-sync-timeout", "-1", key, "-c", "touch ran"),
-       "invalid replica-sync-timeout '-1'"},
+       "invalid --replica-sync-timeout '-1'"},
       {ARGS("--replica-sync-timeout", key, "-c", "touch ran"),
-       "invalid replica-sync-timeout"},
+       "invalid --replica-sync-timeout"},
       {ARGS("--no-replica-sync", "--replica-sync-timeout", "1s", key, "-c",
             "touch ran"),
        "exclude each other"},

@@ -41,6 +41,10 @@ static int open_client(const char *uri, const cli_tls_opts *tls,
 int cli_connect(const char *uri_flag, const cli_tls_opts *tls,
                 cli_sentinel_opts *sentinel, rlock_client **client) {
   const char *uri = cli_resolve_uri(uri_flag);
+  if (uri == NULL) {
+    cli_sentinel_free(sentinel);
+    return CLI_EX_USAGE;
+  }
   int rc = cli_tls_check(tls, uri);
   if (rc == 0)
     rc = cli_sentinel_check(sentinel, uri);
@@ -346,7 +350,7 @@ int cli_status_main(int argc, char **argv) {
          -1) {
     switch (c) {
     case 'u':
-      uri_flag = optarg;
+      uri_flag = cli_take_uri(optarg);
       break;
     case 'j':
       json = true;
@@ -371,7 +375,8 @@ int cli_status_main(int argc, char **argv) {
       return 0;
     default:
       if (cli_tls_option(&tls, c, optarg) ||
-          cli_sentinel_option(&sentinel, c, optarg))
+          cli_sentinel_option(&sentinel, c, optarg) ||
+          cli_uri_file_option(c, optarg))
         break;
       return cli_getopt_error(c, argv);
     }
@@ -439,7 +444,7 @@ int cli_unlock_main(int argc, char **argv) {
          -1) {
     switch (c) {
     case 'u':
-      uri_flag = optarg;
+      uri_flag = cli_take_uri(optarg);
       break;
     case 'f':
       force = true;
@@ -455,7 +460,8 @@ int cli_unlock_main(int argc, char **argv) {
       if (kind_rc > 0)
         return kind_rc;
       if (kind_rc == 0 || cli_tls_option(&tls, c, optarg) ||
-          cli_sentinel_option(&sentinel, c, optarg))
+          cli_sentinel_option(&sentinel, c, optarg) ||
+          cli_uri_file_option(c, optarg))
         break;
       return cli_getopt_error(c, argv);
     }

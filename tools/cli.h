@@ -29,10 +29,9 @@
 enum {
   CLI_EXIT_CONFLICT = 1,    /* -n busy or -w ran out (default; see -E) */
   CLI_EX_USAGE = 64,        /* bad arguments or URI */
-  CLI_EX_UNAVAILABLE = 69,  /* Redis refused: auth, ACL, wrong type, error;
-                               also RLOCK_EKIND: NAME holds another kind of
-                               lock (a read/write lock's hash for the other
-                               kinds, the other way round for -s/-x) */
+  CLI_EX_UNAVAILABLE = 69,  /* Redis refused: auth, ACL, wrong type, error
+                               (RLOCK_EKIND, another kind of lock on NAME,
+                               is a busy lock in run.c, not this) */
   CLI_EX_SOFTWARE = 70,     /* internal error */
   CLI_EX_OSERR = 71,        /* fork, pipe, thread, memory */
   CLI_EX_TEMPFAIL = 75,     /* Redis unreachable, did not answer in time,
@@ -126,6 +125,7 @@ enum {
   CLI_OPT_KIND_FENCED,
   CLI_OPT_SENTINEL_USER = 0x240,
   CLI_OPT_SENTINEL_PASSWORD_FILE,
+  CLI_OPT_URI_FILE = 0x260,
 };
 #define CLI_TLS_LONGOPTS                                                       \
   {"tls-ca-file", required_argument, NULL, CLI_OPT_TLS_CA_FILE},               \
@@ -138,7 +138,8 @@ enum {
 #define CLI_SENTINEL_LONGOPTS                                                  \
   {"sentinel-user", required_argument, NULL, CLI_OPT_SENTINEL_USER},           \
       {"sentinel-password-file", required_argument, NULL,                      \
-       CLI_OPT_SENTINEL_PASSWORD_FILE}
+       CLI_OPT_SENTINEL_PASSWORD_FILE},                                        \
+      {"uri-file", required_argument, NULL, CLI_OPT_URI_FILE}
 
 /* The kind options, shared by the lock command and unlock --force. */
 #define CLI_KIND_LONGOPTS                                                      \
@@ -194,9 +195,19 @@ int cli_open_failed(int err);
 /* The exit code for a negative RLOCK_E* code. */
 int cli_exit_for(int err);
 
-/* The URI to use: `flag` (-u) if given, else $REDIS_URL if set and not
- * empty, else redis://127.0.0.1:6379. */
+/* The URI to use: `flag` (-u) if given, else the first line of
+ * --uri-file's file, else $REDIS_URL, else redis://127.0.0.1:6379. NULL
+ * with the reason printed (exit 64): -u and --uri-file together, an
+ * unreadable or empty file, $REDIS_URL set but empty. */
 const char *cli_resolve_uri(const char *flag);
+
+/* -u's value: a copy, and the password in argv (what /proc/PID/cmdline
+ * and ps show) overwritten with '*' (docs/cli.md "Secrets"). */
+const char *cli_take_uri(char *arg);
+
+/* If `c` is --uri-file, records its path and returns true (the sentinel
+ * option tables carry it, so every command takes it). */
+bool cli_uri_file_option(int c, const char *arg);
 
 /* If getopt_long's `c` is a --tls-* option, records it (optarg is its
  * value) and returns true. */

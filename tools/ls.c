@@ -223,7 +223,7 @@ int cli_ls_main(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, ":u:jh", ls_longopts, NULL)) != -1) {
     switch (c) {
     case 'u':
-      uri_flag = optarg;
+      uri_flag = cli_take_uri(optarg);
       break;
     case 'j':
       json = true;
@@ -245,7 +245,8 @@ int cli_ls_main(int argc, char **argv) {
       return 0;
     default:
       if (cli_tls_option(&tls, c, optarg) ||
-          cli_sentinel_option(&sentinel, c, optarg))
+          cli_sentinel_option(&sentinel, c, optarg) ||
+          cli_uri_file_option(c, optarg))
         break;
       return cli_getopt_error(c, argv);
     }

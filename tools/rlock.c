@@ -39,6 +39,8 @@ static const char help_text[] =
     "  -u, --uri URI           Redis (redis://, rediss://, unix://,\n"
     "                          redis+sentinel://, redis+cluster://); default\n"
     "                          $REDIS_URL, else redis://127.0.0.1:6379\n"
+    "  --uri-file FILE         the URI from FILE's first line (a password in\n"
+    "                          -u is starred out of ps once parsed)\n"
     "  -n, --nonblock          exit 1 at once if the lock is held\n"
     "  -w, --wait DURATION     exit 1 after waiting DURATION\n"
     "  -l, --lease DURATION    a fixed lease instead of the renewing watchdog\n"
@@ -52,8 +54,8 @@ static const char help_text[] =
     "  -c, --command STRING    run STRING with /bin/sh -c\n"
     "  -v, --verbose           report acquiring and releasing, and the\n"
     "                          connection's events, on stderr (-vv: more)\n"
-    "Connection options: -u, --tls-*, --sentinel-* (before or after status,\n"
-    "unlock and ls).\n"
+    "Connection options: -u, --uri-file, --tls-*, --sentinel-* (before or\n"
+    "after status, unlock and ls).\n"
     "\n"
     "Exit status: COMMAND's; 1 busy; 64 usage; 69 refused by Redis; 75 Redis\n"
     "unreachable; 79 lock lost while COMMAND ran; 126/127 COMMAND not\n"
@@ -221,11 +223,109 @@ void cli_err_kind(cli_kind kind, const char *name) {
             name);
 }
 
+static const char *g_uri_file; /* --uri-file */
+
+bool cli_uri_file_option(int c, const char *arg) {
+  if (c != CLI_OPT_URI_FILE)
+    return false;
+  g_uri_file = arg;
+  return true;
+}
+
+const char *cli_take_uri(char *arg) {
+  char *copy = strdup(arg);
+  if (copy == NULL) {
+    cli_err("out of memory");
+    exit(CLI_EX_OSERR);
+  }
+  /* scheme://[user][:password]@host...: as the library splits it, the
+   * authority ends at the first '/', '?' or '#' and the userinfo at its
+   * last '@'; with no '@' there but one later (a raw '/' in the password,
+   * which the library refuses), at that later '@'. Without a ':' the whole
+   * userinfo is hidden: it may be a password. */
+  char *start = strstr(arg, "://");
+  if (start != NULL) {
+    start += 3;
+    size_t auth_len = strcspn(start, "/?#");
+    char *at = NULL;
+    for (char *p = start; *p != '\0'; p++)
+      if (*p == '@' && (p < start + auth_len || at == NULL ||
+                        at >= start + auth_len))
+        at = p;
+    if (at != NULL) {
+      char *colon = memchr(start, ':', (size_t)(at - start));
+      for (char *p = colon != NULL ? colon + 1 : start; p < at; p++)
+        *p = '*';
+    }
+  }
+  return copy; /* reachable until exit */
+}
+
+/* The longest URI read from --uri-file. */
+#define URI_FILE_MAX 4096
+
+/* The first line of --uri-file's file, malloc'd; NULL with the reason
+ * printed. */
+static char *read_uri_file(const char *path) {
+  if (path[0] == '\0') {
+    cli_err("--uri-file: the path must not be empty");
+    return NULL;
+  }
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) {
+    cli_err("cannot read --uri-file '%s': %s", path, strerror(errno));
+    return NULL;
+  }
+  char *buf = calloc(1, URI_FILE_MAX + 2);
+  size_t n = buf != NULL ? fread(buf, 1, URI_FILE_MAX + 1, f) : 0;
+  int err = errno;
+  bool failed = buf == NULL || ferror(f) != 0;
+  fclose(f);
+  const char *why = NULL;
+  if (buf == NULL)
+    why = "out of memory";
+  else if (failed)
+    why = strerror(err); /* a directory: EISDIR */
+  else if (n > URI_FILE_MAX)
+    why = "longer than 4096 bytes";
+  else {
+    size_t len = strcspn(buf, "\r\n");
+    if (memchr(buf, '\0', n) != NULL)
+      why = "it holds a NUL byte";
+    else if (len == 0)
+      why = "the file is empty (the URI is its first line)";
+    buf[len] = '\0';
+  }
+  if (why != NULL) {
+    cli_err("cannot use --uri-file '%s': %s", path, why);
+    if (buf != NULL)
+      explicit_bzero(buf, URI_FILE_MAX + 2);
+    free(buf);
+    return NULL;
+  }
+  return buf;
+}
+
 const char *cli_resolve_uri(const char *flag) {
+  if (flag != NULL && g_uri_file != NULL) {
+    cli_err("-u and --uri-file exclude each other (one URI)");
+    return NULL;
+  }
   if (flag != NULL)
     return flag;
+  if (g_uri_file != NULL) {
+    static char *from_file; /* reachable until exit */
+    if (from_file == NULL)
+      from_file = read_uri_file(g_uri_file);
+    return from_file;
+  }
   const char *env = getenv("REDIS_URL");
-  if (env != NULL && env[0] != '\0')
+  if (env != NULL && env[0] == '\0') {
+    cli_err("REDIS_URL is set but empty: set it to a URI, unset it (for "
+            "redis://127.0.0.1:6379), or give -u or --uri-file");
+    return NULL;
+  }
+  if (env != NULL)
     return env;
   return "redis://127.0.0.1:6379";
 }
@@ -668,7 +768,7 @@ static int run_main(int argc, char **argv) {
                                          run_longopts, NULL)) != -1) {
     switch (c) {
     case 'u':
-      uri_flag = optarg;
+      uri_flag = cli_take_uri(optarg);
       break;
     case 'n':
       o.wait_ms = 0;
@@ -781,7 +881,8 @@ static int run_main(int argc, char **argv) {
       if (kind_rc > 0)
         return kind_rc;
       if (kind_rc == 0 || cli_tls_option(&o.tls, c, optarg) ||
-          cli_sentinel_option(&o.sentinel, c, optarg))
+          cli_sentinel_option(&o.sentinel, c, optarg) ||
+          cli_uri_file_option(c, optarg))
         break;
       return cli_getopt_error(c, argv);
     }
@@ -866,6 +967,8 @@ static int run_main(int argc, char **argv) {
     o.command = &argv[optind];
   }
   o.uri = cli_resolve_uri(uri_flag);
+  if (o.uri == NULL)
+    return CLI_EX_USAGE;
   rc = cli_tls_check(&o.tls, o.uri);
   if (rc == 0)
     rc = cli_sentinel_check(&o.sentinel, o.uri);

@@ -133,6 +133,8 @@ typedef struct holder {
   pthread_cond_t cond;
   /* under mutex */
   bool release_requested;
+  bool abort_wait;  /* the client is closed (a signal while waiting): no
+                       call may start */
   /* the lock's owner; --permits: the permit ids, comma-separated */
   char owner[(RLOCK_PERMIT_ID_LEN + 1) * RLOCK_PERMIT_IDS_MAX];
   int64_t acquired_at_ms;
@@ -257,6 +259,60 @@ static void *holder_permit(holder *h, const char *name) {
 
 static const char *g_name; /* the lock NAME, for the holder's messages */
 
+/* How often a waiter tries again while NAME holds another kind of lock:
+ * that kind's unlock message goes to a channel this kind does not listen
+ * on, so it is polled. */
+#define KIND_POLL_MS 200
+
+/* One try of the lock, waiting up to wait_ms (< 0: forever); RLOCK_ECLOSED
+ * without a call once the client is closed. The check and the call's
+ * start are under the mutex that on_forward_signal closes the client
+ * under, so no call starts on a closed client. */
+static int holder_try(holder *h, int64_t wait_ms, int64_t *token) {
+  pthread_mutex_lock(&h->mutex);
+  bool closed = h->abort_wait;
+  pthread_mutex_unlock(&h->mutex);
+  if (closed)
+    return RLOCK_ECLOSED;
+  return h->ml != NULL ? rlock_multilock_try_lock(h->ml, wait_ms, h->lease_ms)
+         : h->kind == CLI_KIND_FENCED
+             ? rlock_try_lock_fenced(h->lock, wait_ms, h->lease_ms, token)
+             : rlock_try_lock(h->lock, wait_ms, h->lease_ms);
+}
+
+/* The acquire, within -w. NAME holding another kind of lock (RLOCK_EKIND:
+ * a read/write lock's hash for the plain lock, or the other way round) is
+ * a busy lock, as Java's getLock() sees it: tried again every
+ * KIND_POLL_MS until the wait ends (0: busy). So `rlock -x NAME` and
+ * `rlock NAME` in two cron jobs exclude and wait for each other; neither
+ * fails only on the night they overlap (issue 35, docs/cli.md). */
+static int holder_acquire(holder *h, int64_t *token) {
+  int64_t deadline = h->wait_ms < 0 ? -1 : cli_now_ms() + h->wait_ms;
+  int rc = holder_try(h, h->wait_ms, token);
+  while (rc == RLOCK_EKIND) {
+    int64_t left = deadline < 0 ? KIND_POLL_MS : deadline - cli_now_ms();
+    if (left <= 0)
+      return 0;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    int64_t nap = left < KIND_POLL_MS ? left : KIND_POLL_MS;
+    until.tv_sec += nap / 1000;
+    until.tv_nsec += (long)(nap % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&h->mutex);
+    while (!h->abort_wait &&
+           pthread_cond_timedwait(&h->cond, &h->mutex, &until) == 0)
+      ;
+    pthread_mutex_unlock(&h->mutex);
+    left = deadline < 0 ? -1 : deadline - cli_now_ms();
+    rc = holder_try(h, left < 0 && deadline >= 0 ? 0 : left, token);
+  }
+  return rc;
+}
+
 static void *holder_main(void *arg) {
   holder *h = arg;
   if (h->sem != NULL)
@@ -267,12 +323,7 @@ static void *holder_main(void *arg) {
   pthread_mutex_unlock(&h->mutex);
 
   int64_t token = 0;
-  int rc = h->ml != NULL ? rlock_multilock_try_lock(h->ml, h->wait_ms,
-                                                    h->lease_ms)
-           : h->kind == CLI_KIND_FENCED
-               ? rlock_try_lock_fenced(h->lock, h->wait_ms, h->lease_ms,
-                                       &token)
-               : rlock_try_lock(h->lock, h->wait_ms, h->lease_ms);
+  int rc = holder_acquire(h, &token);
   int64_t now = cli_now_ms();
   holder_set_detail(h, rc);
   pthread_mutex_lock(&h->mutex);
@@ -752,9 +803,15 @@ static void on_forward_signal(run *r, int signo, int code) {
         cli_err("interrupted by signal %d while waiting for '%s'", signo,
                 r->o->name);
       /* Makes the holder's rlock_try_lock() return RLOCK_ECLOSED now; its
-       * EV_ACQUIRED ends the run. */
+       * EV_ACQUIRED ends the run. Under the holder's mutex with abort_wait
+       * set: a holder polling another kind's lock starts no call on the
+       * closed client (holder_try). */
+      pthread_mutex_lock(&r->h.mutex);
+      r->h.abort_wait = true;
+      pthread_cond_signal(&r->h.cond);
       rlock_client_close(r->client);
       r->client = NULL;
+      pthread_mutex_unlock(&r->h.mutex);
     }
     break;
   case PH_RUNNING:

@@ -439,6 +439,9 @@ Test(cli, man_page_lists_every_option_and_exit_code) {
       "rlock ls", "--limit", "--watch", "rlock: ls: skipped",
       /* issue 29 */
       "-m, --multi", "--no-reenter",
+      /* issue 35 */
+      "--uri-file", "a number of seconds as in", "is a busy lock",
+      "replaced by stars",
   };
   for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
     cr_expect(strstr(man, must[i]) != NULL, "rlock(1) lacks \"%s\"", must[i]);
@@ -2297,7 +2300,8 @@ Test(cli, kinds_fenced_excludes_the_plain_lock_and_unlock_force_fenced) {
   cr_assert_str_eq(token, "2", "the waiter's acquisition is token 2");
   free(token);
   touch_in("go");
-  cr_assert_eq(cli_wait(&holder, RUN_BOUND_MS), 0);
+  /* its lock was force-unlocked under it: a lost lock, 79 (issue 35) */
+  cr_assert_eq(cli_wait(&holder, RUN_BOUND_MS), 79);
   char *err = cli_err(&holder);
   cr_assert(strstr(err, "expired or was deleted") != NULL, "stderr: %s", err);
   free(err);
@@ -2312,29 +2316,31 @@ static void java_rw_hash(const char *key, const char *mode,
   rt_int("PEXPIRE %s 600000", key);
 }
 
-Test(cli, kinds_other_kinds_on_a_read_write_hash_exit_69_changing_nothing) {
+/* Issue 35: another kind of lock on NAME is a busy lock, as Java's getLock()
+ * sees it (it was exit 69 at once: two cron jobs failed only on the night
+ * they overlapped): -n gives up at once, -w after its wait, changing
+ * nothing. */
+Test(cli, kinds_other_kinds_on_a_read_write_hash_are_busy_changing_nothing) {
   char key[64];
   rt_key(key, sizeof key, "cli:ekind");
   java_rw_hash(key, "read", "java-uuid:61");
   char *before = hash_dump(key);
-  const char *const *cases[] = {
-      ARGS(key, "--", "touch", "ran"),
-      ARGS("-n", key, "--", "touch", "ran"),
-      ARGS("-w", "5s", key, "--", "touch", "ran"),
-      ARGS("--fenced", key, "--", "touch", "ran"),
+  struct {
+    const char *const *args;
+    int64_t wait_ms;
+  } cases[] = {
+      {ARGS("-n", key, "--", "touch", "ran"), 0},
+      {ARGS("-w", "600ms", key, "--", "touch", "ran"), 600},
+      {ARGS("--fenced", "-n", key, "--", "touch", "ran"), 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     cli_proc p;
-    cr_assert_eq(cli_run(&p, cases[i]), 69, "case %zu", i);
-    cr_assert(cli_elapsed(&p) < PROMPT_MS, "case %zu: waited %" PRId64 " ms",
-              i, cli_elapsed(&p));
+    cr_assert_eq(cli_run(&p, cases[i].args), 1, "case %zu", i);
+    cr_assert(cli_elapsed(&p) >= cases[i].wait_ms &&
+                  cli_elapsed(&p) < cases[i].wait_ms + PROMPT_MS,
+              "case %zu: waited %" PRId64 " ms", i, cli_elapsed(&p));
     char *err = cli_err(&p), *out = cli_out(&p);
-    char expect[256];
-    snprintf(expect, sizeof expect,
-             "rlock: cannot lock '%s': it holds another kind of lock, a "
-             "read/write lock (use -s or -x for it)\n",
-             key);
-    cr_assert_str_eq(err, expect, "case %zu", i);
+    cr_assert_str_eq(err, "", "case %zu", i);
     cr_assert_str_eq(out, "");
     free(err);
     free(out);
@@ -2381,21 +2387,17 @@ Test(cli, kinds_other_kinds_on_a_read_write_hash_exit_69_changing_nothing) {
   cr_assert_eq(rt_exists(wkey), 0);
 }
 
-/* [fair] The fair lock on a read/write hash: the same refusal. */
-Test(cli, kinds_fair_on_a_read_write_hash_exits_69) {
+/* [fair] The fair lock on a read/write hash: busy the same way. */
+Test(cli, kinds_fair_on_a_read_write_hash_is_busy) {
   char key[64];
   rt_key(key, sizeof key, "cli:ekind-fair");
   java_rw_hash(key, "read", "java-uuid:61");
   char *before = hash_dump(key);
   cli_proc p;
-  cr_assert_eq(cli_run(&p, ARGS("--fair", "-w", "5s", key, "--", "touch",
+  cr_assert_eq(cli_run(&p, ARGS("--fair", "-w", "600ms", key, "--", "touch",
                                 "ran")),
-               69);
-  cr_assert(cli_elapsed(&p) < PROMPT_MS);
-  char *err = cli_err(&p);
-  cr_assert(strstr(err, "another kind of lock, a read/write lock") != NULL,
-            "stderr: %s", err);
-  free(err);
+               1);
+  cr_assert(cli_elapsed(&p) >= 600 && cli_elapsed(&p) < 600 + PROMPT_MS);
   cr_assert(!exists_in("ran"));
   char *after = hash_dump(key);
   cr_assert_str_eq(after, before);
@@ -2511,9 +2513,10 @@ Test(cli, kinds_exclusive_excludes_exclusive) {
   cr_assert_eq(rt_exists(key), 0);
 }
 
-/* [rw] A plain lock on a name held by -s: EKIND's exit and message, the
- * read/write hash unchanged. */
-Test(cli, kinds_plain_lock_on_a_name_held_by_shared_exits_69) {
+/* [rw] A plain lock on a name held by -s waits for it (issue 35: it was
+ * exit 69 at once), then runs; the read/write hash is not touched while
+ * it waits. */
+Test(cli, kinds_plain_lock_waits_for_shared_then_runs) {
   char key[64];
   rt_key(key, sizeof key, "cli:rw-ekind");
   cli_proc r;
@@ -2523,52 +2526,46 @@ Test(cli, kinds_plain_lock_on_a_name_held_by_shared_exits_69) {
   char *before = hash_dump(key);
   cr_assert(strstr(before, "mode=read\n") != NULL, "hash: %s", before);
   cli_proc p;
-  cr_assert_eq(cli_run(&p, ARGS(key, "--", "touch", "ran")), 69);
-  cr_assert(cli_elapsed(&p) < PROMPT_MS);
-  char *err = cli_err(&p), *out = cli_out(&p);
-  char expect[256];
-  snprintf(expect, sizeof expect,
-           "rlock: cannot lock '%s': it holds another kind of lock, a "
-           "read/write lock (use -s or -x for it)\n",
-           key);
-  cr_assert_str_eq(err, expect);
-  cr_assert_str_eq(out, "");
-  free(err);
-  free(out);
-  cr_assert_eq(cli_run(&p, ARGS("--fenced", "-n", key, "--", "touch", "ran")),
-               69);
+  cli_start(&p, ARGS("-w", "20s", key, "--", "sh", "-c",
+                     "[ -e go ] && touch ran"));
+  rt_sleep_ms(700);
+  cr_assert(cli_running(&p), "the plain lock did not wait");
   cr_assert(!exists_in("ran"));
   char *after = hash_dump(key);
   cr_assert_str_eq(after, before, "the read/write hash changed");
   free(after);
   free(before);
-  cr_assert(cli_running(&r));
+  int64_t go = rt_now_ms();
   touch_in("go");
   cr_assert_eq(cli_wait(&r, RUN_BOUND_MS), 0);
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 0);
+  cr_assert(exists_in("ran"), "COMMAND ran before -s was done");
+  cr_assert(p.ended_ms - go < PROMPT_MS, "ran %" PRId64 " ms after",
+            p.ended_ms - go);
   char *rerr = cli_err(&r);
   cr_assert_str_eq(rerr, "", "the -s holder was disturbed");
   free(rerr);
   cr_assert_eq(rt_exists(key), 0);
 }
 
-/* [rw] -s/-x on a plain lock's hash: the same refusal, the other way. */
-Test(cli, kinds_shared_on_a_plain_lock_exits_69) {
+/* [rw] flock's habit: `rlock -x NAME` in one job, `rlock NAME` in another.
+ * -x waits for the plain holder and runs after it; -n is busy (1). */
+Test(cli, kinds_exclusive_waits_for_a_plain_lock_like_flock) {
   char key[64];
   rt_key(key, sizeof key, "cli:rw-on-plain");
   held h;
   hold(&h, key);
   cli_proc p;
-  cr_assert_eq(cli_run(&p, ARGS("-s", "-w", "5s", key, "--", "touch", "ran")),
-               69);
-  cr_assert(cli_elapsed(&p) < PROMPT_MS);
-  char *err = cli_err(&p);
-  cr_assert(strstr(err, "another kind of lock, not a read/write lock") !=
-                NULL,
-            "stderr: %s", err);
-  free(err);
+  cr_assert_eq(cli_run(&p, ARGS("-x", "-n", key, "--", "touch", "ran")), 1);
+  cli_start(&p, ARGS("-x", "-w", "20s", key, "--", "touch", "ran"));
+  rt_sleep_ms(700);
+  cr_assert(cli_running(&p), "-x did not wait");
   cr_assert(!exists_in("ran"));
   cr_assert_eq(rt_hlen(key), 1);
   unhold(&h);
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 0);
+  cr_assert(exists_in("ran"));
+  cr_assert_eq(rt_exists(key), 0);
 }
 
 /* [rw] unlock --force -s / -x: the kind's force unlock (only in its mode). */
@@ -3789,4 +3786,139 @@ Test(cli, ls_and_status_escape_bytes_from_redis_and_json_stays_valid) {
   hex_of(h[3], sizeof h[3], field, sizeof field - 1);
   snprintf(names, sizeof names, "%s,%s,%s,%s", h[0], h[1], h[2], h[3]);
   assert_json_names(sj.out_path, names);
+}
+
+/* ---- secrets (issue 35, item 5) ---- */
+
+#define SECRET_PW "Pw7f3a9cSecret"
+#define WRONG_PW "Xq9WrongPwd"
+
+static void secrets_setup(void) {
+  const char *args[] = {"--requirepass", SECRET_PW, NULL};
+  rt_server_start_args(args);
+  snprintf(g_dir, sizeof g_dir, "/tmp/rlock-cli-test.XXXXXX");
+  cr_assert(mkdtemp(g_dir) != NULL, "mkdtemp: %s", strerror(errno));
+  cr_assert(unsetenv("REDIS_URL") == 0);
+  cr_assert(getenv("RLOCK_CLI") != NULL);
+}
+
+/* Neither password in what the run printed. */
+static void assert_no_secret(const cli_proc *p, const char *what) {
+  char *out = cli_out(p), *err = cli_err(p);
+  cr_assert(strstr(out, SECRET_PW) == NULL && strstr(err, SECRET_PW) == NULL &&
+                strstr(out, WRONG_PW) == NULL && strstr(err, WRONG_PW) == NULL,
+            "%s: a password was shown: stdout: %s stderr: %s", what, out, err);
+  free(out);
+  free(err);
+}
+
+/* The URI comes from -u, --uri-file or $REDIS_URL; -u's password is gone
+ * from /proc/PID/cmdline once parsed; no output of any kind (status, ls,
+ * --json, -v and -vv diagnostics, errors of every exit code) has it. */
+Test(cli, secrets_uri_sources_and_no_password_anywhere,
+     .init = secrets_setup, .fini = cli_teardown) {
+  char key[64], uri[128], wrong[128], dead[128], badport[128], file[PATH_LEN];
+  rt_key(key, sizeof key, "cli:secret");
+  snprintf(uri, sizeof uri, "redis://:" SECRET_PW "@127.0.0.1:%d", rt_port());
+  snprintf(wrong, sizeof wrong, "redis://:" WRONG_PW "@127.0.0.1:%d",
+           rt_port());
+  snprintf(dead, sizeof dead, "redis://:" SECRET_PW "@127.0.0.1:%d",
+           rt_free_port());
+  snprintf(badport, sizeof badport, "redis://:" SECRET_PW "@127.0.0.1:99999");
+  path_in(file, sizeof file, "uri");
+  FILE *f = fopen(file, "w");
+  cr_assert(f != NULL);
+  fprintf(f, "%s\n", uri);
+  cr_assert(fclose(f) == 0);
+
+  /* -u: the running rlock's command line shows stars */
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("-vv", "-u", uri, key, "--", "sh", "-c",
+                                "tr '\\000' ' ' < /proc/$PPID/cmdline > "
+                                "cmdline")),
+               0);
+  assert_no_secret(&p, "-u -vv run");
+  char *cmdline = slurp_in("cmdline");
+  cr_assert(strstr(cmdline, "redis://:**************@127.0.0.1:") != NULL &&
+                strstr(cmdline, SECRET_PW) == NULL,
+            "cmdline: %s", cmdline);
+  free(cmdline);
+  /* --uri-file, for the lock command and the subcommands */
+  cr_assert_eq(cli_run(&p, ARGS("-v", "--uri-file", file, key, "--", "true")),
+               0);
+  assert_no_secret(&p, "--uri-file run");
+  cr_assert_eq(cli_run(&p, ARGS("--uri-file", file, "status", "--json", key)),
+               0);
+  assert_no_secret(&p, "--uri-file status");
+  cr_assert_eq(cli_run(&p, ARGS("ls", "--json", "--uri-file", file)), 0);
+  assert_no_secret(&p, "--uri-file ls");
+  /* $REDIS_URL */
+  cr_assert(setenv("REDIS_URL", uri, 1) == 0);
+  cr_assert_eq(cli_run(&p, ARGS("-vv", key, "--", "true")), 0);
+  assert_no_secret(&p, "REDIS_URL run");
+  cr_assert_eq(cli_run(&p, ARGS("status", key)), 0);
+  assert_no_secret(&p, "REDIS_URL status");
+  cr_assert(unsetenv("REDIS_URL") == 0);
+
+  /* failures: wrong password (69), nothing listening (75), bad URI (64) */
+  struct {
+    const char *const *args;
+    int code;
+  } cases[] = {
+      {ARGS("-vv", "-u", wrong, key, "--", "true"), 69},
+      {ARGS("status", "--json", "-u", wrong, key), 69},
+      {ARGS("ls", "-u", wrong), 69},
+      {ARGS("unlock", "--force", "-u", wrong, key), 69},
+      {ARGS("-vv", "-w", "1", "-u", dead, key, "--", "true"), 75},
+      {ARGS("status", "-u", dead, key), 75},
+      {ARGS("-u", badport, key, "--", "true"), 64},
+      {ARGS("-u", "redis://:" SECRET_PW "@127.0.0.1/x", key, "--", "true"),
+       64},
+      {ARGS("-u", "redis://u:" SECRET_PW "@h@x:1", key, "--", "true"), 75},
+      {ARGS("-u", "redis://u:" SECRET_PW "/x@h:1", key, "--", "true"), 64},
+      {ARGS("-u", "rediss://:" SECRET_PW "@127.0.0.1:1", "--tls-ca-file",
+            "/nonexistent", key, "--", "true"),
+       64},
+      {ARGS("-u", uri, "--uri-file", file, key, "--", "true"), 64},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char what[32];
+    snprintf(what, sizeof what, "case %zu", i);
+    cr_expect_eq(cli_run(&p, cases[i].args), cases[i].code, "%s", what);
+    assert_no_secret(&p, what);
+  }
+  cr_assert_eq(rt_exists(key), 0);
+}
+
+/* An unreadable or empty --uri-file, or an empty $REDIS_URL: exit 64 with
+ * the reason, before any connection. */
+Test(cli, secrets_bad_uri_file_or_empty_redis_url_exit_64) {
+  char key[64], empty[PATH_LEN];
+  rt_key(key, sizeof key, "cli:urifile");
+  touch_in("empty");
+  path_in(empty, sizeof empty, "empty");
+  struct {
+    const char *const *args;
+    const char *says;
+  } cases[] = {
+      {ARGS("--uri-file", "/nonexistent/uri", key, "--", "touch", "ran"),
+       "cannot read --uri-file '/nonexistent/uri': No such file"},
+      {ARGS("--uri-file", empty, key, "--", "touch", "ran"),
+       "the file is empty"},
+      {ARGS("status", "--uri-file", "/", key), "Is a directory"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cli_proc p;
+    cr_expect_eq(cli_run(&p, cases[i].args), 64, "case %zu", i);
+    char *err = cli_err(&p);
+    cr_expect(strstr(err, cases[i].says) != NULL, "case %zu: %s", i, err);
+    free(err);
+  }
+  cr_assert(setenv("REDIS_URL", "", 1) == 0);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS(key, "--", "touch", "ran")), 64);
+  char *err = cli_err(&p);
+  cr_assert(strstr(err, "REDIS_URL is set but empty") != NULL, "%s", err);
+  free(err);
+  cr_assert(!exists_in("ran"));
 }

@@ -150,24 +150,31 @@ static void holder_set_detail(holder *h, int rc) {
 }
 
 /* --permits: sets NAME to N permits if absent, warns when it has another
- * size (available + taken, expired permits reclaimed first). */
+ * size: available + taken (expired permits, not yet returned, count as
+ * taken), both read in one atomic script (rlock_info_get). Two reads in
+ * two round trips (available_permits, then acquired_permits) saw a permit
+ * move between them and warned of a wrong size (issue 35). */
 static int permits_prepare(holder *h, const char *name) {
   int rc = rlock_permit_semaphore_try_set_permits(h->sem, h->permits);
   if (rc < 0)
     return rc;
   if (rc == 1)
     return 0;
-  int64_t avail = rlock_permit_semaphore_available_permits(h->sem);
-  if (avail < 0)
-    return (int)avail;
-  int64_t taken = rlock_permit_semaphore_acquired_permits(h->sem);
-  if (taken < 0)
-    return (int)taken;
-  if (avail + taken != h->permits)
-    cli_err("warning: the semaphore '%s' has %" PRId64 " permits (%" PRId64
-            " available, %" PRId64 " taken), not the %" PRId64
-            " of --permits; going on with its %" PRId64,
-            name, avail + taken, avail, taken, h->permits, avail + taken);
+  rlock_info info;
+  rlock_info_init(&info);
+  rc = rlock_info_get(h->client, name, &info);
+  if (rc < 0)
+    return rc;
+  if (info.kind == RLOCK_INFO_PERMIT_SEMAPHORE ||
+      info.kind == RLOCK_INFO_COUNT) {
+    int64_t avail = info.count, taken = (int64_t)info.permits_total;
+    if (avail + taken != h->permits)
+      cli_err("warning: the semaphore '%s' has %" PRId64 " permits (%" PRId64
+              " available, %" PRId64 " taken), not the %" PRId64
+              " of --permits; going on with its %" PRId64,
+              name, avail + taken, avail, taken, h->permits, avail + taken);
+  }
+  rlock_info_free(&info);
   return 0;
 }
 

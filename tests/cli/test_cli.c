@@ -2839,6 +2839,54 @@ Test(cli, permits_other_size_warns_and_goes_on) {
   free(err);
 }
 
+/* A client taking and giving back a permit as fast as it can, until told
+ * to stop: the semaphore's counts move all the time, its size never. */
+typedef struct churn {
+  const char *name;
+  atomic_bool stop;
+  long rounds;
+} churn;
+
+static void churn_permits(void *arg) {
+  churn *c = arg;
+  rlock_client *client = rt_client();
+  rlock_permit_semaphore *sem = NULL;
+  cr_assert_eq(rlock_permit_semaphore_get(client, c->name, &sem), 0);
+  char id[RLOCK_PERMIT_ID_LEN + 1];
+  while (!atomic_load(&c->stop)) {
+    if (rlock_permit_semaphore_try_acquire(sem, 0, 10000, id) == 1) {
+      cr_assert_eq(rlock_permit_semaphore_release(sem, id), 0);
+      c->rounds++;
+    }
+  }
+  rlock_permit_semaphore_free(sem);
+  rlock_client_close(client);
+}
+
+/* Issue 35: --permits read the size in two round trips (available, then
+ * taken) and warned of a wrong size when a permit moved between them (1
+ * run in 7 with 3 jobs at once). One atomic read now: no warning while
+ * another client takes and returns permits all the time. */
+Test(cli, permits_no_false_size_warning_while_permits_move) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:permitchurn");
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("--permits", "3", key, "true")), 0);
+  churn c = {.name = key};
+  rt_thread t;
+  rt_thread_start(&t, churn_permits, &c);
+  for (int i = 0; i < 12; i++) {
+    cr_assert_eq(cli_run(&p, ARGS("--permits", "3", "-w", "10", key, "true")),
+                 0);
+    char *err = cli_err(&p);
+    cr_assert(strstr(err, "warning") == NULL, "run %d: stderr: %s", i, err);
+    free(err);
+  }
+  atomic_store(&c.stop, true);
+  rt_thread_join(&t, 10000);
+  cr_assert(c.rounds > 12, "the permits hardly moved: %ld rounds", c.rounds);
+}
+
 Test(cli, status_shows_permits_and_latch_count) {
   char key[64], latch[64];
   rt_key(key, sizeof key, "cli:permitstatus");

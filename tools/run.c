@@ -672,6 +672,36 @@ static void lock_lost(run *r, const char *why) {
   r->kill_deadline_ms = cli_now_ms() + r->o->kill_after_ms;
 }
 
+/* -v on a busy lock: who holds it, as `rlock status` reads it (one read,
+ * only when giving up). -m and --permits: not said (several names, or
+ * permit ids rather than owners). */
+static void say_holders(run *r) {
+  if (r->client == NULL || r->o->n_names > 0 || r->h.sem != NULL)
+    return;
+  rlock_info info;
+  rlock_info_init(&info);
+  if (rlock_info_get(r->client, r->o->name, &info) != 0)
+    return;
+  for (size_t i = 0; i < info.holders_n; i++) {
+    const rlock_info_entry *e = &info.holders[i];
+    if (e->count == RLOCK_INFO_NOT_A_COUNT)
+      continue;
+    char *owner = cli_text_dup(e->key, e->key_len - (e->writer ? 6 : 0));
+    char ttl[48] = "";
+    if (info.ttl_ms >= 0)
+      snprintf(ttl, sizeof ttl, ", expires in %" PRId64 " ms", info.ttl_ms);
+    /* already escaped: printed as is, not through cli_err */
+    fprintf(stderr, CLI_PROG ": held by %s (%s, hold count %" PRId64 ")%s\n",
+            owner != NULL ? owner : "?",
+            info.mode == NULL ? "lock"
+            : e->writer       ? "writer of a read/write lock"
+                              : "reader of a read/write lock",
+            e->count, ttl);
+    free(owner);
+  }
+  rlock_info_free(&info);
+}
+
 static void on_acquired(run *r, int rc) {
   if (r->abort_signal != 0) {
     /* The client was closed to interrupt the wait. If the lock was taken
@@ -702,6 +732,7 @@ static void on_acquired(run *r, int rc) {
       else
         cli_err("timed out after %" PRId64 " ms waiting for '%s'",
                 cli_now_ms() - r->started_ms, r->o->name);
+      say_holders(r);
     }
     r->exit_code = r->o->conflict_exit_code;
     r->phase = PH_DONE;

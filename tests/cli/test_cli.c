@@ -3970,3 +3970,22 @@ Test(cli, secrets_bad_uri_file_or_empty_redis_url_exit_64) {
   free(err);
   cr_assert(!exists_in("ran"));
 }
+
+/* -v on a busy lock says who holds it (issue 35, item 4: the owner string;
+ * host, pid and program are not done, see docs/cli.md). */
+Test(cli, verbose_busy_lock_names_its_holder) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:whoholds");
+  held h;
+  hold(&h, key);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("-v", "-n", key, "--", "touch", "ran")), 1);
+  char *err = cli_err(&p), expect[160];
+  snprintf(expect, sizeof expect, "rlock: held by %s (lock, hold count 1), "
+                                  "expires in ",
+           h.owner);
+  cr_assert(strstr(err, expect) != NULL, "stderr: %s", err);
+  free(err);
+  cr_assert(!exists_in("ran"));
+  unhold(&h);
+}

@@ -2,7 +2,9 @@
  *
  *   rlock.c  argument parsing, --help/--version, dispatch (connection
  *            options may come before status and unlock)
- *   rlock.1.scd  the manual page, rlock(1), in scdoc (tools/meson.build)
+ *   rlock.1.scd  the manual page, rlock(1), in scdoc (tools/meson.build);
+ *            rlock.1 its troff, committed (scripts/check-man)
+ *   out.c    escaping of what came from Redis, for text and JSON
  *   run.c    `rlock NAME -- COMMAND`: the lock thread, signals, the child
  *   ls.c     `rlock ls [PATTERN]`: rlock_scan_* and rlock_info_get
  *   admin.c  `rlock status`, `rlock unlock --force` and run.c's clean-up

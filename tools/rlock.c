@@ -233,7 +233,9 @@ bool cli_uri_file_option(int c, const char *arg) {
 }
 
 const char *cli_take_uri(char *arg) {
-  char *copy = strdup(arg);
+  static char *copy; /* the last -u's, reachable until exit */
+  free(copy);
+  copy = strdup(arg);
   if (copy == NULL) {
     cli_err("out of memory");
     exit(CLI_EX_OSERR);
@@ -258,7 +260,7 @@ const char *cli_take_uri(char *arg) {
         *p = '*';
     }
   }
-  return copy; /* reachable until exit */
+  return copy;
 }
 
 /* The longest URI read from --uri-file. */

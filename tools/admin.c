@@ -76,6 +76,73 @@ int cli_release_orphan(const char *uri, const cli_tls_opts *tls,
   return rc;
 }
 
+/* ---- who holds it ---- */
+
+const cli_whois_entry *cli_whois_get(cli_whois *w, const char *name,
+                                     const char *owner, size_t len) {
+  static cli_whois_entry none;
+  if (len <= RLOCK_ID_LEN || owner[RLOCK_ID_LEN] != ':')
+    return NULL;
+  for (size_t i = 0; i < w->n; i++)
+    if (memcmp(w->cache[i].id, owner, RLOCK_ID_LEN) == 0)
+      return &w->cache[i];
+  cli_whois_entry *e = w->n < CLI_WHOIS_CACHE ? &w->cache[w->n++] : &none;
+  memset(e, 0, sizeof *e);
+  memcpy(e->id, owner, RLOCK_ID_LEN);
+  if (w->refused) {
+    e->rc = RLOCK_ENOPERM;
+    snprintf(e->why, sizeof e->why, "%s", w->refused_why);
+    return e;
+  }
+  char own[RLOCK_ID_LEN + 3];
+  snprintf(own, sizeof own, "%.*s:0", RLOCK_ID_LEN, owner);
+  rlock_holder_init(&e->h);
+  e->rc = rlock_holder_get(w->client, name, own, &e->h);
+  if (e->rc == 0)
+    snprintf(e->why, sizeof e->why, "no connection named by an rlock client "
+                                    "with this id: a Java client, one with "
+                                    "its own client_name, or gone");
+  else if (e->rc < 0)
+    snprintf(e->why, sizeof e->why, "%s: %s", rlock_strerror(e->rc),
+             rlock_last_error());
+  if (e->rc == RLOCK_ENOPERM) {
+    w->refused = true;
+    snprintf(w->refused_why, sizeof w->refused_why,
+             "CLIENT LIST refused (%s); the ACL needs +client|list",
+             rlock_last_error());
+    snprintf(e->why, sizeof e->why, "%s", w->refused_why);
+  }
+  return e;
+}
+
+void cli_whois_text(FILE *out, const cli_whois_entry *e) {
+  char text[512];
+  if (e->rc == 1)
+    snprintf(text, sizeof text,
+             "pid %" PRId64 " (%s) on %s, connected for %" PRId64
+             " s, from %s",
+             e->h.pid, e->h.program, e->h.host, e->h.connected_ms / 1000,
+             e->h.addr);
+  else
+    snprintf(text, sizeof text, "not known as an rlock client (%s)", e->why);
+  cli_text(out, text);
+}
+
+void cli_whois_json(FILE *out, const cli_whois_entry *e) {
+  if (e->rc != 1) {
+    fputs(",\"rlock_client\":false,\"why\":", out);
+    cli_json_string(out, e->why, strlen(e->why));
+    return;
+  }
+  fputs(",\"rlock_client\":true,\"host\":", out);
+  cli_json_string(out, e->h.host, strlen(e->h.host));
+  fprintf(out, ",\"pid\":%" PRId64 ",\"program\":", e->h.pid);
+  cli_json_string(out, e->h.program, strlen(e->h.program));
+  fprintf(out, ",\"connected_ms\":%" PRId64 ",\"addr\":",
+          e->h.connected_ms);
+  cli_json_string(out, e->h.addr, strlen(e->h.addr));
+}
+
 /* ---- status ---- */
 
 static bool is_type(const rlock_info *info, const char *type) {
@@ -135,7 +202,8 @@ static void print_string_human(const char *name, const rlock_info *info) {
     print_permits_human(name, info);
 }
 
-static void print_human(const char *name, const rlock_info *info) {
+static void print_human(const char *name, const rlock_info *info,
+                        cli_whois *w) {
   if (is_type(info, "string")) {
     print_string_human(name, info);
     return;
@@ -177,6 +245,13 @@ static void print_human(const char *name, const rlock_info *info) {
     fputs(counted(h) ? "  holds " : " = ", stdout);
     cli_text_write(stdout, h->value, h->value_len);
     fputc('\n', stdout);
+    const cli_whois_entry *e =
+        counted(h) ? cli_whois_get(w, name, h->key, h->key_len) : NULL;
+    if (e != NULL) {
+      fputs("    ", stdout);
+      cli_whois_text(stdout, e);
+      fputc('\n', stdout);
+    }
   }
   print_kind_lines(info);
 }
@@ -205,7 +280,7 @@ static void print_string_json(const rlock_info *info) {
 }
 
 static void print_json(const char *name, const rlock_info *info,
-                       bool first) {
+                       bool first, cli_whois *w) {
   fputs(first ? "  {" : ",\n  {", stdout);
   fputs("\"name\":", stdout);
   cli_json_string(stdout, name, strlen(name));
@@ -239,12 +314,31 @@ static void print_json(const char *name, const rlock_info *info,
     printf(",\"token\":%" PRId64, info->token);
   if (is_type(info, "string"))
     print_string_json(info);
-  fputc('}', stdout);
+  /* each counted owner with who it is (rlock_holder_get); only when there
+   * is one */
+  bool any = false;
+  for (size_t i = 0; i < info->holders_n; i++) {
+    const rlock_info_entry *h = &info->holders[i];
+    if (!counted(h))
+      continue;
+    fputs(any ? ",{\"owner\":" : ",\"holders\":[{\"owner\":", stdout);
+    any = true;
+    cli_json_string(stdout, h->key, h->key_len);
+    printf(",\"count\":%" PRId64, h->count);
+    const cli_whois_entry *e = cli_whois_get(w, name, h->key, h->key_len);
+    if (e != NULL)
+      cli_whois_json(stdout, e);
+    fputc('}', stdout);
+  }
+  fputs(any ? "]}" : "}", stdout);
 }
 
 /* One status of every NAME: 0, or the exit code with the error printed. */
 static int status_once(rlock_client *client, char **names, int n,
                        bool json) {
+  static cli_whois w; /* ~15 KB: not on the stack */
+  memset(&w, 0, sizeof w);
+  w.client = client;
   int rc = 0;
   if (json)
     fputs("[\n", stdout);
@@ -261,9 +355,9 @@ static int status_once(rlock_client *client, char **names, int n,
       break;
     }
     if (json)
-      print_json(names[i], &info, i == 0);
+      print_json(names[i], &info, i == 0, &w);
     else
-      print_human(names[i], &info);
+      print_human(names[i], &info, &w);
     rlock_info_free(&info);
   }
   if (json && rc == 0)

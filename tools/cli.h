@@ -283,6 +283,36 @@ char *cli_text_dup(const char *s, size_t len);
  * not part of valid UTF-8 as \udcHH, Python's surrogateescape). */
 void cli_json_string(FILE *out, const char *s, size_t len);
 
+/* Who holds it (admin.c): the rlock client behind an owner, through
+ * rlock_holder_get, remembered per client id for one run; after CLIENT LIST
+ * was refused once, not asked again. */
+#define CLI_WHOIS_CACHE 32
+typedef struct cli_whois_entry {
+  char id[RLOCK_ID_LEN + 1];
+  int rc; /* 1 found, 0 not an rlock client, < 0 error */
+  rlock_holder h;
+  char why[200];
+} cli_whois_entry;
+typedef struct cli_whois {
+  rlock_client *client;
+  bool refused; /* CLIENT LIST refused: why in refused_why */
+  char refused_why[200];
+  cli_whois_entry cache[CLI_WHOIS_CACHE];
+  size_t n;
+} cli_whois;
+/* The holder behind owner (len bytes; a writer's ":write" allowed) of the
+ * lock `name`: the entry (rc 1 found, 0 not an rlock client, < 0 error,
+ * why set), or NULL when the owner has no client id (a foreign field). */
+const cli_whois_entry *cli_whois_get(cli_whois *w, const char *name,
+                                     const char *owner, size_t len);
+/* One line for a human: "pid P (PROGRAM) on HOST, connected for N s, from
+ * ADDR", or "not known as an rlock client (WHY)"; escaped. */
+void cli_whois_text(FILE *out, const cli_whois_entry *e);
+/* JSON members for the entry, each starting with ',':
+ * ,"rlock_client":true,"host":...,"pid":...,"program":...,
+ * "connected_ms":...,"addr":... or ,"rlock_client":false,"why":... */
+void cli_whois_json(FILE *out, const cli_whois_entry *e);
+
 /* `rlock [options] NAME -- COMMAND`. Returns the process exit code. */
 int cli_run(const cli_run_opts *o);
 

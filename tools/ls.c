@@ -104,7 +104,7 @@ static void json_owner(const rlock_info_entry *e, bool writer) {
 }
 
 static void print_human(const char *name, size_t name_len,
-                        const rlock_info *info) {
+                        const rlock_info *info, cli_whois *w) {
   cli_text_write(stdout, name, name_len);
   printf(": %s", kind_words(info));
   if (info->mode != NULL) {
@@ -133,6 +133,15 @@ static void print_human(const char *name, size_t name_len,
                                                               : "holder");
     human_owner(h, h->writer);
     printf(", count %" PRId64 "\n", h->count);
+    const cli_whois_entry *e =
+        h->count != RLOCK_INFO_NOT_A_COUNT
+            ? cli_whois_get(w, name, h->key, h->key_len)
+            : NULL;
+    if (e != NULL) {
+      fputs("    ", stdout);
+      cli_whois_text(stdout, e);
+      fputc('\n', stdout);
+    }
   }
   if (info->queue_total > 0) {
     printf("  queue %zu", info->queue_total);
@@ -147,7 +156,7 @@ static void print_human(const char *name, size_t name_len,
 }
 
 static void print_json(const char *name, size_t name_len,
-                       const rlock_info *info, bool first) {
+                       const rlock_info *info, bool first, cli_whois *w) {
   fputs(first ? "\n    {\"name\":" : ",\n    {\"name\":", stdout);
   cli_json_string(stdout, name, name_len);
   printf(",\"kind\":\"%s\",\"type\":\"%s\",\"locked\":%s", kind_name(info),
@@ -166,8 +175,15 @@ static void print_json(const char *name, size_t name_len,
     const rlock_info_entry *h = &info->holders[i];
     fputs(i > 0 ? ",{" : "{", stdout);
     json_owner(h, h->writer);
-    printf(",\"count\":%" PRId64 ",\"writer\":%s}", h->count,
+    printf(",\"count\":%" PRId64 ",\"writer\":%s", h->count,
            h->writer ? "true" : "false");
+    const cli_whois_entry *e =
+        h->count != RLOCK_INFO_NOT_A_COUNT
+            ? cli_whois_get(w, name, h->key, h->key_len)
+            : NULL;
+    if (e != NULL)
+      cli_whois_json(stdout, e);
+    fputc('}', stdout);
   }
   printf("],\"queue\":{\"length\":%zu,\"head\":", info->queue_total);
   if (info->queue_n > 0) {
@@ -260,6 +276,8 @@ int cli_ls_main(int argc, char **argv) {
   int rc = cli_connect(uri_flag, &tls, &sentinel, &client);
   if (rc != 0)
     return rc;
+  static cli_whois whois; /* ~15 KB: not on the stack */
+  whois.client = client;
   rlock_scan_options so;
   rlock_scan_options_init(&so);
   so.pattern = pattern;
@@ -325,10 +343,10 @@ int cli_ls_main(int argc, char **argv) {
                nul ? "nul" : info.type);
       nskips++;
     } else if (json) {
-      print_json(name, name_len, &info, listed == 0);
+      print_json(name, name_len, &info, listed == 0, &whois);
       listed++;
     } else {
-      print_human(name, name_len, &info);
+      print_human(name, name_len, &info, &whois);
       listed++;
     }
     rlock_info_free(&info);

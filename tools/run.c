@@ -697,6 +697,15 @@ static void say_holders(run *r) {
             : e->writer       ? "writer of a read/write lock"
                               : "reader of a read/write lock",
             e->count, ttl);
+    static cli_whois w;
+    w.client = r->client;
+    const cli_whois_entry *who = cli_whois_get(&w, r->o->name, e->key,
+                                               e->key_len);
+    if (who != NULL) {
+      fputs(CLI_PROG ":   ", stderr);
+      cli_whois_text(stderr, who);
+      fputc('\n', stderr);
+    }
     free(owner);
   }
   rlock_info_free(&info);

@@ -1203,7 +1203,7 @@ Test(cli, status_shows_owner_count_ttl_and_waiters) {
   cli_proc p;
   cr_assert_eq(cli_run(&p, ARGS("status", key)), 0);
   char *out = cli_out(&p);
-  char expect[256];
+  char expect[512];
   long long ttl = -1;
   char line1[192];
   snprintf(line1, sizeof line1, "%s: locked, expires in ", key);
@@ -1221,8 +1221,10 @@ Test(cli, status_shows_owner_count_ttl_and_waiters) {
            "{\"name\":\"%s\",\"locked\":true,\"type\":\"hash\",\"ttl_ms\":",
            key);
   cr_assert(strstr(out, expect) != NULL, "json: %s", out);
-  snprintf(expect, sizeof expect, ",\"owners\":{\"%s\":2},\"waiters\":1}",
-           h.owner);
+  snprintf(expect, sizeof expect,
+           ",\"owners\":{\"%s\":2},\"waiters\":1,\"holders\":[{\"owner\":"
+           "\"%s\",\"count\":2,\"rlock_client\":true,\"host\":",
+           h.owner, h.owner);
   cr_assert(strstr(out, expect) != NULL, "json: %s", out);
   cr_assert(out[0] == '[' && strstr(out, "]\n") != NULL, "json: %s", out);
   free(out);
@@ -1969,9 +1971,11 @@ Test(cli, tls_status_and_unlock_force) {
                                 "--tls-ca-file", g_ca, key)),
                0);
   char *out = cli_out(&p);
-  char expect[256];
-  snprintf(expect, sizeof expect, ",\"owners\":{\"%s\":1},\"waiters\":0}",
-           h.owner);
+  char expect[512];
+  snprintf(expect, sizeof expect,
+           ",\"owners\":{\"%s\":1},\"waiters\":0,\"holders\":[{\"owner\":"
+           "\"%s\",\"count\":1,\"rlock_client\":true,",
+           h.owner, h.owner);
   cr_assert(strstr(out, expect) != NULL, "json: %s", out);
   free(out);
   /* the type check runs over TLS too: the string is left alone */
@@ -2280,9 +2284,11 @@ Test(cli, kinds_fenced_excludes_the_plain_lock_and_unlock_force_fenced) {
   char *out = cli_out(&p), *owner = first_line_in("owner");
   char expect[256];
   snprintf(expect, sizeof expect,
-           "\n  owner %s  holds 1\n  fenced lock: token 1 (the latest "
-           "handed out)\n",
+           "\n  owner %s  holds 1\n    pid ",
            owner);
+  cr_assert(strstr(out, expect) != NULL, "status: %s", out);
+  snprintf(expect, sizeof expect,
+           "\n  fenced lock: token 1 (the latest handed out)\n");
   cr_assert(strstr(out, expect) != NULL, "status: %s", out);
   free(out);
   free(owner);
@@ -2367,7 +2373,9 @@ Test(cli, kinds_other_kinds_on_a_read_write_hash_are_busy_changing_nothing) {
   cr_assert_eq(cli_run(&p, ARGS("status", "--json", key)), 0);
   out = cli_out(&p);
   cr_assert(strstr(out, ",\"owners\":{\"java-uuid:61\":1},\"waiters\":0,"
-                        "\"kind\":\"read/write\",\"mode\":\"read\"}") != NULL,
+                        "\"kind\":\"read/write\",\"mode\":\"read\","
+                        "\"holders\":[{\"owner\":\"java-uuid:61\","
+                        "\"count\":1}]}") != NULL,
             "json: %s", out);
   free(out);
   free(before);
@@ -2615,7 +2623,8 @@ Test(cli, kinds_fair_runs_in_arrival_order) {
   free(out);
   cr_assert_eq(cli_run(&p, ARGS("status", "--json", key)), 0);
   out = cli_out(&p);
-  cr_assert(strstr(out, ",\"queue\":3}") != NULL, "json: %s", out);
+  cr_assert(strstr(out, ",\"queue\":3,\"holders\":[{\"owner\":") != NULL,
+            "json: %s", out);
   free(out);
   for (int i = 0; i < 3; i++)
     cr_assert(cli_running(&w[i]), "waiter %s did not wait", names[i]);
@@ -3439,9 +3448,12 @@ Test(cli, ls_lists_every_kind_with_holders_and_counts) {
   cr_assert(strstr(out, expect) != NULL, "json: %s", out);
   snprintf(expect, sizeof expect,
            "\"holders\":[{\"owner\":\"%s\",\"client\":\"%s\",\"thread\":%"
-           PRIu64 ",\"count\":2,\"writer\":false}],\"queue\":{\"length\":0,"
-           "\"head\":null},\"token\":null,\"count\":null,\"waiters\":1}",
+           PRIu64 ",\"count\":2,\"writer\":false,\"rlock_client\":true,",
            owner, client_id, me);
+  cr_assert(strstr(out, expect) != NULL, "json: %s", out);
+  snprintf(expect, sizeof expect,
+           "\"}],\"queue\":{\"length\":0,"
+           "\"head\":null},\"token\":null,\"count\":null,\"waiters\":1}");
   cr_assert(strstr(out, expect) != NULL, "json: %s", out);
   rt_owner(owner, sizeof owner, c2, fw);
   snprintf(expect, sizeof expect,
@@ -3988,4 +4000,101 @@ Test(cli, verbose_busy_lock_names_its_holder) {
   free(err);
   cr_assert(!exists_in("ran"));
   unhold(&h);
+}
+
+/* ---- who holds it (issue 35, item 4) ---- */
+
+/* An rlock holder names its connections at connect; status, ls (text and
+ * JSON) and -v on a busy lock show its pid, program and host from CLIENT
+ * LIST. A holder that is not an rlock client is said to be one, with its
+ * id. */
+Test(cli, who_holds_it_shows_pid_program_and_host) {
+  char key[64], other[64], host[256] = "", line[400], pat[96];
+  rt_key(key, sizeof key, "cli:who");
+  rt_key(other, sizeof other, "cli:who-java");
+  cr_assert_eq(gethostname(host, sizeof host - 1), 0);
+  cli_proc holder;
+  cli_start(&holder, ARGS(key, "--", "sh", "-c",
+                          "touch held; while [ ! -e go ]; do sleep 0.02; done"));
+  rt_wait_until_what(file_exists, "held", 10000, "the holder runs");
+  snprintf(line, sizeof line, "    pid %d (rlock) on %s, connected for ",
+           (int)holder.pid, host);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("status", key)), 0);
+  char *out = cli_out(&p);
+  cr_assert(strstr(out, line) != NULL, "status: %s", out);
+  free(out);
+  snprintf(pat, sizeof pat, "%s*", key);
+  cr_assert_eq(cli_run(&p, ARGS("ls", pat)), 0);
+  out = cli_out(&p);
+  cr_assert(strstr(out, line) != NULL, "ls: %s", out);
+  free(out);
+  snprintf(line, sizeof line,
+           "\"rlock_client\":true,\"host\":\"%s\",\"pid\":%d,\"program\":"
+           "\"rlock\",\"connected_ms\":",
+           host, (int)holder.pid);
+  cr_assert_eq(cli_run(&p, ARGS("status", "--json", key)), 0);
+  out = cli_out(&p);
+  cr_assert(strstr(out, line) != NULL, "status --json: %s", out);
+  free(out);
+  cr_assert_eq(cli_run(&p, ARGS("ls", "--json", pat)), 0);
+  out = cli_out(&p);
+  cr_assert(strstr(out, line) != NULL, "ls --json: %s", out);
+  free(out);
+  cr_assert_eq(cli_run(&p, ARGS("-v", "-n", key, "--", "touch", "ran")), 1);
+  char *err = cli_err(&p);
+  snprintf(line, sizeof line, "rlock:   pid %d (rlock) on %s, connected for ",
+           (int)holder.pid, host);
+  cr_assert(strstr(err, line) != NULL, "-v: %s", err);
+  free(err);
+  /* a holder that is no rlock client (a Java client's owner, by hand) */
+  rt_int("HSET %s 0000aaaa-0000-4000-8000-000000000000:1 1", other);
+  cr_assert_eq(cli_run(&p, ARGS("status", other)), 0);
+  out = cli_out(&p);
+  cr_assert(strstr(out, "owner 0000aaaa-0000-4000-8000-000000000000:1  holds "
+                        "1\n    not known as an rlock client (no connection "
+                        "named by an rlock client with this id") != NULL,
+            "status: %s", out);
+  free(out);
+  touch_in("go");
+  cr_assert_eq(cli_wait(&holder, RUN_BOUND_MS), 0);
+  cr_assert(!exists_in("ran"));
+}
+
+/* An ACL user without +client|setname still connects (the name is set as a
+ * probe: its refusal is ignored), and is then not known by name; one
+ * without +client|list gets the ids and why there is no more, exit 0. */
+Test(cli, who_holds_it_when_the_acl_refuses_client_list_and_setname) {
+  char key[64], uri[128];
+  rt_key(key, sizeof key, "cli:who-acl");
+  rt_ok("OK", "ACL SETUSER lim on >pw ~* &* +@all -client|list "
+              "-client|setname");
+  snprintf(uri, sizeof uri, "redis://lim:pw@127.0.0.1:%d", rt_port());
+  cli_proc holder;
+  cli_start(&holder, ARGS("-u", uri, key, "--", "sh", "-c",
+                          "touch held; while [ ! -e go ]; do sleep 0.02; done"));
+  rt_wait_until_what(file_exists, "held", 10000, "the holder runs");
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("status", key)), 0);
+  char *out = cli_out(&p);
+  cr_assert(strstr(out, "holds 1\n    not known as an rlock client (no "
+                        "connection named by an rlock client") != NULL,
+            "status: %s", out);
+  free(out);
+  cr_assert_eq(cli_run(&p, ARGS("status", "-u", uri, key)), 0);
+  out = cli_out(&p);
+  cr_assert(strstr(out, "  owner ") != NULL &&
+                strstr(out, "holds 1\n    not known as an rlock client "
+                            "(CLIENT LIST refused (") != NULL &&
+                strstr(out, "the ACL needs +client|list)") != NULL,
+            "status: %s", out);
+  free(out);
+  cr_assert_eq(cli_run(&p, ARGS("status", "--json", "-u", uri, key)), 0);
+  out = cli_out(&p);
+  cr_assert(strstr(out, "\"rlock_client\":false,\"why\":\"CLIENT LIST "
+                        "refused (") != NULL,
+            "json: %s", out);
+  free(out);
+  touch_in("go");
+  cr_assert_eq(cli_wait(&holder, RUN_BOUND_MS), 0);
 }

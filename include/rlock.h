@@ -1517,6 +1517,46 @@ RLOCK_EXTERN int rlock_info_get(rlock_client *client, const char *name,
 RLOCK_EXTERN void rlock_info_free(rlock_info *info);
 
 /*
+ * Who holds it: the rlock client behind an owner string.
+ *
+ * A client opened without the client_name option names each of its
+ * connections "rlock/<client-id>/<pid>/<program>/<host>" at connect (CLIENT
+ * SETNAME, pipelined with the handshake: nothing per acquire; a refusal -
+ * an ACL without +client|setname, a service without CLIENT - is ignored).
+ * rlock_holder_get() finds that name with CLIENT LIST on the master (each
+ * master of a cluster in turn) and returns what it carries. Added in
+ * 0.1.0 (issue 35); set struct_size with rlock_holder_init().
+ */
+typedef struct rlock_holder {
+  size_t struct_size;
+  char host[72];        /* the holder's host name (gethostname), cut */
+  char program[40];     /* its program's short name, cut */
+  int64_t pid;          /* its process id */
+  int64_t connected_ms; /* how long its connection has been up (CLIENT
+                           LIST's age, whole seconds): an upper bound of
+                           how long it has held the lock - Redis keeps no
+                           acquire time (Redisson's layout) */
+  char addr[64];        /* its address as the server sees it, ip:port */
+} rlock_holder;
+
+#define rlock_holder_init(h) rlock_holder_init_size((h), sizeof(rlock_holder))
+RLOCK_EXTERN void rlock_holder_init_size(rlock_holder *h, size_t size);
+
+/*
+ * What the server knows of the client behind `owner` ("<client-id>:<thread>",
+ * as rlock_info_get() lists holders; a writer's ":write" may stay), asked
+ * on the server(s) serving `name`. 1: found, *h filled. 0: no connection
+ * there carries the name of an rlock client with that id - a Java client,
+ * a client opened with its own client_name, one whose name was changed
+ * since (CLIENT SETNAME on its connection), or one gone; rlock_last_error()
+ * says so. An owner that is not of that form is RLOCK_EINVAL. CLIENT LIST
+ * refused (an ACL without +client|list): RLOCK_ENOPERM with the server's
+ * text. Blocking; one CLIENT LIST per master asked.
+ */
+RLOCK_EXTERN int rlock_holder_get(rlock_client *client, const char *name,
+                                  const char *owner, rlock_holder *h);
+
+/*
  * Kind-aware force unlock of `name`: deletes the lock whoever holds it
  * with the release its own kind makes, so its waiters wake. `kind` NULL
  * or "": the kind the keys show (rlock_info_get): a read/write lock is

@@ -2,9 +2,11 @@
  * thread, tasks, timers), net (connections, channels), engine (operations,
  * holds) - wires their hooks, and owns the order of open and close. It also
  * hands out lock handles. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "observe.h"
 #include "prim.h"
@@ -16,6 +18,9 @@ struct rlock_client {
   char id[RLOCK_ID_LEN + 1];
   char *uri_text; /* the full URI, password included: wiped when freed */
   char *client_name;
+  /* Without client_name: "rlock/<id>/<pid>/<program>/<host>", set on
+   * every connection at connect (rlock_holder_get reads it back). */
+  char auto_name[RLOCK_ID_LEN + 160];
   char *tls_files[5]; /* copies of the tls_* strings of the options */
   rlock__uri uri;
   /* open handshake */
@@ -153,6 +158,36 @@ static void client_free(rlock_client *c) {
 
 static void on_destroy(rlock__core *core) { client_free(CLIENT_OF(core, core)); }
 
+/* Appends `s` to buf (at *at, of size n) as a client name may hold it:
+ * bytes '!'..'~' but '/', others as '_', at most `max`. */
+static void name_part(char *buf, size_t n, size_t *at, const char *s,
+                      size_t max) {
+  for (size_t i = 0; s[i] != '\0' && i < max && *at + 1 < n; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    buf[(*at)++] = ch > ' ' && ch <= '~' && ch != '/' ? (char)ch : '_';
+  }
+  buf[*at] = '\0';
+}
+
+/* The automatic client name: "rlock/<id>/<pid>/<program>/<host>" (program
+ * at most 32 bytes, host 64; '/' and bytes outside '!'..'~' as '_'). */
+static void make_auto_name(rlock_client *c) {
+  char host[256] = "";
+  if (gethostname(host, sizeof(host) - 1) != 0)
+    host[0] = '\0';
+  const char *prog = program_invocation_short_name;
+  size_t at = (size_t)snprintf(c->auto_name, sizeof(c->auto_name),
+                               "rlock/%s/%ld/", c->id, (long)getpid());
+  name_part(c->auto_name, sizeof(c->auto_name), &at,
+            prog != NULL && prog[0] != '\0' ? prog : "?", 32);
+  if (at + 1 < sizeof(c->auto_name)) {
+    c->auto_name[at++] = '/';
+    c->auto_name[at] = '\0';
+  }
+  name_part(c->auto_name, sizeof(c->auto_name), &at,
+            host[0] != '\0' ? host : "?", 64);
+}
+
 static char *dup_or_null(const char *s) {
   return s != NULL ? strdup(s) : NULL;
 }
@@ -253,6 +288,10 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
     return rc;
   }
   rlock__net_init(&c->net, &c->core, &c->uri, c->client_name);
+  if (c->client_name == NULL) {
+    make_auto_name(c);
+    c->net.auto_name = c->auto_name;
+  }
   rc = rlock__net_setup(&c->net, &c->core.opts); /* sets the last error */
   /* The sentinel's credentials were copied by the net layer: the caller's
    * strings are not kept. */

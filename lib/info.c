@@ -124,3 +124,106 @@ int rlock_client_force_unlock(rlock_client *client, const char *name,
     rlock__clear_last_error();
   return rc;
 }
+
+/* ---- who holds it (rlock_holder_get) ---- */
+
+void rlock_holder_init_size(rlock_holder *h, size_t size) {
+  if (h == NULL)
+    return;
+  if (size > sizeof(rlock_holder))
+    size = sizeof(rlock_holder);
+  memset(h, 0, size);
+  h->struct_size = size;
+}
+
+/* The value of field `key` ("age=") in a CLIENT LIST line, up to the next
+ * blank, into out; false when absent. */
+static bool list_field(const char *line, const char *key, char *out,
+                       size_t n) {
+  size_t klen = strlen(key);
+  for (const char *p = line; (p = strstr(p, key)) != NULL; p += klen) {
+    if (p != line && p[-1] != ' ')
+      continue;
+    p += klen;
+    size_t len = strcspn(p, " ");
+    if (len >= n)
+      len = n - 1;
+    memcpy(out, p, len);
+    out[len] = '\0';
+    return true;
+  }
+  return false;
+}
+
+/* "rlock/<id>/<pid>/<program>/<host>" into h. */
+static bool parse_auto_name(const char *name, rlock_holder *h) {
+  const char *p = strchr(name, '/');
+  p = p != NULL ? strchr(p + 1, '/') : NULL; /* after the id */
+  if (p == NULL)
+    return false;
+  char *end = NULL;
+  long long pid = strtoll(p + 1, &end, 10);
+  if (end == p + 1 || *end != '/')
+    return false;
+  const char *prog = end + 1, *slash = strchr(prog, '/');
+  if (slash == NULL)
+    return false;
+  h->pid = pid;
+  snprintf(h->program, sizeof(h->program), "%.*s", (int)(slash - prog),
+           prog);
+  snprintf(h->host, sizeof(h->host), "%s", slash + 1);
+  return true;
+}
+
+int rlock_holder_get(rlock_client *client, const char *name,
+                     const char *owner, rlock_holder *h) {
+  if (h == NULL || owner == NULL)
+    return rlock__bad_arg("owner and h must be given");
+  size_t size = h->struct_size;
+  if (size < offsetof(rlock_holder, pid) || size > sizeof(rlock_holder))
+    return rlock__bad_arg("h->struct_size is not set (rlock_holder_init) "
+                          "or larger than this library's rlock_holder");
+  /* the client id: a uuid, before the first ':' */
+  size_t id_len = strcspn(owner, ":");
+  if (id_len != RLOCK_ID_LEN || owner[id_len] != ':')
+    return rlock__bad_arg("owner is not '<client-id>:<thread-id>' with a "
+                          "36-character client id");
+  char id[RLOCK_ID_LEN + 1];
+  memcpy(id, owner, RLOCK_ID_LEN);
+  id[RLOCK_ID_LEN] = '\0';
+  for (size_t i = 0; i < RLOCK_ID_LEN; i++)
+    if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f') ||
+          id[i] == '-'))
+      return rlock__bad_arg("owner's client id is not a uuid");
+  rlock *lock;
+  int rc = rlock_get(client, name, &lock); /* checks and the last error */
+  if (rc != 0)
+    return rc;
+  char line[1024];
+  rc = rlock__whois(lock, id, line, sizeof(line));
+  rlock_free(lock);
+  if (rc <= 0) {
+    if (rc == 0)
+      rlock__set_last_error("no connection named by an rlock client with id "
+                            "%s (a Java client, a client with its own "
+                            "client_name, a name changed since, or gone)",
+                            id);
+    return rc;
+  }
+  rlock_holder full;
+  memset(&full, 0, sizeof(full));
+  char value[256], age[32];
+  if (!list_field(line, "name=", value, sizeof(value)) ||
+      !parse_auto_name(value, &full)) {
+    rlock__set_last_error("the connection of client %s has a name rlock "
+                          "does not read: %.80s", id, value);
+    return 0;
+  }
+  if (list_field(line, "age=", age, sizeof(age)))
+    full.connected_ms = strtoll(age, NULL, 10) * 1000;
+  list_field(line, "addr=", full.addr, sizeof(full.addr));
+  full.struct_size = size;
+  memcpy(h, &full, size);
+  rlock__clear_last_error();
+  return 1;
+}

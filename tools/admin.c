@@ -41,6 +41,10 @@ static int open_client(const char *uri, const cli_tls_opts *tls,
 int cli_connect(const char *uri_flag, const cli_tls_opts *tls,
                 cli_sentinel_opts *sentinel, rlock_client **client) {
   const char *uri = cli_resolve_uri(uri_flag);
+  if (uri == NULL) {
+    cli_sentinel_free(sentinel);
+    return CLI_EX_USAGE;
+  }
   int rc = cli_tls_check(tls, uri);
   if (rc == 0)
     rc = cli_sentinel_check(sentinel, uri);
@@ -72,37 +76,74 @@ int cli_release_orphan(const char *uri, const cli_tls_opts *tls,
   return rc;
 }
 
-/* ---- status ---- */
+/* ---- who holds it ---- */
 
-void cli_json_string(FILE *out, const char *s, size_t len) {
-  fputc('"', out);
-  for (size_t i = 0; i < len; i++) {
-    unsigned char ch = (unsigned char)s[i];
-    switch (ch) {
-    case '"':
-      fputs("\\\"", out);
-      break;
-    case '\\':
-      fputs("\\\\", out);
-      break;
-    case '\n':
-      fputs("\\n", out);
-      break;
-    case '\r':
-      fputs("\\r", out);
-      break;
-    case '\t':
-      fputs("\\t", out);
-      break;
-    default:
-      if (ch < 0x20 || ch == 0x7f)
-        fprintf(out, "\\u%04x", ch);
-      else
-        fputc(ch, out);
-    }
+const cli_whois_entry *cli_whois_get(cli_whois *w, const char *name,
+                                     const char *owner, size_t len) {
+  static cli_whois_entry none;
+  if (len <= RLOCK_ID_LEN || owner[RLOCK_ID_LEN] != ':')
+    return NULL;
+  for (size_t i = 0; i < w->n; i++)
+    if (memcmp(w->cache[i].id, owner, RLOCK_ID_LEN) == 0)
+      return &w->cache[i];
+  cli_whois_entry *e = w->n < CLI_WHOIS_CACHE ? &w->cache[w->n++] : &none;
+  memset(e, 0, sizeof *e);
+  memcpy(e->id, owner, RLOCK_ID_LEN);
+  if (w->refused) {
+    e->rc = RLOCK_ENOPERM;
+    snprintf(e->why, sizeof e->why, "%s", w->refused_why);
+    return e;
   }
-  fputc('"', out);
+  char own[RLOCK_ID_LEN + 3];
+  snprintf(own, sizeof own, "%.*s:0", RLOCK_ID_LEN, owner);
+  rlock_holder_init(&e->h);
+  e->rc = rlock_holder_get(w->client, name, own, &e->h);
+  if (e->rc == 0)
+    snprintf(e->why, sizeof e->why, "no connection named by an rlock client "
+                                    "with this id: a Java client, one with "
+                                    "its own client_name, or gone");
+  else if (e->rc < 0)
+    snprintf(e->why, sizeof e->why, "%s: %s", rlock_strerror(e->rc),
+             rlock_last_error());
+  if (e->rc == RLOCK_ENOPERM) {
+    w->refused = true;
+    snprintf(w->refused_why, sizeof w->refused_why,
+             "CLIENT LIST refused (%s); the ACL needs +client|list",
+             rlock_last_error());
+    snprintf(e->why, sizeof e->why, "%s", w->refused_why);
+  }
+  return e;
 }
+
+void cli_whois_text(FILE *out, const cli_whois_entry *e) {
+  char text[512];
+  if (e->rc == 1)
+    snprintf(text, sizeof text,
+             "pid %" PRId64 " (%s) on %s, connected for %" PRId64
+             " s, from %s",
+             e->h.pid, e->h.program, e->h.host, e->h.connected_ms / 1000,
+             e->h.addr);
+  else
+    snprintf(text, sizeof text, "not known as an rlock client (%s)", e->why);
+  cli_text(out, text);
+}
+
+void cli_whois_json(FILE *out, const cli_whois_entry *e) {
+  if (e->rc != 1) {
+    fputs(",\"rlock_client\":false,\"why\":", out);
+    cli_json_string(out, e->why, strlen(e->why));
+    return;
+  }
+  fputs(",\"rlock_client\":true,\"host\":", out);
+  cli_json_string(out, e->h.host, strlen(e->h.host));
+  fprintf(out, ",\"pid\":%" PRId64 ",\"program\":", e->h.pid);
+  cli_json_string(out, e->h.program, strlen(e->h.program));
+  fprintf(out, ",\"connected_ms\":%" PRId64 ",\"addr\":",
+          e->h.connected_ms);
+  cli_json_string(out, e->h.addr, strlen(e->h.addr));
+}
+
+/* ---- status ---- */
 
 static bool is_type(const rlock_info *info, const char *type) {
   return strcmp(info->type, type) == 0;
@@ -128,36 +169,41 @@ static void print_kind_lines(const rlock_info *info) {
 }
 
 static void print_permits_human(const char *name, const rlock_info *info) {
-  printf("%s: semaphore (permit-expirable), %" PRId64 " permit%s available, "
+  cli_text(stdout, name);
+  printf(": semaphore (permit-expirable), %" PRId64 " permit%s available, "
          "%zu taken\n",
-         name, info->count, info->count == 1 ? "" : "s",
+         info->count, info->count == 1 ? "" : "s",
          info->permits_total);
   for (size_t i = 0; i < info->permits_n; i++) {
     const rlock_info_entry *p = &info->permits[i];
+    fputs("  permit ", stdout);
+    cli_text_write(stdout, p->key, p->key_len);
     if (p->ttl_ms == RLOCK_INFO_NO_EXPIRY)
-      printf("  permit %s  no lease (held until released)\n", p->key);
+      printf("  no lease (held until released)\n");
     else if (p->ttl_ms >= 0)
-      printf("  permit %s  lease expires in %" PRId64 " ms\n", p->key,
-             p->ttl_ms);
+      printf("  lease expires in %" PRId64 " ms\n", p->ttl_ms);
     else
-      printf("  permit %s  lease expired %" PRId64 " ms ago (returned at "
+      printf("  lease expired %" PRId64 " ms ago (returned at "
              "the next acquire)\n",
-             p->key, -p->ttl_ms);
+             -p->ttl_ms);
   }
 }
 
 static void print_string_human(const char *name, const rlock_info *info) {
-  if (!has_count(info))
-    printf("%s: not a lock (Redis type string)\n", name);
-  else if (info->kind == RLOCK_INFO_COUNT)
-    printf("%s: count %" PRId64 " (a count-down latch's count, or a "
+  if (!has_count(info)) {
+    cli_text(stdout, name);
+    printf(": not a lock (Redis type string)\n");
+  } else if (info->kind == RLOCK_INFO_COUNT) {
+    cli_text(stdout, name);
+    printf(": count %" PRId64 " (a count-down latch's count, or a "
            "semaphore's available permits: Redis cannot tell them apart)\n",
-           name, info->count);
-  else
+           info->count);
+  } else
     print_permits_human(name, info);
 }
 
-static void print_human(const char *name, const rlock_info *info) {
+static void print_human(const char *name, const rlock_info *info,
+                        cli_whois *w) {
   if (is_type(info, "string")) {
     print_string_human(name, info);
     return;
@@ -166,37 +212,46 @@ static void print_human(const char *name, const rlock_info *info) {
   if (info->waiters > 0)
     snprintf(waiting, sizeof waiting, ", %" PRId64 " client%s waiting",
              info->waiters, info->waiters == 1 ? "" : "s");
+  cli_text(stdout, name);
   if (is_type(info, "none")) {
-    printf("%s: unlocked%s\n", name, waiting);
+    printf(": unlocked%s\n", waiting);
     print_kind_lines(info);
     return;
   }
   if (!is_type(info, "hash")) {
-    printf("%s: not a lock (Redis type %s)\n", name, info->type);
+    printf(": not a lock (Redis type %s)\n", info->type);
     return;
   }
   char kind[96] = "";
-  if (info->mode != NULL)
-    snprintf(kind, sizeof kind, " (read/write lock, %.40s mode)", info->mode);
+  if (info->mode != NULL) {
+    char *mode = cli_text_dup(info->mode, strlen(info->mode));
+    snprintf(kind, sizeof kind, " (read/write lock, %.40s mode)",
+             mode != NULL ? mode : "?");
+    free(mode);
+  }
   if (info->ttl_ms >= 0)
-    printf("%s: locked%s, expires in %" PRId64 " ms%s\n", name, kind,
-           info->ttl_ms, waiting);
+    printf(": locked%s, expires in %" PRId64 " ms%s\n", kind, info->ttl_ms,
+           waiting);
   else
-    printf("%s: locked%s, never expires (no TTL)%s\n", name, kind, waiting);
+    printf(": locked%s, never expires (no TTL)%s\n", kind, waiting);
   for (size_t i = 0; i < info->holders_n; i++) {
     const rlock_info_entry *h = &info->holders[i];
-    int key_len = (int)h->key_len, value_len = (int)h->value_len;
-    if (h->writer)
-      printf("  writer %.*s  holds %.*s\n", key_len - 6, h->key, value_len,
-             h->value);
-    else if (info->mode != NULL && counted(h))
-      printf("  reader %.*s  holds %.*s\n", key_len, h->key, value_len,
-             h->value);
-    else if (counted(h))
-      printf("  owner %.*s  holds %.*s\n", key_len, h->key, value_len,
-             h->value);
-    else
-      printf("  field %.*s = %.*s\n", key_len, h->key, value_len, h->value);
+    fputs(h->writer                          ? "  writer "
+          : info->mode != NULL && counted(h) ? "  reader "
+          : counted(h)                       ? "  owner "
+                                             : "  field ",
+          stdout);
+    cli_text_write(stdout, h->key, h->key_len - (h->writer ? 6 : 0));
+    fputs(counted(h) ? "  holds " : " = ", stdout);
+    cli_text_write(stdout, h->value, h->value_len);
+    fputc('\n', stdout);
+    const cli_whois_entry *e =
+        counted(h) ? cli_whois_get(w, name, h->key, h->key_len) : NULL;
+    if (e != NULL) {
+      fputs("    ", stdout);
+      cli_whois_text(stdout, e);
+      fputc('\n', stdout);
+    }
   }
   print_kind_lines(info);
 }
@@ -225,7 +280,7 @@ static void print_string_json(const rlock_info *info) {
 }
 
 static void print_json(const char *name, const rlock_info *info,
-                       bool first) {
+                       bool first, cli_whois *w) {
   fputs(first ? "  {" : ",\n  {", stdout);
   fputs("\"name\":", stdout);
   cli_json_string(stdout, name, strlen(name));
@@ -244,7 +299,7 @@ static void print_json(const char *name, const rlock_info *info,
     cli_json_string(stdout, h->key, h->key_len);
     fputc(':', stdout);
     if (counted(h))
-      fwrite(h->value, 1, h->value_len, stdout);
+      printf("%" PRId64, h->count);
     else
       cli_json_string(stdout, h->value, h->value_len);
   }
@@ -259,12 +314,31 @@ static void print_json(const char *name, const rlock_info *info,
     printf(",\"token\":%" PRId64, info->token);
   if (is_type(info, "string"))
     print_string_json(info);
-  fputc('}', stdout);
+  /* each counted owner with who it is (rlock_holder_get); only when there
+   * is one */
+  bool any = false;
+  for (size_t i = 0; i < info->holders_n; i++) {
+    const rlock_info_entry *h = &info->holders[i];
+    if (!counted(h))
+      continue;
+    fputs(any ? ",{\"owner\":" : ",\"holders\":[{\"owner\":", stdout);
+    any = true;
+    cli_json_string(stdout, h->key, h->key_len);
+    printf(",\"count\":%" PRId64, h->count);
+    const cli_whois_entry *e = cli_whois_get(w, name, h->key, h->key_len);
+    if (e != NULL)
+      cli_whois_json(stdout, e);
+    fputc('}', stdout);
+  }
+  fputs(any ? "]}" : "}", stdout);
 }
 
 /* One status of every NAME: 0, or the exit code with the error printed. */
 static int status_once(rlock_client *client, char **names, int n,
                        bool json) {
+  static cli_whois w; /* ~15 KB: not on the stack */
+  memset(&w, 0, sizeof w);
+  w.client = client;
   int rc = 0;
   if (json)
     fputs("[\n", stdout);
@@ -281,9 +355,9 @@ static int status_once(rlock_client *client, char **names, int n,
       break;
     }
     if (json)
-      print_json(names[i], &info, i == 0);
+      print_json(names[i], &info, i == 0, &w);
     else
-      print_human(names[i], &info);
+      print_human(names[i], &info, &w);
     rlock_info_free(&info);
   }
   if (json && rc == 0)
@@ -340,18 +414,10 @@ static int status_watch(rlock_client *client, char **names, int n, bool json,
   return rc;
 }
 
-/* --watch's INTERVAL: seconds ("2", "0.5") or a duration with its unit
- * ("500ms", "2s"); at least 100 ms. False when it is none. */
+/* --watch's INTERVAL: a duration as for every option (a bare number is
+ * seconds); at least 100 ms. False when it is none. */
 static bool watch_interval(const char *text, int64_t *ms) {
-  char *end = NULL;
-  errno = 0;
-  double s = strtod(text, &end);
-  if (text[0] >= '0' && text[0] <= '9' && errno == 0 && end != text &&
-      *end == '\0' && s <= 86400)
-    *ms = (int64_t)(s * 1000 + 0.5);
-  else if (!cli_parse_duration(text, ms))
-    return false;
-  return *ms >= 100;
+  return cli_parse_duration(text, ms) == 0 && *ms >= 100;
 }
 
 enum { OPT_WATCH = 256 };
@@ -378,7 +444,7 @@ int cli_status_main(int argc, char **argv) {
          -1) {
     switch (c) {
     case 'u':
-      uri_flag = optarg;
+      uri_flag = cli_take_uri(optarg);
       break;
     case 'j':
       json = true;
@@ -403,7 +469,8 @@ int cli_status_main(int argc, char **argv) {
       return 0;
     default:
       if (cli_tls_option(&tls, c, optarg) ||
-          cli_sentinel_option(&sentinel, c, optarg))
+          cli_sentinel_option(&sentinel, c, optarg) ||
+          cli_uri_file_option(c, optarg))
         break;
       return cli_getopt_error(c, argv);
     }
@@ -428,7 +495,7 @@ int cli_status_main(int argc, char **argv) {
   rlock_client_caps caps;
   rlock_client_caps_init(&caps);
   if (rlock_client_caps_get(client, &caps) == 0 && caps.replica_sync_off)
-    fprintf(stderr, "rlock: note: %s\n", caps.replica_sync_note);
+    cli_err("note: %s", caps.replica_sync_note);
   rc = watch ? status_watch(client, argv + optind, argc - optind, json,
                             interval_ms)
              : status_once(client, argv + optind, argc - optind, json);
@@ -471,7 +538,7 @@ int cli_unlock_main(int argc, char **argv) {
          -1) {
     switch (c) {
     case 'u':
-      uri_flag = optarg;
+      uri_flag = cli_take_uri(optarg);
       break;
     case 'f':
       force = true;
@@ -487,7 +554,8 @@ int cli_unlock_main(int argc, char **argv) {
       if (kind_rc > 0)
         return kind_rc;
       if (kind_rc == 0 || cli_tls_option(&tls, c, optarg) ||
-          cli_sentinel_option(&sentinel, c, optarg))
+          cli_sentinel_option(&sentinel, c, optarg) ||
+          cli_uri_file_option(c, optarg))
         break;
       return cli_getopt_error(c, argv);
     }

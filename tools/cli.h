@@ -2,7 +2,9 @@
  *
  *   rlock.c  argument parsing, --help/--version, dispatch (connection
  *            options may come before status and unlock)
- *   rlock.1.scd  the manual page, rlock(1), in scdoc (tools/meson.build)
+ *   rlock.1.scd  the manual page, rlock(1), in scdoc (tools/meson.build);
+ *            rlock.1 its troff, committed (scripts/check-man)
+ *   out.c    escaping of what came from Redis, for text and JSON
  *   run.c    `rlock NAME -- COMMAND`: the lock thread, signals, the child
  *   ls.c     `rlock ls [PATTERN]`: rlock_scan_* and rlock_info_get
  *   admin.c  `rlock status`, `rlock unlock --force` and run.c's clean-up
@@ -31,10 +33,9 @@
 enum {
   CLI_EXIT_CONFLICT = 1,    /* -n busy or -w ran out (default; see -E) */
   CLI_EX_USAGE = 64,        /* bad arguments or URI */
-  CLI_EX_UNAVAILABLE = 69,  /* Redis refused: auth, ACL, wrong type, error;
-                               also RLOCK_EKIND: NAME holds another kind of
-                               lock (a read/write lock's hash for the other
-                               kinds, the other way round for -s/-x) */
+  CLI_EX_UNAVAILABLE = 69,  /* Redis refused: auth, ACL, wrong type, error
+                               (RLOCK_EKIND, another kind of lock on NAME,
+                               is a busy lock in run.c, not this) */
   CLI_EX_SOFTWARE = 70,     /* internal error */
   CLI_EX_OSERR = 71,        /* fork, pipe, thread, memory */
   CLI_EX_TEMPFAIL = 75,     /* Redis unreachable, did not answer in time,
@@ -46,7 +47,9 @@ enum {
                                undone); the cluster cannot serve NAME now
                                (RLOCK_ECLUSTER: CLUSTERDOWN, TRYAGAIN,
                                redirect loops) */
-  CLI_EX_LOCKLOST = 79,     /* lock lost while COMMAND ran, --on-lost=kill */
+  CLI_EX_LOCKLOST = 79,     /* lock lost while COMMAND ran (--on-lost=kill
+                               stops COMMAND, warn lets it end), or found
+                               gone at the release: never a success */
   CLI_EX_NOEXEC = 126,      /* COMMAND found but not executable */
   CLI_EX_NOTFOUND = 127,    /* COMMAND not found */
 };
@@ -127,6 +130,7 @@ enum {
   CLI_OPT_SENTINEL_USER = 0x240,
   CLI_OPT_SENTINEL_PASSWORD_FILE,
   CLI_OPT_REDLOCK = 0x260,
+  CLI_OPT_URI_FILE = 0x261,
 };
 #define CLI_TLS_LONGOPTS                                                       \
   {"tls-ca-file", required_argument, NULL, CLI_OPT_TLS_CA_FILE},               \
@@ -139,7 +143,8 @@ enum {
 #define CLI_SENTINEL_LONGOPTS                                                  \
   {"sentinel-user", required_argument, NULL, CLI_OPT_SENTINEL_USER},           \
       {"sentinel-password-file", required_argument, NULL,                      \
-       CLI_OPT_SENTINEL_PASSWORD_FILE}
+       CLI_OPT_SENTINEL_PASSWORD_FILE},                                        \
+      {"uri-file", required_argument, NULL, CLI_OPT_URI_FILE}
 
 /* The kind options, shared by the lock command and unlock --force. */
 #define CLI_KIND_LONGOPTS                                                      \
@@ -196,9 +201,19 @@ int cli_open_failed(int err);
 /* The exit code for a negative RLOCK_E* code. */
 int cli_exit_for(int err);
 
-/* The URI to use: `flag` (-u) if given, else $REDIS_URL if set and not
- * empty, else redis://127.0.0.1:6379. */
+/* The URI to use: `flag` (-u) if given, else the first line of
+ * --uri-file's file, else $REDIS_URL, else redis://127.0.0.1:6379. NULL
+ * with the reason printed (exit 64): -u and --uri-file together, an
+ * unreadable or empty file, $REDIS_URL set but empty. */
 const char *cli_resolve_uri(const char *flag);
+
+/* -u's value: a copy, and the password in argv (what /proc/PID/cmdline
+ * and ps show) overwritten with '*' (docs/cli.md "Secrets"). */
+const char *cli_take_uri(char *arg);
+
+/* If `c` is --uri-file, records its path and returns true (the sentinel
+ * option tables carry it, so every command takes it). */
+bool cli_uri_file_option(int c, const char *arg);
 
 /* If getopt_long's `c` is a --tls-* option, records it (optarg is its
  * value) and returns true. */
@@ -230,9 +245,19 @@ void cli_sentinel_apply(const cli_sentinel_opts *s, rlock_options *o);
 /* Wipes and frees the password read by cli_sentinel_check. */
 void cli_sentinel_free(cli_sentinel_opts *s);
 
-/* "1500", "1500ms", "1.5s", "2m", "1h" -> milliseconds (at most 24 days).
- * False on a malformed or out-of-range value. */
-bool cli_parse_duration(const char *text, int64_t *out_ms);
+/* A duration: a bare number is seconds, as in flock(1) ("5", "0.5"); a
+ * unit says otherwise ("250ms", "1.5s", "2m", "1h"). 0 with *out_ms set,
+ * or one of the CLI_DURATION_* reasons. */
+enum {
+  CLI_DURATION_BAD = -1,   /* not of that form */
+  CLI_DURATION_RANGE = -2, /* over 2^31-1 ms (~24.8 days) */
+  CLI_DURATION_ZERO = -3,  /* not 0 but rounds to 0 ms */
+};
+int cli_parse_duration(const char *text, int64_t *out_ms);
+
+/* cli_parse_duration for the option `opt` ("-w/--wait"): true, or false
+ * with a message naming the option and the accepted forms printed. */
+bool cli_duration_opt(const char *opt, const char *text, int64_t *out_ms);
 
 /* Monotonic milliseconds. */
 int64_t cli_now_ms(void);
@@ -252,8 +277,47 @@ int cli_fence_main(int argc, char **argv);
 int cli_connect(const char *uri_flag, const cli_tls_opts *tls,
                 cli_sentinel_opts *sentinel, rlock_client **client);
 
-/* Writes s as a JSON string (quoted, escaped). */
+/* out.c: bytes that came from Redis, for a terminal or for JSON (the
+ * forms are described in out.c and docs/cli.md). */
+/* Writes len bytes of s escaped for text output. */
+void cli_text_write(FILE *out, const char *s, size_t len);
+/* The same for a C string. */
+void cli_text(FILE *out, const char *s);
+/* The escaped text as a malloc'd string; NULL when out of memory. */
+char *cli_text_dup(const char *s, size_t len);
+/* Writes s as a JSON string: quoted, escaped, valid UTF-8 (a byte that is
+ * not part of valid UTF-8 as \udcHH, Python's surrogateescape). */
 void cli_json_string(FILE *out, const char *s, size_t len);
+
+/* Who holds it (admin.c): the rlock client behind an owner, through
+ * rlock_holder_get, remembered per client id for one run; after CLIENT LIST
+ * was refused once, not asked again. */
+#define CLI_WHOIS_CACHE 32
+typedef struct cli_whois_entry {
+  char id[RLOCK_ID_LEN + 1];
+  int rc; /* 1 found, 0 not an rlock client, < 0 error */
+  rlock_holder h;
+  char why[200];
+} cli_whois_entry;
+typedef struct cli_whois {
+  rlock_client *client;
+  bool refused; /* CLIENT LIST refused: why in refused_why */
+  char refused_why[200];
+  cli_whois_entry cache[CLI_WHOIS_CACHE];
+  size_t n;
+} cli_whois;
+/* The holder behind owner (len bytes; a writer's ":write" allowed) of the
+ * lock `name`: the entry (rc 1 found, 0 not an rlock client, < 0 error,
+ * why set), or NULL when the owner has no client id (a foreign field). */
+const cli_whois_entry *cli_whois_get(cli_whois *w, const char *name,
+                                     const char *owner, size_t len);
+/* One line for a human: "pid P (PROGRAM) on HOST, connected for N s, from
+ * ADDR", or "not known as an rlock client (WHY)"; escaped. */
+void cli_whois_text(FILE *out, const cli_whois_entry *e);
+/* JSON members for the entry, each starting with ',':
+ * ,"rlock_client":true,"host":...,"pid":...,"program":...,
+ * "connected_ms":...,"addr":... or ,"rlock_client":false,"why":... */
+void cli_whois_json(FILE *out, const cli_whois_entry *e);
 
 /* `rlock [options] NAME -- COMMAND`. Returns the process exit code. */
 int cli_run(const cli_run_opts *o);

@@ -83,11 +83,12 @@ static void human_owner(const rlock_info_entry *e, bool writer) {
   size_t cl, tl;
   const char *t;
   int len = (int)(e->key_len - (writer ? 6 : 0));
-  if (owner_parts(e, writer, &cl, &t, &tl))
-    printf("%.*s (client %.*s, thread %.*s)", len, e->key, (int)cl, e->key,
-           (int)tl, t);
-  else
-    printf("%.*s", len, e->key);
+  cli_text_write(stdout, e->key, (size_t)len);
+  if (owner_parts(e, writer, &cl, &t, &tl)) {
+    fputs(" (client ", stdout);
+    cli_text_write(stdout, e->key, cl);
+    printf(", thread %.*s)", (int)tl, t);
+  }
 }
 
 static void json_owner(const rlock_info_entry *e, bool writer) {
@@ -102,10 +103,15 @@ static void json_owner(const rlock_info_entry *e, bool writer) {
   }
 }
 
-static void print_human(const char *name, const rlock_info *info) {
-  printf("%s: %s", name, kind_words(info));
-  if (info->mode != NULL)
-    printf(" (%s mode)", info->mode);
+static void print_human(const char *name, size_t name_len,
+                        const rlock_info *info, cli_whois *w) {
+  cli_text_write(stdout, name, name_len);
+  printf(": %s", kind_words(info));
+  if (info->mode != NULL) {
+    fputs(" (", stdout);
+    cli_text(stdout, info->mode);
+    fputs(" mode)", stdout);
+  }
   if (info->kind == RLOCK_INFO_COUNT)
     printf(", count %" PRId64, info->count);
   if (info->kind == RLOCK_INFO_PERMIT_SEMAPHORE)
@@ -129,6 +135,15 @@ static void print_human(const char *name, const rlock_info *info) {
                                                               : "holder");
     human_owner(h, h->writer);
     printf(", count %" PRId64 "\n", h->count);
+    const cli_whois_entry *e =
+        h->count != RLOCK_INFO_NOT_A_COUNT
+            ? cli_whois_get(w, name, h->key, h->key_len)
+            : NULL;
+    if (e != NULL) {
+      fputs("    ", stdout);
+      cli_whois_text(stdout, e);
+      fputc('\n', stdout);
+    }
   }
   if (info->queue_total > 0) {
     printf("  queue %zu", info->queue_total);
@@ -142,10 +157,10 @@ static void print_human(const char *name, const rlock_info *info) {
   }
 }
 
-static void print_json(const char *name, const rlock_info *info,
-                       bool first) {
+static void print_json(const char *name, size_t name_len,
+                       const rlock_info *info, bool first, cli_whois *w) {
   fputs(first ? "\n    {\"name\":" : ",\n    {\"name\":", stdout);
-  cli_json_string(stdout, name, strlen(name));
+  cli_json_string(stdout, name, name_len);
   printf(",\"kind\":\"%s\",\"type\":\"%s\",\"locked\":%s", kind_name(info),
          info->type, info->locked ? "true" : "false");
   if (info->ttl_ms >= 0)
@@ -162,8 +177,15 @@ static void print_json(const char *name, const rlock_info *info,
     const rlock_info_entry *h = &info->holders[i];
     fputs(i > 0 ? ",{" : "{", stdout);
     json_owner(h, h->writer);
-    printf(",\"count\":%" PRId64 ",\"writer\":%s}", h->count,
+    printf(",\"count\":%" PRId64 ",\"writer\":%s", h->count,
            h->writer ? "true" : "false");
+    const cli_whois_entry *e =
+        h->count != RLOCK_INFO_NOT_A_COUNT
+            ? cli_whois_get(w, name, h->key, h->key_len)
+            : NULL;
+    if (e != NULL)
+      cli_whois_json(stdout, e);
+    fputc('}', stdout);
   }
   printf("],\"queue\":{\"length\":%zu,\"head\":", info->queue_total);
   if (info->queue_n > 0) {
@@ -204,7 +226,8 @@ static const struct option ls_longopts[] = {
 /* A skipped name: why, for the note and --json. */
 typedef struct skipped {
   char *name;
-  char type[16];
+  size_t name_len;
+  char type[16]; /* Redis's TYPE; "nul" for a name with a NUL byte */
 } skipped;
 
 int cli_ls_main(int argc, char **argv) {
@@ -218,7 +241,7 @@ int cli_ls_main(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, ":u:jh", ls_longopts, NULL)) != -1) {
     switch (c) {
     case 'u':
-      uri_flag = optarg;
+      uri_flag = cli_take_uri(optarg);
       break;
     case 'j':
       json = true;
@@ -240,7 +263,8 @@ int cli_ls_main(int argc, char **argv) {
       return 0;
     default:
       if (cli_tls_option(&tls, c, optarg) ||
-          cli_sentinel_option(&sentinel, c, optarg))
+          cli_sentinel_option(&sentinel, c, optarg) ||
+          cli_uri_file_option(c, optarg))
         break;
       return cli_getopt_error(c, argv);
     }
@@ -254,6 +278,8 @@ int cli_ls_main(int argc, char **argv) {
   int rc = cli_connect(uri_flag, &tls, &sentinel, &client);
   if (rc != 0)
     return rc;
+  static cli_whois whois; /* ~15 KB: not on the stack */
+  whois.client = client;
   rlock_scan_options so;
   rlock_scan_options_init(&so);
   so.pattern = pattern;
@@ -268,7 +294,8 @@ int cli_ls_main(int argc, char **argv) {
     fputs("{\"locks\":[", stdout);
   while (err == 0) {
     const char *name;
-    int more = rlock_scan_next(scan, &name, NULL);
+    size_t name_len = 0;
+    int more = rlock_scan_next(scan, &name, &name_len);
     if (more <= 0) {
       err = more;
       break;
@@ -280,7 +307,10 @@ int cli_ls_main(int argc, char **argv) {
     names++;
     rlock_info info;
     rlock_info_init(&info);
-    err = rlock_info_get(client, name, &info);
+    /* A name with a NUL byte cannot be given to the library (a C string):
+     * skipped, as "nul". */
+    bool nul = memchr(name, '\0', name_len) != NULL;
+    err = nul ? 0 : rlock_info_get(client, name, &info);
     if (err < 0) {
       char what[96];
       snprintf(what, sizeof what, "reading '%.80s'", name);
@@ -290,10 +320,14 @@ int cli_ls_main(int argc, char **argv) {
       err = 1; /* reported */
       break;
     }
-    if (kind_name(&info) == NULL) {
+    if (nul || kind_name(&info) == NULL) {
       /* another Redis type, a hash of foreign fields, or gone since */
       skipped *grown = realloc(skips, (nskips + 1) * sizeof(*skips));
-      char *copy = strdup(name);
+      char *copy = malloc(name_len + 1);
+      if (copy != NULL) {
+        memcpy(copy, name, name_len);
+        copy[name_len] = '\0';
+      }
       if (grown == NULL || copy == NULL) {
         free(grown == NULL ? NULL : copy);
         if (grown != NULL)
@@ -306,14 +340,15 @@ int cli_ls_main(int argc, char **argv) {
       }
       skips = grown;
       skips[nskips].name = copy;
+      skips[nskips].name_len = name_len;
       snprintf(skips[nskips].type, sizeof skips[nskips].type, "%s",
-               info.type);
+               nul ? "nul" : info.type);
       nskips++;
     } else if (json) {
-      print_json(name, &info, listed == 0);
+      print_json(name, name_len, &info, listed == 0, &whois);
       listed++;
     } else {
-      print_human(name, &info);
+      print_human(name, name_len, &info, &whois);
       listed++;
     }
     rlock_info_free(&info);
@@ -328,7 +363,7 @@ int cli_ls_main(int argc, char **argv) {
           stdout);
     for (size_t i = 0; i < nskips; i++) {
       fputs(i > 0 ? ",{\"name\":" : "{\"name\":", stdout);
-      cli_json_string(stdout, skips[i].name, strlen(skips[i].name));
+      cli_json_string(stdout, skips[i].name, skips[i].name_len);
       printf(",\"type\":\"%s\"}", skips[i].type);
     }
     printf("],\n  \"cut\":%s,\"limit\":%lld}\n", cut ? "true" : "false",
@@ -337,13 +372,18 @@ int cli_ls_main(int argc, char **argv) {
   fflush(stdout);
   for (size_t i = 0; i < nskips; i++) {
     if (!json && rc == 0) {
-      if (strcmp(skips[i].type, "none") == 0)
-        cli_err("ls: skipped '%s': nothing there any more (deleted since "
-                "the scan, or a foreign value under a lock's side key)",
-                skips[i].name);
+      /* the name escaped here (cli_err would stop at a NUL) */
+      fputs(CLI_PROG ": ls: skipped '", stderr);
+      cli_text_write(stderr, skips[i].name, skips[i].name_len);
+      if (strcmp(skips[i].type, "nul") == 0)
+        fputs("': the name holds a NUL byte, which rlock cannot name\n",
+              stderr);
+      else if (strcmp(skips[i].type, "none") == 0)
+        fputs("': nothing there any more (deleted since the scan, or a "
+              "foreign value under a lock's side key)\n",
+              stderr);
       else
-        cli_err("ls: skipped '%s': not a lock (Redis type %s%s)",
-                skips[i].name, skips[i].type,
+        fprintf(stderr, "': not a lock (Redis type %s%s)\n", skips[i].type,
                 strcmp(skips[i].type, "hash") == 0
                     ? " with fields no lock writes"
                     : "");

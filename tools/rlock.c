@@ -39,9 +39,12 @@ static const char help_text[] =
     "  -u, --uri URI           Redis (redis://, rediss://, unix://,\n"
     "                          redis+sentinel://, redis+cluster://); default\n"
     "                          $REDIS_URL, else redis://127.0.0.1:6379\n"
+    "  --uri-file FILE         the URI from FILE's first line (a password in\n"
+    "                          -u is starred out of ps once parsed)\n"
     "  -n, --nonblock          exit 1 at once if the lock is held\n"
-    "  -w, --wait DURATION     exit 1 after waiting DURATION (250ms, 1.5s, 2m)\n"
+    "  -w, --wait DURATION     exit 1 after waiting DURATION\n"
     "  -l, --lease DURATION    a fixed lease instead of the renewing watchdog\n"
+    "  DURATION: seconds (5, 0.5, as flock) or with a unit (250ms, 2m, 1h)\n"
     "  -s, -x, --fair, --fenced, --permits N [--take K]\n"
     "                          read, write, fair or fenced lock; K (1) of N\n"
     "                          semaphore permits\n"
@@ -53,11 +56,12 @@ static const char help_text[] =
     "  -c, --command STRING    run STRING with /bin/sh -c\n"
     "  -v, --verbose           report acquiring and releasing, and the\n"
     "                          connection's events, on stderr (-vv: more)\n"
-    "Connection options: -u, --tls-*, --sentinel-* (before or after status,\n"
-    "unlock and ls).\n"
+    "Connection options: -u, --uri-file, --tls-*, --sentinel-* (before or\n"
+    "after status, unlock and ls).\n"
     "\n"
     "Exit status: COMMAND's; 1 busy; 64 usage; 69 refused by Redis; 75 Redis\n"
-    "unreachable; 79 lock lost (--on-lost=kill); 126/127 COMMAND not runnable.\n"
+    "unreachable; 79 lock lost while COMMAND ran; 126/127 COMMAND not\n"
+    "runnable.\n"
     "\n"
     "Every option, exit status and example: man rlock (rlock(1)).\n";
 
@@ -67,13 +71,22 @@ static void usage_hint(void) {
   fprintf(stderr, "Try 'rlock --help' for more information.\n");
 }
 
+/* The message is escaped as a whole (out.c): names, owners and server
+ * error text in it may carry bytes from Redis. One write per line. */
 void cli_err(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fputs(CLI_PROG ": ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  char *msg = NULL;
+  int n = vasprintf(&msg, fmt, ap);
   va_end(ap);
+  if (n < 0) {
+    fputs(CLI_PROG ": out of memory\n", stderr);
+    return;
+  }
+  char *shown = cli_text_dup(msg, (size_t)n);
+  fprintf(stderr, CLI_PROG ": %s\n", shown != NULL ? shown : msg);
+  free(shown);
+  free(msg);
 }
 
 void cli_err_rlock(int err, const char *what) {
@@ -212,11 +225,111 @@ void cli_err_kind(cli_kind kind, const char *name) {
             name);
 }
 
+static const char *g_uri_file; /* --uri-file */
+
+bool cli_uri_file_option(int c, const char *arg) {
+  if (c != CLI_OPT_URI_FILE)
+    return false;
+  g_uri_file = arg;
+  return true;
+}
+
+const char *cli_take_uri(char *arg) {
+  static char *copy; /* the last -u's, reachable until exit */
+  free(copy);
+  copy = strdup(arg);
+  if (copy == NULL) {
+    cli_err("out of memory");
+    exit(CLI_EX_OSERR);
+  }
+  /* scheme://[user][:password]@host...: as the library splits it, the
+   * authority ends at the first '/', '?' or '#' and the userinfo at its
+   * last '@'; with no '@' there but one later (a raw '/' in the password,
+   * which the library refuses), at that later '@'. Without a ':' the whole
+   * userinfo is hidden: it may be a password. */
+  char *start = strstr(arg, "://");
+  if (start != NULL) {
+    start += 3;
+    size_t auth_len = strcspn(start, "/?#");
+    char *at = NULL;
+    for (char *p = start; *p != '\0'; p++)
+      if (*p == '@' && (p < start + auth_len || at == NULL ||
+                        at >= start + auth_len))
+        at = p;
+    if (at != NULL) {
+      char *colon = memchr(start, ':', (size_t)(at - start));
+      for (char *p = colon != NULL ? colon + 1 : start; p < at; p++)
+        *p = '*';
+    }
+  }
+  return copy;
+}
+
+/* The longest URI read from --uri-file. */
+#define URI_FILE_MAX 4096
+
+/* The first line of --uri-file's file, malloc'd; NULL with the reason
+ * printed. */
+static char *read_uri_file(const char *path) {
+  if (path[0] == '\0') {
+    cli_err("--uri-file: the path must not be empty");
+    return NULL;
+  }
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) {
+    cli_err("cannot read --uri-file '%s': %s", path, strerror(errno));
+    return NULL;
+  }
+  char *buf = calloc(1, URI_FILE_MAX + 2);
+  size_t n = buf != NULL ? fread(buf, 1, URI_FILE_MAX + 1, f) : 0;
+  int err = errno;
+  bool failed = buf == NULL || ferror(f) != 0;
+  fclose(f);
+  const char *why = NULL;
+  if (buf == NULL)
+    why = "out of memory";
+  else if (failed)
+    why = strerror(err); /* a directory: EISDIR */
+  else if (n > URI_FILE_MAX)
+    why = "longer than 4096 bytes";
+  else {
+    size_t len = strcspn(buf, "\r\n");
+    if (memchr(buf, '\0', n) != NULL)
+      why = "it holds a NUL byte";
+    else if (len == 0)
+      why = "the file is empty (the URI is its first line)";
+    buf[len] = '\0';
+  }
+  if (why != NULL) {
+    cli_err("cannot use --uri-file '%s': %s", path, why);
+    if (buf != NULL)
+      explicit_bzero(buf, URI_FILE_MAX + 2);
+    free(buf);
+    return NULL;
+  }
+  return buf;
+}
+
 const char *cli_resolve_uri(const char *flag) {
+  if (flag != NULL && g_uri_file != NULL) {
+    cli_err("-u and --uri-file exclude each other (one URI)");
+    return NULL;
+  }
   if (flag != NULL)
     return flag;
+  if (g_uri_file != NULL) {
+    static char *from_file; /* reachable until exit */
+    if (from_file == NULL)
+      from_file = read_uri_file(g_uri_file);
+    return from_file;
+  }
   const char *env = getenv("REDIS_URL");
-  if (env != NULL && env[0] != '\0')
+  if (env != NULL && env[0] == '\0') {
+    cli_err("REDIS_URL is set but empty: set it to a URI, unset it (for "
+            "redis://127.0.0.1:6379), or give -u or --uri-file");
+    return NULL;
+  }
+  if (env != NULL)
     return env;
   return "redis://127.0.0.1:6379";
 }
@@ -449,40 +562,70 @@ int64_t cli_now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* "1500", "1500ms", "1.5s", "2m", "1h" -> milliseconds. Returns false on a
- * malformed or out-of-range value. */
-bool cli_parse_duration(const char *text, int64_t *out_ms) {
-  if (text[0] < '0' || text[0] > '9') /* no sign, no blanks, no "inf" */
-    return false;
-  errno = 0;
-  char *end = NULL;
-  double value = strtod(text, &end);
-  if (errno != 0 || end == text)
-    return false;
+/* "5" (seconds, as flock's -w), "1.5", "250ms", "1.5s", "2m", "1h" ->
+ * milliseconds: digits, an optional fraction, an optional unit; nothing
+ * else (no sign, exponent, hex, blanks, "inf"). */
+int cli_parse_duration(const char *text, int64_t *out_ms) {
+  const char *p = text;
+  size_t int_digits = 0, frac_digits = 0;
+  while (*p >= '0' && *p <= '9')
+    p++, int_digits++;
+  if (*p == '.') {
+    p++;
+    while (*p >= '0' && *p <= '9')
+      p++, frac_digits++;
+  }
+  if (int_digits + frac_digits == 0)
+    return CLI_DURATION_BAD;
   double scale;
-  if (*end == '\0' || strcmp(end, "ms") == 0)
-    scale = 1;
-  else if (strcmp(end, "s") == 0)
+  if (*p == '\0' || strcmp(p, "s") == 0 || strcmp(p, "sec") == 0)
     scale = 1000;
-  else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
+  else if (strcmp(p, "ms") == 0)
+    scale = 1;
+  else if (strcmp(p, "m") == 0 || strcmp(p, "min") == 0)
     scale = 60000;
-  else if (strcmp(end, "h") == 0)
+  else if (strcmp(p, "h") == 0)
     scale = 3600000;
   else
-    return false;
+    return CLI_DURATION_BAD;
+  if (int_digits > 12) /* far past the limit; strtod would still parse it */
+    return CLI_DURATION_RANGE;
+  char *end = NULL;
+  errno = 0;
+  double value = strtod(text, &end);
+  if (errno != 0 || end != p)
+    return CLI_DURATION_BAD;
   double ms = value * scale;
-  if (!(ms >= 0) || ms > (double)DURATION_MAX_MS)
-    return false;
-  *out_ms = (int64_t)llround(ms);
-  return true;
+  if (!(ms >= 0) || ms >= (double)DURATION_MAX_MS + 0.5)
+    return CLI_DURATION_RANGE;
+  int64_t rounded = (int64_t)llround(ms);
+  if (rounded == 0 && value > 0)
+    return CLI_DURATION_ZERO;
+  *out_ms = rounded;
+  return 0;
 }
 
-static bool duration_opt(const char *opt, const char *text, int64_t *out) {
-  if (cli_parse_duration(text, out))
+/* The accepted forms, for messages. */
+#define DURATION_FORMS                                                         \
+  "a duration: a number of seconds (5, 0.5) or a number with a unit (250ms, " \
+  "1.5s, 2m, 1h)"
+
+bool cli_duration_opt(const char *opt, const char *text, int64_t *out) {
+  switch (cli_parse_duration(text, out)) {
+  case 0:
     return true;
-  cli_err("invalid %s '%s' (a duration: 500, 500ms, 1.5s, 2m, 1h; at most "
-          "24 days)",
-          opt, text);
+  case CLI_DURATION_RANGE:
+    cli_err("invalid %s '%s': at most 24 days (2147483647ms) (%s)", opt,
+            text, DURATION_FORMS);
+    break;
+  case CLI_DURATION_ZERO:
+    cli_err("invalid %s '%s': rounds to 0 ms, the smallest step is 1ms (%s)",
+            opt, text, DURATION_FORMS);
+    break;
+  default:
+    cli_err("invalid %s '%s' (%s)", opt, text, DURATION_FORMS);
+  }
+  usage_hint();
   return false;
 }
 
@@ -630,13 +773,13 @@ static int run_main(int argc, char **argv) {
                                          run_longopts, NULL)) != -1) {
     switch (c) {
     case 'u':
-      uri_flag = optarg;
+      uri_flag = cli_take_uri(optarg);
       break;
     case 'n':
       o.wait_ms = 0;
       break;
     case 'w':
-      if (!duration_opt("wait", optarg, &o.wait_ms))
+      if (!cli_duration_opt("-w/--wait", optarg, &o.wait_ms))
         return CLI_EX_USAGE;
       break;
     case 'E': {
@@ -652,18 +795,20 @@ static int run_main(int argc, char **argv) {
       break;
     }
     case 'l':
-      if (!duration_opt("lease", optarg, &o.lease_ms))
+      if (!cli_duration_opt("-l/--lease", optarg, &o.lease_ms))
         return CLI_EX_USAGE;
       if (o.lease_ms == 0) {
-        cli_err("the lease must be longer than 0 ms");
+        cli_err("invalid -l/--lease '%s': the lease must be longer than 0 "
+                "(" DURATION_FORMS ")", optarg);
         return CLI_EX_USAGE;
       }
       break;
     case OPT_WATCHDOG:
-      if (!duration_opt("watchdog", optarg, &o.watchdog_ms))
+      if (!cli_duration_opt("--watchdog", optarg, &o.watchdog_ms))
         return CLI_EX_USAGE;
       if (o.watchdog_ms < 300) {
-        cli_err("the watchdog lease must be at least 300 ms");
+        cli_err("invalid --watchdog '%s': the watchdog lease must be at "
+                "least 300ms", optarg);
         return CLI_EX_USAGE;
       }
       break;
@@ -683,7 +828,7 @@ static int run_main(int argc, char **argv) {
       break;
     }
     case OPT_KILL_AFTER:
-      if (!duration_opt("kill-after", optarg, &o.kill_after_ms))
+      if (!cli_duration_opt("--kill-after", optarg, &o.kill_after_ms))
         return CLI_EX_USAGE;
       break;
     case OPT_NO_REPLICA_SYNC:
@@ -702,12 +847,12 @@ static int run_main(int argc, char **argv) {
       no_reenter = true;
       break;
     case OPT_REPLICA_SYNC_TIMEOUT:
-      if (!duration_opt("replica-sync-timeout", optarg,
+      if (!cli_duration_opt("--replica-sync-timeout", optarg,
                         &o.replica_sync_timeout_ms))
         return CLI_EX_USAGE;
       if (o.replica_sync_timeout_ms < 1) {
-        cli_err("the replica sync timeout must be at least 1 ms "
-                "(--no-replica-sync turns replica sync off)");
+        cli_err("invalid --replica-sync-timeout '%s': at least 1ms "
+                "(--no-replica-sync turns replica sync off)", optarg);
         return CLI_EX_USAGE;
       }
       break;
@@ -744,7 +889,8 @@ static int run_main(int argc, char **argv) {
       if (kind_rc > 0)
         return kind_rc;
       if (kind_rc == 0 || cli_tls_option(&o.tls, c, optarg) ||
-          cli_sentinel_option(&o.sentinel, c, optarg))
+          cli_sentinel_option(&o.sentinel, c, optarg) ||
+          cli_uri_file_option(c, optarg))
         break;
       return cli_getopt_error(c, argv);
     }
@@ -829,6 +975,8 @@ static int run_main(int argc, char **argv) {
     o.command = &argv[optind];
   }
   o.uri = cli_resolve_uri(uri_flag);
+  if (o.uri == NULL)
+    return CLI_EX_USAGE;
   rc = o.redlock != NULL ? cli_redlock_check(&o, uri_flag) : 0;
   if (rc == 0)
     rc = cli_tls_check(&o.tls, o.uri);

@@ -93,8 +93,10 @@ static void on_diag(rlock_client *client, rlock_diag_level level,
     snprintf(stamp + n, sizeof stamp - n, ".%03dZ",
              (int)(ts.tv_nsec / 1000000));
   }
+  char *shown = cli_text_dup(message, strlen(message));
   fprintf(stderr, CLI_PROG ": %s %s %s\n", stamp,
-          rlock_diag_level_name(level), message);
+          rlock_diag_level_name(level), shown != NULL ? shown : "?");
+  free(shown);
 }
 
 /* On the client's loop thread: must not block. */
@@ -131,6 +133,8 @@ typedef struct holder {
   pthread_cond_t cond;
   /* under mutex */
   bool release_requested;
+  bool abort_wait;  /* the client is closed (a signal while waiting): no
+                       call may start */
   /* the lock's owner; --permits: the permit ids, comma-separated */
   char owner[(RLOCK_PERMIT_ID_LEN + 1) * RLOCK_PERMIT_IDS_MAX];
   int64_t acquired_at_ms;
@@ -146,24 +150,31 @@ static void holder_set_detail(holder *h, int rc) {
 }
 
 /* --permits: sets NAME to N permits if absent, warns when it has another
- * size (available + taken, expired permits reclaimed first). */
+ * size: available + taken (expired permits, not yet returned, count as
+ * taken), both read in one atomic script (rlock_info_get). Two reads in
+ * two round trips (available_permits, then acquired_permits) saw a permit
+ * move between them and warned of a wrong size (issue 35). */
 static int permits_prepare(holder *h, const char *name) {
   int rc = rlock_permit_semaphore_try_set_permits(h->sem, h->permits);
   if (rc < 0)
     return rc;
   if (rc == 1)
     return 0;
-  int64_t avail = rlock_permit_semaphore_available_permits(h->sem);
-  if (avail < 0)
-    return (int)avail;
-  int64_t taken = rlock_permit_semaphore_acquired_permits(h->sem);
-  if (taken < 0)
-    return (int)taken;
-  if (avail + taken != h->permits)
-    cli_err("warning: the semaphore '%s' has %" PRId64 " permits (%" PRId64
-            " available, %" PRId64 " taken), not the %" PRId64
-            " of --permits; going on with its %" PRId64,
-            name, avail + taken, avail, taken, h->permits, avail + taken);
+  rlock_info info;
+  rlock_info_init(&info);
+  rc = rlock_info_get(h->client, name, &info);
+  if (rc < 0)
+    return rc;
+  if (info.kind == RLOCK_INFO_PERMIT_SEMAPHORE ||
+      info.kind == RLOCK_INFO_COUNT) {
+    int64_t avail = info.count, taken = (int64_t)info.permits_total;
+    if (avail + taken != h->permits)
+      cli_err("warning: the semaphore '%s' has %" PRId64 " permits (%" PRId64
+              " available, %" PRId64 " taken), not the %" PRId64
+              " of --permits; going on with its %" PRId64,
+              name, avail + taken, avail, taken, h->permits, avail + taken);
+  }
+  rlock_info_free(&info);
   return 0;
 }
 
@@ -255,6 +266,60 @@ static void *holder_permit(holder *h, const char *name) {
 
 static const char *g_name; /* the lock NAME, for the holder's messages */
 
+/* How often a waiter tries again while NAME holds another kind of lock:
+ * that kind's unlock message goes to a channel this kind does not listen
+ * on, so it is polled. */
+#define KIND_POLL_MS 200
+
+/* One try of the lock, waiting up to wait_ms (< 0: forever); RLOCK_ECLOSED
+ * without a call once the client is closed. The check and the call's
+ * start are under the mutex that on_forward_signal closes the client
+ * under, so no call starts on a closed client. */
+static int holder_try(holder *h, int64_t wait_ms, int64_t *token) {
+  pthread_mutex_lock(&h->mutex);
+  bool closed = h->abort_wait;
+  pthread_mutex_unlock(&h->mutex);
+  if (closed)
+    return RLOCK_ECLOSED;
+  return h->ml != NULL ? rlock_multilock_try_lock(h->ml, wait_ms, h->lease_ms)
+         : h->kind == CLI_KIND_FENCED
+             ? rlock_try_lock_fenced(h->lock, wait_ms, h->lease_ms, token)
+             : rlock_try_lock(h->lock, wait_ms, h->lease_ms);
+}
+
+/* The acquire, within -w. NAME holding another kind of lock (RLOCK_EKIND:
+ * a read/write lock's hash for the plain lock, or the other way round) is
+ * a busy lock, as Java's getLock() sees it: tried again every
+ * KIND_POLL_MS until the wait ends (0: busy). So `rlock -x NAME` and
+ * `rlock NAME` in two cron jobs exclude and wait for each other; neither
+ * fails only on the night they overlap (issue 35, docs/cli.md). */
+static int holder_acquire(holder *h, int64_t *token) {
+  int64_t deadline = h->wait_ms < 0 ? -1 : cli_now_ms() + h->wait_ms;
+  int rc = holder_try(h, h->wait_ms, token);
+  while (rc == RLOCK_EKIND) {
+    int64_t left = deadline < 0 ? KIND_POLL_MS : deadline - cli_now_ms();
+    if (left <= 0)
+      return 0;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    int64_t nap = left < KIND_POLL_MS ? left : KIND_POLL_MS;
+    until.tv_sec += nap / 1000;
+    until.tv_nsec += (long)(nap % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&h->mutex);
+    while (!h->abort_wait &&
+           pthread_cond_timedwait(&h->cond, &h->mutex, &until) == 0)
+      ;
+    pthread_mutex_unlock(&h->mutex);
+    left = deadline < 0 ? -1 : deadline - cli_now_ms();
+    rc = holder_try(h, left < 0 && deadline >= 0 ? 0 : left, token);
+  }
+  return rc;
+}
+
 static void *holder_main(void *arg) {
   holder *h = arg;
   if (h->sem != NULL)
@@ -265,12 +330,7 @@ static void *holder_main(void *arg) {
   pthread_mutex_unlock(&h->mutex);
 
   int64_t token = 0;
-  int rc = h->ml != NULL ? rlock_multilock_try_lock(h->ml, h->wait_ms,
-                                                    h->lease_ms)
-           : h->kind == CLI_KIND_FENCED
-               ? rlock_try_lock_fenced(h->lock, h->wait_ms, h->lease_ms,
-                                       &token)
-               : rlock_try_lock(h->lock, h->wait_ms, h->lease_ms);
+  int rc = holder_acquire(h, &token);
   int64_t now = cli_now_ms();
   holder_set_detail(h, rc);
   pthread_mutex_lock(&h->mutex);
@@ -612,6 +672,45 @@ static void lock_lost(run *r, const char *why) {
   r->kill_deadline_ms = cli_now_ms() + r->o->kill_after_ms;
 }
 
+/* -v on a busy lock: who holds it, as `rlock status` reads it (one read,
+ * only when giving up). -m and --permits: not said (several names, or
+ * permit ids rather than owners). */
+static void say_holders(run *r) {
+  if (r->client == NULL || r->o->n_names > 0 || r->h.sem != NULL)
+    return;
+  rlock_info info;
+  rlock_info_init(&info);
+  if (rlock_info_get(r->client, r->o->name, &info) != 0)
+    return;
+  for (size_t i = 0; i < info.holders_n; i++) {
+    const rlock_info_entry *e = &info.holders[i];
+    if (e->count == RLOCK_INFO_NOT_A_COUNT)
+      continue;
+    char *owner = cli_text_dup(e->key, e->key_len - (e->writer ? 6 : 0));
+    char ttl[48] = "";
+    if (info.ttl_ms >= 0)
+      snprintf(ttl, sizeof ttl, ", expires in %" PRId64 " ms", info.ttl_ms);
+    /* already escaped: printed as is, not through cli_err */
+    fprintf(stderr, CLI_PROG ": held by %s (%s, hold count %" PRId64 ")%s\n",
+            owner != NULL ? owner : "?",
+            info.mode == NULL ? "lock"
+            : e->writer       ? "writer of a read/write lock"
+                              : "reader of a read/write lock",
+            e->count, ttl);
+    static cli_whois w;
+    w.client = r->client;
+    const cli_whois_entry *who = cli_whois_get(&w, r->o->name, e->key,
+                                               e->key_len);
+    if (who != NULL) {
+      fputs(CLI_PROG ":   ", stderr);
+      cli_whois_text(stderr, who);
+      fputc('\n', stderr);
+    }
+    free(owner);
+  }
+  rlock_info_free(&info);
+}
+
 static void on_acquired(run *r, int rc) {
   if (r->abort_signal != 0) {
     /* The client was closed to interrupt the wait. If the lock was taken
@@ -642,6 +741,7 @@ static void on_acquired(run *r, int rc) {
       else
         cli_err("timed out after %" PRId64 " ms waiting for '%s'",
                 cli_now_ms() - r->started_ms, r->o->name);
+      say_holders(r);
     }
     r->exit_code = r->o->conflict_exit_code;
     r->phase = PH_DONE;
@@ -726,8 +826,16 @@ static void reap_child(run *r) {
     r->exit_code = 128 + WTERMSIG(status);
   else
     r->exit_code = CLI_EX_SOFTWARE;
-  if (r->lost && r->o->on_lost == CLI_ON_LOST_KILL)
+  /* A lost lock is never a success, whatever --on-lost says: cron and
+   * CI must not see COMMAND's 0 for a run that was not alone. */
+  if (r->lost) {
+    if (r->o->on_lost == CLI_ON_LOST_WARN)
+      cli_err("COMMAND ended (%s %d) after the lock '%s' was lost; exit %d",
+              WIFSIGNALED(status) ? "signal" : "status",
+              WIFSIGNALED(status) ? WTERMSIG(status) : r->exit_code,
+              r->o->name, CLI_EX_LOCKLOST);
     r->exit_code = CLI_EX_LOCKLOST;
+  }
   r->lease_deadline_ms = 0;
   r->kill_deadline_ms = 0;
   request_release(r);
@@ -742,9 +850,15 @@ static void on_forward_signal(run *r, int signo, int code) {
         cli_err("interrupted by signal %d while waiting for '%s'", signo,
                 r->o->name);
       /* Makes the holder's rlock_try_lock() return RLOCK_ECLOSED now; its
-       * EV_ACQUIRED ends the run. */
+       * EV_ACQUIRED ends the run. Under the holder's mutex with abort_wait
+       * set: a holder polling another kind's lock starts no call on the
+       * closed client (holder_try). */
+      pthread_mutex_lock(&r->h.mutex);
+      r->h.abort_wait = true;
+      pthread_cond_signal(&r->h.cond);
       rlock_client_close(r->client);
       r->client = NULL;
+      pthread_mutex_unlock(&r->h.mutex);
     }
     break;
   case PH_RUNNING:
@@ -770,10 +884,13 @@ static void on_released(run *r, int rc) {
     return;
   }
   if (rc == RLOCK_ELOCKLOST) {
-    if (!r->lost)
-      cli_err("warning: the lock '%s' expired or was deleted before COMMAND "
-              "finished",
-              r->o->name);
+    if (!r->lost && r->child > 0) {
+      /* gone before COMMAND ended, found only at the release */
+      cli_err("the lock '%s' expired or was deleted before COMMAND "
+              "finished (COMMAND's status %d); exit %d",
+              r->o->name, r->exit_code, CLI_EX_LOCKLOST);
+      r->exit_code = CLI_EX_LOCKLOST;
+    }
     return;
   }
   pthread_mutex_lock(&r->h.mutex);

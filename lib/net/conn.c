@@ -564,7 +564,7 @@ int rlock__sub_append(rlock__node *node, int argc, const char **argv,
  *     (rlock__net_key_slot); so do they after any command is refused with
  *     CROSSSLOT (rlock__cmd_reply), whatever the probe was answered. */
 enum { PROBE_LIB_NAME, PROBE_LIB_VER, PROBE_WAIT, PROBE_WAITAOF,
-       PROBE_AOF, PROBE_CROSSSLOT, PROBE_SCRIPT };
+       PROBE_AOF, PROBE_CROSSSLOT, PROBE_SCRIPT, PROBE_NAME };
 
 /* The cross-slot probe, as Java Redisson's: two keys in different slots
  * (4768, 8899), read only. */
@@ -724,6 +724,11 @@ static int probes_send(rlock__conn *conn) {
   argv[3] = RLOCK_VERSION_STRING;
   if (rc == 0)
     rc = probe(conn, PROBE_LIB_VER, 4, argv);
+  if (rc == 0 && n->client_name == NULL && n->auto_name != NULL) {
+    /* the automatic name: its answer (even a refusal) is not checked */
+    const char *name[3] = {"CLIENT", "SETNAME", n->auto_name};
+    rc = probe(conn, PROBE_NAME, 3, name);
+  }
   if (rc == 0 && !conn->is_sub && n->mode != RLOCK__URI_SINGLE &&
       n->core->opts.replica_sync) {
     const char *w[4] = {"WAIT", "0", "0"};

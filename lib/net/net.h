@@ -178,6 +178,10 @@ struct rlock__net {
   rlock__core *core;
   const rlock__uri *uri;   /* owned by the client */
   const char *client_name; /* CLIENT SETNAME, or NULL */
+  /* Without client_name: the name the client layer makes (its id, pid,
+   * program and host), set as a probe - a refusal (ACL, a service without
+   * CLIENT) is not an error. NULL: none. Set before the first connect. */
+  const char *auto_name;
   int mode;                /* RLOCK__URI_SINGLE / SENTINEL / CLUSTER */
   rlock__node *nodes;      /* every node */
   rlock__node *master;     /* SINGLE, SENTINEL: the one node */

@@ -163,6 +163,15 @@ char *rlock__psem_timeout_key(const rlock *lock, size_t *len);
 /* Reads what is stored under the handle's name into *out, a full-size
  * struct zeroed by the caller (blocking; info.c). 0 or an error. */
 int rlock__info_read(rlock *lock, rlock_info *out);
+/* The CLIENT LIST line of a connection named by the rlock client
+ * `client_id` (whois.c), on the masters in turn, into line (blocking): 1
+ * found, 0 none, or an error (the last error says which server). */
+int rlock__whois(rlock *lock, const char *client_id, char *line,
+                 size_t line_size);
+/* The masters to ask, each once (rlock__net_masters into a malloc'd array
+ * the caller frees; scan.c): 0, or RLOCK_ENOMEM. Loop thread. */
+int rlock__masters_snapshot(rlock__net *n, rlock__node ***out,
+                            size_t *nout);
 
 /* The keyspace scan (scan.c). Where it is: the masters (taken at the first
  * step), the one being scanned and its cursor. Zeroed to start. */

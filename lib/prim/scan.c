@@ -87,9 +87,8 @@ static void scan_reply(rlock__net *n, redisReply *reply, int err,
   rlock__op_finish(op, pos->at < pos->nnodes ? 1 : 0);
 }
 
-/* The masters, once: a cluster's are those of the slot map now. */
-static int snapshot(rlock__op *op, rlock__scan_pos *pos) {
-  rlock__net *n = op->engine->net;
+int rlock__masters_snapshot(rlock__net *n, rlock__node ***out,
+                            size_t *nout) {
   size_t max = 16;
   for (;;) {
     rlock__node **nodes = malloc(max * sizeof(*nodes));
@@ -97,13 +96,21 @@ static int snapshot(rlock__op *op, rlock__scan_pos *pos) {
       return RLOCK_ENOMEM;
     size_t found = rlock__net_masters(n, nodes, max);
     if (found <= max) {
-      pos->nodes = nodes;
-      pos->nnodes = found;
-      break;
+      *out = nodes;
+      *nout = found;
+      return 0;
     }
     free(nodes);
     max = found;
   }
+}
+
+/* The masters, once: a cluster's are those of the slot map now. */
+static int snapshot(rlock__op *op, rlock__scan_pos *pos) {
+  int rc = rlock__masters_snapshot(op->engine->net, &pos->nodes,
+                                   &pos->nnodes);
+  if (rc != 0)
+    return rc;
   if (pos->nnodes == 0) {
     rlock__op_detail(op, "the cluster's slot map is not known");
     return RLOCK_ECLUSTER;

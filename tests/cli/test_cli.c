@@ -441,6 +441,9 @@ Test(cli, man_page_lists_every_option_and_exit_code) {
       "-m, --multi", "--no-reenter",
       /* issue 37 */
       "rlock fence", "fence check", "fence set", "# FENCING",
+      /* issue 35 */
+      "--uri-file", "a number of seconds as in", "is a busy lock",
+      "replaced by stars",
   };
   for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
     cr_expect(strstr(man, must[i]) != NULL, "rlock(1) lacks \"%s\"", must[i]);
@@ -468,7 +471,21 @@ Test(cli, usage_errors_exit_64_with_one_message) {
       ARGS("-E", "256", key, "--", "touch", "ran"),
       ARGS("-l", "0", key, "--", "touch", "ran"),
       ARGS("--on-lost=maybe", key, "--", "touch", "ran"),
-      ARGS("--watchdog", "100", key, "--", "touch", "ran"),
+      ARGS("--watchdog", "100ms", key, "--", "touch", "ran"),
+      /* durations: a bare number is seconds; bad forms, zero-rounding
+       * and values over the library's limit are refused (issue 35) */
+      ARGS("-w", "5x", key, "--", "touch", "ran"),
+      ARGS("-w", "-1", key, "--", "touch", "ran"),
+      ARGS("-w", "1e99", key, "--", "touch", "ran"),
+      ARGS("-w", "0x10", key, "--", "touch", "ran"),
+      ARGS("-w", "0.0001", key, "--", "touch", "ran"),
+      ARGS("-w", "0.4ms", key, "--", "touch", "ran"),
+      ARGS("-l", "0.0004", key, "--", "touch", "ran"),
+      ARGS("-l", "25d", key, "--", "touch", "ran"),
+      ARGS("-l", "2147484", key, "--", "touch", "ran"),
+      ARGS("--watchdog", "0.2", key, "--", "touch", "ran"),
+      ARGS("--kill-after", "1h1m", key, "--", "touch", "ran"),
+      ARGS("status", "--watch=0.05", key),
       ARGS("--nonblock=1", key, "--", "touch", "ran"),
       ARGS(key),
       ARGS(key, "--"),
@@ -507,6 +524,45 @@ Test(cli, usage_errors_exit_64_with_one_message) {
   }
   cr_assert(!exists_in("ran"), "a command ran despite a usage error");
   cr_assert_eq(rt_exists(key), 0);
+}
+
+/* A duration's message names the option and the accepted forms. */
+Test(cli, bad_durations_name_the_option_and_the_forms) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:dur");
+  struct {
+    const char *const *args;
+    const char *says;
+  } cases[] = {
+      {ARGS("-w", "5x", key, "--", "true"), "invalid -w/--wait '5x' (a "
+                                            "duration: a number of seconds "
+                                            "(5, 0.5) or a number with a unit "
+                                            "(250ms, 1.5s, 2m, 1h))"},
+      {ARGS("--wait=0.0001", key, "--", "true"),
+       "invalid -w/--wait '0.0001': rounds to 0 ms"},
+      {ARGS("-l", "1e99", key, "--", "true"), "invalid -l/--lease '1e99' ("},
+      {ARGS("-l", "0", key, "--", "true"),
+       "invalid -l/--lease '0': the lease must be longer than 0"},
+      {ARGS("-l", "30d", key, "--", "true"), "invalid -l/--lease '30d' ("},
+      {ARGS("-l", "600h", key, "--", "true"),
+       "invalid -l/--lease '600h': at most 24 days"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cli_proc p;
+    cr_expect_eq(cli_run(&p, cases[i].args), 64, "case %zu", i);
+    char *err = cli_err(&p);
+    cr_expect(strstr(err, cases[i].says) != NULL, "case %zu: %s", i, err);
+    free(err);
+  }
+  /* -l 2: a lease of 2 s (it was 2 ms) */
+  cli_proc p;
+  cli_start(&p, ARGS("-l", "2", key, "--", "sh", "-c",
+                     "touch started; while [ ! -e go ]; do sleep 0.02; done"));
+  rt_wait_until_what(file_exists, "started", 10000, "COMMAND started");
+  long long ttl = rt_pttl(key);
+  cr_assert(ttl > 1000 && ttl <= 2000, "-l 2: TTL %lld", ttl);
+  touch_in("go");
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 0);
 }
 
 /* ---- exit status ---- */
@@ -779,7 +835,7 @@ Test(cli, wait_timeout_exits_1_after_the_wait) {
   held h;
   hold(&h, key);
   cli_proc p;
-  cr_assert_eq(cli_run(&p, ARGS("-w", "800", key, "--", "touch", "ran")), 1);
+  cr_assert_eq(cli_run(&p, ARGS("-w", "800ms", key, "--", "touch", "ran")), 1);
   int64_t took = cli_elapsed(&p);
   cr_assert(took >= 800 && took < 800 + PROMPT_MS,
             "-w 800 gave up after %" PRId64 " ms", took);
@@ -789,6 +845,12 @@ Test(cli, wait_timeout_exits_1_after_the_wait) {
                1);
   took = cli_elapsed(&p);
   cr_assert(took >= 600 && took < 600 + PROMPT_MS, "0.6s: %" PRId64 " ms",
+            took);
+  cr_assert(!exists_in("ran"));
+  /* a bare number is seconds, as flock's -w (issue 35: it was ms) */
+  cr_assert_eq(cli_run(&p, ARGS("-w", "1.2", key, "--", "touch", "ran")), 1);
+  took = cli_elapsed(&p);
+  cr_assert(took >= 1200 && took < 1200 + PROMPT_MS, "-w 1.2: %" PRId64 " ms",
             took);
   cr_assert(!exists_in("ran"));
   /* the waiter unsubscribed when it gave up */
@@ -805,7 +867,7 @@ Test(cli, conflict_exit_code_changes_1) {
   hold(&h, key);
   cli_proc p;
   cr_assert_eq(cli_run(&p, ARGS("-E", "42", "-n", key, "--", "true")), 42);
-  cr_assert_eq(cli_run(&p, ARGS("--conflict-exit-code=7", "-w", "200", key,
+  cr_assert_eq(cli_run(&p, ARGS("--conflict-exit-code=7", "-w", "200ms", key,
                                 "--", "true")),
                7);
   /* -E only concerns conflicts: COMMAND's status is still its own */
@@ -948,11 +1010,11 @@ Test(cli, rlock_sigkilled_lock_expires_and_kill_mode_stops_command) {
     rt_key(key, sizeof key, "cli:rlockkilled");
     cli_proc p;
     if (kill_mode)
-      cli_start(&p, ARGS("--watchdog", "900", "--on-lost=kill", key, "--",
+      cli_start(&p, ARGS("--watchdog", "900ms", "--on-lost=kill", key, "--",
                          "sh", "-c",
                          "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 30"));
     else
-      cli_start(&p, ARGS("--watchdog", "900", "--on-lost=warn", "--orphan-ok",
+      cli_start(&p, ARGS("--watchdog", "900ms", "--on-lost=warn", "--orphan-ok",
                          key, "--", "sh", "-c",
                          "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 30"));
     rt_wait_until_what(file_exists, "pid", 10000, "COMMAND started");
@@ -1031,7 +1093,7 @@ Test(cli, on_lost_kill_stops_command_and_exits_79) {
   rt_key(key, sizeof key, "cli:lostkill");
   cli_proc p;
   /* watchdog 900 ms: renewal, and so loss detection, every 300 ms */
-  cli_start(&p, ARGS("--watchdog", "900", "--on-lost=kill", key, "--", "sh",
+  cli_start(&p, ARGS("--watchdog", "900ms", "--on-lost=kill", key, "--", "sh",
                      "-c", "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 30"));
   rt_wait_until_what(file_exists, "pid", 10000, "COMMAND started");
   rt_wait_until_what(key_exists, key, 10000, "lock held");
@@ -1081,7 +1143,7 @@ Test(cli, on_lost_warn_is_the_default_and_command_goes_on) {
   char key[64];
   rt_key(key, sizeof key, "cli:lostwarn");
   cli_proc p;
-  cli_start(&p, ARGS("--watchdog", "900", key, "--", "sh", "-c",
+  cli_start(&p, ARGS("--watchdog", "900ms", key, "--", "sh", "-c",
                      "touch ready; while [ ! -e go ]; do sleep 0.02; done;"
                      " exit 5"));
   rt_wait_until_what(file_exists, "ready", 10000, "COMMAND started");
@@ -1091,8 +1153,12 @@ Test(cli, on_lost_warn_is_the_default_and_command_goes_on) {
   rt_wait_until_what(file_contains, &warned, 300 + PROMPT_MS, "warning");
   cr_assert(cli_running(&p), "COMMAND was stopped in warn mode");
   touch_in("go");
-  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 5, "COMMAND's own status");
+  /* a lost lock is never a success (issue 35): 79, COMMAND's 5 named */
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 79);
   char *err = cli_err(&p);
+  cr_assert(strstr(err, "rlock: COMMAND ended (status 5) after the lock '") !=
+                NULL,
+            "stderr: %s", err);
   /* one warning, not a second one at release */
   char *first = strstr(err, "lost the lock");
   cr_assert(first != NULL && strstr(first + 1, "lost the lock") == NULL &&
@@ -1105,7 +1171,7 @@ Test(cli, lease_running_out_counts_as_lost) {
   char key[64];
   rt_key(key, sizeof key, "cli:leaselost");
   cli_proc p;
-  cr_assert_eq(cli_run(&p, ARGS("-l", "600", "--on-lost=kill", key, "--",
+  cr_assert_eq(cli_run(&p, ARGS("-l", "600ms", "--on-lost=kill", key, "--",
                                 "sleep", "30")),
                79);
   int64_t took = cli_elapsed(&p);
@@ -1118,12 +1184,29 @@ Test(cli, lease_running_out_counts_as_lost) {
   cr_assert_eq(rt_exists(key), 0);
 }
 
+/* Issue 35: `rlock -l 600` ran a longer COMMAND to exit 0 with the lock
+ * gone after 600 ms: cron saw success. Now 79 in warn mode too. */
+Test(cli, lease_running_out_in_warn_mode_exits_79_after_command) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:leasewarn");
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("-l", "600ms", key, "--", "sh", "-c",
+                                "sleep 1.5; touch done")),
+               79);
+  cr_assert(exists_in("done"), "COMMAND was stopped in warn mode");
+  char *err = cli_err(&p);
+  cr_assert(strstr(err, "warning: lost the lock") != NULL &&
+                strstr(err, "COMMAND ended (status 0) after the lock") != NULL,
+            "stderr: %s", err);
+  free(err);
+}
+
 Test(cli, kill_escalates_to_sigkill_after_the_grace) {
   char key[64];
   rt_key(key, sizeof key, "cli:escalate");
   cli_proc p;
-  cr_assert_eq(cli_run(&p, ARGS("-l", "300", "--on-lost=kill", "--kill-after",
-                                "500", key, "--", "sh", "-c",
+  cr_assert_eq(cli_run(&p, ARGS("-l", "300ms", "--on-lost=kill", "--kill-after",
+                                "500ms", key, "--", "sh", "-c",
                                 "trap '' TERM; while :; do sleep 0.02; done")),
                79);
   int64_t took = cli_elapsed(&p);
@@ -1150,7 +1233,7 @@ Test(cli, status_shows_owner_count_ttl_and_waiters) {
   cli_proc p;
   cr_assert_eq(cli_run(&p, ARGS("status", key)), 0);
   char *out = cli_out(&p);
-  char expect[256];
+  char expect[512];
   long long ttl = -1;
   char line1[192];
   snprintf(line1, sizeof line1, "%s: locked, expires in ", key);
@@ -1168,8 +1251,10 @@ Test(cli, status_shows_owner_count_ttl_and_waiters) {
            "{\"name\":\"%s\",\"locked\":true,\"type\":\"hash\",\"ttl_ms\":",
            key);
   cr_assert(strstr(out, expect) != NULL, "json: %s", out);
-  snprintf(expect, sizeof expect, ",\"owners\":{\"%s\":2},\"waiters\":1}",
-           h.owner);
+  snprintf(expect, sizeof expect,
+           ",\"owners\":{\"%s\":2},\"waiters\":1,\"holders\":[{\"owner\":"
+           "\"%s\",\"count\":2,\"rlock_client\":true,\"host\":",
+           h.owner, h.owner);
   cr_assert(strstr(out, expect) != NULL, "json: %s", out);
   cr_assert(out[0] == '[' && strstr(out, "]\n") != NULL, "json: %s", out);
   free(out);
@@ -1916,9 +2001,11 @@ Test(cli, tls_status_and_unlock_force) {
                                 "--tls-ca-file", g_ca, key)),
                0);
   char *out = cli_out(&p);
-  char expect[256];
-  snprintf(expect, sizeof expect, ",\"owners\":{\"%s\":1},\"waiters\":0}",
-           h.owner);
+  char expect[512];
+  snprintf(expect, sizeof expect,
+           ",\"owners\":{\"%s\":1},\"waiters\":0,\"holders\":[{\"owner\":"
+           "\"%s\",\"count\":1,\"rlock_client\":true,",
+           h.owner, h.owner);
   cr_assert(strstr(out, expect) != NULL, "json: %s", out);
   free(out);
   /* the type check runs over TLS too: the string is left alone */
@@ -2239,9 +2326,11 @@ Test(cli, kinds_fenced_excludes_the_plain_lock_and_unlock_force_fenced) {
   char *first = rt_str("GET %s", tk);
   cr_assert(first != NULL);
   snprintf(expect, sizeof expect,
-           "\n  owner %s  holds 1\n  fenced lock: token %s (the latest "
-           "handed out)\n",
-           owner, first);
+           "\n  owner %s  holds 1\n    pid ",
+           owner);
+  cr_assert(strstr(out, expect) != NULL, "status: %s", out);
+  snprintf(expect, sizeof expect,
+           "\n  fenced lock: token %s (the latest handed out)\n", first);
   cr_assert(strstr(out, expect) != NULL, "status: %s", out);
   free(out);
   free(owner);
@@ -2261,7 +2350,8 @@ Test(cli, kinds_fenced_excludes_the_plain_lock_and_unlock_force_fenced) {
   free(token);
   free(first);
   touch_in("go");
-  cr_assert_eq(cli_wait(&holder, RUN_BOUND_MS), 0);
+  /* its lock was force-unlocked under it: a lost lock, 79 (issue 35) */
+  cr_assert_eq(cli_wait(&holder, RUN_BOUND_MS), 79);
   char *err = cli_err(&holder);
   cr_assert(strstr(err, "expired or was deleted") != NULL, "stderr: %s", err);
   free(err);
@@ -2276,29 +2366,31 @@ static void java_rw_hash(const char *key, const char *mode,
   rt_int("PEXPIRE %s 600000", key);
 }
 
-Test(cli, kinds_other_kinds_on_a_read_write_hash_exit_69_changing_nothing) {
+/* Issue 35: another kind of lock on NAME is a busy lock, as Java's getLock()
+ * sees it (it was exit 69 at once: two cron jobs failed only on the night
+ * they overlapped): -n gives up at once, -w after its wait, changing
+ * nothing. */
+Test(cli, kinds_other_kinds_on_a_read_write_hash_are_busy_changing_nothing) {
   char key[64];
   rt_key(key, sizeof key, "cli:ekind");
   java_rw_hash(key, "read", "java-uuid:61");
   char *before = hash_dump(key);
-  const char *const *cases[] = {
-      ARGS(key, "--", "touch", "ran"),
-      ARGS("-n", key, "--", "touch", "ran"),
-      ARGS("-w", "5s", key, "--", "touch", "ran"),
-      ARGS("--fenced", key, "--", "touch", "ran"),
+  struct {
+    const char *const *args;
+    int64_t wait_ms;
+  } cases[] = {
+      {ARGS("-n", key, "--", "touch", "ran"), 0},
+      {ARGS("-w", "600ms", key, "--", "touch", "ran"), 600},
+      {ARGS("--fenced", "-n", key, "--", "touch", "ran"), 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     cli_proc p;
-    cr_assert_eq(cli_run(&p, cases[i]), 69, "case %zu", i);
-    cr_assert(cli_elapsed(&p) < PROMPT_MS, "case %zu: waited %" PRId64 " ms",
-              i, cli_elapsed(&p));
+    cr_assert_eq(cli_run(&p, cases[i].args), 1, "case %zu", i);
+    cr_assert(cli_elapsed(&p) >= cases[i].wait_ms &&
+                  cli_elapsed(&p) < cases[i].wait_ms + PROMPT_MS,
+              "case %zu: waited %" PRId64 " ms", i, cli_elapsed(&p));
     char *err = cli_err(&p), *out = cli_out(&p);
-    char expect[256];
-    snprintf(expect, sizeof expect,
-             "rlock: cannot lock '%s': it holds another kind of lock, a "
-             "read/write lock (use -s or -x for it)\n",
-             key);
-    cr_assert_str_eq(err, expect, "case %zu", i);
+    cr_assert_str_eq(err, "", "case %zu", i);
     cr_assert_str_eq(out, "");
     free(err);
     free(out);
@@ -2325,7 +2417,9 @@ Test(cli, kinds_other_kinds_on_a_read_write_hash_exit_69_changing_nothing) {
   cr_assert_eq(cli_run(&p, ARGS("status", "--json", key)), 0);
   out = cli_out(&p);
   cr_assert(strstr(out, ",\"owners\":{\"java-uuid:61\":1},\"waiters\":0,"
-                        "\"kind\":\"read/write\",\"mode\":\"read\"}") != NULL,
+                        "\"kind\":\"read/write\",\"mode\":\"read\","
+                        "\"holders\":[{\"owner\":\"java-uuid:61\","
+                        "\"count\":1}]}") != NULL,
             "json: %s", out);
   free(out);
   free(before);
@@ -2345,21 +2439,17 @@ Test(cli, kinds_other_kinds_on_a_read_write_hash_exit_69_changing_nothing) {
   cr_assert_eq(rt_exists(wkey), 0);
 }
 
-/* [fair] The fair lock on a read/write hash: the same refusal. */
-Test(cli, kinds_fair_on_a_read_write_hash_exits_69) {
+/* [fair] The fair lock on a read/write hash: busy the same way. */
+Test(cli, kinds_fair_on_a_read_write_hash_is_busy) {
   char key[64];
   rt_key(key, sizeof key, "cli:ekind-fair");
   java_rw_hash(key, "read", "java-uuid:61");
   char *before = hash_dump(key);
   cli_proc p;
-  cr_assert_eq(cli_run(&p, ARGS("--fair", "-w", "5s", key, "--", "touch",
+  cr_assert_eq(cli_run(&p, ARGS("--fair", "-w", "600ms", key, "--", "touch",
                                 "ran")),
-               69);
-  cr_assert(cli_elapsed(&p) < PROMPT_MS);
-  char *err = cli_err(&p);
-  cr_assert(strstr(err, "another kind of lock, a read/write lock") != NULL,
-            "stderr: %s", err);
-  free(err);
+               1);
+  cr_assert(cli_elapsed(&p) >= 600 && cli_elapsed(&p) < 600 + PROMPT_MS);
   cr_assert(!exists_in("ran"));
   char *after = hash_dump(key);
   cr_assert_str_eq(after, before);
@@ -2455,7 +2545,7 @@ Test(cli, kinds_exclusive_excludes_exclusive) {
 
   cr_assert_eq(cli_run(&p, ARGS("-x", "-n", key, "--", "touch", "ran")), 1);
   cr_assert_eq(cli_run(&p, ARGS("-s", "-n", key, "--", "touch", "ran")), 1);
-  cr_assert_eq(cli_run(&p, ARGS("--exclusive", "-w", "400", key, "--",
+  cr_assert_eq(cli_run(&p, ARGS("--exclusive", "-w", "400ms", key, "--",
                                 "touch", "ran")),
                1);
   cli_start(&w2, ARGS("-x", key, "-c", "echo w2 >> log"));
@@ -2475,9 +2565,10 @@ Test(cli, kinds_exclusive_excludes_exclusive) {
   cr_assert_eq(rt_exists(key), 0);
 }
 
-/* [rw] A plain lock on a name held by -s: EKIND's exit and message, the
- * read/write hash unchanged. */
-Test(cli, kinds_plain_lock_on_a_name_held_by_shared_exits_69) {
+/* [rw] A plain lock on a name held by -s waits for it (issue 35: it was
+ * exit 69 at once), then runs; the read/write hash is not touched while
+ * it waits. */
+Test(cli, kinds_plain_lock_waits_for_shared_then_runs) {
   char key[64];
   rt_key(key, sizeof key, "cli:rw-ekind");
   cli_proc r;
@@ -2487,52 +2578,46 @@ Test(cli, kinds_plain_lock_on_a_name_held_by_shared_exits_69) {
   char *before = hash_dump(key);
   cr_assert(strstr(before, "mode=read\n") != NULL, "hash: %s", before);
   cli_proc p;
-  cr_assert_eq(cli_run(&p, ARGS(key, "--", "touch", "ran")), 69);
-  cr_assert(cli_elapsed(&p) < PROMPT_MS);
-  char *err = cli_err(&p), *out = cli_out(&p);
-  char expect[256];
-  snprintf(expect, sizeof expect,
-           "rlock: cannot lock '%s': it holds another kind of lock, a "
-           "read/write lock (use -s or -x for it)\n",
-           key);
-  cr_assert_str_eq(err, expect);
-  cr_assert_str_eq(out, "");
-  free(err);
-  free(out);
-  cr_assert_eq(cli_run(&p, ARGS("--fenced", "-n", key, "--", "touch", "ran")),
-               69);
+  cli_start(&p, ARGS("-w", "20s", key, "--", "sh", "-c",
+                     "[ -e go ] && touch ran"));
+  rt_sleep_ms(700);
+  cr_assert(cli_running(&p), "the plain lock did not wait");
   cr_assert(!exists_in("ran"));
   char *after = hash_dump(key);
   cr_assert_str_eq(after, before, "the read/write hash changed");
   free(after);
   free(before);
-  cr_assert(cli_running(&r));
+  int64_t go = rt_now_ms();
   touch_in("go");
   cr_assert_eq(cli_wait(&r, RUN_BOUND_MS), 0);
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 0);
+  cr_assert(exists_in("ran"), "COMMAND ran before -s was done");
+  cr_assert(p.ended_ms - go < PROMPT_MS, "ran %" PRId64 " ms after",
+            p.ended_ms - go);
   char *rerr = cli_err(&r);
   cr_assert_str_eq(rerr, "", "the -s holder was disturbed");
   free(rerr);
   cr_assert_eq(rt_exists(key), 0);
 }
 
-/* [rw] -s/-x on a plain lock's hash: the same refusal, the other way. */
-Test(cli, kinds_shared_on_a_plain_lock_exits_69) {
+/* [rw] flock's habit: `rlock -x NAME` in one job, `rlock NAME` in another.
+ * -x waits for the plain holder and runs after it; -n is busy (1). */
+Test(cli, kinds_exclusive_waits_for_a_plain_lock_like_flock) {
   char key[64];
   rt_key(key, sizeof key, "cli:rw-on-plain");
   held h;
   hold(&h, key);
   cli_proc p;
-  cr_assert_eq(cli_run(&p, ARGS("-s", "-w", "5s", key, "--", "touch", "ran")),
-               69);
-  cr_assert(cli_elapsed(&p) < PROMPT_MS);
-  char *err = cli_err(&p);
-  cr_assert(strstr(err, "another kind of lock, not a read/write lock") !=
-                NULL,
-            "stderr: %s", err);
-  free(err);
+  cr_assert_eq(cli_run(&p, ARGS("-x", "-n", key, "--", "touch", "ran")), 1);
+  cli_start(&p, ARGS("-x", "-w", "20s", key, "--", "touch", "ran"));
+  rt_sleep_ms(700);
+  cr_assert(cli_running(&p), "-x did not wait");
   cr_assert(!exists_in("ran"));
   cr_assert_eq(rt_hlen(key), 1);
   unhold(&h);
+  cr_assert_eq(cli_wait(&p, RUN_BOUND_MS), 0);
+  cr_assert(exists_in("ran"));
+  cr_assert_eq(rt_exists(key), 0);
 }
 
 /* [rw] unlock --force -s / -x: the kind's force unlock (only in its mode). */
@@ -2582,7 +2667,8 @@ Test(cli, kinds_fair_runs_in_arrival_order) {
   free(out);
   cr_assert_eq(cli_run(&p, ARGS("status", "--json", key)), 0);
   out = cli_out(&p);
-  cr_assert(strstr(out, ",\"queue\":3}") != NULL, "json: %s", out);
+  cr_assert(strstr(out, ",\"queue\":3,\"holders\":[{\"owner\":") != NULL,
+            "json: %s", out);
   free(out);
   for (int i = 0; i < 3; i++)
     cr_assert(cli_running(&w[i]), "waiter %s did not wait", names[i]);
@@ -2667,7 +2753,7 @@ Test(cli, permits_of_a_sigkilled_rlock_return_after_the_lease) {
   char key[64];
   rt_key(key, sizeof key, "cli:permitkill");
   cli_proc p;
-  cli_start(&p, ARGS("--permits", "1", "--watchdog", "900", key, "--", "sh",
+  cli_start(&p, ARGS("--permits", "1", "--watchdog", "900ms", key, "--", "sh",
                      "-c", "echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 30"));
   rt_wait_until_what(file_exists, "pid", 10000, "COMMAND started");
   char *pid_text = first_line_in("pid");
@@ -2804,6 +2890,54 @@ Test(cli, permits_other_size_warns_and_goes_on) {
                 strstr(err, "not the 2") != NULL,
             "stderr: %s", err);
   free(err);
+}
+
+/* A client taking and giving back a permit as fast as it can, until told
+ * to stop: the semaphore's counts move all the time, its size never. */
+typedef struct churn {
+  const char *name;
+  atomic_bool stop;
+  long rounds;
+} churn;
+
+static void churn_permits(void *arg) {
+  churn *c = arg;
+  rlock_client *client = rt_client();
+  rlock_permit_semaphore *sem = NULL;
+  cr_assert_eq(rlock_permit_semaphore_get(client, c->name, &sem), 0);
+  char id[RLOCK_PERMIT_ID_LEN + 1];
+  while (!atomic_load(&c->stop)) {
+    if (rlock_permit_semaphore_try_acquire(sem, 0, 10000, id) == 1) {
+      cr_assert_eq(rlock_permit_semaphore_release(sem, id), 0);
+      c->rounds++;
+    }
+  }
+  rlock_permit_semaphore_free(sem);
+  rlock_client_close(client);
+}
+
+/* Issue 35: --permits read the size in two round trips (available, then
+ * taken) and warned of a wrong size when a permit moved between them (1
+ * run in 7 with 3 jobs at once). One atomic read now: no warning while
+ * another client takes and returns permits all the time. */
+Test(cli, permits_no_false_size_warning_while_permits_move) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:permitchurn");
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("--permits", "3", key, "true")), 0);
+  churn c = {.name = key};
+  rt_thread t;
+  rt_thread_start(&t, churn_permits, &c);
+  for (int i = 0; i < 12; i++) {
+    cr_assert_eq(cli_run(&p, ARGS("--permits", "3", "-w", "10", key, "true")),
+                 0);
+    char *err = cli_err(&p);
+    cr_assert(strstr(err, "warning") == NULL, "run %d: stderr: %s", i, err);
+    free(err);
+  }
+  atomic_store(&c.stop, true);
+  rt_thread_join(&t, 10000);
+  cr_assert(c.rounds > 12, "the permits hardly moved: %ld rounds", c.rounds);
 }
 
 Test(cli, status_shows_permits_and_latch_count) {
@@ -2949,13 +3083,13 @@ Test(cli, sentinel_and_replica_sync_options_refuse_bad_values) {
     const char *says;
   } cases[] = {
       {ARGS("--replica-sync-timeout", "0", key, "-c", "touch ran"),
-       "at least 1 ms"},
+       "at least 1ms"},
       {ARGS("--replica-sync-timeout", "soon", key, "-c", "touch ran"),
-       "invalid replica-sync-timeout 'soon'"},
+       "invalid --replica-sync-timeout 'soon'"},
       {ARGS("--replica-sync-timeout", "-1", key, "-c", "touch ran"),
-       "invalid replica-sync-timeout '-1'"},
+       "invalid --replica-sync-timeout '-1'"},
       {ARGS("--replica-sync-timeout", key, "-c", "touch ran"),
-       "invalid replica-sync-timeout"},
+       "invalid --replica-sync-timeout"},
       {ARGS("--no-replica-sync", "--replica-sync-timeout", "1s", key, "-c",
             "touch ran"),
        "exclude each other"},
@@ -3359,9 +3493,12 @@ Test(cli, ls_lists_every_kind_with_holders_and_counts) {
   cr_assert(strstr(out, expect) != NULL, "json: %s", out);
   snprintf(expect, sizeof expect,
            "\"holders\":[{\"owner\":\"%s\",\"client\":\"%s\",\"thread\":%"
-           PRIu64 ",\"count\":2,\"writer\":false}],\"queue\":{\"length\":0,"
-           "\"head\":null},\"token\":null,\"count\":null,\"waiters\":1}",
+           PRIu64 ",\"count\":2,\"writer\":false,\"rlock_client\":true,",
            owner, client_id, me);
+  cr_assert(strstr(out, expect) != NULL, "json: %s", out);
+  snprintf(expect, sizeof expect,
+           "\"}],\"queue\":{\"length\":0,"
+           "\"head\":null},\"token\":null,\"count\":null,\"waiters\":1}");
   cr_assert(strstr(out, expect) != NULL, "json: %s", out);
   rt_owner(owner, sizeof owner, c2, fw);
   snprintf(expect, sizeof expect,
@@ -3668,4 +3805,395 @@ Test(cli, fence_guarded_write_and_check) {
   cr_assert_eq(cli_run(&p, ARGS("fence", "check", key)), 64);
   free(tok);
   free(check);
+/* ---- bytes from Redis in the output (issue 33, items 5 and 6) ---- */
+
+/* No byte of s is a control byte other than newline, and s is valid UTF-8
+ * (python3 decodes it strictly): what a terminal shows as text. */
+static void assert_terminal_safe(const char *what, const char *path) {
+  char *s = slurp(path);
+  for (const unsigned char *c = (const unsigned char *)s; *c != '\0'; c++)
+    cr_assert((*c >= 0x20 && *c != 0x7f) || *c == '\n',
+              "%s: raw byte 0x%02x at %zu: %s", what, *c,
+              (size_t)(c - (const unsigned char *)s), s);
+  free(s);
+  char cmd[PATH_LEN + 128];
+  snprintf(cmd, sizeof cmd,
+           "python3 -c 'import sys; open(sys.argv[1], \"rb\").read()"
+           ".decode(\"utf-8\")' '%s'",
+           path);
+  cr_assert_eq(system(cmd), 0, "%s is not valid UTF-8", what);
+}
+
+/* The JSON at path parses (python3's json) and holds, as a "name" at any
+ * depth or as a key of "owners", each of the byte strings given in hex,
+ * read back with surrogateescape. */
+static void assert_json_names(const char *path, const char *hex_names) {
+  char cmd[PATH_LEN + 1024];
+  snprintf(cmd, sizeof cmd,
+           "python3 -c '\n"
+           "import json, sys\n"
+           "raw = open(sys.argv[1], \"rb\").read()\n"
+           "doc = json.loads(raw.decode(\"utf-8\"))\n"
+           "seen = set()\n"
+           "def walk(v):\n"
+           "    if isinstance(v, dict):\n"
+           "        for k, x in v.items():\n"
+           "            seen.add(k)\n"
+           "            if isinstance(x, str): seen.add(x)\n"
+           "            walk(x)\n"
+           "    elif isinstance(v, list):\n"
+           "        for x in v: walk(x)\n"
+           "walk(doc)\n"
+           "got = {s.encode(\"utf-8\", \"surrogateescape\") for s in seen}\n"
+           "for h in sys.argv[2].split(\",\"):\n"
+           "    if bytes.fromhex(h) not in got:\n"
+           "        sys.exit(\"missing %%r in %%r\" %% (bytes.fromhex(h), raw))\n"
+           "' '%s' '%s'",
+           path, hex_names);
+  cr_assert_eq(system(cmd), 0, "JSON check failed for %s", path);
+}
+
+static void hex_of(char *buf, size_t n, const char *s, size_t len) {
+  buf[0] = '\0';
+  for (size_t i = 0; i < len && 2 * i + 3 <= n; i++)
+    snprintf(buf + 2 * i, 3, "%02x", (unsigned char)s[i]);
+}
+
+Test(cli, ls_and_status_escape_bytes_from_redis_and_json_stays_valid) {
+  char p[64];
+  rt_key(p, sizeof p, "cli:esc");
+  /* names: escape sequences (clear screen, set the title), a newline
+   * forging a line, invalid UTF-8, a NUL; owners and values alike */
+  char esc[128], nl[128], bad[128], nul[128], foreign[128];
+  size_t esc_n = (size_t)snprintf(esc, sizeof esc, "%s:esc\033[2J\033]0;t\007",
+                                  p);
+  size_t nl_n = (size_t)snprintf(nl, sizeof nl,
+                                 "%s:nl\nFORGED: unlocked, 0 waiting", p);
+  size_t bad_n = (size_t)snprintf(bad, sizeof bad, "%s:bad\377\303(", p);
+  size_t nul_n = (size_t)snprintf(nul, sizeof nul, "%s:nul", p);
+  memcpy(nul + nul_n, "\0tail", 5);
+  nul_n += 5;
+  size_t foreign_n = (size_t)snprintf(foreign, sizeof foreign, "%s:foreign",
+                                      p);
+  const char esc_owner[] = "\033[31mown\nFORGED:7", bad_owner[] = "o\377\376:3";
+  const char field[] = "f\033[0m", value[] = "v\0\033]0;x\007\377";
+  freeReplyObject(rt_cmd("HSET %b %b 1", esc, esc_n, esc_owner,
+                         sizeof esc_owner - 1));
+  freeReplyObject(rt_cmd("HSET %b %b 2", nl, nl_n, bad_owner,
+                         sizeof bad_owner - 1));
+  freeReplyObject(rt_cmd("HSET %b a:1 1", bad, bad_n));
+  freeReplyObject(rt_cmd("HSET %b a:1 1", nul, nul_n));
+  freeReplyObject(rt_cmd("HSET %b %b %b", foreign, foreign_n, field,
+                         sizeof field - 1, value, sizeof value - 1));
+  char pat[96];
+  snprintf(pat, sizeof pat, "%s:*", p);
+
+  cli_proc ls;
+  cr_assert_eq(cli_run(&ls, ARGS("ls", pat)), 0);
+  assert_terminal_safe("ls stdout", ls.out_path);
+  assert_terminal_safe("ls stderr", ls.err_path);
+  char *out = cli_out(&ls), *err = cli_err(&ls);
+  /* each name on one line of its own, escaped */
+  cr_assert(strstr(out, ":esc\\x1b[2J\\x1b]0;t\\x07: lock") != NULL, "%s",
+            out);
+  cr_assert(strstr(out, ":nl\\nFORGED: unlocked, 0 waiting: lock") != NULL,
+            "%s", out);
+  cr_assert(strstr(out, ":bad\\xff\\xc3(: lock") != NULL, "%s", out);
+  cr_assert(strstr(out, "\\x1b[31mown\\nFORGED:7") != NULL, "%s", out);
+  cr_assert(strstr(out, "o\\xff\\xfe:3") != NULL, "%s", out);
+  for (char *line = out; *line != '\0'; line = strchr(line, '\n') + 1) {
+    cr_assert(strncmp(line, p, strlen(p)) == 0 || strncmp(line, "  ", 2) == 0,
+              "a line neither a name nor an entry: %s", out);
+    if (strchr(line, '\n') == NULL)
+      break;
+  }
+  cr_assert(strstr(err, ":nul\\x00tail': the name holds a NUL byte") != NULL,
+            "%s", err);
+  cr_assert(strstr(err, ":foreign': not a lock") != NULL, "%s", err);
+  free(out);
+  free(err);
+
+  cli_proc lj;
+  cr_assert_eq(cli_run(&lj, ARGS("ls", "--json", pat)), 0);
+  assert_terminal_safe("ls --json", lj.out_path);
+  char names[1024], h[5][200];
+  hex_of(h[0], sizeof h[0], esc, esc_n);
+  hex_of(h[1], sizeof h[1], nl, nl_n);
+  hex_of(h[2], sizeof h[2], bad, bad_n);
+  hex_of(h[3], sizeof h[3], nul, nul_n);
+  hex_of(h[4], sizeof h[4], bad_owner, sizeof bad_owner - 1);
+  snprintf(names, sizeof names, "%s,%s,%s,%s,%s", h[0], h[1], h[2], h[3],
+           h[4]);
+  assert_json_names(lj.out_path, names);
+
+  /* status: the owner, a foreign field and its value */
+  cli_proc st;
+  cr_assert_eq(cli_run(&st, ARGS("status", esc, foreign)), 0);
+  assert_terminal_safe("status stdout", st.out_path);
+  out = cli_out(&st);
+  cr_assert(strstr(out, "owner \\x1b[31mown\\nFORGED:7  holds 1") != NULL,
+            "%s", out);
+  cr_assert(strstr(out, "field f\\x1b[0m = v\\x00\\x1b]0;x\\x07\\xff") != NULL,
+            "%s", out);
+  free(out);
+  cli_proc sj;
+  cr_assert_eq(cli_run(&sj, ARGS("status", "--json", esc, foreign)), 0);
+  assert_terminal_safe("status --json", sj.out_path);
+  hex_of(h[0], sizeof h[0], esc, esc_n);
+  hex_of(h[1], sizeof h[1], esc_owner, sizeof esc_owner - 1);
+  hex_of(h[2], sizeof h[2], value, sizeof value - 1);
+  hex_of(h[3], sizeof h[3], field, sizeof field - 1);
+  snprintf(names, sizeof names, "%s,%s,%s,%s", h[0], h[1], h[2], h[3]);
+  assert_json_names(sj.out_path, names);
+}
+
+/* ---- secrets (issue 35, item 5) ---- */
+
+#define SECRET_PW "Pw7f3a9cSecret"
+#define WRONG_PW "Xq9WrongPwd"
+
+static void secrets_setup(void) {
+  const char *args[] = {"--requirepass", SECRET_PW, NULL};
+  rt_server_start_args(args);
+  snprintf(g_dir, sizeof g_dir, "/tmp/rlock-cli-test.XXXXXX");
+  cr_assert(mkdtemp(g_dir) != NULL, "mkdtemp: %s", strerror(errno));
+  cr_assert(unsetenv("REDIS_URL") == 0);
+  cr_assert(getenv("RLOCK_CLI") != NULL);
+}
+
+/* Neither password in what the run printed. */
+static void assert_no_secret(const cli_proc *p, const char *what) {
+  char *out = cli_out(p), *err = cli_err(p);
+  cr_assert(strstr(out, SECRET_PW) == NULL && strstr(err, SECRET_PW) == NULL &&
+                strstr(out, WRONG_PW) == NULL && strstr(err, WRONG_PW) == NULL,
+            "%s: a password was shown: stdout: %s stderr: %s", what, out, err);
+  free(out);
+  free(err);
+}
+
+/* The URI comes from -u, --uri-file or $REDIS_URL; -u's password is gone
+ * from /proc/PID/cmdline once parsed; no output of any kind (status, ls,
+ * --json, -v and -vv diagnostics, errors of every exit code) has it. */
+Test(cli, secrets_uri_sources_and_no_password_anywhere,
+     .init = secrets_setup, .fini = cli_teardown) {
+  char key[64], uri[128], wrong[128], dead[128], badport[128], file[PATH_LEN];
+  rt_key(key, sizeof key, "cli:secret");
+  snprintf(uri, sizeof uri, "redis://:" SECRET_PW "@127.0.0.1:%d", rt_port());
+  snprintf(wrong, sizeof wrong, "redis://:" WRONG_PW "@127.0.0.1:%d",
+           rt_port());
+  snprintf(dead, sizeof dead, "redis://:" SECRET_PW "@127.0.0.1:%d",
+           rt_free_port());
+  snprintf(badport, sizeof badport, "redis://:" SECRET_PW "@127.0.0.1:99999");
+  path_in(file, sizeof file, "uri");
+  FILE *f = fopen(file, "w");
+  cr_assert(f != NULL);
+  fprintf(f, "%s\n", uri);
+  cr_assert(fclose(f) == 0);
+
+  /* -u: the running rlock's command line shows stars */
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("-vv", "-u", uri, key, "--", "sh", "-c",
+                                "tr '\\000' ' ' < /proc/$PPID/cmdline > "
+                                "cmdline")),
+               0);
+  assert_no_secret(&p, "-u -vv run");
+  char *cmdline = slurp_in("cmdline");
+  cr_assert(strstr(cmdline, "redis://:**************@127.0.0.1:") != NULL &&
+                strstr(cmdline, SECRET_PW) == NULL,
+            "cmdline: %s", cmdline);
+  free(cmdline);
+  /* --uri-file, for the lock command and the subcommands */
+  cr_assert_eq(cli_run(&p, ARGS("-v", "--uri-file", file, key, "--", "true")),
+               0);
+  assert_no_secret(&p, "--uri-file run");
+  cr_assert_eq(cli_run(&p, ARGS("--uri-file", file, "status", "--json", key)),
+               0);
+  assert_no_secret(&p, "--uri-file status");
+  cr_assert_eq(cli_run(&p, ARGS("ls", "--json", "--uri-file", file)), 0);
+  assert_no_secret(&p, "--uri-file ls");
+  /* $REDIS_URL */
+  cr_assert(setenv("REDIS_URL", uri, 1) == 0);
+  cr_assert_eq(cli_run(&p, ARGS("-vv", key, "--", "true")), 0);
+  assert_no_secret(&p, "REDIS_URL run");
+  cr_assert_eq(cli_run(&p, ARGS("status", key)), 0);
+  assert_no_secret(&p, "REDIS_URL status");
+  cr_assert(unsetenv("REDIS_URL") == 0);
+
+  /* failures: wrong password (69), nothing listening (75), bad URI (64) */
+  struct {
+    const char *const *args;
+    int code;
+  } cases[] = {
+      {ARGS("-vv", "-u", wrong, key, "--", "true"), 69},
+      {ARGS("status", "--json", "-u", wrong, key), 69},
+      {ARGS("ls", "-u", wrong), 69},
+      {ARGS("unlock", "--force", "-u", wrong, key), 69},
+      {ARGS("-vv", "-w", "1", "-u", dead, key, "--", "true"), 75},
+      {ARGS("status", "-u", dead, key), 75},
+      {ARGS("-u", badport, key, "--", "true"), 64},
+      {ARGS("-u", "redis://:" SECRET_PW "@127.0.0.1/x", key, "--", "true"),
+       64},
+      {ARGS("-u", "redis://u:" SECRET_PW "@h@x:1", key, "--", "true"), 75},
+      {ARGS("-u", "redis://u:" SECRET_PW "/x@h:1", key, "--", "true"), 64},
+      {ARGS("-u", "rediss://:" SECRET_PW "@127.0.0.1:1", "--tls-ca-file",
+            "/nonexistent", key, "--", "true"),
+       64},
+      {ARGS("-u", uri, "--uri-file", file, key, "--", "true"), 64},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char what[32];
+    snprintf(what, sizeof what, "case %zu", i);
+    cr_expect_eq(cli_run(&p, cases[i].args), cases[i].code, "%s", what);
+    assert_no_secret(&p, what);
+  }
+  cr_assert_eq(rt_exists(key), 0);
+}
+
+/* An unreadable or empty --uri-file, or an empty $REDIS_URL: exit 64 with
+ * the reason, before any connection. */
+Test(cli, secrets_bad_uri_file_or_empty_redis_url_exit_64) {
+  char key[64], empty[PATH_LEN];
+  rt_key(key, sizeof key, "cli:urifile");
+  touch_in("empty");
+  path_in(empty, sizeof empty, "empty");
+  struct {
+    const char *const *args;
+    const char *says;
+  } cases[] = {
+      {ARGS("--uri-file", "/nonexistent/uri", key, "--", "touch", "ran"),
+       "cannot read --uri-file '/nonexistent/uri': No such file"},
+      {ARGS("--uri-file", empty, key, "--", "touch", "ran"),
+       "the file is empty"},
+      {ARGS("status", "--uri-file", "/", key), "Is a directory"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cli_proc p;
+    cr_expect_eq(cli_run(&p, cases[i].args), 64, "case %zu", i);
+    char *err = cli_err(&p);
+    cr_expect(strstr(err, cases[i].says) != NULL, "case %zu: %s", i, err);
+    free(err);
+  }
+  cr_assert(setenv("REDIS_URL", "", 1) == 0);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS(key, "--", "touch", "ran")), 64);
+  char *err = cli_err(&p);
+  cr_assert(strstr(err, "REDIS_URL is set but empty") != NULL, "%s", err);
+  free(err);
+  cr_assert(!exists_in("ran"));
+}
+
+/* -v on a busy lock says who holds it (issue 35, item 4: the owner string;
+ * host, pid and program are not done, see docs/cli.md). */
+Test(cli, verbose_busy_lock_names_its_holder) {
+  char key[64];
+  rt_key(key, sizeof key, "cli:whoholds");
+  held h;
+  hold(&h, key);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("-v", "-n", key, "--", "touch", "ran")), 1);
+  char *err = cli_err(&p), expect[160];
+  snprintf(expect, sizeof expect, "rlock: held by %s (lock, hold count 1), "
+                                  "expires in ",
+           h.owner);
+  cr_assert(strstr(err, expect) != NULL, "stderr: %s", err);
+  free(err);
+  cr_assert(!exists_in("ran"));
+  unhold(&h);
+}
+
+/* ---- who holds it (issue 35, item 4) ---- */
+
+/* An rlock holder names its connections at connect; status, ls (text and
+ * JSON) and -v on a busy lock show its pid, program and host from CLIENT
+ * LIST. A holder that is not an rlock client is said to be one, with its
+ * id. */
+Test(cli, who_holds_it_shows_pid_program_and_host) {
+  char key[64], other[64], host[256] = "", line[400], pat[96];
+  rt_key(key, sizeof key, "cli:who");
+  rt_key(other, sizeof other, "cli:who-java");
+  cr_assert_eq(gethostname(host, sizeof host - 1), 0);
+  cli_proc holder;
+  cli_start(&holder, ARGS(key, "--", "sh", "-c",
+                          "touch held; while [ ! -e go ]; do sleep 0.02; done"));
+  rt_wait_until_what(file_exists, "held", 10000, "the holder runs");
+  snprintf(line, sizeof line, "    pid %d (rlock) on %s, connected for ",
+           (int)holder.pid, host);
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("status", key)), 0);
+  char *out = cli_out(&p);
+  cr_assert(strstr(out, line) != NULL, "status: %s", out);
+  free(out);
+  snprintf(pat, sizeof pat, "%s*", key);
+  cr_assert_eq(cli_run(&p, ARGS("ls", pat)), 0);
+  out = cli_out(&p);
+  cr_assert(strstr(out, line) != NULL, "ls: %s", out);
+  free(out);
+  snprintf(line, sizeof line,
+           "\"rlock_client\":true,\"host\":\"%s\",\"pid\":%d,\"program\":"
+           "\"rlock\",\"connected_ms\":",
+           host, (int)holder.pid);
+  cr_assert_eq(cli_run(&p, ARGS("status", "--json", key)), 0);
+  out = cli_out(&p);
+  cr_assert(strstr(out, line) != NULL, "status --json: %s", out);
+  free(out);
+  cr_assert_eq(cli_run(&p, ARGS("ls", "--json", pat)), 0);
+  out = cli_out(&p);
+  cr_assert(strstr(out, line) != NULL, "ls --json: %s", out);
+  free(out);
+  cr_assert_eq(cli_run(&p, ARGS("-v", "-n", key, "--", "touch", "ran")), 1);
+  char *err = cli_err(&p);
+  snprintf(line, sizeof line, "rlock:   pid %d (rlock) on %s, connected for ",
+           (int)holder.pid, host);
+  cr_assert(strstr(err, line) != NULL, "-v: %s", err);
+  free(err);
+  /* a holder that is no rlock client (a Java client's owner, by hand) */
+  rt_int("HSET %s 0000aaaa-0000-4000-8000-000000000000:1 1", other);
+  cr_assert_eq(cli_run(&p, ARGS("status", other)), 0);
+  out = cli_out(&p);
+  cr_assert(strstr(out, "owner 0000aaaa-0000-4000-8000-000000000000:1  holds "
+                        "1\n    not known as an rlock client (no connection "
+                        "named by an rlock client with this id") != NULL,
+            "status: %s", out);
+  free(out);
+  touch_in("go");
+  cr_assert_eq(cli_wait(&holder, RUN_BOUND_MS), 0);
+  cr_assert(!exists_in("ran"));
+}
+
+/* An ACL user without +client|setname still connects (the name is set as a
+ * probe: its refusal is ignored), and is then not known by name; one
+ * without +client|list gets the ids and why there is no more, exit 0. */
+Test(cli, who_holds_it_when_the_acl_refuses_client_list_and_setname) {
+  char key[64], uri[128];
+  rt_key(key, sizeof key, "cli:who-acl");
+  rt_ok("OK", "ACL SETUSER lim on >pw ~* &* +@all -client|list "
+              "-client|setname");
+  snprintf(uri, sizeof uri, "redis://lim:pw@127.0.0.1:%d", rt_port());
+  cli_proc holder;
+  cli_start(&holder, ARGS("-u", uri, key, "--", "sh", "-c",
+                          "touch held; while [ ! -e go ]; do sleep 0.02; done"));
+  rt_wait_until_what(file_exists, "held", 10000, "the holder runs");
+  cli_proc p;
+  cr_assert_eq(cli_run(&p, ARGS("status", key)), 0);
+  char *out = cli_out(&p);
+  cr_assert(strstr(out, "holds 1\n    not known as an rlock client (no "
+                        "connection named by an rlock client") != NULL,
+            "status: %s", out);
+  free(out);
+  cr_assert_eq(cli_run(&p, ARGS("status", "-u", uri, key)), 0);
+  out = cli_out(&p);
+  cr_assert(strstr(out, "  owner ") != NULL &&
+                strstr(out, "holds 1\n    not known as an rlock client "
+                            "(CLIENT LIST refused (") != NULL &&
+                strstr(out, "the ACL needs +client|list)") != NULL,
+            "status: %s", out);
+  free(out);
+  cr_assert_eq(cli_run(&p, ARGS("status", "--json", "-u", uri, key)), 0);
+  out = cli_out(&p);
+  cr_assert(strstr(out, "\"rlock_client\":false,\"why\":\"CLIENT LIST "
+                        "refused (") != NULL,
+            "json: %s", out);
+  free(out);
+  touch_in("go");
+  cr_assert_eq(cli_wait(&holder, RUN_BOUND_MS), 0);
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -967,5 +968,55 @@ Test(info, scan_denied_by_the_acl_is_enoperm) {
   cr_assert(strstr(rlock_last_error(), "SCAN on 127.0.0.1:") != NULL, "%s",
             rlock_last_error());
   rlock_scan_close(s);
+  rlock_client_close(c);
+}
+
+/* rlock_holder_get: the automatic client name read back with CLIENT LIST
+ * (issue 35); a client with its own client_name, a foreign owner and bad
+ * owners. */
+Test(info, holder_get_finds_the_process_behind_an_owner) {
+  rlock_client *c = rt_client();
+  rlock *l = rt_lock(c, "info:who");
+  cr_assert_eq(rlock_lock(l, -1), 0);
+  char owner[96], host[256] = "";
+  rt_owner(owner, sizeof owner, c, rlock_thread_id());
+  cr_assert_eq(gethostname(host, sizeof host - 1), 0);
+  rlock_holder h;
+  rlock_holder_init(&h);
+  cr_assert_eq(rlock_holder_get(c, "info:who", owner, &h), 1, "%s",
+               rlock_last_error());
+  cr_assert_eq(h.pid, (int64_t)getpid());
+  cr_assert_str_eq(h.host, host);
+  cr_assert(h.program[0] != '\0' && strchr(h.program, '/') == NULL);
+  cr_assert(strncmp(h.addr, "127.0.0.1:", 10) == 0, "addr %s", h.addr);
+  cr_assert(h.connected_ms >= 0 && h.connected_ms < 60000);
+  /* the same id with another thread: the same process */
+  char other[96];
+  snprintf(other, sizeof other, "%.*s:999", RLOCK_ID_LEN, owner);
+  cr_assert_eq(rlock_holder_get(c, "info:who", other, &h), 1);
+  /* a client with its own name is not found by id */
+  rlock_options o;
+  rlock_options_init(&o);
+  o.client_name = "my-own-name";
+  rlock_client *named = rt_client_opts(&o);
+  char named_owner[96];
+  rt_owner(named_owner, sizeof named_owner, named, 1);
+  cr_assert_eq(rlock_holder_get(c, "info:who", named_owner, &h), 0);
+  cr_assert(strstr(rlock_last_error(), "no connection named") != NULL);
+  cr_assert_eq(rlock_holder_get(c, "info:who",
+                                "0000aaaa-0000-4000-8000-000000000000:1", &h),
+               0);
+  /* owners without a uuid client id; h not set up */
+  cr_assert_eq(rlock_holder_get(c, "info:who", "java-uuid:61", &h),
+               RLOCK_EINVAL);
+  cr_assert_eq(rlock_holder_get(c, "info:who",
+                                "0000AAAA-0000-4000-8000-00000000000Z:1", &h),
+               RLOCK_EINVAL);
+  rlock_holder bare;
+  memset(&bare, 0, sizeof bare);
+  cr_assert_eq(rlock_holder_get(c, "info:who", owner, &bare), RLOCK_EINVAL);
+  cr_assert_eq(rlock_unlock(l), 1);
+  rlock_free(l);
+  rlock_client_close(named);
   rlock_client_close(c);
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "topo_client.h"
 
@@ -198,5 +199,32 @@ Test(info_sentinel, reads_the_current_master_after_a_failover) {
   rlock_scan_close(s);
   TC_EQ(rlock_unlock_owner(l, me), 1, "unlock on the new master");
   rlock_free(l);
+  rlock_client_close(c);
+}
+
+/* rlock_holder_get in a cluster: CLIENT LIST on the masters finds the
+ * holder's named connections (issue 35). */
+Test(info_cluster, holder_get_finds_the_holder_in_a_cluster) {
+  int m[RT_MAX_NODES];
+  cr_assert_eq(rt_cluster_masters(m, RT_MAX_NODES), 3);
+  rlock_client *c = tc_open(rt_cluster_uri(), NULL);
+  rlock_client *c2 = tc_open(rt_cluster_uri(), NULL);
+  char name[64], owner[96];
+  rt_cluster_key_on(name, sizeof name, "info:who", m[2]);
+  rlock *l = tc_lock(c, name);
+  uint64_t me = rlock_owner_new();
+  TC_EQ(rlock_lock_owner(l, me, 30000), 0, "lock");
+  rt_owner(owner, sizeof owner, c, me);
+  rlock_holder h;
+  rlock_holder_init(&h);
+  TC_EQ(rlock_holder_get(c2, name, owner, &h), 1, "holder_get");
+  cr_assert_eq(h.pid, (int64_t)getpid());
+  cr_assert(h.host[0] != '\0' && h.program[0] != '\0');
+  TC_EQ(rlock_holder_get(c2, name, "0000aaaa-0000-4000-8000-000000000000:1",
+                         &h),
+        0, "no such client");
+  TC_EQ(rlock_unlock_owner(l, me), 1, "unlock");
+  rlock_free(l);
+  rlock_client_close(c2);
   rlock_client_close(c);
 }

@@ -3805,6 +3805,8 @@ Test(cli, fence_guarded_write_and_check) {
   cr_assert_eq(cli_run(&p, ARGS("fence", "check", key)), 64);
   free(tok);
   free(check);
+}
+
 /* ---- bytes from Redis in the output (issue 33, items 5 and 6) ---- */
 
 /* No byte of s is a control byte other than newline, and s is valid UTF-8

@@ -90,7 +90,7 @@ struct rs_jvm {
   int in_fd;  /* its stdin: closing it ends the JVM */
   int out_fd; /* its stdout, read until LISTEN */
   int port;
-  char log[PATH_MAX];
+  char log[128];
 };
 
 /* Reads one line from fd within the deadline; 1 line, 0 EOF, -1 timeout. */
@@ -755,4 +755,108 @@ int main(int argc, char **argv) {
   kill_reap(redis, STOP_BOUND_MS);
   rt_remove_dir(dir);
   return result;
+}
+
+/* ---- MONITOR ---- */
+
+struct rs_monitor {
+  redisContext *ctx;
+  char **lines;
+  size_t n, cap;
+  unsigned seq;
+};
+
+rs_monitor *rs_monitor_start(void) {
+  rs_monitor *m = calloc(1, sizeof *m);
+  cr_assert(m != NULL);
+  m->ctx = rt_node_connect(rs_port(), 5000);
+  redisReply *r = redisCommand(m->ctx, "MONITOR");
+  cr_assert(r != NULL && r->type == REDIS_REPLY_STATUS, "MONITOR refused");
+  freeReplyObject(r);
+  return m;
+}
+
+static void monitor_add(rs_monitor *m, const char *s) {
+  if (m->n == m->cap) {
+    m->cap = m->cap ? 2 * m->cap : 256;
+    m->lines = realloc(m->lines, m->cap * sizeof *m->lines);
+    cr_assert(m->lines != NULL);
+  }
+  m->lines[m->n] = strdup(s);
+  cr_assert(m->lines[m->n] != NULL);
+  m->n++;
+}
+
+char **rs_monitor_take(rs_monitor *m, size_t *n) {
+  char marker[96];
+  snprintf(marker, sizeof marker, "rs-monitor-marker-%ld-%u", (long)getpid(), ++m->seq);
+  redisReply *e = rt_node_cmd(rs_port(), "ECHO %s", marker);
+  freeReplyObject(e);
+  int64_t deadline = rs_now_ms() + RS_REPLY_BOUND_MS;
+  for (;;) {
+    void *reply = NULL;
+    bool found = false;
+    while (!found && redisReaderGetReply(m->ctx->reader, &reply) == REDIS_OK && reply) {
+      redisReply *r = reply;
+      if (r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_STRING) {
+        if (strstr(r->str, marker) != NULL)
+          found = true;
+        else if (strstr(r->str, "rs-monitor-marker-") == NULL)
+          monitor_add(m, r->str);
+      }
+      freeReplyObject(r);
+      reply = NULL;
+    }
+    if (found)
+      break;
+    int64_t left = deadline - rs_now_ms();
+    cr_assert(left > 0, "MONITOR did not show the marker within %d ms", RS_REPLY_BOUND_MS);
+    struct pollfd pfd = {.fd = m->ctx->fd, .events = POLLIN};
+    if (poll(&pfd, 1, (int)left) > 0)
+      cr_assert(redisBufferRead(m->ctx) == REDIS_OK, "MONITOR: %s", m->ctx->errstr);
+  }
+  char **out = m->lines;
+  *n = m->n;
+  m->lines = NULL;
+  m->n = m->cap = 0;
+  return out;
+}
+
+void rs_lines_free(char **lines, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    free(lines[i]);
+  free(lines);
+}
+
+void rs_monitor_stop(rs_monitor *m) {
+  if (m == NULL)
+    return;
+  rs_lines_free(m->lines, m->n);
+  redisFree(m->ctx);
+  free(m);
+}
+
+rlock *rs_lock_kind(rlock_client *c, const char *kind, const char *name) {
+  rlock *l = NULL;
+  int rc;
+  if (strcmp(kind, "lock") == 0)
+    rc = rlock_get(c, name, &l);
+  else if (strcmp(kind, "fair") == 0)
+    rc = rlock_get_fair(c, name, &l);
+  else if (strcmp(kind, "read") == 0)
+    rc = rlock_get_read(c, name, &l);
+  else if (strcmp(kind, "write") == 0)
+    rc = rlock_get_write(c, name, &l);
+  else if (strcmp(kind, "fenced") == 0)
+    rc = rlock_get_fenced(c, name, &l);
+  else if (strcmp(kind, "spin") == 0)
+    rc = rlock_get_spin(c, name, &l);
+  else if (strcmp(kind, "nonreentrant") == 0)
+    rc = rlock_get_nonreentrant(c, name, &l);
+  else if (strcmp(kind, "nonreentrant_fair") == 0)
+    rc = rlock_get_nonreentrant_fair(c, name, &l);
+  else
+    cr_assert_fail("unknown kind %s", kind);
+  cr_assert(rc == 0, "rlock_get %s: %s", kind, rlock_err_name(rc));
+  return l;
 }

@@ -119,6 +119,10 @@ void rs_wait_int(int port, long long want, int64_t bound_ms,
 /* An rlock client on uri (NULL: rs_uri()), watchdog_ms (0: default). */
 rlock_client *rs_client(const char *uri, int64_t watchdog_ms);
 
+/* A handle of the kind rlock_kind() names ("lock", "fair", "read",
+ * "write", "fenced", "spin", "nonreentrant", "nonreentrant_fair"). */
+rlock *rs_lock_kind(rlock_client *c, const char *kind, const char *name);
+
 /* A unique name "<base>-<pid>-<n>". Any thread. */
 void rs_name(char *buf, size_t n, const char *base);
 
@@ -142,3 +146,17 @@ int rs_task_join(rs_task *t, int64_t bound_ms);
 bool rs_task_done(rs_task *t);
 
 #endif
+
+/* ---- MONITOR ---- */
+
+/* A MONITOR connection to the standalone server: every command the server
+ * runs from now on is recorded. */
+typedef struct rs_monitor rs_monitor;
+rs_monitor *rs_monitor_start(void);
+/* Reads until a marker sent now shows up, so that everything the server
+ * ran before this call is recorded; then hands over the lines recorded
+ * since the last rs_monitor_take (malloc'd array of malloc'd strings, free
+ * with rs_lines_free) and forgets them. */
+char **rs_monitor_take(rs_monitor *m, size_t *n);
+void rs_lines_free(char **lines, size_t n);
+void rs_monitor_stop(rs_monitor *m);

@@ -46,26 +46,7 @@ static const kind K_NONREENTRANT = {"nonreentrant", "nonreentrant", "N/", W_CHAN
 static const kind K_NONREENTRANT_FAIR = {"nonreentrant fair", "nonreentrant_fair", "Q/", W_FAIR, false};
 
 static rlock *c_lock(rlock_client *c, const kind *k, const char *name) {
-  rlock *l = NULL;
-  int rc;
-  if (strcmp(k->cside, "lock") == 0)
-    rc = rlock_get(c, name, &l);
-  else if (strcmp(k->cside, "fair") == 0)
-    rc = rlock_get_fair(c, name, &l);
-  else if (strcmp(k->cside, "read") == 0)
-    rc = rlock_get_read(c, name, &l);
-  else if (strcmp(k->cside, "write") == 0)
-    rc = rlock_get_write(c, name, &l);
-  else if (strcmp(k->cside, "fenced") == 0)
-    rc = rlock_get_fenced(c, name, &l);
-  else if (strcmp(k->cside, "spin") == 0)
-    rc = rlock_get_spin(c, name, &l);
-  else if (strcmp(k->cside, "nonreentrant") == 0)
-    rc = rlock_get_nonreentrant(c, name, &l);
-  else
-    rc = rlock_get_nonreentrant_fair(c, name, &l);
-  cr_assert(rc == 0, "rlock_get %s: %s", k->cside, rlock_err_name(rc));
-  return l;
+  return rs_lock_kind(c, k->cside, name);
 }
 
 /* Skips a kind this Redisson version does not have (3.x: non-reentrant). */

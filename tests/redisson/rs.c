@@ -35,7 +35,7 @@
 
 /* The first start may compile the driver (and, for a Maven version, fetch
  * it: fetch-maven runs before, bounded separately). */
-#define JVM_START_BOUND_MS 120000
+#define JVM_START_BOUND_MS start_bound_ms()
 #define FETCH_BOUND_MS 300000
 #define STOP_BOUND_MS 5000
 #define LINE_MAX_LEN 8192
@@ -58,6 +58,11 @@ static const char *env_or(const char *name, const char *fallback) {
   const char *v = getenv(name);
   return (v != NULL && *v != '\0') ? v : fallback;
 }
+
+int64_t rs_reply_bound_ms(void) { return atoll(env_or("RS_REPLY_BOUND_MS", "15000")); }
+static int64_t start_bound_ms(void) { return atoll(env_or("RS_START_BOUND_MS", "120000")); }
+
+static const char *driver(void) { return env_or("RLOCK_REDISSON_DRIVER", RS_PEER_SCRIPT); }
 
 const char *rs_variant(void) { return env_or("RLOCK_REDISSON_VARIANT", "shared"); }
 const char *rs_version(void) { return env_or("RS_REDISSON_VERSION", "?"); }
@@ -90,7 +95,7 @@ struct rs_jvm {
   int in_fd;  /* its stdin: closing it ends the JVM */
   int out_fd; /* its stdout, read until LISTEN */
   int port;
-  char log[128];
+  char log[PATH_MAX];
 };
 
 /* Reads one line from fd within the deadline; 1 line, 0 EOF, -1 timeout. */
@@ -162,7 +167,8 @@ static bool jvm_spawn(rs_jvm *j, const char *target, int64_t watchdog_ms,
     snprintf(why, why_n, "pipe: %s", strerror(errno));
     return false;
   }
-  char tmpl[] = "/tmp/rlock-redisson-peer-XXXXXX.log";
+  char tmpl[PATH_MAX];
+  snprintf(tmpl, sizeof tmpl, "%s/rlock-redisson-peer-XXXXXX.log", env_or("TMPDIR", "/tmp"));
   int log_fd = mkstemps(tmpl, 4);
   if (log_fd < 0) {
     snprintf(why, why_n, "mkstemps: %s", strerror(errno));
@@ -185,9 +191,9 @@ static bool jvm_spawn(rs_jvm *j, const char *target, int64_t watchdog_ms,
     dup2(in[0], 0);
     dup2(out[1], 1);
     dup2(log_fd, 2);
-    execl(RS_PEER_SCRIPT, RS_PEER_SCRIPT, variant, target, "--watchdog", wd,
-          "--listen", (char *)NULL);
-    fprintf(stderr, "exec %s: %s\n", RS_PEER_SCRIPT, strerror(errno));
+    execl(driver(), driver(), variant, target, "--watchdog", wd, "--listen",
+          (char *)NULL);
+    fprintf(stderr, "exec %s: %s\n", driver(), strerror(errno));
     _exit(127);
   }
   close(in[0]);
@@ -205,7 +211,7 @@ static bool jvm_spawn(rs_jvm *j, const char *target, int64_t watchdog_ms,
     if (r <= 0) {
       char tail[2048];
       log_tail(j->log, tail, sizeof tail);
-      snprintf(why, why_n, "the Redisson peer %s within %d ms; its log %s:\n%s",
+      snprintf(why, why_n, "the Redisson peer %s within %" PRId64 " ms; its log %s:\n%s",
                r == 0 ? "ended before LISTEN" : "did not print LISTEN",
                JVM_START_BOUND_MS, j->log, tail);
       return false;
@@ -239,6 +245,7 @@ rs_jvm *rs_jvm_start(const char *target, int64_t watchdog_ms) {
   bool ok = jvm_spawn(j, target, watchdog_ms, why, sizeof why);
   if (!ok) {
     jvm_kill(j);
+    unlink(j->log);
     cr_assert_fail("%s", why);
   }
   return j;
@@ -689,7 +696,8 @@ int main(int argc, char **argv) {
     return skip_or_fail(why);
   }
 
-  char dir[] = "/tmp/rlock-redisson-XXXXXX";
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s/rlock-redisson-XXXXXX", env_or("TMPDIR", "/tmp"));
   if (mkdtemp(dir) == NULL) {
     perror("mkdtemp");
     return 1;
@@ -717,6 +725,7 @@ int main(int argc, char **argv) {
   if (!jvm_spawn(&jvm, port_s, RS_WATCHDOG_MS, why, sizeof why)) {
     fprintf(stderr, "redisson suite: %s\n", why);
     jvm_kill(&jvm);
+    unlink(jvm.log);
     kill_reap(redis, STOP_BOUND_MS);
     rt_remove_dir(dir);
     return 1;
@@ -810,7 +819,7 @@ char **rs_monitor_take(rs_monitor *m, size_t *n) {
     if (found)
       break;
     int64_t left = deadline - rs_now_ms();
-    cr_assert(left > 0, "MONITOR did not show the marker within %d ms", RS_REPLY_BOUND_MS);
+    cr_assert(left > 0, "MONITOR did not show the marker within %" PRId64 " ms", RS_REPLY_BOUND_MS);
     struct pollfd pfd = {.fd = m->ctx->fd, .events = POLLIN};
     if (poll(&pfd, 1, (int)left) > 0)
       cr_assert(redisBufferRead(m->ctx) == REDIS_OK, "MONITOR: %s", m->ctx->errstr);

@@ -17,6 +17,10 @@
  *   RLOCK_REDISSON_VARIANT   shared (default) or a Maven Central version
  *                            (e.g. 3.52.0), see tests/redisson/peer
  *   RLOCK_REDISSON_REQUIRED  1: a missing peer fails the suite
+ *   RLOCK_REDISSON_DRIVER    the driver command instead of
+ *                            tests/redisson/peer (check-bad-peer's fakes)
+ *   RS_START_BOUND_MS        how long the driver may take to listen
+ *                            (default 120000: the first run compiles)
  *
  * Every peer answer is awaited with a bound; a peer that stays silent, or
  * an answer the test did not expect, fails the test showing the line.
@@ -40,8 +44,10 @@
  * wake-ups are a few ms; the bound is for a loaded 2-core machine. */
 #define RS_WAKE_BOUND_MS 1500
 #define RS_LEASE_MS 30000
-/* Every answer of the peer must come within this (a hung peer fails). */
-#define RS_REPLY_BOUND_MS 15000
+/* Every answer of the peer must come within this (a hung peer fails):
+ * 15 s, or $RS_REPLY_BOUND_MS (the harness's own bad-peer checks). */
+int64_t rs_reply_bound_ms(void);
+#define RS_REPLY_BOUND_MS rs_reply_bound_ms()
 /* The shared JVM's watchdog timeout (--watchdog), and rlock's in tests
  * that use the watchdog. */
 #define RS_WATCHDOG_MS 2000

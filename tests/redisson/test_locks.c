@@ -366,3 +366,40 @@ Test(locks, watchdogs_keep_the_other_side_out, .timeout = 60) {
   rlock_client_close(c);
   rs_close(p);
 }
+
+/* Fenced tokens interleave across the sides: every acquisition (re-entry
+ * included) on either side takes the next number, and Java's getToken()
+ * and rlock_fenced_token() read the same counter. */
+Test(locks, fenced_tokens_interleave_and_grow) {
+  rs_peer *p = rs_connect();
+  rlock_client *c = rs_client(NULL, 0);
+  char name[96], jn[128];
+  rs_name(name, sizeof name, "tok");
+  snprintf(jn, sizeof jn, "X/%s", name);
+  rlock *l = c_lock(c, &K_FENCED, name);
+  int64_t last = 0, t = 0;
+  for (int round = 0; round < 3; round++) {
+    cr_assert_eq(rlock_try_lock_fenced(l, 1000, RS_LEASE_MS, &t), 1);
+    cr_assert_eq(t, last + 1, "rlock's token %" PRId64 " after %" PRId64, t, last);
+    cr_assert_eq(rs_call_num(p, "A", "token %s", jn), t, "Java's getToken differs from rlock's");
+    cr_assert_eq(rlock_try_lock_fenced(l, 0, RS_LEASE_MS, &t), 1); /* re-entry */
+    cr_assert_eq(t, last + 2);
+    C_UNLOCK(rlock_unlock(l), 0);
+    C_UNLOCK(rlock_unlock(l), 1);
+    rs_call(p, "A", "lock %s %d", jn, RS_LEASE_MS);
+    long long jt = rs_call_num(p, "A", "token %s", jn);
+    cr_assert_eq(jt, last + 3, "Java's token %lld after rlock's %" PRId64, jt, last + 2);
+    int64_t ct = 0;
+    cr_assert_eq(rlock_fenced_token(l, &ct), 0);
+    cr_assert_eq(ct, jt, "rlock reads %" PRId64 ", Java took %lld", ct, jt);
+    rs_call(p, "A", "unlock %s", jn);
+    last = jt;
+  }
+  char *counter = rs_str("GET redisson_lock_token:{%s}", name);
+  cr_assert(counter != NULL && atoll(counter) == last);
+  free(counter);
+  rs_report("fenced: tokens 1..%" PRId64 " taken in turn by rlock (2 per round) and Java (1)", last);
+  rlock_free(l);
+  rlock_client_close(c);
+  rs_close(p);
+}

@@ -263,7 +263,9 @@ void rs_jvm_stop(rs_jvm *j) {
 
 #define RS_PENDING 64
 struct rs_peer {
-  int fd;
+  int fd;     /* answers come from here */
+  int wfd;    /* commands go here (fd, or the stdin of a peer of its own) */
+  pid_t pid;  /* > 0: a peer process of this session (rs_shared_peer_start) */
   char buf[LINE_MAX_LEN * 4];
   size_t have;
   /* answers read but not asked for yet: "TAG: text" */
@@ -307,6 +309,7 @@ static rs_peer *connect_port(int port) {
             "connect to the Redisson peer on %d: %s", port, strerror(errno));
   int one = 1;
   setsockopt(p->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  p->wfd = p->fd;
   return p;
 }
 
@@ -318,11 +321,66 @@ rs_peer *rs_connect(void) {
 
 rs_peer *rs_jvm_connect(rs_jvm *j) { return connect_port(j->port); }
 
+rs_peer *rs_shared_peer_start(void) {
+  char def[PATH_MAX];
+  snprintf(def, sizeof def, "%s/../shared/redisson/peer", RS_REPO_ROOT);
+  const char *cmd = env_or("RLOCK_REDISSON_PEER", def);
+  char port[16];
+  snprintf(port, sizeof port, "%d", rs_port());
+  int in[2], out[2];
+  cr_assert(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  cr_assert(pid >= 0, "fork: %s", strerror(errno));
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+      _exit(127);
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    int null_fd = open("/dev/null", O_WRONLY);
+    if (null_fd >= 0)
+      dup2(null_fd, 2);
+    execl(cmd, cmd, port, (char *)NULL);
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  rs_peer *p = calloc(1, sizeof *p);
+  cr_assert(p != NULL);
+  p->fd = out[0];
+  p->wfd = in[1];
+  p->pid = pid;
+  /* ID <uuid>, then READY (bounded: the first run compiles the driver) */
+  char line[LINE_MAX_LEN];
+  size_t have = 0;
+  int64_t deadline = rs_now_ms() + JVM_START_BOUND_MS;
+  for (;;) {
+    int r = read_line_fd(p->fd, line, sizeof line, &have, deadline);
+    if (r != 1) {
+      rs_close(p);
+      cr_assert_fail("%s %s: no READY within %" PRId64 " ms", cmd, port, JVM_START_BOUND_MS);
+    }
+    size_t len = strlen(line);
+    bool ready = strcmp(line, "READY") == 0;
+    cr_assert(ready || strncmp(line, "ID ", 3) == 0, "%s: unexpected line '%s'", cmd, line);
+    memmove(line, line + len + 1, have - len - 1);
+    have -= len + 1;
+    if (ready)
+      break;
+  }
+  cr_assert(have == 0);
+  return p;
+}
+
 void rs_close(rs_peer *p) {
   if (p == NULL)
     return;
-  (void)!write(p->fd, "quit\n", 5);
+  (void)!write(p->wfd, "quit\n", 5);
+  if (p->wfd != p->fd)
+    close(p->wfd);
   close(p->fd);
+  kill_reap(p->pid, STOP_BOUND_MS);
   for (size_t i = 0; i < p->n_pending; i++)
     free(p->pending[i]);
   free(p);
@@ -337,7 +395,7 @@ static void send_line(rs_peer *p, const char *tag, const char *fmt,
   remember(p, tag, line + strlen(tag) + 2);
   line[w++] = '\n';
   for (int off = 0; off < w;) {
-    ssize_t s = write(p->fd, line + off, (size_t)(w - off));
+    ssize_t s = write(p->wfd, line + off, (size_t)(w - off));
     if (s < 0 && errno == EINTR)
       continue;
     cr_assert(s > 0, "write to the Redisson peer: %s", strerror(errno));

@@ -79,6 +79,10 @@ typedef struct rs_peer rs_peer;
 /* A session on the shared JVM (rs_jvm_connect: on a test's own). */
 rs_peer *rs_connect(void);
 rs_peer *rs_jvm_connect(rs_jvm *j);
+/* The shared peer command itself (RLOCK_REDISSON_PEER PORT, unmodified,
+ * on stdin/stdout) against the standalone server, in a JVM of its own;
+ * rs_close stops it (quit, then SIGKILL after a bound). */
+rs_peer *rs_shared_peer_start(void);
 void rs_close(rs_peer *p);
 
 /* Sends "TAG: command" (the command runs on the Java thread TAG). */

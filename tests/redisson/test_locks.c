@@ -403,3 +403,43 @@ Test(locks, fenced_tokens_interleave_and_grow) {
   rlock_client_close(c);
   rs_close(p);
 }
+
+/* The shared peer command itself (../shared/redisson/peer PORT, its own
+ * driver on stdin/stdout, not the project's copy): the same exclusion and
+ * wake-up both ways, so the copy's results are the original's. */
+Test(locks, shared_peer_command_unmodified) {
+  if (strcmp(rs_variant(), "shared") != 0)
+    cr_skip_test("the shared peer command runs the shared build only");
+  rs_peer *p = rs_shared_peer_start();
+  rlock_client *c = rs_client(NULL, 0);
+  char name[96], ch[200];
+  rs_name(name, sizeof name, "orig");
+  snprintf(ch, sizeof ch, "redisson_lock__channel:{%s}", name);
+  rlock *l = c_lock(c, &K_LOCK, name);
+  uint64_t o = rlock_owner_new();
+  cr_assert_eq(rlock_try_lock_owner(l, o, 0, RS_LEASE_MS), 1);
+  cr_assert_not(rs_call_bool(p, "A", "tryLock %s 100 -1", name));
+  rs_send(p, "B", "lock %s %d", name, RS_LEASE_MS);
+  rs_wait_numsub(rs_port(), ch, 1, RS_REPLY_BOUND_MS);
+  int64_t t0 = rs_now_ms();
+  C_UNLOCK(rlock_unlock_owner(l, o), 1);
+  rs_ok(p, "B", RS_REPLY_BOUND_MS);
+  int64_t c_to_j = rs_now_ms() - t0;
+  cr_assert_eq(rlock_try_lock_owner(l, o, 0, RS_LEASE_MS), 0);
+  cwait w = {l, o, 10000, RS_LEASE_MS};
+  rs_task t;
+  rs_task_start(&t, cwait_fn, &w);
+  rs_wait_numsub(rs_port(), ch, 1, RS_REPLY_BOUND_MS);
+  t0 = rs_now_ms();
+  rs_call(p, "B", "unlock %s", name);
+  cr_assert_eq(rs_task_join(&t, RS_REPLY_BOUND_MS), 1);
+  int64_t j_to_c = t.t_done - t0;
+  rs_report("shared peer command: C unlock -> Java lock() %" PRId64 " ms; Java unlock -> C %" PRId64 " ms",
+            c_to_j, j_to_c);
+  cr_assert_lt(c_to_j, RS_WAKE_BOUND_MS);
+  cr_assert_lt(j_to_c, RS_WAKE_BOUND_MS);
+  C_UNLOCK(rlock_unlock_owner(l, o), 1);
+  rlock_free(l);
+  rlock_client_close(c);
+  rs_close(p);
+}

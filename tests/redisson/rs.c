@@ -614,6 +614,11 @@ void rs_wait_numsub(int port, const char *channel, long long want,
   }
 }
 
+void rs_wait_waiting(const char *channel) {
+  rs_wait_numsub(rs_port(), channel, 1, RS_REPLY_BOUND_MS);
+  rs_sleep_ms(RS_SETTLE_MS);
+}
+
 void rs_wait_int(int port, long long want, int64_t bound_ms, const char *fmt,
                  ...) {
   int64_t deadline = rs_now_ms() + bound_ms;

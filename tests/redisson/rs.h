@@ -121,6 +121,14 @@ char *rs_str(const char *fmt, ...);
 /* Waits until PUBSUB NUMSUB channel >= want on port. */
 void rs_wait_numsub(int port, const char *channel, long long want,
                     int64_t bound_ms);
+/* A waiter subscribes and then tries once more before it sleeps until a
+ * message (both clients): a release in between is found by that retry, not
+ * by the message. So a test that times a wake-up waits for the
+ * subscription (rs_wait_numsub) and then RS_SETTLE_MS for that retry to be
+ * over (seen in MONITOR: 5-100 ms on a loaded machine). */
+#define RS_SETTLE_MS 300
+void rs_wait_waiting(const char *channel);
+
 /* Waits until `LLEN key` (or ZCARD / EXISTS... : the integer reply of the
  * command) >= want on port. */
 void rs_wait_int(int port, long long want, int64_t bound_ms,

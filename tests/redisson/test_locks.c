@@ -23,8 +23,6 @@
 
 TestSuite(locks, .timeout = 60);
 
-#define RW_SETTLE_MS 300
-
 typedef enum wait_how { W_CHANNEL, W_FAIR, W_RW, W_POLL } wait_how;
 
 typedef struct kind {
@@ -70,21 +68,19 @@ static void wait_waiting(const kind *k, const char *name, const char *owner) {
   switch (k->wait) {
   case W_CHANNEL:
     snprintf(ch, sizeof ch, "redisson_lock__channel:{%s}", name);
-    rs_wait_numsub(rs_port(), ch, 1, RS_REPLY_BOUND_MS);
+    rs_wait_waiting(ch);
     break;
   case W_FAIR:
     snprintf(ch, sizeof ch, "redisson_lock__channel:{%s}:%s", name, owner);
-    rs_wait_numsub(rs_port(), ch, 1, RS_REPLY_BOUND_MS);
+    rs_wait_waiting(ch);
     break;
   case W_RW:
+    /* (also: Redisson wakes its read/write waiters on "1", a write
+     * unlock, by releasing as many permits as threads are parked right
+     * then - getQueueLength - so a Java waiter still making its retry
+     * would sleep until the TTL, Java against Java alike) */
     snprintf(ch, sizeof ch, "redisson_rwlock:{%s}", name);
-    rs_wait_numsub(rs_port(), ch, 1, RS_REPLY_BOUND_MS);
-    /* Redisson wakes its read/write waiters on "1" (a write unlock) by
-     * releasing as many permits as threads are parked on the entry's
-     * semaphore right then (getQueueLength): a Java waiter that has
-     * subscribed but is still making its retry call is not counted and
-     * sleeps until the TTL (Java against Java alike). Let it park. */
-    rs_sleep_ms(RW_SETTLE_MS);
+    rs_wait_waiting(ch);
     break;
   case W_POLL:
     rs_sleep_ms(300); /* polling: it is waiting by now */
@@ -420,7 +416,7 @@ Test(locks, shared_peer_command_unmodified) {
   cr_assert_eq(rlock_try_lock_owner(l, o, 0, RS_LEASE_MS), 1);
   cr_assert_not(rs_call_bool(p, "A", "tryLock %s 100 -1", name));
   rs_send(p, "B", "lock %s %d", name, RS_LEASE_MS);
-  rs_wait_numsub(rs_port(), ch, 1, RS_REPLY_BOUND_MS);
+  rs_wait_waiting(ch);
   int64_t t0 = rs_now_ms();
   C_UNLOCK(rlock_unlock_owner(l, o), 1);
   rs_ok(p, "B", RS_REPLY_BOUND_MS);
@@ -429,7 +425,7 @@ Test(locks, shared_peer_command_unmodified) {
   cwait w = {l, o, 10000, RS_LEASE_MS};
   rs_task t;
   rs_task_start(&t, cwait_fn, &w);
-  rs_wait_numsub(rs_port(), ch, 1, RS_REPLY_BOUND_MS);
+  rs_wait_waiting(ch);
   t0 = rs_now_ms();
   rs_call(p, "B", "unlock %s", name);
   cr_assert_eq(rs_task_join(&t, RS_REPLY_BOUND_MS), 1);

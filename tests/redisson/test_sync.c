@@ -49,7 +49,7 @@ Test(sync, multilock_overlapping_both_ways) {
                 "Java's MultiLock {b,c} got in while rlock's {a,b} held");
   cr_assert_eq(rs_int("EXISTS %s", cc), 0, "Java's failed try left c taken");
   rs_send(p, "A", "lock %s %d", jm, RS_LEASE_MS);
-  rs_wait_numsub(rs_port(), ch, 1, RS_REPLY_BOUND_MS);
+  rs_wait_waiting(ch);
   int64_t t0 = rs_now_ms();
   cr_assert_eq(rlock_multilock_unlock_owner(ml, o1), 0);
   rs_ok(p, "A", RS_REPLY_BOUND_MS);
@@ -61,7 +61,7 @@ Test(sync, multilock_overlapping_both_ways) {
   cml m = {ml, o2, 10000};
   rs_task t;
   rs_task_start(&t, cml_fn, &m);
-  rs_wait_numsub(rs_port(), ch, 1, RS_REPLY_BOUND_MS);
+  rs_wait_waiting(ch);
   t0 = rs_now_ms();
   rs_call(p, "A", "unlock %s", jm);
   cr_assert_eq(rs_task_join(&t, RS_REPLY_BOUND_MS), 1);
@@ -171,7 +171,7 @@ Test(sync, faster_multilock_both_ways) {
   cr_assert_not(rs_call_bool(p, "A", "tryLock %s 200 %d", jm, RS_LEASE_MS),
                 "Java's FasterMultiLock got Mary_002 while rlock held it");
   rs_send(p, "A", "lock %s %d", jm, RS_LEASE_MS);
-  rs_wait_numsub(rs_port(), ch, 1, RS_REPLY_BOUND_MS);
+  rs_wait_waiting(ch);
   int64_t t0 = rs_now_ms();
   cr_assert_eq(rlock_fast_multilock_unlock_owner(f, o1), 1);
   rs_ok(p, "A", RS_REPLY_BOUND_MS);
@@ -182,7 +182,7 @@ Test(sync, faster_multilock_both_ways) {
   cfml m = {f, o2};
   rs_task t;
   rs_task_start(&t, cfml_fn, &m);
-  rs_wait_numsub(rs_port(), ch, 1, RS_REPLY_BOUND_MS);
+  rs_wait_waiting(ch);
   t0 = rs_now_ms();
   rs_call(p, "A", "unlock %s", jm);
   cr_assert_eq(rs_task_join(&t, RS_REPLY_BOUND_MS), 1);
@@ -223,7 +223,7 @@ Test(sync, semaphore_both_ways) {
   cr_assert_eq(rs_call_num(p, "A", "semAvailable %s", name), 1);
   cr_assert_not(rs_call_bool(p, "A", "semAcquire %s 2 200", name));
   rs_send(p, "A", "semAcquire %s 2 10000", name);
-  rs_wait_numsub(rs_port(), ch, 1, RS_REPLY_BOUND_MS);
+  rs_wait_waiting(ch);
   int64_t t0 = rs_now_ms();
   cr_assert_eq(rlock_semaphore_release(s, 1), 0);
   cr_assert_str_eq(rs_ok(p, "A", RS_REPLY_BOUND_MS), "true");
@@ -233,7 +233,7 @@ Test(sync, semaphore_both_ways) {
   csem m = {s, 2};
   rs_task t;
   rs_task_start(&t, csem_fn, &m);
-  rs_wait_numsub(rs_port(), ch, 1, RS_REPLY_BOUND_MS);
+  rs_wait_waiting(ch);
   t0 = rs_now_ms();
   rs_call(p, "A", "semRelease %s 2", name);
   cr_assert_eq(rs_task_join(&t, RS_REPLY_BOUND_MS), 1);
@@ -298,7 +298,7 @@ Test(sync, permit_semaphore_ids_cross_sides) {
   cpsem m = {.s = s};
   rs_task t;
   rs_task_start(&t, cpsem_fn, &m);
-  rs_wait_numsub(rs_port(), ch, 1, RS_REPLY_BOUND_MS);
+  rs_wait_waiting(ch);
   int64_t t0 = rs_now_ms();
   cr_assert_eq(rs_call_num(p, "A", "psemRelease %s %s", name, ids[0]), 1);
   cr_assert_eq(rs_task_join(&t, RS_REPLY_BOUND_MS), 1);
@@ -310,7 +310,7 @@ Test(sync, permit_semaphore_ids_cross_sides) {
   cr_assert_eq(rlock_permit_semaphore_available_permits(s), 3);
   /* Java waits for 4; C's release of its own 2 wakes it */
   rs_send(p, "B", "psemAcquire %s 4 10000 %d", name, RS_LEASE_MS);
-  rs_wait_numsub(rs_port(), ch, 1, RS_REPLY_BOUND_MS);
+  rs_wait_waiting(ch);
   t0 = rs_now_ms();
   const char *mine[] = {m.ids[0], m.ids[1]};
   cr_assert_eq(rlock_permit_semaphore_try_release_n(s, mine, 2), 2);
@@ -346,7 +346,7 @@ Test(sync, latch_both_ways) {
   cr_assert_eq(rs_call_num(p, "A", "latchCount %s", name), 2);
   cr_assert_not(rs_call_bool(p, "A", "latchAwait %s 100", name));
   rs_send(p, "A", "latchAwait %s 10000", name);
-  rs_wait_numsub(rs_port(), ch, 1, RS_REPLY_BOUND_MS);
+  rs_wait_waiting(ch);
   rs_call(p, "B", "latchDown %s", name);
   cr_assert_eq(rlock_latch_get_count(l), 1);
   cr_assert_not(rs_has_answer(p, "A", 100), "Java's await opened at count 1");
@@ -360,7 +360,7 @@ Test(sync, latch_both_ways) {
   cr_assert_eq(rlock_latch_get_count(l), 2);
   rs_task t;
   rs_task_start(&t, clatch_fn, l);
-  rs_wait_numsub(rs_port(), ch, 1, RS_REPLY_BOUND_MS);
+  rs_wait_waiting(ch);
   cr_assert_eq(rlock_latch_count_down(l), 0);
   rs_sleep_ms(100);
   cr_assert_not(rs_task_done(&t), "C's await opened at count 1");

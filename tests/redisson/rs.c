@@ -614,9 +614,28 @@ void rs_wait_numsub(int port, const char *channel, long long want,
   }
 }
 
-void rs_wait_waiting(const char *channel) {
+int64_t rs_wait_waiting(const char *channel) {
   rs_wait_numsub(rs_port(), channel, 1, RS_REPLY_BOUND_MS);
   rs_sleep_ms(RS_SETTLE_MS);
+  return rs_now_ms();
+}
+
+int64_t rs_java_woke(rs_peer *p, const char *tag, int64_t t0, const char **answer) {
+  const char *a = rs_ok(p, tag, RS_REPLY_BOUND_MS);
+  int64_t took = rs_now_ms() - t0;
+  if (answer != NULL)
+    *answer = a;
+  cr_assert_lt(took, RS_WAKE_BOUND_MS, "Java (thread %s) woke %" PRId64 " ms after the release", tag, took);
+  return took;
+}
+
+int64_t rs_c_woke(rs_task *t, int64_t t0, int want) {
+  int rc = rs_task_join(t, RS_REPLY_BOUND_MS);
+  cr_assert_eq(rc, want, "C's waiter ended with %d (%s), want %d", rc,
+               rc < 0 ? rlock_err_name(rc) : "", want);
+  int64_t took = t->t_done - t0;
+  cr_assert_lt(took, RS_WAKE_BOUND_MS, "C woke %" PRId64 " ms after the release", took);
+  return took;
 }
 
 void rs_wait_int(int port, long long want, int64_t bound_ms, const char *fmt,

@@ -835,8 +835,9 @@ int main(int argc, char **argv) {
     if (fd >= 0)
       close(fd);
   }
-  fprintf(stderr, "redisson suite: Redisson %s (%s), JVM pid %d, redis-server pid %d port %d\n",
-          rs_version(), rs_variant(), (int)jvm.pid, (int)redis, port);
+  fprintf(stderr, "redisson suite: Redisson %s (%s), JVM pid %d, %s pid %d port %d\n",
+          rs_version(), rs_variant(), (int)jvm.pid, env_or("REDIS_SERVER", "redis-server"),
+          (int)redis, port);
 
   result = !criterion_run_all_tests(tests);
   criterion_finalize(tests);

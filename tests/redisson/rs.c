@@ -765,6 +765,23 @@ static bool wait_ping(int port, int64_t bound_ms) {
   return false;
 }
 
+/* What a SIGTERM/SIGINT handler removes (async-signal-safe calls only). */
+static struct {
+  pid_t jvm, redis;
+  char log[PATH_MAX], redis_log[PATH_MAX + 16], dir[PATH_MAX];
+} on_term;
+
+static void term_cleanup(int sig) {
+  if (on_term.jvm > 0)
+    kill(on_term.jvm, SIGKILL);
+  if (on_term.redis > 0)
+    kill(on_term.redis, SIGKILL);
+  unlink(on_term.log);
+  unlink(on_term.redis_log);
+  rmdir(on_term.dir);
+  _exit(128 + sig);
+}
+
 int main(int argc, char **argv) {
   struct criterion_test_set *tests = criterion_initialize();
   int result = 0;
@@ -838,6 +855,17 @@ int main(int argc, char **argv) {
   fprintf(stderr, "redisson suite: Redisson %s (%s), JVM pid %d, %s pid %d port %d\n",
           rs_version(), rs_variant(), (int)jvm.pid, env_or("REDIS_SERVER", "redis-server"),
           (int)redis, port);
+
+  /* meson ends a test that runs too long with SIGTERM: the JVM and the
+   * server die with this process anyway (PR_SET_PDEATHSIG), their files
+   * go here */
+  on_term.jvm = jvm.pid;
+  on_term.redis = redis;
+  snprintf(on_term.log, sizeof on_term.log, "%s", jvm.log);
+  snprintf(on_term.redis_log, sizeof on_term.redis_log, "%s/redis.log", dir);
+  snprintf(on_term.dir, sizeof on_term.dir, "%s", dir);
+  signal(SIGTERM, term_cleanup);
+  signal(SIGINT, term_cleanup);
 
   result = !criterion_run_all_tests(tests);
   criterion_finalize(tests);

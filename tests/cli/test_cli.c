@@ -1120,7 +1120,7 @@ Test(cli, on_lost_kill_sends_sigterm_and_waits_for_command) {
   char key[64];
   rt_key(key, sizeof key, "cli:lostterm");
   cli_proc p;
-  cli_start(&p, ARGS("--watchdog", "900", "--on-lost=kill", key, "--", "sh",
+  cli_start(&p, ARGS("--watchdog", "900ms", "--on-lost=kill", key, "--", "sh",
                      "-c",
                      "trap 'echo TERM > term; sleep 0.3; echo done > done;"
                      " exit 3' TERM; echo $$ > pid.tmp && mv pid.tmp pid;"

@@ -5,6 +5,8 @@
  *   rlock.1.scd  the manual page, rlock(1), in scdoc (tools/meson.build)
  *   run.c    `rlock NAME -- COMMAND`: the lock thread, signals, the child
  *   ls.c     `rlock ls [PATTERN]`: rlock_scan_* and rlock_info_get
+ *   elect.c  `rlock elect NAME -- COMMAND`, `rlock leader NAME`: leader
+ *            election (rlock_election_*)
  *   admin.c  `rlock status`, `rlock unlock --force` and run.c's clean-up
  *            of a lock left by a closed client, through the library
  *            (rlock_info_get, rlock_client_force_unlock,
@@ -260,5 +262,10 @@ int cli_run(const cli_run_opts *o);
  * or a negative RLOCK_E* code. */
 int cli_release_orphan(const char *uri, const cli_tls_opts *tls,
                        const cli_sentinel_opts *sentinel, cli_kind kind, const char *name, const char *owner);
+
+/* `rlock elect ...` / `rlock leader ...` (elect.c): argv starts at the
+ * subcommand, which cli_is_elect() recognises. The process exit code. */
+bool cli_is_elect(const char *arg);
+int cli_elect_main(int argc, char **argv);
 
 #endif

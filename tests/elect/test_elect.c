@@ -833,3 +833,105 @@ Test(elect, bad_input_is_refused_and_leaves_nothing) {
   rlock_client_close(c);
   free(s);
 }
+
+/* ---- the CLI: rlock elect / rlock leader ---- */
+#ifdef ELECT_CLI
+
+static pid_t cli_spawn(char *const argv[], const char *out_path) {
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (out_path != NULL) {
+      int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      dup2(fd, 1);
+    }
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  return pid;
+}
+
+/* Waits up to bound_ms for pid; its exit status, or -1 (still runs). */
+static int cli_wait(pid_t pid, int64_t bound_ms) {
+  int64_t end = rt_now_ms() + bound_ms;
+  do {
+    int st;
+    if (waitpid(pid, &st, WNOHANG) == pid)
+      return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    rt_sleep_ms(10);
+  } while (rt_now_ms() < end);
+  return -1;
+}
+
+static bool file_has(void *arg) {
+  FILE *f = fopen(arg, "r");
+  if (f == NULL)
+    return false;
+  int ch = fgetc(f);
+  fclose(f);
+  return ch != EOF;
+}
+
+static void read_file(const char *path, char *buf, size_t n) {
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f, "%s", path);
+  size_t k = fread(buf, 1, n - 1, f);
+  buf[k] = '\0';
+  fclose(f);
+}
+
+Test(elect, cli_runs_command_only_while_leader) {
+  char name[64], dir[] = "/tmp/rlock-elect-XXXXXX";
+  rt_key(name, sizeof(name), "elect-cli");
+  cr_assert_not_null(mkdtemp(dir));
+  char fa[128], fb[128], fj[128], scripta[256], scriptb[256];
+  snprintf(fa, sizeof(fa), "%s/a", dir);
+  snprintf(fb, sizeof(fb), "%s/b", dir);
+  snprintf(fj, sizeof(fj), "%s/json", dir);
+  snprintf(scripta, sizeof(scripta),
+           "echo $RLOCK_ELECTION_TERM $$ > %s; exec sleep 60", fa);
+  snprintf(scriptb, sizeof(scriptb), "echo $RLOCK_ELECTION_TERM > %s", fb);
+  char *a_argv[] = {(char *)ELECT_CLI, "elect", "-u", (char *)rt_uri(),
+                    "--watchdog", "900", "--value", "A", name, "--",
+                    "/bin/sh", "-c", scripta, NULL};
+  pid_t a = cli_spawn(a_argv, NULL);
+  rt_wait_until_what(file_has, fa, 10000, "A runs its command");
+  char *b_argv[] = {(char *)ELECT_CLI, "elect", "-u", (char *)rt_uri(),
+                    "--watchdog", "900", "--value", "B", name, "--",
+                    "/bin/sh", "-c", scriptb, NULL};
+  pid_t b = cli_spawn(b_argv, NULL);
+  rt_sleep_ms(1500);
+  cr_expect(!file_has(fb), "B ran its command while A led");
+  /* rlock leader --json sees A */
+  char *l_argv[] = {(char *)ELECT_CLI, "leader", "--json", "-u",
+                    (char *)rt_uri(), name, NULL};
+  cr_assert_eq(cli_wait(cli_spawn(l_argv, fj), 10000), 0);
+  char buf[512];
+  read_file(fj, buf, sizeof(buf));
+  cr_expect(strstr(buf, "\"leader\":true") != NULL, "%s", buf);
+  cr_expect(strstr(buf, "\"value\":\"A\"") != NULL, "%s", buf);
+  long long term_a = 0, child_a = 0;
+  read_file(fa, buf, sizeof(buf));
+  cr_assert_eq(sscanf(buf, "%lld %lld", &term_a, &child_a), 2, "%s", buf);
+  /* someone deletes the lock: A's watchdog finds it gone within a period
+   * (300 ms); A stops its command and says so; B takes over */
+  rt_int("DEL %s", name);
+  cr_expect_eq(cli_wait(a, 10000), 79, "A's exit: leadership lost");
+  cr_expect(kill((pid_t)child_a, 0) != 0, "A's command still runs");
+  rt_wait_until_what(file_has, fb, 10000, "B runs its command");
+  read_file(fb, buf, sizeof(buf));
+  cr_expect_gt(atoll(buf), term_a);
+  /* B's command ended: B resigned and exits with its status */
+  cr_expect_eq(cli_wait(b, 10000), 0);
+  char *l2_argv[] = {(char *)ELECT_CLI, "leader", "-u", (char *)rt_uri(), name,
+                     NULL};
+  cr_expect_eq(cli_wait(cli_spawn(l2_argv, fj), 10000), 1, "no leader: 1");
+  read_file(fj, buf, sizeof(buf));
+  cr_expect(strstr(buf, "no leader") != NULL, "%s", buf);
+  unlink(fa);
+  unlink(fb);
+  unlink(fj);
+  rmdir(dir);
+}
+#endif

@@ -611,6 +611,12 @@ typedef struct rlock_stats {
   uint64_t replica_sync_unconfirmed;
   /* RLOCK_EVENT_LEASE_AT_RISK, however many. */
   uint64_t lease_at_risk;
+  /* Leader election (rlock_election_*): terms won (RLOCK_EVENT_ELECTED),
+   * and terms ended by a loss or a resign (RLOCK_EVENT_TERM_ENDED).
+   * Added in 0.2.0. */
+  uint64_t terms_won;
+  uint64_t terms_lost;
+  uint64_t terms_resigned;
 } rlock_stats;
 
 /* Zeroes `s` and sets struct_size to `size`; use rlock_stats_init(). */

@@ -834,6 +834,112 @@ Test(elect, bad_input_is_refused_and_leaves_nothing) {
   free(s);
 }
 
+/* ---- events and stats ---- */
+
+typedef struct evrec {
+  pthread_mutex_t mu;
+  int n;
+  int type[32], cause[32];
+  int64_t term[32];
+  char kind[32][16], name[32][64];
+} evrec;
+
+static void on_event(const rlock_event *ev, void *data) {
+  if (ev->type != RLOCK_EVENT_ELECTED && ev->type != RLOCK_EVENT_TERM_ENDED)
+    return;
+  evrec *r = data;
+  pthread_mutex_lock(&r->mu);
+  if (r->n < 32) {
+    r->type[r->n] = ev->type;
+    r->cause[r->n] = ev->cause;
+    r->term[r->n] = RLOCK_EVENT_HAS(ev, term) ? ev->term : -1;
+    snprintf(r->kind[r->n], 16, "%s", ev->kind);
+    snprintf(r->name[r->n], 64, "%s", ev->name);
+    r->n++;
+  }
+  pthread_mutex_unlock(&r->mu);
+}
+
+typedef struct ended {
+  atomic_int calls, status;
+} ended;
+
+static void on_end_count(rlock_election *e, int status, int64_t term,
+                         void *data) {
+  (void)e;
+  (void)term;
+  ended *x = data;
+  atomic_store(&x->status, status);
+  atomic_fetch_add(&x->calls, 1);
+}
+
+static bool ended_once(void *arg) {
+  return atomic_load(&((ended *)arg)->calls) >= 1;
+}
+
+Test(elect, events_and_stats_name_the_election) {
+  static evrec r = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  rlock_options o;
+  rlock_options_init(&o);
+  o.watchdog_timeout_ms = 900;
+  o.on_event = on_event;
+  o.on_event_data = &r;
+  rlock_client *c = rt_client_opts(&o);
+  char name[64];
+  rt_key(name, sizeof(name), "elect-ev");
+  rlock_election *e = NULL;
+  cr_assert_eq(rlock_election_new(c, name, &e), 0);
+  int64_t t1 = 0, t2 = 0;
+  ended x1 = {0}, x2 = {0};
+  cr_assert_eq(rlock_election_campaign(e, "v1", 2, 0, on_end_count, &x1, &t1),
+               1);
+  int64_t t = 0, until = 0;
+  cr_expect_eq(rlock_election_leading(e, &t, &until), 1);
+  cr_expect_eq(t, t1);
+  cr_expect_gt(until, rlock_now_ms());
+  cr_expect_eq(rlock_election_proclaim(e, "v1b", 3), 0);
+  rlock_election_state st;
+  rlock_election_state_init(&st);
+  cr_assert_eq(rlock_election_leader(c, name, &st), 0);
+  cr_expect_str_eq(st.value, "v1b");
+  cr_expect_eq(st.term, t1);
+  cr_assert_eq(rlock_election_resign(e), 0);
+  cr_expect_eq(atomic_load(&x1.calls), 1);
+  cr_expect_eq(atomic_load(&x1.status), RLOCK_ELECTION_RESIGNED);
+  cr_assert_eq(rlock_election_campaign(e, "v2", 2, 0, on_end_count, &x2, &t2),
+               1);
+  cr_expect_gt(t2, t1);
+  /* the lock deleted under the leader: lost, once */
+  rt_int("DEL %s", name);
+  rt_wait_until_what(ended_once, &x2, 5000, "the loss");
+  rt_sleep_ms(700);
+  cr_expect_eq(atomic_load(&x2.calls), 1);
+  cr_expect_eq(atomic_load(&x2.status), RLOCK_ELECTION_LOST);
+  cr_expect_eq(rlock_election_leading(e, NULL, NULL), 0);
+  rlock_stats s;
+  rlock_stats_init(&s);
+  cr_assert_eq(rlock_client_stats_get(c, &s), 0);
+  cr_expect_eq(s.terms_won, 2);
+  cr_expect_eq(s.terms_resigned, 1);
+  cr_expect_eq(s.terms_lost, 1);
+  pthread_mutex_lock(&r.mu);
+  cr_assert_eq(r.n, 4);
+  int want_type[4] = {RLOCK_EVENT_ELECTED, RLOCK_EVENT_TERM_ENDED,
+                      RLOCK_EVENT_ELECTED, RLOCK_EVENT_TERM_ENDED};
+  int64_t want_term[4] = {t1, t1, t2, t2};
+  for (int i = 0; i < 4; i++) {
+    cr_expect_eq(r.type[i], want_type[i]);
+    cr_expect_eq(r.term[i], want_term[i]);
+    cr_expect_str_eq(r.kind[i], "election");
+    cr_expect_str_eq(r.name[i], name);
+  }
+  cr_expect_eq(r.cause[1], RLOCK_ELECTION_RESIGNED);
+  cr_expect_eq(r.cause[3], RLOCK_ELECTION_LOST);
+  pthread_mutex_unlock(&r.mu);
+  rlock_election_free(e);
+  rlock_client_close(c);
+}
+
 /* ---- the CLI: rlock elect / rlock leader ---- */
 #ifdef ELECT_CLI
 

@@ -102,6 +102,26 @@ static void json_owner(const rlock_info_entry *e, bool writer) {
   }
 }
 
+/* A fenced lock that is an election's (its holder wrote the value key):
+ * the leader's state in *st; false otherwise (or on error: the listing
+ * then shows the lock alone). */
+static bool election_of(rlock_client *client, const char *name,
+                        const rlock_info *info, rlock_election_state *st) {
+  rlock_election_state_init(st);
+  return info->kind == RLOCK_INFO_FENCED &&
+         rlock_election_leader(client, name, st) == 0 && st->has_value;
+}
+
+static void print_election(const rlock_election_state *st, bool json) {
+  if (!json) {
+    printf("  election leader %s, term %" PRId64 "\n", st->value, st->term);
+    return;
+  }
+  printf(",\"election\":{\"term\":%" PRId64 ",\"value\":", st->term);
+  cli_json_string(stdout, st->value, st->value_len);
+  fputc('}', stdout);
+}
+
 static void print_human(const char *name, const rlock_info *info) {
   printf("%s: %s", name, kind_words(info));
   if (info->mode != NULL)
@@ -141,7 +161,7 @@ static void print_human(const char *name, const rlock_info *info) {
 }
 
 static void print_json(const char *name, const rlock_info *info,
-                       bool first) {
+                       const rlock_election_state *election, bool first) {
   fputs(first ? "\n    {\"name\":" : ",\n    {\"name\":", stdout);
   cli_json_string(stdout, name, strlen(name));
   printf(",\"kind\":\"%s\",\"type\":\"%s\",\"locked\":%s", kind_name(info),
@@ -184,7 +204,10 @@ static void print_json(const char *name, const rlock_info *info,
   if (info->kind == RLOCK_INFO_PERMIT_SEMAPHORE)
     printf(",\"permits_available\":%" PRId64 ",\"permits_taken\":%zu",
            info->count, info->permits_total);
-  printf(",\"waiters\":%" PRId64 "}", info->waiters);
+  printf(",\"waiters\":%" PRId64, info->waiters);
+  if (election != NULL)
+    print_election(election, true);
+  fputc('}', stdout);
 }
 
 enum { OPT_LIMIT = 256 };
@@ -307,11 +330,16 @@ int cli_ls_main(int argc, char **argv) {
       snprintf(skips[nskips].type, sizeof skips[nskips].type, "%s",
                info.type);
       nskips++;
-    } else if (json) {
-      print_json(name, &info, listed == 0);
-      listed++;
     } else {
-      print_human(name, &info);
+      rlock_election_state st;
+      bool elected = election_of(client, name, &info, &st);
+      if (json) {
+        print_json(name, &info, elected ? &st : NULL, listed == 0);
+      } else {
+        print_human(name, &info);
+        if (elected)
+          print_election(&st, false);
+      }
       listed++;
     }
     rlock_info_free(&info);

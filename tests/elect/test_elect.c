@@ -1020,6 +1020,16 @@ Test(elect, cli_runs_command_only_while_leader) {
   long long term_a = 0, child_a = 0;
   read_file(fa, buf, sizeof(buf));
   cr_assert_eq(sscanf(buf, "%lld %lld", &term_a, &child_a), 2, "%s", buf);
+  /* rlock ls lists the name once, with its leader's value and term */
+  char *ls_argv[] = {(char *)ELECT_CLI, "ls", "--json", "-u", (char *)rt_uri(),
+                     name, NULL};
+  cr_assert_eq(cli_wait(cli_spawn(ls_argv, fj), 10000), 0);
+  char lsbuf[4096], want[128];
+  read_file(fj, lsbuf, sizeof(lsbuf));
+  snprintf(want, sizeof(want), "\"election\":{\"term\":%lld,\"value\":\"A\"}",
+           term_a);
+  cr_expect(strstr(lsbuf, want) != NULL, "%s", lsbuf);
+  cr_expect(strstr(lsbuf, "rlock_election") == NULL, "%s", lsbuf);
   /* someone deletes the lock: A's watchdog finds it gone within a period
    * (300 ms); A stops its command and says so; B takes over */
   rt_int("DEL %s", name);

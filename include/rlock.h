@@ -209,12 +209,13 @@ typedef enum rlock_event_type {
    * RECONNECTED, which follows once it is up again. Commands in flight are
    * re-sent or repaired, waiters re-subscribe. */
   RLOCK_EVENT_DISCONNECTED = 8,
+  /* (9 is kept for the fenced lock's work on stale tokens, issue 37.) */
   /* Leader election (kind "election", the election's name, the
    * candidate's owner): a campaign won, with term (added in 0.2.0). */
-  RLOCK_EVENT_ELECTED = 9,
+  RLOCK_EVENT_ELECTED = 10,
   /* A term ended: cause RLOCK_ELECTION_LOST or RLOCK_ELECTION_RESIGNED;
    * term. Once per term won. */
-  RLOCK_EVENT_TERM_ENDED = 10
+  RLOCK_EVENT_TERM_ENDED = 11
 } rlock_event_type;
 
 /* rlock_event.cause values. */

@@ -704,11 +704,21 @@ void rlock_election_free(rlock_election *e) {
         break;
       uv_sleep(5);
     }
-    (void)rlock_election_resign(e);
+    int rc = rlock_election_resign(e);
     election_op x;
     rlock__op_init(&x.op, e->self, &forget_type, e->owner);
     x.e = e;
     (void)rlock__op_run_sync(&x.op);
+    uv_mutex_lock(&e->mu);
+    bool orphan = rc == RLOCK_ECLOSED && e->phase == PH_LEADER;
+    if (orphan)
+      e->phase = PH_IDLE;
+    uv_mutex_unlock(&e->mu);
+    /* The client closed while leading: its timers stopped, so no loss
+     * will ever end the term; its reference goes here (the lock expires
+     * on the server after its lease). */
+    if (orphan)
+      e_unref(e);
   } else {
     uv_mutex_lock(&e->mu);
     e->cb = NULL;

@@ -940,6 +940,49 @@ Test(elect, events_and_stats_name_the_election) {
   rlock_client_close(c);
 }
 
+static void *blocking_campaign(void *arg) {
+  rlock_election *e = arg;
+  int64_t term = 0;
+  int rc = rlock_election_campaign(e, "b", 1, -1, NULL, NULL, &term);
+  return (void *)(intptr_t)rc;
+}
+
+Test(elect, cancel_ends_a_waiting_campaign_and_free_after_close) {
+  rlock_client *c = client_fast();
+  char name[64];
+  rt_key(name, sizeof(name), "elect-cancel");
+  rlock_election *leader = NULL, *a = NULL, *b = NULL;
+  cr_assert_eq(rlock_election_new(c, name, &leader), 0);
+  cr_assert_eq(rlock_election_new(c, name, &a), 0);
+  cr_assert_eq(rlock_election_new(c, name, &b), 0);
+  int64_t term = 0;
+  cr_assert_eq(rlock_election_campaign(leader, "L", 1, 0, NULL, NULL, &term),
+               1);
+  cr_expect_eq(rlock_election_cancel(a), 0, "nothing to cancel yet");
+  async_won w = {0};
+  cr_assert_eq(rlock_election_campaign_async(a, "a", 1, -1, on_async, &w), 0);
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, blocking_campaign, b), 0);
+  rt_sleep_ms(300);
+  cr_expect_eq(atomic_load(&w.calls), 0);
+  cr_expect_eq(rlock_election_cancel(a), 1);
+  cr_expect_eq(rlock_election_cancel(b), 1);
+  rt_wait_until_what(async_has, &w, 5000, "the async campaign's callback");
+  void *ret = NULL;
+  pthread_join(t, &ret);
+  cr_expect_eq((int)(intptr_t)ret, RLOCK_ECANCELED);
+  rt_sleep_ms(200);
+  cr_expect_eq(atomic_load(&w.calls), 1, "callback fired more than once");
+  cr_expect_eq(atomic_load(&w.status), RLOCK_ECANCELED);
+  /* the canceled ones can campaign again: a try while L leads */
+  cr_expect_eq(rlock_election_campaign(a, "a", 1, 0, NULL, NULL, &term), 0);
+  rlock_election_free(a);
+  rlock_election_free(b);
+  /* a leader whose client closes first is still freed */
+  rlock_client_close(c);
+  rlock_election_free(leader);
+}
+
 /* ---- the CLI: rlock elect / rlock leader ---- */
 #ifdef ELECT_CLI
 

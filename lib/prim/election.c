@@ -288,11 +288,10 @@ static void tick_fire(rlock__timed *t) {
     return;
   }
   if (!e->refresh_inflight) {
-    uv_mutex_lock(&e->mu);
+    /* value and term change only on this thread while leading */
     e_ref(e);
     rlock__cmd *cmd = send_proclaim(e, e->value, e->value_len, e->term,
                                     false, refresh_reply, e);
-    uv_mutex_unlock(&e->mu);
     if (cmd == NULL)
       e_unref(e);
     else
@@ -341,9 +340,10 @@ static void locked(int status, int64_t token, void *data) {
     uv_mutex_lock(&e->mu);
     e->term = token;
     e->phase = PH_PROCLAIM;
+    uv_mutex_unlock(&e->mu);
+    /* the value changes only in PH_IDLE (campaign) or on this thread */
     rlock__cmd *cmd = send_proclaim(e, e->value, e->value_len, token, true,
                                     proclaimed, e);
-    uv_mutex_unlock(&e->mu);
     if (cmd == NULL)
       proclaimed(NULL, NULL, RLOCK_ENOMEM, e);
     return;

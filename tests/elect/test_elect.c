@@ -24,6 +24,7 @@
 #include "elect-config.h"
 #include "harness.h"
 #include "rlock.h"
+#include "topo_harness.h"
 
 /* ---- the candidates' reports ---- */
 
@@ -146,14 +147,17 @@ static void spawn(proc *p, int who, char *const argv[]) {
 
 static bool is_ready(void *arg) { return atomic_load(&((proc *)arg)->ready); }
 
+static const char *g_cand_uri; /* NULL: the harness's server */
+
 static void start_candidates(const char *name, int64_t watchdog_ms) {
   char wd[32];
   snprintf(wd, sizeof(wd), "%" PRId64, watchdog_ms);
   for (int k = 0; k < NCAND; k++) {
     char value[32];
     snprintf(value, sizeof(value), "cand-%d", k);
-    char *argv[] = {(char *)ELECT_CANDIDATE, (char *)rt_uri(), (char *)name,
-                    value, wd, NULL};
+    const char *uri = g_cand_uri != NULL ? g_cand_uri : rt_uri();
+    char *argv[] = {(char *)ELECT_CANDIDATE, (char *)uri, (char *)name, value,
+                    wd, NULL};
     spawn(&g_c[k], k, argv);
   }
   for (int k = 0; k < NCAND; k++)
@@ -599,6 +603,79 @@ Test(elect, server_restart_one_leader_at_a_time_and_observers_converge) {
             st.term);
   assert_no_overlap();
   watch_stop(&wt);
+}
+
+/* ---- a Sentinel failover ---- */
+
+static void sentinel_init(void) {
+  g_recs = calloc(MAX_RECS, sizeof(rec));
+  g_n = 0;
+  rt_sentinel_start();
+  g_cand_uri = rt_sentinel_uri();
+}
+
+static void sentinel_fini(void) {
+  for (int k = 0; k < NCAND; k++)
+    stop_proc(&g_c[k]);
+  rt_topo_stop_all();
+  free(g_recs);
+}
+
+TestSuite(elect_sentinel, .init = sentinel_init, .fini = sentinel_fini,
+          .timeout = 120);
+
+/* A planned failover (SENTINEL FAILOVER: the old master becomes a replica,
+ * so replica sync keeps working): at most one leader at a time by the
+ * terms' order, someone leads afterwards, and the observer converges on
+ * the leader read on the new master. */
+Test(elect_sentinel, failover_one_leader_at_a_time_observers_converge) {
+  char name[64];
+  rt_key(name, sizeof(name), "elect-sentinel");
+  rlock_options o;
+  rlock_options_init(&o);
+  o.uri = rt_sentinel_uri();
+  o.command_timeout_ms = 1000;
+  o.retry_interval_ms = 200;
+  rlock_client *c = NULL;
+  cr_assert_eq(rlock_client_open(&c, &o), 0, "%s", rlock_last_error());
+  seen *s = seen_new();
+  rlock_election_observer *obs = NULL;
+  cr_assert_eq(rlock_election_observe(c, name, 300, on_state, s, &obs), 0);
+  start_candidates(name, WATCHDOG_MS);
+  int w = wait_rec(EV_WON, 0, 0, 20000, "a leader");
+  wait_rec(EV_ACT, w, 3, 5000, "the leader acts");
+  int64_t t0 = rlock_now_ms();
+  int promoted = rt_sentinel_failover(30000);
+  fprintf(stderr, "elect: sentinel failover to %d in %" PRId64 " ms\n",
+          promoted, rlock_now_ms() - t0);
+  /* a leader acts after the failover (the old one, renewed on the new
+   * master, or a new one) */
+  int mark = nrecs();
+  int a = wait_rec(EV_ACT, mark, 3, 20000, "a leader after the failover");
+  rec after = rec_at(a);
+  rlock_election_state st;
+  rlock_election_state_init(&st);
+  bool agree = false;
+  for (int i = 0; i < 100 && !agree; i++) {
+    if (rlock_election_leader(c, name, &st) == 0) {
+      pthread_mutex_lock(&s->mu);
+      agree = st.has_leader && s->n > 0 && s->st[s->n - 1].has_leader &&
+              s->st[s->n - 1].term == st.term &&
+              strcmp(s->st[s->n - 1].value, st.value) == 0;
+      pthread_mutex_unlock(&s->mu);
+    }
+    if (!agree)
+      rt_sleep_ms(100);
+  }
+  cr_expect(agree, "the observer did not converge on term %" PRId64,
+            st.term);
+  cr_expect_geq(st.term, after.term);
+  fprintf(stderr, "elect: term %" PRId64 " before the failover, %" PRId64
+                  " after\n", rec_at(w).term, st.term);
+  assert_no_overlap();
+  rlock_election_observer_free(obs);
+  rlock_client_close(c);
+  free(s);
 }
 
 /* ---- Java takes part: the real Redisson peer ---- */

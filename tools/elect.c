@@ -55,6 +55,16 @@ static void on_end(rlock_election *e, int status, int64_t term, void *data) {
   (void)n;
 }
 
+/* SIGINT, SIGTERM and SIGHUP set g_signal and wake the pipe. */
+static void catch_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
+}
+
 static void usage_elect(FILE *out) {
   fprintf(out,
           "usage: rlock elect [-u URI] [--value V] [-w WAIT] [--watchdog MS]\n"
@@ -240,12 +250,7 @@ static int elect_main(int argc, char **argv) {
     cli_err("pipe: %s", strerror(errno));
     return CLI_EX_OSERR;
   }
-  struct sigaction sa;
-  memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGHUP, &sa, NULL);
+  catch_signals();
   rlock_client *client = NULL;
   int rc = open_client(uri, watchdog_ms, &client);
   if (rc != 0)
@@ -408,12 +413,7 @@ static int leader_main(int argc, char **argv) {
       rlock_client_close(client);
       return CLI_EX_OSERR;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    catch_signals();
     follow f = {name, json};
     rlock_election_observer *o = NULL;
     rc = rlock_election_observe(client, name, poll_ms, on_state, &f, &o);

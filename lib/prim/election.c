@@ -64,6 +64,10 @@ struct rlock_election {
   size_t value_len;
   rlock_election_cb cb;
   void *cb_data;
+  /* A term's clean-up unlock is in flight; a campaign asked for meanwhile
+   * starts when it is done (the same owner's acquire must not pass it). */
+  bool unlocking, start_pending, cancel_pending;
+  int64_t pending_wait;
   /* loop thread */
   rlock__timed tick;
   bool refresh_inflight;
@@ -163,20 +167,28 @@ static void emit(rlock_election *e, int type, int cause, int64_t term) {
   rlock__engine_emit(engine_of(e), &ev);
 }
 
-/* The callback, without the lock held (it may call back in). */
-static void deliver(rlock_election *e, int status, int64_t term) {
+/* A campaign's callback, taken under the mutex in the same step that
+ * moves the phase: once the phase is back to PH_IDLE a new campaign may
+ * set its own callback at once, and what the old campaign still has to say
+ * must not reach it. */
+typedef struct cb_ref {
+  rlock_election_cb cb;
+  void *data;
+} cb_ref;
+
+/* Sets the phase and takes the callback (under the mutex). */
+static cb_ref set_phase(rlock_election *e, int phase) {
   uv_mutex_lock(&e->mu);
-  rlock_election_cb cb = e->cb;
-  void *data = e->cb_data;
+  e->phase = phase;
+  cb_ref r = {e->cb, e->cb_data};
   uv_mutex_unlock(&e->mu);
-  if (cb != NULL)
-    cb(e, status, term, data);
+  return r;
 }
 
-static void noop_cb(int status, int64_t value, void *data) {
-  (void)status;
-  (void)value;
-  (void)data;
+/* Calls it without the lock held (it may call back in). */
+static void deliver(rlock_election *e, cb_ref r, int status, int64_t term) {
+  if (r.cb != NULL)
+    r.cb(e, status, term, r.data);
 }
 
 /* ---- the value key's writes ---- */
@@ -255,6 +267,47 @@ static void arm_tick(rlock_election *e, int64_t until) {
   rlock__timed_start(engine_of(e)->core, &e->tick, at);
 }
 
+static void locked(int status, int64_t token, void *data);
+
+/* Starts the fenced acquire of a campaign (the campaign's reference is
+ * taken); a failure to queue it ends the campaign with that error. */
+static void start_acquire(rlock_election *e, int64_t wait_ms) {
+  int rc = rlock_lock_async(e->lock, e->owner, wait_ms, -1, locked, e, NULL);
+  if (rc != 0)
+    locked(rc, 0, e);
+}
+
+static void cleanup_done(int status, int64_t value, void *data) {
+  (void)status;
+  (void)value;
+  rlock_election *e = data;
+  uv_mutex_lock(&e->mu);
+  e->unlocking = false;
+  bool start = e->start_pending, canceled = e->cancel_pending;
+  e->start_pending = e->cancel_pending = false;
+  int64_t wait_ms = e->pending_wait;
+  uv_mutex_unlock(&e->mu);
+  if (start && canceled) {
+    rlock__set_last_error("election '%s': campaign canceled", e->lock->name);
+    locked(RLOCK_ECANCELED, 0, e);
+  } else if (start) {
+    start_acquire(e, wait_ms);
+  }
+  e_unref(e);
+}
+
+/* Gives up the hold after a term or a win that did not become one: frees
+ * the lock if it is still this candidate's, forgets the hold if not. */
+static void cleanup_unlock(rlock_election *e) {
+  uv_mutex_lock(&e->mu);
+  e->unlocking = true;
+  uv_mutex_unlock(&e->mu);
+  e_ref(e);
+  int rc = rlock_unlock_async(e->lock, e->owner, cleanup_done, e, NULL);
+  if (rc != 0)
+    cleanup_done(rc, 0, e);
+}
+
 /* The term ends without a resign (loop thread): said once, the lock given
  * up (freed if it is still this candidate's, the hold forgotten if not). */
 static void lose(rlock_election *e, const char *why) {
@@ -265,15 +318,16 @@ static void lose(rlock_election *e, const char *why) {
   }
   e->phase = PH_IDLE;
   int64_t term = e->term;
+  cb_ref r = {e->cb, e->cb_data};
   uv_mutex_unlock(&e->mu);
   rlock__timed_stop(engine_of(e)->core, &e->tick);
   rlock__diag(engine_of(e)->core, RLOCK_DIAG_WARN,
               "election '%s': term %" PRId64 " lost (%s)", e->lock->name,
               term, why);
   send_clear(e, term, clear_reply);
-  (void)rlock_unlock_async(e->lock, e->owner, noop_cb, NULL, NULL);
+  cleanup_unlock(e);
   emit(e, RLOCK_EVENT_TERM_ENDED, RLOCK_ELECTION_LOST, term);
-  deliver(e, RLOCK_ELECTION_LOST, term);
+  deliver(e, r, RLOCK_ELECTION_LOST, term);
   e_unref(e); /* the term's reference */
 }
 
@@ -307,20 +361,15 @@ static void proclaimed(rlock__net *n, redisReply *reply, int err,
   (void)n;
   rlock_election *e = data;
   int64_t r = script_result(reply, err, "election proclaim");
-  uv_mutex_lock(&e->mu);
-  int64_t term = e->term;
-  if (r == 1)
-    e->phase = PH_LEADER;
-  else
-    e->phase = PH_IDLE;
-  uv_mutex_unlock(&e->mu);
+  int64_t term = e->term; /* set on this thread */
+  cb_ref cb = set_phase(e, r == 1 ? PH_LEADER : PH_IDLE);
   if (r == 1) {
     int64_t until = 0;
     if (rlock_lease_guaranteed_owner(e->lock, e->owner, &until) < 0)
       until = rlock__now_ms();
     arm_tick(e, until);
     emit(e, RLOCK_EVENT_ELECTED, 0, term);
-    deliver(e, RLOCK_ELECTION_WON, term); /* the reference stays: the term */
+    deliver(e, cb, RLOCK_ELECTION_WON, term); /* the reference stays: the term */
     return;
   }
   /* Lost before its value was written (0: no longer held), or the write
@@ -329,30 +378,62 @@ static void proclaimed(rlock__net *n, redisReply *reply, int err,
   if (r == 0)
     rlock__set_last_error("election '%s': the lock was lost before the "
                           "value was written", e->lock->name);
-  (void)rlock_unlock_async(e->lock, e->owner, noop_cb, NULL, NULL);
-  deliver(e, rc, 0);
+  cleanup_unlock(e);
+  deliver(e, cb, rc, 0);
   e_unref(e);
+}
+
+static void won(rlock_election *e, int64_t token);
+
+/* The token counter, read when the acquire did not say its token. */
+static void token_read(rlock__net *n, redisReply *reply, int err,
+                       void *data) {
+  (void)n;
+  rlock_election *e = data;
+  int64_t token = 0;
+  if (err == 0 && reply->type == REDIS_REPLY_STRING)
+    token = strtoll(reply->str, NULL, 10);
+  if (token >= 1) {
+    won(e, token);
+    return;
+  }
+  proclaimed(NULL, NULL, err != 0 ? err : RLOCK_EPROTO, e);
 }
 
 static void locked(int status, int64_t token, void *data) {
   rlock_election *e = data;
-  if (status == 1) {
-    uv_mutex_lock(&e->mu);
-    e->term = token;
-    e->phase = PH_PROCLAIM;
-    uv_mutex_unlock(&e->mu);
-    /* the value changes only in PH_IDLE (campaign) or on this thread */
-    rlock__cmd *cmd = send_proclaim(e, e->value, e->value_len, token, true,
-                                    proclaimed, e);
-    if (cmd == NULL)
+  if (status == 1 && token < 1) {
+    /* Acquired, but the engine did not hand over the token (an acquire
+     * whose reply was lost and that the engine found held afterwards).
+     * While this candidate holds the lock nobody else takes a token, so
+     * the counter's value now is this acquisition's (or a later one of
+     * its own). */
+    const char *argv[2] = {"GET", e->tkey};
+    size_t lens[2] = {3, e->tkey_len};
+    if (rlock__cmd_send(engine_of(e)->net, NULL, 2, argv, lens,
+                        (int)retries_of(e), token_read, e) == NULL)
       proclaimed(NULL, NULL, RLOCK_ENOMEM, e);
     return;
   }
-  uv_mutex_lock(&e->mu);
-  e->phase = PH_IDLE;
-  uv_mutex_unlock(&e->mu);
-  deliver(e, status, 0);
+  if (status == 1) {
+    won(e, token);
+    return;
+  }
+  cb_ref cb = set_phase(e, PH_IDLE);
+  deliver(e, cb, status, 0);
   e_unref(e);
+}
+
+static void won(rlock_election *e, int64_t token) {
+  uv_mutex_lock(&e->mu);
+  e->term = token;
+  e->phase = PH_PROCLAIM;
+  uv_mutex_unlock(&e->mu);
+  /* the value changes only in PH_IDLE (campaign) or on this thread */
+  rlock__cmd *cmd = send_proclaim(e, e->value, e->value_len, token, true,
+                                  proclaimed, e);
+  if (cmd == NULL)
+    proclaimed(NULL, NULL, RLOCK_ENOMEM, e);
 }
 
 int rlock_election_campaign_async(rlock_election *e, const char *value,
@@ -385,8 +466,15 @@ int rlock_election_campaign_async(rlock_election *e, const char *value,
   e->term = 0;
   e->cb = cb;
   e->cb_data = data;
-  uv_mutex_unlock(&e->mu);
   e_ref(e);
+  if (e->unlocking) { /* cleanup_done starts it */
+    e->start_pending = true;
+    e->cancel_pending = false;
+    e->pending_wait = wait_ms;
+    uv_mutex_unlock(&e->mu);
+    return 0;
+  }
+  uv_mutex_unlock(&e->mu);
   rc = rlock_lock_async(e->lock, e->owner, wait_ms, -1, locked, e, NULL);
   if (rc != 0) {
     uv_mutex_lock(&e->mu);
@@ -411,6 +499,8 @@ typedef struct sync_campaign {
 
 static void sync_cb(rlock_election *e, int status, int64_t term, void *d) {
   sync_campaign *s = d;
+  /* a campaign's first callback is its result (never a term's end) */
+  assert(status != RLOCK_ELECTION_LOST && status != RLOCK_ELECTION_RESIGNED);
   s->status = status;
   s->term = term;
   snprintf(s->detail, sizeof(s->detail), "%s", rlock_last_error());
@@ -458,7 +548,13 @@ int rlock_election_campaign(rlock_election *e, const char *value, size_t len,
 int rlock_election_cancel(rlock_election *e) {
   if (e == NULL)
     return rlock__bad_arg("election is NULL");
-  return rlock__engine_interrupt(engine_of(e), e->owner);
+  uv_mutex_lock(&e->mu);
+  bool pending = e->start_pending && !e->cancel_pending;
+  if (pending)
+    e->cancel_pending = true;
+  uv_mutex_unlock(&e->mu);
+  int rc = rlock__engine_interrupt(engine_of(e), e->owner);
+  return pending && rc >= 0 ? rc + 1 : rc;
 }
 
 /* ---- ops on the loop thread: proclaim, resign, free ---- */
@@ -542,11 +638,9 @@ int rlock_election_proclaim(rlock_election *e, const char *value,
 /* Resign: unlock (the unlock message wakes the next candidate), then the
  * clear, then the term's end is said; the op finishes last. */
 static void resign_done(rlock_election *e, int64_t term) {
-  uv_mutex_lock(&e->mu);
-  e->phase = PH_IDLE;
-  uv_mutex_unlock(&e->mu);
+  cb_ref cb = set_phase(e, PH_IDLE);
   emit(e, RLOCK_EVENT_TERM_ENDED, RLOCK_ELECTION_RESIGNED, term);
-  deliver(e, RLOCK_ELECTION_RESIGNED, term);
+  deliver(e, cb, RLOCK_ELECTION_RESIGNED, term);
   if (e->resign_op != NULL) {
     rlock__op *op = e->resign_op;
     e->resign_op = NULL;

@@ -356,6 +356,27 @@ static void assert_observer_counts(seen *s) {
                  i, obs[i], won[i]);
 }
 
+/* Reads the leader (into *st) until the observer's last delivery agrees
+ * with it, within ~10 s; whether it did. */
+static bool converged(rlock_client *c, const char *name, seen *s,
+                      rlock_election_state *st) {
+  rlock_election_state_init(st);
+  for (int i = 0; i < 100; i++) {
+    if (rlock_election_leader(c, name, st) == 0) {
+      pthread_mutex_lock(&s->mu);
+      bool agree = st->has_leader && s->n > 0 &&
+                   s->st[s->n - 1].has_leader &&
+                   s->st[s->n - 1].term == st->term &&
+                   strcmp(s->st[s->n - 1].value, st->value) == 0;
+      pthread_mutex_unlock(&s->mu);
+      if (agree)
+        return true;
+    }
+    rt_sleep_ms(100);
+  }
+  return false;
+}
+
 typedef struct term_is {
   seen *s;
   int64_t term;
@@ -587,19 +608,7 @@ Test(elect, server_restart_one_leader_at_a_time_and_observers_converge) {
   }
   /* the latest leader, as read now, and the observer agree */
   rlock_election_state st;
-  rlock_election_state_init(&st);
-  bool agree = false;
-  for (int i = 0; i < 100 && !agree; i++) {
-    cr_assert_eq(rlock_election_leader(c, name, &st), 0);
-    pthread_mutex_lock(&s->mu);
-    agree = st.has_leader && s->n > 0 && s->st[s->n - 1].has_leader &&
-            s->st[s->n - 1].term == st.term &&
-            strcmp(s->st[s->n - 1].value, st.value) == 0;
-    pthread_mutex_unlock(&s->mu);
-    if (!agree)
-      rt_sleep_ms(100);
-  }
-  cr_expect(agree, "the observer did not converge on term %" PRId64,
+  cr_expect(converged(c, name, s, &st), "the observer did not converge on term %" PRId64,
             st.term);
   assert_no_overlap();
   watch_stop(&wt);
@@ -654,20 +663,7 @@ Test(elect_sentinel, failover_one_leader_at_a_time_observers_converge) {
   int a = wait_rec(EV_ACT, mark, 3, 20000, "a leader after the failover");
   rec after = rec_at(a);
   rlock_election_state st;
-  rlock_election_state_init(&st);
-  bool agree = false;
-  for (int i = 0; i < 100 && !agree; i++) {
-    if (rlock_election_leader(c, name, &st) == 0) {
-      pthread_mutex_lock(&s->mu);
-      agree = st.has_leader && s->n > 0 && s->st[s->n - 1].has_leader &&
-              s->st[s->n - 1].term == st.term &&
-              strcmp(s->st[s->n - 1].value, st.value) == 0;
-      pthread_mutex_unlock(&s->mu);
-    }
-    if (!agree)
-      rt_sleep_ms(100);
-  }
-  cr_expect(agree, "the observer did not converge on term %" PRId64,
+  cr_expect(converged(c, name, s, &st), "the observer did not converge on term %" PRId64,
             st.term);
   cr_expect_geq(st.term, after.term);
   fprintf(stderr, "elect: term %" PRId64 " before the failover, %" PRId64
@@ -1058,6 +1054,76 @@ Test(elect, cancel_ends_a_waiting_campaign_and_free_after_close) {
   /* a leader whose client closes first is still freed */
   rlock_client_close(c);
   rlock_election_free(leader);
+}
+
+/* The end of a term goes to the campaign that won it, even when a new
+ * campaign starts the moment the phase is back to idle (here: while the
+ * loss's event handler still runs, before the callback). */
+typedef struct calls {
+  atomic_int n;
+  int status[8];
+} calls;
+
+static void record_cb(rlock_election *e, int status, int64_t term, void *d) {
+  (void)e;
+  (void)term;
+  calls *c = d;
+  int i = atomic_load(&c->n);
+  if (i < 8)
+    c->status[i] = status;
+  atomic_store(&c->n, i + 1);
+}
+
+static atomic_int g_in_handler;
+
+static void slow_handler(const rlock_event *ev, void *data) {
+  (void)data;
+  if (ev->type == RLOCK_EVENT_TERM_ENDED) {
+    atomic_store(&g_in_handler, 1);
+    rt_sleep_ms(500); /* a test only: handlers must not block */
+  }
+}
+
+static bool in_handler(void *arg) {
+  (void)arg;
+  return atomic_load(&g_in_handler) == 1;
+}
+
+static bool has_calls(void *arg) {
+  calls *c = arg;
+  return atomic_load(&c->n) >= 1;
+}
+
+Test(elect, a_terms_end_never_reaches_the_next_campaign) {
+  rlock_options o;
+  rlock_options_init(&o);
+  o.watchdog_timeout_ms = 900;
+  o.on_event = slow_handler;
+  rlock_client *c = rt_client_opts(&o);
+  char name[64];
+  rt_key(name, sizeof(name), "elect-next");
+  rlock_election *e = NULL;
+  cr_assert_eq(rlock_election_new(c, name, &e), 0);
+  static calls first, second;
+  cr_assert_eq(rlock_election_campaign_async(e, "v", 1, 0, record_cb, &first),
+               0);
+  rt_wait_until_what(has_calls, &first, 5000, "won");
+  cr_assert_eq(first.status[0], RLOCK_ELECTION_WON);
+  rt_int("DEL %s", name); /* lost at the next renewal */
+  rt_wait_until_what(in_handler, NULL, 5000, "the loss's event");
+  cr_assert_eq(rlock_election_leading(e, NULL, NULL), 0);
+  cr_assert_eq(rlock_election_campaign_async(e, "v", 1, 0, record_cb, &second),
+               0);
+  rt_wait_until_what(has_calls, &second, 5000, "the new campaign's result");
+  rt_sleep_ms(300);
+  cr_expect_eq(atomic_load(&first.n), 2);
+  cr_expect_eq(first.status[1], RLOCK_ELECTION_LOST);
+  /* nobody else campaigns and the lock is free: it wins, after the lost
+   * term's clean-up unlock (an acquire passing it would be undone by it) */
+  cr_expect_eq(second.status[0], RLOCK_ELECTION_WON,
+               "the new campaign heard %d first", second.status[0]);
+  rlock_election_free(e);
+  rlock_client_close(c);
 }
 
 /* ---- the CLI: rlock elect / rlock leader ---- */

@@ -216,7 +216,13 @@ typedef enum rlock_event_type {
    * token is older than one the guard has seen (RLOCK_ESTALE): kind
    * "guard", name the guard, error RLOCK_ESTALE, detail names the lock,
    * the token refused and the highest seen. Added in 0.2.0 (unreleased). */
-  RLOCK_EVENT_STALE = 9
+  RLOCK_EVENT_STALE = 9,
+  /* Leader election (kind "election", the election's name, the
+   * candidate's owner): a campaign won, with term (added in 0.2.0). */
+  RLOCK_EVENT_ELECTED = 10,
+  /* A term ended: cause RLOCK_ELECTION_LOST or RLOCK_ELECTION_RESIGNED;
+   * term. Once per term won. */
+  RLOCK_EVENT_TERM_ENDED = 11
 } rlock_event_type;
 
 /* rlock_event.cause values. */
@@ -256,6 +262,7 @@ typedef struct rlock_event {
   const char *host;        /* RECONNECTED, DISCONNECTED: the server;
                               else NULL */
   int port;
+  int64_t term; /* ELECTED, TERM_ENDED: the term (added in 0.2.0) */
 } rlock_event;
 
 /* Whether an event from a possibly older library has `field`. */
@@ -623,6 +630,12 @@ typedef struct rlock_stats {
   uint64_t replica_sync_unconfirmed;
   /* RLOCK_EVENT_LEASE_AT_RISK, however many. */
   uint64_t lease_at_risk;
+  /* Leader election (rlock_election_*): terms won (RLOCK_EVENT_ELECTED),
+   * and terms ended by a loss or a resign (RLOCK_EVENT_TERM_ENDED).
+   * Added in 0.2.0. */
+  uint64_t terms_won;
+  uint64_t terms_lost;
+  uint64_t terms_resigned;
 } rlock_stats;
 
 /* Zeroes `s` and sets struct_size to `size`; use rlock_stats_init(). */
@@ -1790,6 +1803,175 @@ RLOCK_EXTERN int rlock_guard_write_async(rlock_guard *guard,
                                          const rlock_guarded_write *w,
                                          rlock_cb cb, void *data,
                                          rlock_req **req);
+
+/* ------------------------------------------------------------------------
+ * Leader election (docs/election.md). Added in 0.2.0 (unreleased).
+ *
+ * Candidates of one election name contend on the fenced lock of that name
+ * (rlock_get_fenced: Redisson's getFencedLock), so a Java service that
+ * holds getFencedLock(name) is the leader too - with no value. The leader
+ * holds the lock with the watchdog (watchdog_timeout_ms, renewed every
+ * third of it); its term is the fencing token of its acquisition. Beside
+ * the lock, the leader writes its value, term and holder field to the
+ * value key rlock_election:{name} and announces changes on the channel
+ * rlock_election__channel:{name} (docs/wire-protocol.md, "Leader
+ * election").
+ *
+ * A term ends exactly once: resigned (rlock_election_resign), or lost -
+ * the watchdog found the lock gone, or its lease guarantee
+ * (rlock_lease_guaranteed) ran out without a confirmed renewal (a server
+ * that stopped answering, a process that was stopped): the candidate then
+ * gives the lock up and stops reporting leadership before it learns more.
+ * ---------------------------------------------------------------------- */
+
+typedef struct rlock_election rlock_election;
+typedef struct rlock_election_observer rlock_election_observer;
+
+/* Longest value, in bytes. A value is 1..RLOCK_ELECTION_VALUE_MAX bytes
+ * (any bytes). */
+#define RLOCK_ELECTION_VALUE_MAX 4096
+/* Longest holder field kept in rlock_election_state (a lock's hash field:
+ * "<client-id>:<thread-id>" for rlock and Redisson). */
+#define RLOCK_ELECTION_HOLDER_MAX 127
+
+/* What an election callback says (status). */
+#define RLOCK_ELECTION_NOT_WON 0  /* not leader within wait_ms */
+#define RLOCK_ELECTION_WON 1      /* leader: term given */
+#define RLOCK_ELECTION_LOST 2     /* the term ended without a resign */
+#define RLOCK_ELECTION_RESIGNED 3 /* the term ended by a resign */
+
+/* The campaign's callback, on the client's loop thread (not blocking, no
+ * blocking rlock calls: RLOCK_EDEADLK). An async campaign's callback
+ * fires first with its result: RLOCK_ELECTION_WON (term > 0),
+ * RLOCK_ELECTION_NOT_WON, or a negative RLOCK_E* code (RLOCK_ECANCELED
+ * after rlock_election_cancel; rlock_last_error() has the detail). After
+ * WON it fires exactly once more when that term ends:
+ * RLOCK_ELECTION_LOST or RLOCK_ELECTION_RESIGNED, with the term. */
+typedef void (*rlock_election_cb)(rlock_election *e, int status,
+                                  int64_t term, void *data);
+
+/* A candidate for leadership of `name` on `client`, with an owner id of
+ * its own (rlock_owner_new): one campaign at a time per handle. Sends
+ * nothing. Errors: RLOCK_EINVAL (NULL or empty name, NULL out),
+ * RLOCK_ENAMETOOLONG, RLOCK_ECLOSED, RLOCK_ENOMEM. */
+RLOCK_EXTERN int rlock_election_new(rlock_client *client, const char *name,
+                                    rlock_election **out);
+/* Resigns first when leading, cancels a campaign in flight (its callback
+ * fires), then frees the handle: no callback of it runs after this
+ * returns, unless called on the loop thread itself. NULL is accepted. Free
+ * handles before their client. */
+RLOCK_EXTERN void rlock_election_free(rlock_election *e);
+
+/*
+ * Campaigns with `value` (1..RLOCK_ELECTION_VALUE_MAX bytes) within
+ * wait_ms (< 0: until won; 0: one try): returns 1 leader (*term, NULL ok,
+ * gets the term), 0 not within wait_ms, or a negative error: RLOCK_EINVAL
+ * (NULL handle, NULL or empty or oversized value), RLOCK_EREENTRY (this
+ * handle already campaigns or leads), RLOCK_EKIND / RLOCK_EWRONGTYPE (the
+ * name holds a read/write lock / not a lock), RLOCK_ECANCELED
+ * (rlock_election_cancel), RLOCK_EDEADLK (on the loop thread), the
+ * transport errors. on_end (NULL ok) fires, on the loop thread, exactly
+ * once when a term won here ends (RLOCK_ELECTION_LOST or _RESIGNED).
+ * Leaves nothing behind when not won.
+ */
+RLOCK_EXTERN int rlock_election_campaign(rlock_election *e, const char *value,
+                                         size_t len, int64_t wait_ms,
+                                         rlock_election_cb on_end, void *data,
+                                         int64_t *term);
+/* The same without blocking: cb fires as rlock_election_cb says. Returns 0,
+ * or an error (then cb never fires). */
+RLOCK_EXTERN int rlock_election_campaign_async(rlock_election *e,
+                                               const char *value, size_t len,
+                                               int64_t wait_ms,
+                                               rlock_election_cb cb,
+                                               void *data);
+/* Ends a campaign that waits (blocking or async): it returns, or its
+ * callback fires with, RLOCK_ECANCELED. Returns how many waits it ended
+ * (0: none was waiting; a term already won is not touched), or
+ * RLOCK_EINVAL / RLOCK_ECLOSED. Any thread. */
+RLOCK_EXTERN int rlock_election_cancel(rlock_election *e);
+
+/* The leader writes a new value (no re-election; observers hear of it).
+ * 0, or RLOCK_EINVAL (bad value), RLOCK_ENOTOWNER (not the leader),
+ * RLOCK_ELOCKLOST (the lock is no longer held by this candidate: the loss
+ * is being delivered), the transport errors. Blocking. */
+RLOCK_EXTERN int rlock_election_proclaim(rlock_election *e, const char *value,
+                                         size_t len);
+
+/* Ends this candidate's term now: releases the lock with its unlock
+ * message (the next candidate, C or Java, wins at once), deletes the
+ * value key if it is still this term's. The campaign's callback gets
+ * RLOCK_ELECTION_RESIGNED. 0, or RLOCK_ENOTOWNER (not the leader: nothing
+ * sent), RLOCK_ECLOSED, RLOCK_EDEADLK. Blocking. */
+RLOCK_EXTERN int rlock_election_resign(rlock_election *e);
+
+/* Is this candidate the leader, and until when is it guaranteed? 1: yes,
+ * with *term and *until_ms (rlock_now_ms() clock: the lock cannot have
+ * expired before; each NULL ok); 0: no - not won, ended, or the guarantee
+ * has run out (act as lost: the loss is being delivered); RLOCK_EINVAL
+ * (NULL handle). Sends nothing; any thread, the loop thread included. */
+RLOCK_EXTERN int rlock_election_leading(rlock_election *e, int64_t *term,
+                                        int64_t *until_ms);
+
+/* Who leads a name, as an observer sees it. */
+typedef struct rlock_election_state {
+  size_t struct_size; /* rlock_election_state_init() */
+  int has_leader;     /* 1: the lock is held */
+  /* 1: the value is the holder's (an rlock candidate wrote it this term);
+   * 0: none (a Java getFencedLock holder, or a candidate that has not
+   * written it yet) */
+  int has_value;
+  /* The leader's term: the value key's when it has the value, else the
+   * fenced lock's latest token (a Java holder's, unless it re-entered:
+   * each re-entry takes a token). 0 without a leader. */
+  int64_t term;
+  int64_t ttl_ms; /* the lock's remaining time to live (-1: none) */
+  char holder[RLOCK_ELECTION_HOLDER_MAX + 1]; /* the lock's hash field; "" */
+  size_t value_len;
+  char value[RLOCK_ELECTION_VALUE_MAX + 1]; /* NUL-terminated too */
+} rlock_election_state;
+
+static inline void rlock_election_state_init(rlock_election_state *s) {
+  s->struct_size = sizeof(*s);
+  s->has_leader = s->has_value = 0;
+  s->term = 0;
+  s->ttl_ms = -2;
+  s->holder[0] = '\0';
+  s->value_len = 0;
+  s->value[0] = '\0';
+}
+
+/* Reads the leader of `name` once (blocking): 0 with *out filled
+ * (has_leader 0 when nobody leads - a name nobody campaigns for is no
+ * error), or RLOCK_EINVAL (NULL argument, struct_size not set),
+ * RLOCK_EKIND / RLOCK_EWRONGTYPE (the name is another kind of lock / not
+ * a lock), the transport errors. */
+RLOCK_EXTERN int rlock_election_leader(rlock_client *client, const char *name,
+                                       rlock_election_state *out);
+
+/* Called on the loop thread with each new state, in order: at the start
+ * (the state then, leader or not), then at every change of leader, term,
+ * holder or value. `st` is valid for the call only. After a reconnect the
+ * state then is read and delivered if it changed; a change made and undone
+ * while nobody could hear (disconnected) is not seen. */
+typedef void (*rlock_election_observe_cb)(const rlock_election_state *st,
+                                          void *data);
+
+/* Observes `name` without campaigning: subscribes to the election
+ * channel, reads the state at once, again at each message, when the
+ * leader's lock TTL runs out, after a reconnect, and at least every
+ * poll_ms (0: 1000; changes announced by nobody - a Java holder's
+ * acquire - are seen within it). Returns 0 with *out, or RLOCK_EINVAL,
+ * RLOCK_ENAMETOOLONG, RLOCK_ECLOSED, RLOCK_ENOMEM, RLOCK_EDEADLK. */
+RLOCK_EXTERN int rlock_election_observe(rlock_client *client,
+                                        const char *name, int64_t poll_ms,
+                                        rlock_election_observe_cb cb,
+                                        void *data,
+                                        rlock_election_observer **out);
+/* Stops and frees an observer: no callback runs after this returns
+ * (unless called on the loop thread, from its own callback: then none
+ * after that callback). NULL is accepted. */
+RLOCK_EXTERN void rlock_election_observer_free(rlock_election_observer *o);
 
 #ifdef __cplusplus
 }

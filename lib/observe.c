@@ -68,6 +68,14 @@ static void count_event(rlock__observer *o, const rlock__event *ev) {
   case RLOCK_EVENT_LEASE_AT_RISK:
     rlock__count(&o->at_risk, 1);
     break;
+  case RLOCK_EVENT_ELECTED:
+    rlock__count(&o->terms_won, 1);
+    break;
+  case RLOCK_EVENT_TERM_ENDED:
+    rlock__count(p->cause == RLOCK_ELECTION_RESIGNED ? &o->terms_resigned
+                                                     : &o->terms_lost,
+                 1);
+    break;
   case RLOCK__EV_RENEW_SENT:
     rlock__count(&o->renewals_sent, (uint64_t)ev->n);
     break;
@@ -190,6 +198,9 @@ int rlock__observer_stats(const rlock__observer *o, const rlock__net *n,
   got.replica_sync_ok = rlock__counter_get(&n->stats.sync_ok);
   got.replica_sync_unconfirmed = rlock__counter_get(&n->stats.sync_unconfirmed);
   got.lease_at_risk = rlock__counter_get(&o->at_risk);
+  got.terms_won = rlock__counter_get(&o->terms_won);
+  got.terms_lost = rlock__counter_get(&o->terms_lost);
+  got.terms_resigned = rlock__counter_get(&o->terms_resigned);
   memcpy(out, &got, size); /* bytes beyond the caller's struct untouched */
   rlock__clear_last_error();
   return 0;
@@ -260,6 +271,12 @@ static const plain_field plain[] = {
           "Commands written to Redis, re-sends included."),
     PLAIN(replica_sync_ok, NULL, NULL),
     PLAIN(replica_sync_unconfirmed, NULL, NULL),
+    PLAIN(terms_won, "rlock_election_terms_won_total",
+          "Leader election campaigns won."),
+    PLAIN(terms_lost, "rlock_election_terms_lost_total",
+          "Leader election terms ended by a loss."),
+    PLAIN(terms_resigned, "rlock_election_terms_resigned_total",
+          "Leader election terms ended by a resign."),
 };
 #undef PLAIN
 

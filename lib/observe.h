@@ -38,6 +38,7 @@ typedef struct rlock__observer {
   rlock__counter rtt_count, rtt_sum_us, rtt_max_us;
   _Atomic int64_t headroom_min_ms; /* INT64_MAX: none yet */
   rlock__counter lost, reconnects, at_risk;
+  rlock__counter terms_won, terms_lost, terms_resigned; /* elections */
 } rlock__observer;
 
 void rlock__observer_init(rlock__observer *o, const rlock_options *opts,

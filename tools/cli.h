@@ -7,6 +7,8 @@
  *   out.c    escaping of what came from Redis, for text and JSON
  *   run.c    `rlock NAME -- COMMAND`: the lock thread, signals, the child
  *   ls.c     `rlock ls [PATTERN]`: rlock_scan_* and rlock_info_get
+ *   elect.c  `rlock elect NAME -- COMMAND`, `rlock leader NAME`: leader
+ *            election (rlock_election_*)
  *   admin.c  `rlock status`, `rlock unlock --force` and run.c's clean-up
  *            of a lock left by a closed client, through the library
  *            (rlock_info_get, rlock_client_force_unlock,
@@ -343,5 +345,9 @@ int cli_redlock_open(const cli_run_opts *o, const rlock_options *base,
                      rlock_client **first, rlock_multilock **rl);
 /* Closes the other clients (after the RedLock is freed). */
 void cli_redlock_close(void);
+/* `rlock elect ...` / `rlock leader ...` (elect.c): argv starts at the
+ * subcommand, which cli_is_elect() recognises. The process exit code. */
+bool cli_is_elect(const char *arg);
+int cli_elect_main(int argc, char **argv);
 
 #endif

@@ -103,6 +103,30 @@ static void json_owner(const rlock_info_entry *e, bool writer) {
   }
 }
 
+/* A fenced lock that is an election's (its holder wrote the value key):
+ * the leader's state in *st; false otherwise (or on error: the listing
+ * then shows the lock alone). */
+static bool election_of(rlock_client *client, const char *name,
+                        const rlock_info *info, rlock_election_state *st) {
+  rlock_election_state_init(st);
+  return info->kind == RLOCK_INFO_FENCED &&
+         rlock_election_leader(client, name, st) == 0 && st->has_value;
+}
+
+/* The value is bytes a candidate chose: escaped as everything from Redis
+ * (out.c). */
+static void print_election(const rlock_election_state *st, bool json) {
+  if (!json) {
+    fputs("  election leader ", stdout);
+    cli_text_write(stdout, st->value, st->value_len);
+    printf(", term %" PRId64 "\n", st->term);
+    return;
+  }
+  printf(",\"election\":{\"term\":%" PRId64 ",\"value\":", st->term);
+  cli_json_string(stdout, st->value, st->value_len);
+  fputc('}', stdout);
+}
+
 static void print_human(const char *name, size_t name_len,
                         const rlock_info *info, cli_whois *w) {
   cli_text_write(stdout, name, name_len);
@@ -158,7 +182,9 @@ static void print_human(const char *name, size_t name_len,
 }
 
 static void print_json(const char *name, size_t name_len,
-                       const rlock_info *info, bool first, cli_whois *w) {
+                       const rlock_info *info,
+                       const rlock_election_state *election, bool first,
+                       cli_whois *w) {
   fputs(first ? "\n    {\"name\":" : ",\n    {\"name\":", stdout);
   cli_json_string(stdout, name, name_len);
   printf(",\"kind\":\"%s\",\"type\":\"%s\",\"locked\":%s", kind_name(info),
@@ -208,7 +234,10 @@ static void print_json(const char *name, size_t name_len,
   if (info->kind == RLOCK_INFO_PERMIT_SEMAPHORE)
     printf(",\"permits_available\":%" PRId64 ",\"permits_taken\":%zu",
            info->count, info->permits_total);
-  printf(",\"waiters\":%" PRId64 "}", info->waiters);
+  printf(",\"waiters\":%" PRId64, info->waiters);
+  if (election != NULL)
+    print_election(election, true);
+  fputc('}', stdout);
 }
 
 enum { OPT_LIMIT = 256 };
@@ -344,11 +373,17 @@ int cli_ls_main(int argc, char **argv) {
       snprintf(skips[nskips].type, sizeof skips[nskips].type, "%s",
                nul ? "nul" : info.type);
       nskips++;
-    } else if (json) {
-      print_json(name, name_len, &info, listed == 0, &whois);
-      listed++;
     } else {
-      print_human(name, name_len, &info, &whois);
+      rlock_election_state st;
+      bool elected = election_of(client, name, &info, &st);
+      if (json) {
+        print_json(name, name_len, &info, elected ? &st : NULL, listed == 0,
+                   &whois);
+      } else {
+        print_human(name, name_len, &info, &whois);
+        if (elected)
+          print_election(&st, false);
+      }
       listed++;
     }
     rlock_info_free(&info);

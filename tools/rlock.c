@@ -1022,6 +1022,8 @@ static int global_option_span(int argc, char **argv, int i) {
 }
 
 int main(int argc, char **argv) {
+  if (argc > 1 && cli_is_elect(argv[1])) /* elect.c: elect, leader */
+    return cli_elect_main(argc - 1, argv + 1);
   /* `rlock [connection options] status|unlock ...`: the subcommand gets its
    * arguments with the options moved after it, where its own parser (which
    * takes options anywhere) reads them. */

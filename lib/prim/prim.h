@@ -93,6 +93,13 @@ extern const rlock__prim rlock__prim_latch;
 #define RLOCK__FENCED_TOKEN_PREFIX "redisson_lock_token:"
 #define RLOCK__PSEM_TIMEOUT_SUFFIX ":timeout"
 #define RLOCK__RWLOCK_TIMEOUT_SUFFIX ":rwlock_timeout"
+/* Leader election (election.c): the leader's value key (prefix + tag; a
+ * hash of value, term, holder) and the channel its changes are announced
+ * on. The descriptor only names that channel (observers wait on it). */
+extern const rlock__prim rlock__prim_election;
+#define RLOCK__ELECTION_VALUE_PREFIX "rlock_election:"
+#define RLOCK__ELECTION_CHANNEL_PREFIX "rlock_election__channel:"
+char *rlock__election_value_key(const rlock *lock, size_t *len);
 
 /* RLock's pieces that kinds with the same lock hash reuse: the release
  * (KEYS lock, channel, latch; message "0"), its reply reader, the message

@@ -246,7 +246,7 @@ void rlock__scan_name_of(const char *key, size_t len, size_t *off,
                          size_t *nlen) {
   static const char *const tag_prefixes[] = {
       RLOCK__FAIR_QUEUE_PREFIX, RLOCK__FAIR_TIMEOUT_PREFIX,
-      RLOCK__FENCED_TOKEN_PREFIX};
+      RLOCK__FENCED_TOKEN_PREFIX, RLOCK__ELECTION_VALUE_PREFIX};
   size_t tag_at = 0, tag_len = 0;
   bool side = false;
   for (size_t i = 0; i < sizeof(tag_prefixes) / sizeof(*tag_prefixes); i++)

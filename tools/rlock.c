@@ -30,6 +30,7 @@ static const char help_text[] =
     "  rlock [connection options] ls [--json] [--limit N] [PATTERN]\n"
     "  rlock [connection options] unlock --force [--any-type] [KIND] NAME...\n"
     "  rlock [connection options] fence check|set|hset|incrby|del ...\n"
+    "  rlock [options] elect NAME [--value V] -- COMMAND; rlock leader NAME\n"
     "  rlock --help | --version\n"
     "\n"
     "Run COMMAND while holding the distributed lock NAME, a Redisson lock in\n"
@@ -57,9 +58,8 @@ static const char help_text[] =
     "Connection options: -u, --uri-file, --tls-*, --sentinel-* (before or\n"
     "after status, unlock and ls).\n"
     "\n"
-    "Exit status: COMMAND's; 1 busy; 64 usage; 69 refused by Redis; 75 Redis\n"
-    "unreachable; 79 lock lost while COMMAND ran; 126/127 COMMAND not\n"
-    "runnable.\n"
+    "Exit status: COMMAND's; 1 busy; 64 usage; 69 refused; 75 unreachable;\n"
+    "79 lock lost while COMMAND ran; 126/127 COMMAND not runnable.\n"
     "\n"
     "Every option, exit status and example: man rlock (rlock(1)).\n";
 

@@ -80,7 +80,7 @@ static int open_client(const char *uri_flag, int64_t watchdog_ms,
   o.uri = cli_resolve_uri(uri_flag);
   if (watchdog_ms > 0)
     o.watchdog_timeout_ms = watchdog_ms;
-  int rc = rlock_client_open(c, &o);
+  int rc = rlock_client_new(c, &o);
   return rc == 0 ? 0 : cli_open_failed(rc);
 }
 
@@ -259,7 +259,7 @@ static int elect_main(int argc, char **argv) {
   rc = rlock_election_new(client, name, &e);
   if (rc != 0) {
     cli_err_rlock(rc, "elect");
-    rlock_client_close(client);
+    rlock_client_free(client);
     return cli_exit_for(rc);
   }
   /* Wait in steps, so that a signal ends the wait. */
@@ -304,7 +304,7 @@ static int elect_main(int argc, char **argv) {
     exit_code = cli_exit_for(rc);
   }
   rlock_election_free(e);
-  rlock_client_close(client);
+  rlock_client_free(client);
   return exit_code;
 }
 
@@ -410,7 +410,7 @@ static int leader_main(int argc, char **argv) {
   } else {
     if (pipe(g_pipe) != 0) {
       cli_err("pipe: %s", strerror(errno));
-      rlock_client_close(client);
+      rlock_client_free(client);
       return CLI_EX_OSERR;
     }
     catch_signals();
@@ -427,7 +427,7 @@ static int leader_main(int argc, char **argv) {
       rlock_election_observer_free(o);
     }
   }
-  rlock_client_close(client);
+  rlock_client_free(client);
   return exit_code;
 }
 

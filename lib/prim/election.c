@@ -1,7 +1,7 @@
 /* Leader election over Redisson's fenced lock (docs/election.md). No
  * descriptor of the lock kinds: a candidate composes the fenced lock of
  * the name through its public calls (rlock_lock_async with the watchdog,
- * rlock_unlock_async, rlock_lease_guaranteed_owner), as the MultiLock
+ * rlock_unlock_async, rlock_is_lease_guaranteed_owner), as the MultiLock
  * composes its members, and adds what a lock has not: the value key
  * rlock_election:{name} (value, term, holder) and the channel
  * rlock_election__channel:{name}, written by election_proclaim.lua and
@@ -98,7 +98,7 @@ char *rlock__election_value_key(const rlock *lock, size_t *len) {
 static int handles(rlock_client *client, const char *name, rlock **lock,
                    rlock **self) {
   *lock = *self = NULL;
-  int rc = rlock_get_fenced(client, name, lock);
+  int rc = rlock_new_fenced(client, name, lock);
   if (rc != 0)
     return rc;
   rc = rlock__handle_new((*lock)->engine, &rlock__prim_election,
@@ -334,7 +334,7 @@ static void lose(rlock_election *e, const char *why) {
 static void tick_fire(rlock__timed *t) {
   rlock_election *e = RLOCK__CONTAINER_OF(t, rlock_election, tick);
   int64_t until = 0;
-  int rc = rlock_lease_guaranteed_owner(e->lock, e->owner, &until);
+  int rc = rlock_is_lease_guaranteed_owner(e->lock, e->owner, &until);
   if (rc != 1) {
     lose(e, rc == 0 ? "its lease guarantee ran out with no renewal "
                       "confirmed"
@@ -365,7 +365,7 @@ static void proclaimed(rlock__net *n, redisReply *reply, int err,
   cb_ref cb = set_phase(e, r == 1 ? PH_LEADER : PH_IDLE);
   if (r == 1) {
     int64_t until = 0;
-    if (rlock_lease_guaranteed_owner(e->lock, e->owner, &until) < 0)
+    if (rlock_is_lease_guaranteed_owner(e->lock, e->owner, &until) < 0)
       until = rlock__now_ms();
     arm_tick(e, until);
     emit(e, RLOCK_EVENT_ELECTED, 0, term);
@@ -725,7 +725,7 @@ int rlock_election_leading(rlock_election *e, int64_t *term,
   uv_mutex_unlock(&e->mu);
   int64_t until = 0;
   if (!leader ||
-      rlock_lease_guaranteed_owner(e->lock, e->owner, &until) != 1) {
+      rlock_is_lease_guaranteed_owner(e->lock, e->owner, &until) != 1) {
     rlock__clear_last_error();
     return 0;
   }

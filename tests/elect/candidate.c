@@ -88,7 +88,7 @@ int main(int argc, char **argv) {
   o.command_timeout_ms = 1000;
   o.retry_interval_ms = 200;
   rlock_client *c = NULL;
-  int rc = rlock_client_open(&c, &o);
+  int rc = rlock_client_new(&c, &o);
   if (rc != 0) {
     fprintf(stderr, "open: %s (%s)\n", rlock_strerror(rc), rlock_last_error());
     return 1;
@@ -135,6 +135,6 @@ int main(int argc, char **argv) {
     }
   }
   rlock_election_free(e);
-  rlock_client_close(c);
+  rlock_client_free(c);
   return 0;
 }

@@ -420,7 +420,7 @@ static void watch_start(watch *w, const char *base, int64_t poll_ms) {
 
 static void watch_stop(watch *w) {
   rlock_election_observer_free(w->obs);
-  rlock_client_close(w->c);
+  rlock_client_free(w->c);
   free(w->s);
 }
 
@@ -646,7 +646,7 @@ Test(elect_sentinel, failover_one_leader_at_a_time_observers_converge) {
   o.command_timeout_ms = 1000;
   o.retry_interval_ms = 200;
   rlock_client *c = NULL;
-  cr_assert_eq(rlock_client_open(&c, &o), 0, "%s", rlock_last_error());
+  cr_assert_eq(rlock_client_new(&c, &o), 0, "%s", rlock_last_error());
   seen *s = seen_new();
   rlock_election_observer *obs = NULL;
   cr_assert_eq(rlock_election_observe(c, name, 300, on_state, s, &obs), 0);
@@ -670,7 +670,7 @@ Test(elect_sentinel, failover_one_leader_at_a_time_observers_converge) {
                   " after\n", rec_at(w).term, st.term);
   assert_no_overlap();
   rlock_election_observer_free(obs);
-  rlock_client_close(c);
+  rlock_client_free(c);
   free(s);
 }
 
@@ -810,7 +810,7 @@ Test(elect, java_fenced_lock_holder_is_the_leader) {
                   " ms; C resign -> Java holder %" PRId64 " ms\n",
           took, took2);
   rlock_election_free(e);
-  rlock_client_close(c);
+  rlock_client_free(c);
   java_say("quit");
 }
 
@@ -903,7 +903,7 @@ Test(elect, bad_input_is_refused_and_leaves_nothing) {
   pthread_mutex_unlock(&s->mu);
   rlock_election_observer_free(obs);
   rt_wait_until_what(unsubscribed, chan, 5000, "the observer unsubscribed");
-  rlock_client_close(c);
+  rlock_client_free(c);
   free(s);
 }
 
@@ -991,7 +991,7 @@ Test(elect, events_and_stats_name_the_election) {
   cr_expect_eq(rlock_election_leading(e, NULL, NULL), 0);
   rlock_stats s;
   rlock_stats_init(&s);
-  cr_assert_eq(rlock_client_stats_get(c, &s), 0);
+  cr_assert_eq(rlock_client_stats(c, &s), 0);
   cr_expect_eq(s.terms_won, 2);
   cr_expect_eq(s.terms_resigned, 1);
   cr_expect_eq(s.terms_lost, 1);
@@ -1010,7 +1010,7 @@ Test(elect, events_and_stats_name_the_election) {
   cr_expect_eq(r.cause[3], RLOCK_ELECTION_LOST);
   pthread_mutex_unlock(&r.mu);
   rlock_election_free(e);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 static void *blocking_campaign(void *arg) {
@@ -1052,7 +1052,7 @@ Test(elect, cancel_ends_a_waiting_campaign_and_free_after_close) {
   rlock_election_free(a);
   rlock_election_free(b);
   /* a leader whose client closes first is still freed */
-  rlock_client_close(c);
+  rlock_client_free(c);
   rlock_election_free(leader);
 }
 
@@ -1123,7 +1123,7 @@ Test(elect, a_terms_end_never_reaches_the_next_campaign) {
   cr_expect_eq(second.status[0], RLOCK_ELECTION_WON,
                "the new campaign heard %d first", second.status[0]);
   rlock_election_free(e);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- the CLI: rlock elect / rlock leader ---- */

@@ -517,7 +517,7 @@ static double thread_cpu_s(pid_t tid) {
   return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
-/* Thread ids of this process, to find the thread rlock_client_open made. */
+/* Thread ids of this process, to find the thread rlock_client_new made. */
 static int list_tids(pid_t *out, int cap) {
   DIR *d = opendir("/proc/self/task");
   int n = 0;
@@ -1016,7 +1016,7 @@ static rlock_client *open_client_v(int64_t watchdog_ms, bool track,
   pid_t before[MAX_THREADS * 2], after[MAX_THREADS * 2];
   int nb = list_tids(before, MAX_THREADS * 2);
   rlock_client *c = NULL;
-  check_rc(rlock_client_open(&c, &o), "rlock_client_open");
+  check_rc(rlock_client_new(&c, &o), "rlock_client_new");
   int na = list_tids(after, MAX_THREADS * 2);
   int found = 0;
   pid_t tid = 0;
@@ -1040,7 +1040,7 @@ static rlock_client *open_client(int64_t watchdog_ms, bool track) {
 
 /* The kind get_lock() makes (phase K switches it to the fair and the write
  * lock); kind_label names it in the rows, NULL for RLock. */
-static int (*lock_getter)(rlock_client *, const char *, rlock **) = rlock_get;
+static int (*lock_getter)(rlock_client *, const char *, rlock **) = rlock_new;
 static const char *kind_label;
 
 static rlock *get_lock(rlock_client *c, const char *fmt, ...) {
@@ -1051,7 +1051,7 @@ static rlock *get_lock(rlock_client *c, const char *fmt, ...) {
   vsnprintf(name + off, sizeof(name) - (size_t)off, fmt, ap);
   va_end(ap);
   rlock *l = NULL;
-  check_rc(lock_getter(c, name, &l), "rlock_get");
+  check_rc(lock_getter(c, name, &l), "rlock_new");
   return l;
 }
 
@@ -1185,7 +1185,7 @@ static s1_result s1_spin_off(void) {
     lock_pair(l);
   s1_result r = s1_measure(l, "S1 spin off", cfg.seconds);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
   loop_tid = keep;
   return r;
 }
@@ -1347,7 +1347,7 @@ static void s2_spin_off(const double *on_rate, const int *counts,
         set_target(r, T_GE, 0.95, false);
     }
   }
-  rlock_client_close(c);
+  rlock_client_free(c);
   loop_tid = keep;
 }
 
@@ -1407,7 +1407,7 @@ static void phase_s2(rlock_client *c) {
     }
   }
   for (int i = 0; i < s2_nextra; i++)
-    rlock_client_close(s2_extra[i]);
+    rlock_client_free(s2_extra[i]);
   if (!tls_mode && !cluster_mode && s2_nextra == 0)
     s2_spin_off(rates, counts, ncounts);
 }
@@ -1789,7 +1789,7 @@ static void phase_semaphore(void) {
     char name[160];
     snprintf(name, sizeof(name), "%ssem:%d", cfg.prefix, n);
     rlock_semaphore *sem = NULL;
-    check_rc(rlock_semaphore_get(c, name, &sem), "rlock_semaphore_get");
+    check_rc(rlock_semaphore_new(c, name, &sem), "rlock_semaphore_new");
     check_rc(rlock_semaphore_try_set_permits(sem, n, 0), "try_set_permits");
     m_worker w[8];
     pthread_barrier_t start;
@@ -1836,7 +1836,7 @@ static void phase_semaphore(void) {
     freeReplyObject(mon_cmd("DEL %s", name));
     rlock_semaphore_free(sem);
   }
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- K: S3 and S4 on the fair lock and the write lock ---- */
@@ -1847,8 +1847,8 @@ static void phase_kinds(void) {
   static const struct {
     int (*get)(rlock_client *, const char *, rlock **);
     const char *label, *s3, *s4;
-  } kinds[] = {{rlock_get_fair, "fair lock", "F3", "F4"},
-               {rlock_get_write, "write lock (read/write)", "W3", "W4"}};
+  } kinds[] = {{rlock_new_fair, "fair lock", "F3", "F4"},
+               {rlock_new_write, "write lock (read/write)", "W3", "W4"}};
   pid_t keep = loop_tid;
   rlock_client *c = open_client(0, true);
   for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
@@ -1857,9 +1857,9 @@ static void phase_kinds(void) {
     phase_s3(c, kinds[i].s3, 0, cfg.seconds);
     phase_s4(c, kinds[i].s4);
   }
-  lock_getter = rlock_get;
+  lock_getter = rlock_new;
   kind_label = NULL;
-  rlock_client_close(c);
+  rlock_client_free(c);
   loop_tid = keep;
 }
 
@@ -1960,7 +1960,7 @@ static void phase_s5(void) {
   for (int i = 0; i < n; i++)
     rlock_free(locks[i]);
   free(locks);
-  rlock_client_close(c);
+  rlock_client_free(c);
 
   double per_period = (double)(c1 - c0) / cfg.wd_periods;
   double rate_short = per_period / ((double)period_ns / 1e9);
@@ -1981,7 +1981,7 @@ static void phase_s5(void) {
   rr = add_row("S5", "client heap per held lock (mallinfo2)", hold_bytes,
                "bytes", NAN, "", NAN);
   set_target(rr, T_LE, 512, false);
-  add_row("S5", "  + lock handle (rlock_get), per lock", handle_bytes,
+  add_row("S5", "  + lock handle (rlock_new), per lock", handle_bytes,
           "bytes", NAN, "", NAN);
   add_row("S5", "  RSS delta per held lock", rss_hold, "bytes", NAN, "",
           NAN);
@@ -2023,10 +2023,10 @@ static void run_transport(void) {
         phase_s3(h0, "S3h0", 0, cfg.seconds);
       if (phase_on("S4"))
         phase_s4(h0, "S4h0");
-      rlock_client_close(h0);
+      rlock_client_free(h0);
       loop_tid = keep;
     }
-    rlock_client_close(c);
+    rlock_client_free(c);
     add_row("MEM", "client RSS, idle (process VmRSS)", (double)rss_idle,
             "KiB", NAN, "", NAN);
     snprintf(rows[nrows - 1].base_desc, sizeof(rows[0].base_desc),

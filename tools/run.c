@@ -743,7 +743,7 @@ static void on_forward_signal(run *r, int signo, int code) {
                 r->o->name);
       /* Makes the holder's rlock_try_lock() return RLOCK_ECLOSED now; its
        * EV_ACQUIRED ends the run. */
-      rlock_client_close(r->client);
+      rlock_client_free(r->client);
       r->client = NULL;
     }
     break;
@@ -895,11 +895,11 @@ static int start(run *r) {
     opts.on_diag_data = (void *)(intptr_t)(o->verbose > 1 ? RLOCK_DIAG_DEBUG
                                                           : RLOCK_DIAG_INFO);
   }
-  int rc = rlock_client_open(&r->client, &opts);
+  int rc = rlock_client_new(&r->client, &opts);
   if (rc != 0)
     return cli_open_failed(rc);
   if (o->permits > 0) {
-    rc = rlock_permit_semaphore_get(r->client, o->name, &r->h.sem);
+    rc = rlock_permit_semaphore_new(r->client, o->name, &r->h.sem);
     r->h.permits = o->permits;
     r->h.take = o->take > 0 ? o->take : 1;
     if (o->lease_ms > 0) {
@@ -975,7 +975,7 @@ int cli_run(const cli_run_opts *o) {
    * poll itself); otherwise the holder has finished its work. */
   if (r.holder_started) {
     if (r.phase != PH_DONE && r.client != NULL) {
-      rlock_client_close(r.client);
+      rlock_client_free(r.client);
       r.client = NULL;
     }
     holder_request_release(&r.h);
@@ -984,7 +984,7 @@ int cli_run(const cli_run_opts *o) {
   rlock_free(r.h.lock);
   rlock_multilock_free(r.h.ml);
   rlock_permit_semaphore_free(r.h.sem);
-  rlock_client_close(r.client);
+  rlock_client_free(r.client);
   pthread_cond_destroy(&r.h.cond);
   pthread_mutex_destroy(&r.h.mutex);
   free(r.start_fds);

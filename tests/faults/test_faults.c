@@ -10,7 +10,7 @@
  *    yield in the middle, equals the number of successful acquisitions);
  *  - every call returns within its bound, and a failure is a documented
  *    negative RLOCK_E* code with rlock_last_error() set;
- *  - nothing leaks: after rlock_client_close, PUBSUB CHANNELS is empty, the
+ *  - nothing leaks: after rlock_client_free, PUBSUB CHANNELS is empty, the
  *    client's connections are gone from CLIENT LIST and no key is left
  *    (see fk_assert_clean for the one tolerated exception).
  *
@@ -46,7 +46,7 @@ TestSuite(faults, .init = fk_init, .fini = fk_fini, .timeout = 30);
  * may be a loaded 2-core box. Bounds are "documented time + SLACK_MS". */
 #define SLACK_MS 1500
 
-/* Time after which rlock_client_close's effects must be visible. */
+/* Time after which rlock_client_free's effects must be visible. */
 #define CLEAN_BOUND_MS 3000
 
 /* Name of a result: the RLOCK_E* name of an error, else a plain word. */
@@ -68,8 +68,8 @@ static int64_t idempotent_bound(const rlock_options *o) {
 
 static rlock_client *open_named(rlock_options *o) {
   rlock_client *c = NULL;
-  int rc = rlock_client_open(&c, o);
-  cr_assert_eq(rc, 0, "rlock_client_open(%s, name %s): %s (%s)", o->uri,
+  int rc = rlock_client_new(&c, o);
+  cr_assert_eq(rc, 0, "rlock_client_new(%s, name %s): %s (%s)", o->uri,
                o->client_name ? o->client_name : "-", rc_name(rc),
                rlock_last_error());
   return c;
@@ -433,7 +433,7 @@ Test(faults, command_connection_killed_during_contention) {
   for (int i = 0; i < CLIENTS; i++) {
     fk_wait_conn_count(names[i], 2, 5000);
     rlock_free(locks[i]);
-    rlock_client_close(c[i]);
+    rlock_client_free(c[i]);
   }
   for (int i = 0; i < CLIENTS; i++)
     fk_assert_clean(names[i], true, CLEAN_BOUND_MS);
@@ -522,7 +522,7 @@ Test(faults, subscriber_connection_killed_during_contention) {
 
   for (int i = 0; i < CLIENTS; i++) {
     rlock_free(locks[i]);
-    rlock_client_close(c[i]);
+    rlock_client_free(c[i]);
   }
   for (int i = 0; i < CLIENTS; i++)
     fk_assert_clean(names[i], true, CLEAN_BOUND_MS);
@@ -626,8 +626,8 @@ Test(faults, redis_restarted_on_same_port_mid_wait) {
   rlock_free(other);
   rlock_free(waited);
   rlock_free(held);
-  rlock_client_close(wc);
-  rlock_client_close(hc);
+  rlock_client_free(wc);
+  rlock_client_free(hc);
   fk_assert_clean(wname, true, CLEAN_BOUND_MS);
   fk_assert_clean(hname, true, CLEAN_BOUND_MS);
 }
@@ -718,8 +718,8 @@ static void pause_scenario(bool sigstop) {
   rlock_free(lock2);
   rlock_free(lock);
   rlock_free(held);
-  rlock_client_close(c);
-  rlock_client_close(hc);
+  rlock_client_free(c);
+  rlock_client_free(hc);
   fk_assert_clean(name, true, CLEAN_BOUND_MS);
 }
 
@@ -744,9 +744,9 @@ static void holder_child(int wfd, const char *key) {
   o.watchdog_timeout_ms = CHILD_WATCHDOG_MS;
   rlock_client *c = NULL;
   rlock *lock = NULL;
-  int rc = rlock_client_open(&c, &o);
+  int rc = rlock_client_new(&c, &o);
   if (rc == 0)
-    rc = rlock_get(c, key, &lock);
+    rc = rlock_new(c, key, &lock);
   if (rc == 0)
     rc = rlock_lock(lock, -1);
   char line[256];
@@ -864,7 +864,7 @@ Test(faults, holder_process_sigkilled) {
 
   fk_wait_conn_count("fk-child", 0, 3000);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   fk_assert_clean(name, true, CLEAN_BOUND_MS);
 }
 
@@ -916,12 +916,12 @@ Test(faults, lease_expiry_while_holder_works) {
   rc = rlock_unlock(lock);
   cr_assert_eq(rc, RLOCK_ENOTOWNER, "second unlock by the old holder: %d %s",
                rc, rc_name(rc));
-  cr_assert_eq(rlock_is_held_by_current_thread(lock), 0);
+  cr_assert_eq(rlock_is_held(lock), 0);
 
   fk_job_release(&other);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   fk_assert_clean(name, false, CLEAN_BOUND_MS);
 }
 
@@ -1014,7 +1014,7 @@ Test(faults, watchdog_renews_after_reconnect) {
   cr_assert_eq(rt_exists(key), 0);
 
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   fk_assert_clean(name, true, CLEAN_BOUND_MS);
 }
 
@@ -1065,7 +1065,7 @@ Test(faults, watchdog_reports_deleted_lock_after_reconnect) {
   cr_assert_eq(rt_exists(key), 0);
 
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   fk_assert_clean(name, true, CLEAN_BOUND_MS);
 }
 
@@ -1079,7 +1079,7 @@ Test(faults, watchdog_reports_deleted_lock_after_reconnect) {
  * The invariant, checked for PHANTOM_BOUND_MS after the server resumes
  * (well within the watchdog timeout, so a plain expiry cannot pass for a
  * fix): either the key does not hold this owner's field, or the client
- * knows it holds it — its watchdog renews it, rlock_is_held_by_current_thread
+ * knows it holds it — its watchdog renews it, rlock_is_held
  * and rlock_hold_count say 1, and one rlock_unlock releases it fully. Never
  * a field that stays without rlock knowing.
  */
@@ -1195,7 +1195,7 @@ static void phantom_acquire(bool sigstop) {
               (int64_t)PHANTOM_BOUND_MS, key, w.last, w.last_pttl,
               rc_name(rc), PHANTOM_WD_MS);
     /* The client knows: it must say so and release it with one unlock. */
-    cr_assert_eq(rlock_is_held_by_current_thread(lock), 1, "%s",
+    cr_assert_eq(rlock_is_held(lock), 1, "%s",
                  rlock_last_error());
     cr_assert_eq(rlock_hold_count(lock), 1, "%s", rlock_last_error());
     cr_assert_eq(rlock_unlock(lock), 1, "%s", rlock_last_error());
@@ -1208,7 +1208,7 @@ static void phantom_acquire(bool sigstop) {
   cr_assert_eq(rt_exists(key), 0);
 
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   fk_assert_clean(name, true, CLEAN_BOUND_MS);
 }
 
@@ -1268,7 +1268,7 @@ Test(faults, phantom_reentry_sigstop) {
   assert_key_released(key, 500, "after the only unlock");
 
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   fk_assert_clean(name, true, CLEAN_BOUND_MS);
 }
 
@@ -1318,7 +1318,7 @@ Test(faults, unlock_in_flight_is_not_reported_lost) {
                  round, lost.name, atomic_load(&lost.t_first) - t0, took);
   }
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   fk_assert_clean(name, true, CLEAN_BOUND_MS);
 }
 
@@ -1430,10 +1430,10 @@ Test(faults, try_lock_wait_bounds_the_call_when_server_stalls) {
   cr_assert_eq(rlock_hold_count(lock), 0);
 
   rlock_free(holder);
-  rlock_client_close(hc);
+  rlock_client_free(hc);
   rlock_free(held_lock);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   fk_assert_clean(name, true, CLEAN_BOUND_MS);
 }
 
@@ -1492,7 +1492,7 @@ static void lock_outage_bound(bool sigstop) {
     cr_assert_eq(rlock_hold_count(lock), 0);
   }
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   if (sigstop)
     fk_assert_clean(name, true, CLEAN_BOUND_MS);
 }

@@ -1,4 +1,4 @@
-/* rlock_info_get and rlock_client_force_unlock through a Redis Cluster and
+/* rlock_client_info and rlock_client_force_unlock through a Redis Cluster and
  * through Sentinel: each name is read on the node that serves it (its
  * slot's master; the current master after a failover), waiters counted
  * with the client's pub/sub mode (sharded in a cluster). */
@@ -69,7 +69,7 @@ Test(info_cluster, read_and_force_unlock_on_every_master) {
 
     rlock_info info;
     rlock_info_init(&info);
-    TC_EQ(rlock_info_get(c, name, &info), 0, "info");
+    TC_EQ(rlock_client_info(c, name, &info), 0, "info");
     cr_assert_eq(info.kind, RLOCK_INFO_LOCK, "master %d", i);
     cr_assert_eq(info.holders_n, 1);
     rt_owner(owner, sizeof owner, c, me);
@@ -91,7 +91,7 @@ Test(info_cluster, read_and_force_unlock_on_every_master) {
     redisReply *r = rt_node_cmd(m[i], "SET %s v", str);
     freeReplyObject(r);
     rlock_info_init(&info);
-    TC_EQ(rlock_info_get(c, str, &info), 0, "info of a string");
+    TC_EQ(rlock_client_info(c, str, &info), 0, "info of a string");
     cr_assert_eq(info.kind, RLOCK_INFO_FOREIGN);
     cr_assert_str_eq(info.type, "string");
     rlock_info_free(&info);
@@ -101,8 +101,8 @@ Test(info_cluster, read_and_force_unlock_on_every_master) {
     rlock_free(l);
     rlock_free(l2);
   }
-  rlock_client_close(c2);
-  rlock_client_close(c);
+  rlock_client_free(c2);
+  rlock_client_free(c);
 }
 
 /* rlock_scan goes to every master: a lock on each of the three, and a
@@ -132,7 +132,7 @@ Test(info_cluster, scan_lists_names_on_every_master) {
   o.pattern = "scan*";
   o.count = 1;
   rlock_scan *s = NULL;
-  TC_EQ(rlock_scan_open(c, &o, &s), 0, "scan open");
+  TC_EQ(rlock_scan_new(c, &o, &s), 0, "scan open");
   int seen[4] = {0, 0, 0, 0}, rc;
   const char *name;
   while ((rc = rlock_scan_next(s, &name, NULL)) == 1) {
@@ -145,14 +145,14 @@ Test(info_cluster, scan_lists_names_on_every_master) {
     cr_assert(known, "unexpected name %s", name);
   }
   TC_EQ(rc, 0, "scan next");
-  rlock_scan_close(s);
+  rlock_scan_free(s);
   for (int i = 0; i < 4; i++)
     cr_assert_eq(seen[i], 1, "%s seen %d times", names[i], seen[i]);
   for (int i = 0; i < 3; i++) {
     TC_EQ(rlock_unlock(locks[i]), 1, "unlock");
     rlock_free(locks[i]);
   }
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(info_sentinel, reads_the_current_master_after_a_failover) {
@@ -162,7 +162,7 @@ Test(info_sentinel, reads_the_current_master_after_a_failover) {
   TC_EQ(rlock_lock_owner(l, me, 60000), 0, "lock");
   rlock_info info;
   rlock_info_init(&info);
-  TC_EQ(rlock_info_get(c, "info:sentinel", &info), 0, "info");
+  TC_EQ(rlock_client_info(c, "info:sentinel", &info), 0, "info");
   cr_assert_eq(info.kind, RLOCK_INFO_LOCK);
   cr_assert_eq(info.holders_n, 1);
   rlock_info_free(&info);
@@ -173,7 +173,7 @@ Test(info_sentinel, reads_the_current_master_after_a_failover) {
   int rc = -1;
   for (int tries = 0; tries < 50; tries++) {
     rlock_info_init(&info);
-    rc = rlock_info_get(c, "info:sentinel", &info);
+    rc = rlock_client_info(c, "info:sentinel", &info);
     if (rc == 0)
       break;
     rt_topo_sleep_ms(100);
@@ -190,13 +190,13 @@ Test(info_sentinel, reads_the_current_master_after_a_failover) {
   rlock_scan_options_init(&o);
   o.pattern = "info:sentinel";
   rlock_scan *s = NULL;
-  TC_EQ(rlock_scan_open(c, &o, &s), 0, "scan open");
+  TC_EQ(rlock_scan_new(c, &o, &s), 0, "scan open");
   const char *name = NULL;
   TC_EQ(rlock_scan_next(s, &name, NULL), 1, "scan next");
   cr_assert_str_eq(name, "info:sentinel");
   TC_EQ(rlock_scan_next(s, &name, NULL), 0, "scan end");
-  rlock_scan_close(s);
+  rlock_scan_free(s);
   TC_EQ(rlock_unlock_owner(l, me), 1, "unlock on the new master");
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }

@@ -62,19 +62,19 @@ static rlock *kind_get(rlock_client *c, const char *kind, const char *name) {
   rlock *lock = NULL;
   int rc;
   if (strcmp(kind, "fair") == 0)
-    rc = rlock_get_fair(c, name, &lock);
+    rc = rlock_new_fair(c, name, &lock);
   else if (strcmp(kind, "read") == 0)
-    rc = rlock_get_read(c, name, &lock);
+    rc = rlock_new_read(c, name, &lock);
   else if (strcmp(kind, "write") == 0)
-    rc = rlock_get_write(c, name, &lock);
+    rc = rlock_new_write(c, name, &lock);
   else if (strcmp(kind, "fenced") == 0)
-    rc = rlock_get_fenced(c, name, &lock);
+    rc = rlock_new_fenced(c, name, &lock);
   else if (strcmp(kind, "nonreentrant") == 0)
-    rc = rlock_get_nonreentrant(c, name, &lock);
+    rc = rlock_new_nonreentrant(c, name, &lock);
   else if (strcmp(kind, "nonreentrant_fair") == 0)
-    rc = rlock_get_nonreentrant_fair(c, name, &lock);
+    rc = rlock_new_nonreentrant_fair(c, name, &lock);
   else
-    rc = rlock_get_spin(c, name, &lock);
+    rc = rlock_new_spin(c, name, &lock);
   cr_assert_eq(rc, 0, "rlock_get_%s(%s): %s (%s)", kind, name,
                rlock_err_name(rc), rlock_last_error());
   cr_assert_str_eq(rlock_kind(lock), kind);
@@ -361,8 +361,8 @@ Test(kinds, fenced_wakes_both_ways_tokens_increase) {
   peer_stop(p);
   rlock_free(lock);
   rlock_free(lock2);
-  rlock_client_close(c);
-  rlock_client_close(c2);
+  rlock_client_free(c);
+  rlock_client_free(c2);
 }
 
 /* getNonReentrantLock (docs/wire-protocol.md) both ways: each side
@@ -428,8 +428,8 @@ Test(kinds, nonreentrant_both_ways) {
   peer_stop(p);
   rlock_free(lock);
   rlock_free(lock2);
-  rlock_client_close(c);
-  rlock_client_close(c2);
+  rlock_client_free(c);
+  rlock_client_free(c2);
 }
 
 Test(kinds, fenced_monitor) {
@@ -476,7 +476,7 @@ Test(kinds, fenced_monitor) {
   monitor_stop(m);
   peer_stop(p);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ==================================================================== */
@@ -532,8 +532,8 @@ Test(kinds, spin_excludes_and_polls_both_ways) {
   rlock_client *c = rt_client(), *c2 = rt_client();
   spin_scenario(name, p, c, c2);
   peer_stop(p);
-  rlock_client_close(c);
-  rlock_client_close(c2);
+  rlock_client_free(c);
+  rlock_client_free(c2);
 }
 
 typedef struct spin_counter {
@@ -650,8 +650,8 @@ Test(kinds, spin_counter_mixed) {
   peer_stop(p);
   rlock_free(t[0].lock);
   rlock_free(t[1].lock);
-  rlock_client_close(c1);
-  rlock_client_close(c2);
+  rlock_client_free(c1);
+  rlock_client_free(c2);
 }
 
 Test(kinds, spin_monitor_no_pubsub) {
@@ -691,8 +691,8 @@ Test(kinds, spin_monitor_no_pubsub) {
   assert_monitor_has(m, needle, "rlock spin release call");
   monitor_stop(m);
   peer_stop(p);
-  rlock_client_close(c);
-  rlock_client_close(c2);
+  rlock_client_free(c);
+  rlock_client_free(c2);
 }
 
 /* ==================================================================== */
@@ -788,7 +788,7 @@ Test(kinds, fair_wakes_both_ways) {
   cr_assert_eq(rt_exists(f.name), 0);
   peer_stop(p);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(kinds, fair_fifo_mixed) {
@@ -855,9 +855,9 @@ Test(kinds, fair_fifo_mixed) {
   rlock_free(held);
   rlock_free(l1);
   rlock_free(l2);
-  rlock_client_close(holder);
-  rlock_client_close(c1);
-  rlock_client_close(c2);
+  rlock_client_free(holder);
+  rlock_client_free(c1);
+  rlock_client_free(c2);
 }
 
 #define GIVE_UP_WAIT_MS 3000
@@ -907,8 +907,8 @@ Test(kinds, fair_peer_gives_up_rlock_behind_gets_it) {
   peer_stop(p);
   rlock_free(held);
   rlock_free(lock);
-  rlock_client_close(holder);
-  rlock_client_close(c);
+  rlock_client_free(holder);
+  rlock_client_free(c);
 }
 
 Test(kinds, fair_rlock_gives_up_peer_behind_gets_it) {
@@ -965,8 +965,8 @@ Test(kinds, fair_rlock_gives_up_peer_behind_gets_it) {
   peer_stop(p);
   rlock_free(held);
   rlock_free(lock);
-  rlock_client_close(holder);
-  rlock_client_close(c);
+  rlock_client_free(holder);
+  rlock_client_free(c);
 }
 
 Test(kinds, fair_monitor) {
@@ -1062,8 +1062,8 @@ Test(kinds, fair_monitor) {
   peer_stop(p2);
   rlock_free(lock);
   rlock_free(mine);
-  rlock_client_close(c);
-  rlock_client_close(cm);
+  rlock_client_free(c);
+  rlock_client_free(cm);
 }
 
 /* ==================================================================== */
@@ -1135,7 +1135,7 @@ Test(kinds, rw_readers_share) {
   cr_assert_eq(rt_exists(r.name), 0);
   peer_stop(p);
   rlock_free(rd);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(kinds, rw_writer_waits_for_readers_both_ways) {
@@ -1202,8 +1202,8 @@ Test(kinds, rw_writer_waits_for_readers_both_ways) {
   rlock_free(rd1);
   rlock_free(rd2);
   rlock_free(wr);
-  rlock_client_close(c1);
-  rlock_client_close(c2);
+  rlock_client_free(c1);
+  rlock_client_free(c2);
 }
 
 Test(kinds, rw_write_unlock_wakes_readers_both_sides) {
@@ -1266,8 +1266,8 @@ Test(kinds, rw_write_unlock_wakes_readers_both_sides) {
   peer_stop(pr);
   rlock_free(wr);
   rlock_free(rd);
-  rlock_client_close(cw);
-  rlock_client_close(cr);
+  rlock_client_free(cw);
+  rlock_client_free(cr);
 }
 
 #define RW_WATCHDOG_MS 1500
@@ -1339,7 +1339,7 @@ Test(kinds, rw_peer_read_unlock_keeps_rlock_hold) {
   cr_assert_eq(rt_exists(tk), 0);
   peer_stop(p);
   rlock_free(rd);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* The peer's ReadLockTask-style renewal keeps a watchdog read hold (and
@@ -1380,7 +1380,7 @@ Test(kinds, rw_peer_watchdog_reader_keeps_rlock_writer_out) {
   cr_assert_eq(rt_exists(tk), 0);
   peer_stop(p);
   rlock_free(wr);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(kinds, rw_monitor) {
@@ -1480,7 +1480,7 @@ Test(kinds, rw_monitor) {
   peer_stop(p);
   rlock_free(rd);
   rlock_free(wr);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ==================================================================== */
@@ -1577,7 +1577,7 @@ Test(kinds, multilock_c_and_java_exclude_each_other) {
   rlock_multilock_free(ml);
   rlock_free(m[0]);
   rlock_free(m[1]);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* The wire of a MultiLock with a wait and a lease, as Java sends it: each
@@ -1629,7 +1629,7 @@ Test(kinds, multilock_monitor) {
   rlock_multilock_free(ml);
   rlock_free(m[0]);
   rlock_free(m[1]);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* The FasterMultiLock's wire as the study saw Java send it: the acquire
@@ -1645,8 +1645,8 @@ Test(kinds, fast_multilock_monitor) {
   interop_my_owner(me, sizeof me, c);
   const char *vals[2] = {"Jack_001", "Mary_002"};
   rlock_fast_multilock *f = NULL, *f2 = NULL;
-  cr_assert_eq(rlock_fast_multilock_get(c, g, vals, NULL, 2, &f), 0);
-  cr_assert_eq(rlock_fast_multilock_get(c2, g, vals + 1, NULL, 1, &f2), 0);
+  cr_assert_eq(rlock_fast_multilock_new(c, g, vals, NULL, 2, &f), 0);
+  cr_assert_eq(rlock_fast_multilock_new(c2, g, vals + 1, NULL, 1, &f2), 0);
   monitor *mon = monitor_start();
   cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, 30000), 1);
   cr_assert_eq(rlock_fast_multilock_try_lock(f2, 100, 30000), 0);
@@ -1685,8 +1685,8 @@ Test(kinds, fast_multilock_monitor) {
   monitor_stop(mon);
   rlock_fast_multilock_free(f);
   rlock_fast_multilock_free(f2);
-  rlock_client_close(c2);
-  rlock_client_close(c);
+  rlock_client_free(c2);
+  rlock_client_free(c);
 }
 
 /* Watchdog mode (lease_ms < 0) on the wire, as Java's FastMultilockTask:
@@ -1703,7 +1703,7 @@ Test(kinds, fast_multilock_watchdog_monitor) {
   interop_my_owner(me, sizeof me, c);
   const char *vals[2] = {"Jack_001", "Mary_002"};
   rlock_fast_multilock *f = NULL;
-  cr_assert_eq(rlock_fast_multilock_get(c, g, vals, NULL, 2, &f), 0);
+  cr_assert_eq(rlock_fast_multilock_new(c, g, vals, NULL, 2, &f), 0);
   monitor *mon = monitor_start();
   cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, -1), 1);
   rt_sleep_ms(1500);
@@ -1744,7 +1744,7 @@ Test(kinds, fast_multilock_watchdog_monitor) {
   interop_report("fast multilock watchdog MONITOR: %d renewals", renewals);
   monitor_stop(mon);
   rlock_fast_multilock_free(f);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 static bool queue_len_is_1(void *name) {
@@ -1802,6 +1802,6 @@ Test(kinds, nonreentrant_fair_both_ways) {
   peer_stop(p);
   rlock_free(lock);
   rlock_free(lock2);
-  rlock_client_close(c);
-  rlock_client_close(c2);
+  rlock_client_free(c);
+  rlock_client_free(c2);
 }

@@ -1,4 +1,4 @@
-/* The fenced lock (rlock_get_fenced; Redisson getFencedLock): RLock's hash
+/* The fenced lock (rlock_new_fenced; Redisson getFencedLock): RLock's hash
  * and channel plus the token counter redisson_lock_token:{name}, one more
  * per acquisition, re-entry included (docs/wire-protocol.md, "The fenced
  * lock"). */
@@ -15,8 +15,8 @@ TestSuite(fenced, .init = rt_server_start, .fini = rt_server_stop,
 
 static rlock *fenced(rlock_client *c, const char *name) {
   rlock *l = NULL;
-  int rc = rlock_get_fenced(c, name, &l);
-  cr_assert_eq(rc, 0, "rlock_get_fenced: %s", rlock_err_name(rc));
+  int rc = rlock_new_fenced(c, name, &l);
+  cr_assert_eq(rc, 0, "rlock_new_fenced: %s", rlock_err_name(rc));
   cr_assert_str_eq(rlock_kind(l), "fenced");
   return l;
 }
@@ -80,8 +80,8 @@ Test(fenced, token_grows_with_every_acquisition_reentry_included) {
   cr_assert_eq(getnum(tk), t3, "unlock never resets the counter");
   rlock_free(la);
   rlock_free(lb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 Test(fenced, wire_keys_and_java_layout) {
@@ -101,7 +101,7 @@ Test(fenced, wire_keys_and_java_layout) {
   cr_assert_eq(getnum(tk), t, "token key %s", tk);
   cr_assert_eq(rlock_unlock(l), 1);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* A Java client's token already at 41: ours jumps to the clock floor above
@@ -129,7 +129,7 @@ Test(fenced, continues_a_java_counter_and_waits_for_a_java_holder) {
                "continues above it");
   cr_assert_eq(rlock_unlock(l), 1);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* A counter above the clock (Java's INCRs after ours, or a clock that
@@ -147,7 +147,7 @@ Test(fenced, a_counter_above_the_clock_is_incremented) {
   cr_assert_eq(t, ahead + 1);
   cr_assert_eq(rlock_unlock(l), 1);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 static void async_cb(int status, int64_t value, void *data) {
@@ -176,7 +176,7 @@ Test(fenced, async_gives_the_token_as_value) {
   cr_assert_eq(out[1], cur);
   cr_assert_eq(rlock_unlock_owner(l, 7), 1);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(fenced, bad_arguments) {
@@ -195,7 +195,7 @@ Test(fenced, bad_arguments) {
   cr_assert_eq(rt_exists(key), 0, "nothing written");
   rlock_free(plain);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* Several threads of two clients: the counter proves mutual exclusion and
@@ -214,7 +214,7 @@ static void worker(void *arg) {
   static atomic_int next;
   int me = atomic_fetch_add(&next, 1);
   rlock *l = NULL;
-  if (rlock_get_fenced(s->c[me % 2], s->key, &l) != 0) {
+  if (rlock_new_fenced(s->c[me % 2], s->key, &l) != 0) {
     atomic_fetch_add(&s->bad, 1);
     return;
   }
@@ -253,6 +253,6 @@ Test(fenced, exclusion_and_increasing_tokens_across_clients) {
   char tk[128];
   token_key(tk, sizeof tk, s.key);
   cr_assert_eq(getnum(tk), s.last_token);
-  rlock_client_close(s.c[0]);
-  rlock_client_close(s.c[1]);
+  rlock_client_free(s.c[0]);
+  rlock_client_free(s.c[1]);
 }

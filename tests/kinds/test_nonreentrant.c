@@ -1,5 +1,5 @@
-/* The non-reentrant lock and fair lock (rlock_get_nonreentrant,
- * rlock_get_nonreentrant_fair; Redisson getNonReentrantLock /
+/* The non-reentrant lock and fair lock (rlock_new_nonreentrant,
+ * rlock_new_nonreentrant_fair; Redisson getNonReentrantLock /
  * getNonReentrantFairLock): RLock's
  * and the fair lock's keys and channels, an acquire whose last ARGV is the
  * marker NON_REENTRANT_REACQUIRE, and a re-acquire by the holder refused
@@ -20,16 +20,16 @@ TestSuite(nonreentrant, .init = rt_server_start, .fini = rt_server_stop,
 
 static rlock *nr(rlock_client *c, const char *name) {
   rlock *l = NULL;
-  int rc = rlock_get_nonreentrant(c, name, &l);
-  cr_assert_eq(rc, 0, "rlock_get_nonreentrant: %s", rlock_err_name(rc));
+  int rc = rlock_new_nonreentrant(c, name, &l);
+  cr_assert_eq(rc, 0, "rlock_new_nonreentrant: %s", rlock_err_name(rc));
   cr_assert_str_eq(rlock_kind(l), "nonreentrant");
   return l;
 }
 
 static rlock *nr_fair(rlock_client *c, const char *name) {
   rlock *l = NULL;
-  int rc = rlock_get_nonreentrant_fair(c, name, &l);
-  cr_assert_eq(rc, 0, "rlock_get_nonreentrant_fair: %s", rlock_err_name(rc));
+  int rc = rlock_new_nonreentrant_fair(c, name, &l);
+  cr_assert_eq(rc, 0, "rlock_new_nonreentrant_fair: %s", rlock_err_name(rc));
   cr_assert_str_eq(rlock_kind(l), "nonreentrant_fair");
   return l;
 }
@@ -119,7 +119,7 @@ Test(nonreentrant, acquire_release_count_one) {
   cr_assert_eq(rlock_try_lock_owner(l, 1, 0, 30000), 1);
   cr_assert_eq(count_of(c, name, 1), 1);
   cr_assert_eq(rlock_hold_count_owner(l, 1), 1);
-  cr_assert_eq(rlock_is_held_by_owner(l, 1), 1);
+  cr_assert_eq(rlock_is_held_owner(l, 1), 1);
   cr_assert_gt(rt_pttl(name), 29000);
   cr_assert_eq(rlock_unlock_owner(l, 1), 1);
   cr_assert_eq(rt_exists(name), 0);
@@ -129,7 +129,7 @@ Test(nonreentrant, acquire_release_count_one) {
   cr_assert_eq(rlock_unlock_owner(l, 1), 1);
   cr_assert_eq(rt_exists(name), 0);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* The holder's second acquire fails on its first try: RLOCK_EREENTRY with
@@ -167,7 +167,7 @@ Test(nonreentrant, reacquire_refused_at_once) {
   cr_assert_eq(rt_exists(name), 0);
   cr_assert_eq(rlock_unlock_owner(l, 1), RLOCK_ENOTOWNER);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* Interchangeable with RLock on one name, as in Java: an RLock handle of
@@ -206,7 +206,7 @@ Test(nonreentrant, mixed_with_rlock) {
   cr_assert_eq(rt_exists(name), 0);
   rlock_free(n);
   rlock_free(r);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* A waiter (another owner) sleeps on RLock's channel and is woken by the
@@ -243,7 +243,7 @@ Test(nonreentrant, waiter_woken_by_release) {
   cr_assert_eq(rlock_unlock_owner(l, 2), 1);
   cr_assert_eq(rt_exists(name), 0);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* Bad input: the name holds an RLock hash where this owner's count is 3
@@ -276,7 +276,7 @@ Test(nonreentrant, reentrant_hash_reported_not_corrupted) {
   rlock_free(kf);
   rlock_free(n);
   rlock_free(f);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- the fair one ---- */
@@ -313,7 +313,7 @@ Test(nonreentrant, fair_reacquire_not_queued) {
   cr_assert_eq(rlock_unlock_owner(l, 1), 1);
   cr_assert_eq(rt_exists(name), 0);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* First come, first served as the fair lock: two waiters queue in order,
@@ -347,7 +347,7 @@ Test(nonreentrant, fair_queue_order) {
   cr_assert_eq(count_of(c, name, 2), 1);
   /* the fair lock (reentrant) of the holder re-enters */
   rlock *fl = NULL;
-  cr_assert_eq(rlock_get_fair(c, name, &fl), 0);
+  cr_assert_eq(rlock_new_fair(c, name, &fl), 0);
   cr_assert_eq(rlock_try_lock_owner(fl, 2, 0, 30000), 1);
   cr_assert_eq(count_of(c, name, 2), 2);
   cr_assert_eq(rlock_unlock_owner(fl, 2), 0, "still held (count 2 -> 1)");
@@ -361,7 +361,7 @@ Test(nonreentrant, fair_queue_order) {
   cr_assert_eq(rt_exists(name), 0);
   rlock_free(fl);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- the wire (MONITOR), against docs/wire-protocol.md, "The
@@ -447,5 +447,5 @@ Test(nonreentrant, wire_monitor) {
   redisFree(m);
   rlock_free(l);
   rlock_free(f);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }

@@ -1,4 +1,4 @@
-/* The read/write lock (rlock_get_read / rlock_get_write; Redisson
+/* The read/write lock (rlock_new_read / rlock_new_write; Redisson
  * getReadWriteLock(name).readLock() / .writeLock()): one hash `name` with
  * "mode", each reader's owner -> count and the writer's owner:write ->
  * count; a timeout key {name}:<owner>:rwlock_timeout:<i> per read hold;
@@ -18,16 +18,16 @@ TestSuite(rwlock, .init = rt_server_start, .fini = rt_server_stop,
 
 static rlock *rd(rlock_client *c, const char *name) {
   rlock *l = NULL;
-  int rc = rlock_get_read(c, name, &l);
-  cr_assert_eq(rc, 0, "rlock_get_read: %s", rlock_err_name(rc));
+  int rc = rlock_new_read(c, name, &l);
+  cr_assert_eq(rc, 0, "rlock_new_read: %s", rlock_err_name(rc));
   cr_assert_str_eq(rlock_kind(l), "read");
   return l;
 }
 
 static rlock *wr(rlock_client *c, const char *name) {
   rlock *l = NULL;
-  int rc = rlock_get_write(c, name, &l);
-  cr_assert_eq(rc, 0, "rlock_get_write: %s", rlock_err_name(rc));
+  int rc = rlock_new_write(c, name, &l);
+  cr_assert_eq(rc, 0, "rlock_new_write: %s", rlock_err_name(rc));
   cr_assert_str_eq(rlock_kind(l), "write");
   return l;
 }
@@ -209,9 +209,9 @@ Test(rwlock, readers_share_and_the_writer_waits_for_the_last_one) {
   rlock_free(ra);
   rlock_free(rb);
   rlock_free(lw);
-  rlock_client_close(a);
-  rlock_client_close(b);
-  rlock_client_close(w);
+  rlock_client_free(a);
+  rlock_client_free(b);
+  rlock_client_free(w);
 }
 
 /* ---- re-entry, timeout keys, TTLs ---- */
@@ -231,7 +231,7 @@ Test(rwlock, read_reentry_timeout_keys_and_ttl) {
   hget_eq(key, "mode", "read");
   hget_eq(key, owner, "3");
   cr_assert_eq(rlock_hold_count(l), 3);
-  cr_assert_eq(rlock_is_held_by_current_thread(l), 1);
+  cr_assert_eq(rlock_is_held(l), 1);
   /* exactly {name}:<owner>:rwlock_timeout:<i>, i = 1..3, each its lease */
   char *v = rt_str("GET %s", k1);
   cr_assert_str_eq(v, "1");
@@ -262,7 +262,7 @@ Test(rwlock, read_reentry_timeout_keys_and_ttl) {
   cr_assert_eq(rt_exists(k1), 0);
   cr_assert_eq(rlock_unlock(l), RLOCK_ENOTOWNER);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* A name with its own hash tag keeps it in every derived key. */
@@ -283,7 +283,7 @@ Test(rwlock, braced_name_keys_and_channel) {
   cr_assert_str_eq(msg, "0", "a read unlock publishes 0");
   redisFree(s);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(rwlock, write_reentry_ttl_is_additive) {
@@ -301,7 +301,7 @@ Test(rwlock, write_reentry_ttl_is_additive) {
   long long ph = rt_pttl(key);
   cr_assert(ph > 9000 && ph <= 10000, "PTTL + lease: %lld", ph);
   cr_assert_eq(rlock_hold_count(l), 2);
-  cr_assert_eq(rlock_is_held_by_current_thread(l), 1);
+  cr_assert_eq(rlock_is_held(l), 1);
   cr_assert_eq(rlock_unlock(l), 0);
   ph = rt_pttl(key);
   cr_assert(ph > 4000 && ph <= 5000, "re-applied lease: %lld", ph);
@@ -309,7 +309,7 @@ Test(rwlock, write_reentry_ttl_is_additive) {
   cr_assert_eq(rt_exists(key), 0);
   cr_assert_eq(rlock_unlock(l), RLOCK_ENOTOWNER);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* The writer takes the read lock too; its write unlock then downgrades:
@@ -362,7 +362,7 @@ Test(rwlock, writer_takes_read_and_downgrades_without_publish) {
   redisFree(s);
   rlock_free(lr);
   rlock_free(lw);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* No upgrade: a reader asking for the write lock does not get it. */
@@ -385,7 +385,7 @@ Test(rwlock, reader_does_not_get_the_write_lock) {
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(lr);
   rlock_free(lw);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- renewal ---- */
@@ -429,7 +429,7 @@ Test(rwlock, watchdog_renews_the_timeout_keys_and_the_hash) {
   cr_assert_eq(rlock_unlock(l), 1);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- a Java reader, by hand ---- */
@@ -467,7 +467,7 @@ Test(rwlock, java_reader_keeps_the_hash_and_the_writer_waits) {
   cr_assert_eq(rlock_unlock(lw), 1);
   rlock_free(lr);
   rlock_free(lw);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* A reader whose timeout keys are all gone is dead: the last live read
@@ -490,7 +490,7 @@ Test(rwlock, a_dead_reader_is_dropped_by_the_last_read_unlock) {
   cr_assert_str_eq(msg, "0");
   redisFree(s);
   rlock_free(lr);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- wake-ups ---- */
@@ -536,8 +536,8 @@ Test(rwlock, write_unlock_wakes_all_local_readers) {
   redisFree(s);
   rlock_free(lw);
   rlock_free(lr);
-  rlock_client_close(w);
-  rlock_client_close(r);
+  rlock_client_free(w);
+  rlock_client_free(r);
 }
 
 /* ---- mutual exclusion ---- */
@@ -555,8 +555,8 @@ static void mx_run(void *p) {
   mx *s = p;
   int me = atomic_fetch_add(&s->next, 1);
   rlock *lr = NULL, *lw = NULL;
-  if (rlock_get_read(s->c[me % 2], s->key, &lr) != 0 ||
-      rlock_get_write(s->c[me % 2], s->key, &lw) != 0) {
+  if (rlock_new_read(s->c[me % 2], s->key, &lr) != 0 ||
+      rlock_new_write(s->c[me % 2], s->key, &lw) != 0) {
     atomic_fetch_add(&s->bad, 1);
     rlock_free(lr);
     return;
@@ -616,8 +616,8 @@ Test(rwlock, writers_exclude_everyone_threads_and_two_clients) {
   cr_assert(atomic_load(&s.max_readers) >= 2, "readers overlapped (max %d)",
             atomic_load(&s.max_readers));
   cr_assert_eq(rt_exists(s.key), 0);
-  rlock_client_close(s.c[0]);
-  rlock_client_close(s.c[1]);
+  rlock_client_free(s.c[0]);
+  rlock_client_free(s.c[1]);
 }
 
 /* ---- kinds, owners, queries ---- */
@@ -652,7 +652,7 @@ Test(rwlock, wrongkind_on_a_plain_lock_hash) {
   cr_assert_eq(rt_hlen(key), 1);
   rlock_free(lr);
   rlock_free(lw);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(rwlock, unlock_not_held_is_enotowner) {
@@ -673,8 +673,8 @@ Test(rwlock, unlock_not_held_is_enotowner) {
   cr_assert_eq(rlock_unlock(wa), RLOCK_ENOTOWNER, "another writer's hold");
   cr_assert_eq(rlock_unlock(ra), RLOCK_ENOTOWNER, "write mode, no read hold");
   cr_assert_eq(rlock_try_lock(ra, 0, 10000), 0, "a writer excludes readers");
-  cr_assert_eq(rlock_is_held_by_current_thread(wa), 0);
-  cr_assert_eq(rlock_is_held_by_current_thread(wb), 1);
+  cr_assert_eq(rlock_is_held(wa), 0);
+  cr_assert_eq(rlock_is_held(wb), 1);
   cr_assert_eq(rlock_hold_count(wb), 1);
   cr_assert_eq(rlock_unlock(wb), 1);
   cr_assert_eq(rt_exists(key), 0);
@@ -682,8 +682,8 @@ Test(rwlock, unlock_not_held_is_enotowner) {
   rlock_free(wa);
   rlock_free(rb);
   rlock_free(wb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* Force unlock acts only in its own mode and publishes that mode's
@@ -717,8 +717,8 @@ Test(rwlock, force_unlock_by_mode) {
   rlock_free(lw);
   rlock_free(or_);
   rlock_free(ow);
-  rlock_client_close(c);
-  rlock_client_close(o);
+  rlock_client_free(c);
+  rlock_client_free(o);
 }
 
 /* ---- repair (trim) after an acquire whose outcome is unknown ---- */
@@ -767,7 +767,7 @@ Test(rwlock, cancelled_acquires_are_trimmed) {
   rlock_req *q = NULL;
   rt_ok("OK", "CLIENT PAUSE 300 ALL");
   cr_assert_eq(rlock_lock_async(lr, x, -1, 30000, got_cb, &g, &q), 0);
-  cr_assert_eq(rlock_cancel(q), 0);
+  cr_assert_eq(rlock_req_cancel(q), 0);
   rt_wait_until_what(got_done, &g, 3000, "cancelled");
   cr_assert_eq(atomic_load(&g.status), 100 + RLOCK_ECANCELED);
   rlock_req_free(q);
@@ -785,7 +785,7 @@ Test(rwlock, cancelled_acquires_are_trimmed) {
   memset(&g, 0, sizeof g);
   rt_ok("OK", "CLIENT PAUSE 300 ALL");
   cr_assert_eq(rlock_lock_async(lr, x, -1, 30000, got_cb, &g, &q), 0);
-  cr_assert_eq(rlock_cancel(q), 0);
+  cr_assert_eq(rlock_req_cancel(q), 0);
   rt_wait_until_what(got_done, &g, 3000, "cancelled");
   rlock_req_free(q);
   cr_assert(message_seen(s, "0"), "the read trim published 0");
@@ -796,7 +796,7 @@ Test(rwlock, cancelled_acquires_are_trimmed) {
   memset(&g, 0, sizeof g);
   rt_ok("OK", "CLIENT PAUSE 300 ALL");
   cr_assert_eq(rlock_lock_async(lw, x, -1, 30000, got_cb, &g, &q), 0);
-  cr_assert_eq(rlock_cancel(q), 0);
+  cr_assert_eq(rlock_req_cancel(q), 0);
   rt_wait_until_what(got_done, &g, 3000, "cancelled");
   rlock_req_free(q);
   cr_assert(message_seen(s, "1"), "the write trim published 1");
@@ -805,5 +805,5 @@ Test(rwlock, cancelled_acquires_are_trimmed) {
   redisFree(s);
   rlock_free(lr);
   rlock_free(lw);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }

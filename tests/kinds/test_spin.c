@@ -1,4 +1,4 @@
-/* The spin lock (rlock_get_spin; Redisson getSpinLock): RLock's hash, no
+/* The spin lock (rlock_new_spin; Redisson getSpinLock): RLock's hash, no
  * channel, no message; a waiter polls with a back-off of 1 ms doubling (plus
  * jitter) up to 128 ms (docs/wire-protocol.md, "The spin lock"). */
 #include <criterion/criterion.h>
@@ -14,8 +14,8 @@ TestSuite(spin, .init = rt_server_start, .fini = rt_server_stop,
 
 static rlock *spin(rlock_client *c, const char *name) {
   rlock *l = NULL;
-  int rc = rlock_get_spin(c, name, &l);
-  cr_assert_eq(rc, 0, "rlock_get_spin: %s", rlock_err_name(rc));
+  int rc = rlock_new_spin(c, name, &l);
+  cr_assert_eq(rc, 0, "rlock_new_spin: %s", rlock_err_name(rc));
   cr_assert_str_eq(rlock_kind(l), "spin");
   return l;
 }
@@ -52,7 +52,7 @@ Test(spin, lock_unlock_reentry_no_publish_no_subscribe) {
   cr_assert_eq(calls("publish"), 0, "a spin unlock publishes nothing");
   cr_assert_eq(calls("subscribe"), 0);
   rlock_free(l);
-  rlock_client_close(a);
+  rlock_client_free(a);
 }
 
 /* Against a 600 ms hold, a 300 ms try gives up after a handful of polls
@@ -81,8 +81,8 @@ Test(spin, waiter_polls_with_backoff) {
   cr_assert_eq(rlock_unlock(lb), 1);
   rlock_free(la);
   rlock_free(lb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* An RLock hash and a spin hash are the same: the kinds exclude each other
@@ -106,8 +106,8 @@ Test(spin, excludes_rlock_on_the_same_name) {
   cr_assert_eq(rlock_unlock(s), 1);
   rlock_free(s);
   rlock_free(r);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 Test(spin, force_unlock_deletes_without_message) {
@@ -122,7 +122,7 @@ Test(spin, force_unlock_deletes_without_message) {
   cr_assert_eq(rlock_force_unlock(l), 0);
   cr_assert_eq(calls("publish"), 0);
   rlock_free(l);
-  rlock_client_close(a);
+  rlock_client_free(a);
 }
 
 /* The watchdog renews a spin lock taken without a lease. */
@@ -139,7 +139,7 @@ Test(spin, watchdog_renews) {
   cr_assert_eq(rt_exists(key), 1, "renewed past two watchdog timeouts");
   cr_assert_eq(rlock_unlock(l), 1);
   rlock_free(l);
-  rlock_client_close(a);
+  rlock_client_free(a);
 }
 
 typedef struct shared {
@@ -154,7 +154,7 @@ static void worker(void *arg) {
   static atomic_int next;
   int me = atomic_fetch_add(&next, 1);
   rlock *l = NULL;
-  if (rlock_get_spin(s->c[me % 2], s->key, &l) != 0) {
+  if (rlock_new_spin(s->c[me % 2], s->key, &l) != 0) {
     atomic_fetch_add(&s->bad, 1);
     return;
   }
@@ -185,6 +185,6 @@ Test(spin, exclusion_across_clients) {
     rt_thread_join(&t[i], 80000);
   cr_assert_eq(atomic_load(&s.bad), 0);
   cr_assert_eq(s.counter, 100);
-  rlock_client_close(s.c[0]);
-  rlock_client_close(s.c[1]);
+  rlock_client_free(s.c[0]);
+  rlock_client_free(s.c[1]);
 }

@@ -167,7 +167,7 @@ static rlock_client *setup_on(recorder *r, const char *name, const char *key,
 static rlock_stats stats_of(rlock_client *c) {
   rlock_stats s;
   rlock_stats_init(&s);
-  cr_assert_eq(rlock_client_stats_get(c, &s), 0, "%s", rlock_last_error());
+  cr_assert_eq(rlock_client_stats(c, &s), 0, "%s", rlock_last_error());
   return s;
 }
 
@@ -221,7 +221,7 @@ Test(observe, n_acquisitions_give_n_events_and_counts) {
   cr_assert_eq(s.reconnects, 0);
   cr_assert_eq(s.locks_lost, 0);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(observe, reentrant_release_says_what_is_left) {
@@ -248,7 +248,7 @@ Test(observe, reentrant_release_says_what_is_left) {
   cr_assert_eq(s.hold.count, 1, "one hold freed the lock");
   cr_assert_geq(s.hold.sum_ms, 30);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 typedef struct waiter_arg {
@@ -297,8 +297,8 @@ Test(observe, a_waiting_acquire_counts_as_contended) {
   cr_assert_eq(sa.acquisitions_contended, 0);
   rlock_free(la);
   rlock_free(lb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 Test(observe, gave_up_by_timeout_and_by_cancel) {
@@ -316,7 +316,7 @@ Test(observe, gave_up_by_timeout_and_by_cancel) {
   cr_assert_eq(rlock_lock_async(l, rlock_owner_new(), -1, -1, NULL, NULL, &req),
                0, "%s", rlock_last_error());
   rt_sleep_ms(100);
-  cr_assert_eq(rlock_cancel(req), 0);
+  cr_assert_eq(rlock_req_cancel(req), 0);
   rlock_req_free(req);
   wait_events(&r, RLOCK_EVENT_GAVE_UP, 3, 2000);
   rec_event e;
@@ -336,8 +336,8 @@ Test(observe, gave_up_by_timeout_and_by_cancel) {
   cr_assert_eq(s.failures[-RLOCK_ECANCELED], 1);
   rlock_free(l);
   rlock_free(lh);
-  rlock_client_close(c);
-  rlock_client_close(holder);
+  rlock_client_free(c);
+  rlock_client_free(holder);
 }
 
 Test(observe, failures_are_counted_by_code) {
@@ -355,7 +355,7 @@ Test(observe, failures_are_counted_by_code) {
   cr_assert_eq(all, 2);
   cr_assert_eq(rec_count(&r, RLOCK_EVENT_RELEASED), 0);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- renewals and loss ---- */
@@ -410,7 +410,7 @@ Test(observe, watchdog_renews_every_third_of_its_timeout) {
                "median gap %lld ms between renewals (gaps:%s), want %lld",
                (long long)median, list, (long long)period);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(observe, renewals_are_counted_with_rtt_and_headroom) {
@@ -437,7 +437,7 @@ Test(observe, renewals_are_counted_with_rtt_and_headroom) {
   cr_assert_eq(s.lease_at_risk, 0);
   cr_assert_eq(s.locks_lost, 0);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(observe, a_paused_server_fails_renewals) {
@@ -472,7 +472,7 @@ Test(observe, a_paused_server_fails_renewals) {
   rt_sleep_ms(1600);
   cr_assert_eq(rlock_unlock(l), 1, "%s", rlock_last_error());
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(observe, a_forced_loss_is_one_lost_event_and_one_count) {
@@ -500,8 +500,8 @@ Test(observe, a_forced_loss_is_one_lost_event_and_one_count) {
   cr_assert_eq(s.releases, 0);
   cr_assert_eq(s.failures[-RLOCK_ELOCKLOST], 1);
   rlock_free(l);
-  rlock_client_close(c);
-  rlock_client_close(other);
+  rlock_client_free(c);
+  rlock_client_free(other);
 }
 
 Test(observe, a_loss_found_by_the_unlock_is_one_lost_event) {
@@ -518,7 +518,7 @@ Test(observe, a_loss_found_by_the_unlock_is_one_lost_event) {
   cr_assert_eq(e.cause, RLOCK_EVENT_BY_UNLOCK);
   cr_assert_eq(stats_of(c).locks_lost, 1);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- connections ---- */
@@ -532,7 +532,7 @@ static bool reconnects_reached(void *arg) {
   reconn_wait *w = arg;
   rlock_stats s;
   rlock_stats_init(&s);
-  return rlock_client_stats_get(w->c, &s) == 0 && s.reconnects >= w->want;
+  return rlock_client_stats(w->c, &s) == 0 && s.reconnects >= w->want;
 }
 
 Test(observe, a_killed_connection_is_one_reconnect) {
@@ -561,7 +561,7 @@ Test(observe, a_killed_connection_is_one_reconnect) {
   cr_assert(e.has_host);
   cr_assert_eq(e.port, rt_port());
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(observe, a_killed_connection_is_one_disconnect_before_its_reconnect) {
@@ -617,8 +617,8 @@ Test(observe, a_killed_connection_is_one_disconnect_before_its_reconnect) {
   /* closing is not a disconnect */
   rlock_free(l);
   rlock_free(lh);
-  rlock_client_close(c);
-  rlock_client_close(h);
+  rlock_client_free(c);
+  rlock_client_free(h);
   cr_assert_eq(rec_count(&rh, RLOCK_EVENT_DISCONNECTED), 0, "close told");
   cr_assert_eq(rec_count(&r, RLOCK_EVENT_DISCONNECTED), 2, "close told");
   cr_assert_eq(r.dropped, 0);
@@ -648,8 +648,8 @@ Test(observe, a_killed_subscriber_resubscribes_a_waiter) {
   cr_assert_eq(e.cause, 1, "the subscriber connection");
   rlock_free(la);
   rlock_free(lb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* ---- bad input ---- */
@@ -669,7 +669,7 @@ Test(observe, a_handler_that_blocks_gets_edeadlk) {
   cr_assert_eq(r.block_rc, RLOCK_EDEADLK, "%s", rlock_err_name(r.block_rc));
   rlock_free(r.block_on);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(observe, a_smaller_struct_is_filled_only_as_far_as_it_reaches) {
@@ -688,7 +688,7 @@ Test(observe, a_smaller_struct_is_filled_only_as_far_as_it_reaches) {
   memset(raw, 0xAB, sizeof(raw));
   rlock_stats *s = (rlock_stats *)(void *)raw;
   s->struct_size = cut;
-  cr_assert_eq(rlock_client_stats_get(c, s), 0, "%s", rlock_last_error());
+  cr_assert_eq(rlock_client_stats(c, s), 0, "%s", rlock_last_error());
   cr_assert_eq(s->struct_size, cut);
   cr_assert_eq(s->acquisitions, 3);
   cr_assert_eq(s->acquisitions_contended, 0);
@@ -707,12 +707,12 @@ Test(observe, a_smaller_struct_is_filled_only_as_far_as_it_reaches) {
   rlock_stats bad;
   rlock_stats_init(&bad);
   bad.struct_size = 0;
-  cr_assert_eq(rlock_client_stats_get(c, &bad), RLOCK_EINVAL);
+  cr_assert_eq(rlock_client_stats(c, &bad), RLOCK_EINVAL);
   cr_assert_neq(rlock_last_error()[0], '\0');
   bad.struct_size = sizeof(rlock_stats) + 8;
-  cr_assert_eq(rlock_client_stats_get(c, &bad), RLOCK_EINVAL);
-  cr_assert_eq(rlock_client_stats_get(NULL, &bad), RLOCK_EINVAL);
-  cr_assert_eq(rlock_client_stats_get(c, NULL), RLOCK_EINVAL);
+  cr_assert_eq(rlock_client_stats(c, &bad), RLOCK_EINVAL);
+  cr_assert_eq(rlock_client_stats(NULL, &bad), RLOCK_EINVAL);
+  cr_assert_eq(rlock_client_stats(c, NULL), RLOCK_EINVAL);
   cr_assert_eq(rlock_stats_format_json(NULL, buf, sizeof(buf), NULL),
                RLOCK_EINVAL);
   rlock_stats ok;
@@ -720,7 +720,7 @@ Test(observe, a_smaller_struct_is_filled_only_as_far_as_it_reaches) {
   cr_assert_eq(rlock_stats_format_prometheus(&ok, NULL, 10, NULL),
                RLOCK_EINVAL);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- the formatters ---- */
@@ -1017,7 +1017,7 @@ Test(observe, prometheus_and_json_are_valid) {
   json_check(buf, 8);
   free(buf);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- lease at risk ---- */
@@ -1031,7 +1031,7 @@ static bool renewed_since(void *arg) {
   renewed_wait *w = arg;
   rlock_stats s;
   rlock_stats_init(&s);
-  return rlock_client_stats_get(w->c, &s) == 0 &&
+  return rlock_client_stats(w->c, &s) == 0 &&
          s.renewals_confirmed > w->after;
 }
 
@@ -1070,7 +1070,7 @@ Test(observe, a_paused_server_puts_the_lease_at_risk_once) {
    * nothing more is said while it stays up. */
   rt_sleep_ms(2500);
   int64_t until = 0;
-  cr_assert_eq(rlock_lease_guaranteed(l, &until), 1, "%s",
+  cr_assert_eq(rlock_is_lease_guaranteed(l, &until), 1, "%s",
                rlock_last_error());
   cr_assert_gt(until - rlock_now_ms(), 1000);
   cr_assert_eq(rec_count(&r, RLOCK_EVENT_LEASE_AT_RISK), 1);
@@ -1078,7 +1078,7 @@ Test(observe, a_paused_server_puts_the_lease_at_risk_once) {
   cr_assert_eq(stats_of(c).lease_at_risk, 1);
   cr_assert_eq(rlock_unlock(l), 1, "%s", rlock_last_error());
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(observe, an_explicit_lease_is_at_risk_once_near_its_end) {
@@ -1102,7 +1102,7 @@ Test(observe, an_explicit_lease_is_at_risk_once_near_its_end) {
   rt_sleep_ms(800); /* the lease ran out: still said once */
   cr_assert_eq(rec_count(&r, RLOCK_EVENT_LEASE_AT_RISK), 1);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(observe, lease_risk_off_says_nothing) {
@@ -1126,8 +1126,8 @@ Test(observe, lease_risk_off_says_nothing) {
   o.lease_risk_ms = -2;
   rlock_client *bad = NULL;
   o.uri = rt_uri();
-  cr_assert_eq(rlock_client_open(&bad, &o), RLOCK_EINVAL);
+  cr_assert_eq(rlock_client_new(&bad, &o), RLOCK_EINVAL);
   cr_assert_null(bad);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }

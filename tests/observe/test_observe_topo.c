@@ -30,7 +30,7 @@ static void on_event(const rlock_event *ev, void *data) {
 static rlock_stats stats_of(rlock_client *c) {
   rlock_stats s;
   rlock_stats_init(&s);
-  cr_assert_eq(rlock_client_stats_get(c, &s), 0, "%s", rlock_last_error());
+  cr_assert_eq(rlock_client_stats(c, &s), 0, "%s", rlock_last_error());
   return s;
 }
 
@@ -73,5 +73,5 @@ Test(observe_topo, replica_sync_outcomes_are_counted) {
   pthread_mutex_unlock(&g.mu);
   rlock_free(l1);
   rlock_free(l2);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }

@@ -26,7 +26,7 @@ typedef struct hammer {
 static void hammer_run(void *arg) {
   hammer *h = arg;
   rlock *l = NULL;
-  if (rlock_get(h->c, h->key, &l) != 0) {
+  if (rlock_new(h->c, h->key, &l) != 0) {
     atomic_fetch_add(&h->errors, 1);
     return;
   }
@@ -88,8 +88,8 @@ static void other_client_gets_its_turn(int handoff_max) {
   cr_assert_gt(atomic_load(&h.acquisitions), before,
                "the local threads went on");
   rlock_free(lb);
-  rlock_client_close(b);
-  rlock_client_close(a);
+  rlock_client_free(b);
+  rlock_client_free(a);
 }
 
 Test(handoff, other_client_not_starved_default_bound) {
@@ -132,7 +132,7 @@ Test(handoff, release_still_publishes) {
   while (atomic_load(&o2_status) == -100 && rt_now_ms() - t0 < 3000)
     rt_sleep_ms(1);
   cr_assert_eq(atomic_load(&o2_status), 1, "o2 got the lock");
-  cr_assert_eq(rlock_is_held_by_owner(l, o2), 1);
+  cr_assert_eq(rlock_is_held_owner(l, o2), 1);
   r = NULL;
   cr_assert_eq(redisGetReply(sub, (void **)&r), REDIS_OK,
                "no release message was published");
@@ -143,5 +143,5 @@ Test(handoff, release_still_publishes) {
   cr_assert_eq(rlock_unlock_owner(l, o2), 1);
   redisFree(sub);
   rlock_free(l);
-  rlock_client_close(a);
+  rlock_client_free(a);
 }

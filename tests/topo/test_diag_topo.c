@@ -55,7 +55,7 @@ Test(diag_sentinel, failover_says_the_master_moved_once) {
   REC_EXPECT(&rec, 1, RLOCK_DIAG_INFO, "reconnected to", to, "(commands)");
   REC_EXPECT(&rec, 0, RLOCK_DIAG_ERROR);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- Cluster ---- */
@@ -90,5 +90,5 @@ Test(diag_cluster, first_slot_map_and_pubsub_mode) {
     REC_EXPECT(&rec, 1, RLOCK_DIAG_INFO, "connected to", at, "(commands)");
   }
   REC_EXPECT(&rec, 0, RLOCK_DIAG_WARN);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }

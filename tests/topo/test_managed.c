@@ -39,7 +39,7 @@ Test(sentinel_nowait, acquires_succeed_sync_reported_off) {
   /* The same through the public call, as rlock status prints it. */
   rlock_client_caps caps;
   rlock_client_caps_init(&caps);
-  TC_EQ(rlock_client_caps_get(c, &caps), 0, "rlock_client_caps_get");
+  TC_EQ(rlock_client_capabilities(c, &caps), 0, "rlock_client_capabilities");
   cr_assert_eq(caps.replica_sync_off, 1);
   cr_assert_str_eq(caps.replica_sync_note, report);
   /* A caller built with a header that knew only struct_size gets nothing
@@ -50,14 +50,14 @@ Test(sentinel_nowait, acquires_succeed_sync_reported_off) {
   } old_caller;
   memset(&old_caller, 0x5a, sizeof old_caller);
   old_caller.caps.struct_size = sizeof(size_t);
-  TC_EQ(rlock_client_caps_get(c, &old_caller.caps), 0, "short struct");
+  TC_EQ(rlock_client_capabilities(c, &old_caller.caps), 0, "short struct");
   cr_assert_eq(old_caller.caps.replica_sync_off, 0x5a5a5a5a);
   cr_assert_eq(old_caller.guard, 0x5a);
   old_caller.caps.struct_size = sizeof(rlock_client_caps) + 1;
-  TC_EQ(rlock_client_caps_get(c, &old_caller.caps), RLOCK_EINVAL,
+  TC_EQ(rlock_client_capabilities(c, &old_caller.caps), RLOCK_EINVAL,
         "struct_size too large");
-  TC_EQ(rlock_client_caps_get(NULL, &caps), RLOCK_EINVAL, "NULL client");
-  TC_EQ(rlock_client_caps_get(c, NULL), RLOCK_EINVAL, "NULL caps");
+  TC_EQ(rlock_client_capabilities(NULL, &caps), RLOCK_EINVAL, "NULL client");
+  TC_EQ(rlock_client_capabilities(c, NULL), RLOCK_EINVAL, "NULL caps");
   char name[64];
   rt_key(name, sizeof name, "nowait");
   rlock *l = tc_lock(c, name);
@@ -69,7 +69,7 @@ Test(sentinel_nowait, acquires_succeed_sync_reported_off) {
   cr_assert_eq(rlock__net_sync_report(rlock__client_net(c)), report,
                "reported once");
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 static void losewait_init(void) {
@@ -99,7 +99,7 @@ Test(sentinel_losewait, failover_to_a_master_without_wait) {
   rlock_client *c = tc_open(rt_sentinel_uri(), &o);
   rlock_client_caps caps;
   rlock_client_caps_init(&caps);
-  TC_EQ(rlock_client_caps_get(c, &caps), 0, "caps before");
+  TC_EQ(rlock_client_capabilities(c, &caps), 0, "caps before");
   cr_assert_eq(caps.replica_sync_off, 0, "note: %s", caps.replica_sync_note);
   char name[64];
   rt_key(name, sizeof name, "losewait");
@@ -140,7 +140,7 @@ Test(sentinel_losewait, failover_to_a_master_without_wait) {
                  "a failed acquire (%d) left the key", rc);
     rt_topo_sleep_ms(200);
   }
-  TC_EQ(rlock_client_caps_get(c, &caps), 0, "caps after");
+  TC_EQ(rlock_client_capabilities(c, &caps), 0, "caps after");
   cr_assert_eq(caps.replica_sync_off, 1);
   char port_s[16];
   snprintf(port_s, sizeof port_s, ":%d", next);
@@ -148,7 +148,7 @@ Test(sentinel_losewait, failover_to_a_master_without_wait) {
                 strstr(caps.replica_sync_note, "unknown command") != NULL,
             "note: %s", caps.replica_sync_note);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* Diagnostics (issue 28, item 1): the master the sentinels name is said
@@ -178,12 +178,12 @@ Test(sentinel_nowait, diagnostics_say_replica_sync_off_once) {
   REC_EXPECT(&rec, 1, -1, "replica sync");
   rlock_client_caps caps;
   rlock_client_caps_init(&caps);
-  TC_EQ(rlock_client_caps_get(c, &caps), 0, "caps");
+  TC_EQ(rlock_client_capabilities(c, &caps), 0, "caps");
   /* In the same words as the caps note. */
   REC_EXPECT(&rec, 1, RLOCK_DIAG_WARN, caps.replica_sync_note);
   REC_EXPECT(&rec, 1, RLOCK_DIAG_DEBUG, "probes on", at, "WAIT no");
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- a cluster ---- */
@@ -236,7 +236,7 @@ Test(managed_cluster, shardnumsub_probe_has_a_channel) {
   cr_assert(strstr(seen, "\"PUBSUB\" \"SHARDNUMSUB\"\n") == NULL,
             "a bare probe was sent:\n%s", seen);
   cr_assert(rlock__client_net(c)->sharded, "not sharded after the probe");
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- WAITAOF ---- */
@@ -313,8 +313,8 @@ Test(sentinel_aof, auto_uses_waitaof_where_known) {
             "WAIT mode:\n%s", seen);
   rlock_free(l);
   rlock_free(lw);
-  rlock_client_close(cw);
-  rlock_client_close(c);
+  rlock_client_free(cw);
+  rlock_client_free(c);
 }
 
 /* PX_N locks with a 1 s watchdog, taken through the slot proxy. */
@@ -371,7 +371,7 @@ static void px_unlock_all(px_locks *p) {
     TC_EQ(rlock_unlock(p->locks[i]), 1, "unlock through the proxy");
     rlock_free(p->locks[i]);
   }
-  rlock_client_close(p->c);
+  rlock_client_free(p->c);
   rt_slot_proxy_stop();
 }
 
@@ -467,11 +467,11 @@ Test(managed_cluster, client_setinfo_where_known) {
   /* Every master here has WAIT: replica sync stays on. */
   rlock_client_caps caps;
   rlock_client_caps_init(&caps);
-  TC_EQ(rlock_client_caps_get(c, &caps), 0, "rlock_client_caps_get");
+  TC_EQ(rlock_client_capabilities(c, &caps), 0, "rlock_client_capabilities");
   cr_assert_eq(caps.replica_sync_off, 0, "%s", caps.replica_sync_note);
   cr_assert_str_empty(caps.replica_sync_note);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- commands a managed service disables ---- */
@@ -518,11 +518,11 @@ static void main_paths(const char *uri, int master) {
   TC_EQ(rlock_unlock(lw), 1, "unlock watchdog lock");
 
   rlock *lf = NULL, *lr = NULL, *lwr = NULL;
-  cr_assert_eq(rlock_get_fair(a, fair, &lf), 0);
+  cr_assert_eq(rlock_new_fair(a, fair, &lf), 0);
   TC_EQ(rlock_try_lock(lf, 1000, 10000), 1, "fair lock");
   TC_EQ(rlock_unlock(lf), 1, "fair unlock");
-  cr_assert_eq(rlock_get_read(a, rw, &lr), 0);
-  cr_assert_eq(rlock_get_write(b, rw, &lwr), 0);
+  cr_assert_eq(rlock_new_read(a, rw, &lr), 0);
+  cr_assert_eq(rlock_new_write(b, rw, &lwr), 0);
   TC_EQ(rlock_try_lock(lr, 0, 10000), 1, "read lock");
   TC_EQ(rlock_try_lock(lwr, 0, 10000), 0, "write lock while read held");
   TC_EQ(rlock_unlock(lr), 1, "read unlock");
@@ -530,13 +530,13 @@ static void main_paths(const char *uri, int master) {
   TC_EQ(rlock_unlock(lwr), 1, "write unlock");
 
   rlock_semaphore *s = NULL;
-  cr_assert_eq(rlock_semaphore_get(a, sem, &s), 0);
+  cr_assert_eq(rlock_semaphore_new(a, sem, &s), 0);
   TC_EQ(rlock_semaphore_try_set_permits(s, 1, 0), 1, "set permits");
   TC_EQ(rlock_semaphore_try_acquire(s, 1, 0), 1, "acquire a permit");
   TC_EQ(rlock_semaphore_try_acquire(s, 1, 0), 0, "no permit left");
   TC_EQ(rlock_semaphore_release(s, 1), 0, "release the permit");
   rlock_latch *l = NULL;
-  cr_assert_eq(rlock_latch_get(b, latch, &l), 0);
+  cr_assert_eq(rlock_latch_new(b, latch, &l), 0);
   TC_EQ(rlock_latch_try_set_count(l, 1), 1, "latch count");
   TC_EQ(rlock_latch_count_down(l), 0, "count down");
   TC_EQ(rlock_latch_await(l, 1000), 1, "latch open");
@@ -549,8 +549,8 @@ static void main_paths(const char *uri, int master) {
   rlock_free(lw);
   rlock_free(la);
   rlock_free(lb);
-  rlock_client_close(b);
-  rlock_client_close(a);
+  rlock_client_free(b);
+  rlock_client_free(a);
 }
 
 /* CONFIG, DEBUG, KEYS, MONITOR, SCRIPT, FLUSHALL, FLUSHDB, BGSAVE and

@@ -27,8 +27,8 @@ static inline rlock_client *tc_open(const char *uri, rlock_options *o) {
   o->uri = uri;
   rlock_client *c = NULL;
   int64_t t0 = rt_now_ms();
-  int rc = rlock_client_open(&c, o);
-  cr_assert_eq(rc, 0, "rlock_client_open(%s): %s (%s) after %lld ms", uri,
+  int rc = rlock_client_new(&c, o);
+  cr_assert_eq(rc, 0, "rlock_client_new(%s): %s (%s) after %lld ms", uri,
                rlock_err_name(rc), rlock_last_error(),
                (long long)(rt_now_ms() - t0));
   cr_assert(c != NULL);
@@ -37,8 +37,8 @@ static inline rlock_client *tc_open(const char *uri, rlock_options *o) {
 
 static inline rlock *tc_lock(rlock_client *c, const char *name) {
   rlock *l = NULL;
-  int rc = rlock_get(c, name, &l);
-  cr_assert_eq(rc, 0, "rlock_get(%s): %s", name, rlock_err_name(rc));
+  int rc = rlock_new(c, name, &l);
+  cr_assert_eq(rc, 0, "rlock_new(%s): %s", name, rlock_err_name(rc));
   return l;
 }
 

@@ -1661,8 +1661,7 @@ typedef struct rlock_guarded_write {
 } rlock_guarded_write;
 
 static inline void rlock_guarded_write_init(rlock_guarded_write *w) {
-  rlock_guarded_write zero = {0};
-  *w = zero;
+  memset(w, 0, sizeof(*w));
   w->struct_size = sizeof(*w);
 }
 

@@ -939,7 +939,7 @@ RLOCK_EXTERN int rlock_client_interrupt(rlock_client *client, uint64_t owner);
  * Each call queues the operation and returns at once. Contract (as libuv):
  * if the call returns an error, the callback never fires; otherwise it fires
  * exactly once, on the client's loop thread - with RLOCK_ECANCELED after
- * rlock_req_cancel()/rlock_interrupt(), with RLOCK_ECLOSED when the client is
+ * rlock_req_cancel()/rlock_client_interrupt(), with RLOCK_ECLOSED when the client is
  * closed first. Callbacks must not block and must not make blocking rlock
  * calls (RLOCK_EDEADLK); they may start other async calls, cancel, and close
  * the client.

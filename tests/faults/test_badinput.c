@@ -99,7 +99,7 @@ static void row_brace_name(row_result *r) {
   cr_assert_eq(rt_numsub(wrong), 0, "subscribed to '%s' (braces added to a "
                "name that already has '{')", wrong);
   int64_t t_unlock = rt_now_ms();
-  cr_assert_eq(rlock_unlock(held), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(held), 0, "%s", rlock_last_error());
   fk_job_wait_done(&waiter, 5000, "waiter");
   cr_assert_eq(waiter.rc, 1, "%" PRId64 " %s", waiter.rc, waiter.err);
   cr_assert_lt(waiter.t_end - t_unlock, 1000,
@@ -194,7 +194,7 @@ static void row_lease_too_long(row_result *r) {
                rlock_last_error());
   long long pttl = rt_pttl(key);
   cr_assert(pttl > max - 60000 && pttl <= max, "pttl %lld", pttl);
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   rlock_free(lock);
   rlock_client_free(c);
 }
@@ -219,7 +219,7 @@ static void wait_forever(row_result *r, int64_t wait_ms) {
                 "%" PRId64 " %s while the lock was held", wait_ms, waiter.rc,
                 waiter.err);
   int64_t t_unlock = rt_now_ms();
-  cr_assert_eq(rlock_unlock(held), 1);
+  cr_assert_eq(rlock_unlock(held), 0);
   fk_job_wait_done(&waiter, 5000, "waiter after the unlock");
   r->rc = waiter.rc;
   snprintf(r->err, sizeof r->err, "%s", waiter.err);
@@ -279,7 +279,7 @@ static void row_double_unlock(row_result *r) {
   rlock_client *c = row_client();
   rlock *lock = rt_lock(c, key);
   cr_assert_eq(rlock_lock(lock, -1), 0, "%s", rlock_last_error());
-  cr_assert_eq(rlock_unlock(lock), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(lock), 0, "%s", rlock_last_error());
   note(r, rlock_unlock(lock));
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(lock);
@@ -365,7 +365,7 @@ static void row_close_while_waiting(row_result *r) {
   r->rc = jobs[0].rc;
   snprintf(r->err, sizeof r->err, "%s", jobs[0].err);
   rlock_free(waited);
-  cr_assert_eq(rlock_unlock(held), 1);
+  cr_assert_eq(rlock_unlock(held), 0);
   rlock_free(held);
   rlock_client_free(hc);
 }
@@ -424,7 +424,7 @@ static void row_wrong_password(row_result *r) {
                rlock_err_name(rc), rlock_last_error());
   rlock *lock = rt_lock(c, "fk-auth-ok");
   cr_assert_eq(rlock_try_lock(lock, 0, 5000), 1, "%s", rlock_last_error());
-  cr_assert_eq(rlock_unlock(lock), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(lock), 0, "%s", rlock_last_error());
   rlock_free(lock);
   rlock_client_free(c);
 }
@@ -546,7 +546,7 @@ static void assert_woken_by_release(rlock *held, fk_job *waiter,
   rt_lock_channel(chan, sizeof chan, key);
   rt_wait_until_what(has_subscriber, chan, 5000, "waiter subscribed");
   int64_t t_unlock = rt_now_ms();
-  cr_assert_eq(rlock_unlock(held), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(held), 0, "%s", rlock_last_error());
   fk_job_wait_done(waiter, 5000, "waiter");
   cr_assert_eq(waiter->rc, 1, "waiter: %" PRId64 " %s", waiter->rc,
                waiter->err);

@@ -212,7 +212,7 @@ static void peer_release_wakes_rlock(peer_kind kind) {
                  latency, peer_label(p), m[i]);
     assert_owner_field(name, w.owner, "1");
     rl_worker_finish(&w);
-    cr_assert_eq(w.unlock_rc[0], 1, "rlock_unlock: %d", w.unlock_rc[0]);
+    cr_assert_eq(w.unlock_rc[0], 0, "rlock_unlock: %d", w.unlock_rc[0]);
     cr_assert_eq(owner_exists(name), 0);
     rlock_free(lock);
   }
@@ -255,7 +255,7 @@ static void rlock_release_wakes_peer(peer_kind kind) {
               peer_label(p));
 
     int64_t t_release = rt_now_ms();
-    cr_assert_eq(rlock_unlock(lock), 1);
+    cr_assert_eq(rlock_unlock(lock), 0);
     const char *took = peer_expect(p, "ACQUIRED", REPLY_BOUND_MS);
     int64_t latency = net_ms(t_release, rt_now_ms());
     interop_report("cluster, master %d: rlock releases -> %s acquires: "
@@ -307,7 +307,7 @@ static void reentrancy_not_owner(peer_kind kind) {
               LONG_LEASE_MS);
     assert_owner_field(name, me, "2");
     cr_assert_eq(rlock_unlock(lock), 0);
-    cr_assert_eq(rlock_unlock(lock), 1);
+    cr_assert_eq(rlock_unlock(lock), 0);
     cr_assert_eq(owner_exists(name), 0);
 
     peer_call(p, "ACQUIRED", REPLY_BOUND_MS, "lock %s %d", name,
@@ -369,7 +369,7 @@ static void counter_main(void *arg) {
     if (l)
       freeReplyObject(l);
     rc = rlock_unlock(t->lock);
-    if (!ok || rc != 1) {
+    if (!ok || rc != 0) {
       snprintf(t->error, sizeof t->error, "round %d: SET %s, unlock %s (%s)",
                i, ok ? "ok" : "failed", rlock_err_name(rc),
                rlock_last_error());
@@ -519,7 +519,7 @@ static void watchdog_across_slots(peer_kind kind) {
     rt_sleep_ms(500);
   }
   for (int i = 0; i < N_MASTERS; i++) {
-    cr_assert_eq(rlock_unlock(locks[i]), 1);
+    cr_assert_eq(rlock_unlock(locks[i]), 0);
     cr_assert_eq(owner_exists(names[i]), 0);
     rlock_free(locks[i]);
   }
@@ -554,7 +554,7 @@ static void crashed_peer_expires(peer_kind kind) {
                 "before its 3000 ms lease", (long long)at);
   interop_report("cluster: a crashed %s peer's 3000 ms lock went to rlock "
                  "after %" PRId64 " ms", kind_name(kind), at);
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   rlock_free(lock);
   rlock_client_free(c);
 }
@@ -641,7 +641,7 @@ static void wire_on_owner(peer_kind kind) {
   peer_send(p, "lock %s %d", name, LONG_LEASE_MS);
   peer_expect_event(p, "WAITING", REPLY_BOUND_MS);
   wait_subscribers(channel, sharded, 1);
-  cr_assert_eq(rlock_unlock(lock), 1); /* rlock's message */
+  cr_assert_eq(rlock_unlock(lock), 0); /* rlock's message */
   peer_expect(p, "ACQUIRED", REPLY_BOUND_MS);
   rl_worker w = {0};
   rl_worker_start(&w, c, lock, 10000, LONG_LEASE_MS);
@@ -838,12 +838,12 @@ Test(interop_cluster, kinds_java_sharded_both_ways) {
   cr_assert_lt(fair_ms, WAKE_BOUND_MS, "fair: %" PRId64 " ms", fair_ms);
   /* ...and rlock's unlock wakes the peer queued behind it. */
   rl_worker_finish(&w);
-  cr_assert_eq(w.unlock_rc[0], 1);
+  cr_assert_eq(w.unlock_rc[0], 0);
   cr_assert_eq(rlock_lock(fl, LONG_LEASE_MS), 0);
   peer_send(p, "flock %s %d", fair, LONG_LEASE_MS);
   peer_expect_event(p, "WAITING", REPLY_BOUND_MS);
   t0 = rt_now_ms();
-  cr_assert_eq(rlock_unlock(fl), 1);
+  cr_assert_eq(rlock_unlock(fl), 0);
   peer_expect(p, "ACQUIRED", REPLY_BOUND_MS);
   fair_ms = net_ms(t0, rt_now_ms());
   cr_assert_lt(fair_ms, WAKE_BOUND_MS, "fair, to the peer: %" PRId64 " ms",

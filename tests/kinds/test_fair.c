@@ -327,7 +327,7 @@ Test(fair, fifo_order_across_two_processes) {
     rt_wait_until_what(subscribed, ch, 5000, "the waiter's own channel");
   }
   cr_assert_eq(rt_numsub(n.chan), 0, "nobody listens on the base channel");
-  cr_assert_eq(rlock_unlock_owner(l, 999), 1);
+  cr_assert_eq(rlock_unlock_owner(l, 999), 0);
   int64_t end = rt_now_ms() + 15000;
   while (atomic_load(&sh->done) < FIFO_N && rt_now_ms() < end)
     rt_sleep_ms(5);
@@ -399,18 +399,18 @@ Test(fair, java_layout_and_score_arithmetic) {
   rt_wait_until_what(subscribed, c3, 5000, "P3's channel");
   long long s3 = zscore(n.timeout, p3);
 
-  cr_assert_eq(rlock_unlock_owner(la, 1), 1);
+  cr_assert_eq(rlock_unlock_owner(la, 1), 0);
   cr_assert_eq(waiter_wait(&w2, 5000, "P2 acquires"), 1);
   cr_assert_eq(zscore(n.timeout, p3), s3 - 20000,
                "those behind move up by the acquirer's wait");
   cr_assert_eq(zscore(n.timeout, p2), -1, "the acquirer left the set");
   cr_assert_eq(rt_int("LLEN %s", n.queue), 1);
   cr_assert_eq(atomic_load(&w3.status), PENDING, "P3 still waits");
-  cr_assert_eq(rlock_unlock_owner(lb, 2), 1);
+  cr_assert_eq(rlock_unlock_owner(lb, 2), 0);
   cr_assert_eq(waiter_wait(&w3, 5000, "P3 acquires"), 1);
   cr_assert_eq(rlock_hold_count_owner(lb, 3), 1);
   wait_queue_empty(&n, "both left the queue");
-  cr_assert_eq(rlock_unlock_owner(lb, 3), 1);
+  cr_assert_eq(rlock_unlock_owner(lb, 3), 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(la);
   rlock_free(lb);
@@ -447,19 +447,19 @@ Test(fair, release_tells_only_the_first_waiter) {
 
   sniffer s;
   sniff_start(&s, &n);
-  cr_assert_eq(rlock_unlock_owner(la, 1), 1);
+  cr_assert_eq(rlock_unlock_owner(la, 1), 0);
   cr_assert_eq(waiter_wait(&x, 5000, "the first waiter acquires"), 1);
   sniff_collect(&s);
   cr_assert_eq(s.n, 1, "one message for one release (got %d)", s.n);
   cr_assert_str_eq(s.chan[0], c1);
   cr_assert_str_eq(s.payload[0], "0");
   cr_assert_eq(atomic_load(&y.status), PENDING);
-  cr_assert_eq(rlock_unlock_owner(lb, 2), 1);
+  cr_assert_eq(rlock_unlock_owner(lb, 2), 0);
   cr_assert_eq(waiter_wait(&y, 5000, "the second waiter acquires"), 1);
   sniff_collect(&s);
   cr_assert_eq(s.n, 2, "got %d messages", s.n);
   cr_assert_str_eq(s.chan[1], c2);
-  cr_assert_eq(rlock_unlock_owner(lb, 3), 1);
+  cr_assert_eq(rlock_unlock_owner(lb, 3), 0);
   sniff_collect(&s);
   cr_assert_eq(s.n, 2, "the last release has nobody to tell");
   sniff_stop(&s);
@@ -505,7 +505,7 @@ Test(fair, dead_head_is_pruned_without_busy_looping) {
             "%lld scripts in ~2 s: a busy loop", scripts);
   cr_assert_eq(rt_exists(n.queue), 0, "ghost pruned, we left the queue");
   cr_assert_eq(rt_exists(n.timeout), 0);
-  cr_assert_eq(rlock_unlock_owner(l, 7), 1);
+  cr_assert_eq(rlock_unlock_owner(l, 7), 0);
   rlock_free(l);
   rlock_client_free(a);
 }
@@ -544,10 +544,10 @@ Test(fair, timeout_leaves_the_queue_and_moves_those_behind_up) {
   cr_assert(rt_now_ms() - t0 < 1500);
   wait_len(n.queue, 1, "the blocking try left the queue");
   cr_assert_eq(rt_int("ZCARD %s", n.timeout), 1);
-  cr_assert_eq(rlock_unlock_owner(la, 1), 1);
+  cr_assert_eq(rlock_unlock_owner(la, 1), 0);
   cr_assert_eq(waiter_wait(&y, 5000, "the long waiter acquires"), 1);
   wait_queue_empty(&n, "empty");
-  cr_assert_eq(rlock_unlock_owner(lb, 3), 1);
+  cr_assert_eq(rlock_unlock_owner(lb, 3), 0);
   rlock_free(la);
   rlock_free(lb);
   rlock_client_free(a);
@@ -590,7 +590,7 @@ Test(fair, cancel_interrupt_and_close_leave_no_entry) {
   cr_assert_eq(rt_exists(n.timeout), 0);
   rlock_free(lc);
 
-  cr_assert_eq(rlock_unlock_owner(la, 1), 1);
+  cr_assert_eq(rlock_unlock_owner(la, 1), 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(la);
   rlock_free(lb);
@@ -624,7 +624,7 @@ Test(fair, give_up_then_close_leaves_no_entry_after_script_flush) {
                  "queue entry behind", round);
     cr_assert_eq(rt_exists(n.timeout), 0, "round %d", round);
   }
-  cr_assert_eq(rlock_unlock_owner(la, 1), 1);
+  cr_assert_eq(rlock_unlock_owner(la, 1), 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(la);
   rlock_client_free(a);
@@ -665,7 +665,7 @@ Test(fair, first_waiter_leaving_a_free_lock_tells_the_next) {
   cr_assert_eq(waiter_wait(&y, 3000, "second acquires when told"), 1);
   cr_assert(rt_now_ms() - t0 < 2000);
   wait_queue_empty(&n, "empty");
-  cr_assert_eq(rlock_unlock_owner(lb, 3), 1);
+  cr_assert_eq(rlock_unlock_owner(lb, 3), 0);
   rlock_free(la);
   rlock_free(lb);
   rlock_client_free(a);
@@ -691,9 +691,9 @@ Test(fair, single_attempt_never_queues) {
   cr_assert_eq(calls("lrem") + calls("evalsha") + calls("eval"), 1,
                "one script, no queue-leave");
   cr_assert_eq(rlock_unlock_owner(la, 1), 0);
-  cr_assert_eq(rlock_unlock_owner(la, 1), 1);
+  cr_assert_eq(rlock_unlock_owner(la, 1), 0);
   cr_assert_eq(rlock_try_lock_owner(lb, 2, 0, 30000), 1);
-  cr_assert_eq(rlock_unlock_owner(lb, 2), 1);
+  cr_assert_eq(rlock_unlock_owner(lb, 2), 0);
   rlock_free(la);
   rlock_free(lb);
   rlock_client_free(a);
@@ -769,7 +769,7 @@ static void mx_run(void *arg) {
     sched_yield();
     m->counter = c + 1;
     atomic_fetch_sub(&m->inside, 1);
-    if (rlock_unlock(x->lock) != 1)
+    if (rlock_unlock(x->lock) != 0)
       atomic_fetch_add(&m->errors, 1);
   }
 }
@@ -845,7 +845,7 @@ Test(fair, unlock_not_held_is_enotowner) {
   cr_assert_eq(rlock_lock_owner(lb, 5, 30000), 0);
   cr_assert_eq(rlock_unlock(la), RLOCK_ENOTOWNER);
   cr_assert_eq(rlock_hold_count_owner(lb, 5), 1, "the holder is untouched");
-  cr_assert_eq(rlock_unlock_owner(lb, 5), 1);
+  cr_assert_eq(rlock_unlock_owner(lb, 5), 0);
   rt_int("RPUSH %s ghost-uuid:1", n.queue);
   rt_int("ZADD %s %lld ghost-uuid:1", n.timeout, wall_ms() + 60000);
   sniffer s;

@@ -188,7 +188,7 @@ Test(rwlock, readers_share_and_the_writer_waits_for_the_last_one) {
   int released_n = 0;
   for (int i = 0; i < 3; i++) {
     int rc = atomic_load(&args[i].rc_unlock);
-    cr_assert(rc == 1, "reader %d unlock: %d", i, rc);
+    cr_assert(rc == 0, "reader %d unlock: %d", i, rc);
     released_n++;
   }
   cr_assert_eq(released_n, 3);
@@ -204,7 +204,7 @@ Test(rwlock, readers_share_and_the_writer_waits_for_the_last_one) {
   hget_eq(key, wfield, "1");
   cr_assert_eq(rlock_is_locked(lw), 1);
   cr_assert_eq(rlock_is_locked(ra), 0, "a pure write hold is not read-locked");
-  cr_assert_eq(rlock_unlock_owner(lw, wowner), 1);
+  cr_assert_eq(rlock_unlock_owner(lw, wowner), 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(ra);
   rlock_free(rb);
@@ -257,7 +257,7 @@ Test(rwlock, read_reentry_timeout_keys_and_ttl) {
   ph = rt_pttl(key);
   cr_assert(ph > 3000 && ph <= 5000, "down to hold 1's key: %lld", ph);
   hget_eq(key, owner, "1");
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   cr_assert_eq(rt_exists(key), 0);
   cr_assert_eq(rt_exists(k1), 0);
   cr_assert_eq(rlock_unlock(l), RLOCK_ENOTOWNER);
@@ -277,7 +277,7 @@ Test(rwlock, braced_name_keys_and_channel) {
   redisContext *s = subscriber(chan, 3000);
   cr_assert_eq(rlock_lock(l, 8000), 0);
   cr_assert_eq(rt_exists(k1), 1, "%s", k1);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   char msg[16] = "";
   cr_assert(next_message(s, msg, sizeof msg), "a message on %s", chan);
   cr_assert_str_eq(msg, "0", "a read unlock publishes 0");
@@ -305,7 +305,7 @@ Test(rwlock, write_reentry_ttl_is_additive) {
   cr_assert_eq(rlock_unlock(l), 0);
   ph = rt_pttl(key);
   cr_assert(ph > 4000 && ph <= 5000, "re-applied lease: %lld", ph);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   cr_assert_eq(rt_exists(key), 0);
   cr_assert_eq(rlock_unlock(l), RLOCK_ENOTOWNER);
   rlock_free(l);
@@ -342,7 +342,7 @@ Test(rwlock, writer_takes_read_and_downgrades_without_publish) {
   cr_assert_eq(atomic_load(&g.status), 0, "a reader waits for the writer");
   redisContext *s = subscriber(chan, 3000);
   int64_t t0 = rt_now_ms();
-  cr_assert_eq(rlock_unlock(lw), 1, "write unlock releases the write hold");
+  cr_assert_eq(rlock_unlock(lw), 0, "write unlock releases the write hold");
   hget_eq(key, "mode", "read");
   hget_eq(key, field, NULL);
   hget_eq(key, owner, "1");
@@ -351,9 +351,9 @@ Test(rwlock, writer_takes_read_and_downgrades_without_publish) {
   rt_wait_until_what(got_done, &g, 3000, "the local reader gets in");
   cr_assert_eq(atomic_load(&g.status), 1);
   cr_assert(atomic_load(&g.at_ms) - t0 < 2000);
-  cr_assert_eq(rlock_unlock_owner(lr, other), 1);
+  cr_assert_eq(rlock_unlock_owner(lr, other), 0);
   cr_assert_eq(rt_exists(key), 1, "the downgraded read hold remains");
-  cr_assert_eq(rlock_unlock(lr), 1);
+  cr_assert_eq(rlock_unlock(lr), 0);
   cr_assert_eq(rt_exists(key), 0);
   char msg[16] = "";
   cr_assert(next_message(s, msg, sizeof msg));
@@ -381,7 +381,7 @@ Test(rwlock, reader_does_not_get_the_write_lock) {
   cr_assert_eq(rlock_hold_count(lw), 0);
   cr_assert_eq(rlock_unlock(lw), RLOCK_ENOTOWNER, "no write hold to unlock");
   hget_eq(key, "mode", "read");
-  cr_assert_eq(rlock_unlock(lr), 1);
+  cr_assert_eq(rlock_unlock(lr), 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(lr);
   rlock_free(lw);
@@ -426,7 +426,7 @@ Test(rwlock, watchdog_renews_the_timeout_keys_and_the_hash) {
   cr_assert(p2 > 0 && p2 <= 900, "%lld", p2);
   hget_eq(key, owner, "2");
   cr_assert_eq(rlock_unlock(l), 0);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(l);
   rlock_client_free(c);
@@ -451,7 +451,7 @@ Test(rwlock, java_reader_keeps_the_hash_and_the_writer_waits) {
   cr_assert_eq(rlock_try_lock(lr, 0, 30000), 1, "readers share with Java's");
   long long ph = rt_pttl(key);
   cr_assert(ph > 29000, "max(PTTL, lease): %lld", ph);
-  cr_assert_eq(rlock_unlock(lr), 1, "our last read hold ended");
+  cr_assert_eq(rlock_unlock(lr), 0, "our last read hold ended");
   cr_assert_eq(rt_exists(key), 1, "the Java reader still holds");
   hget_eq(key, java, "1");
   hget_eq(key, owner, NULL);
@@ -464,7 +464,7 @@ Test(rwlock, java_reader_keeps_the_hash_and_the_writer_waits) {
             "waited out the Java hold (%lld ms left): %lld ms", ph,
             (long long)took);
   hget_eq(key, "mode", "write");
-  cr_assert_eq(rlock_unlock(lw), 1);
+  cr_assert_eq(rlock_unlock(lw), 0);
   rlock_free(lr);
   rlock_free(lw);
   rlock_client_free(c);
@@ -483,7 +483,7 @@ Test(rwlock, a_dead_reader_is_dropped_by_the_last_read_unlock) {
   redisContext *s = subscriber(chan, 3000);
   cr_assert_eq(rlock_try_lock(lr, 0, 20000), 1);
   cr_assert_eq(rt_hlen(key), 3);
-  cr_assert_eq(rlock_unlock(lr), 1);
+  cr_assert_eq(rlock_unlock(lr), 0);
   cr_assert_eq(rt_exists(key), 0, "the dead reader's field went too");
   char msg[16] = "";
   cr_assert(next_message(s, msg, sizeof msg));
@@ -518,7 +518,7 @@ Test(rwlock, write_unlock_wakes_all_local_readers) {
     cr_assert_eq(atomic_load(&g[i].status), 0, "reader %d waits", i);
   redisContext *s = subscriber(chan, 3000);
   int64_t t0 = rt_now_ms();
-  cr_assert_eq(rlock_unlock(lw), 1);
+  cr_assert_eq(rlock_unlock(lw), 0);
   gots all = {g, 4};
   rt_wait_until_what(all_done, &all, 5000, "every reader in");
   for (int i = 0; i < 4; i++) {
@@ -531,7 +531,7 @@ Test(rwlock, write_unlock_wakes_all_local_readers) {
   hget_eq(key, "mode", "read");
   cr_assert_eq(rt_hlen(key), 5);
   for (int i = 0; i < 4; i++)
-    cr_assert_eq(rlock_unlock_owner(lr, owners[i]), 1);
+    cr_assert_eq(rlock_unlock_owner(lr, owners[i]), 0);
   cr_assert_eq(rt_exists(key), 0);
   redisFree(s);
   rlock_free(lw);
@@ -574,7 +574,7 @@ static void mx_run(void *p) {
       rt_sleep_ms(1);
       s->counter = v + 1;
       atomic_fetch_sub(&s->writers, 1);
-      if (rlock_unlock(lw) != 1)
+      if (rlock_unlock(lw) != 0)
         atomic_fetch_add(&s->bad, 1);
     } else {
       if (rlock_try_lock(lr, 20000, 10000) != 1) {
@@ -590,7 +590,7 @@ static void mx_run(void *p) {
       rt_sleep_ms(2);
       atomic_fetch_sub(&s->readers, 1);
       atomic_fetch_add(&s->reads, 1);
-      if (rlock_unlock(lr) != 1)
+      if (rlock_unlock(lr) != 0)
         atomic_fetch_add(&s->bad, 1);
       rt_sleep_ms(1);
     }
@@ -668,7 +668,7 @@ Test(rwlock, unlock_not_held_is_enotowner) {
   cr_assert_eq(rlock_unlock(rb), RLOCK_ENOTOWNER, "another client's reader");
   cr_assert_eq(rlock_unlock(wa), RLOCK_ENOTOWNER, "read mode, no write hold");
   hget_eq(key, "mode", "read");
-  cr_assert_eq(rlock_unlock(ra), 1);
+  cr_assert_eq(rlock_unlock(ra), 0);
   cr_assert_eq(rlock_try_lock(wb, 0, 10000), 1);
   cr_assert_eq(rlock_unlock(wa), RLOCK_ENOTOWNER, "another writer's hold");
   cr_assert_eq(rlock_unlock(ra), RLOCK_ENOTOWNER, "write mode, no read hold");
@@ -676,7 +676,7 @@ Test(rwlock, unlock_not_held_is_enotowner) {
   cr_assert_eq(rlock_is_held(wa), 0);
   cr_assert_eq(rlock_is_held(wb), 1);
   cr_assert_eq(rlock_hold_count(wb), 1);
-  cr_assert_eq(rlock_unlock(wb), 1);
+  cr_assert_eq(rlock_unlock(wb), 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(ra);
   rlock_free(wa);
@@ -756,7 +756,7 @@ Test(rwlock, cancelled_acquires_are_trimmed) {
   /* Scripts cached first: a try answered NOSCRIPT while cancelled is
    * never re-sent (so it never runs, and there is nothing to trim). */
   cr_assert_eq(rlock_lock_owner(lw, x, 30000), 0);
-  cr_assert_eq(rlock_unlock_owner(lw, x), 1);
+  cr_assert_eq(rlock_unlock_owner(lw, x), 0);
   rt_ok("OK", "CONFIG SET notify-keyspace-events K$g");
   redisContext *kspace = subscriber(ks, 3000);
   redisContext *s = subscriber(chan, 3000);
@@ -780,7 +780,7 @@ Test(rwlock, cancelled_acquires_are_trimmed) {
 
   /* unlock (publishes "0"), then a lost first read acquire: trimmed to 0,
    * the hash deleted with a "0" */
-  cr_assert_eq(rlock_unlock_owner(lr, x), 1);
+  cr_assert_eq(rlock_unlock_owner(lr, x), 0);
   cr_assert(message_seen(s, "0"));
   memset(&g, 0, sizeof g);
   rt_ok("OK", "CLIENT PAUSE 300 ALL");

@@ -46,7 +46,7 @@ Test(spin, lock_unlock_reentry_no_publish_no_subscribe) {
   cr_assert_eq(rlock_hold_count(l), 2);
   cr_assert_eq(rlock_is_locked(l), 1);
   cr_assert_eq(rlock_unlock(l), 0);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   cr_assert_eq(rt_exists(key), 0);
   cr_assert_eq(rlock_unlock(l), RLOCK_ENOTOWNER);
   cr_assert_eq(calls("publish"), 0, "a spin unlock publishes nothing");
@@ -78,7 +78,7 @@ Test(spin, waiter_polls_with_backoff) {
   int64_t got = rt_now_ms() - t0;
   cr_assert(got >= 550 && got < 900, "acquired once the hold expired (poll "
             "gap <= 128 ms): %lld ms", (long long)got);
-  cr_assert_eq(rlock_unlock(lb), 1);
+  cr_assert_eq(rlock_unlock(lb), 0);
   rlock_free(la);
   rlock_free(lb);
   rlock_client_free(a);
@@ -95,7 +95,7 @@ Test(spin, excludes_rlock_on_the_same_name) {
   rlock *s = spin(a, key), *r = rt_lock(b, key);
   cr_assert_eq(rlock_lock(s, 800), 0);
   cr_assert_eq(rlock_try_lock(r, 0, 5000), 0);
-  cr_assert_eq(rlock_unlock(s), 1);
+  cr_assert_eq(rlock_unlock(s), 0);
   cr_assert_eq(rlock_lock(r, 800), 0);
   cr_assert_eq(rlock_try_lock(s, 0, 5000), 0);
   int64_t t0 = rt_now_ms();
@@ -103,7 +103,7 @@ Test(spin, excludes_rlock_on_the_same_name) {
                "until the RLock hold expires");
   int64_t took = rt_now_ms() - t0;
   cr_assert(took < 1200, "%lld ms", (long long)took);
-  cr_assert_eq(rlock_unlock(s), 1);
+  cr_assert_eq(rlock_unlock(s), 0);
   rlock_free(s);
   rlock_free(r);
   rlock_client_free(a);
@@ -137,7 +137,7 @@ Test(spin, watchdog_renews) {
   cr_assert_eq(rlock_lock(l, -1), 0);
   rt_sleep_ms(2000);
   cr_assert_eq(rt_exists(key), 1, "renewed past two watchdog timeouts");
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   rlock_free(l);
   rlock_client_free(a);
 }
@@ -166,7 +166,7 @@ static void worker(void *arg) {
     long v = s->counter;
     rt_sleep_ms(1);
     s->counter = v + 1;
-    if (rlock_unlock(l) != 1)
+    if (rlock_unlock(l) != 0)
       atomic_fetch_add(&s->bad, 1);
   }
   rlock_free(l);

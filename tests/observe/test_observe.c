@@ -188,7 +188,7 @@ Test(observe, n_acquisitions_give_n_events_and_counts) {
   enum { N = 25 };
   for (int i = 0; i < N; i++) {
     cr_assert_eq(rlock_lock(l, -1), 0, "%s", rlock_last_error());
-    cr_assert_eq(rlock_unlock(l), 1, "%s", rlock_last_error());
+    cr_assert_eq(rlock_unlock(l), 0, "%s", rlock_last_error());
   }
   /* The events of the last unlock may trail its return by a loop turn. */
   wait_events(&r, RLOCK_EVENT_RELEASED, N, 2000);
@@ -233,7 +233,7 @@ Test(observe, reentrant_release_says_what_is_left) {
   cr_assert_eq(rlock_lock(l, -1), 0);
   rt_sleep_ms(30);
   cr_assert_eq(rlock_unlock(l), 0);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   wait_events(&r, RLOCK_EVENT_RELEASED, 2, 2000);
   rec_event e;
   cr_assert(rec_get(&r, RLOCK_EVENT_RELEASED, 0, &e));
@@ -260,7 +260,7 @@ static void lock_thread(void *arg) {
   waiter_arg *a = arg;
   a->rc = rlock_lock(a->lock, -1);
   if (a->rc == 0)
-    a->rc = rlock_unlock(a->lock) == 1 ? 0 : -100;
+    a->rc = rlock_unlock(a->lock) == 0 ? 0 : -100;
 }
 
 /* holder takes the lock; a thread then waits for it on w's handle (and
@@ -281,7 +281,7 @@ Test(observe, a_waiting_acquire_counts_as_contended) {
   waiter_arg w = {lb, 1};
   rt_thread t;
   hold_and_wait(la, &w, &t); /* b tried, subscribed and sleeps */
-  cr_assert_eq(rlock_unlock(la), 1);
+  cr_assert_eq(rlock_unlock(la), 0);
   rt_thread_join(&t, 5000);
   cr_assert_eq(w.rc, 0, "%s", rlock_err_name(w.rc));
   wait_events(&rb, RLOCK_EVENT_RELEASED, 1, 2000);
@@ -391,7 +391,7 @@ Test(observe, watchdog_renews_every_third_of_its_timeout) {
     }
     rt_sleep_ms(5);
   }
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   cr_assert_geq(n, 4, "%d renewals in 5 s with a %lld ms period", n,
                 (long long)period);
   int64_t gap[31];
@@ -420,7 +420,7 @@ Test(observe, renewals_are_counted_with_rtt_and_headroom) {
   rlock_client *c = setup(&r, "obs-renew", 300, "obs:renew", key, &l);
   cr_assert_eq(rlock_lock(l, -1), 0);
   rt_sleep_ms(1000); /* about ten periods of 100 ms */
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   rt_sleep_ms(200); /* a renewal in flight at the unlock has answered */
   rlock_stats s = stats_of(c);
   cr_assert_geq(s.renewals_sent, 3, "%" PRIu64, s.renewals_sent);
@@ -470,7 +470,7 @@ Test(observe, a_paused_server_fails_renewals) {
   cr_assert_geq(s.renewals_sent, s.renewals_failed + s.renewals_confirmed);
   cr_assert_eq(s.failures[-RLOCK_ETIMEDOUT], 0, "a renewal is no call");
   rt_sleep_ms(1600);
-  cr_assert_eq(rlock_unlock(l), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(l), 0, "%s", rlock_last_error());
   rlock_free(l);
   rlock_client_free(c);
 }
@@ -541,13 +541,13 @@ Test(observe, a_killed_connection_is_one_reconnect) {
   rlock *l;
   rlock_client *c = setup(&r, "obs-kill", 0, "obs:kill", key, &l);
   cr_assert_eq(rlock_lock(l, -1), 0);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   cr_assert_eq(fk_kill_cmd_conn("obs-kill"), 1);
   reconn_wait w = {c, 1};
   rt_wait_until_what(reconnects_reached, &w, 5000, "reconnect");
   /* a lock call works on the new connection */
   cr_assert_eq(rlock_lock(l, -1), 0, "%s", rlock_last_error());
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   rt_sleep_ms(300);
   rlock_stats s = stats_of(c);
   cr_assert_eq(s.reconnects, 1);
@@ -570,7 +570,7 @@ Test(observe, a_killed_connection_is_one_disconnect_before_its_reconnect) {
   rlock *l;
   rlock_client *c = setup(&r, "obs-disc", 0, "obs:disc", key, &l);
   cr_assert_eq(rlock_lock(l, -1), 0);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   cr_assert_eq(rec_count(&r, RLOCK_EVENT_DISCONNECTED), 0, "none at open");
   /* the command connection */
   cr_assert_eq(fk_kill_cmd_conn("obs-disc"), 1);
@@ -604,7 +604,7 @@ Test(observe, a_killed_connection_is_one_disconnect_before_its_reconnect) {
   w.want = 2;
   rt_wait_until_what(reconnects_reached, &w, 5000, "second reconnect");
   rt_sleep_ms(200);
-  cr_assert_eq(rlock_unlock(lh), 1);
+  cr_assert_eq(rlock_unlock(lh), 0);
   rt_thread_join(&t, 10000);
   cr_assert_eq(wa.rc, 0, "the waiter got the lock after the resubscribe");
   cr_assert_eq(rec_count(&r, RLOCK_EVENT_DISCONNECTED), 2);
@@ -637,7 +637,7 @@ Test(observe, a_killed_subscriber_resubscribes_a_waiter) {
   reconn_wait rw = {b, 1};
   rt_wait_until_what(reconnects_reached, &rw, 5000, "reconnect");
   rt_sleep_ms(200);
-  cr_assert_eq(rlock_unlock(la), 1);
+  cr_assert_eq(rlock_unlock(la), 0);
   rt_thread_join(&t, 10000);
   cr_assert_eq(w.rc, 0);
   rlock_stats s = stats_of(b);
@@ -664,7 +664,7 @@ Test(observe, a_handler_that_blocks_gets_edeadlk) {
   rlock *l = rt_lock(c, key);
   r.block_on = rt_lock(c, other);
   cr_assert_eq(rlock_lock(l, -1), 0);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   wait_events(&r, RLOCK_EVENT_RELEASED, 1, 2000);
   cr_assert_eq(r.block_rc, RLOCK_EDEADLK, "%s", rlock_err_name(r.block_rc));
   rlock_free(r.block_on);
@@ -679,7 +679,7 @@ Test(observe, a_smaller_struct_is_filled_only_as_far_as_it_reaches) {
   rlock *l = rt_lock(c, key);
   for (int i = 0; i < 3; i++) {
     cr_assert_eq(rlock_lock(l, -1), 0);
-    cr_assert_eq(rlock_unlock(l), 1);
+    cr_assert_eq(rlock_unlock(l), 0);
   }
   /* An "older" struct that ends after acquisitions_contended. */
   size_t cut = offsetof(rlock_stats, acquisitions_contended) +
@@ -964,12 +964,12 @@ Test(observe, prometheus_and_json_are_valid) {
   for (int i = 0; i < 7; i++) {
     cr_assert_eq(rlock_lock(l, -1), 0);
     rt_sleep_ms(i * 20);
-    cr_assert_eq(rlock_unlock(l), 1);
+    cr_assert_eq(rlock_unlock(l), 0);
   }
   cr_assert_eq(rlock_unlock(l), RLOCK_ENOTOWNER);
   cr_assert_eq(rlock_lock(l, -1), 0);
   rt_sleep_ms(350); /* a few renewals */
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   rt_sleep_ms(100);
   rlock_stats s = stats_of(c);
   cr_assert_eq(s.acquisitions, 8);
@@ -1076,7 +1076,7 @@ Test(observe, a_paused_server_puts_the_lease_at_risk_once) {
   cr_assert_eq(rec_count(&r, RLOCK_EVENT_LEASE_AT_RISK), 1);
   cr_assert_eq(rec_count(&r, RLOCK_EVENT_LOST), 0);
   cr_assert_eq(stats_of(c).lease_at_risk, 1);
-  cr_assert_eq(rlock_unlock(l), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(l), 0, "%s", rlock_last_error());
   rlock_free(l);
   rlock_client_free(c);
 }

@@ -271,7 +271,7 @@ Test(async, every_op_reports_status_and_value_on_loop_thread) {
   cr_assert_eq(run_op(&ox, A_UNLOCK, x, 0, 0, &v), 0);
   cr_assert_eq(v, 0);
   cr_assert_eq(rt_exists(key), 1);
-  cr_assert_eq(run_op(&ox, A_UNLOCK, x, 0, 0, &v), 1);
+  cr_assert_eq(run_op(&ox, A_UNLOCK, x, 0, 0, &v), 0);
   cr_assert_eq(v, 0);
   cr_assert_eq(rt_exists(key), 0);
   cr_assert_eq(run_op(&ox, A_UNLOCK, x, 0, 0, &v), RLOCK_ENOTOWNER);
@@ -371,7 +371,7 @@ Test(async, failed_call_never_fires_callback) {
                  "callback %zu fired after its call failed", i);
   }
   rlock_free(lock);
-  cr_assert_eq(rlock_unlock(held), 1);
+  cr_assert_eq(rlock_unlock(held), 0);
   rlock_free(held);
   rlock_client_free(holder_c);
 }
@@ -462,7 +462,7 @@ Test(async, cancel_pending_acquire_from_other_thread) {
 
   /* The waiter left the channel: after the holder's unlock nothing is
    * subscribed and nobody took the lock. */
-  cr_assert_eq(rlock_unlock_owner(lock, h), 1);
+  cr_assert_eq(rlock_unlock_owner(lock, h), 0);
   rt_wait_until_what(no_channels, NULL, 3000, "PUBSUB CHANNELS empty");
   cr_assert_eq(rt_exists(key), 0);
   rt_sleep_ms(300); /* a stray late acquire would show up here */
@@ -493,7 +493,7 @@ Test(async, two_cancels_in_flight_leave_no_phantom_hold) {
   owner_field(fx, sizeof fx, c, x);
   /* Load the scripts first: a cancelled EVALSHA never falls back to EVAL. */
   cr_assert_eq(rlock_lock_owner(lock, x, -1), 0);
-  cr_assert_eq(rlock_unlock_owner(lock, x), 1);
+  cr_assert_eq(rlock_unlock_owner(lock, x), 0);
   static rec r1, r2, r3;
   rec_init(&r1, NULL);
   rec_init(&r2, NULL);
@@ -546,7 +546,7 @@ Test(async, cancel_in_flight_then_reacquire_keeps_new_hold) {
    * script (only used after cancels and lost replies) is not yet. */
   rt_ok("OK", "SCRIPT FLUSH");
   cr_assert_eq(rlock_lock_owner(lock, x, -1), 0);
-  cr_assert_eq(rlock_unlock_owner(lock, x), 1);
+  cr_assert_eq(rlock_unlock_owner(lock, x), 0);
 
   static rec r1, r2;
   rec_init(&r1, NULL);
@@ -574,10 +574,10 @@ Test(async, cancel_in_flight_then_reacquire_keeps_new_hold) {
   int other_rc = rlock_try_lock(other, 0, 5000);
   cr_expect_eq(other_rc, 0, "another client acquired a lock owner x holds");
   if (other_rc == 1)
-    cr_assert_eq(rlock_unlock(other), 1);
+    cr_assert_eq(rlock_unlock(other), 0);
   rlock_free(other);
   rlock_client_free(other_c);
-  cr_expect_eq(rlock_unlock_owner(lock, x), 1);
+  cr_expect_eq(rlock_unlock_owner(lock, x), 0);
   rlock_req_free(q1);
   rlock_free(lock);
   rlock_client_free(c);
@@ -621,7 +621,7 @@ Test(async, expired_wait_before_subscribe_keeps_other_waiters) {
   rt_wait_until_what(has_subscriber, chan, 5000, "subscribed");
 
   int64_t t0 = rt_now_ms();
-  cr_assert_eq(rlock_unlock_owner(lock, h), 1);
+  cr_assert_eq(rlock_unlock_owner(lock, h), 0);
   /* The release wakes a at once (2 s is generous); a waiter dropped from
    * the confirmation list would sit out subscribe_timeout_ms (7.5 s) and
    * then fail with RLOCK_ETIMEDOUT. */
@@ -635,7 +635,7 @@ Test(async, expired_wait_before_subscribe_keeps_other_waiters) {
             "the bounded wait expired (op_timer_fire unlinks it, then "
             "rlock__sub_unwait unlinks it again and empties the list)",
             rlock_err_name(atomic_load(&ra.status)), took);
-  cr_assert_eq(rlock_unlock_owner(lock, a), 1);
+  cr_assert_eq(rlock_unlock_owner(lock, a), 0);
   cr_assert_eq(rt_exists(key), 0);
   rt_wait_until_what(no_channels, NULL, 3000, "PUBSUB CHANNELS empty");
   rlock_free(lock);
@@ -678,14 +678,14 @@ Test(async, req_free_before_and_after_callback) {
 
   rt_wait_until_what(has_subscriber, chan, 5000, "x subscribed");
   cr_assert_eq(atomic_load(&rx.calls), 0);
-  cr_assert_eq(rlock_unlock_owner(lock, h), 1);
+  cr_assert_eq(rlock_unlock_owner(lock, h), 0);
   cr_assert_eq(rec_wait(&rx, "x acquires"), 1);
   cr_assert_eq(rlock_is_held_owner(lock, x), 1);
 
   /* Freed after the callback. */
   req = NULL;
   cr_assert_eq(rlock_unlock_async(lock, x, rec_cb, &rq, &req), 0);
-  cr_assert_eq(rec_wait(&rq, "x unlocks"), 1);
+  cr_assert_eq(rec_wait(&rq, "x unlocks"), 0);
   rlock_req_free(req);
   cr_assert_eq(rt_exists(key), 0);
   cr_assert_eq(rlock_is_held_owner(lock, y), 0);
@@ -697,7 +697,7 @@ Test(async, req_free_before_and_after_callback) {
   cr_assert_eq(rlock_lock_async(lock2, x, -1, 5000, rec_cb, &r2, NULL), 0);
   rlock_free(lock2);
   cr_assert_eq(rec_wait(&r2, "acquire on a freed handle"), 1);
-  cr_assert_eq(rlock_unlock_owner(lock, x), 1);
+  cr_assert_eq(rlock_unlock_owner(lock, x), 0);
 
   rlock_free(lock);
   rlock_client_free(c);
@@ -807,7 +807,7 @@ static void churn_thread(void *arg) {
     int rc = rlock_try_lock(rx->churn_lock, 2000, -1);
     if (rc == 1) {
       rt_sleep_ms(1 + (int64_t)(rnd_next(&seed) % 4));
-      if (rlock_unlock(rx->churn_lock) != 1)
+      if (rlock_unlock(rx->churn_lock) != 0)
         atomic_fetch_add(&rx->churn_errors, 1);
     } else if (rc < 0) {
       atomic_fetch_add(&rx->churn_errors, 1);
@@ -950,7 +950,7 @@ Test(async, cancel_races_leave_no_phantom_holds) {
   for (size_t i = 0; i < RACE_N; i++) {
     race_slot *s = &rx.slots[i];
     if (atomic_load(&s->status) == 1)
-      cr_assert_eq(atomic_load(&s->unlock_status), 1,
+      cr_assert_eq(atomic_load(&s->unlock_status), 0,
                    "owner %zu acquired but its unlock returned %s", i,
                    rlock_err_name(atomic_load(&s->unlock_status)));
   }
@@ -1192,7 +1192,7 @@ Test(async, close_with_pending_ops_calls_back_exactly_once) {
   char first[OWNER_MAX + 8];
   cr_assert_eq(rt_hlen(key), 1);
   cr_assert_eq(fields_of_client(key, holder_c, first, sizeof first), 1);
-  cr_assert_eq(rlock_unlock(held), 1);
+  cr_assert_eq(rlock_unlock(held), 0);
   rt_wait_until_what(no_channels, NULL, 3000, "PUBSUB CHANNELS empty");
   rlock_free(held);
   rlock_client_free(holder_c);
@@ -1416,7 +1416,7 @@ Test(async, cancel_and_interrupt_set_and_clear_last_error) {
   for (int i = 0; i < 4; i++)
     rlock_req_free(reqs[i]);
   rlock_free(lock);
-  cr_assert_eq(rlock_unlock(held), 1);
+  cr_assert_eq(rlock_unlock(held), 0);
   rlock_free(held);
   rlock_client_free(holder_c);
 }
@@ -1495,7 +1495,7 @@ Test(async, close_from_inside_callback) {
     cr_assert_eq(atomic_load(&waiters[i].calls), 1);
   rlock_free(lock); /* last reference: frees the client */
 
-  cr_assert_eq(rlock_unlock(held), 1);
+  cr_assert_eq(rlock_unlock(held), 0);
   rt_wait_until_what(no_channels, NULL, 3000, "PUBSUB CHANNELS empty");
   rlock_free(held);
   rlock_client_free(holder_c);
@@ -1619,10 +1619,10 @@ Test(async, interrupt_blocked_and_async_acquires) {
   cr_assert_eq(atomic_load(&k.rc), 1);
 
   /* y is still waiting and gets the lock when main releases it. */
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   cr_assert_eq(rec_wait(&ry, "y acquires"), 1);
-  cr_assert_eq(rlock_unlock_owner(lock, y), 1);
-  cr_assert_eq(rlock_unlock(lock2), 1);
+  cr_assert_eq(rlock_unlock_owner(lock, y), 0);
+  cr_assert_eq(rlock_unlock(lock2), 0);
   cr_assert_eq(rt_exists(key), 0);
   cr_assert_eq(rt_exists(key2), 0);
   rt_wait_until_what(no_channels, NULL, 3000, "PUBSUB CHANNELS empty");
@@ -1707,7 +1707,7 @@ Test(async, ownership_transfer_between_threads) {
                rlock_err_name(atomic_load(&b.own_unlock_rc)));
   cr_assert_eq(atomic_load(&b.held_rc), 1);
   cr_assert_eq(atomic_load(&b.count), 1);
-  cr_assert_eq(atomic_load(&b.unlock_rc), 1, "unlock for x on thread B: %s",
+  cr_assert_eq(atomic_load(&b.unlock_rc), 0, "unlock for x on thread B: %s",
                rlock_err_name(atomic_load(&b.unlock_rc)));
   cr_assert_eq(rt_exists(key), 0);
 
@@ -1727,7 +1727,7 @@ Test(async, ownership_transfer_between_threads) {
   rt_thread_start(&tb, transfer_unlock_thread, &b2);
   rt_thread_join(&tb, JOIN_BOUND_MS);
   cr_assert_eq(atomic_load(&b2.own_unlock_rc), RLOCK_ENOTOWNER);
-  cr_assert_eq(atomic_load(&b2.unlock_rc), 1);
+  cr_assert_eq(atomic_load(&b2.unlock_rc), 0);
   cr_assert_eq(rt_exists(key), 0);
 
   rlock_free(lock);
@@ -1769,7 +1769,7 @@ static void many_unlock_cb(int status, int64_t value, void *data) {
   (void)value;
   many_slot *s = data;
   many_ctx *m = s->ctx;
-  if (status != 1)
+  if (status != 0)
     many_err(m, status);
   atomic_store(&m->inside, 0);
   atomic_fetch_add(&m->released, 1);
@@ -1899,7 +1899,7 @@ Test(async, ten_thousand_waiters_take_turns, .timeout = 240) {
 
   /* Release: each waiter takes the lock in turn and its callback unlocks. */
   int64_t t1 = rt_now_ms();
-  cr_assert_eq(rlock_unlock_owner(m.lock, holder), 1);
+  cr_assert_eq(rlock_unlock_owner(m.lock, holder), 0);
   rt_wait_until_what(many_done, &m, 120000, "every waiter got the lock");
   int64_t t2 = atomic_load(&m.t_last);
   cr_log_info("%d hand-overs in %" PRId64 " ms (%.1f us each)", m.n, t2 - t1,

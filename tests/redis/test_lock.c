@@ -220,14 +220,14 @@ Test(lock, lock_unlock_twice) {
                  rlock_last_error());
     cr_assert_eq(rlock_is_locked(lock), 1);
     cr_assert_eq(rt_exists(key), 1);
-    cr_assert_eq(rlock_unlock(lock), 1, "round %d: %s", round,
+    cr_assert_eq(rlock_unlock(lock), 0, "round %d: %s", round,
                  rlock_last_error());
     cr_assert_eq(rt_exists(key), 0, "round %d: key left after unlock", round);
   }
   /* The same with an explicit lease. */
   for (int round = 0; round < 2; round++) {
     cr_assert_eq(rlock_lock(lock, 10000), 0);
-    cr_assert_eq(rlock_unlock(lock), 1);
+    cr_assert_eq(rlock_unlock(lock), 0);
     cr_assert_eq(rt_exists(key), 0);
   }
   rt_wait_until_what(db_empty, NULL, 2000, "no keys left after unlock");
@@ -268,7 +268,7 @@ Test(lock, reentrancy) {
   cr_assert_gt(rt_pttl(key), 0, "re-entered unlock must keep a TTL");
   cr_assert_eq(in_other_thread(lock, W_TRY(0, -1)), 0);
 
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   cr_assert_eq(rt_exists(key), 0);
 
   /* Now free for others. */
@@ -276,7 +276,7 @@ Test(lock, reentrancy) {
   WORKER_START(&w, lock, W_TRY(0, -1), W_UNLOCK());
   worker_join(&w);
   cr_assert_eq(w.ops[0].ret, 1);
-  cr_assert_eq(w.ops[1].ret, 1);
+  cr_assert_eq(w.ops[1].ret, 0);
   cr_assert_eq(rt_exists(key), 0);
   rt_wait_until_what(db_empty, NULL, 2000, "no keys left after unlock");
   rlock_free(lock);
@@ -298,7 +298,7 @@ Test(lock, hold_count) {
                "another thread's hold count must be 0");
   cr_assert_eq(rlock_unlock(lock), 0);
   cr_assert_eq(rlock_hold_count(lock), 1);
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   cr_assert_eq(rlock_hold_count(lock), 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(lock);
@@ -314,7 +314,7 @@ Test(lock, is_locked_seen_from_other_thread) {
   cr_assert_eq(in_other_thread(lock, W_IS_LOCKED()), 0);
   cr_assert_eq(rlock_lock(lock, -1), 0);
   cr_assert_eq(in_other_thread(lock, W_IS_LOCKED()), 1);
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   cr_assert_eq(in_other_thread(lock, W_IS_LOCKED()), 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(lock);
@@ -331,7 +331,7 @@ Test(lock, is_held_by_current_thread_only_in_owner) {
   cr_assert_eq(rlock_lock(lock, -1), 0);
   cr_assert_eq(rlock_is_held(lock), 1);
   cr_assert_eq(in_other_thread(lock, W_IS_HELD()), 0);
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   cr_assert_eq(rlock_is_held(lock), 0);
 
   /* And the other way round: the worker holds, main does not. */
@@ -345,7 +345,7 @@ Test(lock, is_held_by_current_thread_only_in_owner) {
   cr_assert_eq(rlock_is_locked(lock), 1);
   worker_go(&w, 1);
   worker_join(&w);
-  cr_assert_eq(w.ops[4].ret, 1);
+  cr_assert_eq(w.ops[4].ret, 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(lock);
   rlock_client_free(c);
@@ -380,7 +380,7 @@ Test(lock, unlock_by_non_owner_is_refused) {
   cr_assert_eq(rlock_unlock(lock2), RLOCK_ENOTOWNER);
   assert_field(key, owner, "1");
 
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(lock2);
   rlock_client_free(c2);
@@ -425,7 +425,7 @@ Test(lock, force_unlock_frees_and_wakes_waiter) {
 
   worker_go(&w, 1);
   worker_join(&w);
-  cr_assert_eq(w.ops[3].ret, 1);
+  cr_assert_eq(w.ops[3].ret, 0);
   cr_assert_eq(rt_exists(key), 0);
   cr_assert_eq(rlock_force_unlock(held), 0);
   rlock_free(waited);
@@ -468,7 +468,7 @@ Test(lock, lease_expiry_hands_lock_over) {
 
   worker_go(&w, 1);
   worker_join(&w);
-  cr_assert_eq(w.ops[3].ret, 1);
+  cr_assert_eq(w.ops[3].ret, 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(lock);
   rlock_client_free(c);
@@ -550,7 +550,7 @@ Test(lock, watchdog_keeps_lock_alive) {
   cr_assert_eq(rlock_remain_ttl(lock, &ttl), 0);
   cr_assert(ttl > 0 && ttl <= 1500, "remain_ttl %" PRId64, ttl);
 
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(lock);
   rlock_client_free(c);
@@ -641,14 +641,14 @@ Test(lock, remain_ttl) {
   cr_assert_eq(rlock_remain_ttl(lock, &ttl), 0);
   cr_assert(ttl > 9000 && ttl <= 10000, "lease 10000: ttl %" PRId64, ttl);
   cr_assert(rt_pttl(key) <= ttl, "server PTTL above remain_ttl");
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   cr_assert_eq(rlock_remain_ttl(lock, &ttl), 0);
   cr_assert_eq(ttl, -2, "after unlock: ttl %" PRId64, ttl);
 
   cr_assert_eq(rlock_lock(lock, -1), 0);
   cr_assert_eq(rlock_remain_ttl(lock, &ttl), 0);
   cr_assert(ttl > 29000 && ttl <= 30000, "watchdog mode: ttl %" PRId64, ttl);
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   cr_assert_eq(rt_exists(key), 0);
 
   /* A key someone made without a TTL. */
@@ -687,7 +687,7 @@ Test(lock, try_lock_wait_times_out) {
   cr_assert_eq(rt_hlen(key), 1);
   assert_field(key, owner, "1");
   rt_wait_until_what(no_channels, NULL, 3000, "waiter unsubscribed");
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(lock);
   rlock_client_free(c);
@@ -712,7 +712,7 @@ Test(lock, unlock_wakes_waiter_before_ttl) {
   rt_sleep_ms(hold_left); /* the scenario: hold ~200 ms, then release */
   cr_assert_eq(atomic_load(&w.mark), 0);
 
-  cr_assert_eq(rlock_unlock(held), 1);
+  cr_assert_eq(rlock_unlock(held), 0);
   int64_t t_release = rt_now_ms();
   worker_wait_mark(&w, 1, 5000);
   cr_assert_eq(w.ops[0].ret, 1, "waiter: %" PRId64 " %s", w.ops[0].ret,
@@ -726,7 +726,7 @@ Test(lock, unlock_wakes_waiter_before_ttl) {
 
   worker_go(&w, 1);
   worker_join(&w);
-  cr_assert_eq(w.ops[3].ret, 1);
+  cr_assert_eq(w.ops[3].ret, 0);
   cr_assert_eq(rt_exists(key), 0);
   rt_wait_until_what(no_channels, NULL, 3000, "waiter unsubscribed");
   rlock_free(waited);
@@ -778,8 +778,8 @@ static void counter_thread(void *arg) {
     sched_yield();
     *cx->counter = v + 1;
     int rc = rlock_unlock(cx->lock);
-    if (rc != 1) {
-      note_error(cx, rc == 0 ? 1001 : rc);
+    if (rc != 0) {
+      note_error(cx, rc);
       return;
     }
   }
@@ -871,7 +871,7 @@ static void check_hash_layout(const char *base) {
   cr_assert_eq(rlock_lock(lock, -1), 0);
   assert_field(key, owner, "2");
   cr_assert_eq(rlock_unlock(lock), 0);
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   cr_assert_eq(rt_exists(key), 0);
 
   /* Another thread: its own thread id in the field. */
@@ -886,7 +886,7 @@ static void check_hash_layout(const char *base) {
   assert_field(key, owner, NULL);
   worker_go(&w, 1);
   worker_join(&w);
-  cr_assert_eq(w.ops[3].ret, 1);
+  cr_assert_eq(w.ops[3].ret, 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(lock);
   rlock_client_free(c);
@@ -923,7 +923,7 @@ static void check_channel(const char *key, const char *expect_channel,
   }
   cr_assert_eq(atomic_load(&w.mark), 0);
 
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   int64_t t_release = rt_now_ms();
   worker_wait_mark(&w, 1, 5000);
   cr_assert_eq(w.ops[0].ret, 0);
@@ -931,7 +931,7 @@ static void check_channel(const char *key, const char *expect_channel,
                " ms", w.ops[0].t_end - t_release);
   worker_go(&w, 1);
   worker_join(&w);
-  cr_assert_eq(w.ops[3].ret, 1);
+  cr_assert_eq(w.ops[3].ret, 0);
   cr_assert_eq(rt_exists(key), 0);
   rt_wait_until_what(no_channels, NULL, 3000, "waiter unsubscribed");
   rlock_free(lock);
@@ -1010,7 +1010,7 @@ Test(lock, unlock_publishes_zero) {
   rlock *lock = rt_lock(c, key);
 
   cr_assert_eq(rlock_lock(lock, -1), 0);
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   /* Anything rlock published was handled by the server before this
    * marker, so the marker bounds the wait and proves "exactly one". */
   cr_assert_eq(rt_int("PUBLISH %s %s", chan, "marker"), 1);
@@ -1045,7 +1045,7 @@ Test(lock, reentrant_unlock_publishes_only_on_last) {
   cr_assert_eq(rlock_unlock(lock), 0);
   cr_assert_eq(rlock_unlock(lock), 0);
   cr_assert_eq(rt_int("PUBLISH %s %s", chan, "marker1"), 1);
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   cr_assert_eq(rt_int("PUBLISH %s %s", chan, "marker2"), 1);
 
   expect_message(sub, chan, "marker1"); /* nothing before the last unlock */
@@ -1128,7 +1128,7 @@ Test(lock, java_owner_blocks_until_released) {
 
   worker_go(&w, 1);
   worker_join(&w);
-  cr_assert_eq(w.ops[3].ret, 1);
+  cr_assert_eq(w.ops[3].ret, 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(lock);
   rlock_client_free(c);
@@ -1205,7 +1205,7 @@ static void *pingpong_main(void *p) {
     while ((spin.tv_sec - spin0.tv_sec) * 1000000000L +
                (spin.tv_nsec - spin0.tv_nsec) <
            spin_ns);
-    if (rlock_unlock(pp->lock) != 1)
+    if (rlock_unlock(pp->lock) != 0)
       atomic_fetch_add(&pp->failures, 1);
   }
   atomic_store(&pp->done[a->me], 1);
@@ -1281,7 +1281,7 @@ Test(lock, reentry_after_lost_lock_reports_lost) {
                rlock_err_name(rc));
   /* The name is usable as before. */
   cr_assert_eq(rlock_try_lock(lock, 0, 5000), 1, "%s", rlock_last_error());
-  cr_assert_eq(rlock_unlock(lock), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(lock), 0, "%s", rlock_last_error());
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(lock);
   rlock_client_free(c);
@@ -1378,7 +1378,7 @@ Test(lock, embedded_script_shas_match_the_server) {
   rt_ok("OK", "CONFIG RESETSTAT");
   for (int i = 0; i < 3; i++) {
     cr_assert_eq(rlock_try_lock(lock, 0, 5000), 1, "%s", rlock_last_error());
-    cr_assert_eq(rlock_unlock(lock), 1, "%s", rlock_last_error());
+    cr_assert_eq(rlock_unlock(lock), 0, "%s", rlock_last_error());
   }
   redisReply *r = rt_cmd("INFO commandstats");
   cr_assert_eq(r->type, REDIS_REPLY_STRING);

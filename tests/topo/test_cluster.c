@@ -79,7 +79,7 @@ Test(cluster, lock_unlock_on_every_master) {
     TC_EQ(rlock_try_lock(l, 0, 10000), 1, "re-entry");
     TC_EQ(rlock_hold_count(l), 2, "hold_count");
     TC_EQ(rlock_unlock(l), 0, "inner unlock");
-    TC_EQ(rlock_unlock(l), 1, "unlock");
+    TC_EQ(rlock_unlock(l), 0, "unlock");
     cr_assert_eq(rt_node_int(m[i], "EXISTS %s", name), 0);
     TC_EQ(rlock_is_locked(l), 0, "is_locked after unlock");
     rlock_free(l);
@@ -164,7 +164,7 @@ Test(cluster, waiter_woken_by_sharded_message) {
                   ? 300 - (rt_now_ms() - w.started_at)
                   : 0);
   int64_t released_at = rt_now_ms();
-  TC_EQ(rlock_unlock(la), 1, "holder unlock");
+  TC_EQ(rlock_unlock(la), 0, "holder unlock");
   char line[512] = "";
   bool saw = monitor_saw(mon, v7 ? "spublish" : "publish", chan, 2000, line,
                          sizeof line);
@@ -176,7 +176,7 @@ Test(cluster, waiter_woken_by_sharded_message) {
                "waiter took %lld ms after the release (lease was 10 s)",
                (long long)(w.returned_at - released_at));
   cr_assert_lt(w.returned_at - w.started_at, 2500);
-  cr_assert_eq(w.unlock_rc, 1, "waiter unlock");
+  cr_assert_eq(w.unlock_rc, 0, "waiter unlock");
   cr_assert(saw, "MONITOR on %d never showed %s %s", node,
             v7 ? "SPUBLISH" : "PUBLISH", chan);
   cr_assert_eq(rt_node_int(node, "EXISTS %s", name), 0);
@@ -225,7 +225,7 @@ static int mx_child(const char *uri, const char *name, const char *counter,
       status = 15;
     if (r)
       freeReplyObject(r);
-    if (rlock_unlock(l) != 1)
+    if (rlock_unlock(l) != 0)
       status = status ? status : 16;
   }
   redisFree(rc);
@@ -330,7 +330,7 @@ Test(cluster, watchdog_renews_locks_in_different_slots) {
   }
   cr_assert_eq(atomic_load(&lost.count), 0, "lock lost: %s", lost.name);
   for (int i = 0; i < N; i++) {
-    TC_EQ(rlock_unlock(l[i]), 1, "unlock");
+    TC_EQ(rlock_unlock(l[i]), 0, "unlock");
     cr_assert_eq(rt_node_int(port[i], "EXISTS %s", names[i]), 0);
     rlock_free(l[i]);
   }
@@ -365,7 +365,7 @@ Test(cluster, full_slot_migration_while_held_and_waited) {
   cr_assert_eq(rt_node_int(m[1], "EXISTS %s", name), 1, "key moved");
   rt_sleep_ms(200);
   int64_t released_at = rt_now_ms();
-  TC_EQ(rlock_unlock(la), 1, "holder unlock after MOVED");
+  TC_EQ(rlock_unlock(la), 0, "holder unlock after MOVED");
   rt_thread_join(&w.th, 20000);
   cr_assert_eq(w.rc, 1, "waiter: %d %s (%s)", w.rc, rlock_err_name(w.rc),
                w.err);
@@ -431,12 +431,12 @@ Test(cluster, half_way_migration_ask) {
   rt_sleep_ms(300);
   rt_cluster_finish_migration(slot, m[0], m[1]);
   rt_thread_join(&th, 10000);
-  cr_assert_eq(u.rc, 1, "unlock of k1 during the migration: %d %s (%s)", u.rc,
+  cr_assert_eq(u.rc, 0, "unlock of k1 during the migration: %d %s (%s)", u.rc,
                rlock_err_name(u.rc), u.err);
   cr_assert_lt(u.took, 6000, "unlock took %lld ms", (long long)u.took);
   cr_assert_eq(rt_node_int(m[1], "EXISTS %s", k1), 0, "k1 released");
   TC_EQ(rlock_is_locked(l2), 1, "is_locked k2 after the migration");
-  TC_EQ(rlock_unlock(l2), 1, "unlock k2 (MOVED)");
+  TC_EQ(rlock_unlock(l2), 0, "unlock k2 (MOVED)");
   cr_assert_eq(rt_node_int(m[1], "EXISTS %s", k2), 0);
   rlock_free(l1);
   rlock_free(l2);
@@ -471,7 +471,7 @@ Test(cluster, uncovered_slot_fails_fast) {
   rlock_client *c = tc_open(rt_cluster_uri(), &o);
   rlock *l = tc_lock(c, name), *ok = tc_lock(c, other);
   TC_EQ(rlock_try_lock(ok, 0, 10000), 1, "a covered slot works");
-  TC_EQ(rlock_unlock(ok), 1, "unlock");
+  TC_EQ(rlock_unlock(ok), 0, "unlock");
 
   for (int i = 0; i < 3; i++)
     freeReplyObject(rt_node_cmd(rt_cluster_port(i), "CLUSTER DELSLOTS %d",
@@ -554,7 +554,7 @@ Test(cluster, dead_first_seed) {
   rlock *l = tc_lock(c, name);
   TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock");
   cr_assert_eq(rt_node_int(m[2], "EXISTS %s", name), 1);
-  TC_EQ(rlock_unlock(l), 1, "unlock");
+  TC_EQ(rlock_unlock(l), 0, "unlock");
   rlock_free(l);
   rlock_client_free(c);
 }
@@ -663,14 +663,14 @@ Test(cluster, slot_map_from_cluster_slots_when_shards_denied) {
     cr_assert_eq(atomic_load(&w.done), 0, "waiter returned while held: %d",
                  w.rc);
     int64_t released_at = rt_now_ms();
-    TC_EQ(rlock_unlock(l), 1, "unlock");
+    TC_EQ(rlock_unlock(l), 0, "unlock");
     rt_thread_join(&w.th, 10000);
     cr_assert_eq(w.rc, 1, "waiter on %d: %d %s (%s)", m[i], w.rc,
                  rlock_err_name(w.rc), w.err);
     cr_assert_lt(w.returned_at - released_at, 2000,
                  "waiter on %d took %lld ms after the release", m[i],
                  (long long)(w.returned_at - released_at));
-    cr_assert_eq(w.unlock_rc, 1, "waiter unlock");
+    cr_assert_eq(w.unlock_rc, 0, "waiter unlock");
     cr_assert_eq(rt_node_int(m[i], "EXISTS %s", name), 0);
     rlock_free(l);
     rlock_free(lw);

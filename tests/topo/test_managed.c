@@ -64,7 +64,7 @@ Test(sentinel_nowait, acquires_succeed_sync_reported_off) {
   for (int i = 0; i < 3; i++) {
     TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock without WAIT");
     cr_assert_eq(rt_node_int(master, "EXISTS %s", name), 1);
-    TC_EQ(rlock_unlock(l), 1, "unlock");
+    TC_EQ(rlock_unlock(l), 0, "unlock");
   }
   cr_assert_eq(rlock__net_sync_report(rlock__client_net(c)), report,
                "reported once");
@@ -105,7 +105,7 @@ Test(sentinel_losewait, failover_to_a_master_without_wait) {
   rt_key(name, sizeof name, "losewait");
   rlock *l = tc_lock(c, name);
   TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock with WAIT");
-  TC_EQ(rlock_unlock(l), 1, "unlock");
+  TC_EQ(rlock_unlock(l), 0, "unlock");
   char *stats = rt_node_str(master, "INFO commandstats");
   cr_assert(strstr(stats, "cmdstat_wait:") != NULL,
             "the first master saw no WAIT:\n%s", stats);
@@ -128,7 +128,7 @@ Test(sentinel_losewait, failover_to_a_master_without_wait) {
                   (long long)took);
     if (rc == 1) {
       cr_assert_eq(rt_node_int(next, "EXISTS %s", name), 1);
-      TC_EQ(rlock_unlock(l), 1, "unlock");
+      TC_EQ(rlock_unlock(l), 0, "unlock");
       ok++;
       continue;
     }
@@ -169,7 +169,7 @@ Test(sentinel_nowait, diagnostics_say_replica_sync_off_once) {
   rlock *l = tc_lock(c, name);
   for (int i = 0; i < 3; i++) {
     TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock without WAIT");
-    TC_EQ(rlock_unlock(l), 1, "unlock");
+    TC_EQ(rlock_unlock(l), 0, "unlock");
   }
   REC_EXPECT(&rec, 1, RLOCK_DIAG_INFO, "master 'mymaster' is at", at,
              "(GET-MASTER-ADDR-BY-NAME)");
@@ -291,7 +291,7 @@ Test(sentinel_aof, auto_uses_waitaof_where_known) {
   rlock *l = tc_lock(c, name), *lw = tc_lock(cw, namew);
   TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock (AUTO)");
   cr_assert_eq(rt_node_int(rt_sentinel_replica_port(), "EXISTS %s", name), 1);
-  TC_EQ(rlock_unlock(l), 1, "unlock (AUTO)");
+  TC_EQ(rlock_unlock(l), 0, "unlock (AUTO)");
   char seen[8000];
   monitor_lines(mon, name, seen, sizeof seen);
   const char *want = has_waitaof ? "\"WAITAOF\" \"1\" \"1\" \"1000\""
@@ -304,7 +304,7 @@ Test(sentinel_aof, auto_uses_waitaof_where_known) {
 
   mon = monitor_on(master);
   TC_EQ(rlock_try_lock(lw, 0, 10000), 1, "lock (WAIT mode)");
-  TC_EQ(rlock_unlock(lw), 1, "unlock (WAIT mode)");
+  TC_EQ(rlock_unlock(lw), 0, "unlock (WAIT mode)");
   monitor_lines(mon, namew, seen, sizeof seen);
   lock_line = strstr(seen, namew);
   cr_assert(lock_line != NULL, "no acquire seen:\n%s", seen);
@@ -368,7 +368,7 @@ static int px_held(const px_locks *p, char *missing, size_t n) {
 
 static void px_unlock_all(px_locks *p) {
   for (int i = 0; i < PX_N; i++) {
-    TC_EQ(rlock_unlock(p->locks[i]), 1, "unlock through the proxy");
+    TC_EQ(rlock_unlock(p->locks[i]), 0, "unlock through the proxy");
     rlock_free(p->locks[i]);
   }
   rlock_client_free(p->c);
@@ -444,7 +444,7 @@ Test(managed_cluster, client_setinfo_where_known) {
   rt_key(name, sizeof name, "si");
   rlock *l = tc_lock(c, name);
   TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock");
-  TC_EQ(rlock_unlock(l), 1, "unlock");
+  TC_EQ(rlock_unlock(l), 0, "unlock");
   int mine = 0, labelled = 0;
   for (int i = 0; i < nm; i++) {
     char *list = rt_node_str(m[i], "CLIENT LIST");
@@ -515,19 +515,19 @@ static void main_paths(const char *uri, int master) {
   rt_sleep_ms(2500);
   long long pttl = rt_node_int(master, "PTTL %s", wd);
   cr_assert(pttl > 0 && pttl <= 1000, "renewed: PTTL %lld", pttl);
-  TC_EQ(rlock_unlock(lw), 1, "unlock watchdog lock");
+  TC_EQ(rlock_unlock(lw), 0, "unlock watchdog lock");
 
   rlock *lf = NULL, *lr = NULL, *lwr = NULL;
   cr_assert_eq(rlock_new_fair(a, fair, &lf), 0);
   TC_EQ(rlock_try_lock(lf, 1000, 10000), 1, "fair lock");
-  TC_EQ(rlock_unlock(lf), 1, "fair unlock");
+  TC_EQ(rlock_unlock(lf), 0, "fair unlock");
   cr_assert_eq(rlock_new_read(a, rw, &lr), 0);
   cr_assert_eq(rlock_new_write(b, rw, &lwr), 0);
   TC_EQ(rlock_try_lock(lr, 0, 10000), 1, "read lock");
   TC_EQ(rlock_try_lock(lwr, 0, 10000), 0, "write lock while read held");
-  TC_EQ(rlock_unlock(lr), 1, "read unlock");
+  TC_EQ(rlock_unlock(lr), 0, "read unlock");
   TC_EQ(rlock_try_lock(lwr, 1000, 10000), 1, "write lock");
-  TC_EQ(rlock_unlock(lwr), 1, "write unlock");
+  TC_EQ(rlock_unlock(lwr), 0, "write unlock");
 
   rlock_semaphore *s = NULL;
   cr_assert_eq(rlock_semaphore_new(a, sem, &s), 0);

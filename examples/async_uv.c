@@ -162,7 +162,7 @@ static void on_acquired(worker *w, int status) {
 }
 
 static void on_released(worker *w, int status) {
-  if (status != 1) {
+  if (status != 0) {
     timeline(w, "release failed: %s", rlock_err_name(status));
     app.errors++;
     worker_finished(w);

@@ -16,7 +16,7 @@ int main(int argc, char **argv) {
   if (rc == 1) {
     printf("hello: holding the lock as %s:%llu\n", rlock_client_id(client),
            (unsigned long long)rlock_thread_id());
-    rc = rlock_unlock(lock);                  /* 1: released, waiter woken */
+    rc = rlock_unlock(lock);                  /* 0: released, waiter woken */
   } else if (rc == 0) {
     printf("hello: the lock is busy\n");
   }

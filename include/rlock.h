@@ -824,11 +824,11 @@ RLOCK_EXTERN int rlock_try_lock(rlock *lock, int64_t wait_ms, int64_t lease_ms);
 /*
  * Releases one hold of the calling thread; the last one deletes the key and
  * publishes "0" on the lock channel, waking one waiter (Java or C).
- * Returns 0 when still held (re-entered), 1 when released.
+ * Returns 0, whether that was the last hold or a re-entered one (ask
+ * rlock_hold_count() or rlock_is_held() which it was).
  * Other kinds: a fair lock's release message goes to the first waiter's own
- * channel; a spin lock publishes nothing; a read lock returns 1 when the
- * caller's last read hold ended (other readers may remain) and publishes "0"
- * only when the lock is freed; a write lock publishes "1" (wakes every
+ * channel; a spin lock publishes nothing; a read lock publishes "0" only
+ * when the lock is freed (other readers may remain); a write lock publishes "1" (wakes every
  * waiter), or nothing when the writer still reads (a downgrade: the lock
  * stays in read mode).
  * RLOCK_ENOTOWNER: the calling thread does not hold the lock.
@@ -962,7 +962,7 @@ RLOCK_EXTERN int rlock_client_interrupt(rlock_client *client, uint64_t owner);
  * the client.
  *
  * `status` is what the blocking call would return (acquire: 1 acquired,
- * 0 not within wait_ms; unlock: 1 released, 0 still held; queries: 1/0), or
+ * 0 not within wait_ms; unlock: 0; queries: 1/0), or
  * a negative RLOCK_E* code; inside the callback rlock_last_error() gives
  * the failure's detail. `value` carries the hold count
  * (rlock_hold_count_async) or the TTL (rlock_remain_ttl_async), else 0.
@@ -1187,12 +1187,13 @@ RLOCK_EXTERN int rlock_fast_multilock_try_lock_owner(
 /* Waits as long as it takes: 0 or an error. */
 RLOCK_EXTERN int rlock_fast_multilock_lock(rlock_fast_multilock *fml,
                                            int64_t lease_ms);
-/* Releases one hold of every value: 1 all freed, 0 some still held
- * (re-entered), RLOCK_ENOTOWNER when a value is not held by the owner
+/* Releases one hold of every value: 0 (every value freed, or some still
+ * held by a re-entry), RLOCK_ENOTOWNER when a value is not held by the owner
  * (nothing is changed then), RLOCK_ELOCKLOST when the owner's watchdog
  * found the hold lost (any values still held are released all the same).
  * Publishes "0" on the group's channel when a value was freed. The
- * owner's watchdog stops at 1, and keeps renewing at 0. */
+ * owner's watchdog stops when every value is freed, and keeps renewing
+ * while some stay held. */
 RLOCK_EXTERN int rlock_fast_multilock_unlock(rlock_fast_multilock *fml);
 RLOCK_EXTERN int rlock_fast_multilock_unlock_owner(rlock_fast_multilock *fml,
                                                    uint64_t owner);

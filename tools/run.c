@@ -346,9 +346,7 @@ static void *holder_main(void *arg) {
     pthread_cond_wait(&h->cond, &h->mutex);
   pthread_mutex_unlock(&h->mutex);
   rc = h->ml != NULL ? rlock_multilock_unlock(h->ml) : rlock_unlock(h->lock);
-  if (h->ml != NULL && rc == 0)
-    rc = 1; /* every member released */
-  else if (h->ml != NULL && rc == RLOCK_ENOTOWNER)
+  if (h->ml != NULL && rc == RLOCK_ENOTOWNER)
     rc = RLOCK_ELOCKLOST; /* a member expired or was deleted meanwhile */
   holder_set_detail(h, rc);
   post_event(EV_RELEASED, 0, rc);

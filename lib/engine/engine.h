@@ -166,6 +166,10 @@ struct rlock__op_type {
   bool acquires;      /* ended by rlock_req_cancel() / rlock_client_interrupt() */
   bool touches_hold;  /* an acquire or release: repair waits for it */
   bool control;       /* acts on other ops at once: never an active op */
+  /* A release: the engine's result is 1 freed / 0 left holds (events and
+   * hold bookkeeping need it), the caller sees 0 for both (CONTRIBUTING.md,
+   * "Names and returns": a call that does something returns 0). */
+  bool zero_on_success;
 };
 
 enum { RLOCK__ST_NEW, RLOCK__ST_CMD, RLOCK__ST_WAITING, RLOCK__ST_DONE };

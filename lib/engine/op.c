@@ -271,6 +271,12 @@ void rlock__op_set_wait(rlock__op *op, int64_t wait_ms, int64_t lease_ms) {
 
 /* ---- blocking facade ---- */
 
+/* What the caller is told: op->result, or 0 for any success of a type that
+ * does something rather than answer a question. */
+static int caller_result(const rlock__op *op) {
+  return op->result > 0 && op->type->zero_on_success ? 0 : op->result;
+}
+
 static void sync_done(rlock__op *op) {
   rlock__wait_wake((rlock__wait *)op->data); /* op may be gone after this */
 }
@@ -285,7 +291,7 @@ static int run_and_wait(rlock__engine *e, rlock__op *op) {
   int rc = rlock__core_submit(e->core, &op->task);
   if (rc == 0) {
     rlock__wait_for(&e->parker, &wait);
-    rc = op->result;
+    rc = caller_result(op);
   } else {
     snprintf(op->detail, sizeof(op->detail), "%s",
              rlock__core_submit_error(rc));
@@ -369,7 +375,7 @@ static void async_done(rlock__op *op) {
   else
     rlock__clear_last_error();
   if (req->cb != NULL)
-    req->cb(op->result, op->value, req->data);
+    req->cb(caller_result(op), op->value, req->data);
   req_release(req);
 }
 

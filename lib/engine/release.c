@@ -314,4 +314,4 @@ void rlock__release_finish(rlock__op *op, int result) {
 
 const rlock__op_type rlock__op_release = {
     .name = "release", .start = start_release, .finish = rlock__release_finish,
-    .touches_hold = true};
+    .touches_hold = true, .zero_on_success = true};

@@ -633,7 +633,8 @@ static void start_is_held(rlock__op *op) {
 }
 
 static const rlock__op_type release_type = {.name = "fml_release",
-                                            .start = start_release};
+                                            .start = start_release,
+                                            .zero_on_success = true};
 static const rlock__op_type force_type = {.name = "fml_force_unlock",
                                           .start = start_force};
 static const rlock__op_type renew_type = {.name = "fml_renew",

@@ -1,4 +1,4 @@
--- Introspection (rlock_info_get; `rlock status`): one atomic read of every
+-- Introspection (rlock_client_info; `rlock status`): one atomic read of every
 -- key and channel the primitives keep for a name, so what it shows is one
 -- consistent moment. Reads only; each auxiliary key is read only when it
 -- holds the type its primitive writes (a foreign value there is ignored,

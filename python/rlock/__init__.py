@@ -530,8 +530,9 @@ class Lock(_Waitable):
         return self._h.acquire(1, w, _lease_ms(lease), _owner_id(owner)) == 1
 
     def release(self, *, owner=None) -> bool:
-        """Releases one hold: True when the lock was released, False when
-        still held (re-entered). NotOwner / LockLost as in Redisson."""
+        """Releases one hold: True once it is released (a re-entered lock
+        stays held until its last release: see hold_count()). NotOwner /
+        LockLost as in Redisson."""
         return self._h.release(_owner_id(owner)) == 1
 
     unlock = release
@@ -592,7 +593,7 @@ class Lock(_Waitable):
 
     async def release_async(self, *, owner=None) -> bool:
         from . import _aio
-        return await _aio.release(self, owner) == 1
+        return await _aio.release(self, owner) == 0
 
     async def __aenter__(self):
         from . import _aio

@@ -133,8 +133,8 @@ async def _undo(handle, owner, n, ids) -> None:
 
 
 async def release(lock, owner) -> int:
-    """Async unlock of a lock for the task (or owner): 1 released, 0 still
-    held."""
+    """Async unlock of a lock for the task (or owner): 0 when one hold was
+    released (the C library's return convention)."""
     lock._check_client()
     b = _bridge()
     token, fut = b.register()

@@ -1429,7 +1429,7 @@ static PyObject *Handle_acquire_async(HandleObject *self, PyObject *args) {
 }
 
 /* unlock_async(queue, token, owner) for locks: the completion comes
- * through the queue (status 1 released, 0 still held, or an error). */
+ * through the queue (status 0 released one hold, or an error). */
 static PyObject *Handle_unlock_async(HandleObject *self, PyObject *args) {
   QueueObject *q;
   unsigned long long token, owner;
@@ -1657,7 +1657,9 @@ static PyObject *Handle_acquire(HandleObject *self, PyObject *args) {
   return PyLong_FromLong(rc);
 }
 
-/* release(owner=None) for locks and multilocks: 1 released, 0 still held. */
+/* release(owner=None) for locks and multilocks: 1 when one hold was
+ * released (the C calls' 0; whether the lock is still held after a
+ * re-entered release is hold_count()'s to say). */
 static PyObject *Handle_release(HandleObject *self, PyObject *args) {
   PyObject *owner_o = Py_None;
   if (!PyArg_ParseTuple(args, "|O:release", &owner_o))
@@ -1671,6 +1673,8 @@ static PyObject *Handle_release(HandleObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     rc = owner ? rlock_unlock_owner(h, owner) : rlock_unlock(h);
     Py_END_ALLOW_THREADS
+    if (rc == 0)
+      rc = 1;
   } else if (self->htype == H_MULTI) {
     Py_BEGIN_ALLOW_THREADS
     rc = owner ? rlock_multilock_unlock_owner(h, owner)
@@ -1683,6 +1687,8 @@ static PyObject *Handle_release(HandleObject *self, PyObject *args) {
     rc = owner ? rlock_fast_multilock_unlock_owner(h, owner)
                : rlock_fast_multilock_unlock(h);
     Py_END_ALLOW_THREADS
+    if (rc == 0)
+      rc = 1;
   } else {
     PyErr_SetString(PyExc_TypeError, "release(owner) is for locks");
     return NULL;

@@ -42,8 +42,10 @@ def test_reentry_is_per_python_thread(client, name):
     t.start()
     t.join()
     assert got == [(False, False, 0)]
-    assert lk.release() is False
     assert lk.release() is True
+    assert lk.hold_count() == 1
+    assert lk.release() is True
+    assert lk.hold_count() == 0
     t = threading.Thread(target=lambda: got.append(lk.acquire(wait=0) and lk.release()))
     t.start()
     t.join()

@@ -247,7 +247,7 @@ void fk_job_wait_until(fk_job *j, int64_t deadline, const char *what);
 int64_t fk_job_t_start(fk_job *j);
 bool fk_job_done(fk_job *j); /* any thread */
 /* Lets an unlock_after_go job unlock, joins it (bounded) and asserts the
- * unlock returned 1. */
+ * unlock returned 0. */
 void fk_job_release(fk_job *j);
 /* Joins the thread (bounded), no checks. */
 void fk_job_join(fk_job *j, int64_t bound_ms);

@@ -178,17 +178,19 @@ static void contention_release(contention *x, rlock *lock, int me) {
       problem(x, "rlock_unlock took %" PRId64 " ms (bound %" PRId64
                  " ms), returned %s", dt, x->unlock_bound_ms,
               rc_name(rc));
-    if (rc == 1)
-      return;
     if (rc == 0) {
-      /* Still held after releasing the only hold this thread knows of: the
-       * server counted an acquisition the client never saw (a lost acquire
-       * reply that executed anyway). Release the extra hold too so the
-       * others can go on, and report. */
+      /* Released one hold. Still held after releasing the only hold this
+       * thread knows of means the server counted an acquisition the client
+       * never saw (a lost acquire reply that executed anyway): release the
+       * extra hold too so the others can go on, and report. The count is
+       * asked of the server; if that fails too, the release stands. */
+      int64_t left = rlock_hold_count(lock);
+      if (left <= 0)
+        return;
       atomic_fetch_add(&x->unlock_zero, 1);
-      problem(x, "rlock_unlock returned 0 (still held) for a thread that "
+      problem(x, "rlock_unlock left %" PRId64 " hold(s) for a thread that "
                  "held the lock once: a phantom re-entry from a lost acquire "
-                 "reply");
+                 "reply", left);
       continue;
     }
     if (rc < 0 && rlock_last_error()[0] == '\0')

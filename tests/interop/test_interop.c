@@ -205,7 +205,7 @@ static void peer_release_wakes_rlock(peer_kind kind) {
   assert_ttl_between(name, LONG_LEASE_MS - 5000, LONG_LEASE_MS);
 
   rl_worker_finish(&w);
-  cr_assert_eq(w.unlock_rc[0], 1, "rlock_unlock: %d", w.unlock_rc[0]);
+  cr_assert_eq(w.unlock_rc[0], 0, "rlock_unlock: %d", w.unlock_rc[0]);
   cr_assert_eq(rt_exists(name), 0);
   peer_stop(p);
   rlock_free(lock);
@@ -675,7 +675,7 @@ static bool watchdog_peer_holds(attempt *a, peer_kind kind) {
   cr_assert_lt(latency, WAKE_BOUND_MS);
   assert_single_field(name, w.owner, "1");
   rl_worker_finish(&w);
-  cr_assert_eq(w.unlock_rc[0], 1);
+  cr_assert_eq(w.unlock_rc[0], 0);
 
   peer_stop(p);
   rlock_free(lock);
@@ -728,7 +728,7 @@ static bool peer_crash_expires(attempt *a, peer_kind kind) {
                 "the waiter should retry when the holder's TTL runs out");
   assert_single_field(name, w.owner, "1");
   rl_worker_finish(&w);
-  cr_assert_eq(w.unlock_rc[0], 1);
+  cr_assert_eq(w.unlock_rc[0], 0);
   rlock_free(lock);
   rlock_client_free(c);
   return true;
@@ -830,7 +830,7 @@ static void peer_force_wakes_rlock(peer_kind kind) {
   cr_assert_str_eq(
       peer_call(p, "FORCED", REPLY_BOUND_MS, "forceunlock %s-none", name), "0");
   rl_worker_finish(&w);
-  cr_assert_eq(w.unlock_rc[0], 1);
+  cr_assert_eq(w.unlock_rc[0], 0);
   cr_assert_eq(rt_exists(name), 0);
 
   peer_stop(p);
@@ -1061,7 +1061,7 @@ static void braces(peer_kind kind, const char *base) {
   assert_only_channel(channel);
   int64_t t_unlock = rt_now_ms();
   rl_worker_finish(&w);
-  cr_assert_eq(w.unlock_rc[0], 1);
+  cr_assert_eq(w.unlock_rc[0], 0);
   peer_expect(p, "ACQUIRED", REPLY_BOUND_MS);
   int64_t latency_peer = net_ms(t_unlock, rt_now_ms());
   cr_assert_lt(latency_peer, WAKE_BOUND_MS);
@@ -1136,7 +1136,7 @@ Test(interop, java3x_release_wakes_rlock) {
                "a 3.x release must not touch an unlock latch");
 
   rl_worker_finish(&w);
-  cr_assert_eq(w.unlock_rc[0], 1);
+  cr_assert_eq(w.unlock_rc[0], 0);
   cr_assert_eq(rt_exists(name), 0);
   monitor_stop(m);
   peer_stop(p);
@@ -1264,7 +1264,7 @@ Test(interop, java_sharded_pubsub_both_ways) {
   cr_assert_eq(rt_numsub(channel), 0);
   int64_t t_unlock = rt_now_ms();
   rl_worker_finish(&w);
-  cr_assert_eq(w.unlock_rc[0], 1);
+  cr_assert_eq(w.unlock_rc[0], 0);
   peer_expect(p, "ACQUIRED", REPLY_BOUND_MS);
   int64_t to_peer = net_ms(t_unlock, rt_now_ms());
   interop_report("sharded pub/sub: java-like -> rlock %" PRId64

@@ -545,7 +545,7 @@ static void race_rel_cb(int status, int64_t value, void *data) {
   (void)value;
   race_slot *s = data;
   once_hit(&s->rel, status);
-  if (status != 1)
+  if (status != 0)
     failf("unlock after async acquire: %s", rlock_err_name(status));
   atomic_fetch_add(&s->ctx->released, 1);
 }
@@ -762,13 +762,14 @@ static void *intr_worker(void *arg) {
     } else if (rc == 0 && !w->expect_canceled) {
       atomic_fetch_add(&w->acquired, 1);
       int u = rlock_unlock(w->lock);
-      if (u == 0)
-        failf("unlock after a single acquire returned 0 (still held): an "
-              "interrupted acquire's try left a hold the client does not "
-              "know of");
-      else if (u != 0)
+      int64_t left = u == 0 ? rlock_hold_count(w->lock) : 0;
+      if (u != 0)
         failf("unlock after an acquire among interrupts: %s",
               rlock_err_name(u));
+      else if (left != 0)
+        failf("after the unlock of a single acquire the lock is still held "
+              "(%" PRId64 "): an interrupted acquire's try left a hold the "
+              "client does not know of", left);
     } else {
       failf("rlock_lock among interrupts: %d (%s)", rc, rlock_err_name(rc));
       break;

@@ -1880,8 +1880,10 @@ RLOCK_EXTERN int rlock_election_campaign(rlock_election *e, const char *value,
                                          rlock_election_cb on_end, void *data,
                                          int64_t *term);
 /* The same without blocking: cb fires as rlock_election_cb says. Returns 0,
- * or an error (then cb never fires). */
-RLOCK_EXTERN int rlock_election_campaign_async(rlock_election *e,
+ * or an error (then cb never fires). The handle is the request: one
+ * campaign at a time per handle, ended with rlock_election_cancel() (not
+ * an rlock_req, so it is not called _async). */
+RLOCK_EXTERN int rlock_election_campaign_start(rlock_election *e,
                                                const char *value, size_t len,
                                                int64_t wait_ms,
                                                rlock_election_cb cb,
@@ -1947,7 +1949,7 @@ static inline void rlock_election_state_init(rlock_election_state *s) {
  * error), or RLOCK_EINVAL (NULL argument, struct_size not set),
  * RLOCK_EKIND / RLOCK_EWRONGTYPE (the name is another kind of lock / not
  * a lock), the transport errors. */
-RLOCK_EXTERN int rlock_election_leader(rlock_client *client, const char *name,
+RLOCK_EXTERN int rlock_client_election_leader(rlock_client *client, const char *name,
                                        rlock_election_state *out);
 
 /* Called on the loop thread with each new state, in order: at the start
@@ -1964,7 +1966,7 @@ typedef void (*rlock_election_observe_cb)(const rlock_election_state *st,
  * poll_ms (0: 1000; changes announced by nobody - a Java holder's
  * acquire - are seen within it). Returns 0 with *out, or RLOCK_EINVAL,
  * RLOCK_ENAMETOOLONG, RLOCK_ECLOSED, RLOCK_ENOMEM, RLOCK_EDEADLK. */
-RLOCK_EXTERN int rlock_election_observe(rlock_client *client,
+RLOCK_EXTERN int rlock_election_observer_new(rlock_client *client,
                                         const char *name, int64_t poll_ms,
                                         rlock_election_observe_cb cb,
                                         void *data,

@@ -399,7 +399,7 @@ static int leader_main(int argc, char **argv) {
   if (!follow_mode) {
     rlock_election_state st;
     rlock_election_state_init(&st);
-    rc = rlock_election_leader(client, name, &st);
+    rc = rlock_client_election_leader(client, name, &st);
     if (rc != 0) {
       cli_err_rlock(rc, "leader");
       exit_code = cli_exit_for(rc);
@@ -416,7 +416,7 @@ static int leader_main(int argc, char **argv) {
     catch_signals();
     follow f = {name, json};
     rlock_election_observer *o = NULL;
-    rc = rlock_election_observe(client, name, poll_ms, on_state, &f, &o);
+    rc = rlock_election_observer_new(client, name, poll_ms, on_state, &f, &o);
     if (rc != 0) {
       cli_err_rlock(rc, "leader --follow");
       exit_code = cli_exit_for(rc);

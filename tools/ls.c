@@ -110,7 +110,7 @@ static bool election_of(rlock_client *client, const char *name,
                         const rlock_info *info, rlock_election_state *st) {
   rlock_election_state_init(st);
   return info->kind == RLOCK_INFO_FENCED &&
-         rlock_election_leader(client, name, st) == 0 && st->has_value;
+         rlock_client_election_leader(client, name, st) == 0 && st->has_value;
 }
 
 /* The value is bytes a candidate chose: escaped as everything from Redis

@@ -436,7 +436,7 @@ static void won(rlock_election *e, int64_t token) {
     proclaimed(NULL, NULL, RLOCK_ENOMEM, e);
 }
 
-int rlock_election_campaign_async(rlock_election *e, const char *value,
+int rlock_election_campaign_start(rlock_election *e, const char *value,
                                   size_t len, int64_t wait_ms,
                                   rlock_election_cb cb, void *data) {
   if (e == NULL)
@@ -529,7 +529,7 @@ int rlock_election_campaign(rlock_election *e, const char *value, size_t len,
   }
   s->on_end = on_end;
   s->data = data;
-  int rc = rlock_election_campaign_async(e, value, len, wait_ms, sync_cb, s);
+  int rc = rlock_election_campaign_start(e, value, len, wait_ms, sync_cb, s);
   if (rc == 0) {
     uv_sem_wait(&s->sem);
     rc = s->status;
@@ -929,7 +929,7 @@ static void start_read(rlock__op *op) {
 static const rlock__op_type read_type = {.name = "election_read",
                                          .start = start_read};
 
-int rlock_election_leader(rlock_client *client, const char *name,
+int rlock_client_election_leader(rlock_client *client, const char *name,
                           rlock_election_state *out) {
   if (out == NULL || out->struct_size < offsetof(rlock_election_state,
                                                  holder))
@@ -1117,7 +1117,7 @@ static const rlock__op_type observe_type = {.name = "election_observe",
 static const rlock__op_type unobserve_type = {.name = "election_unobserve",
                                               .start = start_unobserve};
 
-int rlock_election_observe(rlock_client *client, const char *name,
+int rlock_election_observer_new(rlock_client *client, const char *name,
                            int64_t poll_ms, rlock_election_observe_cb cb,
                            void *data, rlock_election_observer **out) {
   if (out == NULL || cb == NULL || poll_ms < 0)

@@ -362,7 +362,7 @@ static bool converged(rlock_client *c, const char *name, seen *s,
                       rlock_election_state *st) {
   rlock_election_state_init(st);
   for (int i = 0; i < 100; i++) {
-    if (rlock_election_leader(c, name, st) == 0) {
+    if (rlock_client_election_leader(c, name, st) == 0) {
       pthread_mutex_lock(&s->mu);
       bool agree = st->has_leader && s->n > 0 &&
                    s->st[s->n - 1].has_leader &&
@@ -413,7 +413,7 @@ static void watch_start(watch *w, const char *base, int64_t poll_ms) {
   w->c = client_fast();
   w->s = seen_new();
   w->obs = NULL;
-  cr_assert_eq(rlock_election_observe(w->c, w->name, poll_ms, on_state, w->s,
+  cr_assert_eq(rlock_election_observer_new(w->c, w->name, poll_ms, on_state, w->s,
                                       &w->obs),
                0);
 }
@@ -649,7 +649,7 @@ Test(elect_sentinel, failover_one_leader_at_a_time_observers_converge) {
   cr_assert_eq(rlock_client_new(&c, &o), 0, "%s", rlock_last_error());
   seen *s = seen_new();
   rlock_election_observer *obs = NULL;
-  cr_assert_eq(rlock_election_observe(c, name, 300, on_state, s, &obs), 0);
+  cr_assert_eq(rlock_election_observer_new(c, name, 300, on_state, s, &obs), 0);
   start_candidates(name, WATCHDOG_MS);
   int w = wait_rec(EV_WON, 0, 0, 20000, "a leader");
   wait_rec(EV_ACT, w, 3, 5000, "the leader acts");
@@ -755,7 +755,7 @@ Test(elect, java_fenced_lock_holder_is_the_leader) {
   rlock_client *c = client_fast();
   rlock_election_state st;
   rlock_election_state_init(&st);
-  cr_assert_eq(rlock_election_leader(c, name, &st), 0);
+  cr_assert_eq(rlock_client_election_leader(c, name, &st), 0);
   cr_expect_eq(st.has_leader, 1);
   cr_expect_eq(st.has_value, 0);
   cr_expect_eq(st.term, jtoken);
@@ -765,7 +765,7 @@ Test(elect, java_fenced_lock_holder_is_the_leader) {
   rlock_election *e = NULL;
   cr_assert_eq(rlock_election_new(c, name, &e), 0);
   async_won a = {0};
-  cr_assert_eq(rlock_election_campaign_async(e, "c-side", 6, -1, on_async, &a),
+  cr_assert_eq(rlock_election_campaign_start(e, "c-side", 6, -1, on_async, &a),
                0);
   rt_sleep_ms(700);
   cr_expect_eq(atomic_load(&a.calls), 0, "won while Java held the lock");
@@ -782,7 +782,7 @@ Test(elect, java_fenced_lock_holder_is_the_leader) {
   snprintf(line, sizeof(line), "B: tryLock %s 0", jname);
   cr_expect(strncmp(java_ask(line, ans, sizeof(ans)), "B: OK false", 11) == 0,
             "%s", ans);
-  cr_assert_eq(rlock_election_leader(c, name, &st), 0);
+  cr_assert_eq(rlock_client_election_leader(c, name, &st), 0);
   cr_expect_eq(st.has_value, 1);
   cr_expect_str_eq(st.value, "c-side");
   cr_expect_eq(st.term, atomic_load(&a.term));
@@ -847,7 +847,7 @@ Test(elect, bad_input_is_refused_and_leaves_nothing) {
   /* nobody campaigns: an empty state, no error */
   rlock_election_state st;
   rlock_election_state_init(&st);
-  cr_expect_eq(rlock_election_leader(c, name, &st), 0);
+  cr_expect_eq(rlock_client_election_leader(c, name, &st), 0);
   cr_expect_eq(st.has_leader, 0);
   cr_expect_eq(st.term, 0);
   cr_expect_eq(rt_int("DBSIZE"), 0, "keys were left by the refusals");
@@ -857,7 +857,7 @@ Test(elect, bad_input_is_refused_and_leaves_nothing) {
                1);
   cr_expect_eq(rlock_election_campaign(e, "again", 5, 0, NULL, NULL, &term),
                RLOCK_EREENTRY);
-  cr_expect_eq(rlock_election_leader(c, name, &st), 0);
+  cr_expect_eq(rlock_client_election_leader(c, name, &st), 0);
   cr_expect_eq(st.value_len, RLOCK_ELECTION_VALUE_MAX);
   cr_expect_eq(rlock_election_resign(e), 0);
   cr_expect_eq(rlock_election_resign(e), RLOCK_ENOTOWNER);
@@ -878,7 +878,7 @@ Test(elect, bad_input_is_refused_and_leaves_nothing) {
   cr_assert_eq(rlock_election_new(c, rw, &e2), 0);
   cr_expect_eq(rlock_election_campaign(e2, "v", 1, 0, NULL, NULL, &term),
                RLOCK_EKIND);
-  cr_expect_eq(rlock_election_leader(c, rw, &st), RLOCK_EKIND);
+  cr_expect_eq(rlock_client_election_leader(c, rw, &st), RLOCK_EKIND);
   char str[80];
   snprintf(str, sizeof(str), "%s-str", name);
   rt_ok("OK", "SET %s plain", str);
@@ -886,13 +886,13 @@ Test(elect, bad_input_is_refused_and_leaves_nothing) {
   cr_assert_eq(rlock_election_new(c, str, &e3), 0);
   cr_expect_eq(rlock_election_campaign(e3, "v", 1, 0, NULL, NULL, &term),
                RLOCK_EWRONGTYPE);
-  cr_expect_eq(rlock_election_leader(c, str, &st), RLOCK_EWRONGTYPE);
+  cr_expect_eq(rlock_client_election_leader(c, str, &st), RLOCK_EWRONGTYPE);
   rlock_election_free(e2);
   rlock_election_free(e3);
   /* an observer that stops leaves no subscription */
   seen *s = seen_new();
   rlock_election_observer *obs = NULL;
-  cr_assert_eq(rlock_election_observe(c, name, 100, on_state, s, &obs), 0);
+  cr_assert_eq(rlock_election_observer_new(c, name, 100, on_state, s, &obs), 0);
   rt_sleep_ms(300);
   char chan[128];
   snprintf(chan, sizeof(chan), "rlock_election__channel:{%s}", name);
@@ -973,7 +973,7 @@ Test(elect, events_and_stats_name_the_election) {
   cr_expect_eq(rlock_election_proclaim(e, "v1b", 3), 0);
   rlock_election_state st;
   rlock_election_state_init(&st);
-  cr_assert_eq(rlock_election_leader(c, name, &st), 0);
+  cr_assert_eq(rlock_client_election_leader(c, name, &st), 0);
   cr_expect_str_eq(st.value, "v1b");
   cr_expect_eq(st.term, t1);
   cr_assert_eq(rlock_election_resign(e), 0);
@@ -1033,7 +1033,7 @@ Test(elect, cancel_ends_a_waiting_campaign_and_free_after_close) {
                1);
   cr_expect_eq(rlock_election_cancel(a), 0, "nothing to cancel yet");
   async_won w = {0};
-  cr_assert_eq(rlock_election_campaign_async(a, "a", 1, -1, on_async, &w), 0);
+  cr_assert_eq(rlock_election_campaign_start(a, "a", 1, -1, on_async, &w), 0);
   pthread_t t;
   cr_assert_eq(pthread_create(&t, NULL, blocking_campaign, b), 0);
   rt_sleep_ms(300);
@@ -1105,14 +1105,14 @@ Test(elect, a_terms_end_never_reaches_the_next_campaign) {
   rlock_election *e = NULL;
   cr_assert_eq(rlock_election_new(c, name, &e), 0);
   static calls first, second;
-  cr_assert_eq(rlock_election_campaign_async(e, "v", 1, 0, record_cb, &first),
+  cr_assert_eq(rlock_election_campaign_start(e, "v", 1, 0, record_cb, &first),
                0);
   rt_wait_until_what(has_calls, &first, 5000, "won");
   cr_assert_eq(first.status[0], RLOCK_ELECTION_WON);
   rt_int("DEL %s", name); /* lost at the next renewal */
   rt_wait_until_what(in_handler, NULL, 5000, "the loss's event");
   cr_assert_eq(rlock_election_leading(e, NULL, NULL), 0);
-  cr_assert_eq(rlock_election_campaign_async(e, "v", 1, 0, record_cb, &second),
+  cr_assert_eq(rlock_election_campaign_start(e, "v", 1, 0, record_cb, &second),
                0);
   rt_wait_until_what(has_calls, &second, 5000, "the new campaign's result");
   rt_sleep_ms(300);

@@ -525,7 +525,7 @@ static double thread_cpu_s(pid_t tid) {
   return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
-/* Thread ids of this process, to find the thread rlock_client_open made. */
+/* Thread ids of this process, to find the thread rlock_client_new made. */
 static int list_tids(pid_t *out, int cap) {
   DIR *d = opendir("/proc/self/task");
   int n = 0;
@@ -1024,7 +1024,7 @@ static rlock_client *open_client_v(int64_t watchdog_ms, bool track,
   pid_t before[MAX_THREADS * 2], after[MAX_THREADS * 2];
   int nb = list_tids(before, MAX_THREADS * 2);
   rlock_client *c = NULL;
-  check_rc(rlock_client_open(&c, &o), "rlock_client_open");
+  check_rc(rlock_client_new(&c, &o), "rlock_client_new");
   int na = list_tids(after, MAX_THREADS * 2);
   int found = 0;
   pid_t tid = 0;
@@ -1048,7 +1048,7 @@ static rlock_client *open_client(int64_t watchdog_ms, bool track) {
 
 /* The kind get_lock() makes (phase K switches it to the fair and the write
  * lock); kind_label names it in the rows, NULL for RLock. */
-static int (*lock_getter)(rlock_client *, const char *, rlock **) = rlock_get;
+static int (*lock_getter)(rlock_client *, const char *, rlock **) = rlock_new;
 static const char *kind_label;
 
 static rlock *get_lock(rlock_client *c, const char *fmt, ...) {
@@ -1059,7 +1059,7 @@ static rlock *get_lock(rlock_client *c, const char *fmt, ...) {
   vsnprintf(name + off, sizeof(name) - (size_t)off, fmt, ap);
   va_end(ap);
   rlock *l = NULL;
-  check_rc(lock_getter(c, name, &l), "rlock_get");
+  check_rc(lock_getter(c, name, &l), "rlock_new");
   return l;
 }
 
@@ -1067,7 +1067,7 @@ static void lock_pair(rlock *l) {
   check_rc(rlock_lock(l, LEASE_MS), "rlock_lock");
   int rc = rlock_unlock(l);
   check_rc(rc, "rlock_unlock");
-  if (rc != 1)
+  if (rc != 0)
     die("rlock_unlock returned %d, expected 1 (released)", rc);
 }
 
@@ -1193,7 +1193,7 @@ static s1_result s1_spin_off(void) {
     lock_pair(l);
   s1_result r = s1_measure(l, "S1 spin off", cfg.seconds);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
   loop_tid = keep;
   return r;
 }
@@ -1355,7 +1355,7 @@ static void s2_spin_off(const double *on_rate, const int *counts,
         set_target(r, T_GE, 0.95, false);
     }
   }
-  rlock_client_close(c);
+  rlock_client_free(c);
   loop_tid = keep;
 }
 
@@ -1415,7 +1415,7 @@ static void phase_s2(rlock_client *c) {
     }
   }
   for (int i = 0; i < s2_nextra; i++)
-    rlock_client_close(s2_extra[i]);
+    rlock_client_free(s2_extra[i]);
   if (!tls_mode && !cluster_mode && s2_nextra == 0)
     s2_spin_off(rates, counts, ncounts);
 }
@@ -1520,7 +1520,7 @@ static void *s3_main(void *arg) {
     int rc = rlock_unlock(sh->lock);
     int64_t t_rel = now_ns();
     check_rc(rc, "rlock_unlock (S3)");
-    if (rc != 1)
+    if (rc != 0)
       die("S3: rlock_unlock returned %d, expected 1", rc);
 
     pthread_mutex_lock(&sh->mu);
@@ -1663,7 +1663,7 @@ static void *s4_main(void *arg) {
     leave_critical();
     int rc = rlock_unlock(sh->lock);
     check_rc(rc, "rlock_unlock (S4)");
-    if (rc != 1)
+    if (rc != 0)
       die("S4: rlock_unlock returned %d, expected 1", rc);
   }
   return NULL;
@@ -1740,7 +1740,7 @@ static void phase_s4(rlock_client *c, const char *id) {
               "acquire + release script", per / 2);
   if (main_run) /* issue #4 asked <= 4; #13 <= 2.5; #39 <= 2.1 */
     set_target(r, T_LE, 2.1, false);
-  else if (lock_getter == rlock_get_write) /* issue #39: W4 <= 4 */
+  else if (lock_getter == rlock_new_write) /* issue #39: W4 <= 4 */
     set_target(r, T_LE, 4.0, false);
   add_row(id, "  client CPU per acquisition (user+sys)", cpu_us, "us", NAN,
           "", NAN);
@@ -1872,7 +1872,7 @@ static int herd_child(char **argv) {
   x_shm *shm = x_shm_map(argv[4], false);
   rlock_client *c = open_client(0, false);
   rlock *l = NULL;
-  check_rc(rlock_get(c, argv[2], &l), "rlock_get (X child)");
+  check_rc(rlock_new(c, argv[2], &l), "rlock_new (X child)");
   x_herd h;
   x_herd_start(&h, l, shm, n);
   printf("ready\n");
@@ -1887,7 +1887,7 @@ static int herd_child(char **argv) {
   printf("count %ld\n", acq);
   fflush(stdout);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
   return 0;
 }
 
@@ -1996,7 +1996,7 @@ static void x_run(const char *id, const char *java_cmd) {
   x_shm *shm = x_shm_map(shm_path, true);
   rlock_client *c = open_client(0, false);
   rlock *l = NULL;
-  check_rc(rlock_get(c, name, &l), "rlock_get (X)");
+  check_rc(rlock_new(c, name, &l), "rlock_new (X)");
   /* warm up: scripts loaded before either side starts */
   lock_pair(l);
   x_java j;
@@ -2096,7 +2096,7 @@ static void x_run(const char *id, const char *java_cmd) {
     note("%s: exclusion checked across both processes (shared counter): %ld "
          "overlaps", id, overlaps);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 static void phase_x(void) {
@@ -2140,7 +2140,7 @@ static void phase_semaphore(void) {
     char name[160];
     snprintf(name, sizeof(name), "%ssem:%d", cfg.prefix, n);
     rlock_semaphore *sem = NULL;
-    check_rc(rlock_semaphore_get(c, name, &sem), "rlock_semaphore_get");
+    check_rc(rlock_semaphore_new(c, name, &sem), "rlock_semaphore_new");
     check_rc(rlock_semaphore_try_set_permits(sem, n, 0), "try_set_permits");
     m_worker w[8];
     pthread_barrier_t start;
@@ -2187,7 +2187,7 @@ static void phase_semaphore(void) {
     freeReplyObject(mon_cmd("DEL %s", name));
     rlock_semaphore_free(sem);
   }
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- K: S3 and S4 on the fair lock and the write lock ---- */
@@ -2198,8 +2198,8 @@ static void phase_kinds(void) {
   static const struct {
     int (*get)(rlock_client *, const char *, rlock **);
     const char *label, *s3, *s4;
-  } kinds[] = {{rlock_get_fair, "fair lock", "F3", "F4"},
-               {rlock_get_write, "write lock (read/write)", "W3", "W4"}};
+  } kinds[] = {{rlock_new_fair, "fair lock", "F3", "F4"},
+               {rlock_new_write, "write lock (read/write)", "W3", "W4"}};
   pid_t keep = loop_tid;
   rlock_client *c = open_client(0, true);
   for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
@@ -2208,9 +2208,9 @@ static void phase_kinds(void) {
     phase_s3(c, kinds[i].s3, 0, cfg.seconds);
     phase_s4(c, kinds[i].s4);
   }
-  lock_getter = rlock_get;
+  lock_getter = rlock_new;
   kind_label = NULL;
-  rlock_client_close(c);
+  rlock_client_free(c);
   loop_tid = keep;
 }
 
@@ -2311,7 +2311,7 @@ static void phase_s5(void) {
   for (int i = 0; i < n; i++)
     rlock_free(locks[i]);
   free(locks);
-  rlock_client_close(c);
+  rlock_client_free(c);
 
   double per_period = (double)(c1 - c0) / cfg.wd_periods;
   double rate_short = per_period / ((double)period_ns / 1e9);
@@ -2332,7 +2332,7 @@ static void phase_s5(void) {
   rr = add_row("S5", "client heap per held lock (mallinfo2)", hold_bytes,
                "bytes", NAN, "", NAN);
   set_target(rr, T_LE, 512, false);
-  add_row("S5", "  + lock handle (rlock_get), per lock", handle_bytes,
+  add_row("S5", "  + lock handle (rlock_new), per lock", handle_bytes,
           "bytes", NAN, "", NAN);
   add_row("S5", "  RSS delta per held lock", rss_hold, "bytes", NAN, "",
           NAN);
@@ -2374,10 +2374,10 @@ static void run_transport(void) {
         phase_s3(h0, "S3h0", 0, cfg.seconds);
       if (phase_on("S4"))
         phase_s4(h0, "S4h0");
-      rlock_client_close(h0);
+      rlock_client_free(h0);
       loop_tid = keep;
     }
-    rlock_client_close(c);
+    rlock_client_free(c);
     add_row("MEM", "client RSS, idle (process VmRSS)", (double)rss_idle,
             "KiB", NAN, "", NAN);
     snprintf(rows[nrows - 1].base_desc, sizeof(rows[0].base_desc),

@@ -54,7 +54,7 @@ struct worker {
   int round;
   uint64_t want_at;  /* now_ns() when it asked for the lock */
   uv_timer_t job;    /* the critical section's work, on the app loop */
-  rlock_req *req;    /* the pending acquire, for rlock_cancel() */
+  rlock_req *req;    /* the pending acquire, for rlock_req_cancel() */
   ticket on_acquired, on_released;
   int done;
 };
@@ -227,7 +227,7 @@ static void worker_finished(worker *w) {
     uv_close((uv_handle_t *)&app.sigint, NULL);
 }
 
-/* Ctrl-C: cancel every pending wait (rlock_cancel is thread-safe and its
+/* Ctrl-C: cancel every pending wait (rlock_req_cancel is thread-safe and its
  * callback still comes, with RLOCK_ECANCELED); jobs in progress finish and
  * release normally, and nobody starts another round. */
 static void on_sigint(uv_signal_t *handle, int signum) {
@@ -236,7 +236,7 @@ static void on_sigint(uv_signal_t *handle, int signum) {
   uv_close((uv_handle_t *)handle, NULL);
   for (int i = 0; i < app.n_workers; i++)
     if (app.workers[i].req != NULL)
-      rlock_cancel(app.workers[i].req);
+      rlock_req_cancel(app.workers[i].req);
 }
 
 int main(int argc, char **argv) {
@@ -251,13 +251,13 @@ int main(int argc, char **argv) {
   rlock_options_init(&opts);
   /* NULL (no argument, or ""): $REDIS_URL, else redis://127.0.0.1:6379. */
   opts.uri = argc > 1 && argv[1][0] != '\0' ? argv[1] : NULL;
-  int rc = rlock_client_open(&app.client, &opts);
+  int rc = rlock_client_new(&app.client, &opts);
   if (rc == 0)
-    rc = rlock_get(app.client, LOCK_NAME, &app.lock);
+    rc = rlock_new(app.client, LOCK_NAME, &app.lock);
   if (rc != 0) {
     fprintf(stderr, "async_uv: %s: %s\n", rlock_err_name(rc),
             rlock_last_error());
-    rlock_client_close(app.client);
+    rlock_client_free(app.client);
     return 1;
   }
 
@@ -287,7 +287,7 @@ int main(int argc, char **argv) {
 
   /* Nothing of ours is pending any more: close the client. */
   rlock_free(app.lock);
-  rlock_client_close(app.client);
+  rlock_client_free(app.client);
   uv_loop_close(app.loop);
   uv_mutex_destroy(&app.inbox_mutex);
   printf("done: %d error(s)\n", app.errors);

@@ -65,9 +65,9 @@ int main(int argc, char **argv) {
   hold_ms = atoi(argv[5]);
   label = argv[6];
   rlock_client *client; /* one client (two connections) for all threads */
-  int rc = rlock_client_open(&client, &opts);
+  int rc = rlock_client_new(&client, &opts);
   if (rc == 0)
-    rc = rlock_get(client, argv[2], &lock);
+    rc = rlock_new(client, argv[2], &lock);
   if (rc != 0 || threads < 1 || threads > 64) {
     fprintf(stderr, "contend: %s: %s\n", rlock_err_name(rc),
             rlock_last_error());
@@ -79,6 +79,6 @@ int main(int argc, char **argv) {
   for (int i = 0; i < threads; i++)
     pthread_join(tids[i], NULL);
   rlock_free(lock);
-  rlock_client_close(client);
+  rlock_client_free(client);
   return 0;
 }

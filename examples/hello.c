@@ -8,9 +8,9 @@ int main(int argc, char **argv) {
   opts.uri = argc > 1 ? argv[1] : NULL; /* NULL: $REDIS_URL, else localhost */
   rlock_client *client;
   rlock *lock = NULL;
-  int rc = rlock_client_open(&client, &opts);
+  int rc = rlock_client_new(&client, &opts);
   if (rc == 0)
-    rc = rlock_get(client, "hello", &lock);   /* Redisson: getLock("hello") */
+    rc = rlock_new(client, "hello", &lock);   /* Redisson: getLock("hello") */
   if (rc == 0)
     rc = rlock_try_lock(lock, 5000, -1);      /* wait <= 5 s, watchdog lease */
   if (rc == 1) {
@@ -23,6 +23,6 @@ int main(int argc, char **argv) {
   if (rc < 0)
     fprintf(stderr, "hello: %s: %s\n", rlock_err_name(rc), rlock_last_error());
   rlock_free(lock);
-  rlock_client_close(client);
+  rlock_client_free(client);
   return rc < 0;
 }

@@ -19,7 +19,7 @@
  *
  * fork(): a client belongs to the process that opened it. In a forked child
  * every call on the parent's client returns RLOCK_EFORK at once, and
- * rlock_client_close() returns without touching what the child shares with
+ * rlock_client_free() returns without touching what the child shares with
  * the parent; the child opens its own client.
  */
 #ifndef RLOCK_H
@@ -149,13 +149,13 @@ RLOCK_EXTERN const char *rlock_diag_level_name(int level);
  * (no newline; stable wording, naming the server as host:port where one is
  * concerned - docs/api.md, Diagnostics, lists them). `client` is the client
  * the message is about: the messages of the connections made during
- * rlock_client_open() come before open returns it, so compare it, do not
+ * rlock_client_new() come before open returns it, so compare it, do not
  * use it. `message` is valid for the call only.
  * Runs on the client's loop thread, one call at a time, never after
- * rlock_client_close() has returned. It must not block (the client's
+ * rlock_client_free() has returned. It must not block (the client's
  * network and timers wait for it) and must not call into the library:
  * blocking rlock calls return RLOCK_EDEADLK there, and
- * rlock_client_close() of its own client is not allowed.
+ * rlock_client_free() of its own client is not allowed.
  */
 typedef void (*rlock_diag_cb)(rlock_client *client, rlock_diag_level level,
                               const char *message, void *data);
@@ -165,7 +165,7 @@ typedef void (*rlock_diag_cb)(rlock_client *client, rlock_diag_level level,
  * is called on the client's loop thread for each event below, in the order
  * they happen. It must not block: every lock of the client waits while it
  * runs. Blocking rlock calls made from it return RLOCK_EDEADLK; async calls,
- * rlock_client_stats_get() and rlock_client_id() are fine. An event carries
+ * rlock_client_stats() and rlock_client_id() are fine. An event carries
  * what a handler needs: its strings (kind, name, owner, detail, client_id,
  * client_name) are valid only during the call - copy what you keep.
  * Later versions may add types: a handler ignores those it does not know.
@@ -182,7 +182,7 @@ typedef enum rlock_event_type {
   RLOCK_EVENT_RELEASED = 2,
   /* An acquire call ended without the lock: cause RLOCK_EVENT_TIMEOUT
    * (wait_ms passed, a try_lock with wait 0 included), RLOCK_EVENT_CANCELED
-   * (rlock_cancel, rlock_interrupt) or RLOCK_EVENT_ERROR (error: the
+   * (rlock_req_cancel, rlock_client_interrupt) or RLOCK_EVENT_ERROR (error: the
    * RLOCK_E* code it returned, RLOCK_ECLOSED at close included); wait_ms,
    * attempts. Every acquire call ends in exactly one ACQUIRED or GAVE_UP. */
   RLOCK_EVENT_GAVE_UP = 3,
@@ -190,7 +190,7 @@ typedef enum rlock_event_type {
    * (error: RLOCK_ETIMEDOUT, RLOCK_ECONN, RLOCK_ESERVER ...): retried at
    * the next period; the lock may expire if it keeps failing. */
   RLOCK_EVENT_RENEWAL_FAILED = 4,
-  /* What is left of a hold's guarantee (see rlock_lease_guaranteed())
+  /* What is left of a hold's guarantee (see rlock_is_lease_guaranteed())
    * fell below the lease_risk_ms option's threshold at a watchdog period:
    * kind, name, owner, remaining_ms (may be negative: the guarantee has
    * run out), lease_ms. Once per hold until the guarantee is back above
@@ -271,7 +271,7 @@ typedef void (*rlock_event_cb)(const rlock_event *ev, void *data);
  * every field below is in 0.1.0, the first release). */
 typedef struct rlock_options {
   /* Set to sizeof(rlock_options) by rlock_options_init(); do not change it.
-   * rlock_client_open() reads only this many bytes, so a program built
+   * rlock_client_new() reads only this many bytes, so a program built
    * against an older rlock.h (smaller struct) gets the defaults for the
    * fields it does not know. 0 (not initialised) or more than this
    * library's sizeof(rlock_options) (a newer rlock.h) is RLOCK_EINVAL. */
@@ -382,7 +382,7 @@ typedef struct rlock_options {
    * and out of time answers RLOCK_ENOREPLICA, never 0 (the lock was
    * free); a WAIT the server refuses (an ACL without +wait) fails the
    * acquire once, undone, with RLOCK_ENOREPLICA naming the ACL. Renewals
-   * no replica confirmed do not move rlock_lease_guaranteed(). */
+   * no replica confirmed do not move rlock_is_lease_guaranteed(). */
   int replica_sync;
   /* WAIT's timeout. Default 1000. Range 1..2^31-1. */
   int64_t replica_sync_timeout_ms;
@@ -444,7 +444,7 @@ typedef struct rlock_options {
   rlock_event_cb on_event;
   void *on_event_data;
   /* RLOCK_EVENT_LEASE_AT_RISK fires when what is left of a hold's
-   * guarantee (rlock_lease_guaranteed() minus now), checked at each
+   * guarantee (rlock_is_lease_guaranteed() minus now), checked at each
    * watchdog period (watchdog_timeout_ms / 3), is below this many ms.
    * 0 (default): a third of the hold's lease (watchdog_timeout_ms for
    * holds taken without a lease: about one renewal missed). -1: never.
@@ -499,7 +499,7 @@ static inline void rlock_options_init(rlock_options *o) {
  * rlock_last_error() gives the detail (the server's text, or what the peer
  * sent).
  */
-RLOCK_EXTERN int rlock_client_open(rlock_client **client,
+RLOCK_EXTERN int rlock_client_new(rlock_client **client,
                                    const rlock_options *o);
 
 /*
@@ -510,7 +510,7 @@ RLOCK_EXTERN int rlock_client_open(rlock_client **client,
  * returns RLOCK_ECLOSED. NULL is accepted. May be called from any thread,
  * including the loop thread (a callback), but only once per client.
  */
-RLOCK_EXTERN void rlock_client_close(rlock_client *client);
+RLOCK_EXTERN void rlock_client_free(rlock_client *client);
 
 /* The client's random UUID (36 lowercase chars), made once at open. Valid
  * until the client and all its lock handles are freed. */
@@ -541,12 +541,12 @@ static inline void rlock_client_caps_init(rlock_client_caps *caps) {
 }
 
 /* Fills `caps` (see rlock_client_caps) from what the probes found so far:
- * the connections made at rlock_client_open() have been probed by the
+ * the connections made at rlock_client_new() have been probed by the
  * time it returns; later connections (a reconnect, a failover, another
  * cluster node) add theirs as they are made. 0, or RLOCK_EINVAL (NULL
  * client or caps, struct_size smaller than the struct_size field's end or
  * larger than this library's struct). Never blocks; any thread. */
-RLOCK_EXTERN int rlock_client_caps_get(const rlock_client *client,
+RLOCK_EXTERN int rlock_client_capabilities(const rlock_client *client,
                                        rlock_client_caps *caps);
 
 /*
@@ -604,7 +604,7 @@ typedef struct rlock_stats {
   uint64_t renewal_rtt_sum_us;
   uint64_t renewal_rtt_max_us;
   /* The least lease head-room seen at a confirmed renewal: what was left
-   * of the hold's guarantee (rlock_lease_guaranteed() minus now) when the
+   * of the hold's guarantee (rlock_is_lease_guaranteed() minus now) when the
    * renewal's confirmation came, before it moved the guarantee on.
    * Negative: the guarantee had run out before the renewal was confirmed
    * (the lock may have been free meanwhile). INT64_MAX: no renewal
@@ -643,7 +643,7 @@ static inline void rlock_stats_init(rlock_stats *s) {
  * including an event handler. 0, or RLOCK_EINVAL (NULL client or out,
  * struct_size smaller than the struct_size field's end or larger than this
  * library's struct). */
-RLOCK_EXTERN int rlock_client_stats_get(const rlock_client *client,
+RLOCK_EXTERN int rlock_client_stats(const rlock_client *client,
                                         rlock_stats *out);
 
 /* Writes `s` in the Prometheus text exposition format 0.0.4 (# HELP and
@@ -680,7 +680,7 @@ RLOCK_EXTERN uint64_t rlock_thread_id(void);
  * RLOCK_ENAMETOOLONG, RLOCK_ECLOSED, RLOCK_ENOMEM.
  * A handle may be shared by any number of threads.
  */
-RLOCK_EXTERN int rlock_get(rlock_client *client, const char *name,
+RLOCK_EXTERN int rlock_new(rlock_client *client, const char *name,
                            rlock **lock);
 
 /*
@@ -689,25 +689,25 @@ RLOCK_EXTERN int rlock_get(rlock_client *client, const char *name,
  * is_held, hold_count, remain_ttl, their _owner and _async forms), on the
  * same keys, channels and messages as Java Redisson (docs/wire-protocol.md;
  * docs/api.md, "Lock kinds", says which kinds exclude which on one name).
- * Errors as for rlock_get().
+ * Errors as for rlock_new().
  *
- *  rlock_get_fair    Redisson getFairLock(name): first come, first served
+ *  rlock_new_fair    Redisson getFairLock(name): first come, first served
  *                    across all clients (a queue list and a deadline zset
  *                    beside the lock hash; each waiter on its own channel).
  *                    A waiter that gives up (timeout, cancel, interrupt,
  *                    close) leaves the queue at once.
- *  rlock_get_read    getReadWriteLock(name).readLock(): shared with other
+ *  rlock_new_read    getReadWriteLock(name).readLock(): shared with other
  *                    readers, excluded by a writer.
- *  rlock_get_write   getReadWriteLock(name).writeLock(): exclusive. Its
+ *  rlock_new_write   getReadWriteLock(name).writeLock(): exclusive. Its
  *                    owner may also take the read lock (downgrade); a
  *                    reader asking for the write lock waits (no upgrade -
  *                    as in Java, waiting on it alone never succeeds).
- *  rlock_get_fenced  getFencedLock(name): an RLock whose every acquisition
+ *  rlock_new_fenced  getFencedLock(name): an RLock whose every acquisition
  *                    (re-entry included) increments a token; see
  *                    rlock_lock_fenced().
- *  rlock_get_spin    getSpinLock(name): no pub/sub; waiters poll with a
+ *  rlock_new_spin    getSpinLock(name): no pub/sub; waiters poll with a
  *                    back-off of 1 ms doubling up to 128 ms.
- *  rlock_get_nonreentrant       getNonReentrantLock(name) (Redisson
+ *  rlock_new_nonreentrant       getNonReentrantLock(name) (Redisson
  *                    4.4.0+): an RLock that its holder cannot take again:
  *                    a lock or try_lock by the owner that holds it fails
  *                    at once with RLOCK_EREENTRY (first try: no wait, no
@@ -716,24 +716,24 @@ RLOCK_EXTERN int rlock_get(rlock_client *client, const char *name,
  *                    owner may re-enter its hold (count 2, as in Java),
  *                    while a non-reentrant acquire over an RLock hold of
  *                    the same owner gets RLOCK_EREENTRY.
- *  rlock_get_nonreentrant_fair  getNonReentrantFairLock(name): the same
+ *  rlock_new_nonreentrant_fair  getNonReentrantFairLock(name): the same
  *                    over the fair lock (its queue, deadlines and
  *                    per-waiter channels); a refused re-acquire is never
  *                    queued.
  */
-RLOCK_EXTERN int rlock_get_fair(rlock_client *client, const char *name,
+RLOCK_EXTERN int rlock_new_fair(rlock_client *client, const char *name,
                                 rlock **lock);
-RLOCK_EXTERN int rlock_get_read(rlock_client *client, const char *name,
+RLOCK_EXTERN int rlock_new_read(rlock_client *client, const char *name,
                                 rlock **lock);
-RLOCK_EXTERN int rlock_get_nonreentrant(rlock_client *client,
+RLOCK_EXTERN int rlock_new_nonreentrant(rlock_client *client,
                                         const char *name, rlock **lock);
-RLOCK_EXTERN int rlock_get_nonreentrant_fair(rlock_client *client,
+RLOCK_EXTERN int rlock_new_nonreentrant_fair(rlock_client *client,
                                              const char *name, rlock **lock);
-RLOCK_EXTERN int rlock_get_write(rlock_client *client, const char *name,
+RLOCK_EXTERN int rlock_new_write(rlock_client *client, const char *name,
                                  rlock **lock);
-RLOCK_EXTERN int rlock_get_fenced(rlock_client *client, const char *name,
+RLOCK_EXTERN int rlock_new_fenced(rlock_client *client, const char *name,
                                   rlock **lock);
-RLOCK_EXTERN int rlock_get_spin(rlock_client *client, const char *name,
+RLOCK_EXTERN int rlock_new_spin(rlock_client *client, const char *name,
                                 rlock **lock);
 
 /* The handle's kind: "lock", "fair", "read", "write", "fenced", "spin",
@@ -746,7 +746,7 @@ RLOCK_EXTERN const char *rlock_kind(const rlock *lock);
  * handle once it is freed. */
 RLOCK_EXTERN void rlock_free(rlock *lock);
 
-/* The lock's name, as given to rlock_get(). */
+/* The lock's name, as given to rlock_new(). */
 RLOCK_EXTERN const char *rlock_name(const rlock *lock);
 
 /*
@@ -767,7 +767,7 @@ RLOCK_EXTERN const char *rlock_name(const rlock *lock);
 RLOCK_EXTERN int rlock_lock(rlock *lock, int64_t lease_ms);
 
 /*
- * Fenced lock (rlock_get_fenced) only: acquire as rlock_lock() /
+ * Fenced lock (rlock_new_fenced) only: acquire as rlock_lock() /
  * rlock_try_lock() / their _owner forms, and on success store in *token
  * the fencing token of this acquisition (Redisson's lockAndGetToken): a
  * number that grows with every acquisition of the lock by anyone, so a
@@ -851,7 +851,7 @@ RLOCK_EXTERN int rlock_force_unlock(rlock *lock);
 RLOCK_EXTERN int rlock_is_locked(rlock *lock);
 
 /* 1 if the calling thread holds the lock, 0 if not, or a negative error. */
-RLOCK_EXTERN int rlock_is_held_by_current_thread(rlock *lock);
+RLOCK_EXTERN int rlock_is_held(rlock *lock);
 
 /* The calling thread's re-entry count (0 if it does not hold the lock), or a
  * negative error. */
@@ -889,12 +889,12 @@ RLOCK_EXTERN int rlock_remain_ttl(rlock *lock, int64_t *ttl_ms);
  * its server (restart without persistence, failover before a replica had
  * it, eviction), or a client host suspended (CLOCK_MONOTONIC stops).
  */
-RLOCK_EXTERN int rlock_lease_guaranteed(rlock *lock, int64_t *until_ms);
-RLOCK_EXTERN int rlock_lease_guaranteed_owner(rlock *lock, uint64_t owner,
+RLOCK_EXTERN int rlock_is_lease_guaranteed(rlock *lock, int64_t *until_ms);
+RLOCK_EXTERN int rlock_is_lease_guaranteed_owner(rlock *lock, uint64_t owner,
                                               int64_t *until_ms);
 
 /* The library's monotonic clock in milliseconds: CLOCK_MONOTONIC (libuv's
- * uv_hrtime()) divided down, the clock of rlock_lease_guaranteed().
+ * uv_hrtime()) divided down, the clock of rlock_is_lease_guaranteed().
  * Any thread. */
 RLOCK_EXTERN int64_t rlock_now_ms(void);
 
@@ -916,14 +916,14 @@ RLOCK_EXTERN int64_t rlock_now_ms(void);
 RLOCK_EXTERN uint64_t rlock_owner_new(void);
 
 /* rlock_lock() / rlock_try_lock() / rlock_unlock() /
- * rlock_is_held_by_current_thread() / rlock_hold_count() for `owner`
+ * rlock_is_held() / rlock_hold_count() for `owner`
  * instead of the calling thread. Same returns and errors. */
 RLOCK_EXTERN int rlock_lock_owner(rlock *lock, uint64_t owner,
                                   int64_t lease_ms);
 RLOCK_EXTERN int rlock_try_lock_owner(rlock *lock, uint64_t owner,
                                       int64_t wait_ms, int64_t lease_ms);
 RLOCK_EXTERN int rlock_unlock_owner(rlock *lock, uint64_t owner);
-RLOCK_EXTERN int rlock_is_held_by_owner(rlock *lock, uint64_t owner);
+RLOCK_EXTERN int rlock_is_held_owner(rlock *lock, uint64_t owner);
 RLOCK_EXTERN int64_t rlock_hold_count_owner(rlock *lock, uint64_t owner);
 
 /*
@@ -935,7 +935,7 @@ RLOCK_EXTERN int64_t rlock_hold_count_owner(rlock *lock, uint64_t owner);
  * (0 if none was running), or RLOCK_ECLOSED / RLOCK_EINVAL. Any thread,
  * including the loop thread.
  */
-RLOCK_EXTERN int rlock_interrupt(rlock_client *client, uint64_t owner);
+RLOCK_EXTERN int rlock_client_interrupt(rlock_client *client, uint64_t owner);
 
 /* ------------------------------------------------------------------------
  * Asynchronous API
@@ -943,7 +943,7 @@ RLOCK_EXTERN int rlock_interrupt(rlock_client *client, uint64_t owner);
  * Each call queues the operation and returns at once. Contract (as libuv):
  * if the call returns an error, the callback never fires; otherwise it fires
  * exactly once, on the client's loop thread - with RLOCK_ECANCELED after
- * rlock_cancel()/rlock_interrupt(), with RLOCK_ECLOSED when the client is
+ * rlock_req_cancel()/rlock_client_interrupt(), with RLOCK_ECLOSED when the client is
  * closed first. Callbacks must not block and must not make blocking rlock
  * calls (RLOCK_EDEADLK); they may start other async calls, cancel, and close
  * the client.
@@ -955,7 +955,7 @@ RLOCK_EXTERN int rlock_interrupt(rlock_client *client, uint64_t owner);
  * (rlock_hold_count_async) or the TTL (rlock_remain_ttl_async), else 0.
  *
  * When `req` is not NULL it receives a handle to the operation, for
- * rlock_cancel(); the caller then owns it and must release it with
+ * rlock_req_cancel(); the caller then owns it and must release it with
  * rlock_req_free() (before or after the callback).
  * ---------------------------------------------------------------------- */
 
@@ -998,7 +998,7 @@ RLOCK_EXTERN int rlock_remain_ttl_async(rlock *lock, rlock_cb cb, void *data,
 typedef struct rlock_multilock rlock_multilock;
 typedef struct rlock_multilock_req rlock_multilock_req;
 
-/* A MultiLock over members[0..n-1] (lock handles: rlock_get and the other
+/* A MultiLock over members[0..n-1] (lock handles: rlock_new and the other
  * getters; the handles may be freed afterwards - the MultiLock keeps them
  * alive until rlock_multilock_free()). Sends nothing. Errors: RLOCK_EINVAL
  * (NULL members or out, n == 0, a NULL member, or a handle that is not a
@@ -1029,7 +1029,7 @@ RLOCK_EXTERN size_t rlock_multilock_size(const rlock_multilock *ml);
  * at the deadline the call returns that error instead of 0. Java quirk
  * kept: the time left is checked after each member, the last one
  * included, so members all taken just after the deadline are released
- * and the call returns 0. rlock_interrupt() of the owner ends a member's
+ * and the call returns 0. rlock_client_interrupt() of the owner ends a member's
  * wait and the call returns RLOCK_ECANCELED. RLOCK_EDEADLK on a member's
  * client loop thread.
  */
@@ -1051,7 +1051,7 @@ RLOCK_EXTERN int rlock_multilock_lock_owner(rlock_multilock *ml,
  * 0), exactly once, on a member's client loop thread; wait_ms < 0: rounds
  * until all are held, as rlock_multilock_lock (status 1). Callbacks must
  * not block. If the call returns an error the callback never fires. `req`
- * (NULL ok) receives a handle for rlock_multilock_cancel(), to free with
+ * (NULL ok) receives a handle for rlock_multilock_req_cancel(), to free with
  * rlock_multilock_req_free().
  */
 RLOCK_EXTERN int rlock_multilock_lock_async(rlock_multilock *ml,
@@ -1064,7 +1064,7 @@ RLOCK_EXTERN int rlock_multilock_lock_async(rlock_multilock *ml,
  * result), after the member being waited for is cancelled (a fair
  * member leaves its queue) and every member taken is released. 0, or
  * RLOCK_EINVAL for NULL. */
-RLOCK_EXTERN int rlock_multilock_cancel(rlock_multilock_req *req);
+RLOCK_EXTERN int rlock_multilock_req_cancel(rlock_multilock_req *req);
 /* Releases the caller's handle (does not cancel). NULL is accepted. */
 RLOCK_EXTERN void rlock_multilock_req_free(rlock_multilock_req *req);
 /* Releases one hold of every member, in order, for the calling thread (or
@@ -1076,7 +1076,7 @@ RLOCK_EXTERN int rlock_multilock_unlock_owner(rlock_multilock *ml,
                                               uint64_t owner);
 /* 1 if `owner` holds every member (Java's isHeldByThread), 0 if not, or
  * the first error. */
-RLOCK_EXTERN int rlock_multilock_is_held_by_owner(rlock_multilock *ml,
+RLOCK_EXTERN int rlock_multilock_is_held_owner(rlock_multilock *ml,
                                                   uint64_t owner);
 
 /* ---- RedLock (Redisson getRedLock(RLock...)) ---------------------------- *
@@ -1152,8 +1152,8 @@ RLOCK_EXTERN int rlock_fast_multilock_field_name(
     const void *value, size_t len, char out[RLOCK_FAST_MULTILOCK_FIELD_LEN + 1]);
 /* A handle for `values` (n >= 1; lens NULL: NUL-terminated strings, else
  * their byte lengths) of `group`; equal values count once. Sends nothing.
- * Errors as for rlock_get(), and RLOCK_EINVAL for n == 0 or a NULL value. */
-RLOCK_EXTERN int rlock_fast_multilock_get(rlock_client *client,
+ * Errors as for rlock_new(), and RLOCK_EINVAL for n == 0 or a NULL value. */
+RLOCK_EXTERN int rlock_fast_multilock_new(rlock_client *client,
                                           const char *group,
                                           const char *const *values,
                                           const size_t *lens, size_t n,
@@ -1195,7 +1195,7 @@ RLOCK_EXTERN int rlock_fast_multilock_force_unlock(rlock_fast_multilock *fml);
 /* 1 if any value is held (a hold not ended), else 0. */
 RLOCK_EXTERN int rlock_fast_multilock_is_locked(rlock_fast_multilock *fml);
 /* 1 if `owner` holds every value, else 0. */
-RLOCK_EXTERN int rlock_fast_multilock_is_held_by_owner(
+RLOCK_EXTERN int rlock_fast_multilock_is_held_owner(
     rlock_fast_multilock *fml, uint64_t owner);
 
 /* ---- semaphores (Redisson getSemaphore) ------------------------------- *
@@ -1210,8 +1210,8 @@ RLOCK_EXTERN int rlock_fast_multilock_is_held_by_owner(
  * WRONGTYPE (the name holds another type): RLOCK_EWRONGTYPE. */
 typedef struct rlock_semaphore rlock_semaphore;
 
-/* A handle (cheap, sends nothing). Errors as for rlock_get(). */
-RLOCK_EXTERN int rlock_semaphore_get(rlock_client *client, const char *name,
+/* A handle (cheap, sends nothing). Errors as for rlock_new(). */
+RLOCK_EXTERN int rlock_semaphore_new(rlock_client *client, const char *name,
                                      rlock_semaphore **sem);
 /* Releases a handle (permits are not released). NULL is accepted. */
 RLOCK_EXTERN void rlock_semaphore_free(rlock_semaphore *sem);
@@ -1241,7 +1241,7 @@ RLOCK_EXTERN int64_t rlock_semaphore_drain_permits(rlock_semaphore *sem);
 /* The available permits (>= 0; a missing key is 0), or an error. */
 RLOCK_EXTERN int64_t rlock_semaphore_available_permits(rlock_semaphore *sem);
 /* rlock_semaphore_try_acquire with a callback (status 1/0/error), exactly
- * once; cancellable with rlock_cancel(). */
+ * once; cancellable with rlock_req_cancel(). */
 RLOCK_EXTERN int rlock_semaphore_acquire_async(rlock_semaphore *sem,
                                                int64_t permits,
                                                int64_t wait_ms, rlock_cb cb,
@@ -1268,7 +1268,7 @@ typedef struct rlock_permit_semaphore rlock_permit_semaphore;
  * back (they travel in one script call). */
 #define RLOCK_PERMIT_IDS_MAX 1024
 
-RLOCK_EXTERN int rlock_permit_semaphore_get(rlock_client *client,
+RLOCK_EXTERN int rlock_permit_semaphore_new(rlock_client *client,
                                             const char *name,
                                             rlock_permit_semaphore **sem);
 RLOCK_EXTERN void rlock_permit_semaphore_free(rlock_permit_semaphore *sem);
@@ -1287,7 +1287,7 @@ RLOCK_EXTERN int rlock_permit_semaphore_acquire(rlock_permit_semaphore *sem,
 RLOCK_EXTERN int rlock_permit_semaphore_try_acquire(
     rlock_permit_semaphore *sem, int64_t wait_ms, int64_t lease_ms, char *id);
 /* As try_acquire, with a callback (status 1/0/error) exactly once; `id`
- * must stay valid until then. Cancellable with rlock_cancel(). */
+ * must stay valid until then. Cancellable with rlock_req_cancel(). */
 RLOCK_EXTERN int rlock_permit_semaphore_acquire_async(
     rlock_permit_semaphore *sem, int64_t wait_ms, int64_t lease_ms, char *id,
     rlock_cb cb, void *data, rlock_req **req);
@@ -1324,7 +1324,7 @@ RLOCK_EXTERN int rlock_permit_semaphore_acquire_n(
     rlock_permit_semaphore *sem, int64_t permits, int64_t lease_ms,
     char (*ids)[RLOCK_PERMIT_ID_LEN + 1]);
 /* As try_acquire_n, with a callback (status 1/0/error) exactly once; `ids`
- * must stay valid until then. Cancellable with rlock_cancel(): a cancelled
+ * must stay valid until then. Cancellable with rlock_req_cancel(): a cancelled
  * acquire leaves none of its permits taken. */
 RLOCK_EXTERN int rlock_permit_semaphore_acquire_n_async(
     rlock_permit_semaphore *sem, int64_t permits, int64_t wait_ms,
@@ -1351,7 +1351,7 @@ RLOCK_EXTERN int rlock_permit_semaphore_set_permits(
     rlock_permit_semaphore *sem, int64_t permits);
 /* The pool's size: free + taken (Java getPermits; expired ones are
  * returned first), 0 when the semaphore does not exist, or an error. */
-RLOCK_EXTERN int64_t rlock_permit_semaphore_get_permits(
+RLOCK_EXTERN int64_t rlock_permit_semaphore_permits(
     rlock_permit_semaphore *sem);
 /* The lease time left of the permit `id` (Java getLeaseTime), in
  * *ms_left: >= 1, or -1 when it has no lease. 0, RLOCK_ENOTOWNER when no
@@ -1369,7 +1369,7 @@ typedef struct rlock_latch rlock_latch;
  * RLOCK_ECLUSTER in a cluster when the name has braces that put its channel
  * in another slot than its key (the server would refuse every count change
  * with CROSSSLOT, Java's too). */
-RLOCK_EXTERN int rlock_latch_get(rlock_client *client, const char *name,
+RLOCK_EXTERN int rlock_latch_new(rlock_client *client, const char *name,
                                  rlock_latch **latch);
 RLOCK_EXTERN void rlock_latch_free(rlock_latch *latch);
 /* Sets the count (>= 1) if the latch does not exist: 1 set, 0 it existed.
@@ -1379,12 +1379,12 @@ RLOCK_EXTERN int rlock_latch_try_set_count(rlock_latch *latch, int64_t count);
  * after RLOCK_ETIMEDOUT/RLOCK_ECONN it may or may not have run. */
 RLOCK_EXTERN int rlock_latch_count_down(rlock_latch *latch);
 /* The current count (0: open or absent), or an error. */
-RLOCK_EXTERN int64_t rlock_latch_get_count(rlock_latch *latch);
+RLOCK_EXTERN int64_t rlock_latch_count(rlock_latch *latch);
 /* Waits until the count is 0, at most wait_ms (< 0: no limit): 1 open,
  * 0 still closed at the deadline, or an error. */
 RLOCK_EXTERN int rlock_latch_await(rlock_latch *latch, int64_t wait_ms);
 /* rlock_latch_await with a callback (status 1/0/error), exactly once;
- * cancellable with rlock_cancel(). */
+ * cancellable with rlock_req_cancel(). */
 RLOCK_EXTERN int rlock_latch_await_async(rlock_latch *latch, int64_t wait_ms,
                                          rlock_cb cb, void *data,
                                          rlock_req **req);
@@ -1454,7 +1454,7 @@ typedef struct rlock_info_entry {
   int writer;
 } rlock_info_entry;
 
-/* What rlock_info_get() found. Set struct_size (rlock_info_init()) before
+/* What rlock_client_info() found. Set struct_size (rlock_info_init()) before
  * the call: the struct may grow at its end in later versions, and only
  * struct_size bytes are written, so a program built against an older
  * rlock.h gets the fields it knows. The entries and strings live in one
@@ -1509,7 +1509,7 @@ static inline void rlock_info_init(rlock_info *info) {
  * block (rlock_info_free() is still safe). A struct still holding an
  * unfreed result is overwritten (its block leaks).
  */
-RLOCK_EXTERN int rlock_info_get(rlock_client *client, const char *name,
+RLOCK_EXTERN int rlock_client_info(rlock_client *client, const char *name,
                                 rlock_info *info);
 
 /* Frees the block of a result and clears its pointers (within
@@ -1523,7 +1523,7 @@ RLOCK_EXTERN void rlock_info_free(rlock_info *info);
  * connections "rlock/<client-id>/<pid>/<program>/<host>" at connect (CLIENT
  * SETNAME, pipelined with the handshake: nothing per acquire; a refusal -
  * an ACL without +client|setname, a service without CLIENT - is ignored).
- * rlock_holder_get() finds that name with CLIENT LIST on the master (each
+ * rlock_client_holder() finds that name with CLIENT LIST on the master (each
  * master of a cluster in turn) and returns what it carries. Added in
  * 0.1.0 (issue 35); set struct_size with rlock_holder_init().
  */
@@ -1544,7 +1544,7 @@ RLOCK_EXTERN void rlock_holder_init_size(rlock_holder *h, size_t size);
 
 /*
  * What the server knows of the client behind `owner` ("<client-id>:<thread>",
- * as rlock_info_get() lists holders; a writer's ":write" may stay), asked
+ * as rlock_client_info() lists holders; a writer's ":write" may stay), asked
  * on the server(s) serving `name`. 1: found, *h filled. 0: no connection
  * there carries the name of an rlock client with that id - a Java client,
  * a client opened with its own client_name, one whose name was changed
@@ -1553,13 +1553,13 @@ RLOCK_EXTERN void rlock_holder_init_size(rlock_holder *h, size_t size);
  * refused (an ACL without +client|list): RLOCK_ENOPERM with the server's
  * text. Blocking; one CLIENT LIST per master asked.
  */
-RLOCK_EXTERN int rlock_holder_get(rlock_client *client, const char *name,
+RLOCK_EXTERN int rlock_client_holder(rlock_client *client, const char *name,
                                   const char *owner, rlock_holder *h);
 
 /*
  * Kind-aware force unlock of `name`: deletes the lock whoever holds it
  * with the release its own kind makes, so its waiters wake. `kind` NULL
- * or "": the kind the keys show (rlock_info_get): a read/write lock is
+ * or "": the kind the keys show (rlock_client_info): a read/write lock is
  * force-unlocked as one in its mode (message on its own channel), a fair
  * lock tells the first waiter in its queue, anything else (RLock, fenced,
  * spin, a hash with foreign fields) as rlock_force_unlock() on an RLock.
@@ -1591,7 +1591,7 @@ RLOCK_EXTERN int rlock_client_force_unlock(rlock_client *client,
  * 0 `owner` held nothing, or a negative error: RLOCK_EINVAL for a NULL or
  * over-long owner, or a handle that is no lock (semaphore, latch).
  */
-RLOCK_EXTERN int rlock_force_unlock_owner(rlock *lock, const char *owner);
+RLOCK_EXTERN int rlock_force_unlock_holder(rlock *lock, const char *owner);
 
 /* ---- listing names (`rlock ls`) ---------------------------------------- *
  * Every name under which a lock, semaphore or latch (rlock's or Java
@@ -1601,7 +1601,7 @@ RLOCK_EXTERN int rlock_force_unlock_owner(rlock *lock, const char *owner);
  * token, a permit-expirable semaphore's leases, a read lock's hold leases,
  * an unlock's request latch) counts as its name, so each name comes once
  * however many keys it has. Other keys come as their own names: read each
- * name with rlock_info_get() to tell a lock from a foreign value
+ * name with rlock_client_info() to tell a lock from a foreign value
  * (RLOCK_INFO_FOREIGN) or a name gone since (RLOCK_INFO_NONE). SCAN's own
  * guarantees hold: a name present for the whole scan is returned; one
  * created or deleted meanwhile may or may not be. */
@@ -1633,9 +1633,9 @@ static inline void rlock_scan_options_init(rlock_scan_options *o) {
  * name, COUNT 1000). Nothing is sent until rlock_scan_next(). Errors:
  * RLOCK_EINVAL (NULL client or out, a struct_size not set or larger than
  * this library's, count out of range), RLOCK_ECLOSED, RLOCK_ENOMEM.
- * Close the scan (rlock_scan_close()) before its client.
+ * Close the scan (rlock_scan_free()) before its client.
  */
-RLOCK_EXTERN int rlock_scan_open(rlock_client *client,
+RLOCK_EXTERN int rlock_scan_new(rlock_client *client,
                                  const rlock_scan_options *opts,
                                  rlock_scan **out);
 
@@ -1652,7 +1652,7 @@ RLOCK_EXTERN int rlock_scan_next(rlock_scan *scan, const char **name,
                                  size_t *len);
 
 /* Ends a scan and frees it. NULL is accepted. */
-RLOCK_EXTERN void rlock_scan_close(rlock_scan *scan);
+RLOCK_EXTERN void rlock_scan_free(rlock_scan *scan);
 
 /*
  * Cancels a pending acquire from any thread: its callback fires with
@@ -1661,7 +1661,7 @@ RLOCK_EXTERN void rlock_scan_close(rlock_scan *scan);
  * Returns 0, or RLOCK_EINVAL when req is NULL or not an acquire,
  * RLOCK_ECLOSED when the client is closed.
  */
-RLOCK_EXTERN int rlock_cancel(rlock_req *req);
+RLOCK_EXTERN int rlock_req_cancel(rlock_req *req);
 
 /* Releases the caller's handle to an operation (it does not cancel it).
  * NULL is accepted. */
@@ -1677,7 +1677,7 @@ RLOCK_EXTERN void rlock_req_free(rlock_req *req);
  * out from overwriting the next holder's work.
  * ---------------------------------------------------------------------- */
 
-/* What rlock_fenced_check() answers. */
+/* What rlock_check_token() answers. */
 typedef enum rlock_fence_state {
   RLOCK_FENCE_FREE = 0,    /* the lock is not held */
   RLOCK_FENCE_CURRENT = 1, /* held, and the token is the latest handed out
@@ -1700,8 +1700,8 @@ typedef enum rlock_fence_state {
  * (the token key does not hold a number). The async form's callback gets
  * status 0 and the state as value, or the error.
  */
-RLOCK_EXTERN int rlock_fenced_check(rlock *lock, int64_t token);
-RLOCK_EXTERN int rlock_fenced_check_async(rlock *lock, int64_t token,
+RLOCK_EXTERN int rlock_check_token(rlock *lock, int64_t token);
+RLOCK_EXTERN int rlock_check_token_async(rlock *lock, int64_t token,
                                           rlock_cb cb, void *data,
                                           rlock_req **req);
 
@@ -1717,7 +1717,7 @@ typedef struct rlock_guard rlock_guard;
  * "{name}". 0, RLOCK_EINVAL (NULL or empty name), RLOCK_ENAMETOOLONG,
  * RLOCK_ECLOSED, RLOCK_ENOMEM. Free with rlock_guard_free().
  */
-RLOCK_EXTERN int rlock_guard_get(rlock_client *client, const char *name,
+RLOCK_EXTERN int rlock_guard_new(rlock_client *client, const char *name,
                                  rlock_guard **out);
 RLOCK_EXTERN void rlock_guard_free(rlock_guard *guard);
 

@@ -19,7 +19,7 @@ struct rlock_client {
   char *uri_text; /* the full URI, password included: wiped when freed */
   char *client_name;
   /* Without client_name: "rlock/<id>/<pid>/<program>/<host>", set on
-   * every connection at connect (rlock_holder_get reads it back). */
+   * every connection at connect (rlock_client_holder reads it back). */
   char auto_name[RLOCK_ID_LEN + 160];
   char *tls_files[5]; /* copies of the tls_* strings of the options */
   rlock__uri uri;
@@ -220,7 +220,7 @@ static int copy_strings(rlock_client *c, rlock_options *o, const char *uri) {
   return 0;
 }
 
-int rlock_client_open(rlock_client **client, const rlock_options *o) {
+int rlock_client_new(rlock_client **client, const rlock_options *o) {
   if (client == NULL) {
     rlock__set_last_error("client is NULL");
     return RLOCK_EINVAL;
@@ -325,7 +325,7 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
     rc = c->open_result;
     char detail[sizeof(c->open_detail)];
     memcpy(detail, c->open_detail, sizeof(detail));
-    rlock_client_close(c);
+    rlock_client_free(c);
     rlock__set_last_error("%s", detail);
     return rc;
   }
@@ -334,7 +334,7 @@ int rlock_client_open(rlock_client **client, const rlock_options *o) {
   return 0;
 }
 
-void rlock_client_close(rlock_client *c) {
+void rlock_client_free(rlock_client *c) {
   if (c == NULL)
     return;
   if (rlock__core_fork_check(&c->core) != 0) {
@@ -357,7 +357,7 @@ const rlock__net *rlock__client_net(const rlock_client *c) {
   return &c->net;
 }
 
-int rlock_client_caps_get(const rlock_client *c, rlock_client_caps *caps) {
+int rlock_client_capabilities(const rlock_client *c, rlock_client_caps *caps) {
   if (c == NULL || caps == NULL)
     return rlock__bad_arg("client or caps is NULL");
   size_t size = caps->struct_size;
@@ -382,13 +382,13 @@ int rlock_client_caps_get(const rlock_client *c, rlock_client_caps *caps) {
   return 0;
 }
 
-int rlock_client_stats_get(const rlock_client *c, rlock_stats *out) {
+int rlock_client_stats(const rlock_client *c, rlock_stats *out) {
   if (c == NULL || out == NULL)
     return rlock__bad_arg("client or out is NULL");
   return rlock__observer_stats(&c->obs, &c->net, out);
 }
 
-int rlock_interrupt(rlock_client *c, uint64_t owner) {
+int rlock_client_interrupt(rlock_client *c, uint64_t owner) {
   if (c == NULL)
     return rlock__bad_arg("client is NULL");
   return rlock__engine_interrupt(&c->engine, owner);
@@ -445,40 +445,40 @@ static int get_handle(rlock_client *c, const char *name, rlock **out,
   return 0;
 }
 
-int rlock_get(rlock_client *c, const char *name, rlock **out) {
+int rlock_new(rlock_client *c, const char *name, rlock **out) {
   return get_handle(c, name, out, &rlock__prim_lock);
 }
 
-int rlock_get_fair(rlock_client *c, const char *name, rlock **out) {
+int rlock_new_fair(rlock_client *c, const char *name, rlock **out) {
   return get_handle(c, name, out, &rlock__prim_fair);
 }
 
-int rlock_get_nonreentrant(rlock_client *c, const char *name, rlock **out) {
+int rlock_new_nonreentrant(rlock_client *c, const char *name, rlock **out) {
   return get_handle(c, name, out, &rlock__prim_nonreentrant);
 }
 
-int rlock_get_nonreentrant_fair(rlock_client *c, const char *name,
+int rlock_new_nonreentrant_fair(rlock_client *c, const char *name,
                                 rlock **out) {
   return get_handle(c, name, out, &rlock__prim_nonreentrant_fair);
 }
 
-int rlock_get_read(rlock_client *c, const char *name, rlock **out) {
+int rlock_new_read(rlock_client *c, const char *name, rlock **out) {
   return get_handle(c, name, out, &rlock__prim_read);
 }
 
-int rlock_get_write(rlock_client *c, const char *name, rlock **out) {
+int rlock_new_write(rlock_client *c, const char *name, rlock **out) {
   return get_handle(c, name, out, &rlock__prim_write);
 }
 
-int rlock_get_fenced(rlock_client *c, const char *name, rlock **out) {
+int rlock_new_fenced(rlock_client *c, const char *name, rlock **out) {
   return get_handle(c, name, out, &rlock__prim_fenced);
 }
 
-int rlock_guard_get(rlock_client *c, const char *name, rlock_guard **out) {
+int rlock_guard_new(rlock_client *c, const char *name, rlock_guard **out) {
   return get_handle(c, name, (rlock **)out, &rlock__prim_guard);
 }
 
-int rlock_fast_multilock_get(rlock_client *c, const char *group,
+int rlock_fast_multilock_new(rlock_client *c, const char *group,
                              const char *const *values, const size_t *lens,
                              size_t n, rlock_fast_multilock **out) {
   if (out == NULL)
@@ -489,21 +489,21 @@ int rlock_fast_multilock_get(rlock_client *c, const char *group,
   return rc != 0 ? rc : rlock__fast_multilock_wrap(h, values, lens, n, out);
 }
 
-int rlock_semaphore_get(rlock_client *c, const char *name,
+int rlock_semaphore_new(rlock_client *c, const char *name,
                         rlock_semaphore **out) {
   return get_handle(c, name, (rlock **)out, &rlock__prim_semaphore);
 }
 
-int rlock_permit_semaphore_get(rlock_client *c, const char *name,
+int rlock_permit_semaphore_new(rlock_client *c, const char *name,
                                rlock_permit_semaphore **out) {
   return get_handle(c, name, (rlock **)out, &rlock__prim_permit_semaphore);
 }
 
-int rlock_latch_get(rlock_client *c, const char *name, rlock_latch **out) {
+int rlock_latch_new(rlock_client *c, const char *name, rlock_latch **out) {
   return get_handle(c, name, (rlock **)out, &rlock__prim_latch);
 }
 
-int rlock_get_spin(rlock_client *c, const char *name, rlock **out) {
+int rlock_new_spin(rlock_client *c, const char *name, rlock **out) {
   /* no channel: the handle's "channel" is never subscribed or published */
   return get_handle(c, name, out, &rlock__prim_spin);
 }

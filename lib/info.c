@@ -19,7 +19,7 @@ void rlock_info_init_size(rlock_info *info, size_t size) {
   info->struct_size = size;
 }
 
-int rlock_info_get(rlock_client *client, const char *name, rlock_info *info) {
+int rlock_client_info(rlock_client *client, const char *name, rlock_info *info) {
   if (info == NULL)
     return rlock__bad_arg("info is NULL");
   size_t size = info->struct_size;
@@ -29,7 +29,7 @@ int rlock_info_get(rlock_client *client, const char *name, rlock_info *info) {
   memset(info, 0, size);
   info->struct_size = size;
   rlock *lock;
-  int rc = rlock_get(client, name, &lock); /* checks and the last error */
+  int rc = rlock_new(client, name, &lock); /* checks and the last error */
   if (rc != 0)
     return rc;
   rlock_info full;
@@ -63,12 +63,12 @@ static kind_get_fn kind_getter(const char *kind) {
   static const struct {
     const char *kind;
     kind_get_fn get;
-  } kinds[] = {{"lock", rlock_get},          {"fair", rlock_get_fair},
-               {"read", rlock_get_read},     {"write", rlock_get_write},
-               {"fenced", rlock_get_fenced}, {"spin", rlock_get_spin},
+  } kinds[] = {{"lock", rlock_new},          {"fair", rlock_new_fair},
+               {"read", rlock_new_read},     {"write", rlock_new_write},
+               {"fenced", rlock_new_fenced}, {"spin", rlock_new_spin},
                /* the same force unlocks as RLock's and the fair lock's */
-               {"nonreentrant", rlock_get_nonreentrant},
-               {"nonreentrant_fair", rlock_get_nonreentrant_fair}};
+               {"nonreentrant", rlock_new_nonreentrant},
+               {"nonreentrant_fair", rlock_new_nonreentrant_fair}};
   for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
     if (strcmp(kind, kinds[i].kind) == 0)
       return kinds[i].get;
@@ -98,7 +98,7 @@ int rlock_client_force_unlock(rlock_client *client, const char *name,
                           "or larger than this library's rlock_info");
   rlock_info info;
   rlock_info_init(&info);
-  int rc = rlock_info_get(client, name, &info);
+  int rc = rlock_client_info(client, name, &info);
   if (rc < 0)
     return rc;
   rlock *lock = NULL;
@@ -125,7 +125,7 @@ int rlock_client_force_unlock(rlock_client *client, const char *name,
   return rc;
 }
 
-/* ---- who holds it (rlock_holder_get) ---- */
+/* ---- who holds it (rlock_client_holder) ---- */
 
 void rlock_holder_init_size(rlock_holder *h, size_t size) {
   if (h == NULL)
@@ -175,7 +175,7 @@ static bool parse_auto_name(const char *name, rlock_holder *h) {
   return true;
 }
 
-int rlock_holder_get(rlock_client *client, const char *name,
+int rlock_client_holder(rlock_client *client, const char *name,
                      const char *owner, rlock_holder *h) {
   if (h == NULL || owner == NULL)
     return rlock__bad_arg("owner and h must be given");
@@ -196,7 +196,7 @@ int rlock_holder_get(rlock_client *client, const char *name,
           id[i] == '-'))
       return rlock__bad_arg("owner's client id is not a uuid");
   rlock *lock;
-  int rc = rlock_get(client, name, &lock); /* checks and the last error */
+  int rc = rlock_new(client, name, &lock); /* checks and the last error */
   if (rc != 0)
     return rc;
   char line[1024];

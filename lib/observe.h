@@ -49,7 +49,7 @@ void rlock__observe_reconnected(rlock__observer *o,
                                 const rlock__conn_change *r);
 void rlock__observe_disconnected(rlock__observer *o,
                                  const rlock__conn_change *r);
-/* rlock_client_stats_get(): the observer's and net's counts. */
+/* rlock_client_stats(): the observer's and net's counts. */
 int rlock__observer_stats(const rlock__observer *o, const rlock__net *n,
                           rlock_stats *out);
 

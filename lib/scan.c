@@ -16,7 +16,7 @@
 
 #define DEFAULT_COUNT 1000
 #define MAX_COUNT 100000
-/* Any name: rlock_get() needs one for the handle that carries the engine. */
+/* Any name: rlock_new() needs one for the handle that carries the engine. */
 #define HANDLE_NAME "rlock_scan"
 
 struct rlock_scan {
@@ -137,7 +137,7 @@ static char *key_match(const char *pattern, size_t len, size_t *out_len) {
   return m;
 }
 
-int rlock_scan_open(rlock_client *client, const rlock_scan_options *opts,
+int rlock_scan_new(rlock_client *client, const rlock_scan_options *opts,
                     rlock_scan **out) {
   if (out == NULL)
     return rlock__bad_arg("out is NULL");
@@ -162,7 +162,7 @@ int rlock_scan_open(rlock_client *client, const rlock_scan_options *opts,
   }
   rlock__map_init(&sc->seen);
   sc->count = o.count > 0 ? o.count : DEFAULT_COUNT;
-  int rc = rlock_get(client, HANDLE_NAME, &sc->lock); /* checks the client */
+  int rc = rlock_new(client, HANDLE_NAME, &sc->lock); /* checks the client */
   if (rc != 0) {
     free(sc);
     return rc;
@@ -177,7 +177,7 @@ int rlock_scan_open(rlock_client *client, const rlock_scan_options *opts,
     sc->match_len = 1;
   }
   if (sc->match == NULL || (!all && sc->pattern == NULL)) {
-    rlock_scan_close(sc);
+    rlock_scan_free(sc);
     rlock__set_last_error("out of memory");
     return RLOCK_ENOMEM;
   }
@@ -251,7 +251,7 @@ int rlock_scan_next(rlock_scan *scan, const char **name, size_t *len) {
   }
 }
 
-void rlock_scan_close(rlock_scan *scan) {
+void rlock_scan_free(rlock_scan *scan) {
   if (scan == NULL)
     return;
   rlock__scan_keys_free(&scan->keys);

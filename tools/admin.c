@@ -2,7 +2,7 @@
  * release of a lock whose client is already gone (run.c's clean-up).
  *
  * All three go through the library, like the lock command: status reads
- * each NAME with rlock_info_get() (one atomic script on the node serving
+ * each NAME with rlock_client_info() (one atomic script on the node serving
  * NAME: Cluster, Sentinel and TLS as the library does them, and failures
  * worded as the library words them); unlock --force releases with
  * rlock_client_force_unlock(), which leaves a NAME that holds something
@@ -34,7 +34,7 @@ static int open_client(const char *uri, const cli_tls_opts *tls,
   opts.uri = uri;
   cli_tls_apply(tls, &opts);
   cli_sentinel_apply(sentinel, &opts);
-  int rc = rlock_client_open(client, &opts);
+  int rc = rlock_client_new(client, &opts);
   return rc == 0 ? 0 : cli_open_failed(rc);
 }
 
@@ -63,16 +63,16 @@ int cli_release_orphan(const char *uri, const cli_tls_opts *tls,
   cli_tls_apply(tls, &opts);
   cli_sentinel_apply(sentinel, &opts);
   rlock_client *client;
-  int rc = rlock_client_open(&client, &opts);
+  int rc = rlock_client_new(&client, &opts);
   if (rc != 0)
     return rc;
   rlock *lock;
   rc = cli_kind_get(client, kind, name, &lock);
   if (rc == 0) {
-    rc = rlock_force_unlock_owner(lock, owner);
+    rc = rlock_force_unlock_holder(lock, owner);
     rlock_free(lock);
   }
-  rlock_client_close(client);
+  rlock_client_free(client);
   return rc;
 }
 
@@ -97,7 +97,7 @@ const cli_whois_entry *cli_whois_get(cli_whois *w, const char *name,
   char own[RLOCK_ID_LEN + 3];
   snprintf(own, sizeof own, "%.*s:0", RLOCK_ID_LEN, owner);
   rlock_holder_init(&e->h);
-  e->rc = rlock_holder_get(w->client, name, own, &e->h);
+  e->rc = rlock_client_holder(w->client, name, own, &e->h);
   if (e->rc == 0)
     snprintf(e->why, sizeof e->why, "no connection named by an rlock client "
                                     "with this id: a Java client, one with "
@@ -314,7 +314,7 @@ static void print_json(const char *name, const rlock_info *info,
     printf(",\"token\":%" PRId64, info->token);
   if (is_type(info, "string"))
     print_string_json(info);
-  /* each counted owner with who it is (rlock_holder_get); only when there
+  /* each counted owner with who it is (rlock_client_holder); only when there
    * is one */
   bool any = false;
   for (size_t i = 0; i < info->holders_n; i++) {
@@ -345,7 +345,7 @@ static int status_once(rlock_client *client, char **names, int n,
   for (int i = 0; i < n && rc == 0; i++) {
     rlock_info info;
     rlock_info_init(&info);
-    int err = rlock_info_get(client, names[i], &info);
+    int err = rlock_client_info(client, names[i], &info);
     if (err < 0) {
       char what[96];
       snprintf(what, sizeof what, "reading '%.80s'", names[i]);
@@ -494,12 +494,12 @@ int cli_status_main(int argc, char **argv) {
    * status itself (and --json) stays as it is. */
   rlock_client_caps caps;
   rlock_client_caps_init(&caps);
-  if (rlock_client_caps_get(client, &caps) == 0 && caps.replica_sync_off)
+  if (rlock_client_capabilities(client, &caps) == 0 && caps.replica_sync_off)
     cli_err("note: %s", caps.replica_sync_note);
   rc = watch ? status_watch(client, argv + optind, argc - optind, json,
                             interval_ms)
              : status_once(client, argv + optind, argc - optind, json);
-  rlock_client_close(client);
+  rlock_client_free(client);
   if (fflush(stdout) != 0 && rc == 0) {
     cli_err("writing the status: %s", strerror(errno));
     rc = CLI_EX_OSERR;
@@ -630,7 +630,7 @@ int cli_unlock_main(int argc, char **argv) {
     if (rc == 0)
       exit_code = worst(exit_code, CLI_EXIT_CONFLICT);
   }
-  rlock_client_close(client);
+  rlock_client_free(client);
   if (fflush(stdout) != 0 && exit_code == 0)
     exit_code = CLI_EX_OSERR;
   return exit_code;

@@ -6,11 +6,11 @@
  *            rlock.1 its troff, committed (scripts/check-man)
  *   out.c    escaping of what came from Redis, for text and JSON
  *   run.c    `rlock NAME -- COMMAND`: the lock thread, signals, the child
- *   ls.c     `rlock ls [PATTERN]`: rlock_scan_* and rlock_info_get
+ *   ls.c     `rlock ls [PATTERN]`: rlock_scan_* and rlock_client_info
  *   admin.c  `rlock status`, `rlock unlock --force` and run.c's clean-up
  *            of a lock left by a closed client, through the library
- *            (rlock_info_get, rlock_client_force_unlock,
- *            rlock_force_unlock_owner): tools/ has no Redis connection of
+ *            (rlock_client_info, rlock_client_force_unlock,
+ *            rlock_force_unlock_holder): tools/ has no Redis connection of
  *            its own
  *   redlock.c  --redlock URI,URI,...: the list, its checks, one client per
  *            server and the RedLock that run.c then holds like a MultiLock
@@ -80,7 +80,7 @@ const char *cli_kind_option(cli_kind kind);
  * when `c` is not a kind option. */
 int cli_kind_parse(cli_kind *kind, int c);
 
-/* A handle of that kind on `name` (rlock_get, rlock_get_fair, ...). */
+/* A handle of that kind on `name` (rlock_new, rlock_new_fair, ...). */
 int cli_kind_get(rlock_client *client, cli_kind kind, const char *name,
                  rlock **lock);
 
@@ -195,7 +195,7 @@ int cli_getopt_error(int c, char **argv);
 /* Writes the --help text: a short usage that names the manual page. */
 void cli_help(FILE *out);
 
-/* Reports a failed rlock_client_open() and returns the exit code. */
+/* Reports a failed rlock_client_new() and returns the exit code. */
 int cli_open_failed(int err);
 
 /* The exit code for a negative RLOCK_E* code. */
@@ -290,7 +290,7 @@ char *cli_text_dup(const char *s, size_t len);
 void cli_json_string(FILE *out, const char *s, size_t len);
 
 /* Who holds it (admin.c): the rlock client behind an owner, through
- * rlock_holder_get, remembered per client id for one run; after CLIENT LIST
+ * rlock_client_holder, remembered per client id for one run; after CLIENT LIST
  * was refused once, not asked again. */
 #define CLI_WHOIS_CACHE 32
 typedef struct cli_whois_entry {
@@ -324,7 +324,7 @@ int cli_run(const cli_run_opts *o);
 
 /* Releases the lock `name` of `kind` if (and only if) `owner` holds it,
  * publishing that kind's unlock message so a waiter wakes, through a
- * client of its own (rlock_force_unlock_owner), on the same URI, TLS and
+ * client of its own (rlock_force_unlock_holder), on the same URI, TLS and
  * sentinel options. For the rare case where the lock was acquired by a
  * client that is already closed. Returns 1 released, 0 not held by owner,
  * or a negative RLOCK_E* code. */

@@ -1,5 +1,5 @@
 /* `rlock fence ...` (issue 37; rlock(1), FENCING): a shell command's check
- * of a fencing token (rlock_fenced_check) and its guarded writes
+ * of a fencing token (rlock_check_token) and its guarded writes
  * (rlock_guard_write), through the public API only. */
 #include <errno.h>
 #include <getopt.h>
@@ -64,9 +64,9 @@ static int fence_check(rlock_client *client, char **args) {
   if (rc != 0)
     return rc;
   rlock *lock = NULL;
-  int err = rlock_get_fenced(client, args[0], &lock);
+  int err = rlock_new_fenced(client, args[0], &lock);
   if (err == 0)
-    err = rlock_fenced_check(lock, token);
+    err = rlock_check_token(lock, token);
   rlock_free(lock);
   static const char *const words[] = {"free", "current", "stale", "unknown"};
   static const int codes[] = {FENCE_EXIT_FREE, 0, FENCE_EXIT_STALE,
@@ -119,7 +119,7 @@ static int fence_write(rlock_client *client, const char *op, char **args,
   }
   rlock_guard *guard = NULL;
   int64_t result = 0;
-  int err = rlock_guard_get(client, args[0], &guard);
+  int err = rlock_guard_new(client, args[0], &guard);
   if (err == 0)
     err = rlock_guard_write(guard, &w, &result);
   rlock_guard_free(guard);
@@ -184,7 +184,7 @@ int cli_fence_main(int argc, char **argv) {
     return rc;
   rc = strcmp(op, "check") == 0 ? fence_check(client, args)
                                  : fence_write(client, op, args, nargs);
-  rlock_client_close(client);
+  rlock_client_free(client);
   if (fflush(stdout) != 0 && rc == 0) {
     cli_err("writing the result: %s", strerror(errno));
     rc = CLI_EX_OSERR;

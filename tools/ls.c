@@ -1,5 +1,5 @@
 /* `rlock ls [PATTERN]`: every lock, semaphore and latch whose name matches,
- * with what rlock_info_get() reads for it. The names come from the
+ * with what rlock_client_info() reads for it. The names come from the
  * library's scan (rlock_scan_*: SCAN with MATCH and COUNT on every master,
  * side keys folded into their name), so this file knows no key layout. A
  * name whose value is no lock (another Redis type, a hash of foreign
@@ -285,7 +285,7 @@ int cli_ls_main(int argc, char **argv) {
   so.pattern = pattern;
   so.count = SCAN_COUNT;
   rlock_scan *scan = NULL;
-  int err = rlock_scan_open(client, &so, &scan);
+  int err = rlock_scan_new(client, &so, &scan);
   skipped *skips = NULL;
   size_t nskips = 0, listed = 0;
   long long names = 0;
@@ -310,7 +310,7 @@ int cli_ls_main(int argc, char **argv) {
     /* A name with a NUL byte cannot be given to the library (a C string):
      * skipped, as "nul". */
     bool nul = memchr(name, '\0', name_len) != NULL;
-    err = nul ? 0 : rlock_info_get(client, name, &info);
+    err = nul ? 0 : rlock_client_info(client, name, &info);
     if (err < 0) {
       char what[96];
       snprintf(what, sizeof what, "reading '%.80s'", name);
@@ -395,8 +395,8 @@ int cli_ls_main(int argc, char **argv) {
     cli_err("ls: stopped at --limit %lld names; more match (narrow PATTERN "
             "or raise --limit)",
             limit);
-  rlock_scan_close(scan);
-  rlock_client_close(client);
+  rlock_scan_free(scan);
+  rlock_client_free(client);
   if (fflush(stdout) != 0 && rc == 0) {
     cli_err("writing the list: %s", strerror(errno));
     rc = CLI_EX_OSERR;

@@ -108,7 +108,7 @@ int cli_redlock_open(const cli_run_opts *o, const rlock_options *base,
     rlock_options opts = *base;
     opts.uri = g_uris[i];
     rlock_client *c = NULL;
-    int err = rlock_client_open(&c, &opts);
+    int err = rlock_client_new(&c, &opts);
     if (err == RLOCK_ECONN || err == RLOCK_ETIMEDOUT) {
       /* down now: a missed member */
       cli_err("warning: --redlock: server %zu (%s) not reached (%s): "
@@ -142,7 +142,7 @@ int cli_redlock_open(const cli_run_opts *o, const rlock_options *base,
 
 void cli_redlock_close(void) {
   for (size_t i = 0; g_clients != NULL && i < g_n; i++)
-    rlock_client_close(g_clients[i]);
+    rlock_client_free(g_clients[i]);
   free(g_clients);
   g_clients = NULL;
 }

@@ -195,20 +195,20 @@ int cli_kind_get(rlock_client *client, cli_kind kind, const char *name,
                  rlock **lock) {
   switch (kind) {
   case CLI_KIND_FAIR:
-    return rlock_get_fair(client, name, lock);
+    return rlock_new_fair(client, name, lock);
   case CLI_KIND_READ:
-    return rlock_get_read(client, name, lock);
+    return rlock_new_read(client, name, lock);
   case CLI_KIND_WRITE:
-    return rlock_get_write(client, name, lock);
+    return rlock_new_write(client, name, lock);
   case CLI_KIND_FENCED:
-    return rlock_get_fenced(client, name, lock);
+    return rlock_new_fenced(client, name, lock);
   case CLI_KIND_NONREENTRANT:
-    return rlock_get_nonreentrant(client, name, lock);
+    return rlock_new_nonreentrant(client, name, lock);
   case CLI_KIND_NONREENTRANT_FAIR:
-    return rlock_get_nonreentrant_fair(client, name, lock);
+    return rlock_new_nonreentrant_fair(client, name, lock);
   case CLI_KIND_LOCK:
   default:
-    return rlock_get(client, name, lock);
+    return rlock_new(client, name, lock);
   }
 }
 

@@ -151,7 +151,7 @@ static void holder_set_detail(holder *h, int rc) {
 
 /* --permits: sets NAME to N permits if absent, warns when it has another
  * size: available + taken (expired permits, not yet returned, count as
- * taken), both read in one atomic script (rlock_info_get). Two reads in
+ * taken), both read in one atomic script (rlock_client_info). Two reads in
  * two round trips (available_permits, then acquired_permits) saw a permit
  * move between them and warned of a wrong size (issue 35). */
 static int permits_prepare(holder *h, const char *name) {
@@ -162,7 +162,7 @@ static int permits_prepare(holder *h, const char *name) {
     return 0;
   rlock_info info;
   rlock_info_init(&info);
-  rc = rlock_info_get(h->client, name, &info);
+  rc = rlock_client_info(h->client, name, &info);
   if (rc < 0)
     return rc;
   if (info.kind == RLOCK_INFO_PERMIT_SEMAPHORE ||
@@ -680,7 +680,7 @@ static void say_holders(run *r) {
     return;
   rlock_info info;
   rlock_info_init(&info);
-  if (rlock_info_get(r->client, r->o->name, &info) != 0)
+  if (rlock_client_info(r->client, r->o->name, &info) != 0)
     return;
   for (size_t i = 0; i < info.holders_n; i++) {
     const rlock_info_entry *e = &info.holders[i];
@@ -856,7 +856,7 @@ static void on_forward_signal(run *r, int signo, int code) {
       pthread_mutex_lock(&r->h.mutex);
       r->h.abort_wait = true;
       pthread_cond_signal(&r->h.cond);
-      rlock_client_close(r->client);
+      rlock_client_free(r->client);
       r->client = NULL;
       pthread_mutex_unlock(&r->h.mutex);
     }
@@ -1014,11 +1014,11 @@ static int start(run *r) {
   }
   int rc = o->redlock != NULL
                ? cli_redlock_open(o, &opts, &r->client, &r->h.ml)
-               : rlock_client_open(&r->client, &opts);
+               : rlock_client_new(&r->client, &opts);
   if (rc != 0)
     return o->redlock != NULL ? rc : cli_open_failed(rc);
   if (o->permits > 0) {
-    rc = rlock_permit_semaphore_get(r->client, o->name, &r->h.sem);
+    rc = rlock_permit_semaphore_new(r->client, o->name, &r->h.sem);
     r->h.permits = o->permits;
     r->h.take = o->take > 0 ? o->take : 1;
     if (o->lease_ms > 0) {
@@ -1096,7 +1096,7 @@ int cli_run(const cli_run_opts *o) {
    * poll itself); otherwise the holder has finished its work. */
   if (r.holder_started) {
     if (r.phase != PH_DONE && r.client != NULL) {
-      rlock_client_close(r.client);
+      rlock_client_free(r.client);
       r.client = NULL;
     }
     holder_request_release(&r.h);
@@ -1105,7 +1105,7 @@ int cli_run(const cli_run_opts *o) {
   rlock_free(r.h.lock);
   rlock_multilock_free(r.h.ml);
   rlock_permit_semaphore_free(r.h.sem);
-  rlock_client_close(r.client);
+  rlock_client_free(r.client);
   cli_redlock_close();
   pthread_cond_destroy(&r.h.cond);
   pthread_mutex_destroy(&r.h.mutex);

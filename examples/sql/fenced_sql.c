@@ -144,9 +144,9 @@ static int cmd_write(int argc, char **argv) {
   rlock_client *client = NULL;
   rlock *lock = NULL;
   int64_t token = 0;
-  int rc = rlock_client_open(&client, &o);
+  int rc = rlock_client_new(&client, &o);
   if (rc == 0)
-    rc = rlock_get_fenced(client, lock_name, &lock);
+    rc = rlock_new_fenced(client, lock_name, &lock);
   if (rc == 0)
     rc = rlock_try_lock_fenced(lock, 30000, lease, &token);
   if (rc != 1) {
@@ -154,7 +154,7 @@ static int cmd_write(int argc, char **argv) {
             rc == 0 ? "not acquired in 30 s" : rlock_strerror(rc),
             rlock_last_error());
     rlock_free(lock);
-    rlock_client_close(client);
+    rlock_client_free(client);
     return 4;
   }
   printf("token %lld\n", (long long)token);
@@ -170,7 +170,7 @@ static int cmd_write(int argc, char **argv) {
   /* A holder paused past its lease no longer holds it: that is fine. */
   rlock_unlock(lock);
   rlock_free(lock);
-  rlock_client_close(client);
+  rlock_client_free(client);
   return rc;
 }
 

@@ -163,7 +163,7 @@ struct rlock__op_type {
    * command, channel and timer, before its completion runs. An acquire's
    * sends the kind's abandon; a release's forgets its latch. */
   void (*finish)(rlock__op *op, int result);
-  bool acquires;      /* ended by rlock_cancel() / rlock_interrupt() */
+  bool acquires;      /* ended by rlock_req_cancel() / rlock_client_interrupt() */
   bool touches_hold;  /* an acquire or release: repair waits for it */
   bool control;       /* acts on other ops at once: never an active op */
 };
@@ -547,7 +547,7 @@ void rlock__engine_on_cmd_ready(rlock__engine *e);
 int rlock__engine_close(rlock__engine *e);
 /* Close, second half: frees what is left. */
 void rlock__engine_free(rlock__engine *e);
-/* rlock_interrupt(): ends the acquires `owner` runs (or has queued). The
+/* rlock_client_interrupt(): ends the acquires `owner` runs (or has queued). The
  * count, or a negative error with the last error set. Any thread. */
 int rlock__engine_interrupt(rlock__engine *e, uint64_t owner);
 

@@ -335,7 +335,7 @@ int rlock__engine_interrupt(rlock__engine *e, uint64_t owner) {
 /* ---- asynchronous facade ---- */
 
 /* Two references: the caller's (rlock_req_free) and the loop's (dropped
- * after the callback), so rlock_cancel() never touches freed memory. The
+ * after the callback), so rlock_req_cancel() never touches freed memory. The
  * op follows, as large as its kind's struct (rlock__req_new). */
 struct rlock_req {
   atomic_int refs;
@@ -440,9 +440,9 @@ static void cancel_done(rlock__op *op) {
   req_release(target);
 }
 
-int rlock_cancel(rlock_req *req) {
+int rlock_req_cancel(rlock_req *req) {
   if (req == NULL || !req_op(req)->type->acquires)
-    return rlock__bad_arg("rlock_cancel takes an acquire request");
+    return rlock__bad_arg("rlock_req_cancel takes an acquire request");
   rlock__op *target = req_op(req);
   rlock__engine *e = target->engine;
   if (rlock__core_on_loop_thread(e->core)) {

@@ -745,7 +745,7 @@ int rlock_fast_multilock_is_locked(rlock_fast_multilock *f) {
   return run(f, &is_locked_type, 0, 0, 0);
 }
 
-int rlock_fast_multilock_is_held_by_owner(rlock_fast_multilock *f,
+int rlock_fast_multilock_is_held_owner(rlock_fast_multilock *f,
                                           uint64_t owner) {
   return run(f, &is_held_type, owner, 0, 0);
 }

@@ -3,7 +3,7 @@
  * rlock_options.fenced_token_ttl_ms says so) incremented by every
  * acquisition, re-entry included, floored with the server's clock so that
  * tokens never go backwards after the counter was lost, and returned with
- * it; and the check call (rlock_fenced_check). Wire format:
+ * it; and the check call (rlock_check_token). Wire format:
  * docs/wire-protocol.md, "The fenced lock"; docs/fencing.md; scripts:
  * fenced_acquire.lua, fenced_check.lua (the rest is RLock's). */
 #include <inttypes.h>
@@ -123,7 +123,7 @@ static void start_token(rlock__op *op) {
 static const rlock__op_type token_type = {.name = "fenced_token",
                                           .start = start_token};
 
-/* ---- the check call (rlock_fenced_check) ---- */
+/* ---- the check call (rlock_check_token) ---- */
 
 typedef struct check_op {
   rlock__op op;
@@ -202,7 +202,7 @@ static int fenced_acquire(rlock *lock, uint64_t owner, int64_t wait_ms,
   if (lock == NULL)
     return rlock__bad_arg("lock is NULL");
   if (lock->prim != &rlock__prim_fenced)
-    return rlock__bad_arg("not a fenced lock (use rlock_get_fenced)");
+    return rlock__bad_arg("not a fenced lock (use rlock_new_fenced)");
   if (token == NULL)
     return rlock__bad_arg("token is NULL");
   return rlock__acquire(lock, owner, wait_ms, lease_ms, token);
@@ -233,7 +233,7 @@ int rlock_fenced_token(rlock *lock, int64_t *token) {
   if (lock == NULL)
     return rlock__bad_arg("lock is NULL");
   if (lock->prim != &rlock__prim_fenced)
-    return rlock__bad_arg("not a fenced lock (use rlock_get_fenced)");
+    return rlock__bad_arg("not a fenced lock (use rlock_new_fenced)");
   if (token == NULL)
     return rlock__bad_arg("token is NULL");
   rlock__op op;
@@ -248,13 +248,13 @@ static int check_args(const rlock *lock, int64_t token) {
   if (lock == NULL)
     return rlock__bad_arg("lock is NULL");
   if (lock->prim != &rlock__prim_fenced)
-    return rlock__bad_arg("not a fenced lock (use rlock_get_fenced)");
+    return rlock__bad_arg("not a fenced lock (use rlock_new_fenced)");
   if (token < 1)
     return rlock__bad_arg("a fencing token is >= 1");
   return 0;
 }
 
-int rlock_fenced_check(rlock *lock, int64_t token) {
+int rlock_check_token(rlock *lock, int64_t token) {
   int rc = check_args(lock, token);
   if (rc != 0)
     return rc;
@@ -266,7 +266,7 @@ int rlock_fenced_check(rlock *lock, int64_t token) {
   return rc < 0 ? rc : (int)c.op.value;
 }
 
-int rlock_fenced_check_async(rlock *lock, int64_t token, rlock_cb cb,
+int rlock_check_token_async(rlock *lock, int64_t token, rlock_cb cb,
                              void *data, rlock_req **req) {
   if (req != NULL)
     *req = NULL;

@@ -1,4 +1,4 @@
-/* The fencing guard (rlock_guard_get; docs/fencing.md): the resource-side
+/* The fencing guard (rlock_guard_new; docs/fencing.md): the resource-side
  * half of a fenced lock, for data kept in Redis. The guard is a hash under
  * its own name (fields "lock" and "token") beside the data it fences; a
  * guarded write runs the caller's write - SET, HSET, INCRBY, DEL or a
@@ -61,7 +61,7 @@ static int check_write(const rlock_guard *g, const rlock_guarded_write *w) {
   if (lock == NULL)
     return rlock__bad_arg("guard is NULL");
   if (lock->prim != &rlock__prim_guard)
-    return rlock__bad_arg("not a guard (use rlock_guard_get)");
+    return rlock__bad_arg("not a guard (use rlock_guard_new)");
   if (w == NULL)
     return rlock__bad_arg("write is NULL");
   if (w->struct_size < offsetof(rlock_guarded_write, nargs) + sizeof(size_t)

@@ -1,6 +1,6 @@
 /* Introspection and administration across kinds: what is stored under a
- * name (rlock_info_get's read, one script: info_read.lua), and the release
- * of a foreign owner's holds (rlock_force_unlock_owner: the kind's own
+ * name (rlock_client_info's read, one script: info_read.lua), and the release
+ * of a foreign owner's holds (rlock_force_unlock_holder: the kind's own
  * trim). The key and channel names come from the primitives (their
  * handles and the rlock__*_key functions), never spelled here. */
 #include <errno.h>
@@ -378,7 +378,7 @@ int rlock__info_read(rlock *lock, rlock_info *out) {
   return rc;
 }
 
-/* ---- a foreign owner's holds (rlock_force_unlock_owner) ---- */
+/* ---- a foreign owner's holds (rlock_force_unlock_holder) ---- */
 
 static void owner_reply(rlock__net *n, redisReply *reply, int err,
                         void *data) {
@@ -407,7 +407,7 @@ static void start_owner(rlock__op *op) {
 static const rlock__op_type owner_type = {.name = "force_unlock_owner",
                                           .start = start_owner};
 
-int rlock_force_unlock_owner(rlock *lock, const char *owner) {
+int rlock_force_unlock_holder(rlock *lock, const char *owner) {
   if (lock == NULL || owner == NULL || owner[0] == '\0')
     return rlock__bad_arg("lock and owner must be given");
   if (lock->prim->hold == NULL)

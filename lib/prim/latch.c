@@ -84,7 +84,7 @@ static int read_try(rlock__op *op, const redisReply *reply, int64_t *ttl_ms) {
 /* Both messages make every local awaiter re-read the count; the server's
  * count decides. "0" (a count-down reached 0) opens them. "1" is a new
  * count (they read it and sleep again) or a delete (they find no key: open,
- * as rlock_latch_get_count says 0; Java's awaiters wait on after a delete).
+ * as rlock_latch_count says 0; Java's awaiters wait on after a delete).
  * With nobody asleep (a read in flight) wake_all keeps a permit per waiter,
  * so a message that overtakes a re-read is not lost. Other payloads are not
  * latch messages. */
@@ -132,7 +132,7 @@ static void script_reply(rlock__net *n, redisReply *reply, int err,
   if (rlock__transient(err) && op->type != &delete_type)
     rlock__op_detail(op, "no reply to %s of latch '%s': it may or may not "
                          "have run (not re-sent: a second run %s); "
-                         "rlock_latch_get_count tells",
+                         "rlock_latch_count tells",
                      op->type->name, op->lock->name,
                      op->type == &count_down_type
                          ? "would count down twice"
@@ -232,7 +232,7 @@ static int check(const rlock_latch *latch) {
   if (lock == NULL)
     return rlock__bad_arg("latch is NULL");
   if (lock->prim != &rlock__prim_latch)
-    return rlock__bad_arg("not a count-down latch (use rlock_latch_get)");
+    return rlock__bad_arg("not a count-down latch (use rlock_latch_new)");
   return 0;
 }
 
@@ -267,7 +267,7 @@ int rlock_latch_count_down(rlock_latch *latch) {
   return rc != 0 ? rc : run(latch, &count_down_type, NULL);
 }
 
-int64_t rlock_latch_get_count(rlock_latch *latch) {
+int64_t rlock_latch_count(rlock_latch *latch) {
   int rc = check(latch);
   if (rc != 0)
     return rc;
@@ -289,7 +289,7 @@ int rlock_latch_await(rlock_latch *latch, int64_t wait_ms) {
   int rc = check(latch);
   if (rc != 0)
     return rc;
-  /* The thread id as owner: rlock_interrupt() of this thread ends it. */
+  /* The thread id as owner: rlock_client_interrupt() of this thread ends it. */
   return rlock__acquire((rlock *)latch, rlock__thread_id(), wait_ms,
                         AWAIT_LEASE, NULL);
 }

@@ -303,7 +303,7 @@ int rlock_unlock_owner(rlock *lock, uint64_t owner) {
   return rc != 0 ? rc : simple(lock, &rlock__op_release, owner, NULL);
 }
 
-int rlock_is_held_by_owner(rlock *lock, uint64_t owner) {
+int rlock_is_held_owner(rlock *lock, uint64_t owner) {
   return lock == NULL ? rlock__bad_arg("lock is NULL") : simple(lock, KIND_OP(lock, is_held), owner, NULL);
 }
 
@@ -333,8 +333,8 @@ int rlock_is_locked(rlock *lock) {
   return lock == NULL ? rlock__bad_arg("lock is NULL") : simple(lock, KIND_OP(lock, is_locked), 0, NULL);
 }
 
-int rlock_is_held_by_current_thread(rlock *lock) {
-  return rlock_is_held_by_owner(lock, rlock__thread_id());
+int rlock_is_held(rlock *lock) {
+  return rlock_is_held_owner(lock, rlock__thread_id());
 }
 
 int64_t rlock_hold_count(rlock *lock) {
@@ -387,7 +387,7 @@ static const rlock__op_type lease_type = {
 
 static void lease_done_here(rlock__op *op) { (void)op; }
 
-int rlock_lease_guaranteed_owner(rlock *lock, uint64_t owner,
+int rlock_is_lease_guaranteed_owner(rlock *lock, uint64_t owner,
                                  int64_t *until_ms) {
   if (until_ms == NULL)
     return rlock__bad_arg("until_ms is NULL");
@@ -413,8 +413,8 @@ int rlock_lease_guaranteed_owner(rlock *lock, uint64_t owner,
   return rc;
 }
 
-int rlock_lease_guaranteed(rlock *lock, int64_t *until_ms) {
-  return rlock_lease_guaranteed_owner(lock, rlock__thread_id(), until_ms);
+int rlock_is_lease_guaranteed(rlock *lock, int64_t *until_ms) {
+  return rlock_is_lease_guaranteed_owner(lock, rlock__thread_id(), until_ms);
 }
 
 /* ---- the asynchronous API ---- */

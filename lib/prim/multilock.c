@@ -5,7 +5,7 @@
  * It lives in prim, not in the engine: it has no keys, channel or script
  * of its own for acquiring - each member is taken, waited for, cancelled
  * and released by its own kind through the public lock calls
- * (rlock_lock_async, rlock_unlock_async, rlock_cancel), so a member keeps
+ * (rlock_lock_async, rlock_unlock_async, rlock_req_cancel), so a member keeps
  * every guarantee of its kind (a fair member leaves its queue when its
  * wait is given up, a late try is trimmed, the watchdog renews). The one
  * thing no public call does is Java's lease trick, a PEXPIRE of each
@@ -19,7 +19,7 @@
  * take member `at`; on success the next; on a failure release the members
  * taken (last first) and start again from the first while time remains.
  * Its mutex only guards the member request in flight against
- * rlock_multilock_cancel() from another thread.
+ * rlock_multilock_req_cancel() from another thread.
  *
  * The RedLock (getRedLock; docs/multilock.md, "RedLock") is the same
  * machine with a quorum below n: Java's RedissonRedLock changes three
@@ -600,23 +600,23 @@ int rlock_multilock_lock_async(rlock_multilock *ml, uint64_t owner,
   return 0;
 }
 
-int rlock_multilock_cancel(rlock_multilock_req *r) {
+int rlock_multilock_req_cancel(rlock_multilock_req *r) {
   if (r == NULL)
     return rlock__bad_arg("MultiLock request is NULL");
   uv_mutex_lock(&r->mu);
   r->canceled = true;
   rlock_req *cur = r->done ? NULL : r->cur;
-  /* Off the member's loop thread rlock_cancel() only queues the cancel, so
+  /* Off the member's loop thread rlock_req_cancel() only queues the cancel, so
    * it may run under the mutex, which keeps `cur` from being freed by its
    * callback meanwhile. On that loop thread it may call the callback at
    * once, which takes the mutex: it runs outside it, and `cur` cannot be
    * freed meanwhile because only that thread frees it. */
   bool on_loop = cur != NULL && rlock__core_on_loop_thread(r->cur_core);
   if (cur != NULL && !on_loop)
-    (void)rlock_cancel(cur);
+    (void)rlock_req_cancel(cur);
   uv_mutex_unlock(&r->mu);
   if (on_loop)
-    (void)rlock_cancel(cur);
+    (void)rlock_req_cancel(cur);
   rlock__clear_last_error();
   return 0;
 }
@@ -812,12 +812,12 @@ int rlock_multilock_unlock(rlock_multilock *ml) {
   return rlock_multilock_unlock_owner(ml, rlock__thread_id());
 }
 
-int rlock_multilock_is_held_by_owner(rlock_multilock *ml, uint64_t owner) {
+int rlock_multilock_is_held_owner(rlock_multilock *ml, uint64_t owner) {
   if (ml == NULL)
     return rlock__bad_arg("MultiLock is NULL");
   if (ml->quorum == ml->n) {
     for (size_t i = 0; i < ml->n; i++) {
-      int rc = rlock_is_held_by_owner(ml->m[i], owner);
+      int rc = rlock_is_held_owner(ml->m[i], owner);
       if (rc != 1)
         return rc;
     }
@@ -828,7 +828,7 @@ int rlock_multilock_is_held_by_owner(rlock_multilock *ml, uint64_t owner) {
   int first = 0;
   char why[256] = "";
   for (size_t i = 0; i < ml->n && held < ml->quorum; i++) {
-    int rc = rlock_is_held_by_owner(ml->m[i], owner);
+    int rc = rlock_is_held_owner(ml->m[i], owner);
     if (rc == 1) {
       held++;
     } else if (rc < 0 && first == 0) {

@@ -498,7 +498,7 @@ static const rlock__op_type count_type = {.name = "psem_count",
 static rlock *handle(rlock_permit_semaphore *sem) {
   return rlock__semaphore_handle(sem, &rlock__prim_permit_semaphore,
                                  "permit semaphore",
-                                 "rlock_permit_semaphore_get");
+                                 "rlock_permit_semaphore_new");
 }
 
 /* Runs a one-command op with input arg and id (may be NULL); its value in
@@ -828,7 +828,7 @@ int64_t rlock_permit_semaphore_acquired_permits(rlock_permit_semaphore *sem) {
   return count(sem, COUNT_TAKEN);
 }
 
-int64_t rlock_permit_semaphore_get_permits(rlock_permit_semaphore *sem) {
+int64_t rlock_permit_semaphore_permits(rlock_permit_semaphore *sem) {
   return count(sem, COUNT_TOTAL);
 }
 

@@ -312,7 +312,7 @@ rlock *rlock__semaphore_handle(void *h, const rlock__prim *prim,
 /* The handle, or NULL with the last error set. */
 static rlock *handle(rlock_semaphore *sem) {
   return rlock__semaphore_handle(sem, &rlock__prim_semaphore, "semaphore",
-                                 "rlock_semaphore_get");
+                                 "rlock_semaphore_new");
 }
 
 int rlock__semaphore_check_permits(int64_t permits) {

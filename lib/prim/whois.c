@@ -1,4 +1,4 @@
-/* Who an owner's client is (rlock_holder_get, lib/info.c): CLIENT LIST on
+/* Who an owner's client is (rlock_client_holder, lib/info.c): CLIENT LIST on
  * each master in turn (the one master, or a cluster's masters from the
  * slot map) until a connection named "rlock/<client-id>/..." - the
  * automatic name lib/client.c gives its connections - is found. Read-only;

@@ -256,7 +256,7 @@ def _handler(h, what):
 
 
 class Client:
-    """A client of one Redis deployment (rlock_client_open()).
+    """A client of one Redis deployment (rlock_client_new()).
 
     ``Client("redis://127.0.0.1:6379", watchdog_timeout=10.0)``: the URI
     (None: $REDIS_URL, else redis://127.0.0.1:6379) and any field of
@@ -403,13 +403,13 @@ class Client:
         return CountDownLatch(self, name)
 
     def guard(self, name) -> "Guard":
-        """The fencing guard `name` (rlock_guard_get()): writes that run
+        """The fencing guard `name` (rlock_guard_new()): writes that run
         only with a fenced lock's current token. No command is sent."""
         return Guard(self, name)
 
     # -- introspection --
     def info(self, name) -> dict:
-        """What is stored under `name` (rlock_info_get()): kind, holders,
+        """What is stored under `name` (rlock_client_info()): kind, holders,
         queue, permits, token, count, ttl_ms, waiters ..."""
         return self._c.info(name)
 
@@ -429,7 +429,7 @@ class Client:
         return self._c.interrupt(_owner_id(owner) or 0)
 
     def stats(self) -> dict:
-        """The client's counters and histograms (rlock_client_stats_get())."""
+        """The client's counters and histograms (rlock_client_stats())."""
         return self._c.stats()
 
     def prometheus(self, label: str | None = None) -> str:
@@ -576,7 +576,7 @@ class Lock(_Waitable):
     def lease_guaranteed(self, *, owner=None) -> tuple:
         """(ok, until): ``until`` on rlock.now()'s clock, up to which the
         hold cannot have expired; ok False when that time has passed
-        (rlock_lease_guaranteed())."""
+        (rlock_is_lease_guaranteed())."""
         ok, until = self._h.query("lease_guaranteed", _owner_id(owner))
         return ok == 1, until / 1000.0
 
@@ -638,7 +638,7 @@ class FencedLock(Lock):
         return v if st == 1 else 0
 
     def check(self, token: int) -> "FenceState":
-        """Is `token` the current holder's (rlock_fenced_check(), one
+        """Is `token` the current holder's (rlock_check_token(), one
         read)? FenceState.CURRENT, STALE, FREE or UNKNOWN."""
         return FenceState(_rlock.fenced_check(self._h, token))
 
@@ -922,7 +922,7 @@ def _lock_name(lock):
 
 
 class Guard:
-    """A fencing guard (rlock_guard_get()): a hash under its own name,
+    """A fencing guard (rlock_guard_new()): a hash under its own name,
     beside the data it fences, holding the lock it fences and the highest
     token that passed. Each write runs only if ``token`` is at least that
     highest token, and records it, atomically on the server; otherwise

@@ -698,7 +698,7 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw) {
   int rc;
   rlock_client *c = NULL;
   Py_BEGIN_ALLOW_THREADS
-  rc = rlock_client_open(&c, &o);
+  rc = rlock_client_new(&c, &o);
   Py_END_ALLOW_THREADS
   if (rc < 0) {
     set_error(rc);
@@ -718,7 +718,7 @@ static void client_close(ClientObject *self) {
     self->c = NULL;
     self->closed = 1;
     Py_BEGIN_ALLOW_THREADS
-    rlock_client_close(c);
+    rlock_client_free(c);
     Py_END_ALLOW_THREADS
     if (self->events != NULL) {
       item *it = calloc(1, sizeof(*it));
@@ -807,7 +807,7 @@ static PyObject *Client_stats(ClientObject *self, PyObject *noargs) {
     return NULL;
   rlock_stats s;
   rlock_stats_init(&s);
-  int rc = rlock_client_stats_get(self->c, &s);
+  int rc = rlock_client_stats(self->c, &s);
   if (rc < 0)
     return set_error(rc);
   PyObject *d = PyDict_New();
@@ -864,7 +864,7 @@ static PyObject *Client_stats_text(ClientObject *self, PyObject *args) {
     return NULL;
   rlock_stats s;
   rlock_stats_init(&s);
-  int rc = rlock_client_stats_get(self->c, &s);
+  int rc = rlock_client_stats(self->c, &s);
   if (rc < 0)
     return set_error(rc);
   size_t len = 16384;
@@ -942,7 +942,7 @@ static PyObject *Client_info(ClientObject *self, PyObject *arg) {
   rlock_info_init(&info);
   int rc;
   Py_BEGIN_ALLOW_THREADS
-  rc = rlock_info_get(self->c, PyBytes_AS_STRING(nb), &info);
+  rc = rlock_client_info(self->c, PyBytes_AS_STRING(nb), &info);
   Py_END_ALLOW_THREADS
   Py_DECREF(nb);
   if (rc < 0)
@@ -1004,7 +1004,7 @@ static PyObject *Client_scan(ClientObject *self, PyObject *args) {
     so.pattern = PyBytes_AS_STRING(pb);
   }
   rlock_scan *sc = NULL;
-  int rc = rlock_scan_open(self->c, &so, &sc);
+  int rc = rlock_scan_new(self->c, &so, &sc);
   if (rc < 0) {
     Py_XDECREF(pb);
     return set_error(rc);
@@ -1027,7 +1027,7 @@ static PyObject *Client_scan(ClientObject *self, PyObject *args) {
     Py_CLEAR(l);
     set_error(rc);
   }
-  rlock_scan_close(sc);
+  rlock_scan_free(sc);
   Py_XDECREF(pb);
   return l;
 }
@@ -1038,7 +1038,7 @@ static PyObject *Client_interrupt(ClientObject *self, PyObject *arg) {
   unsigned long long owner = PyLong_AsUnsignedLongLong(arg);
   if (owner == (unsigned long long)-1 && PyErr_Occurred())
     return NULL;
-  int rc = rlock_interrupt(self->c, owner);
+  int rc = rlock_client_interrupt(self->c, owner);
   if (rc < 0)
     return set_error(rc);
   return PyLong_FromLong(rc);
@@ -1069,7 +1069,7 @@ static PyObject *Client_caps(ClientObject *self, PyObject *noargs) {
     return NULL;
   rlock_client_caps caps;
   rlock_client_caps_init(&caps);
-  int rc = rlock_client_caps_get(self->c, &caps);
+  int rc = rlock_client_capabilities(self->c, &caps);
   if (rc < 0)
     return set_error(rc);
   return Py_BuildValue("{s:O,s:s}", "replica_sync_off",
@@ -1125,28 +1125,28 @@ static PyObject *Client_handle(ClientObject *self, PyObject *args) {
   void *h = NULL;
   int ht = H_LOCK, rc, fenced = 0;
   if (strcmp(kind, "lock") == 0)
-    rc = rlock_get(self->c, n, (rlock **)&h);
+    rc = rlock_new(self->c, n, (rlock **)&h);
   else if (strcmp(kind, "fair") == 0)
-    rc = rlock_get_fair(self->c, n, (rlock **)&h);
+    rc = rlock_new_fair(self->c, n, (rlock **)&h);
   else if (strcmp(kind, "read") == 0)
-    rc = rlock_get_read(self->c, n, (rlock **)&h);
+    rc = rlock_new_read(self->c, n, (rlock **)&h);
   else if (strcmp(kind, "write") == 0)
-    rc = rlock_get_write(self->c, n, (rlock **)&h);
+    rc = rlock_new_write(self->c, n, (rlock **)&h);
   else if (strcmp(kind, "fenced") == 0)
-    rc = rlock_get_fenced(self->c, n, (rlock **)&h), fenced = 1;
+    rc = rlock_new_fenced(self->c, n, (rlock **)&h), fenced = 1;
   else if (strcmp(kind, "spin") == 0)
-    rc = rlock_get_spin(self->c, n, (rlock **)&h);
+    rc = rlock_new_spin(self->c, n, (rlock **)&h);
   else if (strcmp(kind, "nonreentrant") == 0)
-    rc = rlock_get_nonreentrant(self->c, n, (rlock **)&h);
+    rc = rlock_new_nonreentrant(self->c, n, (rlock **)&h);
   else if (strcmp(kind, "nonreentrant_fair") == 0)
-    rc = rlock_get_nonreentrant_fair(self->c, n, (rlock **)&h);
+    rc = rlock_new_nonreentrant_fair(self->c, n, (rlock **)&h);
   else if (strcmp(kind, "semaphore") == 0)
-    rc = rlock_semaphore_get(self->c, n, (rlock_semaphore **)&h), ht = H_SEM;
+    rc = rlock_semaphore_new(self->c, n, (rlock_semaphore **)&h), ht = H_SEM;
   else if (strcmp(kind, "permit_semaphore") == 0)
-    rc = rlock_permit_semaphore_get(self->c, n, (rlock_permit_semaphore **)&h),
+    rc = rlock_permit_semaphore_new(self->c, n, (rlock_permit_semaphore **)&h),
     ht = H_PSEM;
   else if (strcmp(kind, "latch") == 0)
-    rc = rlock_latch_get(self->c, n, (rlock_latch **)&h), ht = H_LATCH;
+    rc = rlock_latch_new(self->c, n, (rlock_latch **)&h), ht = H_LATCH;
   else {
     Py_DECREF(nb);
     PyErr_Format(PyExc_ValueError, "unknown kind %R", PyTuple_GET_ITEM(args, 0));
@@ -1274,7 +1274,7 @@ static PyObject *Client_fast_multilock(ClientObject *self, PyObject *args) {
   if (!client_ok(self))
     goto done;
   rlock_fast_multilock *fml = NULL;
-  int rc = rlock_fast_multilock_get(self->c, PyBytes_AS_STRING(gb), vals, lens,
+  int rc = rlock_fast_multilock_new(self->c, PyBytes_AS_STRING(gb), vals, lens,
                                     (size_t)n, &fml);
   if (rc < 0) {
     set_error(rc);
@@ -1349,8 +1349,8 @@ static void Request_dealloc(RequestObject *self) {
 }
 
 static PyObject *Request_cancel(RequestObject *self, PyObject *noargs) {
-  int rc = self->req != NULL ? rlock_cancel(self->req)
-                             : rlock_multilock_cancel(self->mreq);
+  int rc = self->req != NULL ? rlock_req_cancel(self->req)
+                             : rlock_multilock_req_cancel(self->mreq);
   if (rc < 0 && rc != RLOCK_ECLOSED)
     return set_error(rc);
   Py_RETURN_NONE;
@@ -1510,9 +1510,9 @@ static item *interruptible_acquire(HandleObject *self, uint64_t owner,
     if (!canceled && PyErr_CheckSignals() < 0) {
       canceled = 1;
       if (r.req != NULL)
-        rlock_cancel(r.req);
+        rlock_req_cancel(r.req);
       else
-        rlock_multilock_cancel(r.mreq);
+        rlock_multilock_req_cancel(r.mreq);
     }
   }
   rlock_req_free(r.req);
@@ -1709,7 +1709,7 @@ static PyObject *Handle_query(HandleObject *self, PyObject *args) {
   if (self->htype == H_MULTI && strcmp(what, "is_held") == 0) {
     uint64_t ow = owner ? owner : rlock_thread_id();
     Py_BEGIN_ALLOW_THREADS
-    rc = rlock_multilock_is_held_by_owner(h, ow);
+    rc = rlock_multilock_is_held_owner(h, ow);
     Py_END_ALLOW_THREADS
     if (rc < 0)
       return set_error((int)rc);
@@ -1721,7 +1721,7 @@ static PyObject *Handle_query(HandleObject *self, PyObject *args) {
     if (strcmp(what, "is_locked") == 0)
       rc = rlock_fast_multilock_is_locked(h);
     else if (strcmp(what, "is_held") == 0)
-      rc = rlock_fast_multilock_is_held_by_owner(h, ow);
+      rc = rlock_fast_multilock_is_held_owner(h, ow);
     else if (strcmp(what, "force_unlock") == 0)
       rc = rlock_fast_multilock_force_unlock(h);
     else
@@ -1743,8 +1743,8 @@ static PyObject *Handle_query(HandleObject *self, PyObject *args) {
   if (strcmp(what, "is_locked") == 0)
     rc = rlock_is_locked(h);
   else if (strcmp(what, "is_held") == 0)
-    rc = owner ? rlock_is_held_by_owner(h, owner)
-               : rlock_is_held_by_current_thread(h);
+    rc = owner ? rlock_is_held_owner(h, owner)
+               : rlock_is_held(h);
   else if (strcmp(what, "hold_count") == 0)
     rc = owner ? rlock_hold_count_owner(h, owner) : rlock_hold_count(h);
   else if (strcmp(what, "ttl") == 0)
@@ -1754,8 +1754,8 @@ static PyObject *Handle_query(HandleObject *self, PyObject *args) {
   else if (strcmp(what, "token") == 0)
     rc = rlock_fenced_token(h, &v);
   else if (strcmp(what, "lease_guaranteed") == 0)
-    rc = owner ? rlock_lease_guaranteed_owner(h, owner, &v)
-               : rlock_lease_guaranteed(h, &v);
+    rc = owner ? rlock_is_lease_guaranteed_owner(h, owner, &v)
+               : rlock_is_lease_guaranteed(h, &v);
   else
     known = 0;
   Py_END_ALLOW_THREADS
@@ -1807,7 +1807,7 @@ static PyObject *Handle_force_unlock_owner(HandleObject *self, PyObject *arg) {
   int rc;
   void *h = self->h;
   Py_BEGIN_ALLOW_THREADS
-  rc = rlock_force_unlock_owner(h, PyBytes_AS_STRING(ob));
+  rc = rlock_force_unlock_holder(h, PyBytes_AS_STRING(ob));
   Py_END_ALLOW_THREADS
   Py_DECREF(ob);
   if (rc < 0)
@@ -1856,7 +1856,7 @@ static PyObject *Handle_op(HandleObject *self, PyObject *args) {
     else if (strcmp(what, "acquired") == 0)
       rc = rlock_permit_semaphore_acquired_permits(h);
     else if (strcmp(what, "permits") == 0)
-      rc = rlock_permit_semaphore_get_permits(h);
+      rc = rlock_permit_semaphore_permits(h);
     else
       known = 0;
   } else if (ht == H_LATCH) {
@@ -1865,7 +1865,7 @@ static PyObject *Handle_op(HandleObject *self, PyObject *args) {
     else if (strcmp(what, "count_down") == 0)
       rc = rlock_latch_count_down(h);
     else if (strcmp(what, "count") == 0)
-      rc = rlock_latch_get_count(h);
+      rc = rlock_latch_count(h);
     else if (strcmp(what, "delete") == 0)
       rc = rlock_latch_delete(h);
     else
@@ -2088,7 +2088,7 @@ static PyObject *mod_fenced_check(PyObject *m, PyObject *args) {
   rlock *lk = ((HandleObject *)h)->h;
   int rc;
   Py_BEGIN_ALLOW_THREADS
-  rc = rlock_fenced_check(lk, token);
+  rc = rlock_check_token(lk, token);
   Py_END_ALLOW_THREADS
   if (rc < 0)
     return set_error(rc);
@@ -2108,7 +2108,7 @@ static PyObject *mod_fenced_check_async(PyObject *m, PyObject *args) {
   pend *p = pend_new(q->q, qtoken, 0);
   if (p == NULL)
     return PyErr_NoMemory();
-  int rc = rlock_fenced_check_async(((HandleObject *)h)->h, token, on_done, p,
+  int rc = rlock_check_token_async(((HandleObject *)h)->h, token, on_done, p,
                                     NULL);
   if (rc < 0) {
     pend_drop(p);
@@ -2331,7 +2331,7 @@ static PyTypeObject Guard_Type = {
     .tp_methods = Guard_methods,
 };
 
-/* guard(client, name) -> Guard (rlock_guard_get: no command is sent). */
+/* guard(client, name) -> Guard (rlock_guard_new: no command is sent). */
 static PyObject *mod_guard(PyObject *m, PyObject *args) {
   PyObject *client, *name;
   if (!PyArg_ParseTuple(args, "O!O:guard", &Client_Type, &client, &name))
@@ -2345,7 +2345,7 @@ static PyObject *mod_guard(PyObject *m, PyObject *args) {
     return NULL;
   }
   rlock_guard *g = NULL;
-  int rc = rlock_guard_get(c->c, PyBytes_AS_STRING(nb), &g);
+  int rc = rlock_guard_new(c->c, PyBytes_AS_STRING(nb), &g);
   Py_DECREF(nb);
   if (rc < 0)
     return set_error(rc);

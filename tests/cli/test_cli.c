@@ -335,10 +335,10 @@ static void hold(held *h, const char *name) {
 static void unhold(held *h) {
   if (h->lock != NULL) {
     int rc = rlock_unlock(h->lock);
-    cr_assert_eq(rc, 1, "rlock_unlock: %d", rc);
+    cr_assert_eq(rc, 0, "rlock_unlock: %d", rc);
   }
   rlock_free(h->lock);
-  rlock_client_close(h->client);
+  rlock_client_free(h->client);
   h->lock = NULL;
   h->client = NULL;
 }
@@ -2904,7 +2904,7 @@ static void churn_permits(void *arg) {
   churn *c = arg;
   rlock_client *client = rt_client();
   rlock_permit_semaphore *sem = NULL;
-  cr_assert_eq(rlock_permit_semaphore_get(client, c->name, &sem), 0);
+  cr_assert_eq(rlock_permit_semaphore_new(client, c->name, &sem), 0);
   char id[RLOCK_PERMIT_ID_LEN + 1];
   while (!atomic_load(&c->stop)) {
     if (rlock_permit_semaphore_try_acquire(sem, 0, 10000, id) == 1) {
@@ -2913,7 +2913,7 @@ static void churn_permits(void *arg) {
     }
   }
   rlock_permit_semaphore_free(sem);
-  rlock_client_close(client);
+  rlock_client_free(client);
 }
 
 /* Issue 35: --permits read the size in two round trips (available, then
@@ -3382,8 +3382,8 @@ Test(cli, ls_lists_every_kind_with_holders_and_counts) {
            (int)(strrchr(owner, ':') - owner), owner);
   /* fair: a holder and one queued waiter from another client */
   rlock *fair = NULL, *fair2 = NULL;
-  cr_assert_eq(rlock_get_fair(c, n[0], &fair), 0);
-  cr_assert_eq(rlock_get_fair(c2, n[0], &fair2), 0);
+  cr_assert_eq(rlock_new_fair(c, n[0], &fair), 0);
+  cr_assert_eq(rlock_new_fair(c2, n[0], &fair2), 0);
   uint64_t fh = rlock_owner_new(), fw = rlock_owner_new();
   cr_assert_eq(rlock_lock_owner(fair, fh, 30000), 0);
   rlock_req *req = NULL;
@@ -3395,25 +3395,25 @@ Test(cli, ls_lists_every_kind_with_holders_and_counts) {
   cr_assert_eq(rt_int("LLEN %s", queue), 1);
   /* fenced: its token left after the unlock */
   rlock *f = NULL;
-  cr_assert_eq(rlock_get_fenced(c, n[1], &f), 0);
+  cr_assert_eq(rlock_new_fenced(c, n[1], &f), 0);
   int64_t token = 0;
   cr_assert_eq(rlock_lock_fenced(f, 20000, &token), 0);
-  cr_assert_eq(rlock_unlock(f), 1);
+  cr_assert_eq(rlock_unlock(f), 0);
   /* latch 2, semaphore 3, permit semaphore 2 of 3 left */
   rlock_latch *latch = NULL;
-  cr_assert_eq(rlock_latch_get(c, n[2], &latch), 0);
+  cr_assert_eq(rlock_latch_new(c, n[2], &latch), 0);
   cr_assert_eq(rlock_latch_try_set_count(latch, 2), 1);
   rlock_semaphore *sem = NULL;
-  cr_assert_eq(rlock_semaphore_get(c, n[7], &sem), 0);
+  cr_assert_eq(rlock_semaphore_new(c, n[7], &sem), 0);
   cr_assert_eq(rlock_semaphore_try_set_permits(sem, 3, 0), 1);
   rlock_permit_semaphore *ps = NULL;
-  cr_assert_eq(rlock_permit_semaphore_get(c, n[5], &ps), 0);
+  cr_assert_eq(rlock_permit_semaphore_new(c, n[5], &ps), 0);
   cr_assert_eq(rlock_permit_semaphore_try_set_permits(ps, 3), 1);
   char id[RLOCK_PERMIT_ID_LEN + 1];
   cr_assert_eq(rlock_permit_semaphore_try_acquire(ps, 0, 20000, id), 1);
   /* read lock: two holds of one reader (read-hold lease keys) */
   rlock *rd = NULL;
-  cr_assert_eq(rlock_get_read(c, n[6], &rd), 0);
+  cr_assert_eq(rlock_new_read(c, n[6], &rd), 0);
   uint64_t reader = rlock_owner_new();
   cr_assert_eq(rlock_lock_owner(rd, reader, 20000), 0);
   cr_assert_eq(rlock_lock_owner(rd, reader, 20000), 0);
@@ -3528,12 +3528,12 @@ Test(cli, ls_lists_every_kind_with_holders_and_counts) {
   free(err);
 
   cr_assert_eq(rlock_unlock_owner(rd, reader), 0);
-  cr_assert_eq(rlock_unlock_owner(rd, reader), 1);
-  cr_assert_eq(rlock_cancel(req), 0);
-  cr_assert_eq(rlock_cancel(lreq), 0);
+  cr_assert_eq(rlock_unlock_owner(rd, reader), 0);
+  cr_assert_eq(rlock_req_cancel(req), 0);
+  cr_assert_eq(rlock_req_cancel(lreq), 0);
   rlock_req_free(lreq);
   rlock_free(l2);
-  cr_assert_eq(rlock_unlock_owner(fair, fh), 1);
+  cr_assert_eq(rlock_unlock_owner(fair, fh), 0);
   rlock_req_free(req);
   rlock_free(rd);
   rlock_free(l);
@@ -3544,8 +3544,8 @@ Test(cli, ls_lists_every_kind_with_holders_and_counts) {
   rlock_latch_free(latch);
   rlock_semaphore_free(sem);
   rlock_permit_semaphore_free(ps);
-  rlock_client_close(c2);
-  rlock_client_close(c);
+  rlock_client_free(c2);
+  rlock_client_free(c);
 }
 
 /* --limit bounds the names read and says that it cut. */

@@ -495,7 +495,7 @@ void fk_assert_clean(const char *client_name, bool allow_latches,
   if (client_name != NULL &&
       !rt_poll_until(no_conns, (void *)client_name, bound_ms))
     cr_assert_fail("leak: %zu connection(s) named '%s' still in CLIENT LIST "
-                   "%" PRId64 " ms after rlock_client_close",
+                   "%" PRId64 " ms after rlock_client_free",
                    rt_client_count_named(client_name), client_name, bound_ms);
   if (!rt_poll_until(only_harness_conn, NULL, bound_ms))
     cr_assert_fail("leak: %zu connection(s) besides the test's own still in "

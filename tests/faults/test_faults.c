@@ -10,7 +10,7 @@
  *    yield in the middle, equals the number of successful acquisitions);
  *  - every call returns within its bound, and a failure is a documented
  *    negative RLOCK_E* code with rlock_last_error() set;
- *  - nothing leaks: after rlock_client_close, PUBSUB CHANNELS is empty, the
+ *  - nothing leaks: after rlock_client_free, PUBSUB CHANNELS is empty, the
  *    client's connections are gone from CLIENT LIST and no key is left
  *    (see fk_assert_clean for the one tolerated exception).
  *
@@ -46,7 +46,7 @@ TestSuite(faults, .init = fk_init, .fini = fk_fini, .timeout = 30);
  * may be a loaded 2-core box. Bounds are "documented time + SLACK_MS". */
 #define SLACK_MS 1500
 
-/* Time after which rlock_client_close's effects must be visible. */
+/* Time after which rlock_client_free's effects must be visible. */
 #define CLEAN_BOUND_MS 3000
 
 /* Name of a result: the RLOCK_E* name of an error, else a plain word. */
@@ -68,8 +68,8 @@ static int64_t idempotent_bound(const rlock_options *o) {
 
 static rlock_client *open_named(rlock_options *o) {
   rlock_client *c = NULL;
-  int rc = rlock_client_open(&c, o);
-  cr_assert_eq(rc, 0, "rlock_client_open(%s, name %s): %s (%s)", o->uri,
+  int rc = rlock_client_new(&c, o);
+  cr_assert_eq(rc, 0, "rlock_client_new(%s, name %s): %s (%s)", o->uri,
                o->client_name ? o->client_name : "-", rc_name(rc),
                rlock_last_error());
   return c;
@@ -433,7 +433,7 @@ Test(faults, command_connection_killed_during_contention) {
   for (int i = 0; i < CLIENTS; i++) {
     fk_wait_conn_count(names[i], 2, 5000);
     rlock_free(locks[i]);
-    rlock_client_close(c[i]);
+    rlock_client_free(c[i]);
   }
   for (int i = 0; i < CLIENTS; i++)
     fk_assert_clean(names[i], true, CLEAN_BOUND_MS);
@@ -510,7 +510,7 @@ Test(faults, subscriber_connection_killed_during_contention) {
                 "subscribers (at most one connection per client expected)",
                 rt_numsub(chan));
   int64_t t_unlock = rt_now_ms();
-  cr_assert_eq(rlock_unlock(holder), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(holder), 0, "%s", rlock_last_error());
   fk_job_wait_done(&waiter, 5000, "waiter after the unlock");
   cr_assert_eq(waiter.rc, 1, "waiter: %" PRId64 " %s (%s)", waiter.rc,
                rc_name(waiter.rc), waiter.err);
@@ -522,7 +522,7 @@ Test(faults, subscriber_connection_killed_during_contention) {
 
   for (int i = 0; i < CLIENTS; i++) {
     rlock_free(locks[i]);
-    rlock_client_close(c[i]);
+    rlock_client_free(c[i]);
   }
   for (int i = 0; i < CLIENTS; i++)
     fk_assert_clean(names[i], true, CLEAN_BOUND_MS);
@@ -617,17 +617,17 @@ Test(faults, redis_restarted_on_same_port_mid_wait) {
 
   /* Both clients work again on the new server without reopening. */
   cr_assert_eq(rlock_try_lock(other, 0, 5000), 1, "%s", rlock_last_error());
-  cr_assert_eq(rlock_unlock(other), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(other), 0, "%s", rlock_last_error());
   cr_assert_eq(rlock_try_lock(held, 0, 5000), 1, "%s", rlock_last_error());
-  cr_assert_eq(rlock_unlock(held), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(held), 0, "%s", rlock_last_error());
   fk_wait_conn_count(wname, 2, 5000);
   fk_wait_conn_count(hname, 2, 5000);
 
   rlock_free(other);
   rlock_free(waited);
   rlock_free(held);
-  rlock_client_close(wc);
-  rlock_client_close(hc);
+  rlock_client_free(wc);
+  rlock_client_free(hc);
   fk_assert_clean(wname, true, CLEAN_BOUND_MS);
   fk_assert_clean(hname, true, CLEAN_BOUND_MS);
 }
@@ -710,16 +710,16 @@ static void pause_scenario(bool sigstop) {
   int64_t ttl = 0;
   cr_assert_eq(rlock_remain_ttl(lock, &ttl), 0, "%s", rlock_last_error());
   cr_assert(ttl > 0 && ttl <= 30000, "ttl %" PRId64, ttl);
-  cr_assert_eq(rlock_unlock(lock2), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(lock2), 0, "%s", rlock_last_error());
   cr_log_info("resumed after %" PRId64 " ms; client usable %" PRId64
               " ms later", t_resumed - t0, rt_now_ms() - t_resumed);
 
-  cr_assert_eq(rlock_unlock(held), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(held), 0, "%s", rlock_last_error());
   rlock_free(lock2);
   rlock_free(lock);
   rlock_free(held);
-  rlock_client_close(c);
-  rlock_client_close(hc);
+  rlock_client_free(c);
+  rlock_client_free(hc);
   fk_assert_clean(name, true, CLEAN_BOUND_MS);
 }
 
@@ -744,9 +744,9 @@ static void holder_child(int wfd, const char *key) {
   o.watchdog_timeout_ms = CHILD_WATCHDOG_MS;
   rlock_client *c = NULL;
   rlock *lock = NULL;
-  int rc = rlock_client_open(&c, &o);
+  int rc = rlock_client_new(&c, &o);
   if (rc == 0)
-    rc = rlock_get(c, key, &lock);
+    rc = rlock_new(c, key, &lock);
   if (rc == 0)
     rc = rlock_lock(lock, -1);
   char line[256];
@@ -864,7 +864,7 @@ Test(faults, holder_process_sigkilled) {
 
   fk_wait_conn_count("fk-child", 0, 3000);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   fk_assert_clean(name, true, CLEAN_BOUND_MS);
 }
 
@@ -916,12 +916,12 @@ Test(faults, lease_expiry_while_holder_works) {
   rc = rlock_unlock(lock);
   cr_assert_eq(rc, RLOCK_ENOTOWNER, "second unlock by the old holder: %d %s",
                rc, rc_name(rc));
-  cr_assert_eq(rlock_is_held_by_current_thread(lock), 0);
+  cr_assert_eq(rlock_is_held(lock), 0);
 
   fk_job_release(&other);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   fk_assert_clean(name, false, CLEAN_BOUND_MS);
 }
 
@@ -1010,11 +1010,11 @@ Test(faults, watchdog_renews_after_reconnect) {
   cr_assert_eq(atomic_load(&lost.calls), 0, "on_lock_lost called for a lock "
                "that was never lost");
   fk_wait_conn_count(name, 2, 5000);
-  cr_assert_eq(rlock_unlock(lock), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(lock), 0, "%s", rlock_last_error());
   cr_assert_eq(rt_exists(key), 0);
 
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   fk_assert_clean(name, true, CLEAN_BOUND_MS);
 }
 
@@ -1065,7 +1065,7 @@ Test(faults, watchdog_reports_deleted_lock_after_reconnect) {
   cr_assert_eq(rt_exists(key), 0);
 
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   fk_assert_clean(name, true, CLEAN_BOUND_MS);
 }
 
@@ -1079,7 +1079,7 @@ Test(faults, watchdog_reports_deleted_lock_after_reconnect) {
  * The invariant, checked for PHANTOM_BOUND_MS after the server resumes
  * (well within the watchdog timeout, so a plain expiry cannot pass for a
  * fix): either the key does not hold this owner's field, or the client
- * knows it holds it — its watchdog renews it, rlock_is_held_by_current_thread
+ * knows it holds it — its watchdog renews it, rlock_is_held
  * and rlock_hold_count say 1, and one rlock_unlock releases it fully. Never
  * a field that stays without rlock knowing.
  */
@@ -1135,7 +1135,7 @@ static void warm_up_scripts(rlock_client *c) {
   rt_key(key, sizeof key, "warm-up");
   rlock *lock = rt_lock(c, key);
   cr_assert_eq(rlock_try_lock(lock, 0, 5000), 1, "%s", rlock_last_error());
-  cr_assert_eq(rlock_unlock(lock), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(lock), 0, "%s", rlock_last_error());
   rlock_free(lock);
 }
 
@@ -1195,20 +1195,20 @@ static void phantom_acquire(bool sigstop) {
               (int64_t)PHANTOM_BOUND_MS, key, w.last, w.last_pttl,
               rc_name(rc), PHANTOM_WD_MS);
     /* The client knows: it must say so and release it with one unlock. */
-    cr_assert_eq(rlock_is_held_by_current_thread(lock), 1, "%s",
+    cr_assert_eq(rlock_is_held(lock), 1, "%s",
                  rlock_last_error());
     cr_assert_eq(rlock_hold_count(lock), 1, "%s", rlock_last_error());
-    cr_assert_eq(rlock_unlock(lock), 1, "%s", rlock_last_error());
+    cr_assert_eq(rlock_unlock(lock), 0, "%s", rlock_last_error());
     cr_assert_eq(rt_exists(key), 0);
   }
   /* Either way, this thread does not hold it now and can take it again. */
   cr_assert_eq(rlock_try_lock(lock, 0, -1), 1, "%s", rlock_last_error());
   cr_assert_eq(rlock_hold_count(lock), 1);
-  cr_assert_eq(rlock_unlock(lock), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(lock), 0, "%s", rlock_last_error());
   cr_assert_eq(rt_exists(key), 0);
 
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   fk_assert_clean(name, true, CLEAN_BOUND_MS);
 }
 
@@ -1263,12 +1263,12 @@ Test(faults, phantom_reentry_sigstop) {
   int64_t count = rlock_hold_count(lock);
   cr_assert_eq(count, 1, "rlock_hold_count: %" PRId64, count);
   rc = rlock_unlock(lock);
-  cr_assert_eq(rc, 1, "the thread's only unlock returned %d %s: the lock "
+  cr_assert_eq(rc, 0, "the thread's only unlock returned %d %s: the lock "
                "stays held", rc, rc_name(rc));
   assert_key_released(key, 500, "after the only unlock");
 
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   fk_assert_clean(name, true, CLEAN_BOUND_MS);
 }
 
@@ -1306,7 +1306,7 @@ Test(faults, unlock_in_flight_is_not_reported_lost) {
     int64_t t0 = rt_now_ms();
     int rc = rlock_unlock(lock);
     int64_t took = rt_now_ms() - t0;
-    cr_assert_eq(rc, 1, "round %d: unlock %s (%s) after %" PRId64 " ms",
+    cr_assert_eq(rc, 0, "round %d: unlock %s (%s) after %" PRId64 " ms",
                  round, rc_name(rc), rlock_last_error(), took);
     cr_assert_eq(rt_exists(key), 0, "round %d: key left", round);
     /* A renewal round sent during the unlock has answered by now. */
@@ -1318,7 +1318,7 @@ Test(faults, unlock_in_flight_is_not_reported_lost) {
                  round, lost.name, atomic_load(&lost.t_first) - t0, took);
   }
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   fk_assert_clean(name, true, CLEAN_BOUND_MS);
 }
 
@@ -1357,7 +1357,7 @@ Test(faults, try_lock_wait_bounds_the_call_when_server_stalls) {
   rlock *holder = rt_lock(hc, held_key);
   /* Scripts cached and both connections warm. */
   cr_assert_eq(rlock_try_lock(lock, 0, 5000), 1, "%s", rlock_last_error());
-  cr_assert_eq(rlock_unlock(lock), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(lock), 0, "%s", rlock_last_error());
 
   /* The holder's lease runs out while the server is frozen: the waiter's
    * TTL-bounded sleep ends then and its retry is never answered. */
@@ -1430,10 +1430,10 @@ Test(faults, try_lock_wait_bounds_the_call_when_server_stalls) {
   cr_assert_eq(rlock_hold_count(lock), 0);
 
   rlock_free(holder);
-  rlock_client_close(hc);
+  rlock_client_free(hc);
   rlock_free(held_lock);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   fk_assert_clean(name, true, CLEAN_BOUND_MS);
 }
 
@@ -1461,7 +1461,7 @@ static void lock_outage_bound(bool sigstop) {
   rlock *lock = rt_lock(c, key);
   /* Scripts cached and the connection warm. */
   cr_assert_eq(rlock_try_lock(lock, 0, 5000), 1, "%s", rlock_last_error());
-  cr_assert_eq(rlock_unlock(lock), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(lock), 0, "%s", rlock_last_error());
 
   if (sigstop)
     fk_server_freeze();
@@ -1492,7 +1492,7 @@ static void lock_outage_bound(bool sigstop) {
     cr_assert_eq(rlock_hold_count(lock), 0);
   }
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   if (sigstop)
     fk_assert_clean(name, true, CLEAN_BOUND_MS);
 }

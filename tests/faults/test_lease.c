@@ -1,5 +1,5 @@
 /*
- * The `lease` suite (issue 28, item 4): rlock_lease_guaranteed() never
+ * The `lease` suite (issue 28, item 4): rlock_is_lease_guaranteed() never
  * lies. Whatever the fault - the server paused (CLIENT PAUSE WRITE / ALL),
  * blocked (DEBUG SLEEP), stopped (SIGSTOP of redis-server), or the
  * holder's own process stopped (SIGSTOP of a forked child) - the time it
@@ -82,7 +82,7 @@ static void check_below_expiry(const char *what, const char *key,
 
 static rlock_client *open_named(rlock_options *o) {
   rlock_client *c = NULL;
-  int rc = rlock_client_open(&c, o);
+  int rc = rlock_client_new(&c, o);
   cr_assert_eq(rc, 0, "open: %s (%s)", rlock_err_name(rc),
                rlock_last_error());
   return c;
@@ -131,14 +131,14 @@ static const struct {
   const char *kind;
   getter_fn get;
 } kinds[] = {
-    {"lock", rlock_get},
-    {"fair", rlock_get_fair},
-    {"read", rlock_get_read},
-    {"write", rlock_get_write},
-    {"fenced", rlock_get_fenced},
-    {"spin", rlock_get_spin},
-    {"nonreentrant", rlock_get_nonreentrant},
-    {"nonreentrant_fair", rlock_get_nonreentrant_fair},
+    {"lock", rlock_new},
+    {"fair", rlock_new_fair},
+    {"read", rlock_new_read},
+    {"write", rlock_new_write},
+    {"fenced", rlock_new_fenced},
+    {"spin", rlock_new_spin},
+    {"nonreentrant", rlock_new_nonreentrant},
+    {"nonreentrant_fair", rlock_new_nonreentrant_fair},
 };
 
 #define FIXED_LEASE 4000
@@ -156,7 +156,7 @@ Test(lease, fixed_lease_is_send_time_plus_lease_minus_margin_every_kind) {
     cr_assert_eq(rc, 1, "%s: try_lock %d (%s)", kinds[k].kind, rc,
                  rlock_last_error());
     int64_t until = 0;
-    rc = rlock_lease_guaranteed(lock, &until);
+    rc = rlock_is_lease_guaranteed(lock, &until);
     cr_assert_eq(rc, 1, "%s: %d %s (%s)", kinds[k].kind, rc,
                  rlock_err_name(rc), rlock_last_error());
     int64_t lo = t0 + FIXED_LEASE - margin(FIXED_LEASE);
@@ -171,14 +171,14 @@ Test(lease, fixed_lease_is_send_time_plus_lease_minus_margin_every_kind) {
     cr_log_info("%s: guarantee %" PRId64 " ms before the latest expiry "
                 "(margin %" PRId64 ", acquire round trip %" PRId64 ")",
                 kinds[k].kind, exp_hi - until, margin(FIXED_LEASE), t1 - t0);
-    cr_assert_eq(rlock_unlock(lock), 1, "%s", rlock_last_error());
-    rc = rlock_lease_guaranteed(lock, &until);
+    cr_assert_eq(rlock_unlock(lock), 0, "%s", rlock_last_error());
+    rc = rlock_is_lease_guaranteed(lock, &until);
     cr_assert_eq(rc, RLOCK_ENOTOWNER, "%s after unlock: %d %s",
                  kinds[k].kind, rc, rlock_err_name(rc));
     cr_assert_neq(rlock_last_error()[0], '\0');
     rlock_free(lock);
   }
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* A re-entry with a shorter lease cuts the key's expiry (RLock's script
@@ -194,7 +194,7 @@ Test(lease, reentry_with_shorter_lease_lowers_the_guarantee) {
   int64_t t0 = rlock_now_ms();
   cr_assert_eq(rlock_lock(lock, -1), 0, "%s", rlock_last_error());
   int64_t until = 0;
-  cr_assert_eq(rlock_lease_guaranteed(lock, &until), 1, "%s",
+  cr_assert_eq(rlock_is_lease_guaranteed(lock, &until), 1, "%s",
                rlock_last_error());
   cr_assert_geq(until, t0 + wd - margin(wd));
   check_below_expiry("watchdog hold", key, until);
@@ -202,7 +202,7 @@ Test(lease, reentry_with_shorter_lease_lowers_the_guarantee) {
   int64_t t1 = rlock_now_ms();
   cr_assert_eq(rlock_try_lock(lock, 0, 800), 1, "%s", rlock_last_error());
   int64_t t2 = rlock_now_ms();
-  cr_assert_eq(rlock_lease_guaranteed(lock, &until), 1, "%s",
+  cr_assert_eq(rlock_is_lease_guaranteed(lock, &until), 1, "%s",
                rlock_last_error());
   cr_assert(until >= t1 + 800 - margin(800) && until <= t2 + 800 - margin(800),
             "after a re-entry with an 800 ms lease: %" PRId64 " not in [%"
@@ -213,14 +213,14 @@ Test(lease, reentry_with_shorter_lease_lowers_the_guarantee) {
   int64_t t3 = rlock_now_ms();
   cr_assert_eq(rlock_unlock(lock), 0, "%s", rlock_last_error());
   int64_t t4 = rlock_now_ms();
-  cr_assert_eq(rlock_lease_guaranteed(lock, &until), 1, "%s",
+  cr_assert_eq(rlock_is_lease_guaranteed(lock, &until), 1, "%s",
                rlock_last_error());
   cr_assert(until >= t3 + wd - margin(wd) && until <= t4 + wd - margin(wd),
             "after the inner unlock: %" PRId64, until);
   check_below_expiry("inner unlock", key, until);
-  cr_assert_eq(rlock_unlock(lock), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(lock), 0, "%s", rlock_last_error());
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ==== the watchdog: the guarantee moves with each confirmed renewal ==== */
@@ -239,7 +239,7 @@ Test(lease, watchdog_guarantee_advances_with_renewals) {
   cr_assert_eq(rlock_lock(lock, -1), 0, "%s", rlock_last_error());
   int64_t t1 = rlock_now_ms();
   int64_t until = 0, last = 0;
-  cr_assert_eq(rlock_lease_guaranteed(lock, &until), 1, "%s",
+  cr_assert_eq(rlock_is_lease_guaranteed(lock, &until), 1, "%s",
                rlock_last_error());
   cr_assert(until >= t0 + wd - margin(wd) && until <= t1 + wd - margin(wd),
             "first guarantee %" PRId64 " not in [%" PRId64 ", %" PRId64 "]",
@@ -248,7 +248,7 @@ Test(lease, watchdog_guarantee_advances_with_renewals) {
   int advances = 0, samples = 0;
   int64_t min_head = INT64_MAX;
   while (rlock_now_ms() - t0 < 3000) {
-    int rc = rlock_lease_guaranteed(lock, &until);
+    int rc = rlock_is_lease_guaranteed(lock, &until);
     int64_t now = rlock_now_ms();
     cr_assert_eq(rc, 1, "sample %d: %d %s (%s)", samples, rc,
                  rlock_err_name(rc), rlock_last_error());
@@ -270,9 +270,9 @@ Test(lease, watchdog_guarantee_advances_with_renewals) {
   /* A renewal every 300 ms: about 10 in 3 s. */
   cr_assert_geq(advances, 6, "only %d advances", advances);
   cr_assert_eq(atomic_load(&lost.calls), 0);
-  cr_assert_eq(rlock_unlock(lock), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(lock), 0, "%s", rlock_last_error());
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ==== the server stops answering ==== */
@@ -288,7 +288,7 @@ static int sample_for(rlock *lock, int64_t ms, sample *s, int max) {
   int64_t end = rlock_now_ms() + ms;
   while (rlock_now_ms() < end && n < max) {
     s[n].until = 0;
-    s[n].rc = rlock_lease_guaranteed(lock, &s[n].until);
+    s[n].rc = rlock_is_lease_guaranteed(lock, &s[n].until);
     s[n].at = rlock_now_ms();
     n++;
     rt_sleep_ms(5);
@@ -334,7 +334,7 @@ static bool lost_seen(void *arg) {
 static void check_lost_after(rlock *lock, lost_log *lost) {
   rt_wait_until_what(lost_seen, lost, 5000, "on_lock_lost after the stall");
   int64_t until = 0;
-  int rc = rlock_lease_guaranteed(lock, &until);
+  int rc = rlock_is_lease_guaranteed(lock, &until);
   cr_assert_eq(rc, RLOCK_ELOCKLOST, "after the stall: %d %s", rc,
                rlock_err_name(rc));
   cr_assert_neq(rlock_last_error()[0], '\0');
@@ -433,7 +433,7 @@ static void stall_begin(stall *st, const char *name) {
 static void stall_end(stall *st) {
   check_lost_after(st->lock, &st->lost);
   rlock_free(st->lock);
-  rlock_client_close(st->c);
+  rlock_client_free(st->c);
 }
 
 static void client_pause(const char *mode) {
@@ -504,9 +504,9 @@ static void reporter_child(int wfd, const char *key) {
   o.command_timeout_ms = 1000;
   rlock_client *c = NULL;
   rlock *lock = NULL;
-  int rc = rlock_client_open(&c, &o);
+  int rc = rlock_client_new(&c, &o);
   if (rc == 0)
-    rc = rlock_get(c, key, &lock);
+    rc = rlock_new(c, key, &lock);
   if (rc == 0)
     rc = rlock_lock(lock, -1);
   if (rc != 0) {
@@ -521,7 +521,7 @@ static void reporter_child(int wfd, const char *key) {
      * answer by `before` (a SIGSTOP may fall between any two lines) and
      * compares the guarantee with the expiry read after `after`. */
     int64_t until = 0, before = rlock_now_ms();
-    int r = rlock_lease_guaranteed(lock, &until);
+    int r = rlock_is_lease_guaranteed(lock, &until);
     int64_t after = rlock_now_ms();
     char line[128];
     snprintf(line, sizeof line, "%d %" PRId64 " %" PRId64 " %" PRId64 "\n",
@@ -678,7 +678,7 @@ static void cb_record(int status, int64_t value, void *data) {
   cb_state *st = data;
   int64_t until = 0;
   /* On the loop thread: allowed (reads local state only). */
-  int rc = rlock_lease_guaranteed_owner(st->lock, 77, &until);
+  int rc = rlock_is_lease_guaranteed_owner(st->lock, 77, &until);
   atomic_store(&st->rc, status == 1 ? rc : -1000);
 }
 
@@ -692,16 +692,16 @@ Test(lease, errors_and_loop_thread) {
   rlock_client *c = open_named(&o);
   rlock *lock = rt_lock(c, key);
   int64_t until = 12345;
-  cr_assert_eq(rlock_lease_guaranteed(NULL, &until), RLOCK_EINVAL);
+  cr_assert_eq(rlock_is_lease_guaranteed(NULL, &until), RLOCK_EINVAL);
   cr_assert_neq(rlock_last_error()[0], '\0');
-  cr_assert_eq(rlock_lease_guaranteed(lock, NULL), RLOCK_EINVAL);
+  cr_assert_eq(rlock_is_lease_guaranteed(lock, NULL), RLOCK_EINVAL);
   cr_assert_neq(rlock_last_error()[0], '\0');
   rlock_semaphore *sem = NULL;
-  cr_assert_eq(rlock_semaphore_get(c, key, &sem), 0);
-  cr_assert_eq(rlock_lease_guaranteed((rlock *)sem, &until), RLOCK_EINVAL);
+  cr_assert_eq(rlock_semaphore_new(c, key, &sem), 0);
+  cr_assert_eq(rlock_is_lease_guaranteed((rlock *)sem, &until), RLOCK_EINVAL);
   cr_assert_neq(rlock_last_error()[0], '\0');
   rlock_semaphore_free(sem);
-  cr_assert_eq(rlock_lease_guaranteed(lock, &until), RLOCK_ENOTOWNER);
+  cr_assert_eq(rlock_is_lease_guaranteed(lock, &until), RLOCK_ENOTOWNER);
   cr_assert(strstr(rlock_last_error(), "not held") != NULL, "%s",
             rlock_last_error());
   cr_assert_eq(until, 12345, "*until_ms written on failure");
@@ -718,19 +718,19 @@ Test(lease, errors_and_loop_thread) {
   cr_assert_eq(atomic_load(&st.rc), 1, "in the callback: %d",
                atomic_load(&st.rc));
   rlock_req_free(req);
-  cr_assert_eq(rlock_unlock_owner(lock, 77), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock_owner(lock, 77), 0, "%s", rlock_last_error());
 
   /* Lost: deleted behind the watchdog's back. */
   cr_assert_eq(rlock_lock(lock, -1), 0, "%s", rlock_last_error());
   cr_assert_eq(rt_int("DEL %s", key), 1);
   rt_wait_until_what(lost_seen, &lost, 3000, "on_lock_lost");
-  int rc = rlock_lease_guaranteed(lock, &until);
+  int rc = rlock_is_lease_guaranteed(lock, &until);
   cr_assert_eq(rc, RLOCK_ELOCKLOST, "%d %s", rc, rlock_err_name(rc));
   cr_assert(strstr(rlock_last_error(), "lost") != NULL, "%s",
             rlock_last_error());
   cr_assert_eq(rlock_unlock(lock), RLOCK_ELOCKLOST);
-  cr_assert_eq(rlock_lease_guaranteed(lock, &until), RLOCK_ENOTOWNER);
+  cr_assert_eq(rlock_is_lease_guaranteed(lock, &until), RLOCK_ENOTOWNER);
   rlock_free(lock);
-  rlock_client_close(c);
-  cr_assert_eq(rlock_lease_guaranteed_owner(NULL, 1, &until), RLOCK_EINVAL);
+  rlock_client_free(c);
+  cr_assert_eq(rlock_is_lease_guaranteed_owner(NULL, 1, &until), RLOCK_EINVAL);
 }

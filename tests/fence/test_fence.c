@@ -21,15 +21,15 @@ TestSuite(fence, .init = fk_init, .fini = fk_fini, .timeout = 90);
 
 static rlock *fenced(rlock_client *c, const char *name) {
   rlock *l = NULL;
-  int rc = rlock_get_fenced(c, name, &l);
-  cr_assert_eq(rc, 0, "rlock_get_fenced: %s", rlock_err_name(rc));
+  int rc = rlock_new_fenced(c, name, &l);
+  cr_assert_eq(rc, 0, "rlock_new_fenced: %s", rlock_err_name(rc));
   return l;
 }
 
 static rlock_guard *guard(rlock_client *c, const char *name) {
   rlock_guard *g = NULL;
-  int rc = rlock_guard_get(c, name, &g);
-  cr_assert_eq(rc, 0, "rlock_guard_get: %s", rlock_err_name(rc));
+  int rc = rlock_guard_new(c, name, &g);
+  cr_assert_eq(rc, 0, "rlock_guard_new: %s", rlock_err_name(rc));
   return g;
 }
 
@@ -58,24 +58,24 @@ Test(fence, tokens_continue_upward_across_a_restart_without_persistence) {
   snprintf(tk, sizeof tk, "redisson_lock_token:{%s}", name);
   rlock *l = fenced(c, name);
   int64_t t1 = take(l, 30000);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   int64_t t2 = take(l, 30000);
   cr_assert_gt(t2, t1);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   fk_server_restart_same_port(); /* the token key is gone */
   cr_assert_eq(rt_exists(tk), 0);
   int64_t t3 = take(l, 30000);
   cr_assert_gt(t3, t2, "after the restart %lld is not above %lld",
                (long long)t3, (long long)t2);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   /* and after FLUSHALL */
   freeReplyObject(rt_cmd("FLUSHALL"));
   int64_t t4 = take(l, 30000);
   cr_assert_gt(t4, t3, "after FLUSHALL %lld is not above %lld",
                (long long)t4, (long long)t3);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(fence, token_key_ttl_option_expires_idle_token_keys) {
@@ -90,18 +90,18 @@ Test(fence, token_key_ttl_option_expires_idle_token_keys) {
   int64_t t1 = take(l, 5000);
   long long pttl = rt_pttl(tk);
   cr_assert(pttl > 50000 && pttl <= 60000, "token key TTL %lld", pttl);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   freeReplyObject(rt_cmd("DEL %s", tk)); /* as if it expired */
   int64_t t2 = take(l, 5000);
   cr_assert_gt(t2, t1, "tokens keep growing without the key");
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
   rlock_options_init(&o);
   o.fenced_token_ttl_ms = -1;
   o.uri = rt_uri();
   rlock_client *bad = NULL;
-  cr_assert_eq(rlock_client_open(&bad, &o), RLOCK_EINVAL);
+  cr_assert_eq(rlock_client_new(&bad, &o), RLOCK_EINVAL);
 }
 
 /* ---- the check call ---- */
@@ -112,30 +112,30 @@ Test(fence, check_says_current_stale_free) {
   rt_key(name, sizeof name, "fc");
   snprintf(tk, sizeof tk, "redisson_lock_token:{%s}", name);
   rlock *la = fenced(a, name), *lb = fenced(b, name);
-  cr_assert_eq(rlock_fenced_check(la, 5), RLOCK_FENCE_FREE);
+  cr_assert_eq(rlock_check_token(la, 5), RLOCK_FENCE_FREE);
   int64_t ta = take(la, 30000);
-  cr_assert_eq(rlock_fenced_check(lb, ta), RLOCK_FENCE_CURRENT);
-  cr_assert_eq(rlock_fenced_check(lb, ta - 1), RLOCK_FENCE_STALE);
-  cr_assert_eq(rlock_fenced_check(lb, ta + 1000), RLOCK_FENCE_CURRENT,
+  cr_assert_eq(rlock_check_token(lb, ta), RLOCK_FENCE_CURRENT);
+  cr_assert_eq(rlock_check_token(lb, ta - 1), RLOCK_FENCE_STALE);
+  cr_assert_eq(rlock_check_token(lb, ta + 1000), RLOCK_FENCE_CURRENT,
                "a higher token passes (Chubby)");
-  cr_assert_eq(rlock_unlock(la), 1);
-  cr_assert_eq(rlock_fenced_check(lb, ta), RLOCK_FENCE_FREE);
+  cr_assert_eq(rlock_unlock(la), 0);
+  cr_assert_eq(rlock_check_token(lb, ta), RLOCK_FENCE_FREE);
   int64_t tb = take(lb, 30000);
-  cr_assert_eq(rlock_fenced_check(la, ta), RLOCK_FENCE_STALE);
-  cr_assert_eq(rlock_fenced_check(la, tb), RLOCK_FENCE_CURRENT);
+  cr_assert_eq(rlock_check_token(la, ta), RLOCK_FENCE_STALE);
+  cr_assert_eq(rlock_check_token(la, tb), RLOCK_FENCE_CURRENT);
   freeReplyObject(rt_cmd("DEL %s", tk));
-  cr_assert_eq(rlock_fenced_check(la, tb), RLOCK_FENCE_UNKNOWN);
+  cr_assert_eq(rlock_check_token(la, tb), RLOCK_FENCE_UNKNOWN);
   freeReplyObject(rt_cmd("SET %s notanumber", tk));
-  cr_assert_eq(rlock_fenced_check(la, tb), RLOCK_EPROTO);
-  cr_assert_eq(rlock_fenced_check(la, 0), RLOCK_EINVAL);
+  cr_assert_eq(rlock_check_token(la, tb), RLOCK_EPROTO);
+  cr_assert_eq(rlock_check_token(la, 0), RLOCK_EINVAL);
   rlock *plain = rt_lock(a, name);
-  cr_assert_eq(rlock_fenced_check(plain, 3), RLOCK_EINVAL);
-  cr_assert_eq(rlock_unlock(lb), 1);
+  cr_assert_eq(rlock_check_token(plain, 3), RLOCK_EINVAL);
+  cr_assert_eq(rlock_unlock(lb), 0);
   rlock_free(plain);
   rlock_free(la);
   rlock_free(lb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* ---- the guard ---- */
@@ -216,7 +216,7 @@ Test(fence, guard_accepts_rising_tokens_and_refuses_older_ones) {
   cr_assert_eq(res, 1);
   cr_assert_eq(rt_exists(data), 0);
   rlock_guard_free(gu);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(fence, guard_bad_input_is_refused_with_nothing_written) {
@@ -273,7 +273,7 @@ Test(fence, guard_bad_input_is_refused_with_nothing_written) {
   free(v);
   rlock_guard_free(wrong);
   rlock_guard_free(gu);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* An unreachable resource store: the transport error, nothing left. */
@@ -290,7 +290,7 @@ Test(fence, guard_on_an_unreachable_server_is_a_transport_error) {
   cr_assert(rc == RLOCK_ETIMEDOUT || rc == RLOCK_ECONN, "%s",
             rlock_err_name(rc));
   rlock_guard_free(gu);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- async, stats, events ---- */
@@ -356,7 +356,7 @@ Test(fence, async_write_and_check_stale_counted_and_said) {
   cr_assert(strstr(s.detail, "18") != NULL, "%s", s.detail);
   rlock_stats st;
   rlock_stats_init(&st);
-  cr_assert_eq(rlock_client_stats_get(c, &st), 0);
+  cr_assert_eq(rlock_client_stats(c, &st), 0);
   cr_assert_eq(st.failures[-RLOCK_ESTALE], 2);
   /* the check, async */
   char name[64];
@@ -364,14 +364,14 @@ Test(fence, async_write_and_check_stale_counted_and_said) {
   rlock *l = fenced(c, name);
   int64_t t = take(l, 30000);
   atomic_store(&async_out[0], 0);
-  cr_assert_eq(rlock_fenced_check_async(l, t - 1, async_cb, NULL, NULL), 0);
+  cr_assert_eq(rlock_check_token_async(l, t - 1, async_cb, NULL, NULL), 0);
   rt_wait_until(async_done, NULL, 5000);
   cr_assert_eq(atomic_load(&async_out[0]), 1);
   cr_assert_eq(atomic_load(&async_out[1]), RLOCK_FENCE_STALE);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   rlock_free(l);
   rlock_guard_free(gu);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- the zombie test ---- */
@@ -386,12 +386,12 @@ static void zombie_child(const char *name, const char *g, const char *data,
   rlock_options_init(&o);
   o.uri = rt_uri();
   rlock_client *c = NULL;
-  if (rlock_client_open(&c, &o) != 0)
+  if (rlock_client_new(&c, &o) != 0)
     _exit(100);
   rlock *l = NULL;
   rlock_guard *gu = NULL;
   int64_t t = 0;
-  if (rlock_get_fenced(c, name, &l) != 0 || rlock_guard_get(c, g, &gu) != 0 ||
+  if (rlock_new_fenced(c, name, &l) != 0 || rlock_guard_new(c, g, &gu) != 0 ||
       rlock_try_lock_fenced(l, 5000, 1000, &t) != 1)
     _exit(101);
   if (write(tok_fd, &t, sizeof t) != (ssize_t)sizeof t)
@@ -449,7 +449,7 @@ static void zombie(bool eval) {
   int rc = rlock_try_lock_fenced(l, 10000, 30000, &tb);
   cr_assert_eq(rc, 1, "B waits out A's lease: %s", rlock_err_name(rc));
   cr_assert_gt(tb, ta);
-  cr_assert_eq(rlock_fenced_check(l, ta), RLOCK_FENCE_STALE);
+  cr_assert_eq(rlock_check_token(l, ta), RLOCK_FENCE_STALE);
   cr_assert_eq(fence_set(gu, name, tb, data, "B's write"), 0);
   cr_assert_eq(kill(a, SIGCONT), 0);
   cr_assert_eq(write(go[1], "g", 1), 1);
@@ -462,12 +462,12 @@ static void zombie(bool eval) {
   char *v = rt_str("GET %s", data);
   cr_assert_str_eq(v, "B's write", "B's data is intact");
   free(v);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   close(tok[0]);
   close(go[1]);
   rlock_guard_free(gu);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(fence, zombie_holder_is_refused_by_a_guarded_set) { zombie(false); }

@@ -102,9 +102,9 @@ Test(fence_java, java_and_c_holders_interleave_with_rising_tokens) {
   snprintf(g, sizeof g, "{%s}:guard", name);
   snprintf(data, sizeof data, "{%s}:data", name);
   rlock *l = NULL;
-  cr_assert_eq(rlock_get_fenced(c, name, &l), 0);
+  cr_assert_eq(rlock_new_fenced(c, name, &l), 0);
   rlock_guard *gu = NULL;
-  cr_assert_eq(rlock_guard_get(c, g, &gu), 0);
+  cr_assert_eq(rlock_guard_new(c, g, &gu), 0);
   int64_t tokens[8];
   size_t n = 0;
   for (int round = 0; round < 3; round++) {
@@ -123,7 +123,7 @@ Test(fence_java, java_and_c_holders_interleave_with_rising_tokens) {
     tokens[n++] = ct;
     cr_assert_eq(fence_set(gu, name, ct, data, "c"), 0, "%s",
                  rlock_last_error());
-    cr_assert_eq(rlock_unlock(l), 1);
+    cr_assert_eq(rlock_unlock(l), 0);
   }
   char list[256] = "";
   for (size_t i = 0; i < n; i++) {
@@ -144,5 +144,5 @@ Test(fence_java, java_and_c_holders_interleave_with_rising_tokens) {
   peer_stop(&p);
   rlock_guard_free(gu);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }

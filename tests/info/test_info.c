@@ -1,5 +1,5 @@
-/* Introspection (rlock_info_get) and administration
- * (rlock_client_force_unlock, rlock_force_unlock_owner) against a real
+/* Introspection (rlock_client_info) and administration
+ * (rlock_client_force_unlock, rlock_force_unlock_holder) against a real
  * redis-server: each kind's keys read back exactly as the test made them,
  * and the bad input of issue 25 - other data types, missing names, hashes
  * with foreign fields, a smaller struct_size - answered clearly, with
@@ -18,11 +18,11 @@
 TestSuite(info, .init = rt_server_start, .fini = rt_server_stop,
           .timeout = 90);
 
-/* rlock_info_get asserting success. */
+/* rlock_client_info asserting success. */
 static void get(rlock_client *c, const char *name, rlock_info *info) {
   rlock_info_init(info);
-  int rc = rlock_info_get(c, name, info);
-  cr_assert_eq(rc, 0, "rlock_info_get(%s): %s (%s)", name,
+  int rc = rlock_client_info(c, name, info);
+  cr_assert_eq(rc, 0, "rlock_client_info(%s): %s (%s)", name,
                rlock_err_name(rc), rlock_last_error());
 }
 
@@ -100,7 +100,7 @@ Test(info, missing_name_is_an_empty_answer) {
   cr_assert_null(info.mem_);
   rlock_info_free(&info); /* twice is fine */
   cr_assert_eq(rt_exists(key), 0, "the read created a key");
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(info, lock_holder_count_ttl_and_waiters) {
@@ -140,14 +140,14 @@ Test(info, lock_holder_count_ttl_and_waiters) {
   rlock_info_free(&info);
 
   cr_assert_eq(rlock_unlock_owner(lock, me), 0);
-  cr_assert_eq(rlock_unlock_owner(lock, me), 1);
+  cr_assert_eq(rlock_unlock_owner(lock, me), 0);
   rt_wait_until_what(waiter_done, &w, 5000, "the waiter acquired");
   cr_assert_eq(atomic_load(&w.status), 1);
   rlock_req_free(w.req);
   rlock_free(lock);
   rlock_free(lock2);
-  rlock_client_close(c2);
-  rlock_client_close(c);
+  rlock_client_free(c2);
+  rlock_client_free(c);
 }
 
 /* The spin lock keeps RLock's hash: the same answer (documented). */
@@ -156,7 +156,7 @@ Test(info, spin_lock_reads_as_a_lock) {
   char key[64];
   rt_key(key, sizeof key, "info:spin");
   rlock *spin = NULL;
-  cr_assert_eq(rlock_get_spin(c, key, &spin), 0);
+  cr_assert_eq(rlock_new_spin(c, key, &spin), 0);
   cr_assert_eq(rlock_lock(spin, 10000), 0);
   rlock_info info;
   get(c, key, &info);
@@ -164,9 +164,9 @@ Test(info, spin_lock_reads_as_a_lock) {
   cr_assert_eq(info.holders_n, 1);
   cr_assert_eq(info.holders[0].count, 1);
   rlock_info_free(&info);
-  cr_assert_eq(rlock_unlock(spin), 1);
+  cr_assert_eq(rlock_unlock(spin), 0);
   rlock_free(spin);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- the fair lock's queue ---- */
@@ -177,8 +177,8 @@ Test(info, fair_queue_in_order_with_deadlines) {
   rt_key(key, sizeof key, "info:fair");
   snprintf(queue, sizeof queue, "redisson_lock_queue:{%s}", key);
   rlock *fair = NULL, *fair2 = NULL;
-  cr_assert_eq(rlock_get_fair(c, key, &fair), 0);
-  cr_assert_eq(rlock_get_fair(c2, key, &fair2), 0);
+  cr_assert_eq(rlock_new_fair(c, key, &fair), 0);
+  cr_assert_eq(rlock_new_fair(c2, key, &fair2), 0);
   uint64_t holder = rlock_owner_new();
   cr_assert_eq(rlock_lock_owner(fair, holder, 30000), 0);
   uint64_t first = rlock_owner_new(), second = rlock_owner_new();
@@ -211,17 +211,17 @@ Test(info, fair_queue_in_order_with_deadlines) {
             info.queue[1].ttl_ms, info.queue[0].ttl_ms);
   rlock_info_free(&info);
 
-  cr_assert_eq(rlock_unlock_owner(fair, holder), 1);
+  cr_assert_eq(rlock_unlock_owner(fair, holder), 0);
   rt_wait_until_what(waiter_done, &w1, 5000, "first waiter acquired");
-  cr_assert_eq(rlock_unlock_owner(fair2, first), 1);
+  cr_assert_eq(rlock_unlock_owner(fair2, first), 0);
   rt_wait_until_what(waiter_done, &w2, 5000, "second waiter acquired");
-  cr_assert_eq(rlock_unlock_owner(fair2, second), 1);
+  cr_assert_eq(rlock_unlock_owner(fair2, second), 0);
   rlock_req_free(w1.req);
   rlock_req_free(w2.req);
   rlock_free(fair);
   rlock_free(fair2);
-  rlock_client_close(c2);
-  rlock_client_close(c);
+  rlock_client_free(c2);
+  rlock_client_free(c);
 }
 
 /* ---- read/write, fenced ---- */
@@ -231,8 +231,8 @@ Test(info, read_write_lock_mode_readers_and_writer) {
   char key[64], owner[96];
   rt_key(key, sizeof key, "info:rw");
   rlock *rd = NULL, *wr = NULL;
-  cr_assert_eq(rlock_get_read(c, key, &rd), 0);
-  cr_assert_eq(rlock_get_write(c, key, &wr), 0);
+  cr_assert_eq(rlock_new_read(c, key, &rd), 0);
+  cr_assert_eq(rlock_new_write(c, key, &wr), 0);
   uint64_t a = rlock_owner_new(), b = rlock_owner_new();
   cr_assert_eq(rlock_lock_owner(rd, a, 20000), 0);
   cr_assert_eq(rlock_lock_owner(rd, b, 20000), 0);
@@ -258,9 +258,9 @@ Test(info, read_write_lock_mode_readers_and_writer) {
       cr_assert_fail("unexpected holder %s", h->key);
   }
   rlock_info_free(&info);
-  cr_assert_eq(rlock_unlock_owner(rd, a), 1);
+  cr_assert_eq(rlock_unlock_owner(rd, a), 0);
   cr_assert_eq(rlock_unlock_owner(rd, b), 0);
-  cr_assert_eq(rlock_unlock_owner(rd, b), 1);
+  cr_assert_eq(rlock_unlock_owner(rd, b), 0);
 
   uint64_t w = rlock_owner_new();
   cr_assert_eq(rlock_lock_owner(wr, w, 20000), 0);
@@ -274,10 +274,10 @@ Test(info, read_write_lock_mode_readers_and_writer) {
   cr_assert_eq(info.holders[0].writer, 1);
   cr_assert_eq(info.holders[0].count, 1);
   rlock_info_free(&info);
-  cr_assert_eq(rlock_unlock_owner(wr, w), 1);
+  cr_assert_eq(rlock_unlock_owner(wr, w), 0);
   rlock_free(rd);
   rlock_free(wr);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(info, fenced_token_held_and_not) {
@@ -285,7 +285,7 @@ Test(info, fenced_token_held_and_not) {
   char key[64];
   rt_key(key, sizeof key, "info:fenced");
   rlock *f = NULL;
-  cr_assert_eq(rlock_get_fenced(c, key, &f), 0);
+  cr_assert_eq(rlock_new_fenced(c, key, &f), 0);
   int64_t token = 0;
   cr_assert_eq(rlock_lock_fenced(f, 20000, &token), 0);
   int64_t first = token;
@@ -300,7 +300,7 @@ Test(info, fenced_token_held_and_not) {
   cr_assert_eq(info.holders[0].count, 2);
   rlock_info_free(&info);
   cr_assert_eq(rlock_unlock(f), 0);
-  cr_assert_eq(rlock_unlock(f), 1);
+  cr_assert_eq(rlock_unlock(f), 0);
   get(c, key, &info);
   cr_assert_eq(info.kind, RLOCK_INFO_FENCED, "the token outlives the lock");
   cr_assert_str_eq(info.type, "none");
@@ -308,7 +308,7 @@ Test(info, fenced_token_held_and_not) {
   cr_assert_eq(info.token, token);
   rlock_info_free(&info);
   rlock_free(f);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- semaphores and latches ---- */
@@ -319,7 +319,7 @@ Test(info, semaphore_and_latch_counts) {
   rt_key(skey, sizeof skey, "info:sem");
   rt_key(lkey, sizeof lkey, "info:latch");
   rlock_semaphore *sem = NULL;
-  cr_assert_eq(rlock_semaphore_get(c, skey, &sem), 0);
+  cr_assert_eq(rlock_semaphore_new(c, skey, &sem), 0);
   cr_assert_eq(rlock_semaphore_try_set_permits(sem, 5, 0), 1);
   cr_assert_eq(rlock_semaphore_try_acquire(sem, 2, 0), 1);
   rlock_info info;
@@ -332,7 +332,7 @@ Test(info, semaphore_and_latch_counts) {
   rlock_info_free(&info);
 
   rlock_latch *latch = NULL;
-  cr_assert_eq(rlock_latch_get(c, lkey, &latch), 0);
+  cr_assert_eq(rlock_latch_new(c, lkey, &latch), 0);
   cr_assert_eq(rlock_latch_try_set_count(latch, 4), 1);
   cr_assert_eq(rlock_latch_count_down(latch), 0);
   get(c, lkey, &info);
@@ -341,7 +341,7 @@ Test(info, semaphore_and_latch_counts) {
   rlock_info_free(&info);
   rlock_semaphore_free(sem);
   rlock_latch_free(latch);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(info, permit_semaphore_ids_and_leases) {
@@ -349,7 +349,7 @@ Test(info, permit_semaphore_ids_and_leases) {
   char key[64];
   rt_key(key, sizeof key, "info:psem");
   rlock_permit_semaphore *ps = NULL;
-  cr_assert_eq(rlock_permit_semaphore_get(c, key, &ps), 0);
+  cr_assert_eq(rlock_permit_semaphore_new(c, key, &ps), 0);
   cr_assert_eq(rlock_permit_semaphore_try_set_permits(ps, 3), 1);
   char leased[RLOCK_PERMIT_ID_LEN + 1], forever[RLOCK_PERMIT_ID_LEN + 1];
   cr_assert_eq(rlock_permit_semaphore_try_acquire(ps, 0, 10000, leased), 1);
@@ -371,7 +371,7 @@ Test(info, permit_semaphore_ids_and_leases) {
   cr_assert_eq(rlock_permit_semaphore_release(ps, leased), 0);
   cr_assert_eq(rlock_permit_semaphore_release(ps, forever), 0);
   rlock_permit_semaphore_free(ps);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- bad input (issue 25) ---- */
@@ -405,7 +405,7 @@ Test(info, other_data_types_are_foreign_and_untouched) {
   cr_assert_str_eq(v, "hello");
   free(v);
   cr_assert_eq(rt_int("LLEN %s", lkey), 3);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(info, hash_with_foreign_fields_is_foreign) {
@@ -441,7 +441,7 @@ Test(info, hash_with_foreign_fields_is_foreign) {
   cr_assert_eq(info.holders_n, 1);
   rlock_info_free(&info);
   cr_assert_eq(rt_hlen(key), 2);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* The keys beside the name holding other types (someone's data under a
@@ -463,7 +463,7 @@ Test(info, foreign_values_under_the_side_keys_are_ignored) {
   cr_assert_eq(info.token, -1);
   cr_assert_eq(info.permits_total, 0);
   rlock_info_free(&info);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(info, long_lists_are_cut_with_their_total) {
@@ -482,7 +482,7 @@ Test(info, long_lists_are_cut_with_their_total) {
     cr_assert_eq(info.holders[i].count, j + 1, "%s", info.holders[i].key);
   }
   rlock_info_free(&info);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(info, smaller_struct_size_is_filled_only_as_far_as_it_reaches) {
@@ -500,7 +500,7 @@ Test(info, smaller_struct_size_is_filled_only_as_far_as_it_reaches) {
   for (size_t i = old; i < sizeof raw; i++)
     cr_assert_eq(raw[i], 0xAB, "init wrote byte %zu", i);
   memset(raw + old, 0xAB, sizeof raw - old);
-  cr_assert_eq(rlock_info_get(c, key, info), 0, "%s", rlock_last_error());
+  cr_assert_eq(rlock_client_info(c, key, info), 0, "%s", rlock_last_error());
   cr_assert_eq(info->struct_size, old);
   cr_assert_eq(info->kind, RLOCK_INFO_LOCK);
   cr_assert_eq(info->locked, 1);
@@ -515,18 +515,18 @@ Test(info, smaller_struct_size_is_filled_only_as_far_as_it_reaches) {
   /* not initialised, or a newer header's */
   rlock_info bad;
   memset(&bad, 0, sizeof bad);
-  cr_assert_eq(rlock_info_get(c, key, &bad), RLOCK_EINVAL);
+  cr_assert_eq(rlock_client_info(c, key, &bad), RLOCK_EINVAL);
   cr_assert(strstr(rlock_last_error(), "struct_size") != NULL);
   bad.struct_size = sizeof bad + 8;
-  cr_assert_eq(rlock_info_get(c, key, &bad), RLOCK_EINVAL);
+  cr_assert_eq(rlock_client_info(c, key, &bad), RLOCK_EINVAL);
   rlock_info_init(&bad);
-  cr_assert_eq(rlock_info_get(c, "", &bad), RLOCK_EINVAL);
-  cr_assert_eq(rlock_info_get(NULL, key, &bad), RLOCK_EINVAL);
-  cr_assert_eq(rlock_info_get(c, key, NULL), RLOCK_EINVAL);
+  cr_assert_eq(rlock_client_info(c, "", &bad), RLOCK_EINVAL);
+  cr_assert_eq(rlock_client_info(NULL, key, &bad), RLOCK_EINVAL);
+  cr_assert_eq(rlock_client_info(c, key, NULL), RLOCK_EINVAL);
   cr_assert_null(bad.mem_);
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- blocking rules ---- */
@@ -543,7 +543,7 @@ static void on_loop(int status, int64_t value, void *data) {
   loop_call *l = data;
   rlock_info info;
   rlock_info_init(&info);
-  atomic_store(&l->rc, rlock_info_get(l->c, l->key, &info));
+  atomic_store(&l->rc, rlock_client_info(l->c, l->key, &info));
 }
 
 static bool loop_called(void *arg) {
@@ -560,7 +560,7 @@ Test(info, on_the_loop_thread_is_edeadlk) {
   rt_wait_until_what(loop_called, &l, 5000, "callback ran");
   cr_assert_eq(atomic_load(&l.rc), RLOCK_EDEADLK);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(info, closed_client_is_eclosed) {
@@ -569,8 +569,8 @@ Test(info, closed_client_is_eclosed) {
   rlock_info_init(&info);
   /* a handle keeps the client's memory after close */
   rlock *keep = rt_lock(c, "info:closed");
-  rlock_client_close(c);
-  int rc = rlock_info_get(c, "info:closed", &info);
+  rlock_client_free(c);
+  int rc = rlock_client_info(c, "info:closed", &info);
   cr_assert(rc == RLOCK_ECLOSED, "%s", rlock_err_name(rc));
   rlock_free(keep);
 }
@@ -606,7 +606,7 @@ Test(info, force_unlock_refuses_non_hash_values_and_leaves_them) {
   rlock_info_free(&found);
   cr_assert_eq(rlock_client_force_unlock(c, none, "mutex", NULL),
                RLOCK_EINVAL);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* No kind given: a read/write lock is released as one, so a reader
@@ -619,8 +619,8 @@ Test(info, force_unlock_without_kind_wakes_a_read_write_waiter) {
   rt_key(key, sizeof key, "info:f-rw");
   snprintf(rw_channel, sizeof rw_channel, "redisson_rwlock:{%s}", key);
   rlock *wr = NULL, *rd = NULL;
-  cr_assert_eq(rlock_get_write(c, key, &wr), 0);
-  cr_assert_eq(rlock_get_read(c2, key, &rd), 0);
+  cr_assert_eq(rlock_new_write(c, key, &wr), 0);
+  cr_assert_eq(rlock_new_read(c2, key, &rd), 0);
   uint64_t w = rlock_owner_new();
   cr_assert_eq(rlock_lock_owner(wr, w, 30000), 0);
   waiter r;
@@ -637,8 +637,8 @@ Test(info, force_unlock_without_kind_wakes_a_read_write_waiter) {
   rlock_req_free(r.req);
   rlock_free(wr);
   rlock_free(rd);
-  rlock_client_close(c2);
-  rlock_client_close(c);
+  rlock_client_free(c2);
+  rlock_client_free(c);
 }
 
 Test(info, force_unlock_with_a_mode_releases_only_in_that_mode) {
@@ -646,7 +646,7 @@ Test(info, force_unlock_with_a_mode_releases_only_in_that_mode) {
   char key[64];
   rt_key(key, sizeof key, "info:f-mode");
   rlock *rd = NULL;
-  cr_assert_eq(rlock_get_read(c, key, &rd), 0);
+  cr_assert_eq(rlock_new_read(c, key, &rd), 0);
   cr_assert_eq(rlock_lock(rd, 30000), 0);
   rlock_info found;
   rlock_info_init(&found);
@@ -657,7 +657,7 @@ Test(info, force_unlock_with_a_mode_releases_only_in_that_mode) {
   cr_assert_eq(rlock_client_force_unlock(c, key, "read", NULL), 1);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(rd);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- a gone client's holds ---- */
@@ -673,22 +673,22 @@ Test(info, force_unlock_owner_releases_only_that_owner) {
   cr_assert_eq(rlock_lock_owner(held, id, 60000), 0);
   owner_of(owner, sizeof owner, gone, id);
   rlock *w = NULL;
-  cr_assert_eq(rlock_get_write(gone, wkey, &w), 0);
+  cr_assert_eq(rlock_new_write(gone, wkey, &w), 0);
   cr_assert_eq(rlock_lock_owner(w, id, 60000), 0);
   rlock_free(held);
   rlock_free(w);
-  rlock_client_close(gone); /* the holds stay until their lease ends */
+  rlock_client_free(gone); /* the holds stay until their lease ends */
   cr_assert_eq(rt_exists(key), 1);
 
   rlock *lock = rt_lock(c, key);
   /* someone else: nothing happens */
-  cr_assert_eq(rlock_force_unlock_owner(lock, "other-uuid:1"), 0);
+  cr_assert_eq(rlock_force_unlock_holder(lock, "other-uuid:1"), 0);
   cr_assert_eq(rt_exists(key), 1);
   redisContext *sub = rt_redis_new(3000);
   redisReply *r = redisCommand(sub, "SUBSCRIBE %s", channel);
   cr_assert(r != NULL && r->type == REDIS_REPLY_ARRAY);
   freeReplyObject(r);
-  cr_assert_eq(rlock_force_unlock_owner(lock, owner), 1);
+  cr_assert_eq(rlock_force_unlock_holder(lock, owner), 1);
   cr_assert_eq(rt_exists(key), 0);
   void *msg = NULL;
   cr_assert_eq(redisGetReply(sub, &msg), REDIS_OK, "no release message");
@@ -697,22 +697,22 @@ Test(info, force_unlock_owner_releases_only_that_owner) {
             strcmp(r->element[2]->str, "0") == 0);
   freeReplyObject(r);
   redisFree(sub);
-  cr_assert_eq(rlock_force_unlock_owner(lock, owner), 0);
+  cr_assert_eq(rlock_force_unlock_holder(lock, owner), 0);
 
   /* the write lock: the owner without ":write" */
   rlock *wl = NULL;
-  cr_assert_eq(rlock_get_write(c, wkey, &wl), 0);
-  cr_assert_eq(rlock_force_unlock_owner(wl, owner), 1);
+  cr_assert_eq(rlock_new_write(c, wkey, &wl), 0);
+  cr_assert_eq(rlock_force_unlock_holder(wl, owner), 1);
   cr_assert_eq(rt_exists(wkey), 0);
   rlock_free(wl);
 
   rlock_semaphore *sem = NULL;
-  cr_assert_eq(rlock_semaphore_get(c, key, &sem), 0);
-  cr_assert_eq(rlock_force_unlock_owner((rlock *)sem, owner), RLOCK_EINVAL);
+  cr_assert_eq(rlock_semaphore_new(c, key, &sem), 0);
+  cr_assert_eq(rlock_force_unlock_holder((rlock *)sem, owner), RLOCK_EINVAL);
   rlock_semaphore_free(sem);
-  cr_assert_eq(rlock_force_unlock_owner(lock, ""), RLOCK_EINVAL);
+  cr_assert_eq(rlock_force_unlock_holder(lock, ""), RLOCK_EINVAL);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* An ACL user who may not run one of the reads: a clear RLOCK_ENOPERM with
@@ -726,10 +726,10 @@ Test(info, a_user_without_pubsub_gets_enoperm) {
   rlock_options_init(&o);
   o.uri = uri;
   rlock_client *c = NULL;
-  cr_assert_eq(rlock_client_open(&c, &o), 0, "%s", rlock_last_error());
+  cr_assert_eq(rlock_client_new(&c, &o), 0, "%s", rlock_last_error());
   rlock_info info;
   rlock_info_init(&info);
-  int rc = rlock_info_get(c, key, &info);
+  int rc = rlock_client_info(c, key, &info);
   cr_assert_eq(rc, RLOCK_ENOPERM, "%s (%s)", rlock_err_name(rc),
                rlock_last_error());
   cr_assert(strstr(rlock_last_error(), "pubsub") != NULL, "%s",
@@ -737,7 +737,7 @@ Test(info, a_user_without_pubsub_gets_enoperm) {
   cr_assert_null(info.mem_);
   rlock_info_free(&info);
   cr_assert_eq(rt_exists(key), 0);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- rlock_scan: the names in the keyspace (issue 28, item 5) ---- */
@@ -750,8 +750,8 @@ static char *scan_all(rlock_client *c, const char *pattern, int count) {
   o.pattern = pattern;
   o.count = count;
   rlock_scan *s = NULL;
-  int rc = rlock_scan_open(c, &o, &s);
-  cr_assert_eq(rc, 0, "rlock_scan_open: %s (%s)", rlock_err_name(rc),
+  int rc = rlock_scan_new(c, &o, &s);
+  cr_assert_eq(rc, 0, "rlock_scan_new: %s (%s)", rlock_err_name(rc),
                rlock_last_error());
   char *names[64];
   size_t n = 0;
@@ -766,7 +766,7 @@ static char *scan_all(rlock_client *c, const char *pattern, int count) {
   }
   cr_assert_eq(rc, 0, "rlock_scan_next: %s (%s)", rlock_err_name(rc),
                rlock_last_error());
-  rlock_scan_close(s);
+  rlock_scan_free(s);
   for (size_t i = 1; i < n; i++)
     for (size_t j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
       char *t = names[j];
@@ -797,8 +797,8 @@ Test(info, scan_lists_each_kind_once_under_its_name) {
     snprintf(n[i], sizeof n[i], "%s:%s", p, suffix[i]);
   /* fair: a holder and a queued waiter (queue and deadline keys) */
   rlock *fair = NULL, *fair2 = NULL;
-  cr_assert_eq(rlock_get_fair(c, n[0], &fair), 0);
-  cr_assert_eq(rlock_get_fair(c2, n[0], &fair2), 0);
+  cr_assert_eq(rlock_new_fair(c, n[0], &fair), 0);
+  cr_assert_eq(rlock_new_fair(c2, n[0], &fair2), 0);
   uint64_t holder = rlock_owner_new();
   cr_assert_eq(rlock_lock_owner(fair, holder, 30000), 0);
   waiter w;
@@ -809,29 +809,29 @@ Test(info, scan_lists_each_kind_once_under_its_name) {
   rt_wait_until_what(llen_is, &la, 5000, "waiter queued");
   /* fenced: locked and unlocked, so only its token key is left */
   rlock *f = NULL;
-  cr_assert_eq(rlock_get_fenced(c, n[1], &f), 0);
+  cr_assert_eq(rlock_new_fenced(c, n[1], &f), 0);
   int64_t token;
   cr_assert_eq(rlock_lock_fenced(f, 20000, &token), 0);
-  cr_assert_eq(rlock_unlock(f), 1);
+  cr_assert_eq(rlock_unlock(f), 0);
   cr_assert_eq(rt_exists(n[1]), 0);
   /* latch, lock, permit semaphore with a leased permit, reader, semaphore */
   rlock_latch *latch = NULL;
-  cr_assert_eq(rlock_latch_get(c, n[2], &latch), 0);
+  cr_assert_eq(rlock_latch_new(c, n[2], &latch), 0);
   cr_assert_eq(rlock_latch_try_set_count(latch, 2), 1);
   rlock *l = rt_lock(c, n[3]);
   cr_assert_eq(rlock_lock(l, 20000), 0);
   rlock_permit_semaphore *ps = NULL;
-  cr_assert_eq(rlock_permit_semaphore_get(c, n[4], &ps), 0);
+  cr_assert_eq(rlock_permit_semaphore_new(c, n[4], &ps), 0);
   cr_assert_eq(rlock_permit_semaphore_try_set_permits(ps, 2), 1);
   char id[RLOCK_PERMIT_ID_LEN + 1];
   cr_assert_eq(rlock_permit_semaphore_try_acquire(ps, 0, 20000, id), 1);
   rlock *rd = NULL;
-  cr_assert_eq(rlock_get_read(c, n[5], &rd), 0);
+  cr_assert_eq(rlock_new_read(c, n[5], &rd), 0);
   cr_assert_eq(rlock_lock(rd, 20000), 0);
   rlock_semaphore *sem = NULL;
-  cr_assert_eq(rlock_semaphore_get(c, n[6], &sem), 0);
+  cr_assert_eq(rlock_semaphore_new(c, n[6], &sem), 0);
   cr_assert_eq(rlock_semaphore_try_set_permits(sem, 3, 0), 1);
-  /* a foreign value: a name like any other here (rlock_info_get tells) */
+  /* a foreign value: a name like any other here (rlock_client_info tells) */
   rt_ok("OK", "SET %s v", n[7]);
   /* an unlock's request latch left behind for the lock */
   rt_ok("OK", "SET redisson_unlock_latch:{%s}:0123456789abcdef0123456789abcdef"
@@ -861,9 +861,9 @@ Test(info, scan_lists_each_kind_once_under_its_name) {
   cr_assert_str_eq(got, want);
   free(got);
 
-  cr_assert_eq(rlock_unlock(rd), 1);
-  cr_assert_eq(rlock_unlock(l), 1);
-  cr_assert_eq(rlock_unlock_owner(fair, holder), 1);
+  cr_assert_eq(rlock_unlock(rd), 0);
+  cr_assert_eq(rlock_unlock(l), 0);
+  cr_assert_eq(rlock_unlock_owner(fair, holder), 0);
   rt_wait_until_what(waiter_done, &w, 5000, "waiter acquired");
   rlock_req_free(w.req);
   rlock_free(rd);
@@ -874,8 +874,8 @@ Test(info, scan_lists_each_kind_once_under_its_name) {
   rlock_latch_free(latch);
   rlock_semaphore_free(sem);
   rlock_permit_semaphore_free(ps);
-  rlock_client_close(c2);
-  rlock_client_close(c);
+  rlock_client_free(c2);
+  rlock_client_free(c);
 }
 
 /* The pattern is a name's, in MATCH's syntax: a fenced lock known only by
@@ -919,35 +919,35 @@ Test(info, scan_pattern_matches_names_not_keys) {
   got = scan_all(c, pat, 0);
   cr_assert_str_eq(got, "");
   free(got);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(info, scan_bad_input_is_einval) {
   rlock_client *c = rt_client();
   rlock_scan *s = (rlock_scan *)1;
-  cr_assert_eq(rlock_scan_open(NULL, NULL, &s), RLOCK_EINVAL);
+  cr_assert_eq(rlock_scan_new(NULL, NULL, &s), RLOCK_EINVAL);
   cr_assert_null(s);
-  cr_assert_eq(rlock_scan_open(c, NULL, NULL), RLOCK_EINVAL);
+  cr_assert_eq(rlock_scan_new(c, NULL, NULL), RLOCK_EINVAL);
   rlock_scan_options o;
   memset(&o, 0, sizeof o); /* struct_size not set */
-  cr_assert_eq(rlock_scan_open(c, &o, &s), RLOCK_EINVAL);
+  cr_assert_eq(rlock_scan_new(c, &o, &s), RLOCK_EINVAL);
   cr_assert(strstr(rlock_last_error(), "struct_size") != NULL);
   rlock_scan_options_init(&o);
   o.count = -1;
-  cr_assert_eq(rlock_scan_open(c, &o, &s), RLOCK_EINVAL);
+  cr_assert_eq(rlock_scan_new(c, &o, &s), RLOCK_EINVAL);
   o.count = 100001;
-  cr_assert_eq(rlock_scan_open(c, &o, &s), RLOCK_EINVAL);
+  cr_assert_eq(rlock_scan_new(c, &o, &s), RLOCK_EINVAL);
   cr_assert_eq(rlock_scan_next(NULL, NULL, NULL), RLOCK_EINVAL);
   /* an older, smaller options struct (no count): the default COUNT */
   rlock_scan_options_init_size(&o, offsetof(rlock_scan_options, count));
   o.pattern = "no-such-name-*";
-  cr_assert_eq(rlock_scan_open(c, &o, &s), 0);
+  cr_assert_eq(rlock_scan_new(c, &o, &s), 0);
   const char *name = NULL;
   cr_assert_eq(rlock_scan_next(s, &name, NULL), 0);
   cr_assert_null(name);
-  rlock_scan_close(s);
-  rlock_scan_close(NULL);
-  rlock_client_close(c);
+  rlock_scan_free(s);
+  rlock_scan_free(NULL);
+  rlock_client_free(c);
 }
 
 Test(info, scan_denied_by_the_acl_is_enoperm) {
@@ -958,20 +958,20 @@ Test(info, scan_denied_by_the_acl_is_enoperm) {
   snprintf(uri, sizeof uri, "redis://noscan:pw@127.0.0.1:%d", rt_port());
   o.uri = uri;
   rlock_client *c = NULL;
-  cr_assert_eq(rlock_client_open(&c, &o), 0);
+  cr_assert_eq(rlock_client_new(&c, &o), 0);
   rlock_scan *s = NULL;
-  cr_assert_eq(rlock_scan_open(c, NULL, &s), 0);
+  cr_assert_eq(rlock_scan_new(c, NULL, &s), 0);
   const char *name;
   int rc = rlock_scan_next(s, &name, NULL);
   cr_assert_eq(rc, RLOCK_ENOPERM, "%s (%s)", rlock_err_name(rc),
                rlock_last_error());
   cr_assert(strstr(rlock_last_error(), "SCAN on 127.0.0.1:") != NULL, "%s",
             rlock_last_error());
-  rlock_scan_close(s);
-  rlock_client_close(c);
+  rlock_scan_free(s);
+  rlock_client_free(c);
 }
 
-/* rlock_holder_get: the automatic client name read back with CLIENT LIST
+/* rlock_client_holder: the automatic client name read back with CLIENT LIST
  * (issue 35); a client with its own client_name, a foreign owner and bad
  * owners. */
 Test(info, holder_get_finds_the_process_behind_an_owner) {
@@ -983,7 +983,7 @@ Test(info, holder_get_finds_the_process_behind_an_owner) {
   cr_assert_eq(gethostname(host, sizeof host - 1), 0);
   rlock_holder h;
   rlock_holder_init(&h);
-  cr_assert_eq(rlock_holder_get(c, "info:who", owner, &h), 1, "%s",
+  cr_assert_eq(rlock_client_holder(c, "info:who", owner, &h), 1, "%s",
                rlock_last_error());
   cr_assert_eq(h.pid, (int64_t)getpid());
   cr_assert_str_eq(h.host, host);
@@ -993,7 +993,7 @@ Test(info, holder_get_finds_the_process_behind_an_owner) {
   /* the same id with another thread: the same process */
   char other[96];
   snprintf(other, sizeof other, "%.*s:999", RLOCK_ID_LEN, owner);
-  cr_assert_eq(rlock_holder_get(c, "info:who", other, &h), 1);
+  cr_assert_eq(rlock_client_holder(c, "info:who", other, &h), 1);
   /* a client with its own name is not found by id */
   rlock_options o;
   rlock_options_init(&o);
@@ -1001,22 +1001,22 @@ Test(info, holder_get_finds_the_process_behind_an_owner) {
   rlock_client *named = rt_client_opts(&o);
   char named_owner[96];
   rt_owner(named_owner, sizeof named_owner, named, 1);
-  cr_assert_eq(rlock_holder_get(c, "info:who", named_owner, &h), 0);
+  cr_assert_eq(rlock_client_holder(c, "info:who", named_owner, &h), 0);
   cr_assert(strstr(rlock_last_error(), "no connection named") != NULL);
-  cr_assert_eq(rlock_holder_get(c, "info:who",
+  cr_assert_eq(rlock_client_holder(c, "info:who",
                                 "0000aaaa-0000-4000-8000-000000000000:1", &h),
                0);
   /* owners without a uuid client id; h not set up */
-  cr_assert_eq(rlock_holder_get(c, "info:who", "java-uuid:61", &h),
+  cr_assert_eq(rlock_client_holder(c, "info:who", "java-uuid:61", &h),
                RLOCK_EINVAL);
-  cr_assert_eq(rlock_holder_get(c, "info:who",
+  cr_assert_eq(rlock_client_holder(c, "info:who",
                                 "0000AAAA-0000-4000-8000-00000000000Z:1", &h),
                RLOCK_EINVAL);
   rlock_holder bare;
   memset(&bare, 0, sizeof bare);
-  cr_assert_eq(rlock_holder_get(c, "info:who", owner, &bare), RLOCK_EINVAL);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_client_holder(c, "info:who", owner, &bare), RLOCK_EINVAL);
+  cr_assert_eq(rlock_unlock(l), 0);
   rlock_free(l);
-  rlock_client_close(named);
-  rlock_client_close(c);
+  rlock_client_free(named);
+  rlock_client_free(c);
 }

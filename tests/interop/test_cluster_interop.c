@@ -70,7 +70,7 @@ static rlock_client *open_client(bool sharded, int64_t watchdog_ms) {
   if (watchdog_ms > 0)
     o.watchdog_timeout_ms = watchdog_ms;
   rlock_client *c = NULL;
-  int rc = rlock_client_open(&c, &o);
+  int rc = rlock_client_new(&c, &o);
   cr_assert_eq(rc, 0, "open %s: %s (%s)", o.uri, rlock_err_name(rc),
                rlock_last_error());
   return c;
@@ -78,8 +78,8 @@ static rlock_client *open_client(bool sharded, int64_t watchdog_ms) {
 
 static rlock *get_lock(rlock_client *c, const char *name) {
   rlock *l = NULL;
-  int rc = rlock_get(c, name, &l);
-  cr_assert_eq(rc, 0, "rlock_get(%s): %s", name, rlock_err_name(rc));
+  int rc = rlock_new(c, name, &l);
+  cr_assert_eq(rc, 0, "rlock_new(%s): %s", name, rlock_err_name(rc));
   return l;
 }
 
@@ -217,7 +217,7 @@ static void peer_release_wakes_rlock(peer_kind kind) {
     rlock_free(lock);
   }
   peer_stop(p);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(interop_cluster, node_release_wakes_rlock) {
@@ -255,7 +255,7 @@ static void rlock_release_wakes_peer(peer_kind kind) {
               peer_label(p));
 
     int64_t t_release = rt_now_ms();
-    cr_assert_eq(rlock_unlock(lock), 1);
+    cr_assert_eq(rlock_unlock(lock), 0);
     const char *took = peer_expect(p, "ACQUIRED", REPLY_BOUND_MS);
     int64_t latency = net_ms(t_release, rt_now_ms());
     interop_report("cluster, master %d: rlock releases -> %s acquires: "
@@ -271,7 +271,7 @@ static void rlock_release_wakes_peer(peer_kind kind) {
     rlock_free(lock);
   }
   peer_stop(p);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(interop_cluster, rlock_release_wakes_node) {
@@ -307,7 +307,7 @@ static void reentrancy_not_owner(peer_kind kind) {
               LONG_LEASE_MS);
     assert_owner_field(name, me, "2");
     cr_assert_eq(rlock_unlock(lock), 0);
-    cr_assert_eq(rlock_unlock(lock), 1);
+    cr_assert_eq(rlock_unlock(lock), 0);
     cr_assert_eq(owner_exists(name), 0);
 
     peer_call(p, "ACQUIRED", REPLY_BOUND_MS, "lock %s %d", name,
@@ -322,7 +322,7 @@ static void reentrancy_not_owner(peer_kind kind) {
     rlock_free(lock);
   }
   peer_stop(p);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(interop_cluster, reentrancy_not_owner_node) {
@@ -369,7 +369,7 @@ static void counter_main(void *arg) {
     if (l)
       freeReplyObject(l);
     rc = rlock_unlock(t->lock);
-    if (!ok || rc != 1) {
+    if (!ok || rc != 0) {
       snprintf(t->error, sizeof t->error, "round %d: SET %s, unlock %s (%s)",
                i, ok ? "ok" : "failed", rlock_err_name(rc),
                rlock_last_error());
@@ -459,8 +459,8 @@ static void counter(peer_kind kind) {
     peer_stop(peers[i]);
   rlock_free(l1);
   rlock_free(l2);
-  rlock_client_close(c1);
-  rlock_client_close(c2);
+  rlock_client_free(c1);
+  rlock_client_free(c2);
 }
 
 Test(interop_cluster, counter_node) { counter(PEER_NODE); }
@@ -512,19 +512,19 @@ static void watchdog_across_slots(peer_kind kind) {
       long long ttl = owner_pttl(names[i]);
       cr_assert_gt(ttl, 0, "rlock's lock %s on %d lost its TTL (%lld)",
                    names[i], m[i], ttl);
-      cr_assert_eq(rlock_is_held_by_current_thread(locks[i]), 1);
+      cr_assert_eq(rlock_is_held(locks[i]), 1);
     }
     peer_call(p, "NOTACQUIRED", REPLY_BOUND_MS, "trylock %s 0 %d",
               names[rt_now_ms() % N_MASTERS], LONG_LEASE_MS);
     rt_sleep_ms(500);
   }
   for (int i = 0; i < N_MASTERS; i++) {
-    cr_assert_eq(rlock_unlock(locks[i]), 1);
+    cr_assert_eq(rlock_unlock(locks[i]), 0);
     cr_assert_eq(owner_exists(names[i]), 0);
     rlock_free(locks[i]);
   }
   peer_stop(p);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(interop_cluster, watchdog_across_slots_node) {
@@ -554,9 +554,9 @@ static void crashed_peer_expires(peer_kind kind) {
                 "before its 3000 ms lease", (long long)at);
   interop_report("cluster: a crashed %s peer's 3000 ms lock went to rlock "
                  "after %" PRId64 " ms", kind_name(kind), at);
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(interop_cluster, crashed_node_lock_expires_for_rlock) {
@@ -615,7 +615,7 @@ static void force_unlock_wakes(peer_kind kind) {
   cr_assert_eq(owner_exists(name), 0);
   peer_stop(holder);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(interop_cluster, force_unlock_wakes_node) { force_unlock_wakes(PEER_NODE); }
@@ -641,7 +641,7 @@ static void wire_on_owner(peer_kind kind) {
   peer_send(p, "lock %s %d", name, LONG_LEASE_MS);
   peer_expect_event(p, "WAITING", REPLY_BOUND_MS);
   wait_subscribers(channel, sharded, 1);
-  cr_assert_eq(rlock_unlock(lock), 1); /* rlock's message */
+  cr_assert_eq(rlock_unlock(lock), 0); /* rlock's message */
   peer_expect(p, "ACQUIRED", REPLY_BOUND_MS);
   rl_worker w = {0};
   rl_worker_start(&w, c, lock, 10000, LONG_LEASE_MS);
@@ -683,7 +683,7 @@ static void wire_on_owner(peer_kind kind) {
   monitor_stop(other);
   peer_stop(p);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(interop_cluster, wire_on_owner_node) { wire_on_owner(PEER_NODE); }
@@ -749,7 +749,7 @@ Test(interop_cluster, mode_mismatch_node_vs_sharded_rlock) {
   rl_worker_finish(&w);
   peer_stop(p);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- the other kinds, Java-like peer, sharded: fair lock, semaphore and
@@ -818,7 +818,7 @@ Test(interop_cluster, kinds_java_sharded_both_ways) {
    * it on its own channel, the peer's unlock wakes it. */
   name_on(fair, sizeof fair, "fair", PEER_JAVA, m[0]);
   rlock *fl = NULL;
-  cr_assert_eq(rlock_get_fair(c, fair, &fl), 0);
+  cr_assert_eq(rlock_new_fair(c, fair, &fl), 0);
   peer_call(p, "ACQUIRED", REPLY_BOUND_MS, "flock %s %d", fair, LONG_LEASE_MS);
   rl_worker w = {0};
   rl_worker_start(&w, c, fl, 10000, LONG_LEASE_MS);
@@ -843,7 +843,7 @@ Test(interop_cluster, kinds_java_sharded_both_ways) {
   peer_send(p, "flock %s %d", fair, LONG_LEASE_MS);
   peer_expect_event(p, "WAITING", REPLY_BOUND_MS);
   t0 = rt_now_ms();
-  cr_assert_eq(rlock_unlock(fl), 1);
+  cr_assert_eq(rlock_unlock(fl), 0);
   peer_expect(p, "ACQUIRED", REPLY_BOUND_MS);
   fair_ms = net_ms(t0, rt_now_ms());
   cr_assert_lt(fair_ms, WAKE_BOUND_MS, "fair, to the peer: %" PRId64 " ms",
@@ -855,7 +855,7 @@ Test(interop_cluster, kinds_java_sharded_both_ways) {
    * acquire, rlock's release wakes the peer's. */
   name_on(sem, sizeof sem, "sem", PEER_JAVA, m[1]);
   rlock_semaphore *s = NULL;
-  cr_assert_eq(rlock_semaphore_get(c, sem, &s), 0);
+  cr_assert_eq(rlock_semaphore_new(c, sem, &s), 0);
   bg_call b = {0};
   bg_start(&b, sem_take, s, 10000);
   interop_braced(braced, sizeof braced, sem);
@@ -880,7 +880,7 @@ Test(interop_cluster, kinds_java_sharded_both_ways) {
    * rlock's opens the peer's. */
   name_on(lt, sizeof lt, "latch", PEER_JAVA, m[2]);
   rlock_latch *l = NULL;
-  cr_assert_eq(rlock_latch_get(c, lt, &l), 0);
+  cr_assert_eq(rlock_latch_new(c, lt, &l), 0);
   peer_call(p, "RESULT", REPLY_BOUND_MS, "lttryset %s 1", lt);
   bg_call a = {0};
   bg_start(&a, latch_wait, l, 10000);
@@ -903,5 +903,5 @@ Test(interop_cluster, kinds_java_sharded_both_ways) {
   rlock_latch_free(l);
 
   peer_stop(p);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }

@@ -209,7 +209,7 @@ static void peer_release_wakes_rlock(peer_kind kind) {
   cr_assert_eq(rt_exists(name), 0);
   peer_stop(p);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(interop, node_release_wakes_rlock) { peer_release_wakes_rlock(PEER_NODE); }
@@ -241,7 +241,7 @@ static void rlock_release_wakes_peer(peer_kind kind) {
   assert_single_field(name, me, "1");
 
   int64_t t_release = rt_now_ms();
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   const char *took = peer_expect(p, "ACQUIRED", REPLY_BOUND_MS);
   int64_t latency = net_ms(t_release, rt_now_ms());
   interop_report("rlock releases -> %s waiter acquires: %" PRId64
@@ -254,13 +254,13 @@ static void rlock_release_wakes_peer(peer_kind kind) {
   assert_single_field(name, peer_owner_s, "1");
   assert_ttl_between(name, LONG_LEASE_MS - 5000, LONG_LEASE_MS);
   cr_assert_eq(rlock_is_locked(lock), 1);
-  cr_assert_eq(rlock_is_held_by_current_thread(lock), 0);
+  cr_assert_eq(rlock_is_held(lock), 0);
 
   peer_call(p, "UNLOCKED", REPLY_BOUND_MS, "unlock %s", name);
   cr_assert_eq(rt_exists(name), 0);
   peer_stop(p);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(interop, rlock_release_wakes_node) { rlock_release_wakes_peer(PEER_NODE); }
@@ -294,7 +294,7 @@ static void reentrancy_visible(peer_kind kind) {
             LONG_LEASE_MS);
   cr_assert_str_eq(peer_call(p, "EXISTS", REPLY_BOUND_MS, "exists %s", name),
                    "1");
-  cr_assert_eq(rlock_unlock(lock), 1, "second unlock must release");
+  cr_assert_eq(rlock_unlock(lock), 0, "second unlock must release");
   cr_assert_str_eq(peer_call(p, "EXISTS", REPLY_BOUND_MS, "exists %s", name),
                    "0");
 
@@ -304,7 +304,7 @@ static void reentrancy_visible(peer_kind kind) {
   assert_single_field(name, peer_owner_s, "2");
   cr_assert_eq(rlock_is_locked(lock), 1);
   cr_assert_eq(rlock_hold_count(lock), 0);
-  cr_assert_eq(rlock_is_held_by_current_thread(lock), 0);
+  cr_assert_eq(rlock_is_held(lock), 0);
   cr_assert_eq(rlock_try_lock(lock, 0, LONG_LEASE_MS), 0);
   peer_call(p, "UNLOCKED", REPLY_BOUND_MS, "unlock %s", name);
   assert_single_field(name, peer_owner_s, "1");
@@ -315,7 +315,7 @@ static void reentrancy_visible(peer_kind kind) {
 
   peer_stop(p);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(interop, reentrancy_visible_node) { reentrancy_visible(PEER_NODE); }
@@ -354,12 +354,12 @@ static void not_owner(peer_kind kind) {
   assert_ttl_between(name, LONG_LEASE_MS - 5000, LONG_LEASE_MS);
   cr_assert_eq(rlock_hold_count(lock), 2);
   cr_assert_eq(rlock_unlock(lock), 0);
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   cr_assert_eq(rt_exists(name), 0);
 
   peer_stop(p);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(interop, not_owner_node) { not_owner(PEER_NODE); }
@@ -406,7 +406,7 @@ static void counter_main(void *arg) {
     if (r)
       freeReplyObject(r);
     rc = rlock_unlock(t->lock);
-    if (!set_ok || rc != 1) {
+    if (!set_ok || rc != 0) {
       snprintf(t->error, sizeof t->error, "round %d: SET %s, unlock %s (%s)", i,
                set_ok ? "ok" : "failed", rlock_err_name(rc),
                rlock_last_error());
@@ -509,16 +509,16 @@ static bool counter_attempt(attempt *a, int node_peers, int java_peers) {
     peer_stop(peers[i]);
   rlock_free(l1);
   rlock_free(l2);
-  rlock_client_close(c1);
-  rlock_client_close(c2);
+  rlock_client_free(c1);
+  rlock_client_free(c2);
   return true;
 
 void_attempt:
   interop_kill_peers();
   rlock_free(l1);
   rlock_free(l2);
-  rlock_client_close(c1);
-  rlock_client_close(c2);
+  rlock_client_free(c1);
+  rlock_client_free(c2);
   return false;
 }
 
@@ -593,7 +593,7 @@ static bool watchdog_rlock_holds(attempt *a, peer_kind kind) {
   peer_expect_event(p, "WAITING", 2 * SHORT_WATCHDOG_MS + REPLY_BOUND_MS);
   int64_t t_release = rt_now_ms();
   int rc = rlock_unlock(lock);
-  SOFT_CHECK(a, rc == 1, "rlock_unlock after the hold: %s", rlock_err_name(rc));
+  SOFT_CHECK(a, rc == 0, "rlock_unlock after the hold: %s", rlock_err_name(rc));
   peer_expect(p, "ACQUIRED", REPLY_BOUND_MS);
   int64_t latency = net_ms(t_release, rt_now_ms());
   interop_report("watchdog: rlock held %" PRId64 " ms with a %d ms watchdog "
@@ -608,13 +608,13 @@ static bool watchdog_rlock_holds(attempt *a, peer_kind kind) {
 
   peer_stop(p);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   return true;
 
 void_attempt:
   interop_kill_peers();
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   return false;
 }
 
@@ -679,12 +679,12 @@ static bool watchdog_peer_holds(attempt *a, peer_kind kind) {
 
   peer_stop(p);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   return true;
 
 void_attempt:
   interop_kill_peers();
-  rlock_client_close(c); /* a still waiting worker returns RLOCK_ECLOSED */
+  rlock_client_free(c); /* a still waiting worker returns RLOCK_ECLOSED */
   rl_worker_finish(&w);
   rlock_free(lock);
   return false;
@@ -730,11 +730,11 @@ static bool peer_crash_expires(attempt *a, peer_kind kind) {
   rl_worker_finish(&w);
   cr_assert_eq(w.unlock_rc[0], 1);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   return true;
 
 void_attempt:
-  rlock_client_close(c); /* a still waiting worker returns RLOCK_ECLOSED */
+  rlock_client_free(c); /* a still waiting worker returns RLOCK_ECLOSED */
   rl_worker_finish(&w);
   rlock_free(lock);
   return false;
@@ -764,7 +764,7 @@ static bool rlock_close_expires(attempt *a, peer_kind kind) {
   peer_expect_event(p, "WAITING", REPLY_BOUND_MS);
 
   /* Closing stops the watchdog but deletes nothing (as Redisson does). */
-  rlock_client_close(c);
+  rlock_client_free(c);
   int64_t t_close = rt_now_ms();
   SOFT_CHECK(a, rt_exists(name) == 1, "close must not delete the lock");
   SOFT_CHECK(a, !peer_has_answer(p, 0), "the peer got the lock at close");
@@ -836,8 +836,8 @@ static void peer_force_wakes_rlock(peer_kind kind) {
   peer_stop(p);
   rlock_free(held);
   rlock_free(wanted);
-  rlock_client_close(holder);
-  rlock_client_close(waiter);
+  rlock_client_free(holder);
+  rlock_client_free(waiter);
 }
 
 static void rlock_force_wakes_peer(peer_kind kind) {
@@ -877,7 +877,7 @@ static void rlock_force_wakes_peer(peer_kind kind) {
   peer_stop(holder);
   peer_stop(waiter);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(interop, node_force_unlock_wakes_rlock) {
@@ -949,13 +949,13 @@ static bool peer_force_reported_lost(attempt *a, peer_kind kind) {
 
   peer_stop(p);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   return true;
 
 void_attempt:
   interop_kill_peers();
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   return false;
 }
 
@@ -1080,7 +1080,7 @@ static void braces(peer_kind kind, const char *base) {
   monitor_stop(m);
   peer_stop(p);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* node-redisson braces every name that does not start with '{' (a known
@@ -1141,7 +1141,7 @@ Test(interop, java3x_release_wakes_rlock) {
   monitor_stop(m);
   peer_stop(p);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- the Java-like peer's batched renewal keeps rlock out of many locks ----
@@ -1208,18 +1208,18 @@ static bool batched_renewal(attempt *a, peer_kind kind) {
     SOFT_CHECK(a, strcmp(answer, "UNLOCKED") == 0, "unlock %d: %s", i, answer);
   }
   cr_assert_eq(rlock_try_lock(first, 0, LONG_LEASE_MS), 1);
-  cr_assert_eq(rlock_unlock(first), 1);
+  cr_assert_eq(rlock_unlock(first), 0);
   monitor_stop(m);
   peer_stop(p);
   rlock_free(first);
   rlock_free(last);
-  rlock_client_close(c);
+  rlock_client_free(c);
   return true;
 
 void_attempt:
   interop_kill_peers();
   monitor_stop(m);
-  rlock_client_close(c); /* forgets whatever it got meanwhile */
+  rlock_client_free(c); /* forgets whatever it got meanwhile */
   rlock_free(first);
   rlock_free(last);
   return false;
@@ -1277,7 +1277,7 @@ Test(interop, java_sharded_pubsub_both_ways) {
 
   peer_stop(p);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* The control experiment for every wake-up bound in this suite: when the
@@ -1348,5 +1348,5 @@ Test(interop, pubsub_mode_mismatch_wakes_only_by_ttl) {
   rl_worker_finish(&w);
   peer_stop(p);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }

@@ -62,19 +62,19 @@ static rlock *kind_get(rlock_client *c, const char *kind, const char *name) {
   rlock *lock = NULL;
   int rc;
   if (strcmp(kind, "fair") == 0)
-    rc = rlock_get_fair(c, name, &lock);
+    rc = rlock_new_fair(c, name, &lock);
   else if (strcmp(kind, "read") == 0)
-    rc = rlock_get_read(c, name, &lock);
+    rc = rlock_new_read(c, name, &lock);
   else if (strcmp(kind, "write") == 0)
-    rc = rlock_get_write(c, name, &lock);
+    rc = rlock_new_write(c, name, &lock);
   else if (strcmp(kind, "fenced") == 0)
-    rc = rlock_get_fenced(c, name, &lock);
+    rc = rlock_new_fenced(c, name, &lock);
   else if (strcmp(kind, "nonreentrant") == 0)
-    rc = rlock_get_nonreentrant(c, name, &lock);
+    rc = rlock_new_nonreentrant(c, name, &lock);
   else if (strcmp(kind, "nonreentrant_fair") == 0)
-    rc = rlock_get_nonreentrant_fair(c, name, &lock);
+    rc = rlock_new_nonreentrant_fair(c, name, &lock);
   else
-    rc = rlock_get_spin(c, name, &lock);
+    rc = rlock_new_spin(c, name, &lock);
   cr_assert_eq(rc, 0, "rlock_get_%s(%s): %s (%s)", kind, name,
                rlock_err_name(rc), rlock_last_error());
   cr_assert_str_eq(rlock_kind(lock), kind);
@@ -309,7 +309,7 @@ Test(kinds, fenced_wakes_both_ways_tokens_increase) {
   assert_peer_waits(p, "fenced, rlock holds");
   t_release = rt_now_ms();
   kworker_finish(&w);
-  cr_assert_eq(w.unlock_rc, 1);
+  cr_assert_eq(w.unlock_rc, 0);
   const char *ptok = expect_peer_woke(p, t_release,
                                       "fenced: rlock releases -> java-like "
                                       "acquires");
@@ -325,7 +325,7 @@ Test(kinds, fenced_wakes_both_ways_tokens_increase) {
   tokens[n_tokens++] = tok;
   interop_assert_hget(name, me, "2");
   cr_assert_eq(rlock_unlock(lock), 0);
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   peer_call(p, "ACQUIRED", REPLY_BOUND_MS, "fxlock %s %d", name,
             LONG_LEASE_MS);
   tokens[n_tokens++] = atoll(peer_call(p, "TOKEN", REPLY_BOUND_MS,
@@ -361,8 +361,8 @@ Test(kinds, fenced_wakes_both_ways_tokens_increase) {
   peer_stop(p);
   rlock_free(lock);
   rlock_free(lock2);
-  rlock_client_close(c);
-  rlock_client_close(c2);
+  rlock_client_free(c);
+  rlock_client_free(c2);
 }
 
 /* getNonReentrantLock (docs/wire-protocol.md) both ways: each side
@@ -403,7 +403,7 @@ Test(kinds, nonreentrant_both_ways) {
                              "acquires");
   interop_assert_hget(name, w.owner, "1");
   kworker_finish(&w);
-  cr_assert_eq(w.unlock_rc, 1);
+  cr_assert_eq(w.unlock_rc, 0);
   cr_assert_eq(rt_exists(name), 0);
 
   /* rlock holds; its own re-acquire is refused at once; the peer waits
@@ -418,7 +418,7 @@ Test(kinds, nonreentrant_both_ways) {
   cr_assert_str_eq(peer_expect_event(p, "WAITING", REPLY_BOUND_MS), channel);
   assert_peer_waits(p, "nonreentrant, rlock holds");
   t_release = rt_now_ms();
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   expect_peer_woke(p, t_release, "nonreentrant: rlock releases -> java-like "
                                  "acquires");
   interop_assert_hget(name, po, "1");
@@ -428,8 +428,8 @@ Test(kinds, nonreentrant_both_ways) {
   peer_stop(p);
   rlock_free(lock);
   rlock_free(lock2);
-  rlock_client_close(c);
-  rlock_client_close(c2);
+  rlock_client_free(c);
+  rlock_client_free(c2);
 }
 
 Test(kinds, fenced_monitor) {
@@ -448,7 +448,7 @@ Test(kinds, fenced_monitor) {
   cr_assert_eq(rlock_lock_fenced(lock, LONG_LEASE_MS, &tok), 0);
   peer_send(p, "fxlock %s %d", name, LONG_LEASE_MS);
   peer_expect_event(p, "WAITING", REPLY_BOUND_MS);
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   peer_expect(p, "ACQUIRED", REPLY_BOUND_MS);
   peer_call(p, "UNLOCKED", REPLY_BOUND_MS, "fxunlock %s", name);
   monitor_sync(m);
@@ -476,7 +476,7 @@ Test(kinds, fenced_monitor) {
   monitor_stop(m);
   peer_stop(p);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ==================================================================== */
@@ -516,7 +516,7 @@ static void spin_scenario(const char *name, peer *p, rlock_client *c,
   cr_assert_eq(rt_pubsub_channels(NULL, 0), 0);
   t_release = rt_now_ms();
   kworker_finish(&w);
-  cr_assert_eq(w.unlock_rc, 1);
+  cr_assert_eq(w.unlock_rc, 0);
   expect_peer_woke(p, t_release, "spin: rlock releases -> java-like polls in");
   interop_assert_hget(name, po, "1");
   peer_call(p, "UNLOCKED", REPLY_BOUND_MS, "spunlock %s", name);
@@ -532,8 +532,8 @@ Test(kinds, spin_excludes_and_polls_both_ways) {
   rlock_client *c = rt_client(), *c2 = rt_client();
   spin_scenario(name, p, c, c2);
   peer_stop(p);
-  rlock_client_close(c);
-  rlock_client_close(c2);
+  rlock_client_free(c);
+  rlock_client_free(c2);
 }
 
 typedef struct spin_counter {
@@ -573,7 +573,7 @@ static void spin_counter_main(void *arg) {
     if (r)
       freeReplyObject(r);
     rc = rlock_unlock(t->lock);
-    if (rc != 1) {
+    if (rc != 0) {
       snprintf(t->error, sizeof t->error, "round %d: unlock %s (%s)", i,
                rlock_err_name(rc), rlock_last_error());
       return;
@@ -650,8 +650,8 @@ Test(kinds, spin_counter_mixed) {
   peer_stop(p);
   rlock_free(t[0].lock);
   rlock_free(t[1].lock);
-  rlock_client_close(c1);
-  rlock_client_close(c2);
+  rlock_client_free(c1);
+  rlock_client_free(c2);
 }
 
 Test(kinds, spin_monitor_no_pubsub) {
@@ -691,8 +691,8 @@ Test(kinds, spin_monitor_no_pubsub) {
   assert_monitor_has(m, needle, "rlock spin release call");
   monitor_stop(m);
   peer_stop(p);
-  rlock_client_close(c);
-  rlock_client_close(c2);
+  rlock_client_free(c);
+  rlock_client_free(c2);
 }
 
 /* ==================================================================== */
@@ -780,7 +780,7 @@ Test(kinds, fair_wakes_both_ways) {
   assert_peer_waits(p, "fair, rlock holds");
   t_release = rt_now_ms();
   kworker_finish(&w);
-  cr_assert_eq(w.unlock_rc, 1);
+  cr_assert_eq(w.unlock_rc, 0);
   expect_peer_woke(p, t_release, "fair: rlock releases -> java-like acquires");
   interop_assert_hget(f.name, po, "1");
   cr_assert_eq(rt_exists(f.queue), 0);
@@ -788,7 +788,7 @@ Test(kinds, fair_wakes_both_ways) {
   cr_assert_eq(rt_exists(f.name), 0);
   peer_stop(p);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(kinds, fair_fifo_mixed) {
@@ -820,7 +820,7 @@ Test(kinds, fair_fifo_mixed) {
 
   /* Hand over along the queue; nobody behind the head moves. */
   int64_t t = rt_now_ms();
-  cr_assert_eq(rlock_unlock(held), 1);
+  cr_assert_eq(rlock_unlock(held), 0);
   expect_peer_woke(p1, t, "fair fifo: rlock holder -> java-like 1");
   cr_assert_eq(atomic_load(&w1.stage), 1);
   cr_assert_eq(atomic_load(&w2.stage), 1);
@@ -836,7 +836,7 @@ Test(kinds, fair_fifo_mixed) {
 
   t = rt_now_ms();
   kworker_finish(&w1);
-  cr_assert_eq(w1.unlock_rc, 1);
+  cr_assert_eq(w1.unlock_rc, 0);
   expect_peer_woke(p2, t, "fair fifo: rlock 1 -> java-like 2");
   cr_assert_eq(atomic_load(&w2.stage), 1);
   const char *rest3[] = {w2.owner};
@@ -846,7 +846,7 @@ Test(kinds, fair_fifo_mixed) {
   peer_call(p2, "UNLOCKED", REPLY_BOUND_MS, "funlock %s", f.name);
   assert_woke(&w2, t, "fair fifo: java-like 2 -> rlock 2");
   kworker_finish(&w2);
-  cr_assert_eq(w2.unlock_rc, 1);
+  cr_assert_eq(w2.unlock_rc, 0);
   cr_assert_eq(rt_exists(f.name), 0);
   cr_assert_eq(rt_exists(f.queue), 0);
   cr_assert_eq(rt_exists(f.timeout), 0);
@@ -855,9 +855,9 @@ Test(kinds, fair_fifo_mixed) {
   rlock_free(held);
   rlock_free(l1);
   rlock_free(l2);
-  rlock_client_close(holder);
-  rlock_client_close(c1);
-  rlock_client_close(c2);
+  rlock_client_free(holder);
+  rlock_client_free(c1);
+  rlock_client_free(c2);
 }
 
 #define GIVE_UP_WAIT_MS 3000
@@ -897,18 +897,18 @@ Test(kinds, fair_peer_gives_up_rlock_behind_gets_it) {
   cr_assert_eq(atomic_load(&w.stage), 1);
 
   int64_t t = rt_now_ms();
-  cr_assert_eq(rlock_unlock(held), 1);
+  cr_assert_eq(rlock_unlock(held), 0);
   assert_woke(&w, t, "fair: holder releases -> rlock (behind a java-like "
                      "waiter that gave up) acquires");
   kworker_finish(&w);
-  cr_assert_eq(w.unlock_rc, 1);
+  cr_assert_eq(w.unlock_rc, 0);
   cr_assert_eq(rt_exists(f.queue), 0);
   cr_assert_eq(rt_exists(f.timeout), 0);
   peer_stop(p);
   rlock_free(held);
   rlock_free(lock);
-  rlock_client_close(holder);
-  rlock_client_close(c);
+  rlock_client_free(holder);
+  rlock_client_free(c);
 }
 
 Test(kinds, fair_rlock_gives_up_peer_behind_gets_it) {
@@ -953,7 +953,7 @@ Test(kinds, fair_rlock_gives_up_peer_behind_gets_it) {
   assert_peer_waits(p, "fair: holder still holds");
 
   int64_t t = rt_now_ms();
-  cr_assert_eq(rlock_unlock(held), 1);
+  cr_assert_eq(rlock_unlock(held), 0);
   expect_peer_woke(p, t, "fair: holder releases -> java-like (behind an "
                          "rlock waiter that gave up) acquires");
   interop_assert_hget(f.name, po, "1");
@@ -965,8 +965,8 @@ Test(kinds, fair_rlock_gives_up_peer_behind_gets_it) {
   peer_stop(p);
   rlock_free(held);
   rlock_free(lock);
-  rlock_client_close(holder);
-  rlock_client_close(c);
+  rlock_client_free(holder);
+  rlock_client_free(c);
 }
 
 Test(kinds, fair_monitor) {
@@ -1001,7 +1001,7 @@ Test(kinds, fair_monitor) {
   peer_call(p2, "UNLOCKED", REPLY_BOUND_MS, "funlock %s", f.name);
   /* rlock's release with nobody queued publishes nothing. */
   cr_assert_eq(rlock_lock(mine, LONG_LEASE_MS), 0);
-  cr_assert_eq(rlock_unlock(mine), 1);
+  cr_assert_eq(rlock_unlock(mine), 0);
   monitor_sync(m);
 
   /* Single attempt: KEYS [H, Q, Z], ARGV [lease, owner, now, 300000]. */
@@ -1062,8 +1062,8 @@ Test(kinds, fair_monitor) {
   peer_stop(p2);
   rlock_free(lock);
   rlock_free(mine);
-  rlock_client_close(c);
-  rlock_client_close(cm);
+  rlock_client_free(c);
+  rlock_client_free(cm);
 }
 
 /* ==================================================================== */
@@ -1131,11 +1131,11 @@ Test(kinds, rw_readers_share) {
                "rlock's reader must join the peer's read hold");
   cr_assert_eq(rlock_is_locked(rd), 1);
   peer_call(p, "UNLOCKED", REPLY_BOUND_MS, "rdunlock %s", r.name);
-  cr_assert_eq(rlock_unlock(rd), 1);
+  cr_assert_eq(rlock_unlock(rd), 0);
   cr_assert_eq(rt_exists(r.name), 0);
   peer_stop(p);
   rlock_free(rd);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(kinds, rw_writer_waits_for_readers_both_ways) {
@@ -1169,7 +1169,7 @@ Test(kinds, rw_writer_waits_for_readers_both_ways) {
                monitor_line(m, pub));
   monitor_stop(m);
   int64_t t = rt_now_ms();
-  cr_assert_eq(rlock_unlock(rd2), 1);
+  cr_assert_eq(rlock_unlock(rd2), 0);
   expect_peer_woke(p, t, "rw: last rlock reader releases -> java-like writer");
   assert_mode(&r, "write");
   snprintf(field, sizeof field, "%s:write", po);
@@ -1196,14 +1196,14 @@ Test(kinds, rw_writer_waits_for_readers_both_ways) {
   peer_call(p, "NOTACQUIRED", REPLY_BOUND_MS, "rdtrylock %s 0 %d", r.name,
             LONG_LEASE_MS);
   kworker_finish(&w);
-  cr_assert_eq(w.unlock_rc, 1);
+  cr_assert_eq(w.unlock_rc, 0);
   cr_assert_eq(rt_exists(r.name), 0);
   peer_stop(p);
   rlock_free(rd1);
   rlock_free(rd2);
   rlock_free(wr);
-  rlock_client_close(c1);
-  rlock_client_close(c2);
+  rlock_client_free(c1);
+  rlock_client_free(c2);
 }
 
 Test(kinds, rw_write_unlock_wakes_readers_both_sides) {
@@ -1240,7 +1240,7 @@ Test(kinds, rw_write_unlock_wakes_readers_both_sides) {
     if (peer_writes)
       peer_call(pw, "UNLOCKED", REPLY_BOUND_MS, "wrunlock %s", r.name);
     else
-      cr_assert_eq(rlock_unlock(wr), 1);
+      cr_assert_eq(rlock_unlock(wr), 0);
     const char *who = peer_writes ? "java-like" : "rlock";
     char what[128];
     for (int i = 0; i < 2; i++) {
@@ -1266,8 +1266,8 @@ Test(kinds, rw_write_unlock_wakes_readers_both_sides) {
   peer_stop(pr);
   rlock_free(wr);
   rlock_free(rd);
-  rlock_client_close(cw);
-  rlock_client_close(cr);
+  rlock_client_free(cw);
+  rlock_client_free(cr);
 }
 
 #define RW_WATCHDOG_MS 1500
@@ -1298,7 +1298,7 @@ Test(kinds, rw_peer_read_unlock_keeps_rlock_hold) {
   cr_assert(ttl > LONG_LEASE_MS - 5000, "PTTL %lld: the hash should live as "
                                         "long as rlock's timeout key",
             ttl);
-  cr_assert_eq(rlock_unlock(rd), 1);
+  cr_assert_eq(rlock_unlock(rd), 0);
   cr_assert_eq(rt_exists(r.name), 0);
 
   /* 2. A watchdog read hold, held for more than one watchdog timeout: the
@@ -1334,12 +1334,12 @@ Test(kinds, rw_peer_read_unlock_keeps_rlock_hold) {
   cr_assert_geq(renewals, 2, "MONITOR: rlock's renewal should PEXPIRE %s",
                 tk);
   monitor_stop(m);
-  cr_assert_eq(rlock_unlock(rd), 1);
+  cr_assert_eq(rlock_unlock(rd), 0);
   cr_assert_eq(rt_exists(r.name), 0);
   cr_assert_eq(rt_exists(tk), 0);
   peer_stop(p);
   rlock_free(rd);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* The peer's ReadLockTask-style renewal keeps a watchdog read hold (and
@@ -1375,12 +1375,12 @@ Test(kinds, rw_peer_watchdog_reader_keeps_rlock_writer_out) {
   peer_call(p, "UNLOCKED", REPLY_BOUND_MS, "rdunlock %s", r.name);
   assert_woke(&w, t, "rw: renewed java-like reader releases -> rlock writer");
   kworker_finish(&w);
-  cr_assert_eq(w.unlock_rc, 1);
+  cr_assert_eq(w.unlock_rc, 0);
   cr_assert_eq(rt_exists(r.name), 0);
   cr_assert_eq(rt_exists(tk), 0);
   peer_stop(p);
   rlock_free(wr);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(kinds, rw_monitor) {
@@ -1398,7 +1398,7 @@ Test(kinds, rw_monitor) {
   peer_send(p, "wrlock %s %d", r.name, LONG_LEASE_MS);
   peer_expect_event(p, "WAITING", REPLY_BOUND_MS);
   int64_t t = rt_now_ms();
-  cr_assert_eq(rlock_unlock(rd), 1);
+  cr_assert_eq(rlock_unlock(rd), 0);
   expect_peer_woke(p, t, "rw MONITOR: rlock read unlock -> java-like writer");
   peer_call(p, "UNLOCKED", REPLY_BOUND_MS, "wrunlock %s", r.name);
   /* rlock writes; the peer's reader waits; rlock's write unlock publishes
@@ -1407,7 +1407,7 @@ Test(kinds, rw_monitor) {
   peer_send(p, "rdlock %s %d", r.name, LONG_LEASE_MS);
   peer_expect_event(p, "WAITING", REPLY_BOUND_MS);
   t = rt_now_ms();
-  cr_assert_eq(rlock_unlock(wr), 1);
+  cr_assert_eq(rlock_unlock(wr), 0);
   expect_peer_woke(p, t, "rw MONITOR: rlock write unlock -> java-like reader");
   peer_call(p, "UNLOCKED", REPLY_BOUND_MS, "rdunlock %s", r.name);
   /* rlock waits as a writer behind the peer's reader: it subscribes to the
@@ -1480,7 +1480,7 @@ Test(kinds, rw_monitor) {
   peer_stop(p);
   rlock_free(rd);
   rlock_free(wr);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ==================================================================== */
@@ -1577,7 +1577,7 @@ Test(kinds, multilock_c_and_java_exclude_each_other) {
   rlock_multilock_free(ml);
   rlock_free(m[0]);
   rlock_free(m[1]);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* The wire of a MultiLock with a wait and a lease, as Java sends it: each
@@ -1629,7 +1629,7 @@ Test(kinds, multilock_monitor) {
   rlock_multilock_free(ml);
   rlock_free(m[0]);
   rlock_free(m[1]);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* The FasterMultiLock's wire as the study saw Java send it: the acquire
@@ -1645,12 +1645,12 @@ Test(kinds, fast_multilock_monitor) {
   interop_my_owner(me, sizeof me, c);
   const char *vals[2] = {"Jack_001", "Mary_002"};
   rlock_fast_multilock *f = NULL, *f2 = NULL;
-  cr_assert_eq(rlock_fast_multilock_get(c, g, vals, NULL, 2, &f), 0);
-  cr_assert_eq(rlock_fast_multilock_get(c2, g, vals + 1, NULL, 1, &f2), 0);
+  cr_assert_eq(rlock_fast_multilock_new(c, g, vals, NULL, 2, &f), 0);
+  cr_assert_eq(rlock_fast_multilock_new(c2, g, vals + 1, NULL, 1, &f2), 0);
   monitor *mon = monitor_start();
   cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, 30000), 1);
   cr_assert_eq(rlock_fast_multilock_try_lock(f2, 100, 30000), 0);
-  cr_assert_eq(rlock_fast_multilock_unlock(f), 1);
+  cr_assert_eq(rlock_fast_multilock_unlock(f), 0);
   monitor_sync(mon);
 
   snprintf(needle, sizeof needle, "\"1\" \"%s\" \"30000\" \"", g);
@@ -1685,8 +1685,8 @@ Test(kinds, fast_multilock_monitor) {
   monitor_stop(mon);
   rlock_fast_multilock_free(f);
   rlock_fast_multilock_free(f2);
-  rlock_client_close(c2);
-  rlock_client_close(c);
+  rlock_client_free(c2);
+  rlock_client_free(c);
 }
 
 /* Watchdog mode (lease_ms < 0) on the wire, as Java's FastMultilockTask:
@@ -1703,11 +1703,11 @@ Test(kinds, fast_multilock_watchdog_monitor) {
   interop_my_owner(me, sizeof me, c);
   const char *vals[2] = {"Jack_001", "Mary_002"};
   rlock_fast_multilock *f = NULL;
-  cr_assert_eq(rlock_fast_multilock_get(c, g, vals, NULL, 2, &f), 0);
+  cr_assert_eq(rlock_fast_multilock_new(c, g, vals, NULL, 2, &f), 0);
   monitor *mon = monitor_start();
   cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, -1), 1);
   rt_sleep_ms(1500);
-  cr_assert_eq(rlock_fast_multilock_unlock(f), 1);
+  cr_assert_eq(rlock_fast_multilock_unlock(f), 0);
   monitor_sync(mon);
 
   snprintf(needle, sizeof needle, "\"1\" \"%s\" \"900\" \"", g);
@@ -1744,7 +1744,7 @@ Test(kinds, fast_multilock_watchdog_monitor) {
   interop_report("fast multilock watchdog MONITOR: %d renewals", renewals);
   monitor_stop(mon);
   rlock_fast_multilock_free(f);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 static bool queue_len_is_1(void *name) {
@@ -1782,7 +1782,7 @@ Test(kinds, nonreentrant_fair_both_ways) {
   assert_woke(&w, t_release, "nonreentrant fair: java-like releases -> "
                              "rlock acquires");
   kworker_finish(&w);
-  cr_assert_eq(w.unlock_rc, 1);
+  cr_assert_eq(w.unlock_rc, 0);
   cr_assert_eq(rt_exists(name), 0);
 
   cr_assert_eq(rlock_lock(lock, LONG_LEASE_MS), 0);
@@ -1792,7 +1792,7 @@ Test(kinds, nonreentrant_fair_both_ways) {
   peer_send(p, "nftrylock %s 10000 %d", name, LONG_LEASE_MS);
   interop_wait_until(queue_len_is_1, name, REPLY_BOUND_MS, "peer queued");
   t_release = rt_now_ms();
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   expect_peer_woke(p, t_release, "nonreentrant fair: rlock releases -> "
                                  "java-like acquires");
   interop_assert_hget(name, po, "1");
@@ -1802,6 +1802,6 @@ Test(kinds, nonreentrant_fair_both_ways) {
   peer_stop(p);
   rlock_free(lock);
   rlock_free(lock2);
-  rlock_client_close(c);
-  rlock_client_close(c2);
+  rlock_client_free(c);
+  rlock_client_free(c2);
 }

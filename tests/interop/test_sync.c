@@ -61,16 +61,16 @@ static int64_t net_ms(int64_t from, int64_t to) {
 
 static rlock_semaphore *sem_get(rlock_client *c, const char *name) {
   rlock_semaphore *s = NULL;
-  int rc = rlock_semaphore_get(c, name, &s);
-  cr_assert_eq(rc, 0, "rlock_semaphore_get(%s): %s (%s)", name,
+  int rc = rlock_semaphore_new(c, name, &s);
+  cr_assert_eq(rc, 0, "rlock_semaphore_new(%s): %s (%s)", name,
                rlock_err_name(rc), rlock_last_error());
   return s;
 }
 
 static rlock_latch *latch_get(rlock_client *c, const char *name) {
   rlock_latch *l = NULL;
-  int rc = rlock_latch_get(c, name, &l);
-  cr_assert_eq(rc, 0, "rlock_latch_get(%s): %s (%s)", name, rlock_err_name(rc),
+  int rc = rlock_latch_new(c, name, &l);
+  cr_assert_eq(rc, 0, "rlock_latch_new(%s): %s (%s)", name, rlock_err_name(rc),
                rlock_last_error());
   return l;
 }
@@ -268,7 +268,7 @@ Test(sync, sem_shared_permits_not_over_issued) {
 
   peer_stop(p);
   rlock_semaphore_free(sem);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(sync, sem_release_wakes_other_side) {
@@ -317,7 +317,7 @@ Test(sync, sem_release_wakes_other_side) {
 
   peer_stop(p);
   rlock_semaphore_free(sem);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* Waits until one of the two peers has an answer; returns its index. */
@@ -371,7 +371,7 @@ Test(sync, sem_rlock_release_one_wakes_one_peer) {
   peer_stop(p[0]);
   peer_stop(p[1]);
   rlock_semaphore_free(sem);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ==================================================================== */
@@ -395,7 +395,7 @@ static void latch_round(const char *base, bool last_on_peer) {
     peer_call(cd, "RESULT 1", REPLY_BOUND_MS, "lttryset %s 2", name);
     cr_assert_eq(rlock_latch_try_set_count(l, 5), 0);
   }
-  cr_assert_eq(rlock_latch_get_count(l), 2);
+  cr_assert_eq(rlock_latch_count(l), 2);
 
   peer_send(aw, "ltawait %s %d", name, LONG_WAIT_MS);
   peer_expect_event(aw, "WAITING", REPLY_BOUND_MS);
@@ -424,12 +424,12 @@ static void latch_round(const char *base, bool last_on_peer) {
            last_on_peer ? "the peer" : "rlock");
   assert_waiter_woke(&w, t_open, what);
   cr_assert_eq(rt_exists(name), 0, "the open latch's key is deleted");
-  cr_assert_eq(rlock_latch_get_count(l), 0);
+  cr_assert_eq(rlock_latch_count(l), 0);
 
   peer_stop(aw);
   peer_stop(cd);
   rlock_latch_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(sync, latch_opens_both_sides) {
@@ -504,7 +504,7 @@ static void monitor_sem(const char *base) {
   monitor_stop(m);
   peer_stop(p);
   rlock_semaphore_free(sem);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 static void monitor_latch(const char *base) {
@@ -542,7 +542,7 @@ static void monitor_latch(const char *base) {
   monitor_stop(m);
   peer_stop(p);
   rlock_latch_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(sync, monitor_channels) {
@@ -560,8 +560,8 @@ typedef char pes_id[RLOCK_PERMIT_ID_LEN + 1];
 
 static rlock_permit_semaphore *pes_get(rlock_client *c, const char *name) {
   rlock_permit_semaphore *s = NULL;
-  int rc = rlock_permit_semaphore_get(c, name, &s);
-  cr_assert_eq(rc, 0, "rlock_permit_semaphore_get(%s): %s", name,
+  int rc = rlock_permit_semaphore_new(c, name, &s);
+  cr_assert_eq(rc, 0, "rlock_permit_semaphore_new(%s): %s", name,
                rlock_err_name(rc));
   return s;
 }
@@ -645,7 +645,7 @@ Test(sync, pes_ids_cross_release) {
   cr_assert_str_neq(theirs[0], theirs[1]);
   assert_count(name, "2");
   cr_assert_eq(rlock_permit_semaphore_acquired_permits(s), 2);
-  cr_assert_eq(rlock_permit_semaphore_get_permits(s), 4);
+  cr_assert_eq(rlock_permit_semaphore_permits(s), 4);
   cr_assert_eq(rlock_permit_semaphore_lease_time(s, theirs[0], &left), 0);
   cr_assert_eq(left, -1, "the peer's permit has no lease");
   const char *bad[2] = {theirs[0], "0123456789abcdef0123456789abcdef"};
@@ -659,7 +659,7 @@ Test(sync, pes_ids_cross_release) {
 
   /* setPermits on one side, getPermits on the other */
   peer_call(p, "SET", REPLY_BOUND_MS, "pessetpermits %s 6", name);
-  cr_assert_eq(rlock_permit_semaphore_get_permits(s), 6);
+  cr_assert_eq(rlock_permit_semaphore_permits(s), 6);
   cr_assert_eq(rlock_permit_semaphore_acquire_n(s, 2, -1, mine), 0);
   cr_assert_eq(rlock_permit_semaphore_set_permits(s, 3), 0);
   peer_call(p, "PERMITS 3", REPLY_BOUND_MS, "pespermits %s", name);
@@ -670,7 +670,7 @@ Test(sync, pes_ids_cross_release) {
 
   peer_stop(p);
   rlock_permit_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(sync, pes_waiters_woken_across) {
@@ -736,7 +736,7 @@ Test(sync, pes_waiters_woken_across) {
 
   peer_stop(p);
   rlock_permit_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* A MONITOR line's quoted arguments after the "]", unescaped (\xHH, \",
@@ -904,5 +904,5 @@ Test(sync, pes_monitor_wire) {
   free(args);
   peer_stop(p);
   rlock_permit_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }

@@ -1,4 +1,4 @@
-/* The fair lock (rlock_get_fair; Redisson getFairLock): RLock's hash plus
+/* The fair lock (rlock_new_fair; Redisson getFairLock): RLock's hash plus
  * the waiting queue redisson_lock_queue:{name} (list) and the deadlines
  * redisson_lock_timeout:{name} (zset, client wall-clock ms); a release
  * tells only the first waiter, on its own channel
@@ -29,8 +29,8 @@ TestSuite(fair, .init = rt_server_start, .fini = rt_server_stop,
 
 static rlock *fair(rlock_client *c, const char *name) {
   rlock *l = NULL;
-  int rc = rlock_get_fair(c, name, &l);
-  cr_assert_eq(rc, 0, "rlock_get_fair: %s", rlock_err_name(rc));
+  int rc = rlock_new_fair(c, name, &l);
+  cr_assert_eq(rc, 0, "rlock_new_fair: %s", rlock_err_name(rc));
   cr_assert_str_eq(rlock_kind(l), "fair");
   return l;
 }
@@ -245,7 +245,7 @@ static void fifo_child(fifo_shared *sh, const char *key) {
   o.uri = rt_uri();
   rlock_client *c = NULL;
   rlock *l = NULL;
-  if (rlock_client_open(&c, &o) != 0 || rlock_get_fair(c, key, &l) != 0)
+  if (rlock_client_new(&c, &o) != 0 || rlock_new_fair(c, key, &l) != 0)
     _exit(2);
   snprintf(sh->child_id, sizeof sh->child_id, "%s", rlock_client_id(c));
   atomic_store(&sh->child_ready, 1);
@@ -262,7 +262,7 @@ static void fifo_child(fifo_shared *sh, const char *key) {
   while (atomic_load(&sh->done) < FIFO_N && rt_now_ms() < end)
     rt_sleep_ms(5);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
   atomic_store(&sh->child_exit, atomic_load(&sh->done) == FIFO_N ? 100 : 5);
   _exit(atomic_load(&sh->child_exit) == 100 ? 0 : 5);
 }
@@ -327,7 +327,7 @@ Test(fair, fifo_order_across_two_processes) {
     rt_wait_until_what(subscribed, ch, 5000, "the waiter's own channel");
   }
   cr_assert_eq(rt_numsub(n.chan), 0, "nobody listens on the base channel");
-  cr_assert_eq(rlock_unlock_owner(l, 999), 1);
+  cr_assert_eq(rlock_unlock_owner(l, 999), 0);
   int64_t end = rt_now_ms() + 15000;
   while (atomic_load(&sh->done) < FIFO_N && rt_now_ms() < end)
     rt_sleep_ms(5);
@@ -344,7 +344,7 @@ Test(fair, fifo_order_across_two_processes) {
   wait_queue_empty(&n, "queue empty after everyone's turn");
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(l);
-  rlock_client_close(a);
+  rlock_client_free(a);
   munmap(sh, sizeof *sh);
 }
 
@@ -399,23 +399,23 @@ Test(fair, java_layout_and_score_arithmetic) {
   rt_wait_until_what(subscribed, c3, 5000, "P3's channel");
   long long s3 = zscore(n.timeout, p3);
 
-  cr_assert_eq(rlock_unlock_owner(la, 1), 1);
+  cr_assert_eq(rlock_unlock_owner(la, 1), 0);
   cr_assert_eq(waiter_wait(&w2, 5000, "P2 acquires"), 1);
   cr_assert_eq(zscore(n.timeout, p3), s3 - 20000,
                "those behind move up by the acquirer's wait");
   cr_assert_eq(zscore(n.timeout, p2), -1, "the acquirer left the set");
   cr_assert_eq(rt_int("LLEN %s", n.queue), 1);
   cr_assert_eq(atomic_load(&w3.status), PENDING, "P3 still waits");
-  cr_assert_eq(rlock_unlock_owner(lb, 2), 1);
+  cr_assert_eq(rlock_unlock_owner(lb, 2), 0);
   cr_assert_eq(waiter_wait(&w3, 5000, "P3 acquires"), 1);
   cr_assert_eq(rlock_hold_count_owner(lb, 3), 1);
   wait_queue_empty(&n, "both left the queue");
-  cr_assert_eq(rlock_unlock_owner(lb, 3), 1);
+  cr_assert_eq(rlock_unlock_owner(lb, 3), 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(la);
   rlock_free(lb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* ---- only the head is told ---- */
@@ -447,26 +447,26 @@ Test(fair, release_tells_only_the_first_waiter) {
 
   sniffer s;
   sniff_start(&s, &n);
-  cr_assert_eq(rlock_unlock_owner(la, 1), 1);
+  cr_assert_eq(rlock_unlock_owner(la, 1), 0);
   cr_assert_eq(waiter_wait(&x, 5000, "the first waiter acquires"), 1);
   sniff_collect(&s);
   cr_assert_eq(s.n, 1, "one message for one release (got %d)", s.n);
   cr_assert_str_eq(s.chan[0], c1);
   cr_assert_str_eq(s.payload[0], "0");
   cr_assert_eq(atomic_load(&y.status), PENDING);
-  cr_assert_eq(rlock_unlock_owner(lb, 2), 1);
+  cr_assert_eq(rlock_unlock_owner(lb, 2), 0);
   cr_assert_eq(waiter_wait(&y, 5000, "the second waiter acquires"), 1);
   sniff_collect(&s);
   cr_assert_eq(s.n, 2, "got %d messages", s.n);
   cr_assert_str_eq(s.chan[1], c2);
-  cr_assert_eq(rlock_unlock_owner(lb, 3), 1);
+  cr_assert_eq(rlock_unlock_owner(lb, 3), 0);
   sniff_collect(&s);
   cr_assert_eq(s.n, 2, "the last release has nobody to tell");
   sniff_stop(&s);
   rlock_free(la);
   rlock_free(lb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* ---- a crashed Java waiter at the head ---- */
@@ -505,9 +505,9 @@ Test(fair, dead_head_is_pruned_without_busy_looping) {
             "%lld scripts in ~2 s: a busy loop", scripts);
   cr_assert_eq(rt_exists(n.queue), 0, "ghost pruned, we left the queue");
   cr_assert_eq(rt_exists(n.timeout), 0);
-  cr_assert_eq(rlock_unlock_owner(l, 7), 1);
+  cr_assert_eq(rlock_unlock_owner(l, 7), 0);
   rlock_free(l);
-  rlock_client_close(a);
+  rlock_client_free(a);
 }
 
 /* ---- giving up leaves no entry ---- */
@@ -544,14 +544,14 @@ Test(fair, timeout_leaves_the_queue_and_moves_those_behind_up) {
   cr_assert(rt_now_ms() - t0 < 1500);
   wait_len(n.queue, 1, "the blocking try left the queue");
   cr_assert_eq(rt_int("ZCARD %s", n.timeout), 1);
-  cr_assert_eq(rlock_unlock_owner(la, 1), 1);
+  cr_assert_eq(rlock_unlock_owner(la, 1), 0);
   cr_assert_eq(waiter_wait(&y, 5000, "the long waiter acquires"), 1);
   wait_queue_empty(&n, "empty");
-  cr_assert_eq(rlock_unlock_owner(lb, 3), 1);
+  cr_assert_eq(rlock_unlock_owner(lb, 3), 0);
   rlock_free(la);
   rlock_free(lb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* Cancel, interrupt and close each leave no queue or set entry. */
@@ -567,13 +567,13 @@ Test(fair, cancel_interrupt_and_close_leave_no_entry) {
   waiter w;
   waiter_start(&w, lb, 2, -1, 30000);
   wait_len(n.queue, 1, "queued (cancel)");
-  cr_assert_eq(rlock_cancel(w.req), 0);
+  cr_assert_eq(rlock_req_cancel(w.req), 0);
   cr_assert_eq(waiter_wait(&w, 3000, "cancelled"), RLOCK_ECANCELED);
   wait_queue_empty(&n, "cancel left the queue");
 
   waiter_start(&w, lb, 3, 20000, 30000);
   wait_len(n.queue, 1, "queued (interrupt)");
-  cr_assert_eq(rlock_interrupt(b, 3), 1);
+  cr_assert_eq(rlock_client_interrupt(b, 3), 1);
   cr_assert_eq(waiter_wait(&w, 3000, "interrupted"), RLOCK_ECANCELED);
   wait_queue_empty(&n, "interrupt left the queue");
 
@@ -583,19 +583,19 @@ Test(fair, cancel_interrupt_and_close_leave_no_entry) {
   wait_len(n.queue, 1, "queued (close)");
   rlock_req_free(w.req);
   w.req = NULL;
-  rlock_client_close(c);
+  rlock_client_free(c);
   cr_assert_eq(atomic_load(&w.status), RLOCK_ECLOSED);
   /* close waits for the queue-leave's reply */
   cr_assert_eq(rt_exists(n.queue), 0, "close left the queue");
   cr_assert_eq(rt_exists(n.timeout), 0);
   rlock_free(lc);
 
-  cr_assert_eq(rlock_unlock_owner(la, 1), 1);
+  cr_assert_eq(rlock_unlock_owner(la, 1), 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(la);
   rlock_free(lb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* Issue 24: a waiter that gives up (its wait ran out) and whose client
@@ -618,16 +618,16 @@ Test(fair, give_up_then_close_leaves_no_entry_after_script_flush) {
     cr_assert_eq(rlock_try_lock_owner(lb, 2, 200, 30000), 0,
                  "round %d: the wait runs out", round);
     rlock_free(lb);
-    rlock_client_close(b);
+    rlock_client_free(b);
     /* close waited for the queue-leave's reply, EVAL re-send included */
     cr_assert_eq(rt_exists(n.queue), 0, "round %d: the give-up left the "
                  "queue entry behind", round);
     cr_assert_eq(rt_exists(n.timeout), 0, "round %d", round);
   }
-  cr_assert_eq(rlock_unlock_owner(la, 1), 1);
+  cr_assert_eq(rlock_unlock_owner(la, 1), 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(la);
-  rlock_client_close(a);
+  rlock_client_free(a);
 }
 
 /* rlock's addition to the queue-leave: the first waiter leaving while the
@@ -660,16 +660,16 @@ Test(fair, first_waiter_leaving_a_free_lock_tells_the_next) {
   rt_sleep_ms(50);
   rt_int("DEL %s", key); /* the hold vanishes without a message */
   int64_t t0 = rt_now_ms();
-  cr_assert_eq(rlock_cancel(x.req), 0);
+  cr_assert_eq(rlock_req_cancel(x.req), 0);
   cr_assert_eq(waiter_wait(&x, 3000, "first cancelled"), RLOCK_ECANCELED);
   cr_assert_eq(waiter_wait(&y, 3000, "second acquires when told"), 1);
   cr_assert(rt_now_ms() - t0 < 2000);
   wait_queue_empty(&n, "empty");
-  cr_assert_eq(rlock_unlock_owner(lb, 3), 1);
+  cr_assert_eq(rlock_unlock_owner(lb, 3), 0);
   rlock_free(la);
   rlock_free(lb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* ---- single attempt, queries, force unlock, renewal ---- */
@@ -691,13 +691,13 @@ Test(fair, single_attempt_never_queues) {
   cr_assert_eq(calls("lrem") + calls("evalsha") + calls("eval"), 1,
                "one script, no queue-leave");
   cr_assert_eq(rlock_unlock_owner(la, 1), 0);
-  cr_assert_eq(rlock_unlock_owner(la, 1), 1);
+  cr_assert_eq(rlock_unlock_owner(la, 1), 0);
   cr_assert_eq(rlock_try_lock_owner(lb, 2, 0, 30000), 1);
-  cr_assert_eq(rlock_unlock_owner(lb, 2), 1);
+  cr_assert_eq(rlock_unlock_owner(lb, 2), 0);
   rlock_free(la);
   rlock_free(lb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 Test(fair, queries_force_unlock_and_watchdog) {
@@ -714,7 +714,7 @@ Test(fair, queries_force_unlock_and_watchdog) {
   cr_assert_eq(rlock_force_unlock(l), 0);
   cr_assert_eq(rlock_lock(l, -1), 0); /* watchdog */
   cr_assert_eq(rlock_is_locked(l), 1);
-  cr_assert_eq(rlock_is_held_by_current_thread(l), 1);
+  cr_assert_eq(rlock_is_held(l), 1);
   cr_assert_eq(rlock_hold_count(l), 1);
   rt_sleep_ms(1500); /* longer than the lease: renewed meanwhile */
   int64_t ttl = -5;
@@ -737,7 +737,7 @@ Test(fair, queries_force_unlock_and_watchdog) {
   sniff_stop(&s);
   cr_assert_eq(rlock_unlock(l), RLOCK_ELOCKLOST, "the hold was deleted");
   rlock_free(l);
-  rlock_client_close(a);
+  rlock_client_free(a);
 }
 
 /* ---- mutual exclusion ---- */
@@ -769,7 +769,7 @@ static void mx_run(void *arg) {
     sched_yield();
     m->counter = c + 1;
     atomic_fetch_sub(&m->inside, 1);
-    if (rlock_unlock(x->lock) != 1)
+    if (rlock_unlock(x->lock) != 0)
       atomic_fetch_add(&m->errors, 1);
   }
 }
@@ -802,8 +802,8 @@ Test(fair, mutual_exclusion_counter) {
   wait_queue_empty(&n, "no entry left");
   rlock_free(la);
   rlock_free(lb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* ---- errors ---- */
@@ -829,7 +829,7 @@ Test(fair, read_write_hash_is_wrongkind_and_left_unchanged) {
   cr_assert_eq(rt_pttl(key), -1, "no TTL added");
   wait_queue_empty(&n, "not queued");
   rlock_free(l);
-  rlock_client_close(a);
+  rlock_client_free(a);
 }
 
 /* Unlock without holding: RLOCK_ENOTOWNER (Java would return quietly when
@@ -845,7 +845,7 @@ Test(fair, unlock_not_held_is_enotowner) {
   cr_assert_eq(rlock_lock_owner(lb, 5, 30000), 0);
   cr_assert_eq(rlock_unlock(la), RLOCK_ENOTOWNER);
   cr_assert_eq(rlock_hold_count_owner(lb, 5), 1, "the holder is untouched");
-  cr_assert_eq(rlock_unlock_owner(lb, 5), 1);
+  cr_assert_eq(rlock_unlock_owner(lb, 5), 0);
   rt_int("RPUSH %s ghost-uuid:1", n.queue);
   rt_int("ZADD %s %lld ghost-uuid:1", n.timeout, wall_ms() + 60000);
   sniffer s;
@@ -859,8 +859,8 @@ Test(fair, unlock_not_held_is_enotowner) {
   sniff_stop(&s);
   rlock_free(la);
   rlock_free(lb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* ---- the repair script ---- */

@@ -1,4 +1,4 @@
-/* The fenced lock (rlock_get_fenced; Redisson getFencedLock): RLock's hash
+/* The fenced lock (rlock_new_fenced; Redisson getFencedLock): RLock's hash
  * and channel plus the token counter redisson_lock_token:{name}, one more
  * per acquisition, re-entry included (docs/wire-protocol.md, "The fenced
  * lock"). */
@@ -15,8 +15,8 @@ TestSuite(fenced, .init = rt_server_start, .fini = rt_server_stop,
 
 static rlock *fenced(rlock_client *c, const char *name) {
   rlock *l = NULL;
-  int rc = rlock_get_fenced(c, name, &l);
-  cr_assert_eq(rc, 0, "rlock_get_fenced: %s", rlock_err_name(rc));
+  int rc = rlock_new_fenced(c, name, &l);
+  cr_assert_eq(rc, 0, "rlock_new_fenced: %s", rlock_err_name(rc));
   cr_assert_str_eq(rlock_kind(l), "fenced");
   return l;
 }
@@ -70,18 +70,18 @@ Test(fenced, token_grows_with_every_acquisition_reentry_included) {
   cr_assert_eq(tb, -7, "token not written when not acquired");
   cr_assert_eq(getnum(tk), t2);
   cr_assert_eq(rlock_unlock(la), 0);
-  cr_assert_eq(rlock_unlock(la), 1);
+  cr_assert_eq(rlock_unlock(la), 0);
   cr_assert_eq(rlock_try_lock_fenced(lb, 1000, 30000, &t3), 1);
   cr_assert_gt(t3, t2, "the next holder's token is above every earlier one");
   cr_assert_eq(rlock_fenced_token(la, &cur), 0);
   cr_assert_eq(cur, t3);
-  cr_assert_eq(rlock_unlock(lb), 1);
+  cr_assert_eq(rlock_unlock(lb), 0);
   cr_assert_eq(rt_exists(key), 0);
   cr_assert_eq(getnum(tk), t3, "unlock never resets the counter");
   rlock_free(la);
   rlock_free(lb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 Test(fenced, wire_keys_and_java_layout) {
@@ -99,9 +99,9 @@ Test(fenced, wire_keys_and_java_layout) {
   long long pttl = rt_pttl(key);
   cr_assert(pttl > 4000 && pttl <= 5000, "lease applied: %lld", pttl);
   cr_assert_eq(getnum(tk), t, "token key %s", tk);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* A Java client's token already at 41: ours jumps to the clock floor above
@@ -127,9 +127,9 @@ Test(fenced, continues_a_java_counter_and_waits_for_a_java_holder) {
   cr_assert_geq(t, floor, "the clock floor (us)");
   cr_assert_eq(getnum(tk), t, "the counter holds the token: Java's INCR "
                "continues above it");
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* A counter above the clock (Java's INCRs after ours, or a clock that
@@ -145,9 +145,9 @@ Test(fenced, a_counter_above_the_clock_is_incremented) {
   int64_t t = 0;
   cr_assert_eq(rlock_lock_fenced(l, 10000, &t), 0);
   cr_assert_eq(t, ahead + 1);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 static void async_cb(int status, int64_t value, void *data) {
@@ -174,9 +174,9 @@ Test(fenced, async_gives_the_token_as_value) {
   int64_t cur = 0;
   cr_assert_eq(rlock_fenced_token(l, &cur), 0);
   cr_assert_eq(out[1], cur);
-  cr_assert_eq(rlock_unlock_owner(l, 7), 1);
+  cr_assert_eq(rlock_unlock_owner(l, 7), 0);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(fenced, bad_arguments) {
@@ -195,7 +195,7 @@ Test(fenced, bad_arguments) {
   cr_assert_eq(rt_exists(key), 0, "nothing written");
   rlock_free(plain);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* Several threads of two clients: the counter proves mutual exclusion and
@@ -214,7 +214,7 @@ static void worker(void *arg) {
   static atomic_int next;
   int me = atomic_fetch_add(&next, 1);
   rlock *l = NULL;
-  if (rlock_get_fenced(s->c[me % 2], s->key, &l) != 0) {
+  if (rlock_new_fenced(s->c[me % 2], s->key, &l) != 0) {
     atomic_fetch_add(&s->bad, 1);
     return;
   }
@@ -230,7 +230,7 @@ static void worker(void *arg) {
     long v = s->counter;
     rt_sleep_ms(0);
     s->counter = v + 1;
-    if (rlock_unlock(l) != 1)
+    if (rlock_unlock(l) != 0)
       atomic_fetch_add(&s->bad, 1);
   }
   rlock_free(l);
@@ -253,6 +253,6 @@ Test(fenced, exclusion_and_increasing_tokens_across_clients) {
   char tk[128];
   token_key(tk, sizeof tk, s.key);
   cr_assert_eq(getnum(tk), s.last_token);
-  rlock_client_close(s.c[0]);
-  rlock_client_close(s.c[1]);
+  rlock_client_free(s.c[0]);
+  rlock_client_free(s.c[1]);
 }

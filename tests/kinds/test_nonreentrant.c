@@ -1,5 +1,5 @@
-/* The non-reentrant lock and fair lock (rlock_get_nonreentrant,
- * rlock_get_nonreentrant_fair; Redisson getNonReentrantLock /
+/* The non-reentrant lock and fair lock (rlock_new_nonreentrant,
+ * rlock_new_nonreentrant_fair; Redisson getNonReentrantLock /
  * getNonReentrantFairLock): RLock's
  * and the fair lock's keys and channels, an acquire whose last ARGV is the
  * marker NON_REENTRANT_REACQUIRE, and a re-acquire by the holder refused
@@ -20,16 +20,16 @@ TestSuite(nonreentrant, .init = rt_server_start, .fini = rt_server_stop,
 
 static rlock *nr(rlock_client *c, const char *name) {
   rlock *l = NULL;
-  int rc = rlock_get_nonreentrant(c, name, &l);
-  cr_assert_eq(rc, 0, "rlock_get_nonreentrant: %s", rlock_err_name(rc));
+  int rc = rlock_new_nonreentrant(c, name, &l);
+  cr_assert_eq(rc, 0, "rlock_new_nonreentrant: %s", rlock_err_name(rc));
   cr_assert_str_eq(rlock_kind(l), "nonreentrant");
   return l;
 }
 
 static rlock *nr_fair(rlock_client *c, const char *name) {
   rlock *l = NULL;
-  int rc = rlock_get_nonreentrant_fair(c, name, &l);
-  cr_assert_eq(rc, 0, "rlock_get_nonreentrant_fair: %s", rlock_err_name(rc));
+  int rc = rlock_new_nonreentrant_fair(c, name, &l);
+  cr_assert_eq(rc, 0, "rlock_new_nonreentrant_fair: %s", rlock_err_name(rc));
   cr_assert_str_eq(rlock_kind(l), "nonreentrant_fair");
   return l;
 }
@@ -119,17 +119,17 @@ Test(nonreentrant, acquire_release_count_one) {
   cr_assert_eq(rlock_try_lock_owner(l, 1, 0, 30000), 1);
   cr_assert_eq(count_of(c, name, 1), 1);
   cr_assert_eq(rlock_hold_count_owner(l, 1), 1);
-  cr_assert_eq(rlock_is_held_by_owner(l, 1), 1);
+  cr_assert_eq(rlock_is_held_owner(l, 1), 1);
   cr_assert_gt(rt_pttl(name), 29000);
-  cr_assert_eq(rlock_unlock_owner(l, 1), 1);
+  cr_assert_eq(rlock_unlock_owner(l, 1), 0);
   cr_assert_eq(rt_exists(name), 0);
   /* and again, through rlock_lock */
   cr_assert_eq(rlock_lock_owner(l, 1, 30000), 0);
   cr_assert_eq(count_of(c, name, 1), 1);
-  cr_assert_eq(rlock_unlock_owner(l, 1), 1);
+  cr_assert_eq(rlock_unlock_owner(l, 1), 0);
   cr_assert_eq(rt_exists(name), 0);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* The holder's second acquire fails on its first try: RLOCK_EREENTRY with
@@ -163,11 +163,11 @@ Test(nonreentrant, reacquire_refused_at_once) {
   cr_assert_lt(rt_pttl(name), 20001, "the lease was not refreshed");
   cr_assert_eq(rlock_hold_count_owner(l, 1), 1);
   /* still held: the refusal took nothing away */
-  cr_assert_eq(rlock_unlock_owner(l, 1), 1);
+  cr_assert_eq(rlock_unlock_owner(l, 1), 0);
   cr_assert_eq(rt_exists(name), 0);
   cr_assert_eq(rlock_unlock_owner(l, 1), RLOCK_ENOTOWNER);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* Interchangeable with RLock on one name, as in Java: an RLock handle of
@@ -185,7 +185,7 @@ Test(nonreentrant, mixed_with_rlock) {
   cr_assert_eq(count_of(c, name, 1), 2);
   cr_assert_eq(rlock_unlock_owner(r, 1), 0, "still held (count 2 -> 1)");
   cr_assert_eq(count_of(c, name, 1), 1);
-  cr_assert_eq(rlock_unlock_owner(n, 1), 1);
+  cr_assert_eq(rlock_unlock_owner(n, 1), 0);
   cr_assert_eq(rt_exists(name), 0);
 
   /* the reverse: RLock first */
@@ -194,7 +194,7 @@ Test(nonreentrant, mixed_with_rlock) {
   cr_assert_eq(count_of(c, name, 2), 1);
   /* another owner just finds it busy */
   cr_assert_eq(rlock_try_lock_owner(n, 3, 100, 30000), 0);
-  cr_assert_eq(rlock_unlock_owner(r, 2), 1);
+  cr_assert_eq(rlock_unlock_owner(r, 2), 0);
   cr_assert_eq(rt_exists(name), 0);
   /* rlock_client_force_unlock knows the kinds by rlock_kind()'s names */
   cr_assert_eq(rlock_try_lock_owner(n, 4, 0, 30000), 1);
@@ -206,7 +206,7 @@ Test(nonreentrant, mixed_with_rlock) {
   cr_assert_eq(rt_exists(name), 0);
   rlock_free(n);
   rlock_free(r);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* A waiter (another owner) sleeps on RLock's channel and is woken by the
@@ -229,7 +229,7 @@ Test(nonreentrant, waiter_woken_by_release) {
     rt_sleep_ms(2);
   cr_assert_eq(rt_numsub(chan), want, "the waiter subscribed");
   int64_t t0 = rt_now_ms();
-  cr_assert_eq(rlock_unlock_owner(l, 1), 1);
+  cr_assert_eq(rlock_unlock_owner(l, 1), 0);
   cr_assert_eq(waiter_wait(&w, 5000, "woken"), 1);
   cr_assert_lt(rt_now_ms() - t0, 3000);
   redisReply *m = NULL;
@@ -240,10 +240,10 @@ Test(nonreentrant, waiter_woken_by_release) {
   freeReplyObject(m);
   redisFree(sub);
   cr_assert_eq(count_of(c, name, 2), 1);
-  cr_assert_eq(rlock_unlock_owner(l, 2), 1);
+  cr_assert_eq(rlock_unlock_owner(l, 2), 0);
   cr_assert_eq(rt_exists(name), 0);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* Bad input: the name holds an RLock hash where this owner's count is 3
@@ -276,7 +276,7 @@ Test(nonreentrant, reentrant_hash_reported_not_corrupted) {
   rlock_free(kf);
   rlock_free(n);
   rlock_free(f);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- the fair one ---- */
@@ -310,10 +310,10 @@ Test(nonreentrant, fair_reacquire_not_queued) {
   cr_assert_eq(rt_exists(z), 0);
   cr_assert_eq(rt_numsub(chan), 0);
   cr_assert_eq(count_of(c, name, 1), 1);
-  cr_assert_eq(rlock_unlock_owner(l, 1), 1);
+  cr_assert_eq(rlock_unlock_owner(l, 1), 0);
   cr_assert_eq(rt_exists(name), 0);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* First come, first served as the fair lock: two waiters queue in order,
@@ -341,27 +341,27 @@ Test(nonreentrant, fair_queue_order) {
   char *head = rt_str("LINDEX %s 0", q);
   cr_assert_str_eq(head, owner2);
   free(head);
-  cr_assert_eq(rlock_unlock_owner(l, 1), 1);
+  cr_assert_eq(rlock_unlock_owner(l, 1), 0);
   cr_assert_eq(waiter_wait(&w2, 5000, "w2"), 1);
   cr_assert_eq(atomic_load(&w3.status), PENDING, "w3 still waits");
   cr_assert_eq(count_of(c, name, 2), 1);
   /* the fair lock (reentrant) of the holder re-enters */
   rlock *fl = NULL;
-  cr_assert_eq(rlock_get_fair(c, name, &fl), 0);
+  cr_assert_eq(rlock_new_fair(c, name, &fl), 0);
   cr_assert_eq(rlock_try_lock_owner(fl, 2, 0, 30000), 1);
   cr_assert_eq(count_of(c, name, 2), 2);
   cr_assert_eq(rlock_unlock_owner(fl, 2), 0, "still held (count 2 -> 1)");
   cr_assert_eq(atomic_load(&w3.status), PENDING, "a count 2->1 tells nobody");
-  cr_assert_eq(rlock_unlock_owner(l, 2), 1);
+  cr_assert_eq(rlock_unlock_owner(l, 2), 0);
   cr_assert_eq(waiter_wait(&w3, 5000, "w3"), 1);
   rt_wait_until_what(llen_is, &none, 5000, "queue empty");
   cr_assert_eq(rlock_try_lock_owner(l, 3, 2000, 30000), RLOCK_EREENTRY);
   cr_assert_eq(rt_int("LLEN %s", q), 0);
-  cr_assert_eq(rlock_unlock_owner(l, 3), 1);
+  cr_assert_eq(rlock_unlock_owner(l, 3), 0);
   cr_assert_eq(rt_exists(name), 0);
   rlock_free(fl);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- the wire (MONITOR), against docs/wire-protocol.md, "The
@@ -414,7 +414,7 @@ Test(nonreentrant, wire_monitor) {
   cr_assert_eq(rlock_try_lock_owner(l, 1, 0, 25000), RLOCK_EREENTRY);
   monitor_find(m, want, line, sizeof line);
   /* the release: RLock's, "0" on RLock's channel */
-  cr_assert_eq(rlock_unlock_owner(l, 1), 1);
+  cr_assert_eq(rlock_unlock_owner(l, 1), 0);
   snprintf(want, sizeof want, "\"PUBLISH\" \"%s\" \"0\"", chan);
   monitor_find(m, want, line, sizeof line);
   cr_assert(strstr(line, "lua") != NULL, "from the script: %s", line);
@@ -448,9 +448,9 @@ Test(nonreentrant, wire_monitor) {
   cr_assert_eq(wait, 4000, "wait first: %s", line);
   cr_assert_gt(now, 1700000000000LL, "then now: %s", line);
   cr_assert_str_eq(tail, MARKER);
-  cr_assert_eq(rlock_unlock_owner(f, 1), 1);
+  cr_assert_eq(rlock_unlock_owner(f, 1), 0);
   redisFree(m);
   rlock_free(l);
   rlock_free(f);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }

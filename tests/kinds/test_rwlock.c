@@ -1,4 +1,4 @@
-/* The read/write lock (rlock_get_read / rlock_get_write; Redisson
+/* The read/write lock (rlock_new_read / rlock_new_write; Redisson
  * getReadWriteLock(name).readLock() / .writeLock()): one hash `name` with
  * "mode", each reader's owner -> count and the writer's owner:write ->
  * count; a timeout key {name}:<owner>:rwlock_timeout:<i> per read hold;
@@ -18,16 +18,16 @@ TestSuite(rwlock, .init = rt_server_start, .fini = rt_server_stop,
 
 static rlock *rd(rlock_client *c, const char *name) {
   rlock *l = NULL;
-  int rc = rlock_get_read(c, name, &l);
-  cr_assert_eq(rc, 0, "rlock_get_read: %s", rlock_err_name(rc));
+  int rc = rlock_new_read(c, name, &l);
+  cr_assert_eq(rc, 0, "rlock_new_read: %s", rlock_err_name(rc));
   cr_assert_str_eq(rlock_kind(l), "read");
   return l;
 }
 
 static rlock *wr(rlock_client *c, const char *name) {
   rlock *l = NULL;
-  int rc = rlock_get_write(c, name, &l);
-  cr_assert_eq(rc, 0, "rlock_get_write: %s", rlock_err_name(rc));
+  int rc = rlock_new_write(c, name, &l);
+  cr_assert_eq(rc, 0, "rlock_new_write: %s", rlock_err_name(rc));
   cr_assert_str_eq(rlock_kind(l), "write");
   return l;
 }
@@ -204,14 +204,14 @@ Test(rwlock, readers_share_and_the_writer_waits_for_the_last_one) {
   hget_eq(key, wfield, "1");
   cr_assert_eq(rlock_is_locked(lw), 1);
   cr_assert_eq(rlock_is_locked(ra), 0, "a pure write hold is not read-locked");
-  cr_assert_eq(rlock_unlock_owner(lw, wowner), 1);
+  cr_assert_eq(rlock_unlock_owner(lw, wowner), 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(ra);
   rlock_free(rb);
   rlock_free(lw);
-  rlock_client_close(a);
-  rlock_client_close(b);
-  rlock_client_close(w);
+  rlock_client_free(a);
+  rlock_client_free(b);
+  rlock_client_free(w);
 }
 
 /* ---- re-entry, timeout keys, TTLs ---- */
@@ -231,7 +231,7 @@ Test(rwlock, read_reentry_timeout_keys_and_ttl) {
   hget_eq(key, "mode", "read");
   hget_eq(key, owner, "3");
   cr_assert_eq(rlock_hold_count(l), 3);
-  cr_assert_eq(rlock_is_held_by_current_thread(l), 1);
+  cr_assert_eq(rlock_is_held(l), 1);
   /* exactly {name}:<owner>:rwlock_timeout:<i>, i = 1..3, each its lease */
   char *v = rt_str("GET %s", k1);
   cr_assert_str_eq(v, "1");
@@ -257,12 +257,12 @@ Test(rwlock, read_reentry_timeout_keys_and_ttl) {
   ph = rt_pttl(key);
   cr_assert(ph > 3000 && ph <= 5000, "down to hold 1's key: %lld", ph);
   hget_eq(key, owner, "1");
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   cr_assert_eq(rt_exists(key), 0);
   cr_assert_eq(rt_exists(k1), 0);
   cr_assert_eq(rlock_unlock(l), RLOCK_ENOTOWNER);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* A name with its own hash tag keeps it in every derived key. */
@@ -277,13 +277,13 @@ Test(rwlock, braced_name_keys_and_channel) {
   redisContext *s = subscriber(chan, 3000);
   cr_assert_eq(rlock_lock(l, 8000), 0);
   cr_assert_eq(rt_exists(k1), 1, "%s", k1);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   char msg[16] = "";
   cr_assert(next_message(s, msg, sizeof msg), "a message on %s", chan);
   cr_assert_str_eq(msg, "0", "a read unlock publishes 0");
   redisFree(s);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(rwlock, write_reentry_ttl_is_additive) {
@@ -301,15 +301,15 @@ Test(rwlock, write_reentry_ttl_is_additive) {
   long long ph = rt_pttl(key);
   cr_assert(ph > 9000 && ph <= 10000, "PTTL + lease: %lld", ph);
   cr_assert_eq(rlock_hold_count(l), 2);
-  cr_assert_eq(rlock_is_held_by_current_thread(l), 1);
+  cr_assert_eq(rlock_is_held(l), 1);
   cr_assert_eq(rlock_unlock(l), 0);
   ph = rt_pttl(key);
   cr_assert(ph > 4000 && ph <= 5000, "re-applied lease: %lld", ph);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   cr_assert_eq(rt_exists(key), 0);
   cr_assert_eq(rlock_unlock(l), RLOCK_ENOTOWNER);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* The writer takes the read lock too; its write unlock then downgrades:
@@ -342,7 +342,7 @@ Test(rwlock, writer_takes_read_and_downgrades_without_publish) {
   cr_assert_eq(atomic_load(&g.status), 0, "a reader waits for the writer");
   redisContext *s = subscriber(chan, 3000);
   int64_t t0 = rt_now_ms();
-  cr_assert_eq(rlock_unlock(lw), 1, "write unlock releases the write hold");
+  cr_assert_eq(rlock_unlock(lw), 0, "write unlock releases the write hold");
   hget_eq(key, "mode", "read");
   hget_eq(key, field, NULL);
   hget_eq(key, owner, "1");
@@ -351,9 +351,9 @@ Test(rwlock, writer_takes_read_and_downgrades_without_publish) {
   rt_wait_until_what(got_done, &g, 3000, "the local reader gets in");
   cr_assert_eq(atomic_load(&g.status), 1);
   cr_assert(atomic_load(&g.at_ms) - t0 < 2000);
-  cr_assert_eq(rlock_unlock_owner(lr, other), 1);
+  cr_assert_eq(rlock_unlock_owner(lr, other), 0);
   cr_assert_eq(rt_exists(key), 1, "the downgraded read hold remains");
-  cr_assert_eq(rlock_unlock(lr), 1);
+  cr_assert_eq(rlock_unlock(lr), 0);
   cr_assert_eq(rt_exists(key), 0);
   char msg[16] = "";
   cr_assert(next_message(s, msg, sizeof msg));
@@ -362,7 +362,7 @@ Test(rwlock, writer_takes_read_and_downgrades_without_publish) {
   redisFree(s);
   rlock_free(lr);
   rlock_free(lw);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* No upgrade: a reader asking for the write lock does not get it. */
@@ -381,11 +381,11 @@ Test(rwlock, reader_does_not_get_the_write_lock) {
   cr_assert_eq(rlock_hold_count(lw), 0);
   cr_assert_eq(rlock_unlock(lw), RLOCK_ENOTOWNER, "no write hold to unlock");
   hget_eq(key, "mode", "read");
-  cr_assert_eq(rlock_unlock(lr), 1);
+  cr_assert_eq(rlock_unlock(lr), 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(lr);
   rlock_free(lw);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- renewal ---- */
@@ -426,10 +426,10 @@ Test(rwlock, watchdog_renews_the_timeout_keys_and_the_hash) {
   cr_assert(p2 > 0 && p2 <= 900, "%lld", p2);
   hget_eq(key, owner, "2");
   cr_assert_eq(rlock_unlock(l), 0);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- a Java reader, by hand ---- */
@@ -451,7 +451,7 @@ Test(rwlock, java_reader_keeps_the_hash_and_the_writer_waits) {
   cr_assert_eq(rlock_try_lock(lr, 0, 30000), 1, "readers share with Java's");
   long long ph = rt_pttl(key);
   cr_assert(ph > 29000, "max(PTTL, lease): %lld", ph);
-  cr_assert_eq(rlock_unlock(lr), 1, "our last read hold ended");
+  cr_assert_eq(rlock_unlock(lr), 0, "our last read hold ended");
   cr_assert_eq(rt_exists(key), 1, "the Java reader still holds");
   hget_eq(key, java, "1");
   hget_eq(key, owner, NULL);
@@ -464,10 +464,10 @@ Test(rwlock, java_reader_keeps_the_hash_and_the_writer_waits) {
             "waited out the Java hold (%lld ms left): %lld ms", ph,
             (long long)took);
   hget_eq(key, "mode", "write");
-  cr_assert_eq(rlock_unlock(lw), 1);
+  cr_assert_eq(rlock_unlock(lw), 0);
   rlock_free(lr);
   rlock_free(lw);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* A reader whose timeout keys are all gone is dead: the last live read
@@ -483,14 +483,14 @@ Test(rwlock, a_dead_reader_is_dropped_by_the_last_read_unlock) {
   redisContext *s = subscriber(chan, 3000);
   cr_assert_eq(rlock_try_lock(lr, 0, 20000), 1);
   cr_assert_eq(rt_hlen(key), 3);
-  cr_assert_eq(rlock_unlock(lr), 1);
+  cr_assert_eq(rlock_unlock(lr), 0);
   cr_assert_eq(rt_exists(key), 0, "the dead reader's field went too");
   char msg[16] = "";
   cr_assert(next_message(s, msg, sizeof msg));
   cr_assert_str_eq(msg, "0");
   redisFree(s);
   rlock_free(lr);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- wake-ups ---- */
@@ -518,7 +518,7 @@ Test(rwlock, write_unlock_wakes_all_local_readers) {
     cr_assert_eq(atomic_load(&g[i].status), 0, "reader %d waits", i);
   redisContext *s = subscriber(chan, 3000);
   int64_t t0 = rt_now_ms();
-  cr_assert_eq(rlock_unlock(lw), 1);
+  cr_assert_eq(rlock_unlock(lw), 0);
   gots all = {g, 4};
   rt_wait_until_what(all_done, &all, 5000, "every reader in");
   for (int i = 0; i < 4; i++) {
@@ -531,13 +531,13 @@ Test(rwlock, write_unlock_wakes_all_local_readers) {
   hget_eq(key, "mode", "read");
   cr_assert_eq(rt_hlen(key), 5);
   for (int i = 0; i < 4; i++)
-    cr_assert_eq(rlock_unlock_owner(lr, owners[i]), 1);
+    cr_assert_eq(rlock_unlock_owner(lr, owners[i]), 0);
   cr_assert_eq(rt_exists(key), 0);
   redisFree(s);
   rlock_free(lw);
   rlock_free(lr);
-  rlock_client_close(w);
-  rlock_client_close(r);
+  rlock_client_free(w);
+  rlock_client_free(r);
 }
 
 /* ---- mutual exclusion ---- */
@@ -555,8 +555,8 @@ static void mx_run(void *p) {
   mx *s = p;
   int me = atomic_fetch_add(&s->next, 1);
   rlock *lr = NULL, *lw = NULL;
-  if (rlock_get_read(s->c[me % 2], s->key, &lr) != 0 ||
-      rlock_get_write(s->c[me % 2], s->key, &lw) != 0) {
+  if (rlock_new_read(s->c[me % 2], s->key, &lr) != 0 ||
+      rlock_new_write(s->c[me % 2], s->key, &lw) != 0) {
     atomic_fetch_add(&s->bad, 1);
     rlock_free(lr);
     return;
@@ -574,7 +574,7 @@ static void mx_run(void *p) {
       rt_sleep_ms(1);
       s->counter = v + 1;
       atomic_fetch_sub(&s->writers, 1);
-      if (rlock_unlock(lw) != 1)
+      if (rlock_unlock(lw) != 0)
         atomic_fetch_add(&s->bad, 1);
     } else {
       if (rlock_try_lock(lr, 20000, 10000) != 1) {
@@ -590,7 +590,7 @@ static void mx_run(void *p) {
       rt_sleep_ms(2);
       atomic_fetch_sub(&s->readers, 1);
       atomic_fetch_add(&s->reads, 1);
-      if (rlock_unlock(lr) != 1)
+      if (rlock_unlock(lr) != 0)
         atomic_fetch_add(&s->bad, 1);
       rt_sleep_ms(1);
     }
@@ -616,8 +616,8 @@ Test(rwlock, writers_exclude_everyone_threads_and_two_clients) {
   cr_assert(atomic_load(&s.max_readers) >= 2, "readers overlapped (max %d)",
             atomic_load(&s.max_readers));
   cr_assert_eq(rt_exists(s.key), 0);
-  rlock_client_close(s.c[0]);
-  rlock_client_close(s.c[1]);
+  rlock_client_free(s.c[0]);
+  rlock_client_free(s.c[1]);
 }
 
 /* ---- kinds, owners, queries ---- */
@@ -652,7 +652,7 @@ Test(rwlock, wrongkind_on_a_plain_lock_hash) {
   cr_assert_eq(rt_hlen(key), 1);
   rlock_free(lr);
   rlock_free(lw);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(rwlock, unlock_not_held_is_enotowner) {
@@ -668,22 +668,22 @@ Test(rwlock, unlock_not_held_is_enotowner) {
   cr_assert_eq(rlock_unlock(rb), RLOCK_ENOTOWNER, "another client's reader");
   cr_assert_eq(rlock_unlock(wa), RLOCK_ENOTOWNER, "read mode, no write hold");
   hget_eq(key, "mode", "read");
-  cr_assert_eq(rlock_unlock(ra), 1);
+  cr_assert_eq(rlock_unlock(ra), 0);
   cr_assert_eq(rlock_try_lock(wb, 0, 10000), 1);
   cr_assert_eq(rlock_unlock(wa), RLOCK_ENOTOWNER, "another writer's hold");
   cr_assert_eq(rlock_unlock(ra), RLOCK_ENOTOWNER, "write mode, no read hold");
   cr_assert_eq(rlock_try_lock(ra, 0, 10000), 0, "a writer excludes readers");
-  cr_assert_eq(rlock_is_held_by_current_thread(wa), 0);
-  cr_assert_eq(rlock_is_held_by_current_thread(wb), 1);
+  cr_assert_eq(rlock_is_held(wa), 0);
+  cr_assert_eq(rlock_is_held(wb), 1);
   cr_assert_eq(rlock_hold_count(wb), 1);
-  cr_assert_eq(rlock_unlock(wb), 1);
+  cr_assert_eq(rlock_unlock(wb), 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(ra);
   rlock_free(wa);
   rlock_free(rb);
   rlock_free(wb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* Force unlock acts only in its own mode and publishes that mode's
@@ -717,8 +717,8 @@ Test(rwlock, force_unlock_by_mode) {
   rlock_free(lw);
   rlock_free(or_);
   rlock_free(ow);
-  rlock_client_close(c);
-  rlock_client_close(o);
+  rlock_client_free(c);
+  rlock_client_free(o);
 }
 
 /* ---- repair (trim) after an acquire whose outcome is unknown ---- */
@@ -756,7 +756,7 @@ Test(rwlock, cancelled_acquires_are_trimmed) {
   /* Scripts cached first: a try answered NOSCRIPT while cancelled is
    * never re-sent (so it never runs, and there is nothing to trim). */
   cr_assert_eq(rlock_lock_owner(lw, x, 30000), 0);
-  cr_assert_eq(rlock_unlock_owner(lw, x), 1);
+  cr_assert_eq(rlock_unlock_owner(lw, x), 0);
   rt_ok("OK", "CONFIG SET notify-keyspace-events K$g");
   redisContext *kspace = subscriber(ks, 3000);
   redisContext *s = subscriber(chan, 3000);
@@ -767,7 +767,7 @@ Test(rwlock, cancelled_acquires_are_trimmed) {
   rlock_req *q = NULL;
   rt_ok("OK", "CLIENT PAUSE 300 ALL");
   cr_assert_eq(rlock_lock_async(lr, x, -1, 30000, got_cb, &g, &q), 0);
-  cr_assert_eq(rlock_cancel(q), 0);
+  cr_assert_eq(rlock_req_cancel(q), 0);
   rt_wait_until_what(got_done, &g, 3000, "cancelled");
   cr_assert_eq(atomic_load(&g.status), 100 + RLOCK_ECANCELED);
   rlock_req_free(q);
@@ -780,12 +780,12 @@ Test(rwlock, cancelled_acquires_are_trimmed) {
 
   /* unlock (publishes "0"), then a lost first read acquire: trimmed to 0,
    * the hash deleted with a "0" */
-  cr_assert_eq(rlock_unlock_owner(lr, x), 1);
+  cr_assert_eq(rlock_unlock_owner(lr, x), 0);
   cr_assert(message_seen(s, "0"));
   memset(&g, 0, sizeof g);
   rt_ok("OK", "CLIENT PAUSE 300 ALL");
   cr_assert_eq(rlock_lock_async(lr, x, -1, 30000, got_cb, &g, &q), 0);
-  cr_assert_eq(rlock_cancel(q), 0);
+  cr_assert_eq(rlock_req_cancel(q), 0);
   rt_wait_until_what(got_done, &g, 3000, "cancelled");
   rlock_req_free(q);
   cr_assert(message_seen(s, "0"), "the read trim published 0");
@@ -796,7 +796,7 @@ Test(rwlock, cancelled_acquires_are_trimmed) {
   memset(&g, 0, sizeof g);
   rt_ok("OK", "CLIENT PAUSE 300 ALL");
   cr_assert_eq(rlock_lock_async(lw, x, -1, 30000, got_cb, &g, &q), 0);
-  cr_assert_eq(rlock_cancel(q), 0);
+  cr_assert_eq(rlock_req_cancel(q), 0);
   rt_wait_until_what(got_done, &g, 3000, "cancelled");
   rlock_req_free(q);
   cr_assert(message_seen(s, "1"), "the write trim published 1");
@@ -805,5 +805,5 @@ Test(rwlock, cancelled_acquires_are_trimmed) {
   redisFree(s);
   rlock_free(lr);
   rlock_free(lw);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }

@@ -1,4 +1,4 @@
-/* The spin lock (rlock_get_spin; Redisson getSpinLock): RLock's hash, no
+/* The spin lock (rlock_new_spin; Redisson getSpinLock): RLock's hash, no
  * channel, no message; a waiter polls with a back-off of 1 ms doubling (plus
  * jitter) up to 128 ms (docs/wire-protocol.md, "The spin lock"). */
 #include <criterion/criterion.h>
@@ -14,8 +14,8 @@ TestSuite(spin, .init = rt_server_start, .fini = rt_server_stop,
 
 static rlock *spin(rlock_client *c, const char *name) {
   rlock *l = NULL;
-  int rc = rlock_get_spin(c, name, &l);
-  cr_assert_eq(rc, 0, "rlock_get_spin: %s", rlock_err_name(rc));
+  int rc = rlock_new_spin(c, name, &l);
+  cr_assert_eq(rc, 0, "rlock_new_spin: %s", rlock_err_name(rc));
   cr_assert_str_eq(rlock_kind(l), "spin");
   return l;
 }
@@ -46,13 +46,13 @@ Test(spin, lock_unlock_reentry_no_publish_no_subscribe) {
   cr_assert_eq(rlock_hold_count(l), 2);
   cr_assert_eq(rlock_is_locked(l), 1);
   cr_assert_eq(rlock_unlock(l), 0);
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   cr_assert_eq(rt_exists(key), 0);
   cr_assert_eq(rlock_unlock(l), RLOCK_ENOTOWNER);
   cr_assert_eq(calls("publish"), 0, "a spin unlock publishes nothing");
   cr_assert_eq(calls("subscribe"), 0);
   rlock_free(l);
-  rlock_client_close(a);
+  rlock_client_free(a);
 }
 
 /* Against a 600 ms hold, a 300 ms try gives up after a handful of polls
@@ -78,11 +78,11 @@ Test(spin, waiter_polls_with_backoff) {
   int64_t got = rt_now_ms() - t0;
   cr_assert(got >= 550 && got < 900, "acquired once the hold expired (poll "
             "gap <= 128 ms): %lld ms", (long long)got);
-  cr_assert_eq(rlock_unlock(lb), 1);
+  cr_assert_eq(rlock_unlock(lb), 0);
   rlock_free(la);
   rlock_free(lb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* An RLock hash and a spin hash are the same: the kinds exclude each other
@@ -95,7 +95,7 @@ Test(spin, excludes_rlock_on_the_same_name) {
   rlock *s = spin(a, key), *r = rt_lock(b, key);
   cr_assert_eq(rlock_lock(s, 800), 0);
   cr_assert_eq(rlock_try_lock(r, 0, 5000), 0);
-  cr_assert_eq(rlock_unlock(s), 1);
+  cr_assert_eq(rlock_unlock(s), 0);
   cr_assert_eq(rlock_lock(r, 800), 0);
   cr_assert_eq(rlock_try_lock(s, 0, 5000), 0);
   int64_t t0 = rt_now_ms();
@@ -103,11 +103,11 @@ Test(spin, excludes_rlock_on_the_same_name) {
                "until the RLock hold expires");
   int64_t took = rt_now_ms() - t0;
   cr_assert(took < 1200, "%lld ms", (long long)took);
-  cr_assert_eq(rlock_unlock(s), 1);
+  cr_assert_eq(rlock_unlock(s), 0);
   rlock_free(s);
   rlock_free(r);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 Test(spin, force_unlock_deletes_without_message) {
@@ -122,7 +122,7 @@ Test(spin, force_unlock_deletes_without_message) {
   cr_assert_eq(rlock_force_unlock(l), 0);
   cr_assert_eq(calls("publish"), 0);
   rlock_free(l);
-  rlock_client_close(a);
+  rlock_client_free(a);
 }
 
 /* The watchdog renews a spin lock taken without a lease. */
@@ -137,9 +137,9 @@ Test(spin, watchdog_renews) {
   cr_assert_eq(rlock_lock(l, -1), 0);
   rt_sleep_ms(2000);
   cr_assert_eq(rt_exists(key), 1, "renewed past two watchdog timeouts");
-  cr_assert_eq(rlock_unlock(l), 1);
+  cr_assert_eq(rlock_unlock(l), 0);
   rlock_free(l);
-  rlock_client_close(a);
+  rlock_client_free(a);
 }
 
 typedef struct shared {
@@ -154,7 +154,7 @@ static void worker(void *arg) {
   static atomic_int next;
   int me = atomic_fetch_add(&next, 1);
   rlock *l = NULL;
-  if (rlock_get_spin(s->c[me % 2], s->key, &l) != 0) {
+  if (rlock_new_spin(s->c[me % 2], s->key, &l) != 0) {
     atomic_fetch_add(&s->bad, 1);
     return;
   }
@@ -166,7 +166,7 @@ static void worker(void *arg) {
     long v = s->counter;
     rt_sleep_ms(1);
     s->counter = v + 1;
-    if (rlock_unlock(l) != 1)
+    if (rlock_unlock(l) != 0)
       atomic_fetch_add(&s->bad, 1);
   }
   rlock_free(l);
@@ -185,6 +185,6 @@ Test(spin, exclusion_across_clients) {
     rt_thread_join(&t[i], 80000);
   cr_assert_eq(atomic_load(&s.bad), 0);
   cr_assert_eq(s.counter, 100);
-  rlock_client_close(s.c[0]);
-  rlock_client_close(s.c[1]);
+  rlock_client_free(s.c[0]);
+  rlock_client_free(s.c[1]);
 }

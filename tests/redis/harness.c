@@ -593,10 +593,10 @@ size_t rt_client_count_named(const char *name) {
 rlock_client *rt_client_opts(rlock_options *o) {
   o->uri = rt_uri();
   rlock_client *c = NULL;
-  int rc = rlock_client_open(&c, o);
-  cr_assert_eq(rc, 0, "rlock_client_open(%s): %s (%s)", rt_uri(),
+  int rc = rlock_client_new(&c, o);
+  cr_assert_eq(rc, 0, "rlock_client_new(%s): %s (%s)", rt_uri(),
                rlock_err_name(rc), rlock_last_error());
-  cr_assert(c != NULL, "rlock_client_open returned 0 but no client");
+  cr_assert(c != NULL, "rlock_client_new returned 0 but no client");
   return c;
 }
 
@@ -608,8 +608,8 @@ rlock_client *rt_client(void) {
 
 rlock *rt_lock(rlock_client *c, const char *name) {
   rlock *lock = NULL;
-  int rc = rlock_get(c, name, &lock);
-  cr_assert_eq(rc, 0, "rlock_get(%s): %s (%s)", name, rlock_err_name(rc),
+  int rc = rlock_new(c, name, &lock);
+  cr_assert_eq(rc, 0, "rlock_new(%s): %s (%s)", name, rlock_err_name(rc),
                rlock_last_error());
   cr_assert(lock != NULL);
   return lock;

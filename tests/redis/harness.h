@@ -135,7 +135,7 @@ size_t rt_client_count_named(const char *name);
 rlock_client *rt_client(void);
 /* Sets o->uri = rt_uri() and opens; asserts success. */
 rlock_client *rt_client_opts(rlock_options *o);
-/* rlock_get() asserting success. */
+/* rlock_new() asserting success. */
 rlock *rt_lock(rlock_client *c, const char *name);
 
 /* The lock channel for a lock name, with the brace rule of docs/wire-protocol.md:

@@ -5,7 +5,7 @@
  *  - every async operation's callback fires exactly once, with what the
  *    blocking call would return, on the client's loop thread; a call that
  *    returns an error never fires its callback;
- *  - rlock_cancel(), rlock_interrupt() and rlock_client_close() end pending
+ *  - rlock_req_cancel(), rlock_client_interrupt() and rlock_client_free() end pending
  *    acquires with RLOCK_ECANCELED / RLOCK_ECLOSED and leave no hold, no
  *    renewal and no subscription behind - also when they race with the lock
  *    changing hands;
@@ -13,7 +13,7 @@
  *  - 10 000 async waiters on one lock all get it in turn, at a bounded
  *    memory cost per waiter.
  *
- * "Exactly once" is checked after rlock_client_close(): close joins the loop
+ * "Exactly once" is checked after rlock_client_free(): close joins the loop
  * thread, so no callback can fire after it returned and the counts are
  * final.
  */
@@ -284,7 +284,7 @@ Test(async, every_op_reports_status_and_value_on_loop_thread) {
   cr_assert_eq(run_op(&ox, A_IS_LOCKED, 0, 0, 0, &v), 0);
 
   rlock_free(ox.lock); /* nothing pending any more */
-  rlock_client_close(c);
+  rlock_client_free(c);
   for (size_t i = 0; i < ox.n_recs; i++)
     cr_assert_eq(atomic_load(&ox.recs[i].calls), 1,
                  "callback %zu fired %d times", i,
@@ -316,14 +316,14 @@ Test(async, failed_call_never_fires_callback) {
                RLOCK_EINVAL);
   cr_assert_eq(rlock_unlock_async(NULL, 1, rec_cb, &r[2], NULL), RLOCK_EINVAL);
   cr_assert_eq(rlock_is_locked_async(NULL, rec_cb, &r[2], NULL), RLOCK_EINVAL);
-  cr_assert_eq(rlock_cancel(NULL), RLOCK_EINVAL);
-  cr_assert_eq(rlock_interrupt(NULL, 1), RLOCK_EINVAL);
+  cr_assert_eq(rlock_req_cancel(NULL), RLOCK_EINVAL);
+  cr_assert_eq(rlock_client_interrupt(NULL, 1), RLOCK_EINVAL);
   rlock_req_free(NULL);
 
-  /* rlock_cancel only takes acquires. */
+  /* rlock_req_cancel only takes acquires. */
   rlock_req *query = NULL;
   cr_assert_eq(rlock_is_locked_async(lock, rec_cb, &r[3], &query), 0);
-  cr_assert_eq(rlock_cancel(query), RLOCK_EINVAL);
+  cr_assert_eq(rlock_req_cancel(query), RLOCK_EINVAL);
   cr_assert_eq(rec_wait(&r[3], "is_locked callback"), 0);
   rlock_req_free(query);
   cr_assert_eq(rt_exists(key), 0, "a refused acquire reached Redis");
@@ -335,10 +335,10 @@ Test(async, failed_call_never_fires_callback) {
   cr_assert_eq(rlock_lock(held, 20000), 0);
   rlock_req *pending = NULL;
   cr_assert_eq(rlock_lock_async(lock, 7, -1, -1, rec_cb, &r[4], &pending), 0);
-  rlock_client_close(c);
+  rlock_client_free(c);
   cr_assert_eq(atomic_load(&r[4].calls), 1, "pending acquire at close");
   cr_assert_eq(atomic_load(&r[4].status), RLOCK_ECLOSED);
-  cr_assert_eq(rlock_cancel(pending), RLOCK_ECLOSED);
+  cr_assert_eq(rlock_req_cancel(pending), RLOCK_ECLOSED);
   rlock_req_free(pending);
 
   req = (rlock_req *)&req;
@@ -371,9 +371,9 @@ Test(async, failed_call_never_fires_callback) {
                  "callback %zu fired after its call failed", i);
   }
   rlock_free(lock);
-  cr_assert_eq(rlock_unlock(held), 1);
+  cr_assert_eq(rlock_unlock(held), 0);
   rlock_free(held);
-  rlock_client_close(holder_c);
+  rlock_client_free(holder_c);
 }
 
 /* ---- cancel a pending acquire from another thread ---- */
@@ -387,7 +387,7 @@ typedef struct cancel_call {
 static void cancel_thread(void *arg) {
   cancel_call *cc = arg;
   atomic_store(&cc->at_ms, rt_now_ms());
-  atomic_store(&cc->rc, rlock_cancel(cc->req));
+  atomic_store(&cc->rc, rlock_req_cancel(cc->req));
 }
 
 static atomic_int lost_calls;
@@ -426,7 +426,7 @@ Test(async, cancel_pending_acquire_from_other_thread) {
   rt_thread th;
   rt_thread_start(&th, cancel_thread, &cc);
   rt_thread_join(&th, JOIN_BOUND_MS);
-  cr_assert_eq(atomic_load(&cc.rc), 0, "rlock_cancel: %s",
+  cr_assert_eq(atomic_load(&cc.rc), 0, "rlock_req_cancel: %s",
                rlock_err_name(atomic_load(&cc.rc)));
   cr_assert_eq(rec_wait(&r, "canceled callback"), RLOCK_ECANCELED,
                "status %s", rlock_err_name(atomic_load(&r.status)));
@@ -434,8 +434,8 @@ Test(async, cancel_pending_acquire_from_other_thread) {
   cr_assert_lt(took, 1000, "cancel took %" PRId64 " ms", took);
 
   /* Canceling again, or after the callback, changes nothing. */
-  cr_assert_eq(rlock_cancel(req), 0);
-  cr_assert_eq(rlock_cancel(req), 0);
+  cr_assert_eq(rlock_req_cancel(req), 0);
+  cr_assert_eq(rlock_req_cancel(req), 0);
   rlock_req_free(req);
 
   /* No hold for x, the holder untouched. */
@@ -447,7 +447,7 @@ Test(async, cancel_pending_acquire_from_other_thread) {
   free(hc);
   long long pttl = rt_pttl(key);
   cr_assert(pttl > 0 && pttl <= 8000, "holder's PTTL %lld", pttl);
-  cr_assert_eq(rlock_is_held_by_owner(lock, x), 0);
+  cr_assert_eq(rlock_is_held_owner(lock, x), 0);
   cr_assert_eq(rlock_hold_count_owner(lock, x), 0);
 
   /* No renewal for x: a hold the client wrongly believed in would be
@@ -462,14 +462,14 @@ Test(async, cancel_pending_acquire_from_other_thread) {
 
   /* The waiter left the channel: after the holder's unlock nothing is
    * subscribed and nobody took the lock. */
-  cr_assert_eq(rlock_unlock_owner(lock, h), 1);
+  cr_assert_eq(rlock_unlock_owner(lock, h), 0);
   rt_wait_until_what(no_channels, NULL, 3000, "PUBSUB CHANNELS empty");
   cr_assert_eq(rt_exists(key), 0);
   rt_sleep_ms(300); /* a stray late acquire would show up here */
   cr_assert_eq(rt_exists(key), 0, "the canceled acquire took the lock");
 
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   cr_assert_eq(atomic_load(&r.calls), 1);
   cr_assert_eq(atomic_load(&lost_calls), 0);
 }
@@ -493,7 +493,7 @@ Test(async, two_cancels_in_flight_leave_no_phantom_hold) {
   owner_field(fx, sizeof fx, c, x);
   /* Load the scripts first: a cancelled EVALSHA never falls back to EVAL. */
   cr_assert_eq(rlock_lock_owner(lock, x, -1), 0);
-  cr_assert_eq(rlock_unlock_owner(lock, x), 1);
+  cr_assert_eq(rlock_unlock_owner(lock, x), 0);
   static rec r1, r2, r3;
   rec_init(&r1, NULL);
   rec_init(&r2, NULL);
@@ -502,7 +502,7 @@ Test(async, two_cancels_in_flight_leave_no_phantom_hold) {
   /* Load the trim script too: one cancelled in-flight try. */
   rt_ok("OK", "CLIENT PAUSE 200 ALL");
   cr_assert_eq(rlock_lock_async(lock, x, -1, -1, rec_cb, &r3, &q3), 0);
-  cr_assert_eq(rlock_cancel(q3), 0);
+  cr_assert_eq(rlock_req_cancel(q3), 0);
   cr_assert_eq(rec_wait(&r3, "warm-up cancel"), RLOCK_ECANCELED);
   const char *kf[2] = {key, fx};
   rt_wait_until_what(field_gone, kf, 3000, "warm-up trimmed");
@@ -510,9 +510,9 @@ Test(async, two_cancels_in_flight_leave_no_phantom_hold) {
   /* The same owner twice, each cancelled while its try is held. */
   rt_ok("OK", "CLIENT PAUSE 300 ALL");
   cr_assert_eq(rlock_lock_async(lock, x, -1, -1, rec_cb, &r1, &q1), 0);
-  cr_assert_eq(rlock_cancel(q1), 0);
+  cr_assert_eq(rlock_req_cancel(q1), 0);
   cr_assert_eq(rlock_lock_async(lock, x, -1, -1, rec_cb, &r2, &q2), 0);
-  cr_assert_eq(rlock_cancel(q2), 0);
+  cr_assert_eq(rlock_req_cancel(q2), 0);
   cr_assert_eq(rec_wait(&r1, "first cancel"), RLOCK_ECANCELED);
   cr_assert_eq(rec_wait(&r2, "second cancel"), RLOCK_ECANCELED);
   bool gone = rt_poll_until(field_gone, kf, 3000);
@@ -525,7 +525,7 @@ Test(async, two_cancels_in_flight_leave_no_phantom_hold) {
   rlock_req_free(q2);
   rlock_req_free(q3);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   cr_assert(gone,
             "phantom hold: after two cancelled acquires HGET %s <owner> = %s "
             "(PTTL %lld ms); the second try's trim was never sent (its "
@@ -546,7 +546,7 @@ Test(async, cancel_in_flight_then_reacquire_keeps_new_hold) {
    * script (only used after cancels and lost replies) is not yet. */
   rt_ok("OK", "SCRIPT FLUSH");
   cr_assert_eq(rlock_lock_owner(lock, x, -1), 0);
-  cr_assert_eq(rlock_unlock_owner(lock, x), 1);
+  cr_assert_eq(rlock_unlock_owner(lock, x), 0);
 
   static rec r1, r2;
   rec_init(&r1, NULL);
@@ -554,7 +554,7 @@ Test(async, cancel_in_flight_then_reacquire_keeps_new_hold) {
   rlock_req *q1 = NULL;
   rt_ok("OK", "CLIENT PAUSE 300 ALL");
   cr_assert_eq(rlock_lock_async(lock, x, -1, -1, rec_cb, &r1, &q1), 0);
-  cr_assert_eq(rlock_cancel(q1), 0);
+  cr_assert_eq(rlock_req_cancel(q1), 0);
   cr_assert_eq(rlock_lock_async(lock, x, -1, -1, rec_cb, &r2, NULL), 0);
   cr_assert_eq(rec_wait(&r1, "cancelled acquire"), RLOCK_ECANCELED);
   cr_assert_eq(rec_wait(&r2, "second acquire"), 1);
@@ -574,13 +574,13 @@ Test(async, cancel_in_flight_then_reacquire_keeps_new_hold) {
   int other_rc = rlock_try_lock(other, 0, 5000);
   cr_expect_eq(other_rc, 0, "another client acquired a lock owner x holds");
   if (other_rc == 1)
-    cr_assert_eq(rlock_unlock(other), 1);
+    cr_assert_eq(rlock_unlock(other), 0);
   rlock_free(other);
-  rlock_client_close(other_c);
-  cr_expect_eq(rlock_unlock_owner(lock, x), 1);
+  rlock_client_free(other_c);
+  cr_expect_eq(rlock_unlock_owner(lock, x), 0);
   rlock_req_free(q1);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- a bounded wait that ends before the subscription is confirmed ----
@@ -621,7 +621,7 @@ Test(async, expired_wait_before_subscribe_keeps_other_waiters) {
   rt_wait_until_what(has_subscriber, chan, 5000, "subscribed");
 
   int64_t t0 = rt_now_ms();
-  cr_assert_eq(rlock_unlock_owner(lock, h), 1);
+  cr_assert_eq(rlock_unlock_owner(lock, h), 0);
   /* The release wakes a at once (2 s is generous); a waiter dropped from
    * the confirmation list would sit out subscribe_timeout_ms (7.5 s) and
    * then fail with RLOCK_ETIMEDOUT. */
@@ -635,11 +635,11 @@ Test(async, expired_wait_before_subscribe_keeps_other_waiters) {
             "the bounded wait expired (op_timer_fire unlinks it, then "
             "rlock__sub_unwait unlinks it again and empties the list)",
             rlock_err_name(atomic_load(&ra.status)), took);
-  cr_assert_eq(rlock_unlock_owner(lock, a), 1);
+  cr_assert_eq(rlock_unlock_owner(lock, a), 0);
   cr_assert_eq(rt_exists(key), 0);
   rt_wait_until_what(no_channels, NULL, 3000, "PUBSUB CHANNELS empty");
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   cr_assert_eq(atomic_load(&ra.calls), 1);
   cr_assert_eq(atomic_load(&rb.calls), 1);
   cr_assert_eq(atomic_load(&stalled), 1);
@@ -669,7 +669,7 @@ Test(async, req_free_before_and_after_callback) {
   /* Canceled and freed at once: the cancel still lands. */
   req = NULL;
   cr_assert_eq(rlock_lock_async(lock, y, -1, -1, rec_cb, &ry, &req), 0);
-  cr_assert_eq(rlock_cancel(req), 0);
+  cr_assert_eq(rlock_req_cancel(req), 0);
   rlock_req_free(req);
   cr_assert_eq(rec_wait(&ry, "canceled acquire"), RLOCK_ECANCELED);
   /* No handle asked for. */
@@ -678,9 +678,9 @@ Test(async, req_free_before_and_after_callback) {
 
   rt_wait_until_what(has_subscriber, chan, 5000, "x subscribed");
   cr_assert_eq(atomic_load(&rx.calls), 0);
-  cr_assert_eq(rlock_unlock_owner(lock, h), 1);
+  cr_assert_eq(rlock_unlock_owner(lock, h), 0);
   cr_assert_eq(rec_wait(&rx, "x acquires"), 1);
-  cr_assert_eq(rlock_is_held_by_owner(lock, x), 1);
+  cr_assert_eq(rlock_is_held_owner(lock, x), 1);
 
   /* Freed after the callback. */
   req = NULL;
@@ -688,7 +688,7 @@ Test(async, req_free_before_and_after_callback) {
   cr_assert_eq(rec_wait(&rq, "x unlocks"), 1);
   rlock_req_free(req);
   cr_assert_eq(rt_exists(key), 0);
-  cr_assert_eq(rlock_is_held_by_owner(lock, y), 0);
+  cr_assert_eq(rlock_is_held_owner(lock, y), 0);
 
   /* Freeing the lock handle while an async op is pending is allowed. */
   rlock *lock2 = rt_lock(c, key);
@@ -697,10 +697,10 @@ Test(async, req_free_before_and_after_callback) {
   cr_assert_eq(rlock_lock_async(lock2, x, -1, 5000, rec_cb, &r2, NULL), 0);
   rlock_free(lock2);
   cr_assert_eq(rec_wait(&r2, "acquire on a freed handle"), 1);
-  cr_assert_eq(rlock_unlock_owner(lock, x), 1);
+  cr_assert_eq(rlock_unlock_owner(lock, x), 0);
 
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   cr_assert_eq(atomic_load(&rx.calls), 1);
   cr_assert_eq(atomic_load(&ry.calls), 1);
   cr_assert_eq(atomic_load(&rq.calls), 1);
@@ -771,7 +771,7 @@ static void race_acquire_cb(int status, int64_t value, void *data) {
     race_slot *other = &rx->slots[(s->index * 7919 + 13) % RACE_N];
     rlock_req *oreq = atomic_load(&other->req);
     if (oreq != NULL) {
-      if (rlock_cancel(oreq) != 0)
+      if (rlock_req_cancel(oreq) != 0)
         atomic_fetch_add(&rx->cancel_errors, 1);
       atomic_fetch_add(&rx->loop_cancels, 1);
     }
@@ -807,7 +807,7 @@ static void churn_thread(void *arg) {
     int rc = rlock_try_lock(rx->churn_lock, 2000, -1);
     if (rc == 1) {
       rt_sleep_ms(1 + (int64_t)(rnd_next(&seed) % 4));
-      if (rlock_unlock(rx->churn_lock) != 1)
+      if (rlock_unlock(rx->churn_lock) != 0)
         atomic_fetch_add(&rx->churn_errors, 1);
     } else if (rc < 0) {
       atomic_fetch_add(&rx->churn_errors, 1);
@@ -852,7 +852,7 @@ static void canceller_thread(void *arg) {
     if (pick > 1)
       sleep_until_us(atomic_load(&s->submitted_us) +
                      (int64_t)(rnd_next(&seed) % 4000));
-    if (rlock_cancel(req) != 0)
+    if (rlock_req_cancel(req) != 0)
       atomic_fetch_add(&rx->cancel_errors, 1);
   }
 }
@@ -975,8 +975,8 @@ Test(async, cancel_races_leave_no_phantom_holds) {
   cr_assert_eq(rt_exists(key), 0);
 
   rlock_free(rx.churn_lock);
-  rlock_client_close(churn_c);
-  rlock_client_close(c);
+  rlock_client_free(churn_c);
+  rlock_client_free(c);
   for (size_t i = 0; i < RACE_N; i++) {
     race_slot *s = &rx.slots[i];
     cr_assert_eq(atomic_load(&s->calls), 1, "acquire %zu called back %d times",
@@ -1074,7 +1074,7 @@ typedef struct closer {
 static void closer_thread(void *arg) {
   closer *cl = arg;
   atomic_store(&cl->t0, rt_now_ms());
-  rlock_client_close(cl->c);
+  rlock_client_free(cl->c);
   atomic_store(&cl->t1, rt_now_ms());
 }
 
@@ -1192,10 +1192,10 @@ Test(async, close_with_pending_ops_calls_back_exactly_once) {
   char first[OWNER_MAX + 8];
   cr_assert_eq(rt_hlen(key), 1);
   cr_assert_eq(fields_of_client(key, holder_c, first, sizeof first), 1);
-  cr_assert_eq(rlock_unlock(held), 1);
+  cr_assert_eq(rlock_unlock(held), 0);
   rt_wait_until_what(no_channels, NULL, 3000, "PUBSUB CHANNELS empty");
   rlock_free(held);
-  rlock_client_close(holder_c);
+  rlock_client_free(holder_c);
 }
 
 /* ---- ECLOSED callbacks carry a detail ----
@@ -1279,7 +1279,7 @@ Test(async, eclosed_callbacks_during_close_have_detail) {
    * flooding submitters leave the loop thread little time on a loaded
    * machine (10 s was missed once in CI), so the bound is generous. */
   rt_wait_until_what(detail_submitters_busy, sub, 30000, "submitters running");
-  rlock_client_close(c); /* races the submitters */
+  rlock_client_free(c); /* races the submitters */
   int calls = 0, submitted = 0, closed = 0, empty = 0;
   for (int i = 0; i < CLOSE_SUBMITTERS; i++) {
     rt_thread_join(&st[i], JOIN_BOUND_MS);
@@ -1304,7 +1304,7 @@ Test(async, eclosed_callbacks_during_close_have_detail) {
   rlock_free(lock);
 }
 
-/* ---- rlock_cancel / rlock_interrupt and rlock_last_error() ----
+/* ---- rlock_req_cancel / rlock_client_interrupt and rlock_last_error() ----
  *
  * Like every rlock call, they leave rlock_last_error() empty on success and
  * describe a failure; each success is preceded by a failing call on the same
@@ -1326,13 +1326,13 @@ static void ctl_cb(int status, int64_t value, void *data) {
   (void)status;
   (void)value;
   ctl_in_cb *k = data;
-  (void)rlock_cancel(NULL);
+  (void)rlock_req_cancel(NULL);
   atomic_store(&k->bad_cancel_empty, last_error_empty());
-  atomic_store(&k->cancel_rc, rlock_cancel(k->cancel_req));
+  atomic_store(&k->cancel_rc, rlock_req_cancel(k->cancel_req));
   atomic_store(&k->cancel_empty, last_error_empty());
-  (void)rlock_interrupt(NULL, 1);
+  (void)rlock_client_interrupt(NULL, 1);
   atomic_store(&k->bad_interrupt_empty, last_error_empty());
-  atomic_store(&k->interrupt_rc, rlock_interrupt(k->c, k->interrupt_owner));
+  atomic_store(&k->interrupt_rc, rlock_client_interrupt(k->c, k->interrupt_owner));
   atomic_store(&k->interrupt_empty, last_error_empty());
   atomic_fetch_add(&k->calls, 1);
 }
@@ -1364,19 +1364,19 @@ Test(async, cancel_and_interrupt_set_and_clear_last_error) {
   }
 
   /* From a user thread. */
-  cr_assert_eq(rlock_cancel(NULL), RLOCK_EINVAL);
+  cr_assert_eq(rlock_req_cancel(NULL), RLOCK_EINVAL);
   cr_assert_neq(rlock_last_error()[0], '\0', "EINVAL without a detail");
-  cr_assert_eq(rlock_cancel(reqs[0]), 0);
+  cr_assert_eq(rlock_req_cancel(reqs[0]), 0);
   cr_assert_str_empty(rlock_last_error(),
-                      "successful rlock_cancel left \"%s\"",
+                      "successful rlock_req_cancel left \"%s\"",
                       rlock_last_error());
   cr_assert_eq(rec_wait(&w[0], "cancelled acquire"), RLOCK_ECANCELED);
 
-  cr_assert_eq(rlock_interrupt(NULL, 1), RLOCK_EINVAL);
+  cr_assert_eq(rlock_client_interrupt(NULL, 1), RLOCK_EINVAL);
   cr_assert_neq(rlock_last_error()[0], '\0', "EINVAL without a detail");
-  cr_assert_eq(rlock_interrupt(c, owners[1]), 1);
+  cr_assert_eq(rlock_client_interrupt(c, owners[1]), 1);
   cr_assert_str_empty(rlock_last_error(),
-                      "successful rlock_interrupt left \"%s\"",
+                      "successful rlock_client_interrupt left \"%s\"",
                       rlock_last_error());
   cr_assert_eq(rec_wait(&w[1], "interrupted acquire"), RLOCK_ECANCELED);
 
@@ -1394,31 +1394,31 @@ Test(async, cancel_and_interrupt_set_and_clear_last_error) {
   cr_assert_eq(atomic_load(&k.bad_interrupt_empty), 0);
   cr_assert_eq(atomic_load(&k.cancel_rc), 0);
   cr_assert_eq(atomic_load(&k.cancel_empty), 1,
-               "successful rlock_cancel in a callback left a detail");
+               "successful rlock_req_cancel in a callback left a detail");
   cr_assert_eq(atomic_load(&k.interrupt_rc), 1);
   cr_assert_eq(atomic_load(&k.interrupt_empty), 1,
-               "successful rlock_interrupt in a callback left a detail");
+               "successful rlock_client_interrupt in a callback left a detail");
   cr_assert_eq(rec_wait(&w[2], "acquire cancelled in a callback"),
                RLOCK_ECANCELED);
   cr_assert_eq(rec_wait(&w[3], "acquire interrupted in a callback"),
                RLOCK_ECANCELED);
 
   /* On a closed client (the lock handle keeps its memory alive). */
-  rlock_client_close(c);
+  rlock_client_free(c);
   cr_assert_eq(rlock_lock(held, -1), 0); /* a success: detail cleared */
-  cr_assert_eq(rlock_interrupt(c, owners[0]), RLOCK_ECLOSED);
+  cr_assert_eq(rlock_client_interrupt(c, owners[0]), RLOCK_ECLOSED);
   cr_assert_neq(rlock_last_error()[0], '\0', "ECLOSED without a detail");
   cr_assert_eq(rlock_unlock(held), 0); /* re-entrant: still held once */
   cr_assert_str_empty(rlock_last_error());
-  cr_assert_eq(rlock_cancel(reqs[0]), RLOCK_ECLOSED);
+  cr_assert_eq(rlock_req_cancel(reqs[0]), RLOCK_ECLOSED);
   cr_assert_neq(rlock_last_error()[0], '\0', "ECLOSED without a detail");
 
   for (int i = 0; i < 4; i++)
     rlock_req_free(reqs[i]);
   rlock_free(lock);
-  cr_assert_eq(rlock_unlock(held), 1);
+  cr_assert_eq(rlock_unlock(held), 0);
   rlock_free(held);
-  rlock_client_close(holder_c);
+  rlock_client_free(holder_c);
 }
 
 /* ---- close from inside a callback ---- */
@@ -1438,7 +1438,7 @@ static void close_in_cb(int status, int64_t value, void *data) {
   (void)value;
   closing_cb *k = data;
   atomic_store(&k->status, status);
-  rlock_client_close(k->c);
+  rlock_client_free(k->c);
   atomic_store(&k->after_close_rc,
                rlock_is_locked_async(k->lock, rec_cb, &late_rec, NULL));
   atomic_fetch_add(&k->calls, 1);
@@ -1495,13 +1495,13 @@ Test(async, close_from_inside_callback) {
     cr_assert_eq(atomic_load(&waiters[i].calls), 1);
   rlock_free(lock); /* last reference: frees the client */
 
-  cr_assert_eq(rlock_unlock(held), 1);
+  cr_assert_eq(rlock_unlock(held), 0);
   rt_wait_until_what(no_channels, NULL, 3000, "PUBSUB CHANNELS empty");
   rlock_free(held);
-  rlock_client_close(holder_c);
+  rlock_client_free(holder_c);
 }
 
-/* ---- rlock_interrupt ---- */
+/* ---- rlock_client_interrupt ---- */
 
 typedef struct locker {
   rlock *lock;
@@ -1534,7 +1534,7 @@ static void interrupt_cb(int status, int64_t value, void *data) {
   (void)status;
   (void)value;
   interrupt_in_cb *k = data;
-  atomic_store(&k->rc, rlock_interrupt(k->c, k->owner));
+  atomic_store(&k->rc, rlock_client_interrupt(k->c, k->owner));
   atomic_fetch_add(&k->calls, 1);
 }
 
@@ -1554,8 +1554,8 @@ Test(async, interrupt_blocked_and_async_acquires) {
   cr_assert_eq(rlock_lock(lock2, -1), 0);
 
   /* Nothing to interrupt. */
-  cr_assert_eq(rlock_interrupt(c, rlock_owner_new()), 0);
-  cr_assert_eq(rlock_interrupt(c, rlock_thread_id()), 0);
+  cr_assert_eq(rlock_client_interrupt(c, rlock_owner_new()), 0);
+  cr_assert_eq(rlock_client_interrupt(c, rlock_thread_id()), 0);
 
   /* A thread blocked in rlock_lock(). */
   static locker l;
@@ -1568,7 +1568,7 @@ Test(async, interrupt_blocked_and_async_acquires) {
   rt_wait_until_what(has_subscriber, chan, 5000, "locker waiting");
   cr_assert_not(atomic_load(&l.done), "rlock_lock returned while held");
   int64_t t0 = rt_now_ms();
-  cr_assert_eq(rlock_interrupt(c, atomic_load(&l.tid)), 1);
+  cr_assert_eq(rlock_client_interrupt(c, atomic_load(&l.tid)), 1);
   rt_thread_join(&th, JOIN_BOUND_MS);
   cr_assert_eq(atomic_load(&l.rc), RLOCK_ECANCELED, "interrupted lock: %s",
                rlock_err_name(atomic_load(&l.rc)));
@@ -1576,8 +1576,8 @@ Test(async, interrupt_blocked_and_async_acquires) {
   cr_assert_lt(took, 1000, "interrupt took %" PRId64 " ms", took);
   owner_field(field, sizeof field, c, atomic_load(&l.tid));
   cr_assert_eq(rt_int("HEXISTS %s %s", key, field), 0);
-  cr_assert_eq(rlock_is_held_by_owner(lock, atomic_load(&l.tid)), 0);
-  cr_assert_eq(rlock_interrupt(c, atomic_load(&l.tid)), 0, "again: none");
+  cr_assert_eq(rlock_is_held_owner(lock, atomic_load(&l.tid)), 0);
+  cr_assert_eq(rlock_client_interrupt(c, atomic_load(&l.tid)), 0, "again: none");
 
   /* One owner, two async acquires (two locks), plus another owner that
    * must not be touched. */
@@ -1595,13 +1595,13 @@ Test(async, interrupt_blocked_and_async_acquires) {
   rec_init(&barrier, NULL);
   cr_assert_eq(rlock_is_locked_async(lock, rec_cb, &barrier, NULL), 0);
   cr_assert_eq(rec_wait(&barrier, "barrier"), 1);
-  cr_assert_eq(rlock_interrupt(c, x), 2);
+  cr_assert_eq(rlock_client_interrupt(c, x), 2);
   cr_assert_eq(rec_wait(&rx1, "x on lock 1"), RLOCK_ECANCELED);
   cr_assert_eq(rec_wait(&rx2, "x on lock 2"), RLOCK_ECANCELED);
-  cr_assert_eq(rlock_interrupt(c, x), 0);
+  cr_assert_eq(rlock_client_interrupt(c, x), 0);
   cr_assert_eq(atomic_load(&ry.calls), 0, "y was interrupted too");
 
-  /* rlock_interrupt from a callback (the loop thread). */
+  /* rlock_client_interrupt from a callback (the loop thread). */
   uint64_t z = rlock_owner_new();
   static rec rz;
   rec_init(&rz, NULL);
@@ -1619,18 +1619,18 @@ Test(async, interrupt_blocked_and_async_acquires) {
   cr_assert_eq(atomic_load(&k.rc), 1);
 
   /* y is still waiting and gets the lock when main releases it. */
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   cr_assert_eq(rec_wait(&ry, "y acquires"), 1);
-  cr_assert_eq(rlock_unlock_owner(lock, y), 1);
-  cr_assert_eq(rlock_unlock(lock2), 1);
+  cr_assert_eq(rlock_unlock_owner(lock, y), 0);
+  cr_assert_eq(rlock_unlock(lock2), 0);
   cr_assert_eq(rt_exists(key), 0);
   cr_assert_eq(rt_exists(key2), 0);
   rt_wait_until_what(no_channels, NULL, 3000, "PUBSUB CHANNELS empty");
 
   rlock_free(lock);
   rlock_free(lock2);
-  rlock_client_close(c);
-  cr_assert_eq(rlock_interrupt(NULL, 1), RLOCK_EINVAL);
+  rlock_client_free(c);
+  cr_assert_eq(rlock_client_interrupt(NULL, 1), RLOCK_EINVAL);
   cr_assert_eq(atomic_load(&rx1.calls), 1);
   cr_assert_eq(atomic_load(&rx2.calls), 1);
   cr_assert_eq(atomic_load(&ry.calls), 1);
@@ -1661,7 +1661,7 @@ static void transfer_unlock_thread(void *arg) {
   transfer *t = arg;
   atomic_store(&t->tid, rlock_thread_id());
   atomic_store(&t->own_unlock_rc, rlock_unlock(t->lock));
-  atomic_store(&t->held_rc, rlock_is_held_by_owner(t->lock, t->owner));
+  atomic_store(&t->held_rc, rlock_is_held_owner(t->lock, t->owner));
   atomic_store(&t->count, rlock_hold_count_owner(t->lock, t->owner));
   atomic_store(&t->unlock_rc, rlock_unlock_owner(t->lock, t->owner));
 }
@@ -1694,8 +1694,8 @@ Test(async, ownership_transfer_between_threads) {
             field, count ? count : "(nil)");
   free(count);
   cr_assert_neq(atomic_load(&a.tid), x);
-  cr_assert_eq(rlock_is_held_by_current_thread(lock), 0);
-  cr_assert_eq(rlock_is_held_by_owner(lock, x), 1);
+  cr_assert_eq(rlock_is_held(lock), 0);
+  cr_assert_eq(rlock_is_held_owner(lock, x), 1);
   cr_assert_eq(rlock_try_lock_owner(lock, x2, 0, -1), 0);
   cr_assert_eq(rlock_try_lock(lock, 0, -1), 0);
 
@@ -1707,7 +1707,7 @@ Test(async, ownership_transfer_between_threads) {
                rlock_err_name(atomic_load(&b.own_unlock_rc)));
   cr_assert_eq(atomic_load(&b.held_rc), 1);
   cr_assert_eq(atomic_load(&b.count), 1);
-  cr_assert_eq(atomic_load(&b.unlock_rc), 1, "unlock for x on thread B: %s",
+  cr_assert_eq(atomic_load(&b.unlock_rc), 0, "unlock for x on thread B: %s",
                rlock_err_name(atomic_load(&b.unlock_rc)));
   cr_assert_eq(rt_exists(key), 0);
 
@@ -1727,11 +1727,11 @@ Test(async, ownership_transfer_between_threads) {
   rt_thread_start(&tb, transfer_unlock_thread, &b2);
   rt_thread_join(&tb, JOIN_BOUND_MS);
   cr_assert_eq(atomic_load(&b2.own_unlock_rc), RLOCK_ENOTOWNER);
-  cr_assert_eq(atomic_load(&b2.unlock_rc), 1);
+  cr_assert_eq(atomic_load(&b2.unlock_rc), 0);
   cr_assert_eq(rt_exists(key), 0);
 
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   cr_assert_eq(atomic_load(&r.calls), 1);
 }
 
@@ -1877,7 +1877,7 @@ Test(async, ten_thousand_waiters_take_turns, .timeout = 240) {
 
   /* Release: each waiter takes the lock in turn and its callback unlocks. */
   int64_t t1 = rt_now_ms();
-  cr_assert_eq(rlock_unlock_owner(m.lock, holder), 1);
+  cr_assert_eq(rlock_unlock_owner(m.lock, holder), 0);
   rt_wait_until_what(many_done, &m, 120000, "every waiter got the lock");
   int64_t t2 = atomic_load(&m.t_last);
   cr_log_info("%d hand-overs in %" PRId64 " ms (%.1f us each)", m.n, t2 - t1,
@@ -1893,7 +1893,7 @@ Test(async, ten_thousand_waiters_take_turns, .timeout = 240) {
   rt_wait_until_what(no_channels, NULL, 5000, "PUBSUB CHANNELS empty");
 
   rlock_free(m.lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   cr_assert_eq(atomic_load(&m.acquired), m.n, "a callback after the end");
   cr_assert_eq(atomic_load(&m.released), m.n);
   free(m.slots);

@@ -55,7 +55,7 @@ Test(client, open_null_options_unreachable_is_econn) {
 
   rlock_client *c = SENTINEL;
   int64_t t0 = rt_now_ms();
-  int rc = rlock_client_open(&c, NULL);
+  int rc = rlock_client_new(&c, NULL);
   int64_t elapsed = rt_now_ms() - t0;
   cr_assert_eq(rc, RLOCK_ECONN, "open with REDIS_URL=%s: %s (%s)", url,
                rlock_err_name(rc), rlock_last_error());
@@ -70,13 +70,13 @@ Test(client, open_null_options_uses_redis_url) {
   size_t before = rt_client_count();
   cr_assert_eq(setenv("REDIS_URL", rt_uri(), 1), 0);
   rlock_client *c = NULL;
-  int rc = rlock_client_open(&c, NULL);
+  int rc = rlock_client_new(&c, NULL);
   unsetenv("REDIS_URL");
   cr_assert_eq(rc, 0, "%s (%s)", rlock_err_name(rc), rlock_last_error());
   cr_assert_not_null(c);
   /* It connected to our server, not to some default. */
   cr_assert_geq(rt_client_count(), before + 1);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /*
@@ -108,7 +108,7 @@ static int open_with_free_fds(int free_fds) {
   rlock_options_init(&o);
   o.uri = rt_uri();
   rlock_client *c = SENTINEL;
-  int rc = rlock_client_open(&c, &o);
+  int rc = rlock_client_new(&c, &o);
   if (rc != RLOCK_ESYS)
     return 100 + (rc < 0 ? -rc : 50);
   if (c != NULL)
@@ -117,10 +117,10 @@ static int open_with_free_fds(int free_fds) {
     return 94;
   while (n > 0)
     close(fds[--n]);
-  rc = rlock_client_open(&c, &o);
+  rc = rlock_client_new(&c, &o);
   if (rc != 0)
     return 95;
-  rlock_client_close(c);
+  rlock_client_free(c);
   return 0;
 }
 
@@ -160,10 +160,10 @@ Test(client, open_gives_distinct_uuids) {
   rlock *lock = rt_lock(a, key);
   cr_assert_eq(rlock_lock(lock, -1), 0);
   cr_assert_str_eq(rlock_client_id(a), copy);
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   rlock_free(lock);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 typedef struct bad_case {
@@ -230,7 +230,7 @@ Test(client, invalid_options_are_refused) {
     o.uri = rt_uri();
     cases[i].apply(&o);
     rlock_client *c = SENTINEL;
-    int rc = rlock_client_open(&c, &o);
+    int rc = rlock_client_new(&c, &o);
     cr_assert_eq(rc, cases[i].expect, "%s: got %s, expected %s", cases[i].what,
                  rlock_err_name(rc), rlock_err_name(cases[i].expect));
     cr_assert_null(c, "%s: *client not NULL", cases[i].what);
@@ -251,12 +251,12 @@ Test(client, boundary_options_are_accepted) {
       "x123456789x123456789x123456789x123456789x123456789x123456789xxxx";
   cr_assert_eq(strlen(o.client_name), 64);
   rlock_client *c = rt_client_opts(&o);
-  rlock_client_close(c);
+  rlock_client_free(c);
 
   rlock_options_init(&o);
   o.retry_attempts = 0;
   c = rt_client_opts(&o);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* A caller built against an older rlock.h (a smaller rlock_options) opens
@@ -272,16 +272,16 @@ Test(client, options_prefix_size_opens_with_defaults_for_the_rest) {
   o.struct_size = offsetof(rlock_options, retry_attempts);
   memset((char *)&o + o.struct_size, 0x5a, sizeof o - o.struct_size);
   rlock_client *c = NULL;
-  int rc = rlock_client_open(&c, &o);
+  int rc = rlock_client_new(&c, &o);
   cr_assert_eq(rc, 0, "%s: %s", rlock_err_name(rc), rlock_last_error());
   rlock *lock = rt_lock(c, key);
   cr_assert_eq(rlock_lock(lock, -1), 0);
   long long pttl = rt_pttl(key);
   cr_assert(pttl > 0 && pttl <= 4000,
             "PTTL %lld: the prefix's watchdog_timeout_ms was not used", pttl);
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 
   /* Out of range either way: refused before connecting. */
   size_t before = rt_client_count();
@@ -289,7 +289,7 @@ Test(client, options_prefix_size_opens_with_defaults_for_the_rest) {
   o.uri = rt_uri();
   o.struct_size = 0;
   c = (rlock_client *)&o;
-  cr_assert_eq(rlock_client_open(&c, &o), RLOCK_EINVAL);
+  cr_assert_eq(rlock_client_new(&c, &o), RLOCK_EINVAL);
   cr_assert_null(c);
   cr_assert_not_null(strstr(rlock_last_error(), "rlock_options_init()"));
   cr_assert_eq(rt_client_count(), before);
@@ -337,11 +337,11 @@ Test(client, two_connections_per_client) {
   rt_key(key, sizeof key, "conns");
   rlock *lock = rt_lock(c, key);
   cr_assert_eq(rlock_lock(lock, -1), 0);
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   cr_assert_eq(rt_client_count(), base + 2);
   rlock_free(lock);
 
-  rlock_client_close(c);
+  rlock_client_free(c);
   w.expect = base;
   rt_wait_until_what(client_count_is, &w, 2000, "0 extra after close");
 }
@@ -355,7 +355,7 @@ Test(client, client_name_on_both_connections) {
   count_wait w = {2, name};
   rt_wait_until_what(client_count_is, &w, 2000, "both connections named");
   cr_assert_eq(rt_client_count_named(name), 2);
-  rlock_client_close(c);
+  rlock_client_free(c);
   w.expect = 0;
   rt_wait_until_what(client_count_is, &w, 2000, "named connections closed");
 }
@@ -400,7 +400,7 @@ Test(client, dead_server_fails_fast) {
   cr_assert_lt(elapsed, 1100 + 2500, "unlock took %" PRId64 " ms", elapsed);
 
   t0 = rt_now_ms();
-  rlock_client_close(c);
+  rlock_client_free(c);
   cr_assert_lt(rt_now_ms() - t0, 3000, "close hung on a dead server");
   rlock_free(other);
   rlock_free(lock);
@@ -411,16 +411,16 @@ Test(client, dead_server_fails_fast) {
 Test(client, get_validates_arguments) {
   rlock_client *c = rt_client();
   rlock *lock = NULL;
-  cr_assert_eq(rlock_get(c, NULL, &lock), RLOCK_EINVAL);
-  cr_assert_eq(rlock_get(c, "", &lock), RLOCK_EINVAL);
-  cr_assert_eq(rlock_get(NULL, "x", &lock), RLOCK_EINVAL);
-  cr_assert_eq(rlock_get(c, "x", NULL), RLOCK_EINVAL);
+  cr_assert_eq(rlock_new(c, NULL, &lock), RLOCK_EINVAL);
+  cr_assert_eq(rlock_new(c, "", &lock), RLOCK_EINVAL);
+  cr_assert_eq(rlock_new(NULL, "x", &lock), RLOCK_EINVAL);
+  cr_assert_eq(rlock_new(c, "x", NULL), RLOCK_EINVAL);
 
   char *name = malloc(RLOCK_NAME_MAX + 2);
   cr_assert_not_null(name);
   memset(name, 'n', RLOCK_NAME_MAX + 1);
   name[RLOCK_NAME_MAX + 1] = '\0';
-  cr_assert_eq(rlock_get(c, name, &lock), RLOCK_ENAMETOOLONG);
+  cr_assert_eq(rlock_new(c, name, &lock), RLOCK_ENAMETOOLONG);
   cr_assert_neq(rlock_last_error()[0], '\0');
 
   /* Exactly RLOCK_NAME_MAX bytes is fine, and works end to end. */
@@ -428,13 +428,13 @@ Test(client, get_validates_arguments) {
   size_t used = strlen(name);
   memset(name + used, 'n', RLOCK_NAME_MAX - used);
   name[RLOCK_NAME_MAX] = '\0';
-  cr_assert_eq(rlock_get(c, name, &lock), 0, "%s", rlock_last_error());
+  cr_assert_eq(rlock_new(c, name, &lock), 0, "%s", rlock_last_error());
   cr_assert_eq(rlock_last_error()[0], '\0',
                "last error not cleared by a successful call");
   cr_assert_str_eq(rlock_name(lock), name);
   cr_assert_eq(rlock_try_lock(lock, 0, 5000), 1, "%s", rlock_last_error());
   cr_assert_eq(rt_int("EXISTS %b", name, (size_t)RLOCK_NAME_MAX), 1);
-  cr_assert_eq(rlock_unlock(lock), 1);
+  cr_assert_eq(rlock_unlock(lock), 0);
   cr_assert_eq(rt_int("EXISTS %b", name, (size_t)RLOCK_NAME_MAX), 0);
   rlock_free(lock);
   free(name);
@@ -444,14 +444,14 @@ Test(client, get_validates_arguments) {
   rt_key(buf, sizeof buf, "copied");
   char expect[KEY_MAX];
   snprintf(expect, sizeof expect, "%s", buf);
-  cr_assert_eq(rlock_get(c, buf, &lock), 0);
+  cr_assert_eq(rlock_new(c, buf, &lock), 0);
   memset(buf, 'z', strlen(buf));
   cr_assert_str_eq(rlock_name(lock), expect);
   rlock_free(lock);
 
   rlock_free(NULL);
-  rlock_client_close(c);
-  rlock_client_close(NULL);
+  rlock_client_free(c);
+  rlock_client_free(NULL);
 }
 
 Test(client, closed_client_calls_return_eclosed) {
@@ -459,14 +459,14 @@ Test(client, closed_client_calls_return_eclosed) {
   rt_key(key, sizeof key, "closed");
   rlock_client *c = rt_client();
   rlock *lock = rt_lock(c, key);
-  rlock_client_close(c);
+  rlock_client_free(c);
 
   cr_assert_eq(rlock_lock(lock, -1), RLOCK_ECLOSED);
   cr_assert_eq(rlock_try_lock(lock, 0, -1), RLOCK_ECLOSED);
   cr_assert_eq(rlock_unlock(lock), RLOCK_ECLOSED);
   cr_assert_eq(rlock_force_unlock(lock), RLOCK_ECLOSED);
   cr_assert_eq(rlock_is_locked(lock), RLOCK_ECLOSED);
-  cr_assert_eq(rlock_is_held_by_current_thread(lock), RLOCK_ECLOSED);
+  cr_assert_eq(rlock_is_held(lock), RLOCK_ECLOSED);
   cr_assert_eq(rlock_hold_count(lock), RLOCK_ECLOSED);
   int64_t ttl = 12345;
   cr_assert_eq(rlock_remain_ttl(lock, &ttl), RLOCK_ECLOSED);
@@ -509,7 +509,7 @@ Test(client, close_wakes_blocked_waiter_with_eclosed) {
   cr_assert_not(atomic_load(&b.done), "waiter returned while lock held");
 
   int64_t t_close = rt_now_ms();
-  rlock_client_close(waiter_c);
+  rlock_client_free(waiter_c);
   rt_thread_join(&th, 5000);
   cr_assert_eq(atomic_load(&b.rc), RLOCK_ECLOSED, "blocked lock: %s",
                rlock_err_name(atomic_load(&b.rc)));
@@ -518,10 +518,10 @@ Test(client, close_wakes_blocked_waiter_with_eclosed) {
                atomic_load(&b.t_end) - t_close);
   rlock_free(b.lock);
 
-  cr_assert_eq(rlock_unlock(held), 1);
+  cr_assert_eq(rlock_unlock(held), 0);
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(held);
-  rlock_client_close(holder_c);
+  rlock_client_free(holder_c);
 }
 
 Test(client, last_error_is_per_call_and_per_thread) {
@@ -529,17 +529,17 @@ Test(client, last_error_is_per_call_and_per_thread) {
   rlock_options_init(&o);
   o.uri = "http://nope";
   rlock_client *c = SENTINEL;
-  cr_assert_eq(rlock_client_open(&c, &o), RLOCK_EURI);
+  cr_assert_eq(rlock_client_new(&c, &o), RLOCK_EURI);
   cr_assert_neq(rlock_last_error()[0], '\0');
 
   c = rt_client();
   rlock *lock = NULL;
-  cr_assert_eq(rlock_get(c, "", &lock), RLOCK_EINVAL);
+  cr_assert_eq(rlock_new(c, "", &lock), RLOCK_EINVAL);
   cr_assert_neq(rlock_last_error()[0], '\0');
-  cr_assert_eq(rlock_get(c, "last-error", &lock), 0);
+  cr_assert_eq(rlock_new(c, "last-error", &lock), 0);
   cr_assert_str_eq(rlock_last_error(), "");
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- thread ids ---- */
@@ -633,7 +633,7 @@ Test(client, close_leaves_no_fd_thread_or_channel) {
   /* libuv makes one process-wide pipe (its signal lock) at the first
    * uv_loop_init and keeps it: count from after a first client. */
   rlock_client *warm = rt_client();
-  rlock_client_close(warm);
+  rlock_client_free(warm);
   int fds0 = count_dir("/proc/self/fd");
   int threads0 = count_dir("/proc/self/task");
   for (int round = 0; round < 20; round++) {
@@ -648,15 +648,15 @@ Test(client, close_leaves_no_fd_thread_or_channel) {
       pthread_create(&t, NULL, closer_waiter, lock2);
       rt_wait_until_what(has_channel_subscriber, key, 5000,
                          "waiter subscribed");
-      rlock_client_close(c2);
+      rlock_client_free(c2);
       void *rc;
       pthread_join(t, &rc);
       cr_assert_eq((int)(intptr_t)rc, RLOCK_ECLOSED);
       rlock_free(lock2);
     }
-    cr_assert_eq(rlock_unlock(lock), 1);
+    cr_assert_eq(rlock_unlock(lock), 0);
     rlock_free(lock);
-    rlock_client_close(c);
+    rlock_client_free(c);
   }
   cr_assert_eq(count_dir("/proc/self/fd"), fds0, "file descriptors leaked");
   cr_assert_eq(count_dir("/proc/self/task"), threads0, "threads leaked");
@@ -692,13 +692,13 @@ Test(client, forked_child_gets_efork_and_parent_keeps_working) {
     if (rlock_is_locked(lock) == RLOCK_EFORK)
       bits |= 4;
     rlock *other = NULL;
-    if (rlock_get(c, key, &other) == RLOCK_EFORK && other == NULL)
+    if (rlock_new(c, key, &other) == RLOCK_EFORK && other == NULL)
       bits |= 8;
     rlock_req *req = NULL;
     if (rlock_is_locked_async(lock, NULL, NULL, &req) == RLOCK_EFORK &&
         req == NULL)
       bits |= 16;
-    rlock_client_close(c);
+    rlock_client_free(c);
     /* The child ends by exec, as a forked program would: the parent's
      * client copy is left alone by design (close touches nothing in a
      * child), and exec discards it without a leak report under valgrind,
@@ -721,8 +721,8 @@ Test(client, forked_child_gets_efork_and_parent_keeps_working) {
   /* The parent's client and its hold are untouched. */
   cr_assert_eq(rt_exists(key), 1);
   cr_assert_eq(rlock_is_locked(lock), 1, "%s", rlock_last_error());
-  cr_assert_eq(rlock_unlock(lock), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(lock), 0, "%s", rlock_last_error());
   cr_assert_eq(rt_exists(key), 0);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }

@@ -26,7 +26,7 @@ typedef struct hammer {
 static void hammer_run(void *arg) {
   hammer *h = arg;
   rlock *l = NULL;
-  if (rlock_get(h->c, h->key, &l) != 0) {
+  if (rlock_new(h->c, h->key, &l) != 0) {
     atomic_fetch_add(&h->errors, 1);
     return;
   }
@@ -38,7 +38,7 @@ static void hammer_run(void *arg) {
     rt_sleep_ms(1); /* the work */
     atomic_fetch_sub(&h->inside, 1);
     atomic_fetch_add(&h->acquisitions, 1);
-    if (rlock_unlock(l) != 1)
+    if (rlock_unlock(l) != 0)
       atomic_fetch_add(&h->errors, 1);
   }
   rlock_free(l);
@@ -74,7 +74,7 @@ static void other_client_gets_its_turn(int handoff_max) {
     if (atomic_fetch_add(&h.inside, 1) != 0)
       atomic_fetch_add(&h.overlap, 1);
     atomic_fetch_sub(&h.inside, 1);
-    cr_assert_eq(rlock_unlock(lb), 1);
+    cr_assert_eq(rlock_unlock(lb), 0);
   }
   atomic_store(&h.stop, true);
   for (int i = 0; i < NTHREADS; i++)
@@ -88,8 +88,8 @@ static void other_client_gets_its_turn(int handoff_max) {
   cr_assert_gt(atomic_load(&h.acquisitions), before,
                "the local threads went on");
   rlock_free(lb);
-  rlock_client_close(b);
-  rlock_client_close(a);
+  rlock_client_free(b);
+  rlock_client_free(a);
 }
 
 Test(handoff, other_client_not_starved_default_bound) {
@@ -127,12 +127,12 @@ Test(handoff, release_still_publishes) {
   cr_assert_eq(rlock_lock_async(l, o2, 5000, 10000, o2_done, NULL, NULL), 0);
   rt_sleep_ms(200); /* o2 is asleep on the channel */
   cr_assert_eq(atomic_load(&o2_status), -100, "o2 still waits");
-  cr_assert_eq(rlock_unlock_owner(l, o1), 1);
+  cr_assert_eq(rlock_unlock_owner(l, o1), 0);
   int64_t t0 = rt_now_ms();
   while (atomic_load(&o2_status) == -100 && rt_now_ms() - t0 < 3000)
     rt_sleep_ms(1);
   cr_assert_eq(atomic_load(&o2_status), 1, "o2 got the lock");
-  cr_assert_eq(rlock_is_held_by_owner(l, o2), 1);
+  cr_assert_eq(rlock_is_held_owner(l, o2), 1);
   r = NULL;
   cr_assert_eq(redisGetReply(sub, (void **)&r), REDIS_OK,
                "no release message was published");
@@ -140,8 +140,8 @@ Test(handoff, release_still_publishes) {
   cr_assert_str_eq(r->element[0]->str, "message");
   cr_assert_str_eq(r->element[1]->str, chan);
   freeReplyObject(r);
-  cr_assert_eq(rlock_unlock_owner(l, o2), 1);
+  cr_assert_eq(rlock_unlock_owner(l, o2), 0);
   redisFree(sub);
   rlock_free(l);
-  rlock_client_close(a);
+  rlock_client_free(a);
 }

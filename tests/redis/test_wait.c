@@ -40,14 +40,14 @@ static void long_wait_sleeps(int64_t spin_us) {
   cr_assert_geq(took, 990, "the wait lasted %lld ms", (long long)took);
   cr_assert_lt(cpu, 400, "spin_us=%lld: %lld ms of CPU during a %lld ms wait",
                (long long)spin_us, (long long)cpu, (long long)took);
-  cr_assert_eq(rlock_unlock(lh), 1);
+  cr_assert_eq(rlock_unlock(lh), 0);
   /* ... and a waiter woken by the release still gets it at once. */
   cr_assert_eq(rlock_try_lock(lw, 2000, 10000), 1);
-  cr_assert_eq(rlock_unlock(lw), 1);
+  cr_assert_eq(rlock_unlock(lw), 0);
   rlock_free(lh);
   rlock_free(lw);
-  rlock_client_close(waiter);
-  rlock_client_close(holder);
+  rlock_client_free(waiter);
+  rlock_client_free(holder);
 }
 
 Test(wait, long_wait_sleeps_with_spin) { long_wait_sleeps(250); }
@@ -67,11 +67,11 @@ static void work(void *arg) {
   char key[64];
   rt_key(key, sizeof key, "wait-many");
   rlock *l = NULL;
-  if (rlock_get(w->c, key, &l) != 0)
+  if (rlock_new(w->c, key, &l) != 0)
     return;
   for (int i = 0; i < 100; i++) {
-    if (rlock_lock(l, 10000) == 0 && rlock_is_held_by_current_thread(l) == 1 &&
-        rlock_hold_count(l) == 1 && rlock_unlock(l) == 1)
+    if (rlock_lock(l, 10000) == 0 && rlock_is_held(l) == 1 &&
+        rlock_hold_count(l) == 1 && rlock_unlock(l) == 0)
       w->ok++;
   }
   rlock_free(l);
@@ -94,7 +94,7 @@ Test(wait, many_threads_with_and_without_spin) {
     for (int i = 0; i < 6; i++)
       cr_assert_eq(w[i].ok, 100, "spin %d, thread %d: %d of 100 rounds", spin,
                    i, w[i].ok);
-    rlock_client_close(c);
+    rlock_client_free(c);
   }
 }
 
@@ -191,19 +191,19 @@ static void stray_on_lock(const char *what,
   cr_assert_eq(get(waiter, key, &lw), 0);
   cr_assert_eq(rlock_lock(lh, 30000), 0);
   stray_bound(what, try_lock_owner_7, lw, chan, "0");
-  cr_assert_eq(rlock_unlock(lh), 1);
+  cr_assert_eq(rlock_unlock(lh), 0);
   rlock_free(lw);
   rlock_free(lh);
-  rlock_client_close(waiter);
-  rlock_client_close(holder);
+  rlock_client_free(waiter);
+  rlock_client_free(holder);
 }
 
 Test(wait, stray_unlock_message_keeps_the_lock_wait_bound) {
-  stray_on_lock("lock", rlock_get, false);
+  stray_on_lock("lock", rlock_new, false);
 }
 
 Test(wait, stray_unlock_message_keeps_the_fair_wait_bound) {
-  stray_on_lock("fair lock", rlock_get_fair, true);
+  stray_on_lock("fair lock", rlock_new_fair, true);
 }
 
 Test(wait, stray_release_message_keeps_the_semaphore_wait_bound) {
@@ -212,8 +212,8 @@ Test(wait, stray_release_message_keeps_the_semaphore_wait_bound) {
   rt_key(key, sizeof key, "stray-sem");
   snprintf(chan, sizeof chan, "redisson_sc:{%s}", key);
   rlock_semaphore *sh = NULL, *sw = NULL;
-  cr_assert_eq(rlock_semaphore_get(holder, key, &sh), 0);
-  cr_assert_eq(rlock_semaphore_get(waiter, key, &sw), 0);
+  cr_assert_eq(rlock_semaphore_new(holder, key, &sh), 0);
+  cr_assert_eq(rlock_semaphore_new(waiter, key, &sw), 0);
   cr_assert_eq(rlock_semaphore_try_set_permits(sh, 1, 0), 1);
   cr_assert_eq(rlock_semaphore_try_acquire(sh, 1, 0), 1);
   /* "1": a total of one permit, which the waiter's try finds taken */
@@ -222,6 +222,6 @@ Test(wait, stray_release_message_keeps_the_semaphore_wait_bound) {
   cr_assert_eq(rlock_semaphore_release(sh, 1), 0);
   rlock_semaphore_free(sw);
   rlock_semaphore_free(sh);
-  rlock_client_close(waiter);
-  rlock_client_close(holder);
+  rlock_client_free(waiter);
+  rlock_client_free(holder);
 }

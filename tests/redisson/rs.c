@@ -664,8 +664,8 @@ rlock_client *rs_client(const char *uri, int64_t watchdog_ms) {
   if (watchdog_ms > 0)
     o.watchdog_timeout_ms = watchdog_ms;
   rlock_client *c = NULL;
-  int rc = rlock_client_open(&c, &o);
-  cr_assert(rc == 0, "rlock_client_open(%s): %s (%s)", o.uri,
+  int rc = rlock_client_new(&c, &o);
+  cr_assert(rc == 0, "rlock_client_new(%s): %s (%s)", o.uri,
             rlock_err_name(rc), rlock_last_error());
   return c;
 }
@@ -960,23 +960,23 @@ rlock *rs_lock_kind(rlock_client *c, const char *kind, const char *name) {
   rlock *l = NULL;
   int rc;
   if (strcmp(kind, "lock") == 0)
-    rc = rlock_get(c, name, &l);
+    rc = rlock_new(c, name, &l);
   else if (strcmp(kind, "fair") == 0)
-    rc = rlock_get_fair(c, name, &l);
+    rc = rlock_new_fair(c, name, &l);
   else if (strcmp(kind, "read") == 0)
-    rc = rlock_get_read(c, name, &l);
+    rc = rlock_new_read(c, name, &l);
   else if (strcmp(kind, "write") == 0)
-    rc = rlock_get_write(c, name, &l);
+    rc = rlock_new_write(c, name, &l);
   else if (strcmp(kind, "fenced") == 0)
-    rc = rlock_get_fenced(c, name, &l);
+    rc = rlock_new_fenced(c, name, &l);
   else if (strcmp(kind, "spin") == 0)
-    rc = rlock_get_spin(c, name, &l);
+    rc = rlock_new_spin(c, name, &l);
   else if (strcmp(kind, "nonreentrant") == 0)
-    rc = rlock_get_nonreentrant(c, name, &l);
+    rc = rlock_new_nonreentrant(c, name, &l);
   else if (strcmp(kind, "nonreentrant_fair") == 0)
-    rc = rlock_get_nonreentrant_fair(c, name, &l);
+    rc = rlock_new_nonreentrant_fair(c, name, &l);
   else
     cr_assert_fail("unknown kind %s", kind);
-  cr_assert(rc == 0, "rlock_get %s: %s", kind, rlock_err_name(rc));
+  cr_assert(rc == 0, "rlock_new %s: %s", kind, rlock_err_name(rc));
   return l;
 }

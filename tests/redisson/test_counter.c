@@ -57,7 +57,7 @@ static int cctr_fn(void *arg) {
       rc = -2;
     freeReplyObject(s);
     int u = rlock_unlock_owner(m->lock, owner);
-    if (rc == 0 && u != 1)
+    if (rc == 0 && u != 0)
       rc = u;
     if (rc == 0)
       m->done++;
@@ -78,9 +78,9 @@ typedef struct ckind {
 } ckind;
 
 static const ckind CKINDS[] = {
-    {"lock", rlock_get, ""},
-    {"fair", rlock_get_fair, "F/"},
-    {"write", rlock_get_write, "W/"},
+    {"lock", rlock_new, ""},
+    {"fair", rlock_new_fair, "F/"},
+    {"write", rlock_new_write, "W/"},
 };
 
 /* Runs the three counters on (c, p); key_port(key) says where a key
@@ -158,7 +158,7 @@ Test(counter, standalone, .timeout = 120) {
   rs_peer *p = rs_connect();
   rlock_client *c = rs_client(NULL, 0);
   counters("standalone", c, p, standalone_port);
-  rlock_client_close(c);
+  rlock_client_free(c);
   rs_close(p);
 }
 
@@ -175,7 +175,7 @@ Test(topo, cluster_counter, .fini = rt_topo_stop_all, .timeout = 180) {
   rs_peer *p = rs_jvm_connect(j);
   rlock_client *c = rs_client(rt_cluster_uri(), 0);
   counters("cluster", c, p, cluster_port);
-  rlock_client_close(c);
+  rlock_client_free(c);
   rs_close(p);
   rs_jvm_stop(j);
 }
@@ -194,7 +194,7 @@ Test(topo, sentinel_counter, .fini = rt_topo_stop_all, .timeout = 180) {
   rs_peer *p = rs_jvm_connect(j);
   rlock_client *c = rs_client(rt_sentinel_uri(), 0);
   counters("sentinel", c, p, sentinel_port);
-  rlock_client_close(c);
+  rlock_client_free(c);
   rs_close(p);
   rs_jvm_stop(j);
 }

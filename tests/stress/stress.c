@@ -392,9 +392,9 @@ static rlock_client *open_client(int64_t watchdog_ms) {
   if (watchdog_ms > 0)
     o.watchdog_timeout_ms = watchdog_ms;
   rlock_client *c = NULL;
-  int rc = rlock_client_open(&c, &o);
+  int rc = rlock_client_new(&c, &o);
   if (rc != 0) {
-    failf("rlock_client_open: %s (%s)", rlock_err_name(rc),
+    failf("rlock_client_new: %s (%s)", rlock_err_name(rc),
           rlock_last_error());
     return NULL;
   }
@@ -403,9 +403,9 @@ static rlock_client *open_client(int64_t watchdog_ms) {
 
 static rlock *get_lock(rlock_client *c, const char *name) {
   rlock *lock = NULL;
-  int rc = rlock_get(c, name, &lock);
+  int rc = rlock_new(c, name, &lock);
   if (rc != 0) {
-    failf("rlock_get(%s): %s", name, rlock_err_name(rc));
+    failf("rlock_new(%s): %s", name, rlock_err_name(rc));
     return NULL;
   }
   return lock;
@@ -478,7 +478,7 @@ static void *counter_thread(void *arg) {
       sched_yield(); /* widen the window a lost exclusion would need */
     cx->counter = seen + 1;
     rc = rlock_unlock(cx->lock);
-    if (rc != 1) {
+    if (rc != 0) {
       failf("rlock_unlock returned %d (%s)", rc, rlock_err_name(rc));
       atomic_fetch_add(&cx->errors, 1);
       return NULL;
@@ -504,7 +504,7 @@ static void sc_blocking_counter(void) {
   printf("# blocking_counter: 8 x %d lock/unlock in %" PRId64 " ms\n",
          cx.rounds, took);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   CHECK(atomic_load(&cx.errors) == 0, "lock/unlock errors");
   CHECK(cx.counter == 8 * cx.rounds, "counter %d, expected %d", cx.counter,
         8 * cx.rounds);
@@ -563,9 +563,9 @@ static void race_acq_cb(int status, int64_t value, void *data) {
     size_t col = (size_t)((s->owner * 31) % (uint64_t)rx->per_submitter);
     race_slot *other = &rx->slots[row][col & ~(size_t)1];
     if (atomic_load(&other->ready)) {
-      int rc = rlock_cancel(atomic_load(&other->req));
+      int rc = rlock_req_cancel(atomic_load(&other->req));
       if (rc != 0)
-        failf("rlock_cancel from a callback: %s", rlock_err_name(rc));
+        failf("rlock_req_cancel from a callback: %s", rlock_err_name(rc));
     }
     int rc = rlock_unlock_async(rx->lock, s->owner, race_rel_cb, s, NULL);
     if (rc != 0)
@@ -637,9 +637,9 @@ static void *race_canceller(void *arg) {
     if (pick != 0) {
       sleep_us(atomic_load(&s->submitted_us) + (int64_t)(rnd(&seed) % 3000) -
                now_us());
-      int rc = rlock_cancel(req);
+      int rc = rlock_req_cancel(req);
       if (rc != 0)
-        failf("rlock_cancel: %s", rlock_err_name(rc));
+        failf("rlock_req_cancel: %s", rlock_err_name(rc));
     }
     if (i % 2 == 1) {
       atomic_store(&s->req, NULL);
@@ -657,7 +657,7 @@ static void *race_churn(void *arg) {
     if (rc == 1) {
       sleep_us(200 + (int64_t)(rnd(&seed) % 2000));
       rc = rlock_unlock(rx->churn_lock);
-      if (rc != 1)
+      if (rc != 0)
         failf("churn unlock: %s", rlock_err_name(rc));
     } else if (rc < 0) {
       failf("churn try_lock: %s", rlock_err_name(rc));
@@ -713,8 +713,8 @@ static void race_round(int round) {
     failf("not every callback fired within 60 s");
   check_clean(key);
   rlock_free(rx.churn_lock);
-  rlock_client_close(churn_c);
-  rlock_client_close(c); /* joins the loop: counts below are final */
+  rlock_client_free(churn_c);
+  rlock_client_free(c); /* joins the loop: counts below are final */
   for (int t = 0; t < RACE_SUBMITTERS; t++)
     for (int i = 0; i < rx.per_submitter; i++) {
       race_slot *s = &rx.slots[t][i];
@@ -766,7 +766,7 @@ static void *intr_worker(void *arg) {
         failf("unlock after a single acquire returned 0 (still held): an "
               "interrupted acquire's try left a hold the client does not "
               "know of");
-      else if (u != 1)
+      else if (u != 0)
         failf("unlock after an acquire among interrupts: %s",
               rlock_err_name(u));
     } else {
@@ -811,9 +811,9 @@ static void sc_interrupt(void) {
       if (tid == 0)
         continue;
       /* 0 when the thread is between calls: try again later. */
-      int n = rlock_interrupt(c, tid);
+      int n = rlock_client_interrupt(c, tid);
       if (n < 0 || n > 1)
-        failf("rlock_interrupt returned %d", n);
+        failf("rlock_client_interrupt returned %d", n);
       hits += n > 0;
     }
     sleep_us(200);
@@ -825,11 +825,11 @@ static void sc_interrupt(void) {
   CHECK(all_done, "interrupted threads did not finish within 60 s");
   CHECK(canceled == INTR_THREADS * rounds, "%d of %d locks canceled", canceled,
         INTR_THREADS * rounds);
-  CHECK(hits == canceled, "rlock_interrupt counted %d, %d calls canceled",
+  CHECK(hits == canceled, "rlock_client_interrupt counted %d, %d calls canceled",
         hits, canceled);
   CHECK(rlock_hold_count(lock) == 1, "main's hold count changed");
   CHECK(rint_("HLEN %s", key) == 1, "fields besides main's");
-  CHECK(rlock_unlock(lock) == 1, "main unlock");
+  CHECK(rlock_unlock(lock) == 0, "main unlock");
 
   /* Phase 2: the threads contend for real while interrupts fly. */
   for (int i = 0; i < INTR_THREADS; i++) {
@@ -850,9 +850,9 @@ static void sc_interrupt(void) {
     int pick = (int)(rnd(&seed) % INTR_THREADS);
     uint64_t tid = atomic_load(&w[pick].tid);
     if (tid != 0) {
-      int n = rlock_interrupt(c, tid);
+      int n = rlock_client_interrupt(c, tid);
       if (n < 0)
-        failf("rlock_interrupt: %s", rlock_err_name(n));
+        failf("rlock_client_interrupt: %s", rlock_err_name(n));
       else
         interrupted += n;
     }
@@ -869,11 +869,11 @@ static void sc_interrupt(void) {
          "interrupted\n",
          hits, acquired, canceled);
   CHECK(all_done, "contending threads did not finish within 60 s");
-  CHECK(canceled == interrupted, "rlock_interrupt counted %d, %d canceled",
+  CHECK(canceled == interrupted, "rlock_client_interrupt counted %d, %d canceled",
         interrupted, canceled);
   check_clean(key);
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ===================================================================== */
@@ -999,11 +999,11 @@ static void *xfer_consumer(void *arg) {
     if (own != RLOCK_ENOTOWNER)
       failf("unlock with the consumer's own id: %d (%s)", own,
             rlock_err_name(own));
-    int held = rlock_is_held_by_owner(p->lock, owner);
+    int held = rlock_is_held_owner(p->lock, owner);
     if (held != 1)
       failf("is_held_by_owner on the consumer: %d", held);
     int rc = rlock_unlock_owner(p->lock, owner);
-    if (rc != 1)
+    if (rc != 0)
       failf("unlock for the producer's owner: %d (%s)", rc,
             rlock_err_name(rc));
   }
@@ -1039,7 +1039,7 @@ static void sc_ownership_transfer(void) {
     pthread_cond_destroy(&pairs[i].cv);
   }
   rlock_free(lock);
-  rlock_client_close(c);
+  rlock_client_free(c);
   CHECK(ok == XFER_PAIRS * rounds, "%d of %d hand-overs", ok,
         XFER_PAIRS * rounds);
   CHECK(payload == 2 * XFER_PAIRS * rounds, "payload %d, expected %d",
@@ -1126,17 +1126,17 @@ static void *busy_canceller(void *arg) {
     if (n > 0) {
       rlock_req *req = atomic_load(&busy->reqs[t][rnd(&seed) % (uint64_t)n]);
       if (req != NULL) {
-        int rc = rlock_cancel(req);
+        int rc = rlock_req_cancel(req);
         if (rc != 0 && rc != RLOCK_ECLOSED)
-          failf("rlock_cancel while closing: %s", rlock_err_name(rc));
+          failf("rlock_req_cancel while closing: %s", rlock_err_name(rc));
       }
     }
     uint64_t tid =
         atomic_load(&busy->blocked_tid[rnd(&seed) % BUSY_BLOCKED]);
     if (tid != 0 && rnd(&seed) % 16 == 0) {
-      int rc = rlock_interrupt(busy->c, tid + 1000000); /* nobody: 0 */
+      int rc = rlock_client_interrupt(busy->c, tid + 1000000); /* nobody: 0 */
       if (rc != 0 && rc != RLOCK_ECLOSED)
-        failf("rlock_interrupt of nobody: %d", rc);
+        failf("rlock_client_interrupt of nobody: %d", rc);
     }
     sleep_us(100);
   }
@@ -1151,7 +1151,7 @@ typedef struct closer_arg {
 static void *closer(void *arg) {
   closer_arg *ca = arg;
   int64_t t0 = now_ms();
-  rlock_client_close(ca->c);
+  rlock_client_free(ca->c);
   atomic_store(&ca->took_ms, now_ms() - t0);
   return NULL;
 }
@@ -1218,9 +1218,9 @@ static void close_busy_round(int round) {
   rlock_free(busy->lock);
   free(busy);
   busy = NULL;
-  CHECK(rlock_unlock(held) == 1, "holder unlock");
+  CHECK(rlock_unlock(held) == 0, "holder unlock");
   rlock_free(held);
-  rlock_client_close(holder_c);
+  rlock_client_free(holder_c);
   check_clean(key);
 }
 
@@ -1305,7 +1305,7 @@ static void *cycle_blocking(void *arg) {
     rc = rlock_unlock(cx->lock);
     if (rc == RLOCK_ECLOSED)
       return NULL;
-    if (rc != 1) {
+    if (rc != 0) {
       failf("rlock_unlock in a cycle: %s", rlock_err_name(rc));
       return NULL;
     }
@@ -1348,7 +1348,7 @@ static void *cycle_async(void *arg) {
         free(ca);
       } else {
         if (i % 6 == 0) {
-          int crc = rlock_cancel(req);
+          int crc = rlock_req_cancel(req);
           if (crc != 0 && crc != RLOCK_ECLOSED)
             failf("cancel in a cycle: %s", rlock_err_name(crc));
         }
@@ -1372,7 +1372,7 @@ static void close_in_callback(int status, int64_t value, void *data) {
   (void)status;
   (void)value;
   cycle_ctx *cx = data;
-  rlock_client_close(cx->c);
+  rlock_client_free(cx->c);
   atomic_fetch_add(&cx->closing_cb_fired, 1);
 }
 
@@ -1416,14 +1416,14 @@ static void sc_open_close_cycles(void) {
       int rc = rlock_is_locked_async(cx->alock, close_in_callback, cx, NULL);
       if (rc != 0) {
         failf("is_locked_async to close from: %s", rlock_err_name(rc));
-        rlock_client_close(cx->c);
+        rlock_client_free(cx->c);
       }
       join_all(&ts);
       if (!poll_until(cycle_all_called, cx, 10000))
         failf("cycle %d: callbacks missing after a close from a callback",
               cycle);
     } else {
-      rlock_client_close(cx->c);
+      rlock_client_free(cx->c);
       join_all(&ts);
       if (!cycle_all_called(cx))
         failf("cycle %d: callbacks missing after close", cycle);

@@ -25,8 +25,8 @@ TestSuite(latch, .init = rt_server_start, .fini = rt_server_stop,
 
 static rlock_latch *latch(rlock_client *c, const char *name) {
   rlock_latch *l = NULL;
-  int rc = rlock_latch_get(c, name, &l);
-  cr_assert_eq(rc, 0, "rlock_latch_get: %s", rlock_err_name(rc));
+  int rc = rlock_latch_new(c, name, &l);
+  cr_assert_eq(rc, 0, "rlock_latch_new: %s", rlock_err_name(rc));
   return l;
 }
 
@@ -186,7 +186,7 @@ static void party_async_cb(int status, int64_t value, void *data) {
 static int party_run(party_shared *sh, int me, const char *name,
                      rlock_client *c, pthread_t *tids, party_thread *ts) {
   rlock_latch *l = NULL;
-  if (rlock_latch_get(c, name, &l) != 0)
+  if (rlock_latch_new(c, name, &l) != 0)
     return 2;
   if (!until_flag(&sh->count_set, 20000))
     return 6;
@@ -214,7 +214,7 @@ static void party_child(party_shared *sh, int me, const char *name) {
   rlock_options_init(&o);
   o.uri = rt_uri();
   rlock_client *c = NULL;
-  if (rlock_client_open(&c, &o) != 0)
+  if (rlock_client_new(&c, &o) != 0)
     _exit(2);
   pthread_t tids[THREADS];
   party_thread ts[THREADS];
@@ -228,7 +228,7 @@ static void party_child(party_shared *sh, int me, const char *name) {
   while (atomic_load(&sh->released) + atomic_load(&sh->wrong) < AWAITERS &&
          rt_now_ms() < end)
     rt_sleep_ms(5);
-  rlock_client_close(c);
+  rlock_client_free(c);
   atomic_store(&sh->child_exit[me], 100);
   _exit(0);
 }
@@ -283,7 +283,7 @@ Test(latch, three_processes_open_on_last_count_down) {
     cr_assert_eq(atomic_load(&sh->down_rc[p]), 1000, "child %d: %d", p,
                  atomic_load(&sh->down_rc[p]) - 1000);
   }
-  cr_assert_eq(rlock_latch_get_count(l), 1);
+  cr_assert_eq(rlock_latch_count(l), 1);
   char *v = rt_str("GET %s", name);
   cr_assert_str_eq(v, "1");
   free(v);
@@ -311,7 +311,7 @@ Test(latch, three_processes_open_on_last_count_down) {
     cr_assert_eq(atomic_load(&sh->child_exit[p]), 100, "child %d", p);
   }
   rlock_latch_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
   munmap(sh, sizeof *sh);
 }
 
@@ -341,9 +341,9 @@ Test(latch, await_times_out_at_deadline) {
   dt = atomic_load(&a.at) - t0;
   cr_assert(dt >= 390 && dt < 900, "async await(400) took %lld ms",
             (long long)dt);
-  cr_assert_eq(rlock_latch_get_count(l), 1, "a timeout changes nothing");
+  cr_assert_eq(rlock_latch_count(l), 1, "a timeout changes nothing");
   rlock_latch_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* The wire of a count to 0: "1" for the new count, nothing for a step that
@@ -369,15 +369,15 @@ static void count_to_zero_wire(const char *name) {
   v = rt_str("GET %s", name);
   cr_assert_str_eq(v, "1");
   free(v);
-  cr_assert_eq(rlock_latch_get_count(l), 1);
+  cr_assert_eq(rlock_latch_count(l), 1);
   cr_assert_eq(rlock_latch_count_down(l), 0);
   sub_expect(s, chan, "0");
   cr_assert_eq(rt_exists(name), 0, "count 0 deletes the key");
-  cr_assert_eq(rlock_latch_get_count(l), 0);
+  cr_assert_eq(rlock_latch_count(l), 0);
   cr_assert_eq(rlock_latch_await(l, 0), 1);
   redisFree(s);
   rlock_latch_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 Test(latch, count_down_to_zero_deletes_and_publishes_0) {
@@ -407,10 +407,10 @@ Test(latch, try_set_count_twice) {
   sub_expect(s, chan, "1");
   cr_assert_eq(rlock_latch_try_set_count(l, 7), 0);
   sub_expect_none(s);
-  cr_assert_eq(rlock_latch_get_count(l), 5);
+  cr_assert_eq(rlock_latch_count(l), 5);
   redisFree(s);
   rlock_latch_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* delete: 1 and "1" when there was a latch, 0 and silence when not. Our
@@ -441,7 +441,7 @@ Test(latch, delete_publishes_1_and_opens_our_awaiters) {
   sub_expect_none(s);
   redisFree(s);
   rlock_latch_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* A count-down of a latch that is not there: no "-1" key, no message. */
@@ -457,10 +457,10 @@ Test(latch, count_down_on_missing_key_leaves_no_key) {
   sub_expect_none(s);
   cr_assert_eq(rlock_latch_count_down(l), 0);
   cr_assert_eq(rt_exists(name), 0);
-  cr_assert_eq(rlock_latch_get_count(l), 0);
+  cr_assert_eq(rlock_latch_count(l), 0);
   redisFree(s);
   rlock_latch_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* State written the way Java writes it (SET name 1), and Java's
@@ -491,7 +491,7 @@ Test(latch, java_shaped_count_down_by_hand_opens_await) {
   chan_of(chan, sizeof chan, name);
   rt_ok("OK", "SET %s 1", name);
   rlock_latch *l = latch(c, name);
-  cr_assert_eq(rlock_latch_get_count(l), 1);
+  cr_assert_eq(rlock_latch_count(l), 1);
   blocking_await b = {.l = l, .wait_ms = 20000};
   atomic_init(&b.rc, 1000);
   rt_thread t;
@@ -515,7 +515,7 @@ Test(latch, java_shaped_count_down_by_hand_opens_await) {
   rt_thread_join(&t, 3000);
   wait_numsub(chan, 0); /* the last awaiter out unsubscribes */
   rlock_latch_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* A "1" (a new count) or a stray payload does not open a closed latch. */
@@ -546,7 +546,7 @@ Test(latch, message_1_or_garbage_does_not_open) {
   rt_wait_until(await_done, &a, 3000);
   cr_assert_eq(atomic_load(&a.status), 1);
   rlock_latch_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* Cancel, and close, end an await and leave nothing subscribed. */
@@ -563,19 +563,19 @@ Test(latch, cancel_and_close_leave_nothing_subscribed) {
   cr_assert_eq(rlock_latch_await_async(l, -1, await_cb, &a, &req), 0);
   cr_assert_not_null(req);
   wait_numsub(chan, 1);
-  cr_assert_eq(rlock_cancel(req), 0);
+  cr_assert_eq(rlock_req_cancel(req), 0);
   rt_wait_until(await_done, &a, 3000);
   cr_assert_eq(atomic_load(&a.status), RLOCK_ECANCELED);
   rlock_req_free(req);
   wait_numsub(chan, 0);
-  cr_assert_eq(rlock_latch_get_count(l), 1, "a cancel changes nothing");
+  cr_assert_eq(rlock_latch_count(l), 1, "a cancel changes nothing");
 
   await_rec b;
   await_rec_init(&b);
   cr_assert_eq(rlock_latch_await_async(l, 30000, await_cb, &b, NULL), 0);
   wait_numsub(chan, 1);
   rlock_latch_free(l); /* the pending await keeps the handle alive */
-  rlock_client_close(c);
+  rlock_client_free(c);
   cr_assert(await_done(&b), "close fired the callback");
   cr_assert_eq(atomic_load(&b.status), RLOCK_ECLOSED);
   wait_numsub(chan, 0);
@@ -597,7 +597,7 @@ Test(latch, bad_input) {
   cr_assert_eq(rlock_latch_try_set_count(l, -3), RLOCK_EINVAL);
   cr_assert_eq(rlock_latch_try_set_count(NULL, 1), RLOCK_EINVAL);
   cr_assert_eq(rlock_latch_count_down(NULL), RLOCK_EINVAL);
-  cr_assert_eq(rlock_latch_get_count(NULL), RLOCK_EINVAL);
+  cr_assert_eq(rlock_latch_count(NULL), RLOCK_EINVAL);
   cr_assert_eq(rlock_latch_delete(NULL), RLOCK_EINVAL);
   cr_assert_eq(rlock_latch_await(NULL, 10), RLOCK_EINVAL);
   rlock_req *req = (rlock_req *)&name; /* must be reset to NULL */
@@ -611,7 +611,7 @@ Test(latch, bad_input) {
 
   /* another type under the name */
   cr_assert_eq(rt_int("HSET %s f v", name), 1);
-  cr_assert_eq(rlock_latch_get_count(l), RLOCK_EWRONGTYPE);
+  cr_assert_eq(rlock_latch_count(l), RLOCK_EWRONGTYPE);
   cr_assert(strstr(rlock_last_error(), "WRONGTYPE") != NULL, "%s",
             rlock_last_error());
   cr_assert_eq(rlock_latch_await(l, 100), RLOCK_EWRONGTYPE);
@@ -620,7 +620,7 @@ Test(latch, bad_input) {
   cr_assert_eq(rt_hlen(name), 1, "the hash is untouched");
   /* a string that is no count */
   rt_ok("OK", "SET %s abc", name);
-  cr_assert_eq(rlock_latch_get_count(l), RLOCK_EPROTO);
+  cr_assert_eq(rlock_latch_count(l), RLOCK_EPROTO);
   cr_assert_eq(rlock_latch_await(l, 100), RLOCK_EPROTO);
   cr_assert_lt(rlock_latch_count_down(l), 0);
   char *v = rt_str("GET %s", name);
@@ -628,13 +628,13 @@ Test(latch, bad_input) {
   free(v);
   /* a negative count written by hand reads as open */
   rt_ok("OK", "SET %s -4", name);
-  cr_assert_eq(rlock_latch_get_count(l), 0);
+  cr_assert_eq(rlock_latch_count(l), 0);
   cr_assert_eq(rlock_latch_await(l, 100), 1);
   rlock_latch_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
-/* rlock_interrupt() of the awaiting thread ends a blocking await (its
+/* rlock_client_interrupt() of the awaiting thread ends a blocking await (its
  * owner is the thread id) with RLOCK_ECANCELED, leaving no subscription. */
 typedef struct interrupt_await {
   rlock_latch *l;
@@ -665,15 +665,15 @@ Test(latch, interrupt_ends_blocking_await) {
   rt_thread t;
   rt_thread_start(&t, interrupt_await_fn, &w);
   wait_numsub(chan, 1);
-  cr_assert_eq(rlock_interrupt(c, (uint64_t)atomic_load(&w.tid)), 1,
+  cr_assert_eq(rlock_client_interrupt(c, (uint64_t)atomic_load(&w.tid)), 1,
                "one acquire (the await) ended");
   rt_wait_until(interrupt_done, &w, 3000);
   cr_assert_eq(atomic_load(&w.rc), RLOCK_ECANCELED);
   rt_thread_join(&t, 3000);
   wait_numsub(chan, 0);
-  cr_assert_eq(rlock_latch_get_count(l), 1);
+  cr_assert_eq(rlock_latch_count(l), 1);
   rlock_latch_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* Makes the server sleep ms without waiting for it (on its own
@@ -723,11 +723,11 @@ Test(latch, count_down_is_never_resent) {
   free(v);
   s = server_sleep(300);
   rt_sleep_ms(50);
-  cr_assert_eq(rlock_latch_get_count(l), 8, "the read was re-sent");
+  cr_assert_eq(rlock_latch_count(l), 8, "the read was re-sent");
   r = NULL;
   cr_assert_eq(redisGetReply(s, (void **)&r), REDIS_OK);
   freeReplyObject(r);
   redisFree(s);
   rlock_latch_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }

@@ -27,8 +27,8 @@ TestSuite(psem, .init = rt_server_start, .fini = rt_server_stop,
 
 static rlock_permit_semaphore *ps_get(rlock_client *c, const char *name) {
   rlock_permit_semaphore *s = NULL;
-  int rc = rlock_permit_semaphore_get(c, name, &s);
-  cr_assert_eq(rc, 0, "rlock_permit_semaphore_get: %s", rlock_err_name(rc));
+  int rc = rlock_permit_semaphore_new(c, name, &s);
+  cr_assert_eq(rc, 0, "rlock_permit_semaphore_new: %s", rlock_err_name(rc));
   return s;
 }
 
@@ -187,8 +187,8 @@ Test(psem, ids_then_waiter_woken_by_release_message) {
 
   rlock_permit_semaphore_free(sa);
   rlock_permit_semaphore_free(sb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* A permit with a 500 ms lease comes back by itself: a waiter gets it
@@ -230,8 +230,8 @@ Test(psem, leased_permit_returns_by_itself) {
 
   rlock_permit_semaphore_free(sa);
   rlock_permit_semaphore_free(sb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* A child process (own client) takes a permit with a lease and is
@@ -251,10 +251,10 @@ Test(psem, killed_holder_permit_returns_after_lease) {
     rlock_options_init(&o);
     o.uri = rt_uri();
     rlock_client *c = NULL;
-    if (rlock_client_open(&c, &o) != 0)
+    if (rlock_client_new(&c, &o) != 0)
       _exit(2);
     rlock_permit_semaphore *s = NULL;
-    if (rlock_permit_semaphore_get(c, key, &s) != 0)
+    if (rlock_permit_semaphore_new(c, key, &s) != 0)
       _exit(3);
     char id[RLOCK_PERMIT_ID_LEN + 1];
     if (rlock_permit_semaphore_try_acquire(s, 0, 1000, id) != 1)
@@ -291,7 +291,7 @@ Test(psem, killed_holder_permit_returns_after_lease) {
   assert_value(key, "1");
   munmap(shared_id, 64);
   rlock_permit_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* The zset holds the ids as 16 raw bytes, scored by absolute wall-clock
@@ -354,7 +354,7 @@ Test(psem, zset_layout_and_update_lease) {
   assert_value(key, "3");
 
   rlock_permit_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* Unknown and malformed ids: the right error, nothing changed. */
@@ -398,7 +398,7 @@ Test(psem, unknown_and_malformed_ids) {
   cr_assert_eq(rt_int("ZCARD %s", zset), 0);
 
   rlock_permit_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* State as Java writes it, by hand: a raw 16-byte id with a score; our
@@ -438,7 +438,7 @@ Test(psem, java_shaped_state_by_hand) {
   cr_assert_eq(rlock_permit_semaphore_release(s, id), 0);
 
   rlock_permit_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- cancel and close leave no permit taken and nothing subscribed ---- */
@@ -498,7 +498,7 @@ Test(psem, async_cancel_and_close_leave_nothing) {
                                                     &r1, &req), 0);
   rt_wait_until_what(has_subscriber, chan, 5000, "waiter subscribed");
   rt_sleep_ms(100);
-  cr_assert_eq(rlock_cancel(req), 0);
+  cr_assert_eq(rlock_req_cancel(req), 0);
   rt_wait_until_what(rec_fired, &r1, 3000, "cancel callback");
   cr_assert_eq(atomic_load(&r1.status), RLOCK_ECANCELED);
   rlock_req_free(req);
@@ -519,7 +519,7 @@ Test(psem, async_cancel_and_close_leave_nothing) {
   cr_assert_eq(rlock_permit_semaphore_acquire_async(sa, -1, 60000, id1,
                                                     rec_cb, &r2, &req), 0);
   rt_sleep_ms(100);
-  cr_assert_eq(rlock_cancel(req), 0);
+  cr_assert_eq(rlock_req_cancel(req), 0);
   rt_wait_until_what(rec_fired, &r2, 3000, "in-flight cancel callback");
   cr_assert_eq(atomic_load(&r2.status), RLOCK_ECANCELED);
   rlock_req_free(req);
@@ -540,7 +540,7 @@ Test(psem, async_cancel_and_close_leave_nothing) {
                                                     rec_cb, &r3, NULL), 0);
   rt_wait_until_what(has_subscriber, chan, 5000, "waiter subscribed");
   rlock_permit_semaphore_free(sa);
-  rlock_client_close(a);
+  rlock_client_free(a);
   rt_wait_until_what(rec_fired, &r3, 3000, "close callback");
   cr_assert_eq(atomic_load(&r3.status), RLOCK_ECLOSED);
   rt_wait_until_what(no_subscriber, chan, 5000, "unsubscribed after close");
@@ -548,7 +548,7 @@ Test(psem, async_cancel_and_close_leave_nothing) {
   cr_assert_eq(rt_int("ZCARD %s", zset), 0);
 
   rlock_permit_semaphore_free(sb);
-  rlock_client_close(b);
+  rlock_client_free(b);
 }
 
 /* A user that may not publish: a release (which must publish) and an
@@ -569,7 +569,7 @@ Test(psem, acl_refusal_changes_nothing) {
   rlock_options_init(&o);
   o.uri = uri;
   rlock_client *c = NULL;
-  cr_assert_eq(rlock_client_open(&c, &o), 0, "%s", rlock_last_error());
+  cr_assert_eq(rlock_client_new(&c, &o), 0, "%s", rlock_last_error());
   rlock_client *ok = rt_client();
   rlock_permit_semaphore *s = ps_get(c, key);
   rlock_permit_semaphore *sok = ps_get(ok, key);
@@ -595,12 +595,12 @@ Test(psem, acl_refusal_changes_nothing) {
                "reclaimed by an allowed user");
   cr_assert_eq(rt_int("ZCARD %s", zset), 1);
   rlock_permit_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
 
   snprintf(uri, sizeof uri, "redis://psemnozadd:pspass@127.0.0.1:%d",
            rt_port());
   c = NULL;
-  cr_assert_eq(rlock_client_open(&c, &o), 0, "%s", rlock_last_error());
+  cr_assert_eq(rlock_client_new(&c, &o), 0, "%s", rlock_last_error());
   s = ps_get(c, key);
   rc = rlock_permit_semaphore_try_acquire(s, 0, -1, id2);
   cr_assert_eq(rc, RLOCK_ENOPERM, "acquire: %s", rlock_err_name(rc));
@@ -609,9 +609,9 @@ Test(psem, acl_refusal_changes_nothing) {
   cr_assert_eq(rlock_permit_semaphore_release(s, id), 0, "ZREM is allowed");
   assert_value(key, "2");
   rlock_permit_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
   rlock_permit_semaphore_free(sok);
-  rlock_client_close(ok);
+  rlock_client_free(ok);
   cr_assert_eq(rt_int("ACL DELUSER psemnopub psemnozadd"), 2);
 }
 
@@ -674,7 +674,7 @@ Test(psem, several_permits_exact_values) {
   cr_assert_eq(rt_int("ZCARD %s", zset), 3);
   cr_assert_eq(rlock_permit_semaphore_available_permits(s), 2);
   cr_assert_eq(rlock_permit_semaphore_acquired_permits(s), 3);
-  cr_assert_eq(rlock_permit_semaphore_get_permits(s), 5);
+  cr_assert_eq(rlock_permit_semaphore_permits(s), 5);
 
   /* 3 more with 2 free: nothing taken, nothing written */
   ps_id more[3];
@@ -697,7 +697,7 @@ Test(psem, several_permits_exact_values) {
   }
   cr_assert_str_neq(more[0], more[1]);
   assert_value(key, "0");
-  cr_assert_eq(rlock_permit_semaphore_get_permits(s), 5);
+  cr_assert_eq(rlock_permit_semaphore_permits(s), 5);
   cr_assert_eq(rlock_permit_semaphore_acquired_permits(s), 5);
 
   /* lease_time of an id not taken; of a malformed one */
@@ -717,7 +717,7 @@ Test(psem, several_permits_exact_values) {
   cr_assert_eq(rt_int("ZCARD %s", zset), 0);
 
   rlock_permit_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* A release of a list is all or nothing: one unknown, expired or repeated
@@ -782,7 +782,7 @@ Test(psem, release_list_all_or_nothing) {
 
   redisFree(sub);
   rlock_permit_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* Bad counts: RLOCK_EINVAL, nothing sent; more than the pool has is Java's
@@ -824,7 +824,7 @@ Test(psem, several_permits_bad_counts) {
   rt_wait_until_what(no_subscriber, chan, 5000, "unsubscribed");
 
   rlock_permit_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* set_permits: creates; resizes by the difference (the free count may go
@@ -836,19 +836,19 @@ Test(psem, set_permits_and_get_permits) {
   ps_names(key, chan, sizeof chan, zset, sizeof zset);
   rlock_permit_semaphore *s = ps_get(c, key);
   redisContext *sub = ps_subscribe(chan);
-  cr_assert_eq(rlock_permit_semaphore_get_permits(s), 0, "no semaphore");
+  cr_assert_eq(rlock_permit_semaphore_permits(s), 0, "no semaphore");
 
   cr_assert_eq(rlock_permit_semaphore_set_permits(s, 4), 0);
   assert_message(sub, "4", "set on a missing semaphore");
   assert_value(key, "4");
   ps_id ids[3];
   cr_assert_eq(rlock_permit_semaphore_try_acquire_n(s, 3, 0, -1, ids), 1);
-  cr_assert_eq(rlock_permit_semaphore_get_permits(s), 4);
+  cr_assert_eq(rlock_permit_semaphore_permits(s), 4);
 
   cr_assert_eq(rlock_permit_semaphore_set_permits(s, 2), 0);
   assert_message(sub, "2", "shrunk");
   assert_value(key, "-1");
-  cr_assert_eq(rlock_permit_semaphore_get_permits(s), 2);
+  cr_assert_eq(rlock_permit_semaphore_permits(s), 2);
   cr_assert_eq(rlock_permit_semaphore_available_permits(s), 0);
   cr_assert_eq(rlock_permit_semaphore_acquired_permits(s), 3);
   ps_id one[1];
@@ -857,7 +857,7 @@ Test(psem, set_permits_and_get_permits) {
   cr_assert_eq(rlock_permit_semaphore_set_permits(s, 7), 0);
   assert_message(sub, "7", "grown");
   assert_value(key, "4");
-  cr_assert_eq(rlock_permit_semaphore_get_permits(s), 7);
+  cr_assert_eq(rlock_permit_semaphore_permits(s), 7);
   /* the same size again: nothing changes, nothing is published (the next
    * message is the release's) */
   cr_assert_eq(rlock_permit_semaphore_set_permits(s, 7), 0);
@@ -869,14 +869,14 @@ Test(psem, set_permits_and_get_permits) {
   /* not a number: the scripts refuse it (EKIND) and write nothing */
   rt_ok("OK", "SET %s notanumber", key);
   cr_assert_eq(rlock_permit_semaphore_set_permits(s, 3), RLOCK_EKIND);
-  cr_assert_eq(rlock_permit_semaphore_get_permits(s), RLOCK_EKIND);
+  cr_assert_eq(rlock_permit_semaphore_permits(s), RLOCK_EKIND);
   char *v = rt_str("GET %s", key);
   cr_assert_str_eq(v, "notanumber");
   free(v);
 
   redisFree(sub);
   rlock_permit_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* A waiter for 2 permits sleeps while only 1 is free and is woken by a
@@ -918,8 +918,8 @@ Test(psem, waiter_for_several_woken_by_list_release) {
 
   rlock_permit_semaphore_free(sa);
   rlock_permit_semaphore_free(sb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* An async acquire of 3 cancelled while its try is in flight: the try
@@ -959,7 +959,7 @@ Test(psem, several_permits_cancel_in_flight_gives_all_back) {
   cr_assert_eq(rlock_permit_semaphore_acquire_n_async(sa, 3, -1, 60000, ids,
                                                       rec_cb, &r, &req), 0);
   rt_sleep_ms(100);
-  cr_assert_eq(rlock_cancel(req), 0);
+  cr_assert_eq(rlock_req_cancel(req), 0);
   rt_wait_until_what(rec_fired, &r, 3000, "cancel callback");
   cr_assert_eq(atomic_load(&r.status), RLOCK_ECANCELED);
   rlock_req_free(req);
@@ -976,5 +976,5 @@ Test(psem, several_permits_cancel_in_flight_gives_all_back) {
   cr_assert_eq(atomic_load(&r.calls), 1, "exactly once");
 
   rlock_permit_semaphore_free(sa);
-  rlock_client_close(a);
+  rlock_client_free(a);
 }

@@ -21,8 +21,8 @@ TestSuite(semaphore, .init = rt_server_start, .fini = rt_server_stop,
 
 static rlock_semaphore *sem_get(rlock_client *c, const char *name) {
   rlock_semaphore *s = NULL;
-  int rc = rlock_semaphore_get(c, name, &s);
-  cr_assert_eq(rc, 0, "rlock_semaphore_get: %s", rlock_err_name(rc));
+  int rc = rlock_semaphore_new(c, name, &s);
+  cr_assert_eq(rc, 0, "rlock_semaphore_new: %s", rlock_err_name(rc));
   return s;
 }
 
@@ -177,7 +177,7 @@ Test(semaphore, counts_and_replies_on_the_plain_key) {
 
   rlock_semaphore_free(t);
   rlock_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* State as Java leaves it, written by hand: SET name 2, then acquire 2. */
@@ -191,7 +191,7 @@ Test(semaphore, java_shaped_state_by_hand) {
   assert_value(key, "0");
   cr_assert_eq(rlock_semaphore_try_acquire(s, 1, 0), 0);
   rlock_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- the wire: what is published, where ---- */
@@ -253,7 +253,7 @@ Test(semaphore, every_addition_publishes_the_new_total) {
   redisFree(sub);
   rlock_semaphore_free(b);
   rlock_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- waiting ---- */
@@ -291,8 +291,8 @@ Test(semaphore, waiter_woken_by_release_message) {
 
   rlock_semaphore_free(sa);
   rlock_semaphore_free(sb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* A message published by hand (as Java's release) wakes our waiter; "0"
@@ -326,7 +326,7 @@ Test(semaphore, hand_publish_wakes_and_garbage_does_not) {
   cr_assert(atomic_load(&w.done_at) - at < 1000);
   assert_value(key, "0");
   rlock_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* Four local waiters; a release of one permit (total 1) wakes exactly one
@@ -372,8 +372,8 @@ Test(semaphore, release_of_one_wakes_one_local_waiter) {
   assert_value(key, "0");
   rlock_semaphore_free(sa);
   rlock_semaphore_free(sb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 Test(semaphore, try_acquire_times_out_and_multi_permit_wait) {
@@ -403,9 +403,9 @@ Test(semaphore, try_acquire_times_out_and_multi_permit_wait) {
   cr_assert_eq(atomic_load(&w.rc), 1);
   assert_value(key, "0");
   rlock_semaphore_free(sb);
-  rlock_client_close(b);
+  rlock_client_free(b);
   rlock_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- never over-issued: 3 processes x 4 threads, 3 permits ---- */
@@ -459,10 +459,10 @@ static int child_main(shared *sh, const char *key) {
   rlock_options_init(&o);
   o.uri = rt_uri();
   rlock_client *c = NULL;
-  if (rlock_client_open(&c, &o) != 0)
+  if (rlock_client_new(&c, &o) != 0)
     return 2;
   rlock_semaphore *s = NULL;
-  if (rlock_semaphore_get(c, key, &s) != 0)
+  if (rlock_semaphore_new(c, key, &s) != 0)
     return 3;
   pthread_t t[THREADS];
   worker wk = {sh, s};
@@ -472,7 +472,7 @@ static int child_main(shared *sh, const char *key) {
   for (int i = 0; i < THREADS; i++)
     pthread_join(t[i], NULL);
   rlock_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
   return 0;
 }
 
@@ -563,7 +563,7 @@ Test(semaphore, cancel_and_close_leave_nothing) {
   cr_assert_eq(rlock_semaphore_acquire_async(sa, 1, -1, rec_cb, &r1, &req),
                0);
   rt_wait_until_what(has_subscriber, chan, 5000, "waiter subscribed");
-  cr_assert_eq(rlock_cancel(req), 0);
+  cr_assert_eq(rlock_req_cancel(req), 0);
   rt_wait_until_what(rec_fired, &r1, 3000, "cancel callback");
   cr_assert_eq(atomic_load(&r1.status), RLOCK_ECANCELED);
   rlock_req_free(req);
@@ -582,7 +582,7 @@ Test(semaphore, cancel_and_close_leave_nothing) {
   cr_assert_eq(rlock_semaphore_acquire_async(sa, 1, -1, rec_cb, &r2, &req),
                0);
   rt_sleep_ms(100);
-  cr_assert_eq(rlock_cancel(req), 0);
+  cr_assert_eq(rlock_req_cancel(req), 0);
   rt_wait_until_what(rec_fired, &r2, 3000, "in-flight cancel callback");
   cr_assert_eq(atomic_load(&r2.status), RLOCK_ECANCELED);
   rlock_req_free(req);
@@ -597,7 +597,7 @@ Test(semaphore, cancel_and_close_leave_nothing) {
                                              NULL), 0);
   rt_wait_until_what(has_subscriber, chan, 5000, "waiter subscribed");
   rlock_semaphore_free(sa);
-  rlock_client_close(a);
+  rlock_client_free(a);
   rt_wait_until_what(rec_fired, &r3, 3000, "close callback");
   cr_assert_eq(atomic_load(&r3.status), RLOCK_ECLOSED);
   rt_wait_until_what(no_subscriber, chan, 5000, "unsubscribed after close");
@@ -605,7 +605,7 @@ Test(semaphore, cancel_and_close_leave_nothing) {
   cr_assert(no_take_records(NULL));
 
   rlock_semaphore_free(sb);
-  rlock_client_close(b);
+  rlock_client_free(b);
 }
 
 /* ---- bad input: nothing is sent, nothing changes ---- */
@@ -680,7 +680,7 @@ Test(semaphore, bad_input_changes_nothing) {
 
   rlock_semaphore_free(h);
   rlock_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* A semaphore, permit semaphore or latch handle passed to a lock call (cast
@@ -692,9 +692,9 @@ Test(semaphore, lock_calls_refuse_handles_of_other_kinds, .timeout = 30) {
   rt_key(key, sizeof key, "semlockcall");
   rlock_semaphore *s = sem_get(c, key);
   rlock_permit_semaphore *p = NULL;
-  cr_assert_eq(rlock_permit_semaphore_get(c, key, &p), 0);
+  cr_assert_eq(rlock_permit_semaphore_new(c, key, &p), 0);
   rlock_latch *l = NULL;
-  cr_assert_eq(rlock_latch_get(c, key, &l), 0);
+  cr_assert_eq(rlock_latch_new(c, key, &l), 0);
   rt_ok("OK", "SET %s 5", key);
   rt_ok("OK", "CONFIG RESETSTAT");
 
@@ -725,7 +725,7 @@ Test(semaphore, lock_calls_refuse_handles_of_other_kinds, .timeout = 30) {
   rlock_latch_free(l);
   rlock_permit_semaphore_free(p);
   rlock_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* release_if_exists (Java releaseIfExists): a missing semaphore is left
@@ -737,7 +737,7 @@ Test(semaphore, release_if_exists_missing_vs_existing) {
   rt_key(key, sizeof key, "semifexists");
   snprintf(chan, sizeof chan, "redisson_sc:{%s}", key);
   rlock_semaphore *s = NULL;
-  cr_assert_eq(rlock_semaphore_get(c, key, &s), 0);
+  cr_assert_eq(rlock_semaphore_new(c, key, &s), 0);
   redisContext *sub = rt_redis_new(3000);
   redisReply *r = redisCommand(sub, "SUBSCRIBE %s", chan);
   freeReplyObject(r);
@@ -768,5 +768,5 @@ Test(semaphore, release_if_exists_missing_vs_existing) {
   }
   redisFree(sub);
   rlock_semaphore_free(s);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }

@@ -75,16 +75,16 @@ Test(cluster, lock_unlock_on_every_master) {
       freeReplyObject(r);
     }
     TC_EQ(rlock_is_locked(l), 1, "is_locked");
-    TC_EQ(rlock_is_held_by_current_thread(l), 1, "is_held");
+    TC_EQ(rlock_is_held(l), 1, "is_held");
     TC_EQ(rlock_try_lock(l, 0, 10000), 1, "re-entry");
     TC_EQ(rlock_hold_count(l), 2, "hold_count");
     TC_EQ(rlock_unlock(l), 0, "inner unlock");
-    TC_EQ(rlock_unlock(l), 1, "unlock");
+    TC_EQ(rlock_unlock(l), 0, "unlock");
     cr_assert_eq(rt_node_int(m[i], "EXISTS %s", name), 0);
     TC_EQ(rlock_is_locked(l), 0, "is_locked after unlock");
     rlock_free(l);
   }
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* MONITOR on a node: a connection that streams every command it runs. */
@@ -164,7 +164,7 @@ Test(cluster, waiter_woken_by_sharded_message) {
                   ? 300 - (rt_now_ms() - w.started_at)
                   : 0);
   int64_t released_at = rt_now_ms();
-  TC_EQ(rlock_unlock(la), 1, "holder unlock");
+  TC_EQ(rlock_unlock(la), 0, "holder unlock");
   char line[512] = "";
   bool saw = monitor_saw(mon, v7 ? "spublish" : "publish", chan, 2000, line,
                          sizeof line);
@@ -182,8 +182,8 @@ Test(cluster, waiter_woken_by_sharded_message) {
   cr_assert_eq(rt_node_int(node, "EXISTS %s", name), 0);
   rlock_free(la);
   rlock_free(lb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* b. Mutual exclusion across processes: 3 children, each with its own
@@ -198,10 +198,10 @@ static int mx_child(const char *uri, const char *name, const char *counter,
   rlock_options_init(&o);
   o.uri = uri;
   rlock_client *c = NULL;
-  if (rlock_client_open(&c, &o) != 0)
+  if (rlock_client_new(&c, &o) != 0)
     return 10;
   rlock *l = NULL;
-  if (rlock_get(c, name, &l) != 0)
+  if (rlock_new(c, name, &l) != 0)
     return 11;
   redisContext *rc = redisConnect("127.0.0.1", port);
   if (!rc || rc->err)
@@ -225,12 +225,12 @@ static int mx_child(const char *uri, const char *name, const char *counter,
       status = 15;
     if (r)
       freeReplyObject(r);
-    if (rlock_unlock(l) != 1)
+    if (rlock_unlock(l) != 0)
       status = status ? status : 16;
   }
   redisFree(rc);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
   return status;
 }
 
@@ -326,15 +326,15 @@ Test(cluster, watchdog_renews_locks_in_different_slots) {
     cr_assert(v && strcmp(v, "1") == 0, "%s: owner field %s", names[i],
               v ? v : "(nil)");
     free(v);
-    TC_EQ(rlock_is_held_by_current_thread(l[i]), 1, "is_held");
+    TC_EQ(rlock_is_held(l[i]), 1, "is_held");
   }
   cr_assert_eq(atomic_load(&lost.count), 0, "lock lost: %s", lost.name);
   for (int i = 0; i < N; i++) {
-    TC_EQ(rlock_unlock(l[i]), 1, "unlock");
+    TC_EQ(rlock_unlock(l[i]), 0, "unlock");
     cr_assert_eq(rt_node_int(port[i], "EXISTS %s", names[i]), 0);
     rlock_free(l[i]);
   }
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* d. The lock's slot moves to another master while it is held and a
@@ -365,7 +365,7 @@ Test(cluster, full_slot_migration_while_held_and_waited) {
   cr_assert_eq(rt_node_int(m[1], "EXISTS %s", name), 1, "key moved");
   rt_sleep_ms(200);
   int64_t released_at = rt_now_ms();
-  TC_EQ(rlock_unlock(la), 1, "holder unlock after MOVED");
+  TC_EQ(rlock_unlock(la), 0, "holder unlock after MOVED");
   rt_thread_join(&w.th, 20000);
   cr_assert_eq(w.rc, 1, "waiter: %d %s (%s)", w.rc, rlock_err_name(w.rc),
                w.err);
@@ -385,8 +385,8 @@ Test(cluster, full_slot_migration_while_held_and_waited) {
   cr_assert_eq(rt_node_int(m[1], "EXISTS %s", name), 0);
   rlock_free(la);
   rlock_free(lb);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* d. Half-way migration: keys already moved are reached through -ASK. */
@@ -419,7 +419,7 @@ Test(cluster, half_way_migration_ask) {
   cr_assert_eq(tc_exists_asking(m[1], k2), 1, "k2 taken on the target");
   /* Queries and the unlock of k1 follow ASK too. */
   TC_EQ(rlock_is_locked(l1), 1, "is_locked k1 (ASK)");
-  TC_EQ(rlock_is_held_by_current_thread(l1), 1, "is_held k1 (ASK)");
+  TC_EQ(rlock_is_held(l1), 1, "is_held k1 (ASK)");
   /* The unlock script has 2 keys (the lock and its channel name), and a
    * multi-key command on a slot being migrated gets -TRYAGAIN while not
    * all of its keys are on the target: Redis means it to be retried, as
@@ -436,11 +436,11 @@ Test(cluster, half_way_migration_ask) {
   cr_assert_lt(u.took, 6000, "unlock took %lld ms", (long long)u.took);
   cr_assert_eq(rt_node_int(m[1], "EXISTS %s", k1), 0, "k1 released");
   TC_EQ(rlock_is_locked(l2), 1, "is_locked k2 after the migration");
-  TC_EQ(rlock_unlock(l2), 1, "unlock k2 (MOVED)");
+  TC_EQ(rlock_unlock(l2), 0, "unlock k2 (MOVED)");
   cr_assert_eq(rt_node_int(m[1], "EXISTS %s", k2), 0);
   rlock_free(l1);
   rlock_free(l2);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* f. A slot no node serves: the lock call fails with RLOCK_ECLUSTER within
@@ -457,7 +457,7 @@ Test(cluster, uncovered_slot_fails_fast) {
   int slot = rt_key_slot(name);
   /* libuv makes one process-wide pipe (its signal lock) at the first
    * uv_loop_init and keeps it: count from after a first client. */
-  rlock_client_close(tc_open(rt_cluster_uri(), NULL));
+  rlock_client_free(tc_open(rt_cluster_uri(), NULL));
   int fds0 = tc_count_dir("fd"), tasks0 = tc_count_dir("task");
   char fdlist0[4096];
   tc_list_fds(fdlist0, sizeof fdlist0);
@@ -471,7 +471,7 @@ Test(cluster, uncovered_slot_fails_fast) {
   rlock_client *c = tc_open(rt_cluster_uri(), &o);
   rlock *l = tc_lock(c, name), *ok = tc_lock(c, other);
   TC_EQ(rlock_try_lock(ok, 0, 10000), 1, "a covered slot works");
-  TC_EQ(rlock_unlock(ok), 1, "unlock");
+  TC_EQ(rlock_unlock(ok), 0, "unlock");
 
   for (int i = 0; i < 3; i++)
     freeReplyObject(rt_node_cmd(rt_cluster_port(i), "CLUSTER DELSLOTS %d",
@@ -501,7 +501,7 @@ Test(cluster, uncovered_slot_fails_fast) {
   rlock_free(l);
   rlock_free(ok);
   t0 = rt_now_ms();
-  rlock_client_close(c);
+  rlock_client_free(c);
   cr_assert_lt(rt_now_ms() - t0, 3000, "close took too long");
   int fds1 = tc_count_dir("fd"), tasks1 = tc_count_dir("task");
   char fdlist1[4096];
@@ -525,7 +525,7 @@ Test(cluster_bad, seed_is_not_a_cluster) {
   o.uri = uri;
   rlock_client *c = (rlock_client *)&o; /* must be set to NULL */
   int64_t t0 = rt_now_ms();
-  int rc = rlock_client_open(&c, &o);
+  int rc = rlock_client_new(&c, &o);
   int64_t took = rt_now_ms() - t0;
   cr_assert(rc < 0, "open of a non-cluster seed succeeded");
   cr_assert(rc == RLOCK_ECLUSTER || rc == RLOCK_EPROTO, "got %d %s (%s)", rc,
@@ -554,9 +554,9 @@ Test(cluster, dead_first_seed) {
   rlock *l = tc_lock(c, name);
   TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock");
   cr_assert_eq(rt_node_int(m[2], "EXISTS %s", name), 1);
-  TC_EQ(rlock_unlock(l), 1, "unlock");
+  TC_EQ(rlock_unlock(l), 0, "unlock");
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* g. A key pattern that would cross slots: a braced latch name puts the
@@ -595,7 +595,7 @@ Test(cluster, braced_latch_refused) {
     rlock_client *c = tc_open(rt_cluster_uri(), &o);
     int fds_before = tc_count_dir("fd");
     rlock_latch *bad = (rlock_latch *)&m; /* must be set to NULL */
-    TC_EQ(rlock_latch_get(c, name, &bad), RLOCK_ECLUSTER, "braced latch");
+    TC_EQ(rlock_latch_new(c, name, &bad), RLOCK_ECLUSTER, "braced latch");
     cr_assert_null(bad);
     cr_assert(strstr(rlock_last_error(), "slot") != NULL &&
                   strstr(rlock_last_error(), name) != NULL,
@@ -605,12 +605,12 @@ Test(cluster, braced_latch_refused) {
 
     /* A plain name: key and channel share the slot. */
     rlock_latch *ok = NULL;
-    TC_EQ(rlock_latch_get(c, "plainlatch", &ok), 0, "plain latch");
+    TC_EQ(rlock_latch_new(c, "plainlatch", &ok), 0, "plain latch");
     TC_EQ(rlock_latch_try_set_count(ok, 1), 1, "set count");
     TC_EQ(rlock_latch_count_down(ok), 0, "count down");
-    cr_assert_eq(rlock_latch_get_count(ok), 0);
+    cr_assert_eq(rlock_latch_count(ok), 0);
     rlock_latch_free(ok);
-    rlock_client_close(c);
+    rlock_client_free(c);
   }
 }
 
@@ -663,7 +663,7 @@ Test(cluster, slot_map_from_cluster_slots_when_shards_denied) {
     cr_assert_eq(atomic_load(&w.done), 0, "waiter returned while held: %d",
                  w.rc);
     int64_t released_at = rt_now_ms();
-    TC_EQ(rlock_unlock(l), 1, "unlock");
+    TC_EQ(rlock_unlock(l), 0, "unlock");
     rt_thread_join(&w.th, 10000);
     cr_assert_eq(w.rc, 1, "waiter on %d: %d %s (%s)", m[i], w.rc,
                  rlock_err_name(w.rc), w.err);
@@ -675,8 +675,8 @@ Test(cluster, slot_map_from_cluster_slots_when_shards_denied) {
     rlock_free(l);
     rlock_free(lw);
   }
-  rlock_client_close(c);
-  rlock_client_close(d);
+  rlock_client_free(c);
+  rlock_client_free(d);
   /* A user denied both: a clear RLOCK_ECLUSTER at open, no fallback loop. */
   for (int i = 0; i < 3; i++)
     freeReplyObject(rt_node_cmd(m[i], "ACL SETUSER rl_slots -cluster|slots"));
@@ -687,7 +687,7 @@ Test(cluster, slot_map_from_cluster_slots_when_shards_denied) {
   o.command_timeout_ms = 2000;
   rlock_client *bad = NULL;
   int64_t t0 = rt_now_ms();
-  int rc = rlock_client_open(&bad, &o);
+  int rc = rlock_client_new(&bad, &o);
   int64_t took = rt_now_ms() - t0;
   cr_assert_eq(rc, RLOCK_ECLUSTER, "open denied both: %s (%s)",
                rlock_err_name(rc), rlock_last_error());

@@ -39,7 +39,7 @@ Test(sentinel_nowait, acquires_succeed_sync_reported_off) {
   /* The same through the public call, as rlock status prints it. */
   rlock_client_caps caps;
   rlock_client_caps_init(&caps);
-  TC_EQ(rlock_client_caps_get(c, &caps), 0, "rlock_client_caps_get");
+  TC_EQ(rlock_client_capabilities(c, &caps), 0, "rlock_client_capabilities");
   cr_assert_eq(caps.replica_sync_off, 1);
   cr_assert_str_eq(caps.replica_sync_note, report);
   /* A caller built with a header that knew only struct_size gets nothing
@@ -50,26 +50,26 @@ Test(sentinel_nowait, acquires_succeed_sync_reported_off) {
   } old_caller;
   memset(&old_caller, 0x5a, sizeof old_caller);
   old_caller.caps.struct_size = sizeof(size_t);
-  TC_EQ(rlock_client_caps_get(c, &old_caller.caps), 0, "short struct");
+  TC_EQ(rlock_client_capabilities(c, &old_caller.caps), 0, "short struct");
   cr_assert_eq(old_caller.caps.replica_sync_off, 0x5a5a5a5a);
   cr_assert_eq(old_caller.guard, 0x5a);
   old_caller.caps.struct_size = sizeof(rlock_client_caps) + 1;
-  TC_EQ(rlock_client_caps_get(c, &old_caller.caps), RLOCK_EINVAL,
+  TC_EQ(rlock_client_capabilities(c, &old_caller.caps), RLOCK_EINVAL,
         "struct_size too large");
-  TC_EQ(rlock_client_caps_get(NULL, &caps), RLOCK_EINVAL, "NULL client");
-  TC_EQ(rlock_client_caps_get(c, NULL), RLOCK_EINVAL, "NULL caps");
+  TC_EQ(rlock_client_capabilities(NULL, &caps), RLOCK_EINVAL, "NULL client");
+  TC_EQ(rlock_client_capabilities(c, NULL), RLOCK_EINVAL, "NULL caps");
   char name[64];
   rt_key(name, sizeof name, "nowait");
   rlock *l = tc_lock(c, name);
   for (int i = 0; i < 3; i++) {
     TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock without WAIT");
     cr_assert_eq(rt_node_int(master, "EXISTS %s", name), 1);
-    TC_EQ(rlock_unlock(l), 1, "unlock");
+    TC_EQ(rlock_unlock(l), 0, "unlock");
   }
   cr_assert_eq(rlock__net_sync_report(rlock__client_net(c)), report,
                "reported once");
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 static void losewait_init(void) {
@@ -99,13 +99,13 @@ Test(sentinel_losewait, failover_to_a_master_without_wait) {
   rlock_client *c = tc_open(rt_sentinel_uri(), &o);
   rlock_client_caps caps;
   rlock_client_caps_init(&caps);
-  TC_EQ(rlock_client_caps_get(c, &caps), 0, "caps before");
+  TC_EQ(rlock_client_capabilities(c, &caps), 0, "caps before");
   cr_assert_eq(caps.replica_sync_off, 0, "note: %s", caps.replica_sync_note);
   char name[64];
   rt_key(name, sizeof name, "losewait");
   rlock *l = tc_lock(c, name);
   TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock with WAIT");
-  TC_EQ(rlock_unlock(l), 1, "unlock");
+  TC_EQ(rlock_unlock(l), 0, "unlock");
   char *stats = rt_node_str(master, "INFO commandstats");
   cr_assert(strstr(stats, "cmdstat_wait:") != NULL,
             "the first master saw no WAIT:\n%s", stats);
@@ -128,7 +128,7 @@ Test(sentinel_losewait, failover_to_a_master_without_wait) {
                   (long long)took);
     if (rc == 1) {
       cr_assert_eq(rt_node_int(next, "EXISTS %s", name), 1);
-      TC_EQ(rlock_unlock(l), 1, "unlock");
+      TC_EQ(rlock_unlock(l), 0, "unlock");
       ok++;
       continue;
     }
@@ -140,7 +140,7 @@ Test(sentinel_losewait, failover_to_a_master_without_wait) {
                  "a failed acquire (%d) left the key", rc);
     rt_topo_sleep_ms(200);
   }
-  TC_EQ(rlock_client_caps_get(c, &caps), 0, "caps after");
+  TC_EQ(rlock_client_capabilities(c, &caps), 0, "caps after");
   cr_assert_eq(caps.replica_sync_off, 1);
   char port_s[16];
   snprintf(port_s, sizeof port_s, ":%d", next);
@@ -148,7 +148,7 @@ Test(sentinel_losewait, failover_to_a_master_without_wait) {
                 strstr(caps.replica_sync_note, "unknown command") != NULL,
             "note: %s", caps.replica_sync_note);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* Diagnostics (issue 28, item 1): the master the sentinels name is said
@@ -169,7 +169,7 @@ Test(sentinel_nowait, diagnostics_say_replica_sync_off_once) {
   rlock *l = tc_lock(c, name);
   for (int i = 0; i < 3; i++) {
     TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock without WAIT");
-    TC_EQ(rlock_unlock(l), 1, "unlock");
+    TC_EQ(rlock_unlock(l), 0, "unlock");
   }
   REC_EXPECT(&rec, 1, RLOCK_DIAG_INFO, "master 'mymaster' is at", at,
              "(GET-MASTER-ADDR-BY-NAME)");
@@ -178,12 +178,12 @@ Test(sentinel_nowait, diagnostics_say_replica_sync_off_once) {
   REC_EXPECT(&rec, 1, -1, "replica sync");
   rlock_client_caps caps;
   rlock_client_caps_init(&caps);
-  TC_EQ(rlock_client_caps_get(c, &caps), 0, "caps");
+  TC_EQ(rlock_client_capabilities(c, &caps), 0, "caps");
   /* In the same words as the caps note. */
   REC_EXPECT(&rec, 1, RLOCK_DIAG_WARN, caps.replica_sync_note);
   REC_EXPECT(&rec, 1, RLOCK_DIAG_DEBUG, "probes on", at, "WAIT no");
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- a cluster ---- */
@@ -236,7 +236,7 @@ Test(managed_cluster, shardnumsub_probe_has_a_channel) {
   cr_assert(strstr(seen, "\"PUBSUB\" \"SHARDNUMSUB\"\n") == NULL,
             "a bare probe was sent:\n%s", seen);
   cr_assert(rlock__client_net(c)->sharded, "not sharded after the probe");
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- WAITAOF ---- */
@@ -291,7 +291,7 @@ Test(sentinel_aof, auto_uses_waitaof_where_known) {
   rlock *l = tc_lock(c, name), *lw = tc_lock(cw, namew);
   TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock (AUTO)");
   cr_assert_eq(rt_node_int(rt_sentinel_replica_port(), "EXISTS %s", name), 1);
-  TC_EQ(rlock_unlock(l), 1, "unlock (AUTO)");
+  TC_EQ(rlock_unlock(l), 0, "unlock (AUTO)");
   char seen[8000];
   monitor_lines(mon, name, seen, sizeof seen);
   const char *want = has_waitaof ? "\"WAITAOF\" \"1\" \"1\" \"1000\""
@@ -304,7 +304,7 @@ Test(sentinel_aof, auto_uses_waitaof_where_known) {
 
   mon = monitor_on(master);
   TC_EQ(rlock_try_lock(lw, 0, 10000), 1, "lock (WAIT mode)");
-  TC_EQ(rlock_unlock(lw), 1, "unlock (WAIT mode)");
+  TC_EQ(rlock_unlock(lw), 0, "unlock (WAIT mode)");
   monitor_lines(mon, namew, seen, sizeof seen);
   lock_line = strstr(seen, namew);
   cr_assert(lock_line != NULL, "no acquire seen:\n%s", seen);
@@ -313,8 +313,8 @@ Test(sentinel_aof, auto_uses_waitaof_where_known) {
             "WAIT mode:\n%s", seen);
   rlock_free(l);
   rlock_free(lw);
-  rlock_client_close(cw);
-  rlock_client_close(c);
+  rlock_client_free(cw);
+  rlock_client_free(c);
 }
 
 /* PX_N locks with a 1 s watchdog, taken through the slot proxy. */
@@ -368,10 +368,10 @@ static int px_held(const px_locks *p, char *missing, size_t n) {
 
 static void px_unlock_all(px_locks *p) {
   for (int i = 0; i < PX_N; i++) {
-    TC_EQ(rlock_unlock(p->locks[i]), 1, "unlock through the proxy");
+    TC_EQ(rlock_unlock(p->locks[i]), 0, "unlock through the proxy");
     rlock_free(p->locks[i]);
   }
-  rlock_client_close(p->c);
+  rlock_client_free(p->c);
   rt_slot_proxy_stop();
 }
 
@@ -444,7 +444,7 @@ Test(managed_cluster, client_setinfo_where_known) {
   rt_key(name, sizeof name, "si");
   rlock *l = tc_lock(c, name);
   TC_EQ(rlock_try_lock(l, 0, 10000), 1, "lock");
-  TC_EQ(rlock_unlock(l), 1, "unlock");
+  TC_EQ(rlock_unlock(l), 0, "unlock");
   int mine = 0, labelled = 0;
   for (int i = 0; i < nm; i++) {
     char *list = rt_node_str(m[i], "CLIENT LIST");
@@ -467,11 +467,11 @@ Test(managed_cluster, client_setinfo_where_known) {
   /* Every master here has WAIT: replica sync stays on. */
   rlock_client_caps caps;
   rlock_client_caps_init(&caps);
-  TC_EQ(rlock_client_caps_get(c, &caps), 0, "rlock_client_caps_get");
+  TC_EQ(rlock_client_capabilities(c, &caps), 0, "rlock_client_capabilities");
   cr_assert_eq(caps.replica_sync_off, 0, "%s", caps.replica_sync_note);
   cr_assert_str_empty(caps.replica_sync_note);
   rlock_free(l);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- commands a managed service disables ---- */
@@ -515,28 +515,28 @@ static void main_paths(const char *uri, int master) {
   rt_sleep_ms(2500);
   long long pttl = rt_node_int(master, "PTTL %s", wd);
   cr_assert(pttl > 0 && pttl <= 1000, "renewed: PTTL %lld", pttl);
-  TC_EQ(rlock_unlock(lw), 1, "unlock watchdog lock");
+  TC_EQ(rlock_unlock(lw), 0, "unlock watchdog lock");
 
   rlock *lf = NULL, *lr = NULL, *lwr = NULL;
-  cr_assert_eq(rlock_get_fair(a, fair, &lf), 0);
+  cr_assert_eq(rlock_new_fair(a, fair, &lf), 0);
   TC_EQ(rlock_try_lock(lf, 1000, 10000), 1, "fair lock");
-  TC_EQ(rlock_unlock(lf), 1, "fair unlock");
-  cr_assert_eq(rlock_get_read(a, rw, &lr), 0);
-  cr_assert_eq(rlock_get_write(b, rw, &lwr), 0);
+  TC_EQ(rlock_unlock(lf), 0, "fair unlock");
+  cr_assert_eq(rlock_new_read(a, rw, &lr), 0);
+  cr_assert_eq(rlock_new_write(b, rw, &lwr), 0);
   TC_EQ(rlock_try_lock(lr, 0, 10000), 1, "read lock");
   TC_EQ(rlock_try_lock(lwr, 0, 10000), 0, "write lock while read held");
-  TC_EQ(rlock_unlock(lr), 1, "read unlock");
+  TC_EQ(rlock_unlock(lr), 0, "read unlock");
   TC_EQ(rlock_try_lock(lwr, 1000, 10000), 1, "write lock");
-  TC_EQ(rlock_unlock(lwr), 1, "write unlock");
+  TC_EQ(rlock_unlock(lwr), 0, "write unlock");
 
   rlock_semaphore *s = NULL;
-  cr_assert_eq(rlock_semaphore_get(a, sem, &s), 0);
+  cr_assert_eq(rlock_semaphore_new(a, sem, &s), 0);
   TC_EQ(rlock_semaphore_try_set_permits(s, 1, 0), 1, "set permits");
   TC_EQ(rlock_semaphore_try_acquire(s, 1, 0), 1, "acquire a permit");
   TC_EQ(rlock_semaphore_try_acquire(s, 1, 0), 0, "no permit left");
   TC_EQ(rlock_semaphore_release(s, 1), 0, "release the permit");
   rlock_latch *l = NULL;
-  cr_assert_eq(rlock_latch_get(b, latch, &l), 0);
+  cr_assert_eq(rlock_latch_new(b, latch, &l), 0);
   TC_EQ(rlock_latch_try_set_count(l, 1), 1, "latch count");
   TC_EQ(rlock_latch_count_down(l), 0, "count down");
   TC_EQ(rlock_latch_await(l, 1000), 1, "latch open");
@@ -549,8 +549,8 @@ static void main_paths(const char *uri, int master) {
   rlock_free(lw);
   rlock_free(la);
   rlock_free(lb);
-  rlock_client_close(b);
-  rlock_client_close(a);
+  rlock_client_free(b);
+  rlock_client_free(a);
 }
 
 /* CONFIG, DEBUG, KEYS, MONITOR, SCRIPT, FLUSHALL, FLUSHDB, BGSAVE and

@@ -239,7 +239,7 @@ static void waiter_woken(rlock_client *a, rlock_client *b, const char *name,
   cr_assert_eq(atomic_load(&w.done), 0, "waiter returned while held: %d",
                w.rc);
   int64_t released_at = rt_now_ms();
-  TC_EQ(rlock_unlock(la), 1, "holder unlock");
+  TC_EQ(rlock_unlock(la), 0, "holder unlock");
   rt_thread_join(&w.th, 15000);
   cr_assert_eq(w.rc, 1, "waiter: %d %s (%s)", w.rc, rlock_err_name(w.rc),
                w.err);
@@ -331,7 +331,7 @@ static void lock_every_master(rlock_client *(*open)(const char *uri)) {
                   "no connection of the library on %d (TLS port %d)", m[i],
                   rt_topo_tls_port(m[i]));
     TC_EQ(rlock_is_locked(l), 1, "is_locked");
-    TC_EQ(rlock_unlock(l), 1, "unlock");
+    TC_EQ(rlock_unlock(l), 0, "unlock");
     cr_assert_eq(rt_node_int(m[i], "EXISTS %s", name), 0);
     rlock_free(l);
   }
@@ -346,8 +346,8 @@ static void lock_every_master(rlock_client *(*open)(const char *uri)) {
   for (int i = 0; i < 3; i++)
     total += named_conns_on_tls(m[i]);
   cr_assert_geq(total, 3);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* A lock on every master over TLS (see lock_every_master). */
@@ -359,7 +359,7 @@ Test(tls_cluster, lock_on_every_master) { lock_every_master(tls_open); }
 Test(tls_cluster, wrong_ca_fails) {
   /* warm-up: what libuv and OpenSSL keep for the process */
   rlock_client *w = tls_open(rt_cluster_tls_uri());
-  rlock_client_close(w);
+  rlock_client_free(w);
   int fds0 = tc_count_dir("fd");
 
   rlock_options o;
@@ -368,7 +368,7 @@ Test(tls_cluster, wrong_ca_fails) {
   o.connect_timeout_ms = 3000;
   rlock_client *c = (rlock_client *)&o; /* must come back NULL */
   int64_t t0 = rt_now_ms();
-  int rc = rlock_client_open(&c, &o);
+  int rc = rlock_client_new(&c, &o);
   int64_t took = rt_now_ms() - t0;
   cr_assert_eq(rc, RLOCK_ETLS, "open with the wrong CA: %s (%s) after %lld ms",
                rlock_err_name(rc), rlock_last_error(), (long long)took);
@@ -390,7 +390,7 @@ Test(tls_cluster, wrong_ca_fails) {
 
   /* the right CA still opens */
   rlock_client *ok = tls_open(rt_cluster_tls_uri());
-  rlock_client_close(ok);
+  rlock_client_free(ok);
 }
 
 /* A held lock's slot is moved to another master: its unlock, sent to the
@@ -412,8 +412,8 @@ Test(tls_cluster, moved_over_tls) {
   cr_assert_eq(from, m[0]);
   cr_assert_eq(rt_node_int(m[1], "EXISTS %s", name), 1,
                "the lock did not move to %d", m[1]);
-  TC_EQ(rlock_is_held_by_current_thread(l), 1, "is_held after the move");
-  TC_EQ(rlock_unlock(l), 1, "unlock after the move (MOVED)");
+  TC_EQ(rlock_is_held(l), 1, "is_held after the move");
+  TC_EQ(rlock_unlock(l), 0, "unlock after the move (MOVED)");
   cr_assert_eq(rt_node_int(m[1], "EXISTS %s", name), 0,
                "the lock is still on its new owner %d", m[1]);
   /* the unlock went over a TLS connection to the new owner */
@@ -421,7 +421,7 @@ Test(tls_cluster, moved_over_tls) {
   /* and a new lock in that slot goes straight to the new owner */
   TC_EQ(rlock_try_lock(l, 0, 30000), 1, "lock again after the move");
   cr_assert_eq(rt_node_int(m[1], "EXISTS %s", name), 1);
-  TC_EQ(rlock_unlock(l), 1, "unlock again");
+  TC_EQ(rlock_unlock(l), 0, "unlock again");
   rlock_free(l);
 
   /* Half-way: k1 is on the target, the slot still MIGRATING/IMPORTING:
@@ -445,7 +445,7 @@ Test(tls_cluster, moved_over_tls) {
   TC_EQ(rlock_try_lock(l2, 0, 30000), 1, "lock k2 through ASK");
   cr_assert_eq(tc_exists_asking(m[0], k2), 1, "k2 not taken on the target");
   TC_EQ(rlock_is_locked(l1), 1, "is_locked k1 (ASK)");
-  TC_EQ(rlock_is_held_by_current_thread(l1), 1, "is_held k1 (ASK)");
+  TC_EQ(rlock_is_held(l1), 1, "is_held k1 (ASK)");
   cr_assert_geq(named_conns_on_tls(m[0]), 1);
   /* The unlock (2 keys: lock and channel) gets -TRYAGAIN on the importing
    * node until the migration ends, which it does 300 ms after the unlock
@@ -461,11 +461,11 @@ Test(tls_cluster, moved_over_tls) {
                rlock_err_name(u.rc), u.err);
   cr_assert_lt(u.took, 6000, "unlock took %lld ms", (long long)u.took);
   cr_assert_eq(rt_node_int(m[0], "EXISTS %s", k1), 0, "k1 not released");
-  TC_EQ(rlock_unlock(l2), 1, "unlock k2 after the migration");
+  TC_EQ(rlock_unlock(l2), 0, "unlock k2 after the migration");
   cr_assert_eq(rt_node_int(m[0], "EXISTS %s", k2), 0, "k2 not released");
   rlock_free(l1);
   rlock_free(l2);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- cluster with replicas: failover ---- */
@@ -488,7 +488,7 @@ Test(tls_cluster_failover, kill_master) {
   rlock *lb = tc_lock(c, before);
   TC_EQ(rlock_try_lock(lb, 0, 10000), 1, "lock before the failover");
   cr_assert_eq(rt_node_int(m[0], "EXISTS %s", before), 1);
-  TC_EQ(rlock_unlock(lb), 1, "unlock before the failover");
+  TC_EQ(rlock_unlock(lb), 0, "unlock before the failover");
   rlock_free(lb);
 
   int64_t t0 = rt_now_ms();
@@ -506,7 +506,7 @@ Test(tls_cluster_failover, kill_master) {
   cr_assert_eq(rt_node_int(promoted, "EXISTS %s", after), 1,
                "the lock is not on the promoted node %d", promoted);
   cr_assert_geq(named_conns_on_tls(promoted), 1);
-  TC_EQ(rlock_unlock(la), 1, "unlock after the failover");
+  TC_EQ(rlock_unlock(la), 0, "unlock after the failover");
   cr_assert_eq(rt_node_int(promoted, "EXISTS %s", after), 0);
   rlock_free(la);
 
@@ -526,7 +526,7 @@ Test(tls_cluster_failover, kill_master) {
   }
   cr_assert(linked, "old master %d not a linked replica of %d's TLS port",
             m[0], promoted);
-  rlock_client_close(c);
+  rlock_client_free(c);
 }
 
 /* ---- sentinel ---- */
@@ -559,7 +559,7 @@ Test(tls_sentinel, lock_and_wake) {
   free(v);
   cr_assert_geq(named_conns_on_tls(master), 1,
                 "the library's connections to the master are not TLS ones");
-  TC_EQ(rlock_unlock(l), 1, "unlock");
+  TC_EQ(rlock_unlock(l), 0, "unlock");
   cr_assert_eq(rt_node_int(master, "EXISTS %s", name), 0);
   rlock_free(l);
 
@@ -582,11 +582,11 @@ Test(tls_sentinel, lock_and_wake) {
   cr_assert_eq(rt_node_int(promoted, "EXISTS %s", after), 1,
                "the lock is not on the promoted master %d", promoted);
   cr_assert_geq(named_conns_on_tls(promoted), 1);
-  TC_EQ(rlock_unlock(la), 1, "unlock after the failover");
+  TC_EQ(rlock_unlock(la), 0, "unlock after the failover");
   cr_assert_eq(rt_node_int(promoted, "EXISTS %s", after), 0);
   rlock_free(la);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* ---- mutual TLS ---- */
@@ -599,7 +599,7 @@ Test(tls_sentinel, lock_and_wake) {
 static void no_client_cert_fails(const char *uri) {
   /* warm-up: what libuv and OpenSSL keep for the process */
   rlock_client *w = mtls_open(uri);
-  rlock_client_close(w);
+  rlock_client_free(w);
   int fds0 = tc_count_dir("fd");
 
   rlock_options o;
@@ -608,7 +608,7 @@ static void no_client_cert_fails(const char *uri) {
   o.connect_timeout_ms = 3000;
   rlock_client *c = (rlock_client *)&o; /* must come back NULL */
   int64_t t0 = rt_now_ms();
-  int rc = rlock_client_open(&c, &o);
+  int rc = rlock_client_new(&c, &o);
   int64_t took = rt_now_ms() - t0;
   char err[512];
   snprintf(err, sizeof err, "%s", rlock_last_error());
@@ -637,7 +637,7 @@ static void no_client_cert_fails(const char *uri) {
 
   /* the client certificate still opens */
   rlock_client *ok = mtls_open(uri);
-  rlock_client_close(ok);
+  rlock_client_free(ok);
 }
 
 /* Asserts the node on plain port `port` requires client certificates. */
@@ -672,7 +672,7 @@ Test(mtls_cluster, no_client_cert_fails) {
   o.connect_timeout_ms = 3000;
   rlock_client *c = (rlock_client *)&o; /* must come back NULL */
   int64_t t0 = rt_now_ms();
-  int rc = rlock_client_open(&c, &o);
+  int rc = rlock_client_new(&c, &o);
   int64_t took = rt_now_ms() - t0;
   fprintf(stderr, "open with an untrusted client certificate: %s after %lld "
           "ms: %s\n", rlock_err_name(rc), (long long)took, rlock_last_error());
@@ -718,7 +718,7 @@ Test(mtls_sentinel, client_cert_lock_and_wake) {
   /* whatever the library keeps open to the sentinels is TLS too */
   for (int i = 0; i < 3; i++)
     (void)named_conns_on_tls(rt_sentinel_port(i));
-  TC_EQ(rlock_unlock(l), 1, "unlock");
+  TC_EQ(rlock_unlock(l), 0, "unlock");
   cr_assert_eq(rt_node_int(master, "EXISTS %s", name), 0);
   rlock_free(l);
 
@@ -726,8 +726,8 @@ Test(mtls_sentinel, client_cert_lock_and_wake) {
   rt_key(wake, sizeof wake, "mtls-sentinel-wake");
   waiter_woken(a, b, wake, master, "NUMSUB");
   cr_assert_geq(named_conns_on_tls(master), 2);
-  rlock_client_close(a);
-  rlock_client_close(b);
+  rlock_client_free(a);
+  rlock_client_free(b);
 }
 
 /* Without a client certificate: the sentinels refuse it, a clean

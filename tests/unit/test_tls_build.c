@@ -16,7 +16,7 @@ static int open_rediss(const char *ca_file) {
   o.uri = "rediss://127.0.0.1:1";
   o.tls_ca_file = ca_file;
   rlock_client *c = (rlock_client *)&o; /* must be set to NULL */
-  int rc = rlock_client_open(&c, &o);
+  int rc = rlock_client_new(&c, &o);
   cr_assert_null(c, "a failed open leaves *client NULL");
   return rc;
 }
@@ -45,7 +45,7 @@ Test(tls_build, tls_option_on_plain_uri_is_einval) {
   o.uri = "redis://127.0.0.1:1";
   o.tls_insecure = 1;
   rlock_client *c = NULL;
-  int rc = rlock_client_open(&c, &o);
+  int rc = rlock_client_new(&c, &o);
   cr_assert_eq(rc, RLOCK_EINVAL, "%s", rlock_err_name(rc));
   cr_assert_not_null(strstr(rlock_last_error(), "tls_insecure"), "%s",
                      rlock_last_error());

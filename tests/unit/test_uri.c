@@ -357,7 +357,7 @@ Test(options, struct_size_zero_is_einval) {
   rlock_options_init(&o);
   o.struct_size = 0;
   rlock_client *c = (rlock_client *)&o;
-  cr_assert_eq(rlock_client_open(&c, &o), RLOCK_EINVAL);
+  cr_assert_eq(rlock_client_new(&c, &o), RLOCK_EINVAL);
   cr_assert_null(c);
   cr_assert_not_null(strstr(rlock_last_error(), "rlock_options_init()"),
                      "'%s'", rlock_last_error());
@@ -372,7 +372,7 @@ Test(options, struct_size_larger_than_ours_is_einval) {
   o.struct_size = sizeof(rlock_options) + 1;
   memcpy(newer, &o, sizeof o);
   rlock_client *c = (rlock_client *)&o;
-  cr_assert_eq(rlock_client_open(&c, (const rlock_options *)(void *)newer),
+  cr_assert_eq(rlock_client_new(&c, (const rlock_options *)(void *)newer),
                RLOCK_EINVAL);
   cr_assert_null(c);
   cr_assert_not_null(strstr(rlock_last_error(), "newer"), "'%s'",

@@ -67,9 +67,9 @@ static void catch_signals(void) {
 
 static void usage_elect(FILE *out) {
   fprintf(out,
-          "usage: rlock elect [-u URI] [--value V] [-w WAIT] [--watchdog MS]\n"
-          "                   [--kill-after MS] [-v] NAME -- COMMAND [ARG...]\n"
-          "       rlock leader [-u URI] [--follow] [--json] [--poll MS] NAME\n"
+          "usage: rlock elect [-u URI] [--value V] [-w WAIT] [--watchdog DURATION]\n"
+          "                   [--kill-after DURATION] [-v] NAME -- COMMAND [ARG...]\n"
+          "       rlock leader [-u URI] [--follow] [--json] [--poll DURATION] NAME\n"
           "See rlock(1), ELECTION.\n");
 }
 
@@ -199,10 +199,11 @@ static int elect_main(int argc, char **argv) {
     case O_WATCHDOG:
     case O_KILL_AFTER: {
       int64_t ms;
-      if (!cli_parse_duration(optarg, &ms)) {
-        cli_err("bad duration '%s'", optarg);
+      if (!cli_duration_opt(c == 'w'          ? "-w/--wait"
+                            : c == O_WATCHDOG ? "--watchdog"
+                                              : "--kill-after",
+                            optarg, &ms))
         return CLI_EX_USAGE;
-      }
       if (c == 'w')
         wait_ms = ms;
       else if (c == O_WATCHDOG)
@@ -373,8 +374,10 @@ static int leader_main(int argc, char **argv) {
       follow_mode = true;
       break;
     case O_POLL:
-      if (!cli_parse_duration(optarg, &poll_ms) || poll_ms <= 0) {
-        cli_err("bad duration '%s'", optarg);
+      if (!cli_duration_opt("--poll", optarg, &poll_ms))
+        return CLI_EX_USAGE;
+      if (poll_ms <= 0) {
+        cli_err("invalid --poll '%s': it must be above 0", optarg);
         return CLI_EX_USAGE;
       }
       break;

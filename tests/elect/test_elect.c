@@ -1185,12 +1185,12 @@ Test(elect, cli_runs_command_only_while_leader) {
            "echo $RLOCK_ELECTION_TERM $$ > %s; exec sleep 60", fa);
   snprintf(scriptb, sizeof(scriptb), "echo $RLOCK_ELECTION_TERM > %s", fb);
   char *a_argv[] = {(char *)ELECT_CLI, "elect", "-u", (char *)rt_uri(),
-                    "--watchdog", "900", "--value", "A", name, "--",
+                    "--watchdog", "900ms", "--value", "A", name, "--",
                     "/bin/sh", "-c", scripta, NULL};
   pid_t a = cli_spawn(a_argv, NULL);
   rt_wait_until_what(file_has, fa, 10000, "A runs its command");
   char *b_argv[] = {(char *)ELECT_CLI, "elect", "-u", (char *)rt_uri(),
-                    "--watchdog", "900", "--value", "B", name, "--",
+                    "--watchdog", "900ms", "--value", "B", name, "--",
                     "/bin/sh", "-c", scriptb, NULL};
   pid_t b = cli_spawn(b_argv, NULL);
   rt_sleep_ms(1500);

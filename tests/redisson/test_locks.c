@@ -152,7 +152,7 @@ static void both_ways(const kind *k) {
   rs_send(p, "A", "lock %s %d", jn, RS_LEASE_MS);
   int64_t t0 = wait_waiting(k, name, jowner);
   cr_assert_not(rs_has_answer(p, "A", 0), "%s: Java's lock() returned while C held it", k->label);
-  C_UNLOCK(rlock_unlock_owner(l, o1), 1);
+  C_UNLOCK(rlock_unlock_owner(l, o1), 0);
   int64_t c_to_j = rs_java_woke(p, "A", t0, NULL);
 
   /* Java holds: C's try fails, and its waiter waits */
@@ -169,7 +169,7 @@ static void both_ways(const kind *k) {
   rs_report("%s: C unlock -> Java lock() returned in %" PRId64
             " ms; Java unlock -> C try_lock returned in %" PRId64 " ms",
             k->label, c_to_j, j_to_c);
-  C_UNLOCK(rlock_unlock_owner(l, o2), 1);
+  C_UNLOCK(rlock_unlock_owner(l, o2), 0);
   kfix_close(&f);
 }
 
@@ -228,11 +228,13 @@ static void reentry_foreign(const kind *k) {
   /* Java cannot unlock C's hold */
   const char *e = rs_call_err(p, "B", "unlock %s", jn);
   cr_assert(strncmp(e, "IllegalMonitorStateException", 28) == 0, "%s: Java's foreign unlock: %s", k->label, e);
-  C_UNLOCK(rlock_unlock_owner(l, o1), k->reentrant ? 0 : 1);
+  C_UNLOCK(rlock_unlock_owner(l, o1), 0);
+  cr_assert_eq(rlock_hold_count_owner(l, o1), k->reentrant ? 1 : 0,
+               "%s: holds left after C's first unlock", k->label);
   if (k->reentrant) {
     cr_assert_not(rs_call_bool(p, "B", "tryLock %s 0 -1", jn),
                   "%s: Java got in after C's first of two unlocks", k->label);
-    C_UNLOCK(rlock_unlock_owner(l, o1), 1);
+    C_UNLOCK(rlock_unlock_owner(l, o1), 0);
   }
   cr_assert(rs_call_bool(p, "B", "tryLock %s 0 %d", jn, RS_LEASE_MS));
   rs_call(p, "B", "unlock %s", jn);
@@ -258,7 +260,7 @@ static void force_unlock(const kind *k) {
   int64_t t0 = wait_waiting(k, name, cowner);
   cr_assert(rs_call_bool(p, "F", "forceUnlock %s", jn));
   int64_t j_to_c = rs_c_woke(&t, t0, 1);
-  C_UNLOCK(rlock_unlock_owner(l, o1), 1);
+  C_UNLOCK(rlock_unlock_owner(l, o1), 0);
 
   /* the other way */
   cr_assert_eq(rlock_try_lock_owner(l, o2, 0, RS_LEASE_MS), 1);
@@ -387,7 +389,8 @@ Test(locks, fenced_tokens_interleave_and_grow) {
     cr_assert_eq(rlock_try_lock_fenced(l, 0, RS_LEASE_MS, &t), 1); /* re-entry */
     cr_assert_gt(t, first, "rlock's re-entry token %" PRId64 " after %" PRId64, t, first);
     C_UNLOCK(rlock_unlock(l), 0);
-    C_UNLOCK(rlock_unlock(l), 1);
+    cr_assert_eq(rlock_hold_count(l), 1, "the re-entered hold is left");
+    C_UNLOCK(rlock_unlock(l), 0);
     rs_call(p, "A", "lock %s %d", jn, RS_LEASE_MS);
     long long jt = rs_call_num(p, "A", "token %s", jn);
     cr_assert_eq(jt, t + 1, "Java's token %lld after rlock's %" PRId64, jt, t);
@@ -424,7 +427,7 @@ Test(locks, shared_peer_command_unmodified) {
   cr_assert_not(rs_call_bool(p, "A", "tryLock %s 100 -1", name));
   rs_send(p, "B", "lock %s %d", name, RS_LEASE_MS);
   int64_t t0 = rs_wait_waiting(ch);
-  C_UNLOCK(rlock_unlock_owner(l, o), 1);
+  C_UNLOCK(rlock_unlock_owner(l, o), 0);
   int64_t c_to_j = rs_java_woke(p, "B", t0, NULL);
   cr_assert_eq(rlock_try_lock_owner(l, o, 0, RS_LEASE_MS), 0);
   cwait w = {l, o, 10000, RS_LEASE_MS};
@@ -435,7 +438,7 @@ Test(locks, shared_peer_command_unmodified) {
   int64_t j_to_c = rs_c_woke(&t, t0, 1);
   rs_report("shared peer command: C unlock -> Java lock() %" PRId64 " ms; Java unlock -> C %" PRId64 " ms",
             c_to_j, j_to_c);
-  C_UNLOCK(rlock_unlock_owner(l, o), 1);
+  C_UNLOCK(rlock_unlock_owner(l, o), 0);
   rlock_free(l);
   rlock_client_free(c);
   rs_close(p);

@@ -836,7 +836,7 @@ static PyObject *Client_stats(ClientObject *self, PyObject *noargs) {
   U(renewals_failed) U(renewal_rtt_count) U(renewal_rtt_sum_us)
   U(renewal_rtt_max_us) U(locks_lost) U(reconnects) U(resubscribes)
   U(commands_sent) U(replica_sync_ok) U(replica_sync_unconfirmed)
-  U(lease_at_risk)
+  U(lease_at_risk) U(terms_won) U(terms_lost) U(terms_resigned)
 #undef U
   if (s.lease_headroom_min_ms == INT64_MAX) {
     if (PyDict_SetItemString(d, "lease_headroom_min_ms", Py_None) < 0)

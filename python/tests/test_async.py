@@ -18,7 +18,7 @@ def test_async_with_and_task_ownership(client, name):
         async with lk:
             # the hold is the task's: re-entry in the task, others wait
             assert await lk.acquire_async(wait=0)
-            assert await lk.release_async() is False
+            assert await lk.release_async() is True  # one of two holds released
 
             async def other():
                 return await lk.acquire_async(wait=0.05)

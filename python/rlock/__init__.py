@@ -656,6 +656,7 @@ class MultiLock(_Waitable):
     """getMultiLock(locks...): all or none, Java's algorithm."""
 
     __slots__ = ("locks",)
+    _make = staticmethod(_rlock.multilock)
 
     def __init__(self, client, locks, wait=None, lease=None):
         locks = tuple(locks)
@@ -666,7 +667,7 @@ class MultiLock(_Waitable):
         self.locks = locks
         self._wait = _wait_ms(wait)
         self._lease = _lease_ms(lease)
-        self._h = _rlock.multilock([lk._h for lk in locks])
+        self._h = self._make([lk._h for lk in locks])
 
     def acquire(self, *, wait=None, lease=None, owner=None) -> bool:
         return self._h.acquire(1, _wait_ms(wait), _lease_ms(lease),
@@ -1337,3 +1338,28 @@ Client.leader = _client_leader
 Client.observe = _client_observe
 
 __all__ += ["LeaderState", "Term", "Election", "ElectionObserver"]
+
+
+# ---- RedLock (docs/multilock.md) ----------------------------------------------
+
+class RedLock(MultiLock):
+    """getRedLock(locks...): a MultiLock held once a majority (n/2+1) of
+    its members is, each member a lock of a client of another, independent
+    server (rlock_redlock_new). Same calls as MultiLock."""
+
+    __slots__ = ()
+    _make = staticmethod(_rlock.redlock)
+
+
+def _client_red_lock(self, *locks, wait=None, lease=None) -> RedLock:
+    """getRedLock(lock, ...): ``client.red_lock(l1, l2, l3)`` or
+    ``client.red_lock([l1, l2, l3])``, each lock from a client of another
+    server. Two members on one client or one server: InvalidArgument."""
+    if len(locks) == 1 and isinstance(locks[0], (list, tuple)):
+        locks = tuple(locks[0])
+    return RedLock(self, locks, wait, lease)
+
+
+Client.red_lock = _client_red_lock
+
+__all__ += ["RedLock"]

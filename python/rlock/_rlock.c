@@ -1189,8 +1189,9 @@ static PyObject *Client_handle(ClientObject *self, PyObject *args) {
   return (PyObject *)o;
 }
 
-/* multilock(handles) */
-static PyObject *mod_multilock(PyObject *m, PyObject *arg) {
+/* multilock(handles); redlock(handles): a majority of independent
+ * servers (rlock_redlock_new) */
+static PyObject *make_multilock(PyObject *arg, int red) {
   PyObject *seq = PySequence_Tuple(arg);
   if (seq == NULL)
     return NULL;
@@ -1219,7 +1220,8 @@ static PyObject *mod_multilock(PyObject *m, PyObject *arg) {
     mem[i] = ((HandleObject *)o)->h;
   }
   rlock_multilock *ml = NULL;
-  int rc = rlock_multilock_new(mem, (size_t)n, &ml);
+  int rc = red ? rlock_redlock_new(mem, (size_t)n, &ml)
+               : rlock_multilock_new(mem, (size_t)n, &ml);
   free(mem);
   if (rc < 0) {
     Py_DECREF(seq);
@@ -1238,6 +1240,14 @@ static PyObject *mod_multilock(PyObject *m, PyObject *arg) {
   Py_INCREF(o->client);
   o->members = seq;
   return (PyObject *)o;
+}
+
+static PyObject *mod_multilock(PyObject *m, PyObject *arg) {
+  return make_multilock(arg, 0);
+}
+
+static PyObject *mod_redlock(PyObject *m, PyObject *arg) {
+  return make_multilock(arg, 1);
 }
 
 /* client.fast_multilock(group, values): Redisson's getMultiLock(group,
@@ -2920,6 +2930,7 @@ static PyMethodDef mod_methods[] = {
     {"version", mod_version, METH_NOARGS, NULL},
     {"diag_level_name", mod_diag_level_name, METH_O, NULL},
     {"multilock", mod_multilock, METH_O, NULL},
+    {"redlock", mod_redlock, METH_O, NULL},
     {"fenced_check", mod_fenced_check, METH_VARARGS, NULL},
     {"fenced_check_async", mod_fenced_check_async, METH_VARARGS, NULL},
     {"guard", mod_guard, METH_VARARGS, NULL},

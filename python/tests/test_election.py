@@ -144,18 +144,24 @@ def test_observe_async_iterator_and_campaign_async(client, name):
         states = []
         e = client.election(name)
         async with client.observe(name, poll=0.5) as obs:
+            first = asyncio.Event()
+
             async def watch():
                 async for st in obs:
                     states.append(st)
-                    if len(states) == 3:
+                    first.set()
+                    if len(states) > 1 and not st.has_leader:
                         return
             w = asyncio.create_task(watch())
+            await asyncio.wait_for(first.wait(), 10)  # the state at the start
             term = await e.campaign_async("async-leader", wait=5)
             assert e.leading()[0] == term
             await asyncio.get_running_loop().run_in_executor(None, e.resign)
             await asyncio.wait_for(w, 10)
-        assert [s.has_leader for s in states] == [False, True, False]
-        assert states[1].value == b"async-leader" and states[1].term == term
+        # nobody, the leader (maybe first without its value), nobody
+        assert not states[0].has_leader and not states[-1].has_leader
+        assert terms_seen(states) == [(term, b"async-leader")], states
+        assert all(s.has_leader for s in states[1:-1]), states
         e.close()
     asyncio.run(main())
 

@@ -325,3 +325,36 @@ def test_election_bad_input(client, r, name):
 def client_uri(r):
     kw = r.connection_pool.connection_kwargs
     return f"redis://{kw['host']}:{kw['port']}"
+
+
+def test_loss_goes_to_on_end_on_the_dispatcher_thread(server, r, name):
+    """The lock deleted under the leader (as an expiry would): the
+    watchdog finds it gone, the term ends as lost, once, on the client's
+    dispatcher thread; leading() says None."""
+    import threading as th
+    ends, events = [], []
+
+    def on_end(term, why):
+        ends.append((term, why, th.current_thread().name))
+    c = rlock.Client(server.uri, watchdog_timeout=1.0,
+                     on_event=lambda ev: events.append(ev) if ev["kind"] == "election" else None)
+    try:
+        before = c.stats()["terms_lost"]
+        e = c.election(name, on_end=on_end)
+        term = e.campaign("v", wait=5)
+        assert e.leading() is not None
+        assert r.delete(name) == 1
+        wait_for(lambda: ends, 10)
+        assert ends == [(term, "lost", "rlock-events")]
+        assert e.leading() is None
+        with pytest.raises(rlock.NotOwner):
+            e.resign()
+        assert c.stats()["terms_lost"] - before == 1
+        wait_for(lambda: any(ev["type"] == "term_ended" for ev in events))
+        assert [(ev["type"], ev["term"]) for ev in events] == [
+            ("elected", term), ("term_ended", term)]
+        time.sleep(0.5)
+        assert len(ends) == 1  # exactly once
+        e.close()
+    finally:
+        c.close()

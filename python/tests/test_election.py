@@ -358,3 +358,43 @@ def test_loss_goes_to_on_end_on_the_dispatcher_thread(server, r, name):
         e.close()
     finally:
         c.close()
+
+
+def test_ctrl_c_during_a_campaign(server, client, name):
+    """SIGINT while a campaign waits (main thread): KeyboardInterrupt within
+    a second, and the campaign is over - it does not win later."""
+    from test_threads import child
+    e = client.election(name)
+    term = e.campaign("holder")
+    p = child(server, f"""
+        c = rlock.Client(sys.argv[1])
+        e = c.election({name!r})
+        print("waiting", flush=True)
+        try:
+            e.campaign("child")
+            print("won?!", flush=True)
+        except KeyboardInterrupt:
+            print("interrupted", time.monotonic(), flush=True)
+        # the leader resigns next; this candidate must not win then
+        while c.leader({name!r}).has_leader:
+            time.sleep(0.02)
+        time.sleep(0.5)
+        print("leading", e.leading(), flush=True)
+        e.close()
+        c.close()
+    """)
+    assert p.stdout.readline().strip() == "waiting"
+    time.sleep(0.5)
+    t_sig = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    line = p.stdout.readline().split()
+    assert line[0] == "interrupted", line
+    assert float(line[1]) - t_sig < 1.0
+    e.resign()
+    assert client.leader(name).has_leader is False
+    out, err = p.communicate(timeout=20)
+    assert p.returncode == 0, err
+    assert out.strip() == "leading None"
+    assert client.leader(name).has_leader is False
+    assert term > 0
+    e.close()

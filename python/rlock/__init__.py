@@ -318,6 +318,8 @@ class Client:
                                               "%s", it[2])
                         else:
                             self._on_diag(_rlock.diag_level_name(lvl), it[2])
+                    elif kind in ("term", "state"):
+                        _election_item(self, it)
                     elif kind == "lost":
                         if isinstance(self._on_lost, logging.Logger):
                             self._on_lost.error("lock %s lost (owner %s)",
@@ -461,7 +463,7 @@ def _deliver(h, ev, level, text):
 
 def _event_text(ev: dict) -> str:
     parts = [ev["type"]]
-    for k in ("kind", "name", "owner", "error", "detail", "host"):
+    for k in ("kind", "name", "owner", "error", "detail", "host", "term"):
         if ev.get(k):
             parts.append(f"{k}={ev[k]}")
     return " ".join(parts)
@@ -654,6 +656,7 @@ class MultiLock(_Waitable):
     """getMultiLock(locks...): all or none, Java's algorithm."""
 
     __slots__ = ("locks",)
+    _make = staticmethod(_rlock.multilock)
 
     def __init__(self, client, locks, wait=None, lease=None):
         locks = tuple(locks)
@@ -664,7 +667,7 @@ class MultiLock(_Waitable):
         self.locks = locks
         self._wait = _wait_ms(wait)
         self._lease = _lease_ms(lease)
-        self._h = _rlock.multilock([lk._h for lk in locks])
+        self._h = self._make([lk._h for lk in locks])
 
     def acquire(self, *, wait=None, lease=None, owner=None) -> bool:
         return self._h.acquire(1, _wait_ms(wait), _lease_ms(lease),
@@ -1003,3 +1006,360 @@ class Guard:
 
 
 __all__ += ["StaleTokenError", "ForeignTokenError", "FenceState", "Guard"]
+
+
+# ---- leader election (issue 38) ---------------------------------------------
+
+import itertools  # noqa: E402
+import typing  # noqa: E402
+
+class LeaderState(typing.NamedTuple):
+    """Who leads an election, as an observer sees it
+    (rlock_election_state). ``value`` is None when the leader wrote none
+    (a Java ``getFencedLock(name)`` holder, or a candidate that has not
+    written it yet); ``holder`` is the lock's hash field
+    ("<client id>:<thread id>"); ``ttl`` the lock's remaining time to live
+    in seconds (None: no leader, or no expiry)."""
+    has_leader: bool
+    term: int
+    value: bytes | None
+    holder: str | None
+    ttl: float | None
+
+
+def _leader_state(t) -> LeaderState:
+    has_leader, _has_value, term, ttl_ms, holder, value = t
+    return LeaderState(bool(has_leader), term, value, holder or None,
+                       ttl_ms / 1000.0 if ttl_ms >= 0 else None)
+
+
+def _election_value(value) -> bytes:
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"value must be str or bytes, not {type(value).__name__}")
+
+
+def _election_dispatcher(client: "Client") -> None:
+    """Makes the client's event queue and starts its dispatcher thread if
+    the client was opened without event handlers."""
+    with client._lock:
+        if not hasattr(client, "_elect_handlers"):
+            client._elect_handlers = {}
+            client._elect_tokens = itertools.count(1)
+        if client._dispatcher is None:
+            _rlock.election_queue(client._c)
+            client._dispatcher = threading.Thread(
+                target=client._dispatch, name="rlock-events", daemon=True)
+            client._dispatcher.start()
+
+
+def _election_register(client: "Client", handler) -> int:
+    if handler is None:
+        return 0
+    if not callable(handler):
+        raise TypeError("on_end / callback must be callable or None")
+    _election_dispatcher(client)
+    token = next(client._elect_tokens)
+    client._elect_handlers[token] = handler
+    return token
+
+
+def _election_item(client: "Client", it) -> None:
+    """On the dispatcher thread: a term ended, or an observer's state."""
+    handlers = getattr(client, "_elect_handlers", {})
+    if it[0] == "term":
+        h = handlers.pop(it[1], None)
+        if h is not None:
+            h(it[3], "resigned" if it[2] == _ELECTION_RESIGNED else "lost")
+    else:
+        h = handlers.get(it[1])
+        if h is not None:
+            h(_leader_state(it[2]))
+
+
+_ELECTION_WON, _ELECTION_RESIGNED = 1, 3
+
+
+class Term(int):
+    """The term won (an int: the fencing token of the winning acquisition).
+    As a context manager it resigns on exit if this term still leads."""
+
+    def __new__(cls, term: int, election: "Election"):
+        o = int.__new__(cls, term)
+        o._election = election
+        return o
+
+    def __enter__(self) -> "Term":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._election._end_term(int(self))
+
+
+class Election:
+    """A candidate for leadership of ``name`` (rlock_election_new), with an
+    owner of its own: one campaign at a time. Candidates contend on the
+    fenced lock of that name, so a Java service holding
+    ``getFencedLock(name)`` is a candidate (and leader) too.
+    ``on_end(term, reason)`` (reason "lost" or "resigned") runs on the
+    client's dispatcher thread, exactly once per term won."""
+
+    def __init__(self, client: "Client", name, on_end=None):
+        if on_end is not None and not callable(on_end):
+            raise TypeError("on_end must be callable or None")
+        self.client = client
+        self._e = _rlock.election(client._c, name)
+        self._name = name
+        self._on_end = on_end
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"Election({self._name!r})"
+
+    def _start(self, q, token, value, wait, on_end) -> int:
+        v = _election_value(value)
+        wait_ms = _wait_ms(wait)
+        end_token = _election_register(self.client, on_end or self._on_end)
+        try:
+            self._e.campaign_start(q, token, v, wait_ms, end_token)
+        except BaseException:
+            self._forget(end_token)
+            raise
+        return end_token
+
+    def _forget(self, end_token: int) -> None:
+        if end_token:
+            self.client._elect_handlers.pop(end_token, None)
+
+    def _result(self, status, term, wait, end_token) -> Term:
+        if status != _ELECTION_WON:
+            self._forget(end_token)
+            raise AcquireTimeout(_CODES["RLOCK_ETIMEDOUT"], "RLOCK_ETIMEDOUT",
+                                 f"election {self._name} not won within {wait} s")
+        return Term(term, self)
+
+    def campaign(self, value, *, wait=None, on_end=None) -> Term:
+        """Campaigns with ``value`` (str or bytes, 1..4096 bytes) until won
+        (``wait`` None) or for ``wait`` seconds (0: one try): the Term, or
+        AcquireTimeout. ``with e.campaign(v) as term:`` resigns on exit.
+        Ctrl-C on the main thread cancels the wait."""
+        q = _rlock.Queue()
+        end_token = self._start(q, 1, value, wait, on_end)
+        items = []
+        try:
+            while True:
+                items = q.wait(0.2)
+                if items:
+                    break
+        except BaseException:
+            self._e.cancel()
+            while not items:
+                items = q.wait(0.2)
+            if items[0][2] == _ELECTION_WON:
+                self._end_term(items[0][3])
+            else:
+                self._forget(end_token)
+            raise
+        _tag, _tok, status, term, detail, _ids = items[0]
+        if status < 0:
+            self._forget(end_token)
+            raise _rlock.make_error(status, detail)
+        return self._result(status, term, wait, end_token)
+
+    async def campaign_async(self, value, *, wait=None, on_end=None) -> Term:
+        """The same for asyncio. Cancelling the task cancels the campaign
+        and awaits its end: nothing stays queued, and a campaign that won
+        meanwhile is resigned before CancelledError goes on."""
+        import asyncio
+        from . import _aio
+        b = _aio._bridge()
+        token, fut = b.register()
+        try:
+            end_token = self._start(b.queue, token, value, wait, on_end)
+        except BaseException:
+            b.waiting.pop(token, None)
+            raise
+        try:
+            status, term, _ids = await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            if not fut.done():
+                self._e.cancel()
+            try:
+                (status, term, _ids), _c = await _aio._settle(fut)
+            except Exception:
+                self._forget(end_token)
+                raise asyncio.CancelledError()
+            if status == _ELECTION_WON:
+                await asyncio.get_running_loop().run_in_executor(
+                    None, self._end_term, term)
+            else:
+                self._forget(end_token)
+            raise
+        except BaseException:
+            self._forget(end_token)
+            raise
+        return self._result(status, term, wait, end_token)
+
+    def _end_term(self, term: int) -> None:
+        lead = self._e.leading()
+        if lead is not None and lead[0] == term:
+            try:
+                self._e.resign()
+            except NotOwner:
+                pass  # lost meanwhile: on_end says so
+
+    def proclaim(self, value) -> None:
+        """The leader writes a new value (no re-election). NotOwner when
+        not the leader; LockLost when the loss is being delivered."""
+        self._e.proclaim(_election_value(value))
+
+    def resign(self) -> None:
+        """Ends this candidate's term now (the next candidate wins at once).
+        NotOwner when not the leader (nothing sent)."""
+        self._e.resign()
+
+    def leading(self) -> tuple | None:
+        """(term, until) while this candidate leads and its lease guarantee
+        holds (until: rlock.now()'s clock, seconds), else None (act as
+        lost)."""
+        r = self._e.leading()
+        return None if r is None else (r[0], r[1] / 1000.0)
+
+    def close(self) -> None:
+        """Resigns a term still held, cancels a campaign, frees the handle."""
+        self._e.close()
+
+    def __enter__(self) -> "Election":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class ElectionObserver:
+    """Observes an election without campaigning (rlock_election_observer):
+    every change of leader, term, holder or value, in order, starting with
+    the state at the start. With a callback (``client.observe(name, cb)``)
+    each LeaderState goes to cb on the client's dispatcher thread; without
+    one it is an async iterator (``async for state in client.observe(name)``).
+    close() (or leaving ``with`` / ``async with``) stops it."""
+
+    def __init__(self, client: "Client", name, callback=None, poll=None):
+        poll_ms = _ms(poll, "poll", none=0, allow_zero=False)
+        self._token = _election_register(client, callback)
+        self._client = client
+        self._q = None if callback is not None else _rlock.Queue()
+        self._loop = None
+        self._states = None
+        self._closed = False
+        try:
+            self._o = _rlock.election_observe(client._c, name, poll_ms,
+                                              self._q, self._token)
+        except BaseException:
+            if self._token:
+                client._elect_handlers.pop(self._token, None)
+            raise
+
+    def close(self) -> None:
+        self._closed = True
+        self._o.close()
+        if self._token:
+            self._client._elect_handlers.pop(self._token, None)
+        loop, self._loop = self._loop, None
+        if loop is not None and not loop.is_closed():
+            loop.remove_reader(self._q.fileno())
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self) -> "ElectionObserver":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    async def __aenter__(self) -> "ElectionObserver":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.close()
+
+    def __aiter__(self) -> "ElectionObserver":
+        if self._q is None:
+            raise TypeError("an observer with a callback is not iterable")
+        return self
+
+    def _drain(self) -> None:
+        for it in self._q.drain():
+            self._states.put_nowait(_leader_state(it[2]))
+
+    async def __anext__(self) -> LeaderState:
+        import asyncio
+        if self._loop is None:
+            if self._closed:
+                raise StopAsyncIteration
+            self._loop = asyncio.get_running_loop()
+            self._states = asyncio.Queue()
+            self._loop.add_reader(self._q.fileno(), self._drain)
+            self._drain()
+        return await self._states.get()
+
+
+def _client_election(self, name, *, on_end=None) -> Election:
+    """A candidate for leadership of ``name`` (docs/python.md, "Leader
+    election")."""
+    return Election(self, name, on_end)
+
+
+def _client_leader(self, name) -> LeaderState:
+    """Who leads ``name`` now (one read; has_leader False when nobody
+    does)."""
+    return _leader_state(_rlock.election_leader(self._c, name))
+
+
+def _client_observe(self, name, callback=None, *, poll=None) -> ElectionObserver:
+    """Observes ``name``: an async iterator of LeaderState, or, with
+    ``callback``, each state to callback on the dispatcher thread. ``poll``:
+    the longest time (s) before a change nobody announces (a Java holder's
+    acquire) is seen (None: 1 s)."""
+    return ElectionObserver(self, name, callback, poll)
+
+
+Client.election = _client_election
+Client.leader = _client_leader
+Client.observe = _client_observe
+
+__all__ += ["LeaderState", "Term", "Election", "ElectionObserver"]
+
+
+# ---- RedLock (docs/multilock.md) ----------------------------------------------
+
+class RedLock(MultiLock):
+    """getRedLock(locks...): a MultiLock held once a majority (n/2+1) of
+    its members is, each member a lock of a client of another, independent
+    server (rlock_redlock_new). Same calls as MultiLock."""
+
+    __slots__ = ()
+    _make = staticmethod(_rlock.redlock)
+
+
+def _client_red_lock(self, *locks, wait=None, lease=None) -> RedLock:
+    """getRedLock(lock, ...): ``client.red_lock(l1, l2, l3)`` or
+    ``client.red_lock([l1, l2, l3])``, each lock from a client of another
+    server. Two members on one client or one server: InvalidArgument."""
+    if len(locks) == 1 and isinstance(locks[0], (list, tuple)):
+        locks = tuple(locks[0])
+    return RedLock(self, locks, wait, lease)
+
+
+Client.red_lock = _client_red_lock
+
+__all__ += ["RedLock"]

@@ -70,7 +70,7 @@ static PyObject *set_error(int code) {
 
 /* ---- queue: what the loop thread hands over ------------------------------ */
 
-enum { IT_DONE = 1, IT_EVENT, IT_DIAG, IT_LOST, IT_END };
+enum { IT_DONE = 1, IT_EVENT, IT_DIAG, IT_LOST, IT_END, IT_TERM, IT_STATE };
 
 typedef struct item {
   struct item *next;
@@ -85,6 +85,10 @@ typedef struct item {
   int etype, attempts, cause, error, port, level;
   int64_t wait_ms, hold_ms, hold_count, remaining_ms, lease_ms;
   char *kind, *name, *owner, *host, *client_id, *client_name;
+  /* elections (issue 38): the event's term; IT_TERM / IT_STATE */
+  int64_t term;
+  char *data; /* IT_STATE: the value (len bytes) */
+  size_t len;
 } item;
 
 typedef struct queue_t {
@@ -117,6 +121,7 @@ static void item_free(item *it) {
   free(it->host);
   free(it->client_id);
   free(it->client_name);
+  free(it->data);
   free(it);
 }
 
@@ -259,6 +264,8 @@ static const char *event_type_name(int t) {
   case RLOCK_EVENT_RECONNECTED: return "reconnected";
   case RLOCK_EVENT_DISCONNECTED: return "disconnected";
   case RLOCK_EVENT_STALE: return "stale";
+  case RLOCK_EVENT_ELECTED: return "elected";
+  case RLOCK_EVENT_TERM_ENDED: return "term_ended";
   default: return "unknown";
   }
 }
@@ -296,6 +303,8 @@ static int dict_set_u64(PyObject *d, const char *k, unsigned long long v) {
   return rc;
 }
 
+static PyObject *election_item_to_py(const item *it); /* elections */
+
 /* An item as a Python object:
  *   IT_DONE  -> ("done", token, status, value, detail, ids or None)
  *   IT_EVENT -> ("event", dict)
@@ -324,6 +333,9 @@ static PyObject *item_to_py(const item *it) {
                          it->owner ? it->owner : "");
   case IT_END:
     return Py_BuildValue("(s)", "end");
+  case IT_TERM:
+  case IT_STATE:
+    return election_item_to_py(it);
   case IT_EVENT: {
     PyObject *d = PyDict_New();
     if (d == NULL)
@@ -344,7 +356,8 @@ static PyObject *item_to_py(const item *it) {
         dict_set_str(d, "client_id", it->client_id) < 0 ||
         dict_set_str(d, "client_name", it->client_name) < 0 ||
         dict_set_str(d, "host", it->host) < 0 ||
-        dict_set_i64(d, "port", it->port) < 0) {
+        dict_set_i64(d, "port", it->port) < 0 ||
+        dict_set_i64(d, "term", it->term) < 0) {
       Py_DECREF(d);
       return NULL;
     }
@@ -474,6 +487,8 @@ static void cb_event(const rlock_event *ev, void *data) {
     it->host = dup_or_null(ev->host);
     it->port = ev->port;
   }
+  if (RLOCK_EVENT_HAS(ev, term))
+    it->term = ev->term;
   queue_push(data, it);
 }
 
@@ -821,7 +836,7 @@ static PyObject *Client_stats(ClientObject *self, PyObject *noargs) {
   U(renewals_failed) U(renewal_rtt_count) U(renewal_rtt_sum_us)
   U(renewal_rtt_max_us) U(locks_lost) U(reconnects) U(resubscribes)
   U(commands_sent) U(replica_sync_ok) U(replica_sync_unconfirmed)
-  U(lease_at_risk)
+  U(lease_at_risk) U(terms_won) U(terms_lost) U(terms_resigned)
 #undef U
   if (s.lease_headroom_min_ms == INT64_MAX) {
     if (PyDict_SetItemString(d, "lease_headroom_min_ms", Py_None) < 0)
@@ -1174,8 +1189,9 @@ static PyObject *Client_handle(ClientObject *self, PyObject *args) {
   return (PyObject *)o;
 }
 
-/* multilock(handles) */
-static PyObject *mod_multilock(PyObject *m, PyObject *arg) {
+/* multilock(handles); redlock(handles): a majority of independent
+ * servers (rlock_redlock_new) */
+static PyObject *make_multilock(PyObject *arg, int red) {
   PyObject *seq = PySequence_Tuple(arg);
   if (seq == NULL)
     return NULL;
@@ -1204,7 +1220,8 @@ static PyObject *mod_multilock(PyObject *m, PyObject *arg) {
     mem[i] = ((HandleObject *)o)->h;
   }
   rlock_multilock *ml = NULL;
-  int rc = rlock_multilock_new(mem, (size_t)n, &ml);
+  int rc = red ? rlock_redlock_new(mem, (size_t)n, &ml)
+               : rlock_multilock_new(mem, (size_t)n, &ml);
   free(mem);
   if (rc < 0) {
     Py_DECREF(seq);
@@ -1223,6 +1240,14 @@ static PyObject *mod_multilock(PyObject *m, PyObject *arg) {
   Py_INCREF(o->client);
   o->members = seq;
   return (PyObject *)o;
+}
+
+static PyObject *mod_multilock(PyObject *m, PyObject *arg) {
+  return make_multilock(arg, 0);
+}
+
+static PyObject *mod_redlock(PyObject *m, PyObject *arg) {
+  return make_multilock(arg, 1);
 }
 
 /* client.fast_multilock(group, values): Redisson's getMultiLock(group,
@@ -2365,6 +2390,471 @@ static PyObject *mod_guard(PyObject *m, PyObject *args) {
   return (PyObject *)o;
 }
 
+/* ---- leader election (issue 38) ---------------------------------------- */
+
+/* The campaign's callback data: the result goes to q (an IT_DONE with the
+ * term as value), the end of a term won to the client's event queue (an
+ * IT_TERM with end_token), which the client's dispatcher thread reads. */
+typedef struct camp {
+  queue_t *q;
+  uint64_t token;
+  queue_t *endq; /* NULL: nobody listens for the end */
+  uint64_t end_token;
+  int phase; /* 0 result not given yet, 1 won: the end comes */
+} camp;
+
+static void camp_free(camp *c) {
+  queue_unref(c->q);
+  queue_unref(c->endq);
+  free(c);
+}
+
+/* On the loop thread, or on the thread of rlock_election_cancel/_resign/
+ * _free: no GIL, copies only. */
+static void on_campaign(rlock_election *e, int status, int64_t term,
+                        void *data) {
+  (void)e;
+  camp *c = data;
+  item *it = calloc(1, sizeof(*it));
+  if (c->phase == 0) {
+    c->phase = 1;
+    if (it != NULL) {
+      it->type = IT_DONE;
+      it->token = c->token;
+      it->status = status;
+      it->value = term;
+      if (status < 0)
+        it->detail = strdup(rlock_last_error());
+      queue_push(c->q, it);
+    }
+    if (status == RLOCK_ELECTION_WON)
+      return;
+  } else if (it != NULL) {
+    if (c->endq != NULL) {
+      it->type = IT_TERM;
+      it->token = c->end_token;
+      it->status = status;
+      it->term = term;
+      queue_push(c->endq, it);
+    } else {
+      free(it);
+    }
+  }
+  camp_free(c);
+}
+
+static void on_state(const rlock_election_state *st, void *data) {
+  camp *c = data; /* an observer's: q and token only */
+  item *it = calloc(1, sizeof(*it));
+  if (it == NULL)
+    return;
+  it->type = IT_STATE;
+  it->token = c->token;
+  it->status = st->has_leader;
+  it->level = st->has_value;
+  it->term = st->term;
+  it->lease_ms = st->ttl_ms;
+  it->owner = strdup(st->holder);
+  if (st->has_value) {
+    it->data = malloc(st->value_len + 1);
+    if (it->data != NULL) {
+      memcpy(it->data, st->value, st->value_len);
+      it->len = st->value_len;
+    }
+  }
+  queue_push(c->q, it);
+}
+
+static PyObject *state_tuple(int has_leader, int has_value, int64_t term,
+                             int64_t ttl_ms, const char *holder,
+                             const char *value, size_t len) {
+  PyObject *v = has_value && value != NULL
+                    ? PyBytes_FromStringAndSize(value, (Py_ssize_t)len)
+                    : Py_NewRef(Py_None);
+  if (v == NULL)
+    return NULL;
+  return Py_BuildValue("(iiLLNN)", has_leader, has_value, (long long)term,
+                       (long long)ttl_ms,
+                       PyUnicode_DecodeUTF8(holder ? holder : "",
+                                            (Py_ssize_t)strlen(holder ? holder : ""),
+                                            "surrogateescape"),
+                       v);
+}
+
+/*   IT_TERM  -> ("term", end_token, status, term)
+ *   IT_STATE -> ("state", token, (has_leader, has_value, term, ttl_ms,
+ *                holder, value bytes or None)) */
+static PyObject *election_item_to_py(const item *it) {
+  if (it->type == IT_TERM)
+    return Py_BuildValue("(sKiL)", "term", (unsigned long long)it->token,
+                         it->status, (long long)it->term);
+  PyObject *st = state_tuple(it->status, it->level, it->term, it->lease_ms,
+                             it->owner, it->data, it->len);
+  if (st == NULL)
+    return NULL;
+  return Py_BuildValue("(sKN)", "state", (unsigned long long)it->token, st);
+}
+
+/* The client's event queue, made when the client was opened without
+ * event handlers (the library never writes to it then: only the
+ * election's callbacks do). */
+static queue_t *client_events(ClientObject *c) {
+  if (c->events == NULL)
+    c->events = queue_new();
+  if (c->events == NULL)
+    PyErr_SetFromErrno(PyExc_OSError);
+  return c->events;
+}
+
+typedef struct {
+  PyObject_HEAD
+  rlock_election *e;
+  PyObject *client; /* ClientObject, kept alive */
+} ElectionObject;
+
+static PyTypeObject Election_Type;
+
+static void election_close(ElectionObject *self) {
+  rlock_election *e = self->e;
+  self->e = NULL;
+  if (e != NULL) {
+    /* resigns a term still held: its end is queued, then no callback */
+    Py_BEGIN_ALLOW_THREADS
+    rlock_election_free(e);
+    Py_END_ALLOW_THREADS
+  }
+}
+
+static void Election_dealloc(ElectionObject *self) {
+  election_close(self);
+  Py_XDECREF(self->client);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int election_ok(ElectionObject *self) {
+  if (self->e == NULL) {
+    set_error_detail(RLOCK_ECLOSED, "the election handle is closed");
+    return 0;
+  }
+  return 1;
+}
+
+/* A value: bytes (str is encoded by rlock/__init__.py). */
+static int value_arg(PyObject *v, const char **p, size_t *len) {
+  if (!PyBytes_Check(v)) {
+    PyErr_Format(PyExc_TypeError, "value must be str or bytes, not %.100s",
+                 Py_TYPE(v)->tp_name);
+    return -1;
+  }
+  *p = PyBytes_AS_STRING(v);
+  *len = (size_t)PyBytes_GET_SIZE(v);
+  return 0;
+}
+
+/* campaign_start(queue, token, value, wait_ms, end_token): the result
+ * ("done", token, status, term, detail, None) through queue; when won, the
+ * term's end ("term", end_token, status, term) through the client's event
+ * queue (end_token 0: not delivered). */
+static PyObject *Election_campaign_start(ElectionObject *self, PyObject *args) {
+  QueueObject *q;
+  unsigned long long token, end_token;
+  PyObject *value;
+  long long wait_ms;
+  if (!PyArg_ParseTuple(args, "O!KOLK:campaign_start", &Queue_Type, &q, &token,
+                        &value, &wait_ms, &end_token))
+    return NULL;
+  const char *v;
+  size_t len;
+  if (value_arg(value, &v, &len) < 0 || !election_ok(self))
+    return NULL;
+  queue_t *endq = NULL;
+  if (end_token != 0) {
+    ClientObject *c = (ClientObject *)self->client;
+    if (!client_ok(c) || (endq = client_events(c)) == NULL)
+      return NULL;
+  }
+  camp *c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    return PyErr_NoMemory();
+  c->q = q->q;
+  atomic_fetch_add(&c->q->refs, 1);
+  c->token = token;
+  if (endq != NULL) {
+    c->endq = endq;
+    atomic_fetch_add(&endq->refs, 1);
+    c->end_token = end_token;
+  }
+  int rc;
+  rlock_election *e = self->e;
+  Py_BEGIN_ALLOW_THREADS
+  rc = rlock_election_campaign_start(e, v, len, wait_ms, on_campaign, c);
+  Py_END_ALLOW_THREADS
+  if (rc < 0) {
+    camp_free(c);
+    return set_error(rc);
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject *Election_cancel(ElectionObject *self, PyObject *noargs) {
+  if (self->e == NULL)
+    return PyLong_FromLong(0);
+  int rc = rlock_election_cancel(self->e);
+  if (rc < 0 && rc != RLOCK_ECLOSED)
+    return set_error(rc);
+  return PyLong_FromLong(rc < 0 ? 0 : rc);
+}
+
+static PyObject *Election_proclaim(ElectionObject *self, PyObject *value) {
+  const char *v;
+  size_t len;
+  if (value_arg(value, &v, &len) < 0 || !election_ok(self))
+    return NULL;
+  int rc;
+  rlock_election *e = self->e;
+  Py_BEGIN_ALLOW_THREADS
+  rc = rlock_election_proclaim(e, v, len);
+  Py_END_ALLOW_THREADS
+  if (rc < 0)
+    return set_error(rc);
+  Py_RETURN_NONE;
+}
+
+static PyObject *Election_resign(ElectionObject *self, PyObject *noargs) {
+  if (!election_ok(self))
+    return NULL;
+  int rc;
+  rlock_election *e = self->e;
+  Py_BEGIN_ALLOW_THREADS
+  rc = rlock_election_resign(e);
+  Py_END_ALLOW_THREADS
+  if (rc < 0)
+    return set_error(rc);
+  Py_RETURN_NONE;
+}
+
+/* leading() -> (term, until_ms on rlock_now_ms's clock) or None */
+static PyObject *Election_leading(ElectionObject *self, PyObject *noargs) {
+  if (self->e == NULL)
+    Py_RETURN_NONE;
+  int64_t term = 0, until = 0;
+  int rc = rlock_election_leading(self->e, &term, &until);
+  if (rc < 0)
+    return set_error(rc);
+  if (rc == 0)
+    Py_RETURN_NONE;
+  return Py_BuildValue("(LL)", (long long)term, (long long)until);
+}
+
+static PyObject *Election_close(ElectionObject *self, PyObject *noargs) {
+  election_close(self);
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef Election_methods[] = {
+    {"campaign_start", (PyCFunction)Election_campaign_start, METH_VARARGS, NULL},
+    {"cancel", (PyCFunction)Election_cancel, METH_NOARGS, NULL},
+    {"proclaim", (PyCFunction)Election_proclaim, METH_O, NULL},
+    {"resign", (PyCFunction)Election_resign, METH_NOARGS, NULL},
+    {"leading", (PyCFunction)Election_leading, METH_NOARGS, NULL},
+    {"close", (PyCFunction)Election_close, METH_NOARGS, NULL},
+    {NULL}};
+
+static PyTypeObject Election_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rlock._rlock.Election",
+    .tp_basicsize = sizeof(ElectionObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)Election_dealloc,
+    .tp_methods = Election_methods,
+};
+
+/* election(client, name) -> Election (rlock_election_new: sends nothing) */
+static PyObject *mod_election(PyObject *m, PyObject *args) {
+  PyObject *client, *name;
+  if (!PyArg_ParseTuple(args, "O!O:election", &Client_Type, &client, &name))
+    return NULL;
+  PyObject *nb = name_bytes(name, "name");
+  if (nb == NULL)
+    return NULL;
+  ClientObject *c = (ClientObject *)client;
+  if (!client_ok(c)) {
+    Py_DECREF(nb);
+    return NULL;
+  }
+  rlock_election *e = NULL;
+  int rc = rlock_election_new(c->c, PyBytes_AS_STRING(nb), &e);
+  Py_DECREF(nb);
+  if (rc < 0)
+    return set_error(rc);
+  ElectionObject *o = PyObject_New(ElectionObject, &Election_Type);
+  if (o == NULL) {
+    rlock_election_free(e);
+    return NULL;
+  }
+  o->e = e;
+  o->client = Py_NewRef(client);
+  return (PyObject *)o;
+}
+
+/* election_leader(client, name) -> state tuple (one read, blocking) */
+static PyObject *mod_election_leader(PyObject *m, PyObject *args) {
+  PyObject *client, *name;
+  if (!PyArg_ParseTuple(args, "O!O:election_leader", &Client_Type, &client,
+                        &name))
+    return NULL;
+  PyObject *nb = name_bytes(name, "name");
+  if (nb == NULL)
+    return NULL;
+  ClientObject *c = (ClientObject *)client;
+  if (!client_ok(c)) {
+    Py_DECREF(nb);
+    return NULL;
+  }
+  rlock_election_state *st = malloc(sizeof(*st));
+  if (st == NULL) {
+    Py_DECREF(nb);
+    return PyErr_NoMemory();
+  }
+  rlock_election_state_init(st);
+  int rc;
+  rlock_client *cl = c->c;
+  const char *n = PyBytes_AS_STRING(nb);
+  Py_BEGIN_ALLOW_THREADS
+  rc = rlock_client_election_leader(cl, n, st);
+  Py_END_ALLOW_THREADS
+  Py_DECREF(nb);
+  PyObject *r = rc < 0 ? set_error(rc)
+                       : state_tuple(st->has_leader, st->has_value, st->term,
+                                     st->ttl_ms, st->holder, st->value,
+                                     st->value_len);
+  free(st);
+  return r;
+}
+
+typedef struct {
+  PyObject_HEAD
+  rlock_election_observer *o;
+  camp *ctx; /* q, token */
+  PyObject *client;
+} ObserverObject;
+
+static PyTypeObject Observer_Type;
+
+static void observer_close(ObserverObject *self) {
+  rlock_election_observer *o = self->o;
+  self->o = NULL;
+  if (o != NULL) {
+    Py_BEGIN_ALLOW_THREADS
+    rlock_election_observer_free(o); /* no callback after this */
+    Py_END_ALLOW_THREADS
+  }
+  if (self->ctx != NULL) {
+    camp_free(self->ctx);
+    self->ctx = NULL;
+  }
+}
+
+static void Observer_dealloc(ObserverObject *self) {
+  observer_close(self);
+  Py_XDECREF(self->client);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Observer_close(ObserverObject *self, PyObject *noargs) {
+  observer_close(self);
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef Observer_methods[] = {
+    {"close", (PyCFunction)Observer_close, METH_NOARGS, NULL},
+    {NULL}};
+
+static PyTypeObject Observer_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rlock._rlock.Observer",
+    .tp_basicsize = sizeof(ObserverObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)Observer_dealloc,
+    .tp_methods = Observer_methods,
+};
+
+/* observe(client, name, poll_ms, queue or None, token) -> Observer: each
+ * state ("state", token, tuple) goes to queue (None: the client's event
+ * queue, read by its dispatcher thread). */
+static PyObject *mod_election_observe(PyObject *m, PyObject *args) {
+  PyObject *client, *name, *qo;
+  long long poll_ms;
+  unsigned long long token;
+  if (!PyArg_ParseTuple(args, "O!OLOK:election_observe", &Client_Type, &client,
+                        &name, &poll_ms, &qo, &token))
+    return NULL;
+  if (qo != Py_None && !PyObject_TypeCheck(qo, &Queue_Type)) {
+    PyErr_SetString(PyExc_TypeError, "queue must be a Queue or None");
+    return NULL;
+  }
+  PyObject *nb = name_bytes(name, "name");
+  if (nb == NULL)
+    return NULL;
+  ClientObject *c = (ClientObject *)client;
+  queue_t *q = NULL;
+  if (!client_ok(c) ||
+      (q = qo == Py_None ? client_events(c) : ((QueueObject *)qo)->q) == NULL) {
+    Py_DECREF(nb);
+    return NULL;
+  }
+  ObserverObject *o = PyObject_New(ObserverObject, &Observer_Type);
+  camp *ctx = calloc(1, sizeof(*ctx));
+  if (o == NULL || ctx == NULL) {
+    Py_DECREF(nb);
+    free(ctx);
+    if (o != NULL) {
+      o->o = NULL;
+      o->ctx = NULL;
+      o->client = NULL;
+      Py_DECREF(o);
+    }
+    return PyErr_NoMemory();
+  }
+  ctx->q = q;
+  atomic_fetch_add(&q->refs, 1);
+  ctx->token = token;
+  o->ctx = ctx;
+  o->o = NULL;
+  o->client = Py_NewRef(client);
+  int rc;
+  rlock_client *cl = c->c;
+  const char *n = PyBytes_AS_STRING(nb);
+  rlock_election_observer *ob = NULL;
+  Py_BEGIN_ALLOW_THREADS
+  rc = rlock_election_observer_new(cl, n, poll_ms, on_state, ctx, &ob);
+  Py_END_ALLOW_THREADS
+  Py_DECREF(nb);
+  if (rc < 0) {
+    Py_DECREF(o);
+    return set_error(rc);
+  }
+  o->o = ob;
+  return (PyObject *)o;
+}
+
+/* election_queue(client): makes the client's event queue (so the Python
+ * layer can start its dispatcher before the first campaign or observer). */
+static PyObject *mod_election_queue(PyObject *m, PyObject *client) {
+  if (!PyObject_TypeCheck(client, &Client_Type)) {
+    PyErr_SetString(PyExc_TypeError, "a Client is needed");
+    return NULL;
+  }
+  ClientObject *c = (ClientObject *)client;
+  if (!client_ok(c) || client_events(c) == NULL)
+    return NULL;
+  Py_RETURN_NONE;
+}
+
+#define ELECTION_METHODS                                                      \
+  {"election", mod_election, METH_VARARGS, NULL},                             \
+      {"election_leader", mod_election_leader, METH_VARARGS, NULL},           \
+      {"election_observe", mod_election_observe, METH_VARARGS, NULL},         \
+      {"election_queue", mod_election_queue, METH_O, NULL},
+
 /* ---- module functions --------------------------------------------------- */
 
 static PyObject *mod_register(PyObject *m, PyObject *args) {
@@ -2440,9 +2930,11 @@ static PyMethodDef mod_methods[] = {
     {"version", mod_version, METH_NOARGS, NULL},
     {"diag_level_name", mod_diag_level_name, METH_O, NULL},
     {"multilock", mod_multilock, METH_O, NULL},
+    {"redlock", mod_redlock, METH_O, NULL},
     {"fenced_check", mod_fenced_check, METH_VARARGS, NULL},
     {"fenced_check_async", mod_fenced_check_async, METH_VARARGS, NULL},
     {"guard", mod_guard, METH_VARARGS, NULL},
+    ELECTION_METHODS
     {NULL}};
 
 static struct PyModuleDef moddef = {
@@ -2456,7 +2948,8 @@ static struct PyModuleDef moddef = {
 PyMODINIT_FUNC PyInit__rlock(void) {
   if (PyType_Ready(&Queue_Type) < 0 || PyType_Ready(&Client_Type) < 0 ||
       PyType_Ready(&Handle_Type) < 0 || PyType_Ready(&Request_Type) < 0 ||
-      PyType_Ready(&Guard_Type) < 0)
+      PyType_Ready(&Guard_Type) < 0 || PyType_Ready(&Election_Type) < 0 ||
+      PyType_Ready(&Observer_Type) < 0)
     return NULL;
   PyObject *m = PyModule_Create(&moddef);
   if (m == NULL)

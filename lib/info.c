@@ -63,12 +63,13 @@ static kind_get_fn kind_getter(const char *kind) {
   static const struct {
     const char *kind;
     kind_get_fn get;
-  } kinds[] = {{"lock", rlock_new},          {"fair", rlock_new_fair},
-               {"read", rlock_new_read},     {"write", rlock_new_write},
-               {"fenced", rlock_new_fenced}, {"spin", rlock_new_spin},
-               /* the same force unlocks as RLock's and the fair lock's */
-               {"nonreentrant", rlock_new_nonreentrant},
-               {"nonreentrant_fair", rlock_new_nonreentrant_fair}};
+  } kinds[] = {
+  /* the non-reentrant kinds have the same force unlocks as RLock's and the
+   * fair lock's */
+#define KIND_GETTER(id, name, constructor) {name, constructor},
+      RLOCK_KIND_MAP(KIND_GETTER)
+#undef KIND_GETTER
+  };
   for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
     if (strcmp(kind, kinds[i].kind) == 0)
       return kinds[i].get;

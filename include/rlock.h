@@ -1456,7 +1456,11 @@ RLOCK_EXTERN int rlock_latch_delete(rlock_latch *latch);
   /* not a primitive's: another Redis type (see type), a string that is not   \
    * an integer, or a hash with a field no lock writes (a value that is not   \
    * an integer, a mode that is neither "read" nor "write") */                \
-  X(FOREIGN, 7, "foreign", "not a lock")
+  X(FOREIGN, 7, "foreign", "not a lock")                                     \
+  /* a FasterMultiLock group's hash: each value's field -> its holder (see   \
+   * holders: every field with its value, none a count); locked while a      \
+   * holder's expire_time has not passed (added in issue 34) */              \
+  X(FAST_MULTILOCK, 8, "fast-multilock", "FasterMultiLock group")
 
 typedef enum rlock_info_kind {
 #define RLOCK_INFO_KIND_ENUM_(id, value, name, words) RLOCK_INFO_##id = value,
@@ -1507,7 +1511,8 @@ typedef struct rlock_info {
   rlock_info_kind kind;
   char type[16];           /* Redis's TYPE of the name: "none", "hash",
                               "string", "list", ... */
-  int locked;              /* 1: a lock hash with at least one holder */
+  int locked;              /* 1: a lock hash with at least one holder (a
+                              FasterMultiLock group: a hold not ended) */
   int64_t ttl_ms;          /* PTTL of the name: -2 no key, -1 no TTL */
   /* Clients subscribed to the kind's channels: for hashes and missing
    * names the lock and the read/write lock channel, for strings the

@@ -223,6 +223,13 @@ static void print_human(const char *name, const rlock_info *info,
     return;
   }
   char kind[96] = "";
+  if (info->kind == RLOCK_INFO_FAST_MULTILOCK) {
+    printf(": %s (%s)%s\n", info->locked ? "locked" : "unlocked",
+           cli_info_kind_words(info->kind), waiting);
+    for (size_t i = 0; i < info->holders_n; i++)
+      cli_field_text(&info->holders[i]);
+    return;
+  }
   if (info->mode != NULL) {
     char *mode = cli_text_dup(info->mode, strlen(info->mode));
     snprintf(kind, sizeof kind, " (read/write lock, %.40s mode)",

@@ -338,6 +338,10 @@ bool cli_owner_parts(const rlock_info_entry *e, bool writer,
 bool cli_election_of(rlock_client *client, const char *name,
                      const rlock_info *info, rlock_election_state *st);
 
+/* Prints "  field F = V" (escaped) for a hash field that is no hold
+ * count. */
+void cli_field_text(const rlock_info_entry *e);
+
 /* Writes the JSON object describing `name` (its fields: docs/cli.md,
  * "JSON"); election NULL: none. */
 void cli_info_json(const char *name, size_t name_len, const rlock_info *info,

@@ -60,6 +60,14 @@ bool cli_owner_parts(const rlock_info_entry *e, bool writer,
   return true;
 }
 
+void cli_field_text(const rlock_info_entry *e) {
+  fputs("  field ", stdout);
+  cli_text_write(stdout, e->key, e->key_len);
+  fputs(" = ", stdout);
+  cli_text_write(stdout, e->value, e->value_len);
+  fputc('\n', stdout);
+}
+
 static void json_owner(const rlock_info_entry *e, bool writer) {
   size_t cl, tl;
   const char *t;

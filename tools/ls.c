@@ -66,6 +66,10 @@ static void print_human(const char *name, size_t name_len,
   printf(", %" PRId64 " waiting\n", info->waiters);
   for (size_t i = 0; i < info->holders_n; i++) {
     const rlock_info_entry *h = &info->holders[i];
+    if (h->count == RLOCK_INFO_NOT_A_COUNT) { /* a group's field */
+      cli_field_text(h);
+      continue;
+    }
     printf("  %s ", h->writer ? "writer" : info->mode != NULL ? "reader"
                                                               : "holder");
     human_owner(h, h->writer);

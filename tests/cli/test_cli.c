@@ -4262,7 +4262,7 @@ static const char same_script[] =
 Test(cli, status_json_and_ls_json_describe_every_kind_alike) {
   char p[64], pat[96];
   rt_key(p, sizeof p, "cli:same");
-  enum { NKINDS = 12 };
+  enum { NKINDS = 13 };
   static const struct {
     const char *suffix, *kind;
   } k[NKINDS] = {
@@ -4270,7 +4270,7 @@ Test(cli, status_json_and_ls_json_describe_every_kind_alike) {
       {"write", "rwlock"},  {"fenced", "fenced"},   {"spin", "lock"},
       {"nonre", "lock"},    {"nonrefair", "lock"},  {"sem", "count"},
       {"psem", "permit-semaphore"},                 {"latch", "count"},
-      {"elect", "fenced"},
+      {"elect", "fenced"},  {"group", "fast-multilock"},
   };
   char n[NKINDS][128];
   for (int i = 0; i < NKINDS; i++)
@@ -4319,6 +4319,11 @@ Test(cli, status_json_and_ls_json_describe_every_kind_alike) {
   cr_assert_eq(rlock_election_campaign(e, "leader-A", 8, 10000, NULL, NULL,
                                        NULL),
                1);
+  /* a FasterMultiLock group with two values held */
+  const char *values[] = {"v1", "v2"};
+  rlock_fast_multilock *fml = NULL;
+  cr_assert_eq(rlock_fast_multilock_new(c, n[12], values, NULL, 2, &fml), 0);
+  cr_assert_eq(rlock_fast_multilock_try_lock(fml, 0, 30000), 1);
 
   char expect[2048] = "", path[PATH_LEN];
   cli_proc pr;
@@ -4353,6 +4358,9 @@ Test(cli, status_json_and_ls_json_describe_every_kind_alike) {
                         "\"permits\":[{\"id\":\"") != NULL,
             "%s", out);
   cr_assert(strstr(out, "\"election\":{\"term\":") != NULL, "%s", out);
+  cr_assert(strstr(out, "\"kind\":\"fast-multilock\",\"type\":\"hash\","
+                        "\"locked\":true,") != NULL,
+            "%s", out);
   free(out);
   char cmd[sizeof same_script + 4096];
   snprintf(cmd, sizeof cmd, "python3 -c \"$SCRIPT\" '%s' '%s' > %s/same.out",
@@ -4361,8 +4369,21 @@ Test(cli, status_json_and_ls_json_describe_every_kind_alike) {
   cr_assert_eq(system(cmd), 0, "status --json and ls --json differ");
   unsetenv("SCRIPT");
   char *checked = first_line_in("same.out");
-  cr_assert_str_eq(checked, "12");
+  cr_assert_str_eq(checked, "13");
   free(checked);
+  /* the group in text: its fields, each with its holder */
+  cr_assert_eq(cli_run(&pr, ARGS("status", n[12])), 0);
+  out = cli_out(&pr);
+  snprintf(path, sizeof path, "%s: locked (FasterMultiLock group)", n[12]);
+  cr_assert(strncmp(out, path, strlen(path)) == 0, "%s", out);
+  char field[RLOCK_FAST_MULTILOCK_FIELD_LEN + 1];
+  cr_assert_eq(rlock_fast_multilock_field_name("v1", 2, field), 0);
+  snprintf(path, sizeof path, "\n  field %s = ", field);
+  cr_assert(strstr(out, path) != NULL, "%s", out);
+  free(out);
+  /* the group released */
+  cr_assert_eq(rlock_fast_multilock_unlock(fml), 0);
+  rlock_fast_multilock_free(fml);
 
   rlock_election_free(e);
   rlock_latch_free(latch);

@@ -90,9 +90,10 @@ int rlock_client_force_unlock(rlock_client *client, const char *name,
                               const char *kind, rlock_info *found) {
   bool any = kind == NULL || kind[0] == '\0';
   if (!any && kind_getter(kind) == NULL)
-    return rlock__bad_arg("unknown lock kind (lock, fair, read, write, "
-                          "fenced, spin, nonreentrant or "
-                          "nonreentrant_fair)");
+#define KIND_WORD(id, name, constructor) " " name
+    return rlock__bad_arg("unknown lock kind (one of:" RLOCK_KIND_MAP(
+        KIND_WORD) ")");
+#undef KIND_WORD
   if (found != NULL && (found->struct_size < INFO_MIN_SIZE ||
                         found->struct_size > sizeof(rlock_info)))
     return rlock__bad_arg("found->struct_size is not set (rlock_info_init) "

@@ -606,6 +606,11 @@ Test(info, force_unlock_refuses_non_hash_values_and_leaves_them) {
   rlock_info_free(&found);
   cr_assert_eq(rlock_client_force_unlock(c, none, "mutex", NULL),
                RLOCK_EINVAL);
+  /* the kinds it takes, from the registry (RLOCK_KIND_MAP) */
+  cr_assert(strstr(rlock_last_error(), "(one of: lock fair read write fenced "
+                                       "spin nonreentrant nonreentrant_fair)") !=
+                NULL,
+            "%s", rlock_last_error());
   rlock_client_free(c);
 }
 

@@ -749,8 +749,23 @@ RLOCK_EXTERN int rlock_new_fenced(rlock_client *client, const char *name,
 RLOCK_EXTERN int rlock_new_spin(rlock_client *client, const char *name,
                                 rlock **lock);
 
-/* The handle's kind: "lock", "fair", "read", "write", "fenced", "spin",
- * "nonreentrant" or "nonreentrant_fair"; "" for NULL. */
+/* The registry of lock kinds, the one place a kind is named (in the style
+ * of libuv's UV_HANDLE_TYPE_MAP): X(ID, name, constructor) for each kind an
+ * rlock handle can be made of - ID for names made with ## (the CLI's
+ * CLI_KIND_<ID>), name as rlock_kind() returns it and
+ * rlock_client_force_unlock() takes it, constructor the rlock_new* call
+ * that makes the handle. */
+#define RLOCK_KIND_MAP(X)                                                      \
+  X(LOCK, "lock", rlock_new)                                                   \
+  X(FAIR, "fair", rlock_new_fair)                                              \
+  X(READ, "read", rlock_new_read)                                              \
+  X(WRITE, "write", rlock_new_write)                                           \
+  X(FENCED, "fenced", rlock_new_fenced)                                        \
+  X(SPIN, "spin", rlock_new_spin)                                              \
+  X(NONREENTRANT, "nonreentrant", rlock_new_nonreentrant)                      \
+  X(NONREENTRANT_FAIR, "nonreentrant_fair", rlock_new_nonreentrant_fair)
+
+/* The handle's kind: one of RLOCK_KIND_MAP's names; "" for NULL. */
 RLOCK_EXTERN const char *rlock_kind(const rlock *lock);
 
 /* Releases a handle (does not unlock). NULL is accepted. Async operations
@@ -1420,20 +1435,37 @@ RLOCK_EXTERN int rlock_latch_delete(rlock_latch *latch);
  * semaphore's permits and a latch's count are the same string (COUNT); a
  * permit-expirable semaphore with no permit taken has no lease zset
  * (COUNT). */
+/* The registry of what the keys show: X(ID, value, name, words) for each
+ * rlock_info_kind - RLOCK_INFO_<ID> = value; name as `rlock status --json`
+ * and `rlock ls --json` write it ("kind"), words as they print it. */
+#define RLOCK_INFO_KIND_MAP(X)                                                 \
+  /* nothing under the name */                                                 \
+  X(NONE, 0, "none", "nothing")                                                \
+  /* a lock hash (RLock, spin lock, non-reentrant lock, idle fair lock) */     \
+  X(LOCK, 1, "lock", "lock")                                                   \
+  /* a lock hash and/or a fair lock's queue */                                 \
+  X(FAIR, 2, "fair", "fair lock")                                              \
+  /* a read/write lock's hash (see mode) */                                    \
+  X(RWLOCK, 3, "rwlock", "read/write lock")                                    \
+  /* a fenced lock's token (and its hash if held); an election's lock */       \
+  X(FENCED, 4, "fenced", "fenced lock")                                        \
+  /* an integer string: semaphore permits or a latch's count (see count) */    \
+  X(COUNT, 5, "count", "semaphore or latch")                                   \
+  /* the count and its lease zset */                                           \
+  X(PERMIT_SEMAPHORE, 6, "permit-semaphore", "permit-expirable semaphore")     \
+  /* not a primitive's: another Redis type (see type), a string that is not   \
+   * an integer, or a hash with a field no lock writes (a value that is not   \
+   * an integer, a mode that is neither "read" nor "write") */                \
+  X(FOREIGN, 7, "foreign", "not a lock")                                     \
+  /* a FasterMultiLock group's hash: each value's field -> its holder (see   \
+   * holders: every field with its value, none a count); locked while a      \
+   * holder's expire_time has not passed (added in issue 34) */              \
+  X(FAST_MULTILOCK, 8, "fast-multilock", "FasterMultiLock group")
+
 typedef enum rlock_info_kind {
-  RLOCK_INFO_NONE = 0,   /* nothing under the name */
-  RLOCK_INFO_LOCK = 1,   /* a lock hash (RLock, spin lock, idle fair lock) */
-  RLOCK_INFO_FAIR = 2,   /* a lock hash and/or a fair lock's queue */
-  RLOCK_INFO_RWLOCK = 3, /* a read/write lock's hash (see mode) */
-  RLOCK_INFO_FENCED = 4, /* a fenced lock's token (and its hash if held) */
-  RLOCK_INFO_COUNT = 5,  /* an integer string: semaphore permits or a
-                            latch's count (see count) */
-  RLOCK_INFO_PERMIT_SEMAPHORE = 6, /* the count and its lease zset */
-  RLOCK_INFO_FOREIGN = 7 /* not a primitive's: another Redis type (see
-                            type), a string that is not an integer, or a
-                            hash with a field no lock writes (a value that
-                            is not an integer, a mode that is neither
-                            "read" nor "write") */
+#define RLOCK_INFO_KIND_ENUM_(id, value, name, words) RLOCK_INFO_##id = value,
+  RLOCK_INFO_KIND_MAP(RLOCK_INFO_KIND_ENUM_)
+#undef RLOCK_INFO_KIND_ENUM_
 } rlock_info_kind;
 
 /* rlock_info_entry.count of a hash field whose value is not an integer. */
@@ -1479,7 +1511,8 @@ typedef struct rlock_info {
   rlock_info_kind kind;
   char type[16];           /* Redis's TYPE of the name: "none", "hash",
                               "string", "list", ... */
-  int locked;              /* 1: a lock hash with at least one holder */
+  int locked;              /* 1: a lock hash with at least one holder (a
+                              FasterMultiLock group: a hold not ended) */
   int64_t ttl_ms;          /* PTTL of the name: -2 no key, -1 no TTL */
   /* Clients subscribed to the kind's channels: for hashes and missing
    * names the lock and the read/write lock channel, for strings the

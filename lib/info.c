@@ -63,12 +63,13 @@ static kind_get_fn kind_getter(const char *kind) {
   static const struct {
     const char *kind;
     kind_get_fn get;
-  } kinds[] = {{"lock", rlock_new},          {"fair", rlock_new_fair},
-               {"read", rlock_new_read},     {"write", rlock_new_write},
-               {"fenced", rlock_new_fenced}, {"spin", rlock_new_spin},
-               /* the same force unlocks as RLock's and the fair lock's */
-               {"nonreentrant", rlock_new_nonreentrant},
-               {"nonreentrant_fair", rlock_new_nonreentrant_fair}};
+  } kinds[] = {
+  /* the non-reentrant kinds have the same force unlocks as RLock's and the
+   * fair lock's */
+#define KIND_GETTER(id, name, constructor) {name, constructor},
+      RLOCK_KIND_MAP(KIND_GETTER)
+#undef KIND_GETTER
+  };
   for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
     if (strcmp(kind, kinds[i].kind) == 0)
       return kinds[i].get;
@@ -89,9 +90,10 @@ int rlock_client_force_unlock(rlock_client *client, const char *name,
                               const char *kind, rlock_info *found) {
   bool any = kind == NULL || kind[0] == '\0';
   if (!any && kind_getter(kind) == NULL)
-    return rlock__bad_arg("unknown lock kind (lock, fair, read, write, "
-                          "fenced, spin, nonreentrant or "
-                          "nonreentrant_fair)");
+#define KIND_WORD(id, name, constructor) " " name
+    return rlock__bad_arg("unknown lock kind (one of:" RLOCK_KIND_MAP(
+        KIND_WORD) ")");
+#undef KIND_WORD
   if (found != NULL && (found->struct_size < INFO_MIN_SIZE ||
                         found->struct_size > sizeof(rlock_info)))
     return rlock__bad_arg("found->struct_size is not set (rlock_info_init) "

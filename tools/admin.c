@@ -223,6 +223,13 @@ static void print_human(const char *name, const rlock_info *info,
     return;
   }
   char kind[96] = "";
+  if (info->kind == RLOCK_INFO_FAST_MULTILOCK) {
+    printf(": %s (%s)%s\n", info->locked ? "locked" : "unlocked",
+           cli_info_kind_words(info->kind), waiting);
+    for (size_t i = 0; i < info->holders_n; i++)
+      cli_field_text(&info->holders[i]);
+    return;
+  }
   if (info->mode != NULL) {
     char *mode = cli_text_dup(info->mode, strlen(info->mode));
     snprintf(kind, sizeof kind, " (read/write lock, %.40s mode)",
@@ -256,81 +263,13 @@ static void print_human(const char *name, const rlock_info *info,
   print_kind_lines(info);
 }
 
-static void print_string_json(const rlock_info *info) {
-  if (has_count(info))
-    printf("%s%" PRId64,
-           info->kind == RLOCK_INFO_PERMIT_SEMAPHORE ? ",\"permits_available\":"
-                                                     : ",\"count\":",
-           info->count);
-  if (info->kind != RLOCK_INFO_PERMIT_SEMAPHORE)
-    return;
-  printf(",\"kind\":\"permit-expirable semaphore\",\"permits_taken\":%zu,"
-         "\"permits\":{",
-         info->permits_total);
-  for (size_t i = 0; i < info->permits_n; i++) {
-    const rlock_info_entry *p = &info->permits[i];
-    printf("%s", i > 0 ? "," : "");
-    cli_json_string(stdout, p->key, p->key_len);
-    if (p->ttl_ms == RLOCK_INFO_NO_EXPIRY)
-      fputs(":null", stdout);
-    else
-      printf(":%" PRId64, p->ttl_ms);
-  }
-  fputc('}', stdout);
-}
-
-static void print_json(const char *name, const rlock_info *info,
-                       bool first, cli_whois *w) {
-  fputs(first ? "  {" : ",\n  {", stdout);
-  fputs("\"name\":", stdout);
-  cli_json_string(stdout, name, strlen(name));
-  printf(",\"locked\":%s,\"type\":", is_type(info, "none") ? "false"
-                                                           : "true");
-  cli_json_string(stdout, info->type, strlen(info->type));
-  if (info->ttl_ms == -2)
-    fputs(",\"ttl_ms\":null", stdout);
-  else
-    printf(",\"ttl_ms\":%" PRId64, info->ttl_ms);
-  fputs(",\"owners\":{", stdout);
-  for (size_t i = 0; i < info->holders_n; i++) {
-    const rlock_info_entry *h = &info->holders[i];
-    if (i > 0)
-      fputc(',', stdout);
-    cli_json_string(stdout, h->key, h->key_len);
-    fputc(':', stdout);
-    if (counted(h))
-      printf("%" PRId64, h->count);
-    else
-      cli_json_string(stdout, h->value, h->value_len);
-  }
-  printf("},\"waiters\":%" PRId64, info->waiters);
-  if (info->mode != NULL) {
-    fputs(",\"kind\":\"read/write\",\"mode\":", stdout);
-    cli_json_string(stdout, info->mode, strlen(info->mode));
-  }
-  if (info->queue_total > 0)
-    printf(",\"queue\":%zu", info->queue_total);
-  if (info->token >= 0)
-    printf(",\"token\":%" PRId64, info->token);
-  if (is_type(info, "string"))
-    print_string_json(info);
-  /* each counted owner with who it is (rlock_client_holder); only when there
-   * is one */
-  bool any = false;
-  for (size_t i = 0; i < info->holders_n; i++) {
-    const rlock_info_entry *h = &info->holders[i];
-    if (!counted(h))
-      continue;
-    fputs(any ? ",{\"owner\":" : ",\"holders\":[{\"owner\":", stdout);
-    any = true;
-    cli_json_string(stdout, h->key, h->key_len);
-    printf(",\"count\":%" PRId64, h->count);
-    const cli_whois_entry *e = cli_whois_get(w, name, h->key, h->key_len);
-    if (e != NULL)
-      cli_whois_json(stdout, e);
-    fputc('}', stdout);
-  }
-  fputs(any ? "]}" : "}", stdout);
+/* The same object as rlock ls --json's entry for the name (describe.c). */
+static void print_json(rlock_client *client, const char *name,
+                       const rlock_info *info, bool first, cli_whois *w) {
+  fputs(first ? "  " : ",\n  ", stdout);
+  rlock_election_state st;
+  bool elected = cli_election_of(client, name, info, &st);
+  cli_info_json(name, strlen(name), info, elected ? &st : NULL, w);
 }
 
 /* One status of every NAME: 0, or the exit code with the error printed. */
@@ -355,7 +294,7 @@ static int status_once(rlock_client *client, char **names, int n,
       break;
     }
     if (json)
-      print_json(names[i], &info, i == 0, &w);
+      print_json(client, names[i], &info, i == 0, &w);
     else
       print_human(names[i], &info, &w);
     rlock_info_free(&info);

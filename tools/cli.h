@@ -62,14 +62,12 @@ typedef enum cli_on_lost { CLI_ON_LOST_WARN, CLI_ON_LOST_KILL } cli_on_lost;
  * default), the fair lock (--fair), the read or the write lock of the
  * read/write lock NAME (-s / -x), the fenced lock (--fenced), or the
  * non-reentrant lock and fair lock (--no-reenter, with --fair). */
+/* One per kind of the library's registry (RLOCK_KIND_MAP: CLI_KIND_LOCK,
+ * CLI_KIND_FAIR, ...; the spin lock has no option). */
 typedef enum cli_kind {
-  CLI_KIND_LOCK = 0,
-  CLI_KIND_FAIR,
-  CLI_KIND_READ,
-  CLI_KIND_WRITE,
-  CLI_KIND_FENCED,
-  CLI_KIND_NONREENTRANT,
-  CLI_KIND_NONREENTRANT_FAIR,
+#define CLI_KIND_ENUM(id, name, constructor) CLI_KIND_##id,
+  RLOCK_KIND_MAP(CLI_KIND_ENUM)
+#undef CLI_KIND_ENUM
 } cli_kind;
 
 /* The option that selects a kind ("--shared", ...; "" for the plain lock),
@@ -320,6 +318,34 @@ void cli_whois_text(FILE *out, const cli_whois_entry *e);
  * ,"rlock_client":true,"host":...,"pid":...,"program":...,
  * "connected_ms":...,"addr":... or ,"rlock_client":false,"why":... */
 void cli_whois_json(FILE *out, const cli_whois_entry *e);
+
+/* ---- describe.c: one name as status --json and ls --json write it ---- */
+
+/* The kind's name as --json writes it, and its words as the listings
+ * print them (from RLOCK_INFO_KIND_MAP). */
+const char *cli_info_kind_name(rlock_info_kind kind);
+const char *cli_info_kind_words(rlock_info_kind kind);
+
+/* An owner "<client id>:<thread id>" (a writer's with ":write") split into
+ * its parts; false when the field is not of that form. */
+bool cli_owner_parts(const rlock_info_entry *e, bool writer,
+                     size_t *client_len, const char **thread,
+                     size_t *thread_len);
+
+/* A fenced lock that is an election's (its holder wrote the value key):
+ * the leader's state in *st; false otherwise (or on error: the name is
+ * then described as the lock alone). */
+bool cli_election_of(rlock_client *client, const char *name,
+                     const rlock_info *info, rlock_election_state *st);
+
+/* Prints "  field F = V" (escaped) for a hash field that is no hold
+ * count. */
+void cli_field_text(const rlock_info_entry *e);
+
+/* Writes the JSON object describing `name` (its fields: docs/cli.md,
+ * "JSON"); election NULL: none. */
+void cli_info_json(const char *name, size_t name_len, const rlock_info *info,
+                   const rlock_election_state *election, cli_whois *w);
 
 /* `rlock [options] NAME -- COMMAND`. Returns the process exit code. */
 int cli_run(const cli_run_opts *o);

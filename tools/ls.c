@@ -18,119 +18,30 @@
 #define DEFAULT_LIMIT 1000
 #define SCAN_COUNT 1000
 
-/* The kind's word, as --json spells it. */
-static const char *kind_name(const rlock_info *info) {
-  switch (info->kind) {
-  case RLOCK_INFO_LOCK:
-    return "lock";
-  case RLOCK_INFO_FAIR:
-    return "fair";
-  case RLOCK_INFO_RWLOCK:
-    return "rwlock";
-  case RLOCK_INFO_FENCED:
-    return "fenced";
-  case RLOCK_INFO_COUNT:
-    return "count";
-  case RLOCK_INFO_PERMIT_SEMAPHORE:
-    return "permit-semaphore";
-  default:
-    return NULL;
-  }
-}
-
-/* The kind as the human listing says it. */
-static const char *kind_words(const rlock_info *info) {
-  switch (info->kind) {
-  case RLOCK_INFO_LOCK:
-    return "lock";
-  case RLOCK_INFO_FAIR:
-    return "fair lock";
-  case RLOCK_INFO_RWLOCK:
-    return "read/write lock";
-  case RLOCK_INFO_FENCED:
-    return "fenced lock";
-  case RLOCK_INFO_COUNT:
-    return "semaphore or latch";
-  default:
-    return "permit-expirable semaphore";
-  }
-}
-
-/* An owner "<client id>:<thread id>" (a writer's with ":write") split into
- * its parts; false when the field is not of that form. */
-static bool owner_parts(const rlock_info_entry *e, bool writer,
-                        size_t *client_len, const char **thread,
-                        size_t *thread_len) {
-  size_t len = e->key_len - (writer ? 6 : 0);
-  const char *colon = NULL;
-  for (size_t i = len; i-- > 0;)
-    if (e->key[i] == ':') {
-      colon = e->key + i;
-      break;
-    }
-  if (colon == NULL || colon == e->key || colon + 1 == e->key + len)
-    return false;
-  for (const char *c = colon + 1; c < e->key + len; c++)
-    if (*c < '0' || *c > '9')
-      return false;
-  *client_len = (size_t)(colon - e->key);
-  *thread = colon + 1;
-  *thread_len = (size_t)(e->key + len - colon - 1);
-  return true;
-}
-
 static void human_owner(const rlock_info_entry *e, bool writer) {
   size_t cl, tl;
   const char *t;
   int len = (int)(e->key_len - (writer ? 6 : 0));
   cli_text_write(stdout, e->key, (size_t)len);
-  if (owner_parts(e, writer, &cl, &t, &tl)) {
+  if (cli_owner_parts(e, writer, &cl, &t, &tl)) {
     fputs(" (client ", stdout);
     cli_text_write(stdout, e->key, cl);
     printf(", thread %.*s)", (int)tl, t);
   }
 }
 
-static void json_owner(const rlock_info_entry *e, bool writer) {
-  size_t cl, tl;
-  const char *t;
-  fputs("\"owner\":", stdout);
-  cli_json_string(stdout, e->key, e->key_len - (writer ? 6 : 0));
-  if (owner_parts(e, writer, &cl, &t, &tl)) {
-    fputs(",\"client\":", stdout);
-    cli_json_string(stdout, e->key, cl);
-    printf(",\"thread\":%.*s", (int)tl, t);
-  }
-}
-
-/* A fenced lock that is an election's (its holder wrote the value key):
- * the leader's state in *st; false otherwise (or on error: the listing
- * then shows the lock alone). */
-static bool election_of(rlock_client *client, const char *name,
-                        const rlock_info *info, rlock_election_state *st) {
-  rlock_election_state_init(st);
-  return info->kind == RLOCK_INFO_FENCED &&
-         rlock_client_election_leader(client, name, st) == 0 && st->has_value;
-}
-
 /* The value is bytes a candidate chose: escaped as everything from Redis
  * (out.c). */
-static void print_election(const rlock_election_state *st, bool json) {
-  if (!json) {
-    fputs("  election leader ", stdout);
-    cli_text_write(stdout, st->value, st->value_len);
-    printf(", term %" PRId64 "\n", st->term);
-    return;
-  }
-  printf(",\"election\":{\"term\":%" PRId64 ",\"value\":", st->term);
-  cli_json_string(stdout, st->value, st->value_len);
-  fputc('}', stdout);
+static void print_election(const rlock_election_state *st) {
+  fputs("  election leader ", stdout);
+  cli_text_write(stdout, st->value, st->value_len);
+  printf(", term %" PRId64 "\n", st->term);
 }
 
 static void print_human(const char *name, size_t name_len,
                         const rlock_info *info, cli_whois *w) {
   cli_text_write(stdout, name, name_len);
-  printf(": %s", kind_words(info));
+  printf(": %s", cli_info_kind_words(info->kind));
   if (info->mode != NULL) {
     fputs(" (", stdout);
     cli_text(stdout, info->mode);
@@ -155,6 +66,10 @@ static void print_human(const char *name, size_t name_len,
   printf(", %" PRId64 " waiting\n", info->waiters);
   for (size_t i = 0; i < info->holders_n; i++) {
     const rlock_info_entry *h = &info->holders[i];
+    if (h->count == RLOCK_INFO_NOT_A_COUNT) { /* a group's field */
+      cli_field_text(h);
+      continue;
+    }
     printf("  %s ", h->writer ? "writer" : info->mode != NULL ? "reader"
                                                               : "holder");
     human_owner(h, h->writer);
@@ -179,65 +94,6 @@ static void print_human(const char *name, size_t name_len,
     }
     fputc('\n', stdout);
   }
-}
-
-static void print_json(const char *name, size_t name_len,
-                       const rlock_info *info,
-                       const rlock_election_state *election, bool first,
-                       cli_whois *w) {
-  fputs(first ? "\n    {\"name\":" : ",\n    {\"name\":", stdout);
-  cli_json_string(stdout, name, name_len);
-  printf(",\"kind\":\"%s\",\"type\":\"%s\",\"locked\":%s", kind_name(info),
-         info->type, info->locked ? "true" : "false");
-  if (info->ttl_ms >= 0)
-    printf(",\"ttl_ms\":%" PRId64, info->ttl_ms);
-  else
-    fputs(",\"ttl_ms\":null", stdout);
-  fputs(",\"mode\":", stdout);
-  if (info->mode != NULL)
-    cli_json_string(stdout, info->mode, strlen(info->mode));
-  else
-    fputs("null", stdout);
-  fputs(",\"holders\":[", stdout);
-  for (size_t i = 0; i < info->holders_n; i++) {
-    const rlock_info_entry *h = &info->holders[i];
-    fputs(i > 0 ? ",{" : "{", stdout);
-    json_owner(h, h->writer);
-    printf(",\"count\":%" PRId64 ",\"writer\":%s", h->count,
-           h->writer ? "true" : "false");
-    const cli_whois_entry *e =
-        h->count != RLOCK_INFO_NOT_A_COUNT
-            ? cli_whois_get(w, name, h->key, h->key_len)
-            : NULL;
-    if (e != NULL)
-      cli_whois_json(stdout, e);
-    fputc('}', stdout);
-  }
-  printf("],\"queue\":{\"length\":%zu,\"head\":", info->queue_total);
-  if (info->queue_n > 0) {
-    fputc('{', stdout);
-    json_owner(&info->queue[0], false);
-    if (info->queue[0].ttl_ms != RLOCK_INFO_NO_EXPIRY)
-      printf(",\"deadline_ms\":%" PRId64, info->queue[0].ttl_ms);
-    fputs("}}", stdout);
-  } else {
-    fputs("null}", stdout);
-  }
-  if (info->token >= 0)
-    printf(",\"token\":%" PRId64, info->token);
-  else
-    fputs(",\"token\":null", stdout);
-  if (info->kind == RLOCK_INFO_COUNT)
-    printf(",\"count\":%" PRId64, info->count);
-  else
-    fputs(",\"count\":null", stdout);
-  if (info->kind == RLOCK_INFO_PERMIT_SEMAPHORE)
-    printf(",\"permits_available\":%" PRId64 ",\"permits_taken\":%zu",
-           info->count, info->permits_total);
-  printf(",\"waiters\":%" PRId64, info->waiters);
-  if (election != NULL)
-    print_election(election, true);
-  fputc('}', stdout);
 }
 
 enum { OPT_LIMIT = 256 };
@@ -349,7 +205,8 @@ int cli_ls_main(int argc, char **argv) {
       err = 1; /* reported */
       break;
     }
-    if (nul || kind_name(&info) == NULL) {
+    if (nul || info.kind == RLOCK_INFO_NONE ||
+        info.kind == RLOCK_INFO_FOREIGN) {
       /* another Redis type, a hash of foreign fields, or gone since */
       skipped *grown = realloc(skips, (nskips + 1) * sizeof(*skips));
       char *copy = malloc(name_len + 1);
@@ -375,14 +232,14 @@ int cli_ls_main(int argc, char **argv) {
       nskips++;
     } else {
       rlock_election_state st;
-      bool elected = election_of(client, name, &info, &st);
+      bool elected = cli_election_of(client, name, &info, &st);
       if (json) {
-        print_json(name, name_len, &info, elected ? &st : NULL, listed == 0,
-                   &whois);
+        fputs(listed == 0 ? "\n    " : ",\n    ", stdout);
+        cli_info_json(name, name_len, &info, elected ? &st : NULL, &whois);
       } else {
         print_human(name, name_len, &info, &whois);
         if (elected)
-          print_election(&st, false);
+          print_election(&st);
       }
       listed++;
     }

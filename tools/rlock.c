@@ -1,6 +1,7 @@
 /* rlock(1): run a command while holding a Redisson-compatible distributed
  * lock — flock(1) for a fleet. Argument parsing, help and dispatch; the
  * work is in run.c (NAME -- COMMAND) and admin.c (status, unlock). */
+#include <assert.h>
 #include <errno.h>
 #include <dirent.h>
 #include <getopt.h>
@@ -193,23 +194,15 @@ int cli_kind_parse(cli_kind *kind, int c) {
 
 int cli_kind_get(rlock_client *client, cli_kind kind, const char *name,
                  rlock **lock) {
-  switch (kind) {
-  case CLI_KIND_FAIR:
-    return rlock_new_fair(client, name, lock);
-  case CLI_KIND_READ:
-    return rlock_new_read(client, name, lock);
-  case CLI_KIND_WRITE:
-    return rlock_new_write(client, name, lock);
-  case CLI_KIND_FENCED:
-    return rlock_new_fenced(client, name, lock);
-  case CLI_KIND_NONREENTRANT:
-    return rlock_new_nonreentrant(client, name, lock);
-  case CLI_KIND_NONREENTRANT_FAIR:
-    return rlock_new_nonreentrant_fair(client, name, lock);
-  case CLI_KIND_LOCK:
-  default:
-    return rlock_new(client, name, lock);
-  }
+  /* the constructors of the registry, in its order */
+  static int (*const constructors[])(rlock_client *, const char *,
+                                     rlock **) = {
+#define KIND_CONSTRUCTOR(id, kind_name, constructor) constructor,
+      RLOCK_KIND_MAP(KIND_CONSTRUCTOR)
+#undef KIND_CONSTRUCTOR
+  };
+  assert((size_t)kind < sizeof constructors / sizeof constructors[0]);
+  return constructors[kind](client, name, lock);
 }
 
 void cli_err_kind(cli_kind kind, const char *name) {

@@ -136,6 +136,54 @@ static const char *block_text(block *b, const char *s, size_t len) {
 
 static bool is_mode_field(const redisReply *f) { return is_named(f, "mode"); }
 
+static bool ends_with(const rlock_info_entry *e, const char *suffix) {
+  size_t n = strlen(suffix);
+  return e->key_len > n && memcmp(e->key + e->key_len - n, suffix, n) == 0;
+}
+
+/* A FasterMultiLock group's hash (docs/wire-protocol.md, "The
+ * FasterMultiLock"): each field f -> its holder's owner string, beside
+ * integer fields f:<owner>:expire_time and f:<owner>:lock_count (Java may
+ * leave ended holders' ones). True when every field is of that shape and at
+ * least one holder has its expire_time; *live: one of them has not ended
+ * by now_ms (the holders' wall clock against the server's). The integer
+ * fields are no hold counts: they are then marked RLOCK_INFO_NOT_A_COUNT. */
+static bool fml_group(rlock_info_entry *h, size_t n, int64_t now_ms,
+                      bool *live) {
+  bool pair = false;
+  *live = false;
+  for (size_t i = 0; i < n; i++) {
+    if (h[i].count != RLOCK_INFO_NOT_A_COUNT) {
+      if (!ends_with(&h[i], ":expire_time") && !ends_with(&h[i], ":lock_count"))
+        return false;
+      continue;
+    }
+    /* f -> owner: its f:<owner>:expire_time */
+    size_t want = h[i].key_len + 1 + h[i].value_len + sizeof ":expire_time" - 1;
+    bool found = false;
+    for (size_t j = 0; j < n && !found; j++) {
+      const rlock_info_entry *x = &h[j];
+      if (x->count == RLOCK_INFO_NOT_A_COUNT || x->key_len != want ||
+          memcmp(x->key, h[i].key, h[i].key_len) != 0 ||
+          x->key[h[i].key_len] != ':' ||
+          memcmp(x->key + h[i].key_len + 1, h[i].value, h[i].value_len) != 0 ||
+          !ends_with(x, ":expire_time"))
+        continue;
+      found = true;
+      if (x->count >= now_ms)
+        *live = true;
+    }
+    if (!found)
+      return false;
+    pair = true;
+  }
+  if (!pair)
+    return false;
+  for (size_t i = 0; i < n; i++)
+    h[i].count = RLOCK_INFO_NOT_A_COUNT;
+  return true;
+}
+
 static bool ends_with_write(const redisReply *f) {
   return f->len > 6 && memcmp(f->str + f->len - 6, ":write", 6) == 0;
 }
@@ -262,7 +310,10 @@ static int fill(rlock_info *out, const redisReply *r) {
   bool hash = strcmp(out->type, "hash") == 0;
   bool string = strcmp(out->type, "string") == 0;
   bool fair = out->queue_total > 0;
-  out->locked = hash && !foreign_field && nholders > 0;
+  bool group_live = false;
+  bool group = hash && mode == NULL && foreign_field &&
+               fml_group(h, nholders, out->server_ms, &group_live);
+  out->locked = hash && (group ? group_live : !foreign_field && nholders > 0);
   const redisReply *subs = e[R_SUBS];
   out->waiters = string ? subs->element[2]->integer + subs->element[3]->integer
                         : subs->element[0]->integer + subs->element[1]->integer;
@@ -275,6 +326,8 @@ static int fill(rlock_info *out, const redisReply *r) {
                                    is_named(mode, "write"))
                     ? RLOCK_INFO_RWLOCK
                     : RLOCK_INFO_FOREIGN;
+  else if (group)
+    out->kind = RLOCK_INFO_FAST_MULTILOCK;
   else if (hash)
     out->kind = foreign_field      ? RLOCK_INFO_FOREIGN
                 : out->token >= 0  ? RLOCK_INFO_FENCED

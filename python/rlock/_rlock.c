@@ -943,8 +943,9 @@ static PyObject *entries(const rlock_info_entry *e, size_t n, int holders) {
 
 static const char *info_kind_name(int k) {
   static const char *names[] = {"none", "lock", "fair", "rwlock", "fenced",
-                                "count", "permit_semaphore", "foreign"};
-  return k >= 0 && k <= 7 ? names[k] : "unknown";
+                                "count", "permit_semaphore", "foreign",
+                                "fast_multilock"};
+  return k >= 0 && k <= 8 ? names[k] : "unknown";
 }
 
 static PyObject *Client_info(ClientObject *self, PyObject *arg) {

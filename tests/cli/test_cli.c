@@ -1248,14 +1248,16 @@ Test(cli, status_shows_owner_count_ttl_and_waiters) {
   cr_assert_eq(cli_run(&p, ARGS("status", "--json", key)), 0);
   out = cli_out(&p);
   snprintf(expect, sizeof expect,
-           "{\"name\":\"%s\",\"locked\":true,\"type\":\"hash\",\"ttl_ms\":",
+           "{\"name\":\"%s\",\"kind\":\"lock\",\"type\":\"hash\","
+           "\"locked\":true,\"ttl_ms\":",
            key);
   cr_assert(strstr(out, expect) != NULL, "json: %s", out);
-  snprintf(expect, sizeof expect,
-           ",\"owners\":{\"%s\":2},\"waiters\":1,\"holders\":[{\"owner\":"
-           "\"%s\",\"count\":2,\"rlock_client\":true,\"host\":",
-           h.owner, h.owner);
+  snprintf(expect, sizeof expect, "\"holders\":[{\"owner\":\"%s\",", h.owner);
   cr_assert(strstr(out, expect) != NULL, "json: %s", out);
+  cr_assert(strstr(out, ",\"count\":2,\"writer\":false,\"rlock_client\":true,"
+                        "\"host\":") != NULL,
+            "json: %s", out);
+  cr_assert(strstr(out, ",\"waiters\":1,") != NULL, "json: %s", out);
   cr_assert(out[0] == '[' && strstr(out, "]\n") != NULL, "json: %s", out);
   free(out);
 
@@ -1272,7 +1274,7 @@ Test(cli, status_of_unlocked_and_non_lock_keys) {
   cli_proc p;
   cr_assert_eq(cli_run(&p, ARGS("status", free_key, str_key)), 0);
   char *out = cli_out(&p);
-  char expect[256];
+  char expect[512];
   snprintf(expect, sizeof expect, "%s: unlocked\n%s: not a lock (Redis type string)\n",
            free_key, str_key);
   cr_assert_str_eq(out, expect);
@@ -1280,8 +1282,12 @@ Test(cli, status_of_unlocked_and_non_lock_keys) {
   cr_assert_eq(cli_run(&p, ARGS("status", "--json", free_key)), 0);
   out = cli_out(&p);
   snprintf(expect, sizeof expect,
-           "[\n  {\"name\":\"%s\",\"locked\":false,\"type\":\"none\","
-           "\"ttl_ms\":null,\"owners\":{},\"waiters\":0}\n]\n",
+           "[\n  {\"name\":\"%s\",\"kind\":\"none\",\"type\":\"none\","
+           "\"locked\":false,\"ttl_ms\":null,\"mode\":null,\"holders\":[],"
+           "\"queue\":{\"length\":0,\"head\":null},\"token\":null,"
+           "\"count\":null,\"permits_available\":null,"
+           "\"permits_taken\":null,\"permits\":null,\"waiters\":0,"
+           "\"election\":null}\n]\n",
            free_key);
   cr_assert_str_eq(out, expect);
   free(out);
@@ -2002,11 +2008,11 @@ Test(cli, tls_status_and_unlock_force) {
                0);
   char *out = cli_out(&p);
   char expect[512];
-  snprintf(expect, sizeof expect,
-           ",\"owners\":{\"%s\":1},\"waiters\":0,\"holders\":[{\"owner\":"
-           "\"%s\",\"count\":1,\"rlock_client\":true,",
-           h.owner, h.owner);
+  snprintf(expect, sizeof expect, "\"holders\":[{\"owner\":\"%s\",", h.owner);
   cr_assert(strstr(out, expect) != NULL, "json: %s", out);
+  cr_assert(strstr(out, ",\"count\":1,\"writer\":false,\"rlock_client\":true,") !=
+                NULL,
+            "json: %s", out);
   free(out);
   /* the type check runs over TLS too: the string is left alone */
   cr_assert_eq(cli_run(&p, ARGS("unlock", "--force", "-u", g_tls_uri,
@@ -2298,7 +2304,9 @@ Test(cli, kinds_fenced_command_gets_rising_tokens) {
   free(out);
   cr_assert_eq(cli_run(&p, ARGS("status", "--json", key)), 0);
   out = cli_out(&p);
-  snprintf(expect, sizeof expect, "\"waiters\":0,\"token\":%lld}", v3);
+  snprintf(expect, sizeof expect, ",\"kind\":\"fenced\",");
+  cr_assert(strstr(out, expect) != NULL, "json: %s", out);
+  snprintf(expect, sizeof expect, ",\"token\":%lld,", v3);
   cr_assert(strstr(out, expect) != NULL, "json: %s", out);
   free(out);
 }
@@ -2416,10 +2424,12 @@ Test(cli, kinds_other_kinds_on_a_read_write_hash_are_busy_changing_nothing) {
   free(out);
   cr_assert_eq(cli_run(&p, ARGS("status", "--json", key)), 0);
   out = cli_out(&p);
-  cr_assert(strstr(out, ",\"owners\":{\"java-uuid:61\":1},\"waiters\":0,"
-                        "\"kind\":\"read/write\",\"mode\":\"read\","
-                        "\"holders\":[{\"owner\":\"java-uuid:61\","
-                        "\"count\":1}]}") != NULL,
+  cr_assert(strstr(out, ",\"kind\":\"rwlock\",") != NULL &&
+                strstr(out, ",\"mode\":\"read\",\"holders\":[{\"owner\":"
+                            "\"java-uuid:61\",\"client\":\"java-uuid\","
+                            "\"thread\":61,\"count\":1,\"writer\":false") !=
+                    NULL &&
+                strstr(out, "\"field\"") == NULL,
             "json: %s", out);
   free(out);
   free(before);
@@ -2667,7 +2677,7 @@ Test(cli, kinds_fair_runs_in_arrival_order) {
   free(out);
   cr_assert_eq(cli_run(&p, ARGS("status", "--json", key)), 0);
   out = cli_out(&p);
-  cr_assert(strstr(out, ",\"queue\":3,\"holders\":[{\"owner\":") != NULL,
+  cr_assert(strstr(out, ",\"queue\":{\"length\":3,\"head\":{\"owner\":") != NULL,
             "json: %s", out);
   free(out);
   for (int i = 0; i < 3; i++)
@@ -3498,7 +3508,9 @@ Test(cli, ls_lists_every_kind_with_holders_and_counts) {
   cr_assert(strstr(out, expect) != NULL, "json: %s", out);
   snprintf(expect, sizeof expect,
            "\"}],\"queue\":{\"length\":0,"
-           "\"head\":null},\"token\":null,\"count\":null,\"waiters\":1}");
+           "\"head\":null},\"token\":null,\"count\":null,"
+           "\"permits_available\":null,\"permits_taken\":null,"
+           "\"permits\":null,\"waiters\":1,\"election\":null}");
   cr_assert(strstr(out, expect) != NULL, "json: %s", out);
   rt_owner(owner, sizeof owner, c2, fw);
   snprintf(expect, sizeof expect,
@@ -3827,7 +3839,7 @@ static void assert_terminal_safe(const char *what, const char *path) {
 }
 
 /* The JSON at path parses (python3's json) and holds, as a "name" at any
- * depth or as a key of "owners", each of the byte strings given in hex,
+ * depth or as any string value ("owner", "field", "value"), each of the byte strings given in hex,
  * read back with surrogateescape. */
 static void assert_json_names(const char *path, const char *hex_names) {
   char cmd[PATH_LEN + 1024];
@@ -4198,4 +4210,190 @@ Test(cli, who_holds_it_when_the_acl_refuses_client_list_and_setname) {
   free(out);
   touch_in("go");
   cr_assert_eq(cli_wait(&holder, RUN_BOUND_MS), 0);
+}
+
+/* ---- one registry of kinds (issue 34, item 4) ---- */
+
+/* Compares, with python3's json, the object `rlock status --json NAME`
+ * wrote (in file status.<i>) with the entry `rlock ls --json` wrote for the
+ * same name (file ls.json): the same fields with the same values, except
+ * that times read at two moments (ttl_ms, lease_ms, deadline_ms,
+ * connected_ms) need only agree in kind (both null or both numbers) and
+ * lie within 10 s of each other. `expect` is "name=kind,..." in the order
+ * of the status files. */
+static const char same_script[] =
+    "import json, sys\n"
+    "d = sys.argv[1]\n"
+    "pairs = [p.rsplit('=', 1) for p in sys.argv[2].split(',')]\n"
+    "ls = {e['name']: e for e in json.load(open(d + '/ls.json'))['locks']}\n"
+    "TIMES = {'ttl_ms', 'lease_ms', 'deadline_ms', 'connected_ms'}\n"
+    "def same(a, b, where):\n"
+    "    if isinstance(a, dict) and isinstance(b, dict):\n"
+    "        if sorted(a) != sorted(b):\n"
+    "            sys.exit('%s: fields %s vs %s' % (where, sorted(a), sorted(b)))\n"
+    "        for k in a:\n"
+    "            if k in TIMES and a[k] is not None and b[k] is not None:\n"
+    "                if abs(a[k] - b[k]) > 10000:\n"
+    "                    sys.exit('%s.%s: %r vs %r' % (where, k, a[k], b[k]))\n"
+    "            else:\n"
+    "                same(a[k], b[k], where + '.' + k)\n"
+    "    elif isinstance(a, list) and isinstance(b, list):\n"
+    "        if len(a) != len(b):\n"
+    "            sys.exit('%s: %r vs %r' % (where, a, b))\n"
+    "        for i, (x, y) in enumerate(zip(a, b)):\n"
+    "            same(x, y, '%s[%d]' % (where, i))\n"
+    "    elif a != b or type(a) != type(b):\n"
+    "        sys.exit('%s: %r (status) vs %r (ls)' % (where, a, b))\n"
+    "for i, (name, kind) in enumerate(pairs):\n"
+    "    st = json.load(open('%s/status.%d' % (d, i)))\n"
+    "    if len(st) != 1:\n"
+    "        sys.exit('status of %s: %r' % (name, st))\n"
+    "    st = st[0]\n"
+    "    if st['kind'] != kind:\n"
+    "        sys.exit('%s: kind %r, not %r' % (name, st['kind'], kind))\n"
+    "    if name not in ls:\n"
+    "        sys.exit('%s not listed by ls: %r' % (name, sorted(ls)))\n"
+    "    same(st, ls[name], name)\n"
+    "print(len(pairs))\n";
+
+/* Every kind a handle or a count can be: `rlock status --json NAME` and the
+ * `rlock ls --json` entry for NAME describe it alike (the same writer,
+ * describe.c), with the kind's one name from RLOCK_INFO_KIND_MAP. */
+Test(cli, status_json_and_ls_json_describe_every_kind_alike) {
+  char p[64], pat[96];
+  rt_key(p, sizeof p, "cli:same");
+  enum { NKINDS = 13 };
+  static const struct {
+    const char *suffix, *kind;
+  } k[NKINDS] = {
+      {"lock", "lock"},     {"fair", "fair"},       {"read", "rwlock"},
+      {"write", "rwlock"},  {"fenced", "fenced"},   {"spin", "lock"},
+      {"nonre", "lock"},    {"nonrefair", "lock"},  {"sem", "count"},
+      {"psem", "permit-semaphore"},                 {"latch", "count"},
+      {"elect", "fenced"},  {"group", "fast-multilock"},
+  };
+  char n[NKINDS][128];
+  for (int i = 0; i < NKINDS; i++)
+    snprintf(n[i], sizeof n[i], "%s:%s", p, k[i].suffix);
+  rlock_client *c = rt_client(), *c2 = rt_client();
+  rlock *l[8] = {NULL};
+  /* every lock kind of the registry (RLOCK_KIND_MAP), held: the lock
+   * twice, the fair lock with a queued waiter */
+  cr_assert_eq(rlock_new(c, n[0], &l[0]), 0);
+  cr_assert_eq(rlock_new_fair(c, n[1], &l[1]), 0);
+  cr_assert_eq(rlock_new_read(c, n[2], &l[2]), 0);
+  cr_assert_eq(rlock_new_write(c, n[3], &l[3]), 0);
+  cr_assert_eq(rlock_new_fenced(c, n[4], &l[4]), 0);
+  cr_assert_eq(rlock_new_spin(c, n[5], &l[5]), 0);
+  cr_assert_eq(rlock_new_nonreentrant(c, n[6], &l[6]), 0);
+  cr_assert_eq(rlock_new_nonreentrant_fair(c, n[7], &l[7]), 0);
+  for (int i = 0; i < 8; i++)
+    cr_assert_eq(rlock_lock(l[i], 30000), 0, "%s", n[i]);
+  cr_assert_eq(rlock_lock(l[0], 30000), 0);
+  rlock *fair2 = NULL;
+  cr_assert_eq(rlock_new_fair(c2, n[1], &fair2), 0);
+  rlock_req *req = NULL;
+  cr_assert_eq(rlock_lock_async(fair2, rlock_owner_new(), 60000, -1,
+                                ignore_cb, NULL, &req),
+               0);
+  char queue[160];
+  snprintf(queue, sizeof queue, "redisson_lock_queue:{%s}", n[1]);
+  for (int i = 0; i < 100 && rt_int("LLEN %s", queue) != 1; i++)
+    rt_sleep_ms(50);
+  cr_assert_eq(rt_int("LLEN %s", queue), 1);
+  /* semaphore 3, permit semaphore with one of 3 taken, latch 2 */
+  rlock_semaphore *sem = NULL;
+  cr_assert_eq(rlock_semaphore_new(c, n[8], &sem), 0);
+  cr_assert_eq(rlock_semaphore_try_set_permits(sem, 3, 0), 1);
+  rlock_permit_semaphore *ps = NULL;
+  cr_assert_eq(rlock_permit_semaphore_new(c, n[9], &ps), 0);
+  cr_assert_eq(rlock_permit_semaphore_try_set_permits(ps, 3), 1);
+  char id[RLOCK_PERMIT_ID_LEN + 1];
+  cr_assert_eq(rlock_permit_semaphore_try_acquire(ps, 0, 30000, id), 1);
+  rlock_latch *latch = NULL;
+  cr_assert_eq(rlock_latch_new(c, n[10], &latch), 0);
+  cr_assert_eq(rlock_latch_try_set_count(latch, 2), 1);
+  /* an election's fenced lock, with its leader's value */
+  rlock_election *e = NULL;
+  cr_assert_eq(rlock_election_new(c, n[11], &e), 0);
+  cr_assert_eq(rlock_election_campaign(e, "leader-A", 8, 10000, NULL, NULL,
+                                       NULL),
+               1);
+  /* a FasterMultiLock group with two values held */
+  const char *values[] = {"v1", "v2"};
+  rlock_fast_multilock *fml = NULL;
+  cr_assert_eq(rlock_fast_multilock_new(c, n[12], values, NULL, 2, &fml), 0);
+  cr_assert_eq(rlock_fast_multilock_try_lock(fml, 0, 30000), 1);
+
+  char expect[2048] = "", path[PATH_LEN];
+  cli_proc pr;
+  for (int i = 0; i < NKINDS; i++) {
+    cr_assert_eq(cli_run(&pr, ARGS("status", "--json", n[i])), 0, "%s", n[i]);
+    char *out = cli_out(&pr), file[32];
+    snprintf(file, sizeof file, "status.%d", i);
+    path_in(path, sizeof path, file);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(out, f);
+    fclose(f);
+    free(out);
+    size_t len = strlen(expect);
+    snprintf(expect + len, sizeof expect - len, "%s%s=%s", i > 0 ? "," : "",
+             n[i], k[i].kind);
+  }
+  snprintf(pat, sizeof pat, "%s:*", p);
+  cr_assert_eq(cli_run(&pr, ARGS("ls", "--json", pat)), 0);
+  char *out = cli_out(&pr);
+  path_in(path, sizeof path, "ls.json");
+  FILE *f = fopen(path, "w");
+  cr_assert_not_null(f);
+  fputs(out, f);
+  fclose(f);
+  /* the registry's names, and what each kind shows */
+  cr_assert(strstr(out, "\"mode\":\"write\"") != NULL, "%s", out);
+  cr_assert(strstr(out, "\"queue\":{\"length\":1,\"head\":{\"owner\":") !=
+                NULL,
+            "%s", out);
+  cr_assert(strstr(out, "\"permits_available\":2,\"permits_taken\":1,"
+                        "\"permits\":[{\"id\":\"") != NULL,
+            "%s", out);
+  cr_assert(strstr(out, "\"election\":{\"term\":") != NULL, "%s", out);
+  cr_assert(strstr(out, "\"kind\":\"fast-multilock\",\"type\":\"hash\","
+                        "\"locked\":true,") != NULL,
+            "%s", out);
+  free(out);
+  char cmd[sizeof same_script + 4096];
+  snprintf(cmd, sizeof cmd, "python3 -c \"$SCRIPT\" '%s' '%s' > %s/same.out",
+           g_dir, expect, g_dir);
+  cr_assert_eq(setenv("SCRIPT", same_script, 1), 0);
+  cr_assert_eq(system(cmd), 0, "status --json and ls --json differ");
+  unsetenv("SCRIPT");
+  char *checked = first_line_in("same.out");
+  cr_assert_str_eq(checked, "13");
+  free(checked);
+  /* the group in text: its fields, each with its holder */
+  cr_assert_eq(cli_run(&pr, ARGS("status", n[12])), 0);
+  out = cli_out(&pr);
+  snprintf(path, sizeof path, "%s: locked (FasterMultiLock group)", n[12]);
+  cr_assert(strncmp(out, path, strlen(path)) == 0, "%s", out);
+  char field[RLOCK_FAST_MULTILOCK_FIELD_LEN + 1];
+  cr_assert_eq(rlock_fast_multilock_field_name("v1", 2, field), 0);
+  snprintf(path, sizeof path, "\n  field %s = ", field);
+  cr_assert(strstr(out, path) != NULL, "%s", out);
+  free(out);
+  /* the group released */
+  cr_assert_eq(rlock_fast_multilock_unlock(fml), 0);
+  rlock_fast_multilock_free(fml);
+
+  rlock_election_free(e);
+  rlock_latch_free(latch);
+  rlock_permit_semaphore_free(ps);
+  rlock_semaphore_free(sem);
+  rlock_req_cancel(req);
+  rlock_req_free(req);
+  rlock_free(fair2);
+  for (int i = 0; i < 8; i++)
+    rlock_free(l[i]);
+  rlock_client_free(c2);
+  rlock_client_free(c);
 }

@@ -606,6 +606,11 @@ Test(info, force_unlock_refuses_non_hash_values_and_leaves_them) {
   rlock_info_free(&found);
   cr_assert_eq(rlock_client_force_unlock(c, none, "mutex", NULL),
                RLOCK_EINVAL);
+  /* the kinds it takes, from the registry (RLOCK_KIND_MAP) */
+  cr_assert(strstr(rlock_last_error(), "(one of: lock fair read write fenced "
+                                       "spin nonreentrant nonreentrant_fair)") !=
+                NULL,
+            "%s", rlock_last_error());
   rlock_client_free(c);
 }
 
@@ -1018,5 +1023,43 @@ Test(info, holder_get_finds_the_process_behind_an_owner) {
   cr_assert_eq(rlock_unlock(l), 0);
   rlock_free(l);
   rlock_client_free(named);
+  rlock_client_free(c);
+}
+
+/* A FasterMultiLock group's hash is a kind of its own (issue 34 item 4):
+ * its fields as holders, none a count; locked while a hold has not ended.
+ * A hash with an owner string but no expire_time beside it stays foreign. */
+Test(info, fast_multilock_group_is_its_own_kind) {
+  rlock_client *c = rt_client();
+  char key[64], fake[64];
+  rt_key(key, sizeof key, "info:group");
+  rt_key(fake, sizeof fake, "info:notgroup");
+  const char *values[] = {"a", "b"};
+  rlock_fast_multilock *fml = NULL;
+  cr_assert_eq(rlock_fast_multilock_new(c, key, values, NULL, 2, &fml), 0);
+  cr_assert_eq(rlock_fast_multilock_try_lock(fml, 0, 20000), 1);
+  rlock_info info;
+  get(c, key, &info);
+  cr_assert_eq(info.kind, RLOCK_INFO_FAST_MULTILOCK);
+  cr_assert_str_eq(info.type, "hash");
+  cr_assert_eq(info.locked, 1);
+  cr_assert(info.ttl_ms > 0 && info.ttl_ms <= 20000, "ttl %lld",
+            (long long)info.ttl_ms);
+  size_t owners = 0;
+  for (size_t i = 0; i < info.holders_n; i++) {
+    cr_assert_eq(info.holders[i].count, RLOCK_INFO_NOT_A_COUNT);
+    if (strstr(info.holders[i].key, ":expire_time") == NULL &&
+        strstr(info.holders[i].key, ":lock_count") == NULL)
+      owners++;
+  }
+  cr_assert_eq(owners, 2, "one field per value");
+  rlock_info_free(&info);
+  /* an owner string without its expire_time: not a group */
+  cr_assert_eq(rt_int("HSET %s f x:1 f:x:1:lock_count 1", fake), 2);
+  get(c, fake, &info);
+  cr_assert_eq(info.kind, RLOCK_INFO_FOREIGN);
+  rlock_info_free(&info);
+  cr_assert_eq(rlock_fast_multilock_unlock(fml), 0);
+  rlock_fast_multilock_free(fml);
   rlock_client_free(c);
 }

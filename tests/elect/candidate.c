@@ -12,8 +12,15 @@
  *   END <term> <LOST|RESIGNED> <now>   the term's end (callback, loop thread)
  *   RESIGNING <term> <now>       SIGUSR1 asked for a resign: it stops acting
  *   RESIGN <rc> <now>            the resign's result
+ *   GUARDED <term> <rc> <ERR> <now>   the result of a GUARD command
  *
  * Then it campaigns again. Exits on SIGTERM or stdin EOF.
+ *
+ * On stdin, the line "GUARD <guard> <key>" makes it write VALUE to <key>
+ * through the guard <guard> (rlock_guard_write, RLOCK_GUARD_SET) with the
+ * term it won last - whether or not it still leads - as the token of the
+ * election name's fenced lock: what a leader that paused between its check
+ * and its write would do. <ERR> is OK or the error's name.
  *
  *   elect-candidate URI NAME VALUE WATCHDOG_MS
  */
@@ -31,6 +38,9 @@
 #include "rlock.h"
 
 static volatile sig_atomic_t want_resign, want_quit;
+static rlock_client *g_client;
+static const char *g_name, *g_value;
+static _Atomic int64_t g_last_term; /* the term won last; 0 before */
 static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -60,10 +70,31 @@ static void on_end(rlock_election *e, int status, int64_t term, void *data) {
       status == RLOCK_ELECTION_RESIGNED ? "RESIGNED" : "LOST", rlock_now_ms());
 }
 
+static void guarded_write(const char *guard_name, const char *key) {
+  int64_t term = atomic_load(&g_last_term);
+  rlock_guard *g = NULL;
+  int rc = rlock_guard_new(g_client, guard_name, &g);
+  if (rc == 0) {
+    rlock_guarded_write w;
+    rlock_guarded_write_init(&w);
+    w.lock_name = g_name; /* the term is this fenced lock's token */
+    w.token = term;
+    w.op = RLOCK_GUARD_SET;
+    w.key = key;
+    w.value = g_value;
+    rc = rlock_guard_write(g, &w, NULL);
+    rlock_guard_free(g);
+  }
+  say("GUARDED %" PRId64 " %d %s %" PRId64 "\n", term, rc,
+      rc == 0 ? "OK" : rlock_err_name(rc), rlock_now_ms());
+}
+
 static void *stdin_watch(void *arg) {
   (void)arg;
-  char buf[64];
+  char buf[512], guard_name[200], key[200];
   while (fgets(buf, sizeof(buf), stdin) != NULL) {
+    if (sscanf(buf, "GUARD %199s %199s", guard_name, key) == 2)
+      guarded_write(guard_name, key);
   }
   want_quit = 1;
   return NULL;
@@ -93,6 +124,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "open: %s (%s)\n", rlock_strerror(rc), rlock_last_error());
     return 1;
   }
+  g_client = c;
+  g_name = argv[2];
+  g_value = argv[3];
   rlock_election *e = NULL;
   rc = rlock_election_new(c, argv[2], &e);
   if (rc != 0) {
@@ -114,6 +148,7 @@ int main(int argc, char **argv) {
       sleep_ms(100);
       continue;
     }
+    atomic_store(&g_last_term, term);
     say("WON %" PRId64 " %" PRId64 "\n", term, rlock_now_ms());
     while (!want_quit) {
       int64_t t2 = 0, until = 0;

@@ -35,12 +35,14 @@ enum {
   EV_END_LOST,
   EV_END_RESIGNED,
   EV_RESIGN,
-  EV_RESIGNING
+  EV_RESIGNING,
+  EV_GUARDED /* a guarded write's result: the term it used, rc */
 };
 
 typedef struct rec {
   int who, type;
   int64_t term, at, until;
+  int rc; /* EV_GUARDED: 0 or the RLOCK_E* code */
 } rec;
 
 #define MAX_RECS 200000
@@ -66,11 +68,16 @@ typedef struct proc {
 static proc g_c[NCAND];
 static proc g_java;
 
-static void add(int who, int type, int64_t term, int64_t at, int64_t until) {
+static void add_rc(int who, int type, int64_t term, int64_t at,
+                   int64_t until, int rc) {
   pthread_mutex_lock(&g_mu);
   if (g_n < MAX_RECS)
-    g_recs[g_n++] = (rec){who, type, term, at, until};
+    g_recs[g_n++] = (rec){who, type, term, at, until, rc};
   pthread_mutex_unlock(&g_mu);
+}
+
+static void add(int who, int type, int64_t term, int64_t at, int64_t until) {
+  add_rc(who, type, term, at, until, 0);
 }
 
 static void parse_line(proc *p, char *line) {
@@ -91,6 +98,9 @@ static void parse_line(proc *p, char *line) {
     add(p->who, EV_RESIGNING, a, b, 0);
   } else if (sscanf(line, "RESIGN %lld %lld", &a, &b) == 2) {
     add(p->who, EV_RESIGN, a, b, 0);
+  } else if (sscanf(line, "GUARDED %lld %lld %31s %lld", &a, &c, word,
+                    &b) == 4) {
+    add_rc(p->who, EV_GUARDED, a, b, 0, (int)c);
   }
 }
 
@@ -477,32 +487,46 @@ Test(elect, leader_killed_new_leader_within_lease_and_observers_count) {
   watch_stop(&wt);
 }
 
-Test(elect, stopped_leader_learns_it_lost_before_acting) {
-  char name[64];
-  rt_key(name, sizeof(name), "elect-stop");
+/* Three candidates for a name from `base` (into name[64]); the first
+ * leader is SIGSTOPped once it acts, until another wins. Returns the
+ * record index at the stop. */
+static int stop_leader_past_lease(const char *base, char *name, rec *won,
+                                  rec *next) {
+  rt_key(name, 64, base);
   start_candidates(name, WATCHDOG_MS);
   int w = wait_rec(EV_WON, 0, 0, 20000, "a leader");
-  rec won = rec_at(w);
+  *won = rec_at(w);
   wait_rec(EV_ACT, w, 3, 5000, "the leader acts");
-  kill(g_c[won.who].pid, SIGSTOP);
+  kill(g_c[won->who].pid, SIGSTOP);
   int64_t stopped = rlock_now_ms();
   int mark = nrecs();
   int w2 = wait_rec(EV_WON, mark, 0, WATCHDOG_MS + TAKEOVER_SLACK_MS + 5000,
                     "a new leader while the old one is stopped");
-  rec next = rec_at(w2);
-  cr_expect(next.who != won.who);
+  *next = rec_at(w2);
+  cr_expect(next->who != won->who);
   fprintf(stderr, "elect: new leader %" PRId64 " ms after SIGSTOP\n",
-          next.at - stopped);
+          next->at - stopped);
+  return mark;
+}
+
+/* Waits for the old term's END LOST from its leader. */
+static void wait_end_lost(rec won, int from) {
+  for (int i = 0;; i++) {
+    int at = wait_rec(EV_END_LOST, from, i, 10000, "the loss of the old term");
+    if (rec_at(at).who == won.who && rec_at(at).term == won.term)
+      return;
+  }
+}
+
+Test(elect, stopped_leader_learns_it_lost_before_acting) {
+  char name[64];
+  rec won, next;
+  int mark = stop_leader_past_lease("elect-stop", name, &won, &next);
   rt_sleep_ms(300);
   int64_t resumed = rlock_now_ms();
   kill(g_c[won.who].pid, SIGCONT);
   /* It says it lost, and acts no more in its old term. */
-  int end = -1;
-  for (int i = 0; end < 0; i++) {
-    int at = wait_rec(EV_END_LOST, mark, i, 10000, "the loss of the old term");
-    if (rec_at(at).who == won.who && rec_at(at).term == won.term)
-      end = at;
-  }
+  wait_end_lost(won, mark);
   rt_sleep_ms(300);
   pthread_mutex_lock(&g_mu);
   int acts_after = 0;
@@ -513,6 +537,71 @@ Test(elect, stopped_leader_learns_it_lost_before_acting) {
   pthread_mutex_unlock(&g_mu);
   cr_expect_eq(acts_after, 0, "the resumed leader acted %d times in its old "
                               "term", acts_after);
+  assert_no_overlap();
+}
+
+/* Candidate `who`'s first GUARDED record from `from`. */
+static rec wait_guarded(int who, int from, const char *what) {
+  for (int i = 0;; i++) {
+    int at = wait_rec(EV_GUARDED, from, i, 10000, what);
+    if (rec_at(at).who == who)
+      return rec_at(at);
+  }
+}
+
+static void send_line(proc *p, const char *line) {
+  size_t n = strlen(line);
+  cr_assert_eq(write(p->in, line, n), (ssize_t)n);
+}
+
+/* The same SIGSTOP past the lease, with the resource's side of fencing:
+ * the term is the token of the election name's fenced lock, so a guard
+ * on that lock name refuses the old leader's write. The old leader is
+ * told to write while it is stopped, so it writes the moment it resumes -
+ * a leader paused between its check and its write - and the guard, not
+ * its own loss detection, must stop it. */
+Test(elect, stopped_leaders_guarded_write_with_its_old_term_is_refused) {
+  char name[64], guard[96], data[96], line[256];
+  rec won, next;
+  int mark = stop_leader_past_lease("elect-guard", name, &won, &next);
+  snprintf(guard, sizeof(guard), "{%s}:guard", name);
+  snprintf(data, sizeof(data), "{%s}:data", name);
+  cr_assert_neq(next.who, won.who);
+  cr_assert_gt(next.term, won.term);
+  /* The new leader writes with its term: accepted. */
+  snprintf(line, sizeof(line), "GUARD %s %s\n", guard, data);
+  send_line(&g_c[next.who], line);
+  rec ok = wait_guarded(next.who, mark, "the new leader's guarded write");
+  cr_assert_eq(ok.term, next.term);
+  cr_assert_eq(ok.rc, 0, "the new leader's write: %s", rlock_err_name(ok.rc));
+  char want[32];
+  snprintf(want, sizeof(want), "cand-%d", next.who);
+  char *v = rt_str("GET %s", data);
+  cr_assert_not_null(v);
+  cr_assert_str_eq(v, want);
+  free(v);
+  /* The old leader, still stopped, is asked to write; then resumed. */
+  int mark2 = nrecs();
+  send_line(&g_c[won.who], line);
+  kill(g_c[won.who].pid, SIGCONT);
+  rec refused = wait_guarded(won.who, mark2, "the old leader's guarded write");
+  cr_expect_eq(refused.term, won.term, "the old leader wrote with term %"
+               PRId64 ", not its old %" PRId64, refused.term, won.term);
+  cr_expect_eq(refused.rc, RLOCK_ESTALE, "the old leader's write: %s",
+               refused.rc == 0 ? "accepted" : rlock_err_name(refused.rc));
+  /* The new leader's data and the guard's token are intact. */
+  v = rt_str("GET %s", data);
+  cr_assert_not_null(v);
+  cr_expect_str_eq(v, want, "the old leader overwrote the new one's data");
+  free(v);
+  char term_s[32];
+  snprintf(term_s, sizeof(term_s), "%" PRId64, next.term);
+  v = rt_hget(guard, "token");
+  cr_assert_not_null(v);
+  cr_expect_str_eq(v, term_s);
+  free(v);
+  /* and it still learns it lost */
+  wait_end_lost(won, mark);
   assert_no_overlap();
 }
 

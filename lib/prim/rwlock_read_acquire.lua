@@ -30,10 +30,7 @@ if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]
   local n = redis.call('hincrby', KEYS[1], ARGV[2], 1);
   redis.call('set', KEYS[2] .. ':' .. n, 1, 'px', ARGV[1]);
   local left = redis.call('pttl', KEYS[1]);
-  local lease = tonumber(ARGV[1]);
-  if left < lease then
-    redis.call('pexpire', KEYS[1], lease);
-  end;
+  redis.call('pexpire', KEYS[1], math.max(left, tonumber(ARGV[1])));
   return nil;
 end;
 return redis.call('pttl', KEYS[1]);

@@ -42,6 +42,11 @@ static const char *unquote(const char *s, char *out, size_t n) {
       case 'x': {
         char hex[3] = {s[0], s[0] ? s[1] : 0, 0};
         c = (char)strtol(hex, NULL, 16);
+        /* A NUL byte (a random permit id has one now and then) would end
+         * the C string here and hide the id from norm_arg: keep it as
+         * another non-printable byte, which norm_arg reads as an id. */
+        if (c == '\0')
+          c = '\x01';
         s += 2;
         break;
       }

@@ -78,6 +78,8 @@ static int open_client(const char *uri_flag, int64_t watchdog_ms,
   rlock_options o;
   rlock_options_init(&o);
   o.uri = cli_resolve_uri(uri_flag);
+  if (o.uri == NULL) /* REDIS_URL set but empty: said, exit 64 as elsewhere */
+    return CLI_EX_USAGE;
   if (watchdog_ms > 0)
     o.watchdog_timeout_ms = watchdog_ms;
   int rc = rlock_client_new(c, &o);

@@ -79,6 +79,18 @@ Test(cluster_failover, kill_master_of_held_lock) {
   /* Watchdog lock; replica sync (default on) makes the replica have it. */
   TC_EQ(rlock_try_lock(la, 0, -1), 1, "holder (watchdog)");
   cr_assert_eq(rt_node_int(victim, "EXISTS %s", name), 1);
+  /* ... and the replica confirmed it (WAIT): the premise of what follows.
+   * Without it (a client whose slot map lists no replica for the master)
+   * the failover may lose the lock before anyone can tell the holder. */
+  {
+    rlock_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    cr_assert_eq(rlock_client_stats(a, &st), 0);
+    cr_assert_eq(st.replica_sync_ok, 1, "the acquire's replica sync: %" PRIu64
+                 " confirmed, %" PRIu64 " unconfirmed", st.replica_sync_ok,
+                 st.replica_sync_unconfirmed);
+  }
   char owner[128];
   rt_owner(owner, sizeof owner, a, rlock_thread_id());
 

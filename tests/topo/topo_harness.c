@@ -865,6 +865,35 @@ static bool replicas_linked(char *why, size_t n) {
   return true;
 }
 
+/* Every live node's CLUSTER SLOTS lists `per_master` replicas beside the
+ * master of every slot range. A replica is linked (master_link_status:up)
+ * before the other nodes have heard of it by gossip: until they have, a
+ * client that reads its slot map from one of them counts no replica for
+ * that master and sends no replica sync WAIT behind its locks (the tests
+ * that fail over a master need the lock on its replica). */
+static bool replicas_listed(int per_master, char *why, size_t n) {
+  for (int i = 0; i < T.cl_n; i++) {
+    if (!node_alive(i))
+      continue;
+    int port = T.cl[i].port;
+    redisReply *r = rt_node_try_cmd(port, "CLUSTER SLOTS");
+    bool ok = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements > 0;
+    for (size_t k = 0; ok && k < r->elements; k++) {
+      redisReply *e = r->element[k];
+      ok = e->type == REDIS_REPLY_ARRAY &&
+           e->elements == (size_t)(3 + per_master);
+    }
+    if (r)
+      freeReplyObject(r);
+    if (!ok) {
+      snprintf(why, n, "node %d does not list %d replica(s) for every "
+               "master yet", port, per_master);
+      return false;
+    }
+  }
+  return true;
+}
+
 static void read_node_id(proc *p) {
   char *id = rt_node_str(p->port, "CLUSTER MYID");
   cr_assert(id != NULL);
@@ -973,8 +1002,10 @@ static bool cluster_start_once(int masters, int replicas_per_master) {
   rt_cluster_wait_ok(30000);
   int64_t dl = rt_topo_now_ms() + 30000;
   char why[256] = "";
-  while (!replicas_linked(why, sizeof why)) {
-    cr_assert(rt_topo_now_ms() < dl, "replicas not linked in 30 s: %s", why);
+  while (!replicas_linked(why, sizeof why) ||
+         !replicas_listed(replicas_per_master, why, sizeof why)) {
+    cr_assert(rt_topo_now_ms() < dl, "replicas not linked and listed in "
+              "30 s: %s", why);
     rt_topo_sleep_ms(50);
   }
   int m[RT_MAX_NODES];

@@ -14,15 +14,38 @@
 
 TestSuite(harness, .fini = rt_topo_stop_all, .timeout = 120);
 
-static int pgrep_count(int port) {
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "pgrep -f '127.0.0.1:%d( |$)' | wc -l", port);
-  FILE *f = popen(cmd, "r");
-  cr_assert(f != NULL);
-  int n = -1;
-  cr_assert_eq(fscanf(f, "%d", &n), 1);
-  pclose(f);
-  return n;
+/* Whether the server the harness started as `pid` for `port` still runs:
+ * /proc/PID exists, is not a zombie, and its title names the port (a PID
+ * reused by another process does not count). Checked by PID, never by
+ * grepping the machine for the port: suites running beside this one start
+ * servers of their own, on ports this one has just freed. */
+static bool server_alive(pid_t pid, int port) {
+  if (pid <= 0)
+    return false;
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return false;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *paren = strrchr(buf, ')'); /* "pid (comm) S ..." */
+  if (paren == NULL || paren[1] != ' ' || paren[2] == 'Z')
+    return false;
+  snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+  f = fopen(path, "r");
+  if (f == NULL)
+    return false;
+  n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  for (size_t i = 0; i < n; i++)
+    if (buf[i] == '\0')
+      buf[i] = ' ';
+  buf[n] = '\0';
+  char needle[32];
+  snprintf(needle, sizeof needle, ":%d", port);
+  return strstr(buf, needle) != NULL;
 }
 
 Test(harness, crc16_matches_cluster_keyslot) {
@@ -114,6 +137,9 @@ Test(harness, cluster_start_migrate_failover_stop) {
   /* SIGKILL the master of the slot: its replica takes over (once it has
    * the migrated keys: replication is asynchronous). */
   cr_assert_eq(rt_node_int(masters[2], "WAIT 1 2000"), 1);
+  pid_t killed = rt_cluster_pid(rt_cluster_index_of_port(masters[2]));
+  cr_assert(server_alive(killed, masters[2]), "master %d not running",
+            masters[2]);
   t0 = rt_topo_now_ms();
   int promoted = rt_cluster_fail_master(masters[2], false, 20000);
   fprintf(stderr, "failover (SIGKILL) in %lld ms\n",
@@ -123,7 +149,8 @@ Test(harness, cluster_start_migrate_failover_stop) {
   v = rt_node_str(promoted, "GET %s", k2);
   cr_assert_str_eq(v, "stays", "the replica had the data");
   free(v);
-  cr_assert_eq(pgrep_count(masters[2]), 0);
+  cr_assert_not(server_alive(killed, masters[2]), "the SIGKILLed master "
+                "still runs");
   /* Restarted, it rejoins as a replica. */
   rt_cluster_restart_node(masters[2], 20000);
   cr_assert_not(rt_cluster_is_master(rt_cluster_index_of_port(masters[2])));
@@ -138,19 +165,19 @@ Test(harness, cluster_start_migrate_failover_stop) {
   rt_cluster_restart_node(victim, 20000);
 
   int ports[RT_MAX_NODES];
-  for (int i = 0; i < 6; i++)
+  pid_t pids[RT_MAX_NODES];
+  for (int i = 0; i < 6; i++) {
     ports[i] = rt_cluster_port(i);
+    pids[i] = rt_cluster_pid(i);
+  }
   for (int i = 0; i < 6; i++)
-    cr_assert_eq(pgrep_count(ports[i]), 1, "node %d running", ports[i]);
+    cr_assert(server_alive(pids[i], ports[i]), "node %d running", ports[i]);
   char dir[512];
   snprintf(dir, sizeof dir, "%s", rt_cluster_dir());
   rt_cluster_stop();
-  for (int i = 0; i < 6; i++) {
-    cr_assert_eq(pgrep_count(ports[i]), 0, "node %d left behind", ports[i]);
-    char needle[32];
-    snprintf(needle, sizeof needle, "127.0.0.1:%d", ports[i]);
-    cr_assert_eq(rt_topo_count_procs(needle), 0);
-  }
+  for (int i = 0; i < 6; i++)
+    cr_assert_not(server_alive(pids[i], ports[i]), "node %d left behind",
+                  ports[i]);
   cr_assert_neq(access(dir, F_OK), 0, "cluster dir %s left behind", dir);
 }
 
@@ -193,11 +220,14 @@ Test(harness, no_leftovers_when_the_test_process_dies) {
     rt_cluster_start(3, 0);
     struct {
       int ports[3];
+      pid_t pids[3];
       char dir[512];
     } msg;
     memset(&msg, 0, sizeof msg);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 3; i++) {
       msg.ports[i] = rt_cluster_port(i);
+      msg.pids[i] = rt_cluster_pid(i);
+    }
     snprintf(msg.dir, sizeof msg.dir, "%s", rt_cluster_dir());
     ssize_t w = write(pipefd[1], &msg, sizeof msg);
     (void)w;
@@ -208,6 +238,7 @@ Test(harness, no_leftovers_when_the_test_process_dies) {
   close(pipefd[1]);
   struct {
     int ports[3];
+    pid_t pids[3];
     char dir[512];
   } msg;
   memset(&msg, 0, sizeof msg);
@@ -216,7 +247,7 @@ Test(harness, no_leftovers_when_the_test_process_dies) {
   cr_assert_eq(got, (ssize_t)sizeof msg, "child did not start a cluster");
   int *ports = msg.ports;
   for (int i = 0; i < 3; i++)
-    cr_assert_eq(pgrep_count(ports[i]), 1);
+    cr_assert(server_alive(msg.pids[i], ports[i]));
   kill(child, SIGKILL);
   waitpid(child, NULL, 0);
   int64_t dl = rt_topo_now_ms() + 5000;
@@ -224,7 +255,7 @@ Test(harness, no_leftovers_when_the_test_process_dies) {
   do {
     left = 0;
     for (int i = 0; i < 3; i++)
-      left += pgrep_count(ports[i]);
+      left += server_alive(msg.pids[i], ports[i]);
     if (left)
       rt_topo_sleep_ms(50);
   } while (left && rt_topo_now_ms() < dl);
@@ -268,21 +299,28 @@ Test(harness, sentinel_start_failover_kill) {
   freeReplyObject(r);
 
   /* Forced failover: SIGKILL the master. */
+  pid_t killed = rt_sentinel_data_pid(m2);
+  cr_assert(server_alive(killed, m2));
   t0 = rt_topo_now_ms();
   int m3 = rt_sentinel_kill_master(20000);
   fprintf(stderr, "failover after SIGKILL in %lld ms\n",
           (long long)(rt_topo_now_ms() - t0));
   cr_assert_eq(m3, m);
-  cr_assert_eq(pgrep_count(m2), 0);
+  cr_assert_not(server_alive(killed, m2));
   v = rt_node_str(m3, "GET k");
   cr_assert_str_eq(v, "v2");
   free(v);
 
   int ports[4] = {m, rt_sentinel_port(0), rt_sentinel_port(1),
                   rt_sentinel_port(2)};
+  pid_t pids[4] = {rt_sentinel_data_pid(m), rt_sentinel_pid(0),
+                   rt_sentinel_pid(1), rt_sentinel_pid(2)};
+  for (int i = 0; i < 4; i++)
+    cr_assert(server_alive(pids[i], ports[i]), "%d not running", ports[i]);
   rt_sentinel_stop();
   for (int i = 0; i < 4; i++)
-    cr_assert_eq(pgrep_count(ports[i]), 0, "%d left behind", ports[i]);
+    cr_assert_not(server_alive(pids[i], ports[i]), "%d left behind",
+                  ports[i]);
 }
 
 Test(harness, sentinel_with_password) {

@@ -607,37 +607,6 @@ static void ensure_atexit(void) {
   }
 }
 
-int rt_topo_count_procs(const char *needle) {
-  DIR *d = opendir("/proc");
-  if (!d)
-    return -1;
-  int count = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    char *end;
-    long pid = strtol(e->d_name, &end, 10);
-    if (*end || pid <= 0 || pid == (long)getpid())
-      continue;
-    char path[64], buf[4096];
-    snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-      continue;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-      continue; /* zombie or kernel thread */
-    for (ssize_t i = 0; i < n; i++)
-      if (buf[i] == '\0')
-        buf[i] = ' ';
-    buf[n] = '\0';
-    if (strstr(buf, needle))
-      count++;
-  }
-  closedir(d);
-  return count;
-}
-
 /* ---- cluster ---- */
 
 static void cluster_spawn(proc *p) {
@@ -1271,6 +1240,11 @@ static proc *data_of_port(int port) {
 }
 
 pid_t rt_sentinel_data_pid(int port) { return data_of_port(port)->pid; }
+
+pid_t rt_sentinel_pid(int i) {
+  cr_assert(i >= 0 && i < 3, "no sentinel %d", i);
+  return T.sen[i].pid;
+}
 
 const char *rt_sentinel_tls_uri(void) {
   cr_assert(T.sen[0].tls_port > 0, "sentinels not started in TLS mode");

@@ -192,6 +192,7 @@ int rt_sentinel_port(int i);     /* sentinel i, 0..2 */
 int rt_sentinel_master_port(void); /* the master as the harness last saw it */
 int rt_sentinel_replica_port(void);
 pid_t rt_sentinel_data_pid(int port); /* pid of the data node on port */
+pid_t rt_sentinel_pid(int i);          /* pid of sentinel i, 0..2 */
 /* get-master-addr-by-name on sentinel i: the port, -1 on error (in TLS
  * mode that is the TLS port of the master). */
 int rt_sentinel_reported_master(int i);
@@ -240,9 +241,5 @@ long rt_slot_proxy_forwarded(void);
 /* Stops everything this process started (cluster, sentinel). atexit() and
  * suite .fini. */
 void rt_topo_stop_all(void);
-/* Number of processes (other than zombies) whose command line contains
- * the cluster's/sentinel's temp directory or one of our ports: used to
- * prove the teardown leaves nothing behind. */
-int rt_topo_count_procs(const char *needle);
 
 #endif

@@ -34,7 +34,11 @@ import java.util.regex.Pattern;
  *    the same source compiles against Redisson 3.x, which lacks them
  *    (their commands then answer ERR UnsupportedOperationException);
  *  - the commands "version" (Redisson's version) and "tid" (the tag's
- *    thread id).
+ *    thread id);
+ *  - --redlock PORT,PORT,...: one more single-server client per port; the
+ *    lock spec L/name is a RedissonRedLock over getLock(name) of each of
+ *    them, in that order, and the command "redlockIds" answers their ids,
+ *    comma-separated (tests/redlock).
  */
 public final class Peer {
 
@@ -43,6 +47,7 @@ public final class Peer {
             new PrintStream(new java.io.FileOutputStream(java.io.FileDescriptor.out), false, StandardCharsets.UTF_8);
 
     private static RedissonClient redisson;
+    private static final java.util.List<RedissonClient> RED = new java.util.ArrayList<>();
     private static String clientId;
     /** One line-protocol session: stdin/stdout, or one TCP connection in --listen mode. */
     static final class Session {
@@ -92,7 +97,7 @@ public final class Peer {
 
     public static void main(String[] args) throws Exception {
         if (args.length < 1) {
-            System.err.println("usage: Peer PORT|cluster:HOST:PORT[,HOST:PORT...]|sentinel:MASTER:HOST:PORT[,HOST:PORT...] [--watchdog MS]");
+            System.err.println("usage: Peer PORT|cluster:HOST:PORT[,HOST:PORT...]|sentinel:MASTER:HOST:PORT[,HOST:PORT...] [--watchdog MS] [--listen] [--redlock PORT,PORT,...]");
             System.exit(2);
         }
         Long watchdog = null;
@@ -102,6 +107,10 @@ public final class Peer {
                 watchdog = Long.parseLong(args[++i]);
             } else if ("--listen".equals(args[i])) {
                 listen = true;
+            } else if ("--redlock".equals(args[i]) && i + 1 < args.length) {
+                for (String port : args[++i].split(",")) {
+                    RED.add(Redisson.create(configFor(port)));
+                }
             } else {
                 System.err.println("unknown argument: " + args[i]);
                 System.exit(2);
@@ -245,6 +254,9 @@ public final class Peer {
         String[] a = cmdLine.split("\\s+");
         if ("quit".equals(a[0])) {
             try {
+                for (RedissonClient c : RED) {
+                    c.shutdown();
+                }
                 redisson.shutdown();
             } finally {
                 s.emit(tag, "OK (" + (System.nanoTime() - start) / 1_000_000L + " ms)");
@@ -271,7 +283,8 @@ public final class Peer {
 
 
     /** NAME prefixes pick the Redisson lock kind: F/ fair, R/ read, W/ write (of one RReadWriteLock), X/ fenced, S/ spin,
-     *  N/ non-reentrant, Q/ non-reentrant fair, M/a+b multi-lock over member specs, G/group=v1,v2 faster multi-lock. */
+     *  N/ non-reentrant, Q/ non-reentrant fair, M/a+b multi-lock over member specs, G/group=v1,v2 faster multi-lock,
+     *  L/name a RedLock over the --redlock clients. */
     static RLock lockFor(String spec) {
         if (spec.length() > 2 && spec.charAt(1) == '/') {
             String n = spec.substring(2);
@@ -288,6 +301,11 @@ public final class Peer {
                     RLock[] locks = new RLock[m.length];
                     for (int i = 0; i < m.length; i++) locks[i] = lockFor(m[i]);
                     return redisson.getMultiLock(locks);
+                }
+                case 'L': { // L/name: a RedissonRedLock over getLock(name) of each --redlock client
+                    RLock[] locks = new RLock[RED.size()];
+                    for (int i = 0; i < locks.length; i++) locks[i] = RED.get(i).getLock(n);
+                    return new org.redisson.RedissonRedLock(locks);
                 }
                 case 'G': { // G/group=v1,v2: a FasterMultiLock of the group over values (StringCodec)
                     int eq = n.indexOf('=');
@@ -408,6 +426,14 @@ public final class Peer {
                 return "OK";
             case "id":
                 return "OK " + clientId;
+            case "redlockIds": {
+                StringBuilder b = new StringBuilder();
+                for (RedissonClient r : RED) {
+                    if (b.length() > 0) b.append(',');
+                    b.append(((Redisson) r).getServiceManager().getId());
+                }
+                return "OK " + b;
+            }
             case "version":
                 return "OK " + version();
             case "tid":

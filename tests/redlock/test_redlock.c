@@ -509,9 +509,10 @@ Test(redlock, bad_input) {
   servers_stop(&s);
 }
 
-/* ---- against Java's RedissonRedLock (tests/redlock/RedLockPeer.java) ---- */
+/* ---- against Java's RedissonRedLock (tests/redisson/peer --redlock) ---- */
 
-/* A running redlock-peer: its stdin, its stdout, what is read. */
+/* A running Redisson peer with --redlock: its stdin, its stdout, what is
+ * read. */
 typedef struct jpeer {
   pid_t pid;
   FILE *in;

@@ -170,6 +170,28 @@ static void diag_map(rlock__net *n, const rlock__node *asked, bool first,
                 from, moved, masters, served);
 }
 
+/* A master's own count of its connected replicas, asked again at each read
+ * of the map while the map lists none for it (node.h, replicas_role). */
+static void role_reply(rlock__net *n, redisReply *reply, int err,
+                       void *data) {
+  (void)n;
+  rlock__node *node = data;
+  node->role_cmd = NULL;
+  int replicas = 0;
+  if (err == 0)
+    node->replicas_role =
+        rlock__parse_role(reply, &replicas) == 1 ? replicas : 0;
+}
+
+static void ask_role(rlock__node *node) {
+  if (node->role_cmd != NULL || node->cmd.state != RLOCK__CONN_UP ||
+      !node->net->core->opts.replica_sync)
+    return;
+  const char *argv[1] = {"ROLE"};
+  size_t lens[1] = {4};
+  node->role_cmd = rlock__cmd_send_to(node, 1, argv, lens, role_reply, node);
+}
+
 static void map_reply(rlock__net *n, redisReply *reply, int err, void *data) {
   rlock__node *asked = data;
   rlock__cluster *c = n->cluster;
@@ -229,6 +251,8 @@ static void map_reply(rlock__net *n, redisReply *reply, int err, void *data) {
       continue; /* out of memory: those slots stay unknown */
     node->replicas = r[i].replicas_online;
     node->replicas_listed = r[i].replicas;
+    if (r[i].replicas == 0)
+      ask_role(node);
     for (int s = r[i].start; s <= r[i].end; s++)
       c->slots[s] = node;
   }

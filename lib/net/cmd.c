@@ -342,6 +342,9 @@ static int wait_count(const rlock__node *node) {
     return 0; /* no WAIT on this server (probe, or a refused WAIT) */
   if (node->replicas > 0)
     return node->replicas;
+  /* Cluster: the map lists none, the master's own ROLE may (node.h). */
+  if (node->replicas_listed == 0 && node->replicas_role > 0)
+    return node->replicas_role;
   if (node->replicas_listed > 0 &&
       !node->net->core->opts.replica_sync_connected_only)
     return 1;
@@ -371,6 +374,13 @@ void rlock__cmd_send_now(rlock__cmd *cmd) {
     return;
   }
   rlock__conn *conn = &node->cmd;
+  if (node->role_asked && cmd->sync && n->core->opts.replica_sync &&
+      node->replicas == 0 && node->replicas_listed == 0) {
+    /* How many replicas to wait for is in the answer to the handshake's
+     * ROLE, which sends it on (conn.c, PROBE_ROLE). */
+    pending_push(cmd, node);
+    return;
+  }
   int off = 2;
   if (cmd->script != NULL) {
     off = 0;

@@ -564,7 +564,7 @@ int rlock__sub_append(rlock__node *node, int argc, const char **argv,
  *     (rlock__net_key_slot); so do they after any command is refused with
  *     CROSSSLOT (rlock__cmd_reply), whatever the probe was answered. */
 enum { PROBE_LIB_NAME, PROBE_LIB_VER, PROBE_WAIT, PROBE_WAITAOF,
-       PROBE_AOF, PROBE_CROSSSLOT, PROBE_SCRIPT, PROBE_NAME };
+       PROBE_AOF, PROBE_CROSSSLOT, PROBE_SCRIPT, PROBE_NAME, PROBE_ROLE };
 
 /* The cross-slot probe, as Java Redisson's: two keys in different slots
  * (4768, 8899), read only. */
@@ -704,6 +704,13 @@ static void probe_reply(rlock__conn *conn, int which, const redisReply *r) {
       rlock__net_crossslot_refused(conn->net, conn->node);
   } else if (which == PROBE_LIB_NAME && !conn->is_sub) {
     node->cap_setinfo = r->type == REDIS_REPLY_STATUS ? 1 : -1;
+  } else if (which == PROBE_ROLE) {
+    /* A replica, a refusal (an ACL without +role), garbage: none known
+     * beyond the map's. The commands it held back go now. */
+    int replicas = 0;
+    node->replicas_role = rlock__parse_role(r, &replicas) == 1 ? replicas : 0;
+    node->role_asked = false;
+    rlock__cmds_send_pending(&conn->pending_head, &conn->pending_tail);
   }
 }
 
@@ -733,6 +740,12 @@ static int probes_send(rlock__conn *conn) {
       n->core->opts.replica_sync) {
     const char *w[4] = {"WAIT", "0", "0"};
     rc = probe(conn, PROBE_WAIT, 3, w);
+    if (rc == 0 && n->mode == RLOCK__URI_CLUSTER) {
+      /* how many replicas this master has connected (node.h) */
+      const char *role[1] = {"ROLE"};
+      rc = probe(conn, PROBE_ROLE, 1, role);
+      conn->node->role_asked = rc == 0;
+    }
     if (rc == 0 &&
         n->core->opts.replica_sync_mode != RLOCK_REPLICA_SYNC_WAIT) {
       w[0] = "WAITAOF";
@@ -868,6 +881,7 @@ int rlock__conn_start(rlock__conn *conn) {
     rc = handshake(conn, EXP_ROLE, 1, argv);
   }
   if (!conn->is_sub) {
+    conn->node->role_asked = false; /* probes_send asks again */
     conn->node->cap_wait = 0;
     conn->node->cap_setinfo = 0;
     conn->node->cap_waitaof = 0;

@@ -22,6 +22,7 @@ static rlock__node *node_new(rlock__net *n, const char *host, int port) {
   if (node == NULL)
     return NULL;
   node->net = n;
+  node->replicas_role = -1;
   if (host != NULL) {
     snprintf(node->host, sizeof(node->host), "%s", host);
     node->port = port;

@@ -74,6 +74,18 @@ struct rlock__node {
    * which may be promoted in a failover whether connected or not. */
   int replicas;
   int replicas_listed;
+  /* Cluster: the replicas the master itself has connected, from ROLE (a
+   * probe of each command connection's handshake, and again at each read
+   * of the slot map while the map lists none for it); -1: not known.
+   * Counted where the map lists no replica for the master: a node lists
+   * a replica only after gossip has told it, seconds later on a loaded
+   * machine, and a lock taken meanwhile would not wait for it. While the
+   * handshake's ROLE is unanswered and the map lists none, commands
+   * followed by replica sync wait for it (cmd.c, on this node's pending
+   * list); its answer sends them. */
+  int replicas_role;
+  bool role_asked;             /* the handshake's ROLE is unanswered */
+  rlock__cmd *role_cmd;        /* the map-time ROLE in flight, or NULL */
   /* What the server of the current command connection supports (conn.c,
    * capability probes): 1 yes, -1 no, 0 not known (yet). */
   int cap_wait;    /* WAIT (-1: replica sync off on this node) */

@@ -12,6 +12,7 @@
  *   and a detail naming the ACL, in a handful of commands. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -304,4 +305,71 @@ Test(sync_robust_cluster, frozen_replica_guarantee_and_answers) {
   rlock_free(lh);
   rlock_free(l8);
   rlock_client_free(a);
+}
+
+/* The replicas a node lists beside `master` in its CLUSTER SLOTS; -1 when
+ * it lists no range of that master. */
+static int replicas_seen_by(int node, int master) {
+  redisReply *r = rt_node_cmd(node, "CLUSTER SLOTS");
+  int n = -1;
+  for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+    redisReply *e = r->element[i];
+    if (e->type == REDIS_REPLY_ARRAY && e->elements >= 3 &&
+        e->element[2]->type == REDIS_REPLY_ARRAY &&
+        e->element[2]->elements >= 2 &&
+        e->element[2]->element[1]->integer == master)
+      n = (int)e->elements - 3;
+  }
+  freeReplyObject(r);
+  return n;
+}
+
+static uint64_t synced(rlock_client *c, uint64_t *unconfirmed) {
+  rlock_stats st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  cr_assert_eq(rlock_client_stats(c, &st), 0);
+  *unconfirmed = st.replica_sync_unconfirmed;
+  return st.replica_sync_ok;
+}
+
+/* A replica that the node a client reads its slot map from does not list
+ * (gossip has not told it yet: the first second after a replica joins, or
+ * seconds on a loaded machine; here CLUSTER FORGET on that node hides it
+ * for 60 s) is waited for all the same: the master's own ROLE counts it,
+ * and the first lock, sent as the connection to the master opens, waits
+ * for that answer. Before, the lock went without WAIT, and a failover to
+ * that replica could lose it. */
+Test(sync_robust_cluster, replica_unlisted_in_the_map_is_waited_for) {
+  int m[3];
+  cr_assert_eq(rt_cluster_masters(m, 3), 3);
+  int seed = m[0], master = m[1], replica = replica_of(master);
+  char *rid = rt_node_str(replica, "CLUSTER MYID");
+  cr_assert(rid != NULL);
+  redisReply *f = rt_node_cmd(seed, "CLUSTER FORGET %s", rid);
+  cr_assert_eq(f->type, REDIS_REPLY_STATUS, "CLUSTER FORGET: %s", f->str);
+  freeReplyObject(f);
+  free(rid);
+  cr_assert_eq(replicas_seen_by(seed, master), 0,
+               "the seed still lists the replica");
+  cr_assert_eq(replicas_seen_by(master, master), 1);
+
+  char uri[64];
+  snprintf(uri, sizeof uri, "redis+cluster://127.0.0.1:%d", seed);
+  rlock_options o;
+  rlock_options_init(&o);
+  o.cluster_refresh_ms = 60000; /* the seed's map, read once */
+  rlock_client *c = tc_open(uri, &o);
+  char key[64];
+  rt_cluster_key_on(key, sizeof key, "unlisted", master);
+  rlock *l = tc_lock(c, key);
+  TC_EQ(rlock_try_lock(l, 0, 30000), 1, "lock");
+  uint64_t unconfirmed = 0;
+  cr_assert_eq(synced(c, &unconfirmed), 1, "the lock was not confirmed by "
+               "the replica (%" PRIu64 " unconfirmed)", unconfirmed);
+  cr_assert_eq(unconfirmed, 0);
+  TC_EQ(rlock_unlock(l), 0, "unlock");
+  cr_assert_eq(synced(c, &unconfirmed), 2);
+  rlock_free(l);
+  rlock_client_free(c);
 }

@@ -1,7 +1,6 @@
-/* `rlock status NAME...` and `rlock unlock --force NAME...`, and the
- * release of a lock whose client is already gone (run.c's clean-up).
+/* `rlock status NAME...` and `rlock unlock --force NAME...`.
  *
- * All three go through the library, like the lock command: status reads
+ * Both go through the library, like the lock command: status reads
  * each NAME with rlock_client_info() (one atomic script on the node serving
  * NAME: Cluster, Sentinel and TLS as the library does them, and failures
  * worded as the library words them); unlock --force releases with
@@ -22,126 +21,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-
-/* Opens a client on `uri` with the --tls-* and --sentinel-* options.
- * 0, or the exit code with the failure printed as the lock command prints
- * it. */
-static int open_client(const char *uri, const cli_tls_opts *tls,
-                       const cli_sentinel_opts *sentinel,
-                       rlock_client **client) {
-  rlock_options opts;
-  rlock_options_init(&opts);
-  opts.uri = uri;
-  cli_tls_apply(tls, &opts);
-  cli_sentinel_apply(sentinel, &opts);
-  int rc = rlock_client_new(client, &opts);
-  return rc == 0 ? 0 : cli_open_failed(rc);
-}
-
-int cli_connect(const char *uri_flag, const cli_tls_opts *tls,
-                cli_sentinel_opts *sentinel, rlock_client **client) {
-  const char *uri = cli_resolve_uri(uri_flag);
-  if (uri == NULL) {
-    cli_sentinel_free(sentinel);
-    return CLI_EX_USAGE;
-  }
-  int rc = cli_tls_check(tls, uri);
-  if (rc == 0)
-    rc = cli_sentinel_check(sentinel, uri);
-  if (rc == 0)
-    rc = open_client(uri, tls, sentinel, client);
-  cli_sentinel_free(sentinel);
-  return rc;
-}
-
-int cli_release_orphan(const char *uri, const cli_tls_opts *tls,
-                       const cli_sentinel_opts *sentinel, cli_kind kind,
-                       const char *name, const char *owner) {
-  rlock_options opts;
-  rlock_options_init(&opts);
-  opts.uri = uri;
-  cli_tls_apply(tls, &opts);
-  cli_sentinel_apply(sentinel, &opts);
-  rlock_client *client;
-  int rc = rlock_client_new(&client, &opts);
-  if (rc != 0)
-    return rc;
-  rlock *lock;
-  rc = cli_kind_get(client, kind, name, &lock);
-  if (rc == 0) {
-    rc = rlock_force_unlock_holder(lock, owner);
-    rlock_free(lock);
-  }
-  rlock_client_free(client);
-  return rc;
-}
-
-/* ---- who holds it ---- */
-
-const cli_whois_entry *cli_whois_get(cli_whois *w, const char *name,
-                                     const char *owner, size_t len) {
-  static cli_whois_entry none;
-  if (len <= RLOCK_ID_LEN || owner[RLOCK_ID_LEN] != ':')
-    return NULL;
-  for (size_t i = 0; i < w->n; i++)
-    if (memcmp(w->cache[i].id, owner, RLOCK_ID_LEN) == 0)
-      return &w->cache[i];
-  cli_whois_entry *e = w->n < CLI_WHOIS_CACHE ? &w->cache[w->n++] : &none;
-  memset(e, 0, sizeof *e);
-  memcpy(e->id, owner, RLOCK_ID_LEN);
-  if (w->refused) {
-    e->rc = RLOCK_ENOPERM;
-    snprintf(e->why, sizeof e->why, "%s", w->refused_why);
-    return e;
-  }
-  char own[RLOCK_ID_LEN + 3];
-  snprintf(own, sizeof own, "%.*s:0", RLOCK_ID_LEN, owner);
-  rlock_holder_init(&e->h);
-  e->rc = rlock_client_holder(w->client, name, own, &e->h);
-  if (e->rc == 0)
-    snprintf(e->why, sizeof e->why, "no connection named by an rlock client "
-                                    "with this id: a Java client, one with "
-                                    "its own client_name, or gone");
-  else if (e->rc < 0)
-    snprintf(e->why, sizeof e->why, "%s: %s", rlock_strerror(e->rc),
-             rlock_last_error());
-  if (e->rc == RLOCK_ENOPERM) {
-    w->refused = true;
-    snprintf(w->refused_why, sizeof w->refused_why,
-             "CLIENT LIST refused (%s); the ACL needs +client|list",
-             rlock_last_error());
-    snprintf(e->why, sizeof e->why, "%s", w->refused_why);
-  }
-  return e;
-}
-
-void cli_whois_text(FILE *out, const cli_whois_entry *e) {
-  char text[512];
-  if (e->rc == 1)
-    snprintf(text, sizeof text,
-             "pid %" PRId64 " (%s) on %s, connected for %" PRId64
-             " s, from %s",
-             e->h.pid, e->h.program, e->h.host, e->h.connected_ms / 1000,
-             e->h.addr);
-  else
-    snprintf(text, sizeof text, "not known as an rlock client (%s)", e->why);
-  cli_text(out, text);
-}
-
-void cli_whois_json(FILE *out, const cli_whois_entry *e) {
-  if (e->rc != 1) {
-    fputs(",\"rlock_client\":false,\"why\":", out);
-    cli_json_string(out, e->why, strlen(e->why));
-    return;
-  }
-  fputs(",\"rlock_client\":true,\"host\":", out);
-  cli_json_string(out, e->h.host, strlen(e->h.host));
-  fprintf(out, ",\"pid\":%" PRId64 ",\"program\":", e->h.pid);
-  cli_json_string(out, e->h.program, strlen(e->h.program));
-  fprintf(out, ",\"connected_ms\":%" PRId64 ",\"addr\":",
-          e->h.connected_ms);
-  cli_json_string(out, e->h.addr, strlen(e->h.addr));
-}
 
 /* ---- status ---- */
 
@@ -425,7 +304,7 @@ int cli_status_main(int argc, char **argv) {
     }
   }
   rlock_client *client;
-  int rc = cli_connect(uri_flag, &tls, &sentinel, &client);
+  int rc = cli_connect(uri_flag, &tls, &sentinel, NULL, &client);
   if (rc != 0)
     return rc;
   /* What the connect probes found that changes a lock's guarantees (a
@@ -510,7 +389,7 @@ int cli_unlock_main(int argc, char **argv) {
     return CLI_EX_USAGE;
   }
   rlock_client *client;
-  int rc = cli_connect(uri_flag, &tls, &sentinel, &client);
+  int rc = cli_connect(uri_flag, &tls, &sentinel, NULL, &client);
   if (rc != 0)
     return rc;
   /* A NAME that is not a lock is reported and skipped; the other NAMEs are

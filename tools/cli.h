@@ -1,21 +1,32 @@
 /* The rlock command-line tool: pieces shared by its files.
  *
- *   rlock.c  argument parsing, --help/--version, dispatch (connection
- *            options may come before status and unlock)
+ *   rlock.c  main: the lock command's arguments and the dispatch to the
+ *            subcommands (connection options may come before status,
+ *            unlock, ls and fence)
  *   rlock.1.scd  the manual page, rlock(1), in scdoc (tools/meson.build);
  *            rlock.1 its troff, committed (scripts/check-man)
- *   out.c    escaping of what came from Redis, for text and JSON
+ *   The subcommands, called by rlock.c only:
  *   run.c    `rlock NAME -- COMMAND`: the lock thread, signals, the child
+ *   admin.c  `rlock status`, `rlock unlock --force`, through the library
+ *            (rlock_client_info, rlock_client_force_unlock): tools/ has no
+ *            Redis connection of its own
  *   ls.c     `rlock ls [PATTERN]`: rlock_scan_* and rlock_client_info
+ *   fence.c  `rlock fence ...`: a token's check, guarded writes
  *   elect.c  `rlock elect NAME -- COMMAND`, `rlock leader NAME`: leader
  *            election (rlock_election_*)
- *   admin.c  `rlock status`, `rlock unlock --force` and run.c's clean-up
- *            of a lock left by a closed client, through the library
- *            (rlock_client_info, rlock_client_force_unlock,
- *            rlock_force_unlock_holder): tools/ has no Redis connection of
- *            its own
+ *   The helpers, called by the files above, never by each other upward:
  *   redlock.c  --redlock URI,URI,...: the list, its checks, one client per
  *            server and the RedLock that run.c then holds like a MultiLock
+ *   describe.c  one name as status --json and ls --json write it
+ *   whois.c  who holds it: the rlock client behind an owner
+ *   connect.c  the connection options (-u, --uri-file, --tls-*,
+ *            --sentinel-*), their checks and cli_connect(); run.c's
+ *            release of a lock whose client is gone
+ *   cli.c    --help, messages, exit codes, the kinds' options, durations,
+ *            getopt errors
+ *   out.c    escaping of what came from Redis, for text and JSON
+ * No file calls rlock.c and no two files call each other, directly or
+ * through others (scripts/check-layers reports any call circle in tools/).
  */
 #ifndef RLOCK_CLI_H
 #define RLOCK_CLI_H
@@ -181,6 +192,9 @@ typedef struct cli_run_opts {
   const char *redlock; /* --redlock URI,URI,...: NAME as a RedLock */
 } cli_run_opts;
 
+/* Prints "Try 'rlock --help' for more information." on stderr. */
+void cli_usage_hint(void);
+
 /* Prints "rlock: <message>\n" on stderr. */
 void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -254,6 +268,10 @@ enum {
   CLI_DURATION_ZERO = -3,  /* not 0 but rounds to 0 ms */
 };
 int cli_parse_duration(const char *text, int64_t *out_ms);
+/* The accepted forms, for messages. */
+#define CLI_DURATION_FORMS                                                     \
+  "a duration: a number of seconds (5, 0.5) or a number with a unit (250ms, " \
+  "1.5s, 2m, 1h)"
 
 /* cli_parse_duration for the option `opt` ("-w/--wait"): true, or false
  * with a message naming the option and the accepted forms printed. */
@@ -270,12 +288,15 @@ int cli_ls_main(int argc, char **argv);
 /* `rlock fence ...` (fence.c): a token's check, guarded writes. */
 int cli_fence_main(int argc, char **argv);
 
-/* The subcommands' connection: resolves the URI (-u, $REDIS_URL, the
- * default), checks the --tls-* and --sentinel-* options against it and
- * opens a client with them; the sentinel password is wiped either way. 0,
- * or the exit code with the failure printed. */
+/* The subcommands' connection (connect.c): resolves the URI (-u,
+ * --uri-file, $REDIS_URL, the default), checks the --tls-* and
+ * --sentinel-* options against it and opens a client with them and the
+ * other options of `base` (NULL: the defaults; its uri is replaced); the
+ * sentinel password is wiped either way. 0, or the exit code with the
+ * failure printed. */
 int cli_connect(const char *uri_flag, const cli_tls_opts *tls,
-                cli_sentinel_opts *sentinel, rlock_client **client);
+                cli_sentinel_opts *sentinel, const rlock_options *base,
+                rlock_client **client);
 
 /* out.c: bytes that came from Redis, for a terminal or for JSON (the
  * forms are described in out.c and docs/cli.md). */
@@ -289,7 +310,7 @@ char *cli_text_dup(const char *s, size_t len);
  * not part of valid UTF-8 as \udcHH, Python's surrogateescape). */
 void cli_json_string(FILE *out, const char *s, size_t len);
 
-/* Who holds it (admin.c): the rlock client behind an owner, through
+/* Who holds it (whois.c): the rlock client behind an owner, through
  * rlock_client_holder, remembered per client id for one run; after CLIENT LIST
  * was refused once, not asked again. */
 #define CLI_WHOIS_CACHE 32

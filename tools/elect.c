@@ -67,23 +67,23 @@ static void catch_signals(void) {
 
 static void usage_elect(FILE *out) {
   fprintf(out,
-          "usage: rlock elect [-u URI] [--value V] [-w WAIT] [--watchdog DURATION]\n"
+          "usage: rlock elect [connection options] [--value V] [-w WAIT] [--watchdog DURATION]\n"
           "                   [--kill-after DURATION] [-v] NAME -- COMMAND [ARG...]\n"
-          "       rlock leader [-u URI] [--follow] [--json] [--poll DURATION] NAME\n"
+          "       rlock leader [connection options] [--follow] [--json] [--poll DURATION] NAME\n"
+          "Connection options: -u, --uri-file, --tls-*, --sentinel-*.\n"
           "See rlock(1), ELECTION.\n");
 }
 
-static int open_client(const char *uri_flag, int64_t watchdog_ms,
+/* The client, through the connection every command opens (cli_connect:
+ * -u, --uri-file, $REDIS_URL, --tls-*, --sentinel-*). */
+static int open_client(const char *uri_flag, const cli_tls_opts *tls,
+                       cli_sentinel_opts *sentinel, int64_t watchdog_ms,
                        rlock_client **c) {
   rlock_options o;
   rlock_options_init(&o);
-  o.uri = cli_resolve_uri(uri_flag);
-  if (o.uri == NULL) /* REDIS_URL set but empty: said, exit 64 as elsewhere */
-    return CLI_EX_USAGE;
   if (watchdog_ms > 0)
     o.watchdog_timeout_ms = watchdog_ms;
-  int rc = rlock_client_new(c, &o);
-  return rc == 0 ? 0 : cli_open_failed(rc);
+  return cli_connect(uri_flag, tls, sentinel, &o, c);
 }
 
 static pid_t spawn(char **command, const char *name, int64_t term,
@@ -175,6 +175,8 @@ static int lead(rlock_election *e, pid_t child, int64_t kill_after_ms,
 
 static int elect_main(int argc, char **argv) {
   const char *uri = NULL, *value = NULL;
+  cli_tls_opts tls = {0};
+  cli_sentinel_opts sentinel = {0};
   int64_t wait_ms = -1, watchdog_ms = 0, kill_after_ms = DEFAULT_KILL_AFTER_MS;
   int verbose = 0;
   enum { O_VALUE = 0x300, O_WATCHDOG, O_KILL_AFTER };
@@ -186,13 +188,15 @@ static int elect_main(int argc, char **argv) {
       {"kill-after", required_argument, NULL, O_KILL_AFTER},
       {"verbose", no_argument, NULL, 'v'},
       {"help", no_argument, NULL, 'h'},
+      CLI_TLS_LONGOPTS,
+      CLI_SENTINEL_LONGOPTS,
       {NULL, 0, NULL, 0}};
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "+:u:w:vh", longopts, NULL)) != -1) {
     switch (c) {
     case 'u':
-      uri = optarg;
+      uri = cli_take_uri(optarg);
       break;
     case O_VALUE:
       value = optarg;
@@ -221,6 +225,10 @@ static int elect_main(int argc, char **argv) {
       usage_elect(stdout);
       return 0;
     default:
+      if (cli_tls_option(&tls, c, optarg) ||
+          cli_sentinel_option(&sentinel, c, optarg) ||
+          cli_uri_file_option(c, optarg))
+        break;
       return cli_getopt_error(c, argv);
     }
   }
@@ -255,7 +263,7 @@ static int elect_main(int argc, char **argv) {
   }
   catch_signals();
   rlock_client *client = NULL;
-  int rc = open_client(uri, watchdog_ms, &client);
+  int rc = open_client(uri, &tls, &sentinel, watchdog_ms, &client);
   if (rc != 0)
     return rc;
   rlock_election *e = NULL;
@@ -351,6 +359,8 @@ static void on_state(const rlock_election_state *st, void *data) {
 
 static int leader_main(int argc, char **argv) {
   const char *uri = NULL;
+  cli_tls_opts tls = {0};
+  cli_sentinel_opts sentinel = {0};
   bool json = false, follow_mode = false;
   int64_t poll_ms = 0;
   enum { O_JSON = 0x300, O_FOLLOW, O_POLL };
@@ -360,13 +370,15 @@ static int leader_main(int argc, char **argv) {
       {"follow", no_argument, NULL, O_FOLLOW},
       {"poll", required_argument, NULL, O_POLL},
       {"help", no_argument, NULL, 'h'},
+      CLI_TLS_LONGOPTS,
+      CLI_SENTINEL_LONGOPTS,
       {NULL, 0, NULL, 0}};
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, ":u:fh", longopts, NULL)) != -1) {
     switch (c) {
     case 'u':
-      uri = optarg;
+      uri = cli_take_uri(optarg);
       break;
     case O_JSON:
       json = true;
@@ -387,6 +399,10 @@ static int leader_main(int argc, char **argv) {
       usage_elect(stdout);
       return 0;
     default:
+      if (cli_tls_option(&tls, c, optarg) ||
+          cli_sentinel_option(&sentinel, c, optarg) ||
+          cli_uri_file_option(c, optarg))
+        break;
       return cli_getopt_error(c, argv);
     }
   }
@@ -397,7 +413,7 @@ static int leader_main(int argc, char **argv) {
   }
   const char *name = argv[optind];
   rlock_client *client = NULL;
-  int rc = open_client(uri, 0, &client);
+  int rc = open_client(uri, &tls, &sentinel, 0, &client);
   if (rc != 0)
     return rc;
   int exit_code = 0;

@@ -147,14 +147,15 @@ int cli_fence_main(int argc, char **argv) {
          -1) {
     switch (c) {
     case 'u':
-      uri_flag = optarg;
+      uri_flag = cli_take_uri(optarg);
       break;
     case 'h':
       fputs(fence_usage, stdout);
       return 0;
     default:
       if (cli_tls_option(&tls, c, optarg) ||
-          cli_sentinel_option(&sentinel, c, optarg))
+          cli_sentinel_option(&sentinel, c, optarg) ||
+          cli_uri_file_option(c, optarg))
         break;
       return cli_getopt_error(c, argv);
     }
@@ -179,7 +180,7 @@ int cli_fence_main(int argc, char **argv) {
     return CLI_EX_USAGE;
   }
   rlock_client *client = NULL;
-  int rc = cli_connect(uri_flag, &tls, &sentinel, &client);
+  int rc = cli_connect(uri_flag, &tls, &sentinel, NULL, &client);
   if (rc != 0)
     return rc;
   rc = strcmp(op, "check") == 0 ? fence_check(client, args)

@@ -160,7 +160,7 @@ int cli_ls_main(int argc, char **argv) {
   }
   const char *pattern = optind < argc ? argv[optind] : "*";
   rlock_client *client;
-  int rc = cli_connect(uri_flag, &tls, &sentinel, &client);
+  int rc = cli_connect(uri_flag, &tls, &sentinel, NULL, &client);
   if (rc != 0)
     return rc;
   static cli_whois whois; /* ~15 KB: not on the stack */

@@ -459,7 +459,7 @@ void rlock__suspects_free(rlock__engine *e);
 int rlock__latches_flush_at_close(rlock__engine *e);
 void rlock__latches_free(rlock__engine *e);
 
-/* ---- events (up to the client: lib/observe.c) ---- */
+/* ---- events (up to the client: lib/client/observe.c) ---- */
 
 /* Engine-only event types, beside the public rlock_event_type: they feed
  * stats and are not shown to the user's handler. */
@@ -512,8 +512,9 @@ struct rlock__engine {
   int abandons_inflight; /* abandons sent, unanswered: close waits */
   /* hook: every command sent at close has answered */
   void (*on_drained)(rlock__engine *e);
-  /* hook: what happened to locks (events and stats, lib/observe.c); NULL:
-   * nobody listens. Called through rlock__engine_emit only. */
+  /* hook: what happened to locks (events and stats,
+   * lib/client/observe.c); NULL: nobody listens. Called through
+   * rlock__engine_emit only. */
   void (*on_event)(rlock__engine *e, const rlock__event *ev);
 };
 

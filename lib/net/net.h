@@ -256,7 +256,7 @@ static inline const char *rlock__net_reply_sync_refused(const rlock__net *n) {
  * while every node has it. Any thread. */
 const char *rlock__net_sync_report(const rlock__net *n);
 /* A client's net layer, for internal queries such as the one above (the
- * CLI, tests). Defined by the client (lib/client.c). */
+ * CLI, tests). Defined by the client (lib/client/client.c). */
 const rlock__net *rlock__client_net(const rlock_client *c);
 /* The publish command of the client's pub/sub mode. */
 static inline const char *rlock__net_publish(const rlock__net *n) {

@@ -154,7 +154,7 @@ static int64_t script_result(redisReply *reply, int err, const char *what) {
   return reply->integer;
 }
 
-/* Events (lib/observe.c counts them, the user's handler hears them). */
+/* Events (lib/client/observe.c counts them, the user's handler hears them). */
 static void emit(rlock_election *e, int type, int cause, int64_t term) {
   rlock__event ev;
   memset(&ev, 0, sizeof(ev));

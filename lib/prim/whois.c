@@ -1,8 +1,8 @@
-/* Who an owner's client is (rlock_client_holder, lib/info.c): CLIENT LIST on
- * each master in turn (the one master, or a cluster's masters from the
- * slot map) until a connection named "rlock/<client-id>/..." - the
- * automatic name lib/client.c gives its connections - is found. Read-only;
- * no key is touched. */
+/* Who an owner's client is (rlock_client_holder, lib/client/introspect.c):
+ * CLIENT LIST on each master in turn (the one master, or a cluster's
+ * masters from the slot map) until a connection named
+ * "rlock/<client-id>/..." - the automatic name lib/client/client.c gives
+ * its connections - is found. Read-only; no key is touched. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1952,6 +1952,52 @@ Test(cli, tls_lock_runs_command_with_ca_file) {
   cr_assert_eq(rt_exists(key), 0, "lock left behind");
 }
 
+/* rlock elect and rlock leader open their client as the other commands
+ * do (cli_connect): the --tls-* options over rediss://, checked against
+ * the URI. */
+Test(cli, tls_elect_and_leader_take_the_connection_options) {
+  tls_server_start(false);
+  char name[64];
+  rt_key(name, sizeof name, "cli:tls-elect");
+  cli_proc p;
+  /* nobody leads yet: exit 1 */
+  run_expect(&p, ARGS("leader", "-u", g_tls_uri, "--tls-ca-file", g_ca, name),
+             1);
+  char *out = cli_out(&p);
+  char expect[128];
+  snprintf(expect, sizeof expect, "%s: no leader\n", name);
+  cr_assert_str_eq(out, expect);
+  free(out);
+  /* elect over TLS; its COMMAND asks `rlock leader --json` over TLS */
+  const char *cli = getenv("RLOCK_CLI");
+  run_expect(&p,
+             ARGS("elect", "-u", g_tls_uri, "--tls-ca-file", g_ca, "--value",
+                  "tls-v1", name, "--", cli, "leader", "--json", "-u",
+                  g_tls_uri, "--tls-ca-file", g_ca, "--tls-server-name",
+                  "localhost", name),
+             0);
+  out = cli_out(&p);
+  cr_assert(strstr(out, "\"leader\":true,\"term\":") != NULL, "out: %s", out);
+  cr_assert(strstr(out, "\"value\":\"tls-v1\"") != NULL, "out: %s", out);
+  free(out);
+  /* resigned when COMMAND ended: nobody leads again */
+  run_expect(&p, ARGS("leader", "-u", g_tls_uri, "--tls-insecure", name), 1);
+  /* without the CA the certificate is not trusted: 75, as for the others */
+  run_expect(&p, ARGS("leader", "-u", g_tls_uri, name), 75);
+  run_expect(&p, ARGS("elect", "-u", g_tls_uri, "-w", "1", name, "--", "true"),
+             75);
+  /* a --tls-* option needs rediss://: 64 with the reason, nothing opened */
+  const char *const *bad[] = {
+      ARGS("leader", "--tls-ca-file", g_ca, name),
+      ARGS("elect", "--tls-insecure", name, "--", "touch", "ran"),
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    run_expect(&p, bad[i], 64);
+    expect_one_line_with(&p, ARGS("needs a rediss:// URI"), bad[i][0]);
+  }
+  cr_assert(!exists_in("ran"));
+}
+
 Test(cli, tls_unverified_certificate_exits_75_and_names_it) {
   tls_server_start(false);
   char key[64];
@@ -3274,6 +3320,21 @@ Test(cli, sentinel_password_file_authenticates_to_the_sentinel) {
   /* without the password the sentinel refuses: exit 69 (authentication) */
   run_expect(&p, ARGS("-u", uri, key, "-c", "touch ran3"), 69);
   cr_assert(!exists_in("ran3"));
+  /* rlock elect and rlock leader take the --sentinel-* options too */
+  run_expect(&p, ARGS("leader", "-u", uri, "--sentinel-password-file", good,
+                      key),
+             1);
+  run_expect(&p, ARGS("leader", "-u", uri, key), 69);
+  run_expect(&p,
+             ARGS("elect", "-u", uri, "--sentinel-password-file", good, key,
+                  "--", "sh", "-c",
+                  "\"$RLOCK_CLI\" leader -u \"$REDIS_URL\" \"$RLOCK_ELECTION_NAME\" "
+                  "> leader"),
+             0);
+  char *leader = slurp_in("leader");
+  cr_assert(strstr(leader, " term ") != NULL, "leader in the master: %s",
+            leader);
+  free(leader);
 }
 
 /* ---- rlock ls and status --watch (issue 28, item 5) ---- */
@@ -4025,6 +4086,17 @@ Test(cli, secrets_uri_sources_and_no_password_anywhere,
   assert_no_secret(&p, "--uri-file status");
   cr_assert_eq(cli_run(&p, ARGS("ls", "--json", "--uri-file", file)), 0);
   assert_no_secret(&p, "--uri-file ls");
+  /* ... fence, elect and leader (nobody leads: 1; the lock is free: 2) */
+  cr_assert_eq(cli_run(&p, ARGS("leader", "--uri-file", file, key)), 1);
+  assert_no_secret(&p, "--uri-file leader");
+  cr_assert_eq(cli_run(&p, ARGS("--uri-file", file, "fence", "check", key,
+                                "1")),
+               2);
+  assert_no_secret(&p, "--uri-file fence");
+  cr_assert_eq(cli_run(&p, ARGS("elect", "--uri-file", file, key, "--",
+                                "true")),
+               0);
+  assert_no_secret(&p, "--uri-file elect");
   /* $REDIS_URL */
   cr_assert(setenv("REDIS_URL", uri, 1) == 0);
   cr_assert_eq(cli_run(&p, ARGS("-vv", key, "--", "true")), 0);

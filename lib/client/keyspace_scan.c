@@ -1,6 +1,6 @@
 /* rlock_scan_*(): the names of the locks, semaphores and latches in the
  * keyspace, a public facade over prim/scan.c beside client.c. It reaches
- * the client through the public API (a handle, for its engine), as info.c
+ * the client through the public API (a handle, for its engine), as introspect.c
  * does.
  *
  * The pattern is matched against names, but SCAN's MATCH sees keys. A

@@ -41,6 +41,11 @@ extern "C" {
 #define RLOCK_EXTERN
 #endif
 
+/* ========================================================================
+ * Library: version, limits, errors, handles
+ * (docs/errors.md; docs/api.md, "API overview")
+ * ===================================================================== */
+
 /* The version of this header (semantic versioning; meson.build's project
  * version, which the build checks them against). A program built against
  * it may run with a newer library of the same soname: rlock_version() says
@@ -118,6 +123,11 @@ RLOCK_EXTERN const char *rlock_last_error(void);
 /* Opaque handles. */
 typedef struct rlock_client rlock_client;
 typedef struct rlock rlock;
+
+/* ========================================================================
+ * Diagnostics and events: the callbacks a client makes
+ * (docs/api.md, "Diagnostics" and "Events")
+ * ===================================================================== */
 
 /*
  * Called on the client's loop thread when the watchdog finds that a lock it
@@ -271,6 +281,140 @@ typedef struct rlock_event {
    offsetof(rlock_event, field) + sizeof(((rlock_event *)0)->field))
 
 typedef void (*rlock_event_cb)(const rlock_event *ev, void *data);
+
+/* ========================================================================
+ * Stats
+ * (docs/api.md, "Stats")
+ * ===================================================================== */
+
+/*
+ * Stats (docs/api.md, "Stats"): counters and histograms of what a client
+ * did since it was opened. Added in 0.2.0 (unreleased).
+ *
+ * A histogram's buckets are log2 milliseconds: buckets[0] counts values
+ * of 0 and 1 ms, buckets[i] (1 <= i < RLOCK_STATS_BUCKETS - 1) values v
+ * with 2^(i-1) < v <= 2^i ms, and the last bucket everything above
+ * 2^(RLOCK_STATS_BUCKETS - 2) ms (about 70 minutes). count is the sum of
+ * the buckets; sum_ms the sum of the values; max_ms the largest.
+ */
+#define RLOCK_STATS_BUCKETS 24
+/* failures[] has this many entries, indexed by -code (RLOCK_EINVAL is
+ * failures[1]); failures[0] counts codes beyond the table. */
+#define RLOCK_STATS_ERRORS 32
+
+typedef struct rlock_histogram {
+  uint64_t count;
+  uint64_t sum_ms;
+  uint64_t max_ms;
+  uint64_t buckets[RLOCK_STATS_BUCKETS];
+} rlock_histogram;
+
+typedef struct rlock_stats {
+  /* Set by rlock_stats_init(). A struct from an older rlock.h (smaller)
+   * is filled only as far as it reaches. */
+  size_t struct_size;
+  /* Acquire calls that got the lock (or permit, or latch), and those of
+   * them that had to wait (more than one try). */
+  uint64_t acquisitions;
+  uint64_t acquisitions_contended;
+  /* Acquire calls that ended without it: wait_ms passed (try_lock with
+   * wait 0 included), canceled or interrupted. */
+  uint64_t gave_up_timeout;
+  uint64_t gave_up_canceled;
+  /* Calls of any kind that failed on the loop thread, by code:
+   * failures[-code] (what a call refuses before it is queued - a bad
+   * argument, RLOCK_EDEADLK, RLOCK_ECLOSED - is not counted). */
+  uint64_t failures[RLOCK_STATS_ERRORS];
+  /* Successful unlocks of lock kinds, and those that freed the lock. */
+  uint64_t releases;
+  /* Time acquisitions waited (call start to the server's yes), and how
+   * long locks were held (outermost acquire to the unlock that freed it). */
+  rlock_histogram wait;
+  rlock_histogram hold;
+  /* Watchdog renewals, one per hold per period: sent, confirmed by the
+   * server, failed (no answer or an error answer: RENEWAL_FAILED). */
+  uint64_t renewals_sent;
+  uint64_t renewals_confirmed;
+  uint64_t renewals_failed;
+  /* Round-trip time of renewal commands (one per batch of holds), in
+   * microseconds, re-sends included. */
+  uint64_t renewal_rtt_count;
+  uint64_t renewal_rtt_sum_us;
+  uint64_t renewal_rtt_max_us;
+  /* The least lease head-room seen at a confirmed renewal: what was left
+   * of the hold's guarantee (rlock_is_lease_guaranteed() minus now) when the
+   * renewal's confirmation came, before it moved the guarantee on.
+   * Negative: the guarantee had run out before the renewal was confirmed
+   * (the lock may have been free meanwhile). INT64_MAX: no renewal
+   * confirmed yet. */
+  int64_t lease_headroom_min_ms;
+  /* Holds lost (RLOCK_EVENT_LOST). */
+  uint64_t locks_lost;
+  /* Connections up again after a loss (command and subscriber), channels
+   * subscribed again after one, commands written (re-sends included). */
+  uint64_t reconnects;
+  uint64_t resubscribes;
+  uint64_t commands_sent;
+  /* Replica sync: writes a replica confirmed, and writes none confirmed
+   * in time (the acquire is undone: RLOCK_ENOREPLICA). */
+  uint64_t replica_sync_ok;
+  uint64_t replica_sync_unconfirmed;
+  /* RLOCK_EVENT_LEASE_AT_RISK, however many. */
+  uint64_t lease_at_risk;
+  /* Leader election (rlock_election_*): terms won (RLOCK_EVENT_ELECTED),
+   * and terms ended by a loss or a resign (RLOCK_EVENT_TERM_ENDED).
+   * Added in 0.2.0. */
+  uint64_t terms_won;
+  uint64_t terms_lost;
+  uint64_t terms_resigned;
+} rlock_stats;
+
+/* Zeroes `s` and sets struct_size to `size`; use rlock_stats_init(). */
+static inline void rlock_stats_init_size(rlock_stats *s, size_t size) {
+  memset(s, 0, sizeof(*s));
+  s->struct_size = size;
+}
+static inline void rlock_stats_init(rlock_stats *s) {
+  rlock_stats_init_size(s, sizeof(*s));
+}
+
+/* Fills `out` with the client's stats: only its first struct_size bytes are
+ * written (bytes beyond are left as they are). The counters are written by
+ * the loop thread and read here without a lock, each one whole (relaxed
+ * atomics): a reading taken while locks are busy may be a few events
+ * behind in one counter and not yet in another, but a histogram's count
+ * always equals the sum of its buckets. Never blocks; any thread,
+ * including an event handler. 0, or RLOCK_EINVAL (NULL client or out,
+ * struct_size smaller than the struct_size field's end or larger than this
+ * library's struct). */
+RLOCK_EXTERN int rlock_client_stats(const rlock_client *client,
+                                        rlock_stats *out);
+
+/* Writes `s` in the Prometheus text exposition format 0.0.4 (# HELP and
+ * # TYPE lines; counters end in _total; histograms as _bucket{le="..."}
+ * in seconds, cumulative, with le="+Inf", _sum and _count) to buf, at
+ * most len bytes including the NUL, as snprintf does. Every sample has
+ * the label client="<client>" (escaped) when client is not NULL. Metric
+ * names start with "rlock_". Fields beyond s->struct_size are left out.
+ * Returns the length the whole text needs (without the NUL): call again
+ * with a larger buffer when it is >= len. RLOCK_EINVAL for a NULL s, a
+ * NULL buf with len > 0, or a bad struct_size. Any thread. */
+RLOCK_EXTERN int rlock_stats_format_prometheus(const rlock_stats *s,
+                                               char *buf, size_t len,
+                                               const char *client);
+
+/* The same as one JSON object: {"client": ..., "acquisitions": N, ...,
+ * "failures": {"RLOCK_ECONN": N, ...} (non-zero codes only),
+ * "wait": {"count", "sum_ms", "max_ms", "buckets": [{"le_ms": 1, "count":
+ * n}, ..., {"le_ms": null, ...}]} (buckets not cumulative)}. Returns as
+ * rlock_stats_format_prometheus(). */
+RLOCK_EXTERN int rlock_stats_format_json(const rlock_stats *s, char *buf,
+                                         size_t len, const char *client);
+
+/* ========================================================================
+ * Client options
+ * (docs/api.md, "Client options")
+ * ===================================================================== */
 
 /* Client options. Always fill with rlock_options_init() first, then set the
  * fields you need: the struct may grow in later versions, and fields are
@@ -485,6 +629,11 @@ static inline void rlock_options_init(rlock_options *o) {
   rlock_options_init_size(o, sizeof(*o));
 }
 
+/* ========================================================================
+ * Client
+ * (docs/api.md, "API overview" and "Semantics")
+ * ===================================================================== */
+
 /*
  * Opens a client: validates `o` (NULL = defaults; otherwise filled by
  * rlock_options_init(), see struct_size), starts the loop thread and
@@ -557,134 +706,20 @@ RLOCK_EXTERN int rlock_client_capabilities(const rlock_client *client,
                                        rlock_client_caps *caps);
 
 /*
- * Stats (docs/api.md, "Stats"): counters and histograms of what a client
- * did since it was opened. Added in 0.2.0 (unreleased).
- *
- * A histogram's buckets are log2 milliseconds: buckets[0] counts values
- * of 0 and 1 ms, buckets[i] (1 <= i < RLOCK_STATS_BUCKETS - 1) values v
- * with 2^(i-1) < v <= 2^i ms, and the last bucket everything above
- * 2^(RLOCK_STATS_BUCKETS - 2) ms (about 70 minutes). count is the sum of
- * the buckets; sum_ms the sum of the values; max_ms the largest.
+ * Interrupts every acquire (blocking or async) that `owner` (a thread id or
+ * an explicit owner id) is running on `client`, like Java's
+ * Thread.interrupt() on lockInterruptibly(): the blocked call returns, or
+ * the callback fires with, RLOCK_ECANCELED. The interrupted acquire leaves
+ * no hold and no renewal behind. Returns how many acquires were interrupted
+ * (0 if none was running), or RLOCK_ECLOSED / RLOCK_EINVAL. Any thread,
+ * including the loop thread.
  */
-#define RLOCK_STATS_BUCKETS 24
-/* failures[] has this many entries, indexed by -code (RLOCK_EINVAL is
- * failures[1]); failures[0] counts codes beyond the table. */
-#define RLOCK_STATS_ERRORS 32
+RLOCK_EXTERN int rlock_client_interrupt(rlock_client *client, uint64_t owner);
 
-typedef struct rlock_histogram {
-  uint64_t count;
-  uint64_t sum_ms;
-  uint64_t max_ms;
-  uint64_t buckets[RLOCK_STATS_BUCKETS];
-} rlock_histogram;
-
-typedef struct rlock_stats {
-  /* Set by rlock_stats_init(). A struct from an older rlock.h (smaller)
-   * is filled only as far as it reaches. */
-  size_t struct_size;
-  /* Acquire calls that got the lock (or permit, or latch), and those of
-   * them that had to wait (more than one try). */
-  uint64_t acquisitions;
-  uint64_t acquisitions_contended;
-  /* Acquire calls that ended without it: wait_ms passed (try_lock with
-   * wait 0 included), canceled or interrupted. */
-  uint64_t gave_up_timeout;
-  uint64_t gave_up_canceled;
-  /* Calls of any kind that failed on the loop thread, by code:
-   * failures[-code] (what a call refuses before it is queued - a bad
-   * argument, RLOCK_EDEADLK, RLOCK_ECLOSED - is not counted). */
-  uint64_t failures[RLOCK_STATS_ERRORS];
-  /* Successful unlocks of lock kinds, and those that freed the lock. */
-  uint64_t releases;
-  /* Time acquisitions waited (call start to the server's yes), and how
-   * long locks were held (outermost acquire to the unlock that freed it). */
-  rlock_histogram wait;
-  rlock_histogram hold;
-  /* Watchdog renewals, one per hold per period: sent, confirmed by the
-   * server, failed (no answer or an error answer: RENEWAL_FAILED). */
-  uint64_t renewals_sent;
-  uint64_t renewals_confirmed;
-  uint64_t renewals_failed;
-  /* Round-trip time of renewal commands (one per batch of holds), in
-   * microseconds, re-sends included. */
-  uint64_t renewal_rtt_count;
-  uint64_t renewal_rtt_sum_us;
-  uint64_t renewal_rtt_max_us;
-  /* The least lease head-room seen at a confirmed renewal: what was left
-   * of the hold's guarantee (rlock_is_lease_guaranteed() minus now) when the
-   * renewal's confirmation came, before it moved the guarantee on.
-   * Negative: the guarantee had run out before the renewal was confirmed
-   * (the lock may have been free meanwhile). INT64_MAX: no renewal
-   * confirmed yet. */
-  int64_t lease_headroom_min_ms;
-  /* Holds lost (RLOCK_EVENT_LOST). */
-  uint64_t locks_lost;
-  /* Connections up again after a loss (command and subscriber), channels
-   * subscribed again after one, commands written (re-sends included). */
-  uint64_t reconnects;
-  uint64_t resubscribes;
-  uint64_t commands_sent;
-  /* Replica sync: writes a replica confirmed, and writes none confirmed
-   * in time (the acquire is undone: RLOCK_ENOREPLICA). */
-  uint64_t replica_sync_ok;
-  uint64_t replica_sync_unconfirmed;
-  /* RLOCK_EVENT_LEASE_AT_RISK, however many. */
-  uint64_t lease_at_risk;
-  /* Leader election (rlock_election_*): terms won (RLOCK_EVENT_ELECTED),
-   * and terms ended by a loss or a resign (RLOCK_EVENT_TERM_ENDED).
-   * Added in 0.2.0. */
-  uint64_t terms_won;
-  uint64_t terms_lost;
-  uint64_t terms_resigned;
-} rlock_stats;
-
-/* Zeroes `s` and sets struct_size to `size`; use rlock_stats_init(). */
-static inline void rlock_stats_init_size(rlock_stats *s, size_t size) {
-  memset(s, 0, sizeof(*s));
-  s->struct_size = size;
-}
-static inline void rlock_stats_init(rlock_stats *s) {
-  rlock_stats_init_size(s, sizeof(*s));
-}
-
-/* Fills `out` with the client's stats: only its first struct_size bytes are
- * written (bytes beyond are left as they are). The counters are written by
- * the loop thread and read here without a lock, each one whole (relaxed
- * atomics): a reading taken while locks are busy may be a few events
- * behind in one counter and not yet in another, but a histogram's count
- * always equals the sum of its buckets. Never blocks; any thread,
- * including an event handler. 0, or RLOCK_EINVAL (NULL client or out,
- * struct_size smaller than the struct_size field's end or larger than this
- * library's struct). */
-RLOCK_EXTERN int rlock_client_stats(const rlock_client *client,
-                                        rlock_stats *out);
-
-/* Writes `s` in the Prometheus text exposition format 0.0.4 (# HELP and
- * # TYPE lines; counters end in _total; histograms as _bucket{le="..."}
- * in seconds, cumulative, with le="+Inf", _sum and _count) to buf, at
- * most len bytes including the NUL, as snprintf does. Every sample has
- * the label client="<client>" (escaped) when client is not NULL. Metric
- * names start with "rlock_". Fields beyond s->struct_size are left out.
- * Returns the length the whole text needs (without the NUL): call again
- * with a larger buffer when it is >= len. RLOCK_EINVAL for a NULL s, a
- * NULL buf with len > 0, or a bad struct_size. Any thread. */
-RLOCK_EXTERN int rlock_stats_format_prometheus(const rlock_stats *s,
-                                               char *buf, size_t len,
-                                               const char *client);
-
-/* The same as one JSON object: {"client": ..., "acquisitions": N, ...,
- * "failures": {"RLOCK_ECONN": N, ...} (non-zero codes only),
- * "wait": {"count", "sum_ms", "max_ms", "buckets": [{"le_ms": 1, "count":
- * n}, ..., {"le_ms": null, ...}]} (buckets not cumulative)}. Returns as
- * rlock_stats_format_prometheus(). */
-RLOCK_EXTERN int rlock_stats_format_json(const rlock_stats *s, char *buf,
-                                         size_t len, const char *client);
-
-/*
- * The calling thread's id as used in lock owners: a decimal 64-bit integer,
- * unique within the process for its whole life (never reused). Thread-safe.
- */
-RLOCK_EXTERN uint64_t rlock_thread_id(void);
+/* ========================================================================
+ * Locks: the rlock * handle and its kinds
+ * (docs/api.md, "Semantics", "Lease safety", "Lock kinds")
+ * ===================================================================== */
 
 /*
  * Creates a handle for the lock `name` (like Redisson's getLock(name)). The
@@ -875,6 +910,18 @@ RLOCK_EXTERN int rlock_unlock(rlock *lock);
  * a read/write lock in read (write) mode, and otherwise returns 0. */
 RLOCK_EXTERN int rlock_force_unlock(rlock *lock);
 
+/*
+ * Releases every hold `owner` has on `lock`, as the lock's kind releases
+ * its last hold (message included): for a holder whose client is gone
+ * (closed, crashed) and whose owner string ("<client-uuid>:<thread-id>",
+ * as RLOCK_OWNER and rlock_info show it; for a write lock without
+ * ":write") is known. Other holders keep theirs. Runs rlock's trim script
+ * (docs/wire-protocol.md, "Trim") with a count of 0. Returns 1 released,
+ * 0 `owner` held nothing, or a negative error: RLOCK_EINVAL for a NULL or
+ * over-long owner, or a handle that is no lock (semaphore, latch).
+ */
+RLOCK_EXTERN int rlock_force_unlock_holder(rlock *lock, const char *owner);
+
 /* 1 if anyone holds the lock, 0 if not, or a negative error. */
 RLOCK_EXTERN int rlock_is_locked(rlock *lock);
 
@@ -926,8 +973,7 @@ RLOCK_EXTERN int rlock_is_lease_guaranteed_owner(rlock *lock, uint64_t owner,
  * Any thread. */
 RLOCK_EXTERN int64_t rlock_now_ms(void);
 
-/* ------------------------------------------------------------------------
- * Explicit owners
+/* Explicit owners.
  *
  * A lock is held by an owner: by default the calling thread
  * (rlock_thread_id()). Programs whose logical owners are not OS threads
@@ -937,7 +983,13 @@ RLOCK_EXTERN int64_t rlock_now_ms(void);
  * thread ids; rlock_owner_new() hands out ids that no thread and no other
  * rlock_owner_new() call will ever use. One owner should not run two
  * operations on the same lock at the same time (as one Java thread can't).
- * ---------------------------------------------------------------------- */
+ */
+
+/*
+ * The calling thread's id as used in lock owners: a decimal 64-bit integer,
+ * unique within the process for its whole life (never reused). Thread-safe.
+ */
+RLOCK_EXTERN uint64_t rlock_thread_id(void);
 
 /* A fresh owner id, never equal to any thread id or earlier result.
  * Thread-safe. */
@@ -954,19 +1006,9 @@ RLOCK_EXTERN int rlock_unlock_owner(rlock *lock, uint64_t owner);
 RLOCK_EXTERN int rlock_is_held_owner(rlock *lock, uint64_t owner);
 RLOCK_EXTERN int64_t rlock_hold_count_owner(rlock *lock, uint64_t owner);
 
-/*
- * Interrupts every acquire (blocking or async) that `owner` (a thread id or
- * an explicit owner id) is running on `client`, like Java's
- * Thread.interrupt() on lockInterruptibly(): the blocked call returns, or
- * the callback fires with, RLOCK_ECANCELED. The interrupted acquire leaves
- * no hold and no renewal behind. Returns how many acquires were interrupted
- * (0 if none was running), or RLOCK_ECLOSED / RLOCK_EINVAL. Any thread,
- * including the loop thread.
- */
-RLOCK_EXTERN int rlock_client_interrupt(rlock_client *client, uint64_t owner);
-
-/* ------------------------------------------------------------------------
- * Asynchronous API
+/* ========================================================================
+ * Asynchronous requests
+ * (docs/api.md, "Explicit owners and the asynchronous API")
  *
  * Each call queues the operation and returns at once. Contract (as libuv):
  * if the call returns an error, the callback never fires; otherwise it fires
@@ -985,7 +1027,7 @@ RLOCK_EXTERN int rlock_client_interrupt(rlock_client *client, uint64_t owner);
  * When `req` is not NULL it receives a handle to the operation, for
  * rlock_req_cancel(); the caller then owns it and must release it with
  * rlock_req_free() (before or after the callback).
- * ---------------------------------------------------------------------- */
+ * ===================================================================== */
 
 typedef struct rlock_req rlock_req;
 typedef void (*rlock_cb)(int status, int64_t value, void *data);
@@ -1008,6 +1050,24 @@ RLOCK_EXTERN int rlock_hold_count_async(rlock *lock, uint64_t owner,
                                         rlock_req **req);
 RLOCK_EXTERN int rlock_remain_ttl_async(rlock *lock, rlock_cb cb, void *data,
                                         rlock_req **req);
+
+/*
+ * Cancels a pending acquire from any thread: its callback fires with
+ * RLOCK_ECANCELED (unless it already fired or fires first with its own
+ * result - exactly once either way), and it leaves no hold or renewal behind.
+ * Returns 0, or RLOCK_EINVAL when req is NULL or not an acquire,
+ * RLOCK_ECLOSED when the client is closed.
+ */
+RLOCK_EXTERN int rlock_req_cancel(rlock_req *req);
+
+/* Releases the caller's handle to an operation (it does not cancel it).
+ * NULL is accepted. */
+RLOCK_EXTERN void rlock_req_free(rlock_req *req);
+
+/* ========================================================================
+ * MultiLock, RedLock and FasterMultiLock
+ * (docs/multilock.md; docs/api.md, "MultiLock")
+ * ===================================================================== */
 
 /* ---- MultiLock (Redisson getMultiLock(RLock...)) ------------------------ *
  * Several locks of any kinds taken all-or-nothing by one owner, with
@@ -1227,6 +1287,11 @@ RLOCK_EXTERN int rlock_fast_multilock_is_locked(rlock_fast_multilock *fml);
 RLOCK_EXTERN int rlock_fast_multilock_is_held_owner(
     rlock_fast_multilock *fml, uint64_t owner);
 
+/* ========================================================================
+ * Semaphore
+ * (docs/semaphores-latches.md)
+ * ===================================================================== */
+
 /* ---- semaphores (Redisson getSemaphore) ------------------------------- *
  * N permits shared by every client, Java's included: a string counter under
  * the name and the channel "redisson_sc:{name}", on which every call that
@@ -1282,6 +1347,11 @@ RLOCK_EXTERN int rlock_semaphore_acquire_async(rlock_semaphore *sem,
  * lost reply. */
 RLOCK_EXTERN int rlock_semaphore_release_if_exists(rlock_semaphore *sem,
                                                    int64_t permits);
+
+/* ========================================================================
+ * Permit-expirable semaphore
+ * (docs/semaphores-latches.md)
+ * ===================================================================== */
 
 /* ---- permit-expirable semaphores (Redisson getPermitExpirableSemaphore)
  * N permits; each taken permit has an id (32 lowercase hex characters, as
@@ -1388,6 +1458,11 @@ RLOCK_EXTERN int64_t rlock_permit_semaphore_permits(
 RLOCK_EXTERN int rlock_permit_semaphore_lease_time(
     rlock_permit_semaphore *sem, const char *id, int64_t *ms_left);
 
+/* ========================================================================
+ * Count-down latch
+ * (docs/semaphores-latches.md)
+ * ===================================================================== */
+
 /* ---- count-down latches (Redisson getCountDownLatch) ------------------ *
  * A count under the name; when count_down takes it to 0 the key is deleted
  * and "0" published on "redisson_countdownlatch__channel__{name}" (braces
@@ -1419,6 +1494,312 @@ RLOCK_EXTERN int rlock_latch_await_async(rlock_latch *latch, int64_t wait_ms,
                                          rlock_req **req);
 /* Deletes the latch (publishing "1"): 1 deleted, 0 there was none. */
 RLOCK_EXTERN int rlock_latch_delete(rlock_latch *latch);
+
+/* ========================================================================
+ * Fencing: the token check and the guard
+ * (docs/fencing.md; docs/api.md, "Fencing")
+ *
+ * The check call on a fenced lock, and the
+ * guard, the resource-side half of fencing for data kept in Redis. A
+ * fenced lock's tokens (rlock_lock_fenced) grow with every acquisition and
+ * never go backwards, even after the server lost the token key (they are
+ * floored with the server's clock); a resource that refuses writes with a
+ * token older than one it has seen stops a paused holder whose lease ran
+ * out from overwriting the next holder's work.
+ * ===================================================================== */
+
+/* What rlock_check_token() answers. */
+typedef enum rlock_fence_state {
+  RLOCK_FENCE_FREE = 0,    /* the lock is not held */
+  RLOCK_FENCE_CURRENT = 1, /* held, and the token is the latest handed out
+                              (or higher: a forged token or one from a
+                              clock jump passes, as with Chubby) */
+  RLOCK_FENCE_STALE = 2,   /* held, with a later token than this one: the
+                              token's holder lost the lock (or re-entered:
+                              each acquisition has its own token) */
+  RLOCK_FENCE_UNKNOWN = 3  /* held, but the token key is gone (its TTL,
+                              fenced_token_ttl_ms, was shorter than the
+                              hold): no token can be judged */
+} rlock_fence_state;
+
+/*
+ * Fenced lock: is `token` the current holder's? In the manner of Chubby's
+ * CheckSequencer, for a service that is handed a token and can call back:
+ * one read (a script over the lock hash and the token key, re-sent after a
+ * timeout). Returns an rlock_fence_state (>= 0), or RLOCK_EINVAL (NULL
+ * lock, not a fenced lock, token < 1), the transport errors, RLOCK_EPROTO
+ * (the token key does not hold a number). The async form's callback gets
+ * status 0 and the state as value, or the error.
+ */
+RLOCK_EXTERN int rlock_check_token(rlock *lock, int64_t token);
+RLOCK_EXTERN int rlock_check_token_async(rlock *lock, int64_t token,
+                                          rlock_cb cb, void *data,
+                                          rlock_req **req);
+
+/* A guard: a hash under its own name (fields "lock" and "token": the lock
+ * it fences and the highest token that passed), kept beside the data it
+ * fences, on the lock's server or any other the client talks to. */
+typedef struct rlock_guard rlock_guard;
+
+/*
+ * A handle on the guard `name` (no command is sent). In a cluster the
+ * guarded keys must share the guard's slot: name the guard "{res}" or
+ * "x:{res}" and its keys "{res}:..." - a name without braces hashes as
+ * "{name}". 0, RLOCK_EINVAL (NULL or empty name), RLOCK_ENAMETOOLONG,
+ * RLOCK_ECLOSED, RLOCK_ENOMEM. Free with rlock_guard_free().
+ */
+RLOCK_EXTERN int rlock_guard_new(rlock_client *client, const char *name,
+                                 rlock_guard **out);
+RLOCK_EXTERN void rlock_guard_free(rlock_guard *guard);
+
+/* The write a guarded write makes. */
+typedef enum rlock_guard_op {
+  RLOCK_GUARD_SET = 1,    /* SET key value; result 0 */
+  RLOCK_GUARD_HSET = 2,   /* HSET key field value; result the fields added */
+  RLOCK_GUARD_INCRBY = 3, /* INCRBY key delta; result the new value */
+  RLOCK_GUARD_DEL = 4,    /* DEL key; result the keys removed */
+  /* The caller's own Lua script, run inside the guard's: it sees its keys
+   * as KEYS and its args as ARGV, as with EVAL; result its integer reply
+   * (nil, a status or a non-number: 0). An error reply it returns (or
+   * raises) is the call's error, and the guard does not record the token
+   * (what the script wrote before the error stays, as with EVAL). */
+  RLOCK_GUARD_EVAL = 5
+} rlock_guard_op;
+
+typedef struct rlock_guarded_write {
+  size_t struct_size; /* rlock_guarded_write_init() */
+  const char *lock_name; /* the fenced lock the token is from */
+  int64_t token;         /* >= 1 */
+  rlock_guard_op op;
+  const char *key;       /* SET, HSET, INCRBY, DEL */
+  const char *field;     /* HSET */
+  const char *value;     /* SET, HSET */
+  int64_t delta;         /* INCRBY */
+  const char *script;    /* EVAL: the Lua body */
+  const char *const *keys; /* EVAL: nkeys keys */
+  size_t nkeys;
+  const char *const *args; /* EVAL: nargs arguments */
+  size_t nargs;
+} rlock_guarded_write;
+
+static inline void rlock_guarded_write_init(rlock_guarded_write *w) {
+  memset(w, 0, sizeof(*w));
+  w->struct_size = sizeof(*w);
+}
+
+/*
+ * A guarded write: the write runs only if w->token is at least the highest
+ * token the guard has seen for w->lock_name, and the guard then records
+ * it - atomically, one script on the server; else nothing is written.
+ * Strings are copied; the call may return before the write runs (async).
+ * Never re-sent: a lost reply is RLOCK_ETIMEDOUT / RLOCK_ECONN (the write
+ * may have run; the same write with the same token again is accepted).
+ * Returns 0 with *result (may be NULL) as rlock_guard_op says, or:
+ *   RLOCK_ESTALE   the token is below the highest the guard has seen (a
+ *                  holder whose lock expired while it was paused); counted
+ *                  in stats as failures[-RLOCK_ESTALE] and said as
+ *                  RLOCK_EVENT_STALE;
+ *   RLOCK_EFOREIGN the guard fences another lock than w->lock_name;
+ *   RLOCK_EWRONGTYPE the guard key is not a guard, or the data key holds
+ *                  the wrong type for the write (nothing written);
+ *   RLOCK_ECLUSTER a key is not in the guard's cluster slot (nothing sent);
+ *   RLOCK_EINVAL   NULL guard or w, struct_size not set, empty lock_name,
+ *                  token < 1, an unknown op, a NULL key/field/value the op
+ *                  needs, an EVAL without a script, over 1000 keys or args;
+ *   RLOCK_ENOPERM  the ACL denies a command of the write (nothing written);
+ *   the transport errors, RLOCK_ESERVER (e.g. the caller's script failed).
+ * A token higher than any handed out (forged, or from a clock jump) is
+ * accepted and raises the guard's floor, as a Chubby sequencer would.
+ */
+RLOCK_EXTERN int rlock_guard_write(rlock_guard *guard,
+                                   const rlock_guarded_write *w,
+                                   int64_t *result);
+/* The same, asynchronously: the callback gets status (0 or the error) and
+ * the result as value. 0 or the argument errors above, RLOCK_ECLOSED,
+ * RLOCK_ENOMEM. */
+RLOCK_EXTERN int rlock_guard_write_async(rlock_guard *guard,
+                                         const rlock_guarded_write *w,
+                                         rlock_cb cb, void *data,
+                                         rlock_req **req);
+
+/* ========================================================================
+ * Leader election
+ * (docs/election.md; docs/api.md, "Leader election")
+ *
+ * Added in 0.2.0 (unreleased).
+ *
+ * Candidates of one election name contend on the fenced lock of that name
+ * (rlock_new_fenced: Redisson's getFencedLock), so a Java service that
+ * holds getFencedLock(name) is the leader too - with no value. The leader
+ * holds the lock with the watchdog (watchdog_timeout_ms, renewed every
+ * third of it); its term is the fencing token of its acquisition. Beside
+ * the lock, the leader writes its value, term and holder field to the
+ * value key rlock_election:{name} and announces changes on the channel
+ * rlock_election__channel:{name} (docs/wire-protocol.md, "Leader
+ * election").
+ *
+ * A term ends exactly once: resigned (rlock_election_resign), or lost -
+ * the watchdog found the lock gone, or its lease guarantee
+ * (rlock_is_lease_guaranteed) ran out without a confirmed renewal (a server
+ * that stopped answering, a process that was stopped): the candidate then
+ * gives the lock up and stops reporting leadership before it learns more.
+ * ===================================================================== */
+
+typedef struct rlock_election rlock_election;
+typedef struct rlock_election_observer rlock_election_observer;
+
+/* Longest value, in bytes. A value is 1..RLOCK_ELECTION_VALUE_MAX bytes
+ * (any bytes). */
+#define RLOCK_ELECTION_VALUE_MAX 4096
+/* Longest holder field kept in rlock_election_state (a lock's hash field:
+ * "<client-id>:<thread-id>" for rlock and Redisson). */
+#define RLOCK_ELECTION_HOLDER_MAX 127
+
+/* What an election callback says (status). */
+#define RLOCK_ELECTION_NOT_WON 0  /* not leader within wait_ms */
+#define RLOCK_ELECTION_WON 1      /* leader: term given */
+#define RLOCK_ELECTION_LOST 2     /* the term ended without a resign */
+#define RLOCK_ELECTION_RESIGNED 3 /* the term ended by a resign */
+
+/* The campaign's callback, on the client's loop thread (not blocking, no
+ * blocking rlock calls: RLOCK_EDEADLK). An async campaign's callback
+ * fires first with its result: RLOCK_ELECTION_WON (term > 0),
+ * RLOCK_ELECTION_NOT_WON, or a negative RLOCK_E* code (RLOCK_ECANCELED
+ * after rlock_election_cancel; rlock_last_error() has the detail). After
+ * WON it fires exactly once more when that term ends:
+ * RLOCK_ELECTION_LOST or RLOCK_ELECTION_RESIGNED, with the term. */
+typedef void (*rlock_election_cb)(rlock_election *e, int status,
+                                  int64_t term, void *data);
+
+/* A candidate for leadership of `name` on `client`, with an owner id of
+ * its own (rlock_owner_new): one campaign at a time per handle. Sends
+ * nothing. Errors: RLOCK_EINVAL (NULL or empty name, NULL out),
+ * RLOCK_ENAMETOOLONG, RLOCK_ECLOSED, RLOCK_ENOMEM. */
+RLOCK_EXTERN int rlock_election_new(rlock_client *client, const char *name,
+                                    rlock_election **out);
+/* Resigns first when leading, cancels a campaign in flight (its callback
+ * fires), then frees the handle: no callback of it runs after this
+ * returns, unless called on the loop thread itself. NULL is accepted. Free
+ * handles before their client. */
+RLOCK_EXTERN void rlock_election_free(rlock_election *e);
+
+/*
+ * Campaigns with `value` (1..RLOCK_ELECTION_VALUE_MAX bytes) within
+ * wait_ms (< 0: until won; 0: one try): returns 1 leader (*term, NULL ok,
+ * gets the term), 0 not within wait_ms, or a negative error: RLOCK_EINVAL
+ * (NULL handle, NULL or empty or oversized value), RLOCK_EREENTRY (this
+ * handle already campaigns or leads), RLOCK_EKIND / RLOCK_EWRONGTYPE (the
+ * name holds a read/write lock / not a lock), RLOCK_ECANCELED
+ * (rlock_election_cancel), RLOCK_EDEADLK (on the loop thread), the
+ * transport errors. on_end (NULL ok) fires, on the loop thread, exactly
+ * once when a term won here ends (RLOCK_ELECTION_LOST or _RESIGNED).
+ * Leaves nothing behind when not won.
+ */
+RLOCK_EXTERN int rlock_election_campaign(rlock_election *e, const char *value,
+                                         size_t len, int64_t wait_ms,
+                                         rlock_election_cb on_end, void *data,
+                                         int64_t *term);
+/* The same without blocking: cb fires as rlock_election_cb says. Returns 0,
+ * or an error (then cb never fires). The handle is the request: one
+ * campaign at a time per handle, ended with rlock_election_cancel() (not
+ * an rlock_req, so it is not called _async). */
+RLOCK_EXTERN int rlock_election_campaign_start(rlock_election *e,
+                                               const char *value, size_t len,
+                                               int64_t wait_ms,
+                                               rlock_election_cb cb,
+                                               void *data);
+/* Ends a campaign that waits (blocking or async): it returns, or its
+ * callback fires with, RLOCK_ECANCELED. Returns how many waits it ended
+ * (0: none was waiting; a term already won is not touched), or
+ * RLOCK_EINVAL / RLOCK_ECLOSED. Any thread. */
+RLOCK_EXTERN int rlock_election_cancel(rlock_election *e);
+
+/* The leader writes a new value (no re-election; observers hear of it).
+ * 0, or RLOCK_EINVAL (bad value), RLOCK_ENOTOWNER (not the leader),
+ * RLOCK_ELOCKLOST (the lock is no longer held by this candidate: the loss
+ * is being delivered), the transport errors. Blocking. */
+RLOCK_EXTERN int rlock_election_proclaim(rlock_election *e, const char *value,
+                                         size_t len);
+
+/* Ends this candidate's term now: releases the lock with its unlock
+ * message (the next candidate, C or Java, wins at once), deletes the
+ * value key if it is still this term's. The campaign's callback gets
+ * RLOCK_ELECTION_RESIGNED. 0, or RLOCK_ENOTOWNER (not the leader: nothing
+ * sent), RLOCK_ECLOSED, RLOCK_EDEADLK. Blocking. */
+RLOCK_EXTERN int rlock_election_resign(rlock_election *e);
+
+/* Is this candidate the leader, and until when is it guaranteed? 1: yes,
+ * with *term and *until_ms (rlock_now_ms() clock: the lock cannot have
+ * expired before; each NULL ok); 0: no - not won, ended, or the guarantee
+ * has run out (act as lost: the loss is being delivered); RLOCK_EINVAL
+ * (NULL handle). Sends nothing; any thread, the loop thread included. */
+RLOCK_EXTERN int rlock_election_leading(rlock_election *e, int64_t *term,
+                                        int64_t *until_ms);
+
+/* Who leads a name, as an observer sees it. */
+typedef struct rlock_election_state {
+  size_t struct_size; /* rlock_election_state_init() */
+  int has_leader;     /* 1: the lock is held */
+  /* 1: the value is the holder's (an rlock candidate wrote it this term);
+   * 0: none (a Java getFencedLock holder, or a candidate that has not
+   * written it yet) */
+  int has_value;
+  /* The leader's term: the value key's when it has the value, else the
+   * fenced lock's latest token (a Java holder's, unless it re-entered:
+   * each re-entry takes a token). 0 without a leader. */
+  int64_t term;
+  int64_t ttl_ms; /* the lock's remaining time to live (-1: none) */
+  char holder[RLOCK_ELECTION_HOLDER_MAX + 1]; /* the lock's hash field; "" */
+  size_t value_len;
+  char value[RLOCK_ELECTION_VALUE_MAX + 1]; /* NUL-terminated too */
+} rlock_election_state;
+
+static inline void rlock_election_state_init(rlock_election_state *s) {
+  s->struct_size = sizeof(*s);
+  s->has_leader = s->has_value = 0;
+  s->term = 0;
+  s->ttl_ms = -2;
+  s->holder[0] = '\0';
+  s->value_len = 0;
+  s->value[0] = '\0';
+}
+
+/* Reads the leader of `name` once (blocking): 0 with *out filled
+ * (has_leader 0 when nobody leads - a name nobody campaigns for is no
+ * error), or RLOCK_EINVAL (NULL argument, struct_size not set),
+ * RLOCK_EKIND / RLOCK_EWRONGTYPE (the name is another kind of lock / not
+ * a lock), the transport errors. */
+RLOCK_EXTERN int rlock_client_election_leader(rlock_client *client, const char *name,
+                                       rlock_election_state *out);
+
+/* Called on the loop thread with each new state, in order: at the start
+ * (the state then, leader or not), then at every change of leader, term,
+ * holder or value. `st` is valid for the call only. After a reconnect the
+ * state then is read and delivered if it changed; a change made and undone
+ * while nobody could hear (disconnected) is not seen. */
+typedef void (*rlock_election_observe_cb)(const rlock_election_state *st,
+                                          void *data);
+
+/* Observes `name` without campaigning: subscribes to the election
+ * channel, reads the state at once, again at each message, when the
+ * leader's lock TTL runs out, after a reconnect, and at least every
+ * poll_ms (0: 1000; changes announced by nobody - a Java holder's
+ * acquire - are seen within it). Returns 0 with *out, or RLOCK_EINVAL,
+ * RLOCK_ENAMETOOLONG, RLOCK_ECLOSED, RLOCK_ENOMEM, RLOCK_EDEADLK. */
+RLOCK_EXTERN int rlock_election_observer_new(rlock_client *client,
+                                        const char *name, int64_t poll_ms,
+                                        rlock_election_observe_cb cb,
+                                        void *data,
+                                        rlock_election_observer **out);
+/* Stops and frees an observer: no callback runs after this returns
+ * (unless called on the loop thread, from its own callback: then none
+ * after that callback). NULL is accepted. */
+RLOCK_EXTERN void rlock_election_observer_free(rlock_election_observer *o);
+
+/* ========================================================================
+ * Introspection and administration
+ * (docs/api.md, "Introspection" and "Who holds it")
+ * ===================================================================== */
 
 /* ---- introspection and administration (`rlock status`, `rlock unlock
  * --force`) ------------------------------------------------------------- *
@@ -1628,17 +2009,10 @@ RLOCK_EXTERN int rlock_client_force_unlock(rlock_client *client,
                                            const char *kind,
                                            rlock_info *found);
 
-/*
- * Releases every hold `owner` has on `lock`, as the lock's kind releases
- * its last hold (message included): for a holder whose client is gone
- * (closed, crashed) and whose owner string ("<client-uuid>:<thread-id>",
- * as RLOCK_OWNER and rlock_info show it; for a write lock without
- * ":write") is known. Other holders keep theirs. Runs rlock's trim script
- * (docs/wire-protocol.md, "Trim") with a count of 0. Returns 1 released,
- * 0 `owner` held nothing, or a negative error: RLOCK_EINVAL for a NULL or
- * over-long owner, or a handle that is no lock (semaphore, latch).
- */
-RLOCK_EXTERN int rlock_force_unlock_holder(rlock *lock, const char *owner);
+/* ========================================================================
+ * Listing names
+ * (docs/api.md, "Listing names")
+ * ===================================================================== */
 
 /* ---- listing names (`rlock ls`) ---------------------------------------- *
  * Every name under which a lock, semaphore or latch (rlock's or Java
@@ -1700,314 +2074,6 @@ RLOCK_EXTERN int rlock_scan_next(rlock_scan *scan, const char **name,
 
 /* Ends a scan and frees it. NULL is accepted. */
 RLOCK_EXTERN void rlock_scan_free(rlock_scan *scan);
-
-/*
- * Cancels a pending acquire from any thread: its callback fires with
- * RLOCK_ECANCELED (unless it already fired or fires first with its own
- * result - exactly once either way), and it leaves no hold or renewal behind.
- * Returns 0, or RLOCK_EINVAL when req is NULL or not an acquire,
- * RLOCK_ECLOSED when the client is closed.
- */
-RLOCK_EXTERN int rlock_req_cancel(rlock_req *req);
-
-/* Releases the caller's handle to an operation (it does not cancel it).
- * NULL is accepted. */
-RLOCK_EXTERN void rlock_req_free(rlock_req *req);
-
-/* ------------------------------------------------------------------------
- * Fencing (docs/fencing.md): the check call on a fenced lock, and the
- * guard, the resource-side half of fencing for data kept in Redis. A
- * fenced lock's tokens (rlock_lock_fenced) grow with every acquisition and
- * never go backwards, even after the server lost the token key (they are
- * floored with the server's clock); a resource that refuses writes with a
- * token older than one it has seen stops a paused holder whose lease ran
- * out from overwriting the next holder's work.
- * ---------------------------------------------------------------------- */
-
-/* What rlock_check_token() answers. */
-typedef enum rlock_fence_state {
-  RLOCK_FENCE_FREE = 0,    /* the lock is not held */
-  RLOCK_FENCE_CURRENT = 1, /* held, and the token is the latest handed out
-                              (or higher: a forged token or one from a
-                              clock jump passes, as with Chubby) */
-  RLOCK_FENCE_STALE = 2,   /* held, with a later token than this one: the
-                              token's holder lost the lock (or re-entered:
-                              each acquisition has its own token) */
-  RLOCK_FENCE_UNKNOWN = 3  /* held, but the token key is gone (its TTL,
-                              fenced_token_ttl_ms, was shorter than the
-                              hold): no token can be judged */
-} rlock_fence_state;
-
-/*
- * Fenced lock: is `token` the current holder's? In the manner of Chubby's
- * CheckSequencer, for a service that is handed a token and can call back:
- * one read (a script over the lock hash and the token key, re-sent after a
- * timeout). Returns an rlock_fence_state (>= 0), or RLOCK_EINVAL (NULL
- * lock, not a fenced lock, token < 1), the transport errors, RLOCK_EPROTO
- * (the token key does not hold a number). The async form's callback gets
- * status 0 and the state as value, or the error.
- */
-RLOCK_EXTERN int rlock_check_token(rlock *lock, int64_t token);
-RLOCK_EXTERN int rlock_check_token_async(rlock *lock, int64_t token,
-                                          rlock_cb cb, void *data,
-                                          rlock_req **req);
-
-/* A guard: a hash under its own name (fields "lock" and "token": the lock
- * it fences and the highest token that passed), kept beside the data it
- * fences, on the lock's server or any other the client talks to. */
-typedef struct rlock_guard rlock_guard;
-
-/*
- * A handle on the guard `name` (no command is sent). In a cluster the
- * guarded keys must share the guard's slot: name the guard "{res}" or
- * "x:{res}" and its keys "{res}:..." - a name without braces hashes as
- * "{name}". 0, RLOCK_EINVAL (NULL or empty name), RLOCK_ENAMETOOLONG,
- * RLOCK_ECLOSED, RLOCK_ENOMEM. Free with rlock_guard_free().
- */
-RLOCK_EXTERN int rlock_guard_new(rlock_client *client, const char *name,
-                                 rlock_guard **out);
-RLOCK_EXTERN void rlock_guard_free(rlock_guard *guard);
-
-/* The write a guarded write makes. */
-typedef enum rlock_guard_op {
-  RLOCK_GUARD_SET = 1,    /* SET key value; result 0 */
-  RLOCK_GUARD_HSET = 2,   /* HSET key field value; result the fields added */
-  RLOCK_GUARD_INCRBY = 3, /* INCRBY key delta; result the new value */
-  RLOCK_GUARD_DEL = 4,    /* DEL key; result the keys removed */
-  /* The caller's own Lua script, run inside the guard's: it sees its keys
-   * as KEYS and its args as ARGV, as with EVAL; result its integer reply
-   * (nil, a status or a non-number: 0). An error reply it returns (or
-   * raises) is the call's error, and the guard does not record the token
-   * (what the script wrote before the error stays, as with EVAL). */
-  RLOCK_GUARD_EVAL = 5
-} rlock_guard_op;
-
-typedef struct rlock_guarded_write {
-  size_t struct_size; /* rlock_guarded_write_init() */
-  const char *lock_name; /* the fenced lock the token is from */
-  int64_t token;         /* >= 1 */
-  rlock_guard_op op;
-  const char *key;       /* SET, HSET, INCRBY, DEL */
-  const char *field;     /* HSET */
-  const char *value;     /* SET, HSET */
-  int64_t delta;         /* INCRBY */
-  const char *script;    /* EVAL: the Lua body */
-  const char *const *keys; /* EVAL: nkeys keys */
-  size_t nkeys;
-  const char *const *args; /* EVAL: nargs arguments */
-  size_t nargs;
-} rlock_guarded_write;
-
-static inline void rlock_guarded_write_init(rlock_guarded_write *w) {
-  memset(w, 0, sizeof(*w));
-  w->struct_size = sizeof(*w);
-}
-
-/*
- * A guarded write: the write runs only if w->token is at least the highest
- * token the guard has seen for w->lock_name, and the guard then records
- * it - atomically, one script on the server; else nothing is written.
- * Strings are copied; the call may return before the write runs (async).
- * Never re-sent: a lost reply is RLOCK_ETIMEDOUT / RLOCK_ECONN (the write
- * may have run; the same write with the same token again is accepted).
- * Returns 0 with *result (may be NULL) as rlock_guard_op says, or:
- *   RLOCK_ESTALE   the token is below the highest the guard has seen (a
- *                  holder whose lock expired while it was paused); counted
- *                  in stats as failures[-RLOCK_ESTALE] and said as
- *                  RLOCK_EVENT_STALE;
- *   RLOCK_EFOREIGN the guard fences another lock than w->lock_name;
- *   RLOCK_EWRONGTYPE the guard key is not a guard, or the data key holds
- *                  the wrong type for the write (nothing written);
- *   RLOCK_ECLUSTER a key is not in the guard's cluster slot (nothing sent);
- *   RLOCK_EINVAL   NULL guard or w, struct_size not set, empty lock_name,
- *                  token < 1, an unknown op, a NULL key/field/value the op
- *                  needs, an EVAL without a script, over 1000 keys or args;
- *   RLOCK_ENOPERM  the ACL denies a command of the write (nothing written);
- *   the transport errors, RLOCK_ESERVER (e.g. the caller's script failed).
- * A token higher than any handed out (forged, or from a clock jump) is
- * accepted and raises the guard's floor, as a Chubby sequencer would.
- */
-RLOCK_EXTERN int rlock_guard_write(rlock_guard *guard,
-                                   const rlock_guarded_write *w,
-                                   int64_t *result);
-/* The same, asynchronously: the callback gets status (0 or the error) and
- * the result as value. 0 or the argument errors above, RLOCK_ECLOSED,
- * RLOCK_ENOMEM. */
-RLOCK_EXTERN int rlock_guard_write_async(rlock_guard *guard,
-                                         const rlock_guarded_write *w,
-                                         rlock_cb cb, void *data,
-                                         rlock_req **req);
-
-/* ------------------------------------------------------------------------
- * Leader election (docs/election.md). Added in 0.2.0 (unreleased).
- *
- * Candidates of one election name contend on the fenced lock of that name
- * (rlock_new_fenced: Redisson's getFencedLock), so a Java service that
- * holds getFencedLock(name) is the leader too - with no value. The leader
- * holds the lock with the watchdog (watchdog_timeout_ms, renewed every
- * third of it); its term is the fencing token of its acquisition. Beside
- * the lock, the leader writes its value, term and holder field to the
- * value key rlock_election:{name} and announces changes on the channel
- * rlock_election__channel:{name} (docs/wire-protocol.md, "Leader
- * election").
- *
- * A term ends exactly once: resigned (rlock_election_resign), or lost -
- * the watchdog found the lock gone, or its lease guarantee
- * (rlock_is_lease_guaranteed) ran out without a confirmed renewal (a server
- * that stopped answering, a process that was stopped): the candidate then
- * gives the lock up and stops reporting leadership before it learns more.
- * ---------------------------------------------------------------------- */
-
-typedef struct rlock_election rlock_election;
-typedef struct rlock_election_observer rlock_election_observer;
-
-/* Longest value, in bytes. A value is 1..RLOCK_ELECTION_VALUE_MAX bytes
- * (any bytes). */
-#define RLOCK_ELECTION_VALUE_MAX 4096
-/* Longest holder field kept in rlock_election_state (a lock's hash field:
- * "<client-id>:<thread-id>" for rlock and Redisson). */
-#define RLOCK_ELECTION_HOLDER_MAX 127
-
-/* What an election callback says (status). */
-#define RLOCK_ELECTION_NOT_WON 0  /* not leader within wait_ms */
-#define RLOCK_ELECTION_WON 1      /* leader: term given */
-#define RLOCK_ELECTION_LOST 2     /* the term ended without a resign */
-#define RLOCK_ELECTION_RESIGNED 3 /* the term ended by a resign */
-
-/* The campaign's callback, on the client's loop thread (not blocking, no
- * blocking rlock calls: RLOCK_EDEADLK). An async campaign's callback
- * fires first with its result: RLOCK_ELECTION_WON (term > 0),
- * RLOCK_ELECTION_NOT_WON, or a negative RLOCK_E* code (RLOCK_ECANCELED
- * after rlock_election_cancel; rlock_last_error() has the detail). After
- * WON it fires exactly once more when that term ends:
- * RLOCK_ELECTION_LOST or RLOCK_ELECTION_RESIGNED, with the term. */
-typedef void (*rlock_election_cb)(rlock_election *e, int status,
-                                  int64_t term, void *data);
-
-/* A candidate for leadership of `name` on `client`, with an owner id of
- * its own (rlock_owner_new): one campaign at a time per handle. Sends
- * nothing. Errors: RLOCK_EINVAL (NULL or empty name, NULL out),
- * RLOCK_ENAMETOOLONG, RLOCK_ECLOSED, RLOCK_ENOMEM. */
-RLOCK_EXTERN int rlock_election_new(rlock_client *client, const char *name,
-                                    rlock_election **out);
-/* Resigns first when leading, cancels a campaign in flight (its callback
- * fires), then frees the handle: no callback of it runs after this
- * returns, unless called on the loop thread itself. NULL is accepted. Free
- * handles before their client. */
-RLOCK_EXTERN void rlock_election_free(rlock_election *e);
-
-/*
- * Campaigns with `value` (1..RLOCK_ELECTION_VALUE_MAX bytes) within
- * wait_ms (< 0: until won; 0: one try): returns 1 leader (*term, NULL ok,
- * gets the term), 0 not within wait_ms, or a negative error: RLOCK_EINVAL
- * (NULL handle, NULL or empty or oversized value), RLOCK_EREENTRY (this
- * handle already campaigns or leads), RLOCK_EKIND / RLOCK_EWRONGTYPE (the
- * name holds a read/write lock / not a lock), RLOCK_ECANCELED
- * (rlock_election_cancel), RLOCK_EDEADLK (on the loop thread), the
- * transport errors. on_end (NULL ok) fires, on the loop thread, exactly
- * once when a term won here ends (RLOCK_ELECTION_LOST or _RESIGNED).
- * Leaves nothing behind when not won.
- */
-RLOCK_EXTERN int rlock_election_campaign(rlock_election *e, const char *value,
-                                         size_t len, int64_t wait_ms,
-                                         rlock_election_cb on_end, void *data,
-                                         int64_t *term);
-/* The same without blocking: cb fires as rlock_election_cb says. Returns 0,
- * or an error (then cb never fires). The handle is the request: one
- * campaign at a time per handle, ended with rlock_election_cancel() (not
- * an rlock_req, so it is not called _async). */
-RLOCK_EXTERN int rlock_election_campaign_start(rlock_election *e,
-                                               const char *value, size_t len,
-                                               int64_t wait_ms,
-                                               rlock_election_cb cb,
-                                               void *data);
-/* Ends a campaign that waits (blocking or async): it returns, or its
- * callback fires with, RLOCK_ECANCELED. Returns how many waits it ended
- * (0: none was waiting; a term already won is not touched), or
- * RLOCK_EINVAL / RLOCK_ECLOSED. Any thread. */
-RLOCK_EXTERN int rlock_election_cancel(rlock_election *e);
-
-/* The leader writes a new value (no re-election; observers hear of it).
- * 0, or RLOCK_EINVAL (bad value), RLOCK_ENOTOWNER (not the leader),
- * RLOCK_ELOCKLOST (the lock is no longer held by this candidate: the loss
- * is being delivered), the transport errors. Blocking. */
-RLOCK_EXTERN int rlock_election_proclaim(rlock_election *e, const char *value,
-                                         size_t len);
-
-/* Ends this candidate's term now: releases the lock with its unlock
- * message (the next candidate, C or Java, wins at once), deletes the
- * value key if it is still this term's. The campaign's callback gets
- * RLOCK_ELECTION_RESIGNED. 0, or RLOCK_ENOTOWNER (not the leader: nothing
- * sent), RLOCK_ECLOSED, RLOCK_EDEADLK. Blocking. */
-RLOCK_EXTERN int rlock_election_resign(rlock_election *e);
-
-/* Is this candidate the leader, and until when is it guaranteed? 1: yes,
- * with *term and *until_ms (rlock_now_ms() clock: the lock cannot have
- * expired before; each NULL ok); 0: no - not won, ended, or the guarantee
- * has run out (act as lost: the loss is being delivered); RLOCK_EINVAL
- * (NULL handle). Sends nothing; any thread, the loop thread included. */
-RLOCK_EXTERN int rlock_election_leading(rlock_election *e, int64_t *term,
-                                        int64_t *until_ms);
-
-/* Who leads a name, as an observer sees it. */
-typedef struct rlock_election_state {
-  size_t struct_size; /* rlock_election_state_init() */
-  int has_leader;     /* 1: the lock is held */
-  /* 1: the value is the holder's (an rlock candidate wrote it this term);
-   * 0: none (a Java getFencedLock holder, or a candidate that has not
-   * written it yet) */
-  int has_value;
-  /* The leader's term: the value key's when it has the value, else the
-   * fenced lock's latest token (a Java holder's, unless it re-entered:
-   * each re-entry takes a token). 0 without a leader. */
-  int64_t term;
-  int64_t ttl_ms; /* the lock's remaining time to live (-1: none) */
-  char holder[RLOCK_ELECTION_HOLDER_MAX + 1]; /* the lock's hash field; "" */
-  size_t value_len;
-  char value[RLOCK_ELECTION_VALUE_MAX + 1]; /* NUL-terminated too */
-} rlock_election_state;
-
-static inline void rlock_election_state_init(rlock_election_state *s) {
-  s->struct_size = sizeof(*s);
-  s->has_leader = s->has_value = 0;
-  s->term = 0;
-  s->ttl_ms = -2;
-  s->holder[0] = '\0';
-  s->value_len = 0;
-  s->value[0] = '\0';
-}
-
-/* Reads the leader of `name` once (blocking): 0 with *out filled
- * (has_leader 0 when nobody leads - a name nobody campaigns for is no
- * error), or RLOCK_EINVAL (NULL argument, struct_size not set),
- * RLOCK_EKIND / RLOCK_EWRONGTYPE (the name is another kind of lock / not
- * a lock), the transport errors. */
-RLOCK_EXTERN int rlock_client_election_leader(rlock_client *client, const char *name,
-                                       rlock_election_state *out);
-
-/* Called on the loop thread with each new state, in order: at the start
- * (the state then, leader or not), then at every change of leader, term,
- * holder or value. `st` is valid for the call only. After a reconnect the
- * state then is read and delivered if it changed; a change made and undone
- * while nobody could hear (disconnected) is not seen. */
-typedef void (*rlock_election_observe_cb)(const rlock_election_state *st,
-                                          void *data);
-
-/* Observes `name` without campaigning: subscribes to the election
- * channel, reads the state at once, again at each message, when the
- * leader's lock TTL runs out, after a reconnect, and at least every
- * poll_ms (0: 1000; changes announced by nobody - a Java holder's
- * acquire - are seen within it). Returns 0 with *out, or RLOCK_EINVAL,
- * RLOCK_ENAMETOOLONG, RLOCK_ECLOSED, RLOCK_ENOMEM, RLOCK_EDEADLK. */
-RLOCK_EXTERN int rlock_election_observer_new(rlock_client *client,
-                                        const char *name, int64_t poll_ms,
-                                        rlock_election_observe_cb cb,
-                                        void *data,
-                                        rlock_election_observer **out);
-/* Stops and frees an observer: no callback runs after this returns
- * (unless called on the loop thread, from its own callback: then none
- * after that callback). NULL is accepted. */
-RLOCK_EXTERN void rlock_election_observer_free(rlock_election_observer *o);
 
 #ifdef __cplusplus
 }

@@ -55,7 +55,8 @@ extern "C" {
 #define RLOCK_VERSION_PATCH 0
 #define RLOCK_VERSION_STRING "0.1.0"
 
-/* Longest lock name accepted, in bytes. Longer names give RLOCK_ENAMETOOLONG. */
+/* Longest lock name accepted, in bytes. Longer names give
+ * RLOCK_ENAMETOOLONG. */
 #define RLOCK_NAME_MAX 65535
 
 /* Length of rlock_client_id(), without the terminating NUL. */
@@ -83,16 +84,21 @@ extern "C" {
   X(EREADONLY, -16, "Redis server is a read-only replica")                     \
   X(EPROTO, -17, "unexpected reply from Redis")                                \
   X(ENAMETOOLONG, -18, "lock name longer than RLOCK_NAME_MAX")                 \
-  X(ESYS, -19, "system resource error (thread, loop or socket setup)")       \
-  X(EFORK, -20, "client used in a forked child process")                      \
+  X(ESYS, -19, "system resource error (thread, loop or socket setup)")         \
+  X(EFORK, -20, "client used in a forked child process")                       \
   X(ETLS, -21, "TLS failed (handshake, certificate, or TLS not built in)")     \
-  X(EBACKLOG, -22, "too much waiting to be written to Redis (write queue full)") \
+  X(EBACKLOG, -22,                                                             \
+    "too much waiting to be written to Redis (write queue full)")              \
   X(EKIND, -23, "the key holds another kind of lock (e.g. a read/write lock)") \
   X(ENOREPLICA, -24, "no replica confirmed the write (replica sync)")          \
-  X(ECLUSTER, -25, "Redis Cluster cannot serve the key now (CLUSTERDOWN, TRYAGAIN, redirects, slots)") \
-  X(EREENTRY, -26, "non-reentrant lock already held by this owner")         \
-  X(ESTALE, -27, "fencing token is older than one the resource has seen (stale holder)") \
-  X(EFOREIGN, -28, "fencing token is from another lock than the one the guard fences")
+  X(ECLUSTER, -25,                                                             \
+    "Redis Cluster cannot serve the key now (CLUSTERDOWN, TRYAGAIN, "          \
+    "redirects, slots)")                                                       \
+  X(EREENTRY, -26, "non-reentrant lock already held by this owner")            \
+  X(ESTALE, -27,                                                               \
+    "fencing token is older than one the resource has seen (stale holder)")    \
+  X(EFOREIGN, -28,                                                             \
+    "fencing token is from another lock than the one the guard fences")
 
 typedef enum rlock_errno {
 #define RLOCK__ERR_ENUM(name, value, msg) RLOCK_##name = (value),
@@ -255,18 +261,18 @@ typedef struct rlock_event {
   const char *kind;
   const char *name;
   const char *owner;
-  int64_t wait_ms;    /* ACQUIRED, GAVE_UP */
-  int attempts;       /* ACQUIRED, GAVE_UP: tries sent */
-  int cause;          /* GAVE_UP, LOST, RECONNECTED,
-                         DISCONNECTED (see above) */
-  int error;          /* GAVE_UP (cause ERROR), RENEWAL_FAILED,
-                         RECONNECTED, DISCONNECTED:
-                         an RLOCK_E* code; else 0 */
-  int64_t hold_ms;    /* RELEASED, LOST */
-  int64_t hold_count; /* RELEASED: holds the owner still has */
-  int64_t remaining_ms; /* LEASE_AT_RISK: the guarantee left */
-  int64_t lease_ms;     /* LEASE_AT_RISK: the hold's lease */
-  const char *detail; /* a sentence, or "" */
+  int64_t wait_ms;         /* ACQUIRED, GAVE_UP */
+  int attempts;            /* ACQUIRED, GAVE_UP: tries sent */
+  int cause;               /* GAVE_UP, LOST, RECONNECTED,
+                              DISCONNECTED (see above) */
+  int error;               /* GAVE_UP (cause ERROR), RENEWAL_FAILED,
+                              RECONNECTED, DISCONNECTED:
+                              an RLOCK_E* code; else 0 */
+  int64_t hold_ms;         /* RELEASED, LOST */
+  int64_t hold_count;      /* RELEASED: holds the owner still has */
+  int64_t remaining_ms;    /* LEASE_AT_RISK: the guarantee left */
+  int64_t lease_ms;        /* LEASE_AT_RISK: the hold's lease */
+  const char *detail;      /* a sentence, or "" */
   const char *client_id;   /* rlock_client_id() */
   const char *client_name; /* the client_name option, or NULL */
   const char *host;        /* RECONNECTED, DISCONNECTED: the server;
@@ -276,8 +282,8 @@ typedef struct rlock_event {
 } rlock_event;
 
 /* Whether an event from a possibly older library has `field`. */
-#define RLOCK_EVENT_HAS(ev, field)                                           \
-  ((ev)->struct_size >=                                                      \
+#define RLOCK_EVENT_HAS(ev, field)                                             \
+  ((ev)->struct_size >=                                                        \
    offsetof(rlock_event, field) + sizeof(((rlock_event *)0)->field))
 
 typedef void (*rlock_event_cb)(const rlock_event *ev, void *data);
@@ -388,7 +394,7 @@ static inline void rlock_stats_init(rlock_stats *s) {
  * struct_size smaller than the struct_size field's end or larger than this
  * library's struct). */
 RLOCK_EXTERN int rlock_client_stats(const rlock_client *client,
-                                        rlock_stats *out);
+                                    rlock_stats *out);
 
 /* Writes `s` in the Prometheus text exposition format 0.0.4 (# HELP and
  * # TYPE lines; counters end in _total; histograms as _bucket{le="..."}
@@ -399,9 +405,8 @@ RLOCK_EXTERN int rlock_client_stats(const rlock_client *client,
  * Returns the length the whole text needs (without the NUL): call again
  * with a larger buffer when it is >= len. RLOCK_EINVAL for a NULL s, a
  * NULL buf with len > 0, or a bad struct_size. Any thread. */
-RLOCK_EXTERN int rlock_stats_format_prometheus(const rlock_stats *s,
-                                               char *buf, size_t len,
-                                               const char *client);
+RLOCK_EXTERN int rlock_stats_format_prometheus(const rlock_stats *s, char *buf,
+                                               size_t len, const char *client);
 
 /* The same as one JSON object: {"client": ..., "acquisitions": N, ...,
  * "failures": {"RLOCK_ECONN": N, ...} (non-zero codes only),
@@ -656,7 +661,7 @@ static inline void rlock_options_init(rlock_options *o) {
  * sent).
  */
 RLOCK_EXTERN int rlock_client_new(rlock_client **client,
-                                   const rlock_options *o);
+                                  const rlock_options *o);
 
 /*
  * Closes the client: blocked and pending calls on it return RLOCK_ECLOSED
@@ -703,7 +708,7 @@ static inline void rlock_client_caps_init(rlock_client_caps *caps) {
  * client or caps, struct_size smaller than the struct_size field's end or
  * larger than this library's struct). Never blocks; any thread. */
 RLOCK_EXTERN int rlock_client_capabilities(const rlock_client *client,
-                                       rlock_client_caps *caps);
+                                           rlock_client_caps *caps);
 
 /*
  * Interrupts every acquire (blocking or async) that `owner` (a thread id or
@@ -773,8 +778,8 @@ RLOCK_EXTERN int rlock_new_fair(rlock_client *client, const char *name,
                                 rlock **lock);
 RLOCK_EXTERN int rlock_new_read(rlock_client *client, const char *name,
                                 rlock **lock);
-RLOCK_EXTERN int rlock_new_nonreentrant(rlock_client *client,
-                                        const char *name, rlock **lock);
+RLOCK_EXTERN int rlock_new_nonreentrant(rlock_client *client, const char *name,
+                                        rlock **lock);
 RLOCK_EXTERN int rlock_new_nonreentrant_fair(rlock_client *client,
                                              const char *name, rlock **lock);
 RLOCK_EXTERN int rlock_new_write(rlock_client *client, const char *name,
@@ -851,8 +856,7 @@ RLOCK_EXTERN int rlock_try_lock_fenced(rlock *lock, int64_t wait_ms,
 RLOCK_EXTERN int rlock_lock_fenced_owner(rlock *lock, uint64_t owner,
                                          int64_t lease_ms, int64_t *token);
 RLOCK_EXTERN int rlock_try_lock_fenced_owner(rlock *lock, uint64_t owner,
-                                             int64_t wait_ms,
-                                             int64_t lease_ms,
+                                             int64_t wait_ms, int64_t lease_ms,
                                              int64_t *token);
 /* Fenced lock: the token counter's current value (Redisson's getToken: the
  * latest token handed out, not necessarily the caller's; 0 before the first
@@ -878,9 +882,9 @@ RLOCK_EXTERN int rlock_try_lock(rlock *lock, int64_t wait_ms, int64_t lease_ms);
  * rlock_hold_count() or rlock_is_held() which it was).
  * Other kinds: a fair lock's release message goes to the first waiter's own
  * channel; a spin lock publishes nothing; a read lock publishes "0" only
- * when the lock is freed (other readers may remain); a write lock publishes "1" (wakes every
- * waiter), or nothing when the writer still reads (a downgrade: the lock
- * stays in read mode).
+ * when the lock is freed (other readers may remain); a write lock
+ * publishes "1" (wakes every waiter), or nothing when the writer still
+ * reads (a downgrade: the lock stays in read mode).
  * RLOCK_ENOTOWNER: the calling thread does not hold the lock.
  * RLOCK_ELOCKLOST: this thread held it, but it expired or was deleted before
  * this unlock (the hold is forgotten; nothing is changed in Redis); or this
@@ -966,7 +970,7 @@ RLOCK_EXTERN int rlock_remain_ttl(rlock *lock, int64_t *ttl_ms);
  */
 RLOCK_EXTERN int rlock_is_lease_guaranteed(rlock *lock, int64_t *until_ms);
 RLOCK_EXTERN int rlock_is_lease_guaranteed_owner(rlock *lock, uint64_t owner,
-                                              int64_t *until_ms);
+                                                 int64_t *until_ms);
 
 /* The library's monotonic clock in milliseconds: CLOCK_MONOTONIC (libuv's
  * uv_hrtime()) divided down, the clock of rlock_is_lease_guaranteed().
@@ -1013,10 +1017,10 @@ RLOCK_EXTERN int64_t rlock_hold_count_owner(rlock *lock, uint64_t owner);
  * Each call queues the operation and returns at once. Contract (as libuv):
  * if the call returns an error, the callback never fires; otherwise it fires
  * exactly once, on the client's loop thread - with RLOCK_ECANCELED after
- * rlock_req_cancel()/rlock_client_interrupt(), with RLOCK_ECLOSED when the client is
- * closed first. Callbacks must not block and must not make blocking rlock
- * calls (RLOCK_EDEADLK); they may start other async calls, cancel, and close
- * the client.
+ * rlock_req_cancel()/rlock_client_interrupt(), with RLOCK_ECLOSED when the
+ * client is closed first. Callbacks must not block and must not make
+ * blocking rlock calls (RLOCK_EDEADLK); they may start other async calls,
+ * cancel, and close the client.
  *
  * `status` is what the blocking call would return (acquire: 1 acquired,
  * 0 not within wait_ms; unlock: 0; queries: 1/0), or
@@ -1034,13 +1038,13 @@ typedef void (*rlock_cb)(int status, int64_t value, void *data);
 
 /* Acquire for `owner`: wait_ms and lease_ms as for rlock_try_lock()
  * (wait_ms < 0: until acquired). */
-RLOCK_EXTERN int rlock_lock_async(rlock *lock, uint64_t owner,
-                                  int64_t wait_ms, int64_t lease_ms,
-                                  rlock_cb cb, void *data, rlock_req **req);
+RLOCK_EXTERN int rlock_lock_async(rlock *lock, uint64_t owner, int64_t wait_ms,
+                                  int64_t lease_ms, rlock_cb cb, void *data,
+                                  rlock_req **req);
 RLOCK_EXTERN int rlock_unlock_async(rlock *lock, uint64_t owner, rlock_cb cb,
                                     void *data, rlock_req **req);
-RLOCK_EXTERN int rlock_force_unlock_async(rlock *lock, rlock_cb cb,
-                                          void *data, rlock_req **req);
+RLOCK_EXTERN int rlock_force_unlock_async(rlock *lock, rlock_cb cb, void *data,
+                                          rlock_req **req);
 RLOCK_EXTERN int rlock_is_locked_async(rlock *lock, rlock_cb cb, void *data,
                                        rlock_req **req);
 RLOCK_EXTERN int rlock_is_held_async(rlock *lock, uint64_t owner, rlock_cb cb,
@@ -1121,19 +1125,18 @@ RLOCK_EXTERN size_t rlock_multilock_size(const rlock_multilock *ml);
  * wait and the call returns RLOCK_ECANCELED. RLOCK_EDEADLK on a member's
  * client loop thread.
  */
-RLOCK_EXTERN int rlock_multilock_try_lock(rlock_multilock *ml,
-                                          int64_t wait_ms, int64_t lease_ms);
+RLOCK_EXTERN int rlock_multilock_try_lock(rlock_multilock *ml, int64_t wait_ms,
+                                          int64_t lease_ms);
 RLOCK_EXTERN int rlock_multilock_try_lock_owner(rlock_multilock *ml,
-                                                uint64_t owner,
-                                                int64_t wait_ms,
+                                                uint64_t owner, int64_t wait_ms,
                                                 int64_t lease_ms);
 /* Takes every member, however long it takes (Java's lock()): rounds of
  * rlock_multilock_try_lock(w, lease_ms) until one succeeds, w = n x 1500
  * ms without a lease, else random in [lease/2, lease) when lease_ms <=
  * n x 1500, else in [n x 1500, lease). 0 or a negative error. */
 RLOCK_EXTERN int rlock_multilock_lock(rlock_multilock *ml, int64_t lease_ms);
-RLOCK_EXTERN int rlock_multilock_lock_owner(rlock_multilock *ml,
-                                            uint64_t owner, int64_t lease_ms);
+RLOCK_EXTERN int rlock_multilock_lock_owner(rlock_multilock *ml, uint64_t owner,
+                                            int64_t lease_ms);
 /*
  * rlock_multilock_try_lock_owner with a callback (status 1/0/error; value
  * 0), exactly once, on a member's client loop thread; wait_ms < 0: rounds
@@ -1142,10 +1145,9 @@ RLOCK_EXTERN int rlock_multilock_lock_owner(rlock_multilock *ml,
  * (NULL ok) receives a handle for rlock_multilock_req_cancel(), to free with
  * rlock_multilock_req_free().
  */
-RLOCK_EXTERN int rlock_multilock_lock_async(rlock_multilock *ml,
-                                            uint64_t owner, int64_t wait_ms,
-                                            int64_t lease_ms, rlock_cb cb,
-                                            void *data,
+RLOCK_EXTERN int rlock_multilock_lock_async(rlock_multilock *ml, uint64_t owner,
+                                            int64_t wait_ms, int64_t lease_ms,
+                                            rlock_cb cb, void *data,
                                             rlock_multilock_req **req);
 /* Cancels a MultiLock acquire from any thread: its callback fires with
  * RLOCK_ECANCELED (unless it already fired or fires first with its own
@@ -1165,7 +1167,7 @@ RLOCK_EXTERN int rlock_multilock_unlock_owner(rlock_multilock *ml,
 /* 1 if `owner` holds every member (Java's isHeldByThread), 0 if not, or
  * the first error. */
 RLOCK_EXTERN int rlock_multilock_is_held_owner(rlock_multilock *ml,
-                                                  uint64_t owner);
+                                               uint64_t owner);
 
 /* ---- RedLock (Redisson getRedLock(RLock...)) ---------------------------- *
  * A MultiLock over locks on independent servers - one member per server,
@@ -1237,7 +1239,8 @@ typedef struct rlock_fast_multilock rlock_fast_multilock;
  * NUL into out ("Jack_001" -> "7pNoDdizVy2xY792MaFv+w"). 0, or
  * RLOCK_EINVAL (NULL out, or NULL value with len > 0). */
 RLOCK_EXTERN int rlock_fast_multilock_field_name(
-    const void *value, size_t len, char out[RLOCK_FAST_MULTILOCK_FIELD_LEN + 1]);
+    const void *value, size_t len,
+    char out[RLOCK_FAST_MULTILOCK_FIELD_LEN + 1]);
 /* A handle for `values` (n >= 1; lens NULL: NUL-terminated strings, else
  * their byte lengths) of `group`; equal values count once. Sends nothing.
  * Errors as for rlock_new(), and RLOCK_EINVAL for n == 0 or a NULL value. */
@@ -1256,9 +1259,10 @@ RLOCK_EXTERN size_t rlock_fast_multilock_size(const rlock_fast_multilock *fml);
 RLOCK_EXTERN int rlock_fast_multilock_try_lock(rlock_fast_multilock *fml,
                                                int64_t wait_ms,
                                                int64_t lease_ms);
-RLOCK_EXTERN int rlock_fast_multilock_try_lock_owner(
-    rlock_fast_multilock *fml, uint64_t owner, int64_t wait_ms,
-    int64_t lease_ms);
+RLOCK_EXTERN int rlock_fast_multilock_try_lock_owner(rlock_fast_multilock *fml,
+                                                     uint64_t owner,
+                                                     int64_t wait_ms,
+                                                     int64_t lease_ms);
 /* Waits as long as it takes: 0 or an error. */
 RLOCK_EXTERN int rlock_fast_multilock_lock(rlock_fast_multilock *fml,
                                            int64_t lease_ms);
@@ -1284,8 +1288,8 @@ RLOCK_EXTERN int rlock_fast_multilock_force_unlock(rlock_fast_multilock *fml);
 /* 1 if any value is held (a hold not ended), else 0. */
 RLOCK_EXTERN int rlock_fast_multilock_is_locked(rlock_fast_multilock *fml);
 /* 1 if `owner` holds every value, else 0. */
-RLOCK_EXTERN int rlock_fast_multilock_is_held_owner(
-    rlock_fast_multilock *fml, uint64_t owner);
+RLOCK_EXTERN int rlock_fast_multilock_is_held_owner(rlock_fast_multilock *fml,
+                                                    uint64_t owner);
 
 /* ========================================================================
  * Semaphore
@@ -1316,16 +1320,14 @@ RLOCK_EXTERN int rlock_semaphore_try_set_permits(rlock_semaphore *sem,
                                                  int64_t permits,
                                                  int64_t ttl_ms);
 /* Takes `permits` permits, waiting as long as it takes (0 or an error). */
-RLOCK_EXTERN int rlock_semaphore_acquire(rlock_semaphore *sem,
-                                         int64_t permits);
+RLOCK_EXTERN int rlock_semaphore_acquire(rlock_semaphore *sem, int64_t permits);
 /* Takes `permits` permits within wait_ms (0: one attempt; < 0: no limit).
  * 1 taken, 0 not within wait_ms, or an error. */
 RLOCK_EXTERN int rlock_semaphore_try_acquire(rlock_semaphore *sem,
                                              int64_t permits, int64_t wait_ms);
 /* Adds `permits` permits (creating the counter) and publishes the total.
  * 0 or an error. Not re-sent after a lost reply (it would add twice). */
-RLOCK_EXTERN int rlock_semaphore_release(rlock_semaphore *sem,
-                                         int64_t permits);
+RLOCK_EXTERN int rlock_semaphore_release(rlock_semaphore *sem, int64_t permits);
 /* Adds `permits` (may be negative, not 0) to the count and publishes the
  * new total (Java addPermits). 0 or an error. */
 RLOCK_EXTERN int rlock_semaphore_add_permits(rlock_semaphore *sem,
@@ -1337,9 +1339,9 @@ RLOCK_EXTERN int64_t rlock_semaphore_available_permits(rlock_semaphore *sem);
 /* rlock_semaphore_try_acquire with a callback (status 1/0/error), exactly
  * once; cancellable with rlock_req_cancel(). */
 RLOCK_EXTERN int rlock_semaphore_acquire_async(rlock_semaphore *sem,
-                                               int64_t permits,
-                                               int64_t wait_ms, rlock_cb cb,
-                                               void *data, rlock_req **req);
+                                               int64_t permits, int64_t wait_ms,
+                                               rlock_cb cb, void *data,
+                                               rlock_req **req);
 /* Adds `permits` permits and publishes the new total only if the semaphore
  * exists (Java releaseIfExists): 1 released, 0 there is none (nothing is
  * created or published). permits 0 answers 0 without sending anything, as
@@ -1375,16 +1377,17 @@ RLOCK_EXTERN void rlock_permit_semaphore_free(rlock_permit_semaphore *sem);
 RLOCK_EXTERN int rlock_permit_semaphore_try_set_permits(
     rlock_permit_semaphore *sem, int64_t permits);
 /* Adds permits (negative: removes) and publishes the new count. */
-RLOCK_EXTERN int rlock_permit_semaphore_add_permits(
-    rlock_permit_semaphore *sem, int64_t permits);
+RLOCK_EXTERN int rlock_permit_semaphore_add_permits(rlock_permit_semaphore *sem,
+                                                    int64_t permits);
 /* Takes one permit, waiting as long as it takes; its id goes to `id`
  * (RLOCK_PERMIT_ID_LEN + 1 bytes, NUL-terminated). 0 or an error. */
 RLOCK_EXTERN int rlock_permit_semaphore_acquire(rlock_permit_semaphore *sem,
                                                 int64_t lease_ms, char *id);
 /* Takes one permit within wait_ms (0: one attempt, < 0: no limit): 1 with
  * its id in `id`, 0 not within wait_ms, or an error. */
-RLOCK_EXTERN int rlock_permit_semaphore_try_acquire(
-    rlock_permit_semaphore *sem, int64_t wait_ms, int64_t lease_ms, char *id);
+RLOCK_EXTERN int rlock_permit_semaphore_try_acquire(rlock_permit_semaphore *sem,
+                                                    int64_t wait_ms,
+                                                    int64_t lease_ms, char *id);
 /* As try_acquire, with a callback (status 1/0/error) exactly once; `id`
  * must stay valid until then. Cancellable with rlock_req_cancel(). */
 RLOCK_EXTERN int rlock_permit_semaphore_acquire_async(
@@ -1396,16 +1399,16 @@ RLOCK_EXTERN int rlock_permit_semaphore_acquire_async(
 RLOCK_EXTERN int rlock_permit_semaphore_release(rlock_permit_semaphore *sem,
                                                 const char *id);
 /* As release, but 1 released / 0 not taken instead of RLOCK_ENOTOWNER. */
-RLOCK_EXTERN int rlock_permit_semaphore_try_release(
-    rlock_permit_semaphore *sem, const char *id);
+RLOCK_EXTERN int rlock_permit_semaphore_try_release(rlock_permit_semaphore *sem,
+                                                    const char *id);
 /* Sets a new lease on a taken permit (< 0: none): 1 done, 0 not taken. */
 RLOCK_EXTERN int rlock_permit_semaphore_update_lease(
     rlock_permit_semaphore *sem, const char *id, int64_t lease_ms);
 /* Permits free / taken (expired ones are returned first), or an error. */
-RLOCK_EXTERN int64_t rlock_permit_semaphore_available_permits(
-    rlock_permit_semaphore *sem);
-RLOCK_EXTERN int64_t rlock_permit_semaphore_acquired_permits(
-    rlock_permit_semaphore *sem);
+RLOCK_EXTERN int64_t
+rlock_permit_semaphore_available_permits(rlock_permit_semaphore *sem);
+RLOCK_EXTERN int64_t
+rlock_permit_semaphore_acquired_permits(rlock_permit_semaphore *sem);
 
 /* Several permits at once (Java's acquire(n) / tryAcquire(n, ...)): all
  * `permits` or none, each with its own id and the same lease. `ids` has
@@ -1438,25 +1441,27 @@ RLOCK_EXTERN int rlock_permit_semaphore_acquire_n_async(
 RLOCK_EXTERN int64_t rlock_permit_semaphore_try_release_n(
     rlock_permit_semaphore *sem, const char *const *ids, size_t count);
 /* As try_release_n: 0, or RLOCK_ENOTOWNER where it answers 0. */
-RLOCK_EXTERN int rlock_permit_semaphore_release_n(
-    rlock_permit_semaphore *sem, const char *const *ids, size_t count);
+RLOCK_EXTERN int rlock_permit_semaphore_release_n(rlock_permit_semaphore *sem,
+                                                  const char *const *ids,
+                                                  size_t count);
 /* Makes the pool `permits` in all, free + taken (Java setPermits): a
  * missing semaphore is created with that many; otherwise the free count
  * moves by the difference, and goes below 0 when more permits are taken
  * than the new size (they are not taken back; the pool refills as they are
  * released). Publishes `permits`. permits 0..2^40, else RLOCK_EINVAL. 0 or
  * an error. */
-RLOCK_EXTERN int rlock_permit_semaphore_set_permits(
-    rlock_permit_semaphore *sem, int64_t permits);
+RLOCK_EXTERN int rlock_permit_semaphore_set_permits(rlock_permit_semaphore *sem,
+                                                    int64_t permits);
 /* The pool's size: free + taken (Java getPermits; expired ones are
  * returned first), 0 when the semaphore does not exist, or an error. */
-RLOCK_EXTERN int64_t rlock_permit_semaphore_permits(
-    rlock_permit_semaphore *sem);
+RLOCK_EXTERN int64_t
+rlock_permit_semaphore_permits(rlock_permit_semaphore *sem);
 /* The lease time left of the permit `id` (Java getLeaseTime), in
  * *ms_left: >= 1, or -1 when it has no lease. 0, RLOCK_ENOTOWNER when no
  * such permit is taken (Java throws), RLOCK_EINVAL for a malformed id. */
-RLOCK_EXTERN int rlock_permit_semaphore_lease_time(
-    rlock_permit_semaphore *sem, const char *id, int64_t *ms_left);
+RLOCK_EXTERN int rlock_permit_semaphore_lease_time(rlock_permit_semaphore *sem,
+                                                   const char *id,
+                                                   int64_t *ms_left);
 
 /* ========================================================================
  * Count-down latch
@@ -1533,8 +1538,8 @@ typedef enum rlock_fence_state {
  */
 RLOCK_EXTERN int rlock_check_token(rlock *lock, int64_t token);
 RLOCK_EXTERN int rlock_check_token_async(rlock *lock, int64_t token,
-                                          rlock_cb cb, void *data,
-                                          rlock_req **req);
+                                         rlock_cb cb, void *data,
+                                         rlock_req **req);
 
 /* A guard: a hash under its own name (fields "lock" and "token": the lock
  * it fences and the highest token that passed), kept beside the data it
@@ -1567,15 +1572,15 @@ typedef enum rlock_guard_op {
 } rlock_guard_op;
 
 typedef struct rlock_guarded_write {
-  size_t struct_size; /* rlock_guarded_write_init() */
+  size_t struct_size;    /* rlock_guarded_write_init() */
   const char *lock_name; /* the fenced lock the token is from */
   int64_t token;         /* >= 1 */
   rlock_guard_op op;
-  const char *key;       /* SET, HSET, INCRBY, DEL */
-  const char *field;     /* HSET */
-  const char *value;     /* SET, HSET */
-  int64_t delta;         /* INCRBY */
-  const char *script;    /* EVAL: the Lua body */
+  const char *key;         /* SET, HSET, INCRBY, DEL */
+  const char *field;       /* HSET */
+  const char *value;       /* SET, HSET */
+  int64_t delta;           /* INCRBY */
+  const char *script;      /* EVAL: the Lua body */
   const char *const *keys; /* EVAL: nkeys keys */
   size_t nkeys;
   const char *const *args; /* EVAL: nargs arguments */
@@ -1668,8 +1673,8 @@ typedef struct rlock_election_observer rlock_election_observer;
  * after rlock_election_cancel; rlock_last_error() has the detail). After
  * WON it fires exactly once more when that term ends:
  * RLOCK_ELECTION_LOST or RLOCK_ELECTION_RESIGNED, with the term. */
-typedef void (*rlock_election_cb)(rlock_election *e, int status,
-                                  int64_t term, void *data);
+typedef void (*rlock_election_cb)(rlock_election *e, int status, int64_t term,
+                                  void *data);
 
 /* A candidate for leadership of `name` on `client`, with an owner id of
  * its own (rlock_owner_new): one campaign at a time per handle. Sends
@@ -1769,8 +1774,9 @@ static inline void rlock_election_state_init(rlock_election_state *s) {
  * error), or RLOCK_EINVAL (NULL argument, struct_size not set),
  * RLOCK_EKIND / RLOCK_EWRONGTYPE (the name is another kind of lock / not
  * a lock), the transport errors. */
-RLOCK_EXTERN int rlock_client_election_leader(rlock_client *client, const char *name,
-                                       rlock_election_state *out);
+RLOCK_EXTERN int rlock_client_election_leader(rlock_client *client,
+                                              const char *name,
+                                              rlock_election_state *out);
 
 /* Called on the loop thread with each new state, in order: at the start
  * (the state then, leader or not), then at every change of leader, term,
@@ -1787,10 +1793,10 @@ typedef void (*rlock_election_observe_cb)(const rlock_election_state *st,
  * acquire - are seen within it). Returns 0 with *out, or RLOCK_EINVAL,
  * RLOCK_ENAMETOOLONG, RLOCK_ECLOSED, RLOCK_ENOMEM, RLOCK_EDEADLK. */
 RLOCK_EXTERN int rlock_election_observer_new(rlock_client *client,
-                                        const char *name, int64_t poll_ms,
-                                        rlock_election_observe_cb cb,
-                                        void *data,
-                                        rlock_election_observer **out);
+                                             const char *name, int64_t poll_ms,
+                                             rlock_election_observe_cb cb,
+                                             void *data,
+                                             rlock_election_observer **out);
 /* Stops and frees an observer: no callback runs after this returns
  * (unless called on the loop thread, from its own callback: then none
  * after that callback). NULL is accepted. */
@@ -1834,13 +1840,13 @@ RLOCK_EXTERN void rlock_election_observer_free(rlock_election_observer *o);
   X(COUNT, 5, "count", "semaphore or latch")                                   \
   /* the count and its lease zset */                                           \
   X(PERMIT_SEMAPHORE, 6, "permit-semaphore", "permit-expirable semaphore")     \
-  /* not a primitive's: another Redis type (see type), a string that is not   \
-   * an integer, or a hash with a field no lock writes (a value that is not   \
-   * an integer, a mode that is neither "read" nor "write") */                \
-  X(FOREIGN, 7, "foreign", "not a lock")                                     \
-  /* a FasterMultiLock group's hash: each value's field -> its holder (see   \
-   * holders: every field with its value, none a count); locked while a      \
-   * holder's expire_time has not passed (added in issue 34) */              \
+  /* not a primitive's: another Redis type (see type), a string that is not    \
+   * an integer, or a hash with a field no lock writes (a value that is not    \
+   * an integer, a mode that is neither "read" nor "write") */                 \
+  X(FOREIGN, 7, "foreign", "not a lock")                                       \
+  /* a FasterMultiLock group's hash: each value's field -> its holder (see     \
+   * holders: every field with its value, none a count); locked while a        \
+   * holder's expire_time has not passed (added in issue 34) */                \
   X(FAST_MULTILOCK, 8, "fast-multilock", "FasterMultiLock group")
 
 typedef enum rlock_info_kind {
@@ -1888,13 +1894,13 @@ typedef struct rlock_info_entry {
  * block the library allocates: valid until rlock_info_free(). */
 typedef struct rlock_info {
   size_t struct_size;
-  void *mem_;              /* the library's block; rlock_info_free() */
+  void *mem_; /* the library's block; rlock_info_free() */
   rlock_info_kind kind;
-  char type[16];           /* Redis's TYPE of the name: "none", "hash",
-                              "string", "list", ... */
-  int locked;              /* 1: a lock hash with at least one holder (a
-                              FasterMultiLock group: a hold not ended) */
-  int64_t ttl_ms;          /* PTTL of the name: -2 no key, -1 no TTL */
+  char type[16];  /* Redis's TYPE of the name: "none", "hash",
+                     "string", "list", ... */
+  int locked;     /* 1: a lock hash with at least one holder (a
+                     FasterMultiLock group: a hold not ended) */
+  int64_t ttl_ms; /* PTTL of the name: -2 no key, -1 no TTL */
   /* Clients subscribed to the kind's channels: for hashes and missing
    * names the lock and the read/write lock channel, for strings the
    * semaphore's and the latch's (a fair lock's waiters have channels of
@@ -1905,11 +1911,11 @@ typedef struct rlock_info {
   const char *mode;
   const rlock_info_entry *holders; /* the hash's fields */
   size_t holders_n, holders_total;
-  const rlock_info_entry *queue;   /* a fair lock's waiters, first first */
+  const rlock_info_entry *queue; /* a fair lock's waiters, first first */
   size_t queue_n, queue_total;
-  int64_t token;   /* a fenced lock's latest token; -1: no token key */
-  int64_t count;   /* COUNT / PERMIT_SEMAPHORE: the string's integer
-                      (available permits, or a latch's count); -1 else */
+  int64_t token; /* a fenced lock's latest token; -1: no token key */
+  int64_t count; /* COUNT / PERMIT_SEMAPHORE: the string's integer
+                    (available permits, or a latch's count); -1 else */
   const rlock_info_entry *permits; /* taken permits, soonest expiry first */
   size_t permits_n, permits_total;
   int64_t server_ms; /* the server's clock (TIME) when it was read */
@@ -1938,7 +1944,7 @@ static inline void rlock_info_init(rlock_info *info) {
  * unfreed result is overwritten (its block leaks).
  */
 RLOCK_EXTERN int rlock_client_info(rlock_client *client, const char *name,
-                                rlock_info *info);
+                                   rlock_info *info);
 
 /* Frees the block of a result and clears its pointers (within
  * struct_size). NULL, and a result already freed, are accepted. */
@@ -1982,7 +1988,7 @@ RLOCK_EXTERN void rlock_holder_init_size(rlock_holder *h, size_t size);
  * text. Blocking; one CLIENT LIST per master asked.
  */
 RLOCK_EXTERN int rlock_client_holder(rlock_client *client, const char *name,
-                                  const char *owner, rlock_holder *h);
+                                     const char *owner, rlock_holder *h);
 
 /*
  * Kind-aware force unlock of `name`: deletes the lock whoever holds it
@@ -1992,8 +1998,9 @@ RLOCK_EXTERN int rlock_client_holder(rlock_client *client, const char *name,
  * lock tells the first waiter in its queue, anything else (RLock, fenced,
  * spin, a hash with foreign fields) as rlock_force_unlock() on an RLock.
  * Otherwise one of rlock_kind()'s names ("lock", "fair", "read", "write",
- * "fenced", "spin", "nonreentrant", "nonreentrant_fair"): that kind's force unlock, as rlock_force_unlock() on
- * a handle of it ("read"/"write" delete only a lock in that mode).
+ * "fenced", "spin", "nonreentrant", "nonreentrant_fair"): that kind's
+ * force unlock, as rlock_force_unlock() on a handle of it ("read"/"write"
+ * delete only a lock in that mode).
  * Unlike rlock_force_unlock() it leaves any value that is not a hash
  * alone: RLOCK_EWRONGTYPE, with rlock_last_error() "not a lock (Redis type
  * <type>)" - semaphores and latches (strings) included. `found` (NULL, or
@@ -2005,8 +2012,7 @@ RLOCK_EXTERN int rlock_client_holder(rlock_client *client, const char *name,
  * value stored under the name in between is deleted all the same.
  */
 RLOCK_EXTERN int rlock_client_force_unlock(rlock_client *client,
-                                           const char *name,
-                                           const char *kind,
+                                           const char *name, const char *kind,
                                            rlock_info *found);
 
 /* ========================================================================
@@ -2057,8 +2063,8 @@ static inline void rlock_scan_options_init(rlock_scan_options *o) {
  * Close the scan (rlock_scan_free()) before its client.
  */
 RLOCK_EXTERN int rlock_scan_new(rlock_client *client,
-                                 const rlock_scan_options *opts,
-                                 rlock_scan **out);
+                                const rlock_scan_options *opts,
+                                rlock_scan **out);
 
 /*
  * The next name (blocking; a SCAN round trip when the names of the last

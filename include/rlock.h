@@ -5,6 +5,12 @@
  * resource with the same lock name: both use the same Redis hash, hash field
  * (`<client-uuid>:<thread-id>`), pub/sub channel and Lua semantics.
  *
+ * Layout: the declarations are grouped by object, each group under a
+ * banner comment, in the order docs/api.md lists them ("The header, group
+ * by group"): library, diagnostics and events, stats, client options,
+ * client, locks, asynchronous requests, MultiLock, semaphores, latch,
+ * fencing, election, introspection, listing names.
+ *
  * Threading: every function in this header is thread-safe unless its comment
  * says otherwise. A client owns one libuv loop thread and two Redis
  * connections (commands and pub/sub); calls from any number of threads are

@@ -5,6 +5,12 @@
  * resource with the same lock name: both use the same Redis hash, hash field
  * (`<client-uuid>:<thread-id>`), pub/sub channel and Lua semantics.
  *
+ * Layout: the declarations are grouped by object, each group under a
+ * banner comment, in the order docs/api.md lists them ("The header, group
+ * by group"): library, diagnostics and events, stats, client options,
+ * client, locks, asynchronous requests, MultiLock, semaphores, latch,
+ * fencing, election, introspection, listing names.
+ *
  * Threading: every function in this header is thread-safe unless its comment
  * says otherwise. A client owns one libuv loop thread and two Redis
  * connections (commands and pub/sub); calls from any number of threads are
@@ -41,6 +47,11 @@ extern "C" {
 #define RLOCK_EXTERN
 #endif
 
+/* ========================================================================
+ * Library: version, limits, errors, handles
+ * (docs/errors.md; docs/api.md, "API overview")
+ * ===================================================================== */
+
 /* The version of this header (semantic versioning; meson.build's project
  * version, which the build checks them against). A program built against
  * it may run with a newer library of the same soname: rlock_version() says
@@ -50,7 +61,8 @@ extern "C" {
 #define RLOCK_VERSION_PATCH 0
 #define RLOCK_VERSION_STRING "0.1.0"
 
-/* Longest lock name accepted, in bytes. Longer names give RLOCK_ENAMETOOLONG. */
+/* Longest lock name accepted, in bytes. Longer names give
+ * RLOCK_ENAMETOOLONG. */
 #define RLOCK_NAME_MAX 65535
 
 /* Length of rlock_client_id(), without the terminating NUL. */
@@ -78,16 +90,21 @@ extern "C" {
   X(EREADONLY, -16, "Redis server is a read-only replica")                     \
   X(EPROTO, -17, "unexpected reply from Redis")                                \
   X(ENAMETOOLONG, -18, "lock name longer than RLOCK_NAME_MAX")                 \
-  X(ESYS, -19, "system resource error (thread, loop or socket setup)")       \
-  X(EFORK, -20, "client used in a forked child process")                      \
+  X(ESYS, -19, "system resource error (thread, loop or socket setup)")         \
+  X(EFORK, -20, "client used in a forked child process")                       \
   X(ETLS, -21, "TLS failed (handshake, certificate, or TLS not built in)")     \
-  X(EBACKLOG, -22, "too much waiting to be written to Redis (write queue full)") \
+  X(EBACKLOG, -22,                                                             \
+    "too much waiting to be written to Redis (write queue full)")              \
   X(EKIND, -23, "the key holds another kind of lock (e.g. a read/write lock)") \
   X(ENOREPLICA, -24, "no replica confirmed the write (replica sync)")          \
-  X(ECLUSTER, -25, "Redis Cluster cannot serve the key now (CLUSTERDOWN, TRYAGAIN, redirects, slots)") \
-  X(EREENTRY, -26, "non-reentrant lock already held by this owner")         \
-  X(ESTALE, -27, "fencing token is older than one the resource has seen (stale holder)") \
-  X(EFOREIGN, -28, "fencing token is from another lock than the one the guard fences")
+  X(ECLUSTER, -25,                                                             \
+    "Redis Cluster cannot serve the key now (CLUSTERDOWN, TRYAGAIN, "          \
+    "redirects, slots)")                                                       \
+  X(EREENTRY, -26, "non-reentrant lock already held by this owner")            \
+  X(ESTALE, -27,                                                               \
+    "fencing token is older than one the resource has seen (stale holder)")    \
+  X(EFOREIGN, -28,                                                             \
+    "fencing token is from another lock than the one the guard fences")
 
 typedef enum rlock_errno {
 #define RLOCK__ERR_ENUM(name, value, msg) RLOCK_##name = (value),
@@ -118,6 +135,11 @@ RLOCK_EXTERN const char *rlock_last_error(void);
 /* Opaque handles. */
 typedef struct rlock_client rlock_client;
 typedef struct rlock rlock;
+
+/* ========================================================================
+ * Diagnostics and events: the callbacks a client makes
+ * (docs/api.md, "Diagnostics" and "Events")
+ * ===================================================================== */
 
 /*
  * Called on the client's loop thread when the watchdog finds that a lock it
@@ -245,18 +267,18 @@ typedef struct rlock_event {
   const char *kind;
   const char *name;
   const char *owner;
-  int64_t wait_ms;    /* ACQUIRED, GAVE_UP */
-  int attempts;       /* ACQUIRED, GAVE_UP: tries sent */
-  int cause;          /* GAVE_UP, LOST, RECONNECTED,
-                         DISCONNECTED (see above) */
-  int error;          /* GAVE_UP (cause ERROR), RENEWAL_FAILED,
-                         RECONNECTED, DISCONNECTED:
-                         an RLOCK_E* code; else 0 */
-  int64_t hold_ms;    /* RELEASED, LOST */
-  int64_t hold_count; /* RELEASED: holds the owner still has */
-  int64_t remaining_ms; /* LEASE_AT_RISK: the guarantee left */
-  int64_t lease_ms;     /* LEASE_AT_RISK: the hold's lease */
-  const char *detail; /* a sentence, or "" */
+  int64_t wait_ms;         /* ACQUIRED, GAVE_UP */
+  int attempts;            /* ACQUIRED, GAVE_UP: tries sent */
+  int cause;               /* GAVE_UP, LOST, RECONNECTED,
+                              DISCONNECTED (see above) */
+  int error;               /* GAVE_UP (cause ERROR), RENEWAL_FAILED,
+                              RECONNECTED, DISCONNECTED:
+                              an RLOCK_E* code; else 0 */
+  int64_t hold_ms;         /* RELEASED, LOST */
+  int64_t hold_count;      /* RELEASED: holds the owner still has */
+  int64_t remaining_ms;    /* LEASE_AT_RISK: the guarantee left */
+  int64_t lease_ms;        /* LEASE_AT_RISK: the hold's lease */
+  const char *detail;      /* a sentence, or "" */
   const char *client_id;   /* rlock_client_id() */
   const char *client_name; /* the client_name option, or NULL */
   const char *host;        /* RECONNECTED, DISCONNECTED: the server;
@@ -266,11 +288,144 @@ typedef struct rlock_event {
 } rlock_event;
 
 /* Whether an event from a possibly older library has `field`. */
-#define RLOCK_EVENT_HAS(ev, field)                                           \
-  ((ev)->struct_size >=                                                      \
+#define RLOCK_EVENT_HAS(ev, field)                                             \
+  ((ev)->struct_size >=                                                        \
    offsetof(rlock_event, field) + sizeof(((rlock_event *)0)->field))
 
 typedef void (*rlock_event_cb)(const rlock_event *ev, void *data);
+
+/* ========================================================================
+ * Stats
+ * (docs/api.md, "Stats")
+ * ===================================================================== */
+
+/*
+ * Stats (docs/api.md, "Stats"): counters and histograms of what a client
+ * did since it was opened. Added in 0.2.0 (unreleased).
+ *
+ * A histogram's buckets are log2 milliseconds: buckets[0] counts values
+ * of 0 and 1 ms, buckets[i] (1 <= i < RLOCK_STATS_BUCKETS - 1) values v
+ * with 2^(i-1) < v <= 2^i ms, and the last bucket everything above
+ * 2^(RLOCK_STATS_BUCKETS - 2) ms (about 70 minutes). count is the sum of
+ * the buckets; sum_ms the sum of the values; max_ms the largest.
+ */
+#define RLOCK_STATS_BUCKETS 24
+/* failures[] has this many entries, indexed by -code (RLOCK_EINVAL is
+ * failures[1]); failures[0] counts codes beyond the table. */
+#define RLOCK_STATS_ERRORS 32
+
+typedef struct rlock_histogram {
+  uint64_t count;
+  uint64_t sum_ms;
+  uint64_t max_ms;
+  uint64_t buckets[RLOCK_STATS_BUCKETS];
+} rlock_histogram;
+
+typedef struct rlock_stats {
+  /* Set by rlock_stats_init(). A struct from an older rlock.h (smaller)
+   * is filled only as far as it reaches. */
+  size_t struct_size;
+  /* Acquire calls that got the lock (or permit, or latch), and those of
+   * them that had to wait (more than one try). */
+  uint64_t acquisitions;
+  uint64_t acquisitions_contended;
+  /* Acquire calls that ended without it: wait_ms passed (try_lock with
+   * wait 0 included), canceled or interrupted. */
+  uint64_t gave_up_timeout;
+  uint64_t gave_up_canceled;
+  /* Calls of any kind that failed on the loop thread, by code:
+   * failures[-code] (what a call refuses before it is queued - a bad
+   * argument, RLOCK_EDEADLK, RLOCK_ECLOSED - is not counted). */
+  uint64_t failures[RLOCK_STATS_ERRORS];
+  /* Successful unlocks of lock kinds, and those that freed the lock. */
+  uint64_t releases;
+  /* Time acquisitions waited (call start to the server's yes), and how
+   * long locks were held (outermost acquire to the unlock that freed it). */
+  rlock_histogram wait;
+  rlock_histogram hold;
+  /* Watchdog renewals, one per hold per period: sent, confirmed by the
+   * server, failed (no answer or an error answer: RENEWAL_FAILED). */
+  uint64_t renewals_sent;
+  uint64_t renewals_confirmed;
+  uint64_t renewals_failed;
+  /* Round-trip time of renewal commands (one per batch of holds), in
+   * microseconds, re-sends included. */
+  uint64_t renewal_rtt_count;
+  uint64_t renewal_rtt_sum_us;
+  uint64_t renewal_rtt_max_us;
+  /* The least lease head-room seen at a confirmed renewal: what was left
+   * of the hold's guarantee (rlock_is_lease_guaranteed() minus now) when the
+   * renewal's confirmation came, before it moved the guarantee on.
+   * Negative: the guarantee had run out before the renewal was confirmed
+   * (the lock may have been free meanwhile). INT64_MAX: no renewal
+   * confirmed yet. */
+  int64_t lease_headroom_min_ms;
+  /* Holds lost (RLOCK_EVENT_LOST). */
+  uint64_t locks_lost;
+  /* Connections up again after a loss (command and subscriber), channels
+   * subscribed again after one, commands written (re-sends included). */
+  uint64_t reconnects;
+  uint64_t resubscribes;
+  uint64_t commands_sent;
+  /* Replica sync: writes a replica confirmed, and writes none confirmed
+   * in time (the acquire is undone: RLOCK_ENOREPLICA). */
+  uint64_t replica_sync_ok;
+  uint64_t replica_sync_unconfirmed;
+  /* RLOCK_EVENT_LEASE_AT_RISK, however many. */
+  uint64_t lease_at_risk;
+  /* Leader election (rlock_election_*): terms won (RLOCK_EVENT_ELECTED),
+   * and terms ended by a loss or a resign (RLOCK_EVENT_TERM_ENDED).
+   * Added in 0.2.0. */
+  uint64_t terms_won;
+  uint64_t terms_lost;
+  uint64_t terms_resigned;
+} rlock_stats;
+
+/* Zeroes `s` and sets struct_size to `size`; use rlock_stats_init(). */
+static inline void rlock_stats_init_size(rlock_stats *s, size_t size) {
+  memset(s, 0, sizeof(*s));
+  s->struct_size = size;
+}
+static inline void rlock_stats_init(rlock_stats *s) {
+  rlock_stats_init_size(s, sizeof(*s));
+}
+
+/* Fills `out` with the client's stats: only its first struct_size bytes are
+ * written (bytes beyond are left as they are). The counters are written by
+ * the loop thread and read here without a lock, each one whole (relaxed
+ * atomics): a reading taken while locks are busy may be a few events
+ * behind in one counter and not yet in another, but a histogram's count
+ * always equals the sum of its buckets. Never blocks; any thread,
+ * including an event handler. 0, or RLOCK_EINVAL (NULL client or out,
+ * struct_size smaller than the struct_size field's end or larger than this
+ * library's struct). */
+RLOCK_EXTERN int rlock_client_stats(const rlock_client *client,
+                                    rlock_stats *out);
+
+/* Writes `s` in the Prometheus text exposition format 0.0.4 (# HELP and
+ * # TYPE lines; counters end in _total; histograms as _bucket{le="..."}
+ * in seconds, cumulative, with le="+Inf", _sum and _count) to buf, at
+ * most len bytes including the NUL, as snprintf does. Every sample has
+ * the label client="<client>" (escaped) when client is not NULL. Metric
+ * names start with "rlock_". Fields beyond s->struct_size are left out.
+ * Returns the length the whole text needs (without the NUL): call again
+ * with a larger buffer when it is >= len. RLOCK_EINVAL for a NULL s, a
+ * NULL buf with len > 0, or a bad struct_size. Any thread. */
+RLOCK_EXTERN int rlock_stats_format_prometheus(const rlock_stats *s, char *buf,
+                                               size_t len, const char *client);
+
+/* The same as one JSON object: {"client": ..., "acquisitions": N, ...,
+ * "failures": {"RLOCK_ECONN": N, ...} (non-zero codes only),
+ * "wait": {"count", "sum_ms", "max_ms", "buckets": [{"le_ms": 1, "count":
+ * n}, ..., {"le_ms": null, ...}]} (buckets not cumulative)}. Returns as
+ * rlock_stats_format_prometheus(). */
+RLOCK_EXTERN int rlock_stats_format_json(const rlock_stats *s, char *buf,
+                                         size_t len, const char *client);
+
+/* ========================================================================
+ * Client options
+ * (docs/api.md, "Client options")
+ * ===================================================================== */
 
 /* Client options. Always fill with rlock_options_init() first, then set the
  * fields you need: the struct may grow in later versions, and fields are
@@ -485,6 +640,11 @@ static inline void rlock_options_init(rlock_options *o) {
   rlock_options_init_size(o, sizeof(*o));
 }
 
+/* ========================================================================
+ * Client
+ * (docs/api.md, "API overview" and "Semantics")
+ * ===================================================================== */
+
 /*
  * Opens a client: validates `o` (NULL = defaults; otherwise filled by
  * rlock_options_init(), see struct_size), starts the loop thread and
@@ -507,7 +667,7 @@ static inline void rlock_options_init(rlock_options *o) {
  * sent).
  */
 RLOCK_EXTERN int rlock_client_new(rlock_client **client,
-                                   const rlock_options *o);
+                                  const rlock_options *o);
 
 /*
  * Closes the client: blocked and pending calls on it return RLOCK_ECLOSED
@@ -554,137 +714,23 @@ static inline void rlock_client_caps_init(rlock_client_caps *caps) {
  * client or caps, struct_size smaller than the struct_size field's end or
  * larger than this library's struct). Never blocks; any thread. */
 RLOCK_EXTERN int rlock_client_capabilities(const rlock_client *client,
-                                       rlock_client_caps *caps);
+                                           rlock_client_caps *caps);
 
 /*
- * Stats (docs/api.md, "Stats"): counters and histograms of what a client
- * did since it was opened. Added in 0.2.0 (unreleased).
- *
- * A histogram's buckets are log2 milliseconds: buckets[0] counts values
- * of 0 and 1 ms, buckets[i] (1 <= i < RLOCK_STATS_BUCKETS - 1) values v
- * with 2^(i-1) < v <= 2^i ms, and the last bucket everything above
- * 2^(RLOCK_STATS_BUCKETS - 2) ms (about 70 minutes). count is the sum of
- * the buckets; sum_ms the sum of the values; max_ms the largest.
+ * Interrupts every acquire (blocking or async) that `owner` (a thread id or
+ * an explicit owner id) is running on `client`, like Java's
+ * Thread.interrupt() on lockInterruptibly(): the blocked call returns, or
+ * the callback fires with, RLOCK_ECANCELED. The interrupted acquire leaves
+ * no hold and no renewal behind. Returns how many acquires were interrupted
+ * (0 if none was running), or RLOCK_ECLOSED / RLOCK_EINVAL. Any thread,
+ * including the loop thread.
  */
-#define RLOCK_STATS_BUCKETS 24
-/* failures[] has this many entries, indexed by -code (RLOCK_EINVAL is
- * failures[1]); failures[0] counts codes beyond the table. */
-#define RLOCK_STATS_ERRORS 32
+RLOCK_EXTERN int rlock_client_interrupt(rlock_client *client, uint64_t owner);
 
-typedef struct rlock_histogram {
-  uint64_t count;
-  uint64_t sum_ms;
-  uint64_t max_ms;
-  uint64_t buckets[RLOCK_STATS_BUCKETS];
-} rlock_histogram;
-
-typedef struct rlock_stats {
-  /* Set by rlock_stats_init(). A struct from an older rlock.h (smaller)
-   * is filled only as far as it reaches. */
-  size_t struct_size;
-  /* Acquire calls that got the lock (or permit, or latch), and those of
-   * them that had to wait (more than one try). */
-  uint64_t acquisitions;
-  uint64_t acquisitions_contended;
-  /* Acquire calls that ended without it: wait_ms passed (try_lock with
-   * wait 0 included), canceled or interrupted. */
-  uint64_t gave_up_timeout;
-  uint64_t gave_up_canceled;
-  /* Calls of any kind that failed on the loop thread, by code:
-   * failures[-code] (what a call refuses before it is queued - a bad
-   * argument, RLOCK_EDEADLK, RLOCK_ECLOSED - is not counted). */
-  uint64_t failures[RLOCK_STATS_ERRORS];
-  /* Successful unlocks of lock kinds, and those that freed the lock. */
-  uint64_t releases;
-  /* Time acquisitions waited (call start to the server's yes), and how
-   * long locks were held (outermost acquire to the unlock that freed it). */
-  rlock_histogram wait;
-  rlock_histogram hold;
-  /* Watchdog renewals, one per hold per period: sent, confirmed by the
-   * server, failed (no answer or an error answer: RENEWAL_FAILED). */
-  uint64_t renewals_sent;
-  uint64_t renewals_confirmed;
-  uint64_t renewals_failed;
-  /* Round-trip time of renewal commands (one per batch of holds), in
-   * microseconds, re-sends included. */
-  uint64_t renewal_rtt_count;
-  uint64_t renewal_rtt_sum_us;
-  uint64_t renewal_rtt_max_us;
-  /* The least lease head-room seen at a confirmed renewal: what was left
-   * of the hold's guarantee (rlock_is_lease_guaranteed() minus now) when the
-   * renewal's confirmation came, before it moved the guarantee on.
-   * Negative: the guarantee had run out before the renewal was confirmed
-   * (the lock may have been free meanwhile). INT64_MAX: no renewal
-   * confirmed yet. */
-  int64_t lease_headroom_min_ms;
-  /* Holds lost (RLOCK_EVENT_LOST). */
-  uint64_t locks_lost;
-  /* Connections up again after a loss (command and subscriber), channels
-   * subscribed again after one, commands written (re-sends included). */
-  uint64_t reconnects;
-  uint64_t resubscribes;
-  uint64_t commands_sent;
-  /* Replica sync: writes a replica confirmed, and writes none confirmed
-   * in time (the acquire is undone: RLOCK_ENOREPLICA). */
-  uint64_t replica_sync_ok;
-  uint64_t replica_sync_unconfirmed;
-  /* RLOCK_EVENT_LEASE_AT_RISK, however many. */
-  uint64_t lease_at_risk;
-  /* Leader election (rlock_election_*): terms won (RLOCK_EVENT_ELECTED),
-   * and terms ended by a loss or a resign (RLOCK_EVENT_TERM_ENDED).
-   * Added in 0.2.0. */
-  uint64_t terms_won;
-  uint64_t terms_lost;
-  uint64_t terms_resigned;
-} rlock_stats;
-
-/* Zeroes `s` and sets struct_size to `size`; use rlock_stats_init(). */
-static inline void rlock_stats_init_size(rlock_stats *s, size_t size) {
-  memset(s, 0, sizeof(*s));
-  s->struct_size = size;
-}
-static inline void rlock_stats_init(rlock_stats *s) {
-  rlock_stats_init_size(s, sizeof(*s));
-}
-
-/* Fills `out` with the client's stats: only its first struct_size bytes are
- * written (bytes beyond are left as they are). The counters are written by
- * the loop thread and read here without a lock, each one whole (relaxed
- * atomics): a reading taken while locks are busy may be a few events
- * behind in one counter and not yet in another, but a histogram's count
- * always equals the sum of its buckets. Never blocks; any thread,
- * including an event handler. 0, or RLOCK_EINVAL (NULL client or out,
- * struct_size smaller than the struct_size field's end or larger than this
- * library's struct). */
-RLOCK_EXTERN int rlock_client_stats(const rlock_client *client,
-                                        rlock_stats *out);
-
-/* Writes `s` in the Prometheus text exposition format 0.0.4 (# HELP and
- * # TYPE lines; counters end in _total; histograms as _bucket{le="..."}
- * in seconds, cumulative, with le="+Inf", _sum and _count) to buf, at
- * most len bytes including the NUL, as snprintf does. Every sample has
- * the label client="<client>" (escaped) when client is not NULL. Metric
- * names start with "rlock_". Fields beyond s->struct_size are left out.
- * Returns the length the whole text needs (without the NUL): call again
- * with a larger buffer when it is >= len. RLOCK_EINVAL for a NULL s, a
- * NULL buf with len > 0, or a bad struct_size. Any thread. */
-RLOCK_EXTERN int rlock_stats_format_prometheus(const rlock_stats *s,
-                                               char *buf, size_t len,
-                                               const char *client);
-
-/* The same as one JSON object: {"client": ..., "acquisitions": N, ...,
- * "failures": {"RLOCK_ECONN": N, ...} (non-zero codes only),
- * "wait": {"count", "sum_ms", "max_ms", "buckets": [{"le_ms": 1, "count":
- * n}, ..., {"le_ms": null, ...}]} (buckets not cumulative)}. Returns as
- * rlock_stats_format_prometheus(). */
-RLOCK_EXTERN int rlock_stats_format_json(const rlock_stats *s, char *buf,
-                                         size_t len, const char *client);
-
-/*
- * The calling thread's id as used in lock owners: a decimal 64-bit integer,
- * unique within the process for its whole life (never reused). Thread-safe.
- */
-RLOCK_EXTERN uint64_t rlock_thread_id(void);
+/* ========================================================================
+ * Locks: the rlock * handle and its kinds
+ * (docs/api.md, "Semantics", "Lease safety", "Lock kinds")
+ * ===================================================================== */
 
 /*
  * Creates a handle for the lock `name` (like Redisson's getLock(name)). The
@@ -738,8 +784,8 @@ RLOCK_EXTERN int rlock_new_fair(rlock_client *client, const char *name,
                                 rlock **lock);
 RLOCK_EXTERN int rlock_new_read(rlock_client *client, const char *name,
                                 rlock **lock);
-RLOCK_EXTERN int rlock_new_nonreentrant(rlock_client *client,
-                                        const char *name, rlock **lock);
+RLOCK_EXTERN int rlock_new_nonreentrant(rlock_client *client, const char *name,
+                                        rlock **lock);
 RLOCK_EXTERN int rlock_new_nonreentrant_fair(rlock_client *client,
                                              const char *name, rlock **lock);
 RLOCK_EXTERN int rlock_new_write(rlock_client *client, const char *name,
@@ -816,8 +862,7 @@ RLOCK_EXTERN int rlock_try_lock_fenced(rlock *lock, int64_t wait_ms,
 RLOCK_EXTERN int rlock_lock_fenced_owner(rlock *lock, uint64_t owner,
                                          int64_t lease_ms, int64_t *token);
 RLOCK_EXTERN int rlock_try_lock_fenced_owner(rlock *lock, uint64_t owner,
-                                             int64_t wait_ms,
-                                             int64_t lease_ms,
+                                             int64_t wait_ms, int64_t lease_ms,
                                              int64_t *token);
 /* Fenced lock: the token counter's current value (Redisson's getToken: the
  * latest token handed out, not necessarily the caller's; 0 before the first
@@ -843,9 +888,9 @@ RLOCK_EXTERN int rlock_try_lock(rlock *lock, int64_t wait_ms, int64_t lease_ms);
  * rlock_hold_count() or rlock_is_held() which it was).
  * Other kinds: a fair lock's release message goes to the first waiter's own
  * channel; a spin lock publishes nothing; a read lock publishes "0" only
- * when the lock is freed (other readers may remain); a write lock publishes "1" (wakes every
- * waiter), or nothing when the writer still reads (a downgrade: the lock
- * stays in read mode).
+ * when the lock is freed (other readers may remain); a write lock
+ * publishes "1" (wakes every waiter), or nothing when the writer still
+ * reads (a downgrade: the lock stays in read mode).
  * RLOCK_ENOTOWNER: the calling thread does not hold the lock.
  * RLOCK_ELOCKLOST: this thread held it, but it expired or was deleted before
  * this unlock (the hold is forgotten; nothing is changed in Redis); or this
@@ -874,6 +919,18 @@ RLOCK_EXTERN int rlock_unlock(rlock *lock);
  * kept); a spin lock publishes nothing; a read (write) handle deletes only
  * a read/write lock in read (write) mode, and otherwise returns 0. */
 RLOCK_EXTERN int rlock_force_unlock(rlock *lock);
+
+/*
+ * Releases every hold `owner` has on `lock`, as the lock's kind releases
+ * its last hold (message included): for a holder whose client is gone
+ * (closed, crashed) and whose owner string ("<client-uuid>:<thread-id>",
+ * as RLOCK_OWNER and rlock_info show it; for a write lock without
+ * ":write") is known. Other holders keep theirs. Runs rlock's trim script
+ * (docs/wire-protocol.md, "Trim") with a count of 0. Returns 1 released,
+ * 0 `owner` held nothing, or a negative error: RLOCK_EINVAL for a NULL or
+ * over-long owner, or a handle that is no lock (semaphore, latch).
+ */
+RLOCK_EXTERN int rlock_force_unlock_holder(rlock *lock, const char *owner);
 
 /* 1 if anyone holds the lock, 0 if not, or a negative error. */
 RLOCK_EXTERN int rlock_is_locked(rlock *lock);
@@ -919,15 +976,14 @@ RLOCK_EXTERN int rlock_remain_ttl(rlock *lock, int64_t *ttl_ms);
  */
 RLOCK_EXTERN int rlock_is_lease_guaranteed(rlock *lock, int64_t *until_ms);
 RLOCK_EXTERN int rlock_is_lease_guaranteed_owner(rlock *lock, uint64_t owner,
-                                              int64_t *until_ms);
+                                                 int64_t *until_ms);
 
 /* The library's monotonic clock in milliseconds: CLOCK_MONOTONIC (libuv's
  * uv_hrtime()) divided down, the clock of rlock_is_lease_guaranteed().
  * Any thread. */
 RLOCK_EXTERN int64_t rlock_now_ms(void);
 
-/* ------------------------------------------------------------------------
- * Explicit owners
+/* Explicit owners.
  *
  * A lock is held by an owner: by default the calling thread
  * (rlock_thread_id()). Programs whose logical owners are not OS threads
@@ -937,7 +993,13 @@ RLOCK_EXTERN int64_t rlock_now_ms(void);
  * thread ids; rlock_owner_new() hands out ids that no thread and no other
  * rlock_owner_new() call will ever use. One owner should not run two
  * operations on the same lock at the same time (as one Java thread can't).
- * ---------------------------------------------------------------------- */
+ */
+
+/*
+ * The calling thread's id as used in lock owners: a decimal 64-bit integer,
+ * unique within the process for its whole life (never reused). Thread-safe.
+ */
+RLOCK_EXTERN uint64_t rlock_thread_id(void);
 
 /* A fresh owner id, never equal to any thread id or earlier result.
  * Thread-safe. */
@@ -954,27 +1016,17 @@ RLOCK_EXTERN int rlock_unlock_owner(rlock *lock, uint64_t owner);
 RLOCK_EXTERN int rlock_is_held_owner(rlock *lock, uint64_t owner);
 RLOCK_EXTERN int64_t rlock_hold_count_owner(rlock *lock, uint64_t owner);
 
-/*
- * Interrupts every acquire (blocking or async) that `owner` (a thread id or
- * an explicit owner id) is running on `client`, like Java's
- * Thread.interrupt() on lockInterruptibly(): the blocked call returns, or
- * the callback fires with, RLOCK_ECANCELED. The interrupted acquire leaves
- * no hold and no renewal behind. Returns how many acquires were interrupted
- * (0 if none was running), or RLOCK_ECLOSED / RLOCK_EINVAL. Any thread,
- * including the loop thread.
- */
-RLOCK_EXTERN int rlock_client_interrupt(rlock_client *client, uint64_t owner);
-
-/* ------------------------------------------------------------------------
- * Asynchronous API
+/* ========================================================================
+ * Asynchronous requests
+ * (docs/api.md, "Explicit owners and the asynchronous API")
  *
  * Each call queues the operation and returns at once. Contract (as libuv):
  * if the call returns an error, the callback never fires; otherwise it fires
  * exactly once, on the client's loop thread - with RLOCK_ECANCELED after
- * rlock_req_cancel()/rlock_client_interrupt(), with RLOCK_ECLOSED when the client is
- * closed first. Callbacks must not block and must not make blocking rlock
- * calls (RLOCK_EDEADLK); they may start other async calls, cancel, and close
- * the client.
+ * rlock_req_cancel()/rlock_client_interrupt(), with RLOCK_ECLOSED when the
+ * client is closed first. Callbacks must not block and must not make
+ * blocking rlock calls (RLOCK_EDEADLK); they may start other async calls,
+ * cancel, and close the client.
  *
  * `status` is what the blocking call would return (acquire: 1 acquired,
  * 0 not within wait_ms; unlock: 0; queries: 1/0), or
@@ -985,20 +1037,20 @@ RLOCK_EXTERN int rlock_client_interrupt(rlock_client *client, uint64_t owner);
  * When `req` is not NULL it receives a handle to the operation, for
  * rlock_req_cancel(); the caller then owns it and must release it with
  * rlock_req_free() (before or after the callback).
- * ---------------------------------------------------------------------- */
+ * ===================================================================== */
 
 typedef struct rlock_req rlock_req;
 typedef void (*rlock_cb)(int status, int64_t value, void *data);
 
 /* Acquire for `owner`: wait_ms and lease_ms as for rlock_try_lock()
  * (wait_ms < 0: until acquired). */
-RLOCK_EXTERN int rlock_lock_async(rlock *lock, uint64_t owner,
-                                  int64_t wait_ms, int64_t lease_ms,
-                                  rlock_cb cb, void *data, rlock_req **req);
+RLOCK_EXTERN int rlock_lock_async(rlock *lock, uint64_t owner, int64_t wait_ms,
+                                  int64_t lease_ms, rlock_cb cb, void *data,
+                                  rlock_req **req);
 RLOCK_EXTERN int rlock_unlock_async(rlock *lock, uint64_t owner, rlock_cb cb,
                                     void *data, rlock_req **req);
-RLOCK_EXTERN int rlock_force_unlock_async(rlock *lock, rlock_cb cb,
-                                          void *data, rlock_req **req);
+RLOCK_EXTERN int rlock_force_unlock_async(rlock *lock, rlock_cb cb, void *data,
+                                          rlock_req **req);
 RLOCK_EXTERN int rlock_is_locked_async(rlock *lock, rlock_cb cb, void *data,
                                        rlock_req **req);
 RLOCK_EXTERN int rlock_is_held_async(rlock *lock, uint64_t owner, rlock_cb cb,
@@ -1008,6 +1060,24 @@ RLOCK_EXTERN int rlock_hold_count_async(rlock *lock, uint64_t owner,
                                         rlock_req **req);
 RLOCK_EXTERN int rlock_remain_ttl_async(rlock *lock, rlock_cb cb, void *data,
                                         rlock_req **req);
+
+/*
+ * Cancels a pending acquire from any thread: its callback fires with
+ * RLOCK_ECANCELED (unless it already fired or fires first with its own
+ * result - exactly once either way), and it leaves no hold or renewal behind.
+ * Returns 0, or RLOCK_EINVAL when req is NULL or not an acquire,
+ * RLOCK_ECLOSED when the client is closed.
+ */
+RLOCK_EXTERN int rlock_req_cancel(rlock_req *req);
+
+/* Releases the caller's handle to an operation (it does not cancel it).
+ * NULL is accepted. */
+RLOCK_EXTERN void rlock_req_free(rlock_req *req);
+
+/* ========================================================================
+ * MultiLock, RedLock and FasterMultiLock
+ * (docs/multilock.md; docs/api.md, "MultiLock")
+ * ===================================================================== */
 
 /* ---- MultiLock (Redisson getMultiLock(RLock...)) ------------------------ *
  * Several locks of any kinds taken all-or-nothing by one owner, with
@@ -1061,19 +1131,18 @@ RLOCK_EXTERN size_t rlock_multilock_size(const rlock_multilock *ml);
  * wait and the call returns RLOCK_ECANCELED. RLOCK_EDEADLK on a member's
  * client loop thread.
  */
-RLOCK_EXTERN int rlock_multilock_try_lock(rlock_multilock *ml,
-                                          int64_t wait_ms, int64_t lease_ms);
+RLOCK_EXTERN int rlock_multilock_try_lock(rlock_multilock *ml, int64_t wait_ms,
+                                          int64_t lease_ms);
 RLOCK_EXTERN int rlock_multilock_try_lock_owner(rlock_multilock *ml,
-                                                uint64_t owner,
-                                                int64_t wait_ms,
+                                                uint64_t owner, int64_t wait_ms,
                                                 int64_t lease_ms);
 /* Takes every member, however long it takes (Java's lock()): rounds of
  * rlock_multilock_try_lock(w, lease_ms) until one succeeds, w = n x 1500
  * ms without a lease, else random in [lease/2, lease) when lease_ms <=
  * n x 1500, else in [n x 1500, lease). 0 or a negative error. */
 RLOCK_EXTERN int rlock_multilock_lock(rlock_multilock *ml, int64_t lease_ms);
-RLOCK_EXTERN int rlock_multilock_lock_owner(rlock_multilock *ml,
-                                            uint64_t owner, int64_t lease_ms);
+RLOCK_EXTERN int rlock_multilock_lock_owner(rlock_multilock *ml, uint64_t owner,
+                                            int64_t lease_ms);
 /*
  * rlock_multilock_try_lock_owner with a callback (status 1/0/error; value
  * 0), exactly once, on a member's client loop thread; wait_ms < 0: rounds
@@ -1082,10 +1151,9 @@ RLOCK_EXTERN int rlock_multilock_lock_owner(rlock_multilock *ml,
  * (NULL ok) receives a handle for rlock_multilock_req_cancel(), to free with
  * rlock_multilock_req_free().
  */
-RLOCK_EXTERN int rlock_multilock_lock_async(rlock_multilock *ml,
-                                            uint64_t owner, int64_t wait_ms,
-                                            int64_t lease_ms, rlock_cb cb,
-                                            void *data,
+RLOCK_EXTERN int rlock_multilock_lock_async(rlock_multilock *ml, uint64_t owner,
+                                            int64_t wait_ms, int64_t lease_ms,
+                                            rlock_cb cb, void *data,
                                             rlock_multilock_req **req);
 /* Cancels a MultiLock acquire from any thread: its callback fires with
  * RLOCK_ECANCELED (unless it already fired or fires first with its own
@@ -1105,7 +1173,7 @@ RLOCK_EXTERN int rlock_multilock_unlock_owner(rlock_multilock *ml,
 /* 1 if `owner` holds every member (Java's isHeldByThread), 0 if not, or
  * the first error. */
 RLOCK_EXTERN int rlock_multilock_is_held_owner(rlock_multilock *ml,
-                                                  uint64_t owner);
+                                               uint64_t owner);
 
 /* ---- RedLock (Redisson getRedLock(RLock...)) ---------------------------- *
  * A MultiLock over locks on independent servers - one member per server,
@@ -1177,7 +1245,8 @@ typedef struct rlock_fast_multilock rlock_fast_multilock;
  * NUL into out ("Jack_001" -> "7pNoDdizVy2xY792MaFv+w"). 0, or
  * RLOCK_EINVAL (NULL out, or NULL value with len > 0). */
 RLOCK_EXTERN int rlock_fast_multilock_field_name(
-    const void *value, size_t len, char out[RLOCK_FAST_MULTILOCK_FIELD_LEN + 1]);
+    const void *value, size_t len,
+    char out[RLOCK_FAST_MULTILOCK_FIELD_LEN + 1]);
 /* A handle for `values` (n >= 1; lens NULL: NUL-terminated strings, else
  * their byte lengths) of `group`; equal values count once. Sends nothing.
  * Errors as for rlock_new(), and RLOCK_EINVAL for n == 0 or a NULL value. */
@@ -1196,9 +1265,10 @@ RLOCK_EXTERN size_t rlock_fast_multilock_size(const rlock_fast_multilock *fml);
 RLOCK_EXTERN int rlock_fast_multilock_try_lock(rlock_fast_multilock *fml,
                                                int64_t wait_ms,
                                                int64_t lease_ms);
-RLOCK_EXTERN int rlock_fast_multilock_try_lock_owner(
-    rlock_fast_multilock *fml, uint64_t owner, int64_t wait_ms,
-    int64_t lease_ms);
+RLOCK_EXTERN int rlock_fast_multilock_try_lock_owner(rlock_fast_multilock *fml,
+                                                     uint64_t owner,
+                                                     int64_t wait_ms,
+                                                     int64_t lease_ms);
 /* Waits as long as it takes: 0 or an error. */
 RLOCK_EXTERN int rlock_fast_multilock_lock(rlock_fast_multilock *fml,
                                            int64_t lease_ms);
@@ -1224,8 +1294,13 @@ RLOCK_EXTERN int rlock_fast_multilock_force_unlock(rlock_fast_multilock *fml);
 /* 1 if any value is held (a hold not ended), else 0. */
 RLOCK_EXTERN int rlock_fast_multilock_is_locked(rlock_fast_multilock *fml);
 /* 1 if `owner` holds every value, else 0. */
-RLOCK_EXTERN int rlock_fast_multilock_is_held_owner(
-    rlock_fast_multilock *fml, uint64_t owner);
+RLOCK_EXTERN int rlock_fast_multilock_is_held_owner(rlock_fast_multilock *fml,
+                                                    uint64_t owner);
+
+/* ========================================================================
+ * Semaphore
+ * (docs/semaphores-latches.md)
+ * ===================================================================== */
 
 /* ---- semaphores (Redisson getSemaphore) ------------------------------- *
  * N permits shared by every client, Java's included: a string counter under
@@ -1251,16 +1326,14 @@ RLOCK_EXTERN int rlock_semaphore_try_set_permits(rlock_semaphore *sem,
                                                  int64_t permits,
                                                  int64_t ttl_ms);
 /* Takes `permits` permits, waiting as long as it takes (0 or an error). */
-RLOCK_EXTERN int rlock_semaphore_acquire(rlock_semaphore *sem,
-                                         int64_t permits);
+RLOCK_EXTERN int rlock_semaphore_acquire(rlock_semaphore *sem, int64_t permits);
 /* Takes `permits` permits within wait_ms (0: one attempt; < 0: no limit).
  * 1 taken, 0 not within wait_ms, or an error. */
 RLOCK_EXTERN int rlock_semaphore_try_acquire(rlock_semaphore *sem,
                                              int64_t permits, int64_t wait_ms);
 /* Adds `permits` permits (creating the counter) and publishes the total.
  * 0 or an error. Not re-sent after a lost reply (it would add twice). */
-RLOCK_EXTERN int rlock_semaphore_release(rlock_semaphore *sem,
-                                         int64_t permits);
+RLOCK_EXTERN int rlock_semaphore_release(rlock_semaphore *sem, int64_t permits);
 /* Adds `permits` (may be negative, not 0) to the count and publishes the
  * new total (Java addPermits). 0 or an error. */
 RLOCK_EXTERN int rlock_semaphore_add_permits(rlock_semaphore *sem,
@@ -1272,9 +1345,9 @@ RLOCK_EXTERN int64_t rlock_semaphore_available_permits(rlock_semaphore *sem);
 /* rlock_semaphore_try_acquire with a callback (status 1/0/error), exactly
  * once; cancellable with rlock_req_cancel(). */
 RLOCK_EXTERN int rlock_semaphore_acquire_async(rlock_semaphore *sem,
-                                               int64_t permits,
-                                               int64_t wait_ms, rlock_cb cb,
-                                               void *data, rlock_req **req);
+                                               int64_t permits, int64_t wait_ms,
+                                               rlock_cb cb, void *data,
+                                               rlock_req **req);
 /* Adds `permits` permits and publishes the new total only if the semaphore
  * exists (Java releaseIfExists): 1 released, 0 there is none (nothing is
  * created or published). permits 0 answers 0 without sending anything, as
@@ -1282,6 +1355,11 @@ RLOCK_EXTERN int rlock_semaphore_acquire_async(rlock_semaphore *sem,
  * lost reply. */
 RLOCK_EXTERN int rlock_semaphore_release_if_exists(rlock_semaphore *sem,
                                                    int64_t permits);
+
+/* ========================================================================
+ * Permit-expirable semaphore
+ * (docs/semaphores-latches.md)
+ * ===================================================================== */
 
 /* ---- permit-expirable semaphores (Redisson getPermitExpirableSemaphore)
  * N permits; each taken permit has an id (32 lowercase hex characters, as
@@ -1305,16 +1383,17 @@ RLOCK_EXTERN void rlock_permit_semaphore_free(rlock_permit_semaphore *sem);
 RLOCK_EXTERN int rlock_permit_semaphore_try_set_permits(
     rlock_permit_semaphore *sem, int64_t permits);
 /* Adds permits (negative: removes) and publishes the new count. */
-RLOCK_EXTERN int rlock_permit_semaphore_add_permits(
-    rlock_permit_semaphore *sem, int64_t permits);
+RLOCK_EXTERN int rlock_permit_semaphore_add_permits(rlock_permit_semaphore *sem,
+                                                    int64_t permits);
 /* Takes one permit, waiting as long as it takes; its id goes to `id`
  * (RLOCK_PERMIT_ID_LEN + 1 bytes, NUL-terminated). 0 or an error. */
 RLOCK_EXTERN int rlock_permit_semaphore_acquire(rlock_permit_semaphore *sem,
                                                 int64_t lease_ms, char *id);
 /* Takes one permit within wait_ms (0: one attempt, < 0: no limit): 1 with
  * its id in `id`, 0 not within wait_ms, or an error. */
-RLOCK_EXTERN int rlock_permit_semaphore_try_acquire(
-    rlock_permit_semaphore *sem, int64_t wait_ms, int64_t lease_ms, char *id);
+RLOCK_EXTERN int rlock_permit_semaphore_try_acquire(rlock_permit_semaphore *sem,
+                                                    int64_t wait_ms,
+                                                    int64_t lease_ms, char *id);
 /* As try_acquire, with a callback (status 1/0/error) exactly once; `id`
  * must stay valid until then. Cancellable with rlock_req_cancel(). */
 RLOCK_EXTERN int rlock_permit_semaphore_acquire_async(
@@ -1326,16 +1405,16 @@ RLOCK_EXTERN int rlock_permit_semaphore_acquire_async(
 RLOCK_EXTERN int rlock_permit_semaphore_release(rlock_permit_semaphore *sem,
                                                 const char *id);
 /* As release, but 1 released / 0 not taken instead of RLOCK_ENOTOWNER. */
-RLOCK_EXTERN int rlock_permit_semaphore_try_release(
-    rlock_permit_semaphore *sem, const char *id);
+RLOCK_EXTERN int rlock_permit_semaphore_try_release(rlock_permit_semaphore *sem,
+                                                    const char *id);
 /* Sets a new lease on a taken permit (< 0: none): 1 done, 0 not taken. */
 RLOCK_EXTERN int rlock_permit_semaphore_update_lease(
     rlock_permit_semaphore *sem, const char *id, int64_t lease_ms);
 /* Permits free / taken (expired ones are returned first), or an error. */
-RLOCK_EXTERN int64_t rlock_permit_semaphore_available_permits(
-    rlock_permit_semaphore *sem);
-RLOCK_EXTERN int64_t rlock_permit_semaphore_acquired_permits(
-    rlock_permit_semaphore *sem);
+RLOCK_EXTERN int64_t
+rlock_permit_semaphore_available_permits(rlock_permit_semaphore *sem);
+RLOCK_EXTERN int64_t
+rlock_permit_semaphore_acquired_permits(rlock_permit_semaphore *sem);
 
 /* Several permits at once (Java's acquire(n) / tryAcquire(n, ...)): all
  * `permits` or none, each with its own id and the same lease. `ids` has
@@ -1368,25 +1447,32 @@ RLOCK_EXTERN int rlock_permit_semaphore_acquire_n_async(
 RLOCK_EXTERN int64_t rlock_permit_semaphore_try_release_n(
     rlock_permit_semaphore *sem, const char *const *ids, size_t count);
 /* As try_release_n: 0, or RLOCK_ENOTOWNER where it answers 0. */
-RLOCK_EXTERN int rlock_permit_semaphore_release_n(
-    rlock_permit_semaphore *sem, const char *const *ids, size_t count);
+RLOCK_EXTERN int rlock_permit_semaphore_release_n(rlock_permit_semaphore *sem,
+                                                  const char *const *ids,
+                                                  size_t count);
 /* Makes the pool `permits` in all, free + taken (Java setPermits): a
  * missing semaphore is created with that many; otherwise the free count
  * moves by the difference, and goes below 0 when more permits are taken
  * than the new size (they are not taken back; the pool refills as they are
  * released). Publishes `permits`. permits 0..2^40, else RLOCK_EINVAL. 0 or
  * an error. */
-RLOCK_EXTERN int rlock_permit_semaphore_set_permits(
-    rlock_permit_semaphore *sem, int64_t permits);
+RLOCK_EXTERN int rlock_permit_semaphore_set_permits(rlock_permit_semaphore *sem,
+                                                    int64_t permits);
 /* The pool's size: free + taken (Java getPermits; expired ones are
  * returned first), 0 when the semaphore does not exist, or an error. */
-RLOCK_EXTERN int64_t rlock_permit_semaphore_permits(
-    rlock_permit_semaphore *sem);
+RLOCK_EXTERN int64_t
+rlock_permit_semaphore_permits(rlock_permit_semaphore *sem);
 /* The lease time left of the permit `id` (Java getLeaseTime), in
  * *ms_left: >= 1, or -1 when it has no lease. 0, RLOCK_ENOTOWNER when no
  * such permit is taken (Java throws), RLOCK_EINVAL for a malformed id. */
-RLOCK_EXTERN int rlock_permit_semaphore_lease_time(
-    rlock_permit_semaphore *sem, const char *id, int64_t *ms_left);
+RLOCK_EXTERN int rlock_permit_semaphore_lease_time(rlock_permit_semaphore *sem,
+                                                   const char *id,
+                                                   int64_t *ms_left);
+
+/* ========================================================================
+ * Count-down latch
+ * (docs/semaphores-latches.md)
+ * ===================================================================== */
 
 /* ---- count-down latches (Redisson getCountDownLatch) ------------------ *
  * A count under the name; when count_down takes it to 0 the key is deleted
@@ -1420,309 +1506,18 @@ RLOCK_EXTERN int rlock_latch_await_async(rlock_latch *latch, int64_t wait_ms,
 /* Deletes the latch (publishing "1"): 1 deleted, 0 there was none. */
 RLOCK_EXTERN int rlock_latch_delete(rlock_latch *latch);
 
-/* ---- introspection and administration (`rlock status`, `rlock unlock
- * --force`) ------------------------------------------------------------- *
- * What is stored under a name, whichever primitive (or program) put it
- * there: read from the keys and channels Java Redisson and rlock use (docs/
- * wire-protocol.md), in one atomic script on the node serving the name
- * (Cluster: by its slot; Sentinel: the current master), so every number is
- * of one moment. Reads only. */
-
-/* The kind the keys show. Redis stores some kinds alike, so some cannot be
- * told apart: RLock and the spin lock have the same hash (LOCK); a fair
- * lock nobody waits for has no queue keys (LOCK); a fenced lock is told by
- * its token key, which outlives the lock (FENCED, locked or not); a
- * semaphore's permits and a latch's count are the same string (COUNT); a
- * permit-expirable semaphore with no permit taken has no lease zset
- * (COUNT). */
-/* The registry of what the keys show: X(ID, value, name, words) for each
- * rlock_info_kind - RLOCK_INFO_<ID> = value; name as `rlock status --json`
- * and `rlock ls --json` write it ("kind"), words as they print it. */
-#define RLOCK_INFO_KIND_MAP(X)                                                 \
-  /* nothing under the name */                                                 \
-  X(NONE, 0, "none", "nothing")                                                \
-  /* a lock hash (RLock, spin lock, non-reentrant lock, idle fair lock) */     \
-  X(LOCK, 1, "lock", "lock")                                                   \
-  /* a lock hash and/or a fair lock's queue */                                 \
-  X(FAIR, 2, "fair", "fair lock")                                              \
-  /* a read/write lock's hash (see mode) */                                    \
-  X(RWLOCK, 3, "rwlock", "read/write lock")                                    \
-  /* a fenced lock's token (and its hash if held); an election's lock */       \
-  X(FENCED, 4, "fenced", "fenced lock")                                        \
-  /* an integer string: semaphore permits or a latch's count (see count) */    \
-  X(COUNT, 5, "count", "semaphore or latch")                                   \
-  /* the count and its lease zset */                                           \
-  X(PERMIT_SEMAPHORE, 6, "permit-semaphore", "permit-expirable semaphore")     \
-  /* not a primitive's: another Redis type (see type), a string that is not   \
-   * an integer, or a hash with a field no lock writes (a value that is not   \
-   * an integer, a mode that is neither "read" nor "write") */                \
-  X(FOREIGN, 7, "foreign", "not a lock")                                     \
-  /* a FasterMultiLock group's hash: each value's field -> its holder (see   \
-   * holders: every field with its value, none a count); locked while a      \
-   * holder's expire_time has not passed (added in issue 34) */              \
-  X(FAST_MULTILOCK, 8, "fast-multilock", "FasterMultiLock group")
-
-typedef enum rlock_info_kind {
-#define RLOCK_INFO_KIND_ENUM_(id, value, name, words) RLOCK_INFO_##id = value,
-  RLOCK_INFO_KIND_MAP(RLOCK_INFO_KIND_ENUM_)
-#undef RLOCK_INFO_KIND_ENUM_
-} rlock_info_kind;
-
-/* rlock_info_entry.count of a hash field whose value is not an integer. */
-#define RLOCK_INFO_NOT_A_COUNT INT64_MIN
-/* rlock_info_entry.ttl_ms of a permit without lease, or of a queued waiter
- * without deadline. */
-#define RLOCK_INFO_NO_EXPIRY INT64_MAX
-/* At most this many holders, queued waiters and permits are returned
- * (each list's full length is in its *_total). */
-#define RLOCK_INFO_MAX_ENTRIES 1000
-
-/* One holder, queued waiter or taken permit. Strings are NUL-terminated
- * (and may hold NUL bytes within their _len). */
-typedef struct rlock_info_entry {
-  /* holders: the hash field as stored, an owner string
-   * ("<client-uuid>:<thread-id>"; the writer's ends in ":write");
-   * queue: the waiting owner; permits: the id as 32 lowercase hex
-   * characters (the member as stored when it is not 16 bytes). */
-  const char *key;
-  size_t key_len;
-  /* holders: the field's value as stored; NULL otherwise. */
-  const char *value;
-  size_t value_len;
-  /* holders: the hold count (RLOCK_INFO_NOT_A_COUNT for a foreign field);
-   * 0 otherwise. */
-  int64_t count;
-  /* queue: ms until the waiter's deadline; permits: ms until its lease
-   * runs out; negative: passed (cleared at the next acquire by anyone);
-   * RLOCK_INFO_NO_EXPIRY: none. 0 for holders (see rlock_info.ttl_ms). */
-  int64_t ttl_ms;
-  /* holders of a read/write lock: 1 for the writer's field. */
-  int writer;
-} rlock_info_entry;
-
-/* What rlock_client_info() found. Set struct_size (rlock_info_init()) before
- * the call: the struct may grow at its end in later versions, and only
- * struct_size bytes are written, so a program built against an older
- * rlock.h gets the fields it knows. The entries and strings live in one
- * block the library allocates: valid until rlock_info_free(). */
-typedef struct rlock_info {
-  size_t struct_size;
-  void *mem_;              /* the library's block; rlock_info_free() */
-  rlock_info_kind kind;
-  char type[16];           /* Redis's TYPE of the name: "none", "hash",
-                              "string", "list", ... */
-  int locked;              /* 1: a lock hash with at least one holder (a
-                              FasterMultiLock group: a hold not ended) */
-  int64_t ttl_ms;          /* PTTL of the name: -2 no key, -1 no TTL */
-  /* Clients subscribed to the kind's channels: for hashes and missing
-   * names the lock and the read/write lock channel, for strings the
-   * semaphore's and the latch's (a fair lock's waiters have channels of
-   * their own: see queue). */
-  int64_t waiters;
-  /* A lock hash's "mode" field ("read" or "write" for a read/write lock);
-   * NULL when it has none. Not among the holders. */
-  const char *mode;
-  const rlock_info_entry *holders; /* the hash's fields */
-  size_t holders_n, holders_total;
-  const rlock_info_entry *queue;   /* a fair lock's waiters, first first */
-  size_t queue_n, queue_total;
-  int64_t token;   /* a fenced lock's latest token; -1: no token key */
-  int64_t count;   /* COUNT / PERMIT_SEMAPHORE: the string's integer
-                      (available permits, or a latch's count); -1 else */
-  const rlock_info_entry *permits; /* taken permits, soonest expiry first */
-  size_t permits_n, permits_total;
-  int64_t server_ms; /* the server's clock (TIME) when it was read */
-} rlock_info;
-
-/* Zeroes `info` and sets struct_size to `size`; use rlock_info_init(). */
-RLOCK_EXTERN void rlock_info_init_size(rlock_info *info, size_t size);
-static inline void rlock_info_init(rlock_info *info) {
-  rlock_info_init_size(info, sizeof(*info));
-}
-
-/*
- * Reads what is stored under `name` into *info (blocking; one round trip,
- * re-sent after a timeout or lost connection as other queries are). 0 on
- * success - also for a missing name (kind NONE, type "none") and for
- * values that are no primitive's (kind FOREIGN: never RLOCK_EWRONGTYPE,
- * nothing is changed); then release the result with rlock_info_free().
- * Errors: RLOCK_EINVAL (NULL client or info, empty name, struct_size not
- * set - too small to reach `kind` - or larger than this library's
- * sizeof(rlock_info)), RLOCK_ENAMETOOLONG,
- * RLOCK_ECLOSED, RLOCK_EDEADLK (on the loop thread), RLOCK_ENOPERM (the
- * ACL user may not run the script - EVALSHA/EVAL - or one of its reads:
- * TYPE, PTTL, HLEN, HGETALL, HSCAN, GET, LLEN, LRANGE, ZSCORE, ZCARD,
- * ZRANGE, PUBSUB, TIME), the transport errors; on failure *info holds no
- * block (rlock_info_free() is still safe). A struct still holding an
- * unfreed result is overwritten (its block leaks).
- */
-RLOCK_EXTERN int rlock_client_info(rlock_client *client, const char *name,
-                                rlock_info *info);
-
-/* Frees the block of a result and clears its pointers (within
- * struct_size). NULL, and a result already freed, are accepted. */
-RLOCK_EXTERN void rlock_info_free(rlock_info *info);
-
-/*
- * Who holds it: the rlock client behind an owner string.
+/* ========================================================================
+ * Fencing: the token check and the guard
+ * (docs/fencing.md; docs/api.md, "Fencing")
  *
- * A client opened without the client_name option names each of its
- * connections "rlock/<client-id>/<pid>/<program>/<host>" at connect (CLIENT
- * SETNAME, pipelined with the handshake: nothing per acquire; a refusal -
- * an ACL without +client|setname, a service without CLIENT - is ignored).
- * rlock_client_holder() finds that name with CLIENT LIST on the master (each
- * master of a cluster in turn) and returns what it carries. Added in
- * 0.1.0 (issue 35); set struct_size with rlock_holder_init().
- */
-typedef struct rlock_holder {
-  size_t struct_size;
-  char host[72];        /* the holder's host name (gethostname), cut */
-  char program[40];     /* its program's short name, cut */
-  int64_t pid;          /* its process id */
-  int64_t connected_ms; /* how long its connection has been up (CLIENT
-                           LIST's age, whole seconds): an upper bound of
-                           how long it has held the lock - Redis keeps no
-                           acquire time (Redisson's layout) */
-  char addr[64];        /* its address as the server sees it, ip:port */
-} rlock_holder;
-
-#define rlock_holder_init(h) rlock_holder_init_size((h), sizeof(rlock_holder))
-RLOCK_EXTERN void rlock_holder_init_size(rlock_holder *h, size_t size);
-
-/*
- * What the server knows of the client behind `owner` ("<client-id>:<thread>",
- * as rlock_client_info() lists holders; a writer's ":write" may stay), asked
- * on the server(s) serving `name`. 1: found, *h filled. 0: no connection
- * there carries the name of an rlock client with that id - a Java client,
- * a client opened with its own client_name, one whose name was changed
- * since (CLIENT SETNAME on its connection), or one gone; rlock_last_error()
- * says so. An owner that is not of that form is RLOCK_EINVAL. CLIENT LIST
- * refused (an ACL without +client|list): RLOCK_ENOPERM with the server's
- * text. Blocking; one CLIENT LIST per master asked.
- */
-RLOCK_EXTERN int rlock_client_holder(rlock_client *client, const char *name,
-                                  const char *owner, rlock_holder *h);
-
-/*
- * Kind-aware force unlock of `name`: deletes the lock whoever holds it
- * with the release its own kind makes, so its waiters wake. `kind` NULL
- * or "": the kind the keys show (rlock_client_info): a read/write lock is
- * force-unlocked as one in its mode (message on its own channel), a fair
- * lock tells the first waiter in its queue, anything else (RLock, fenced,
- * spin, a hash with foreign fields) as rlock_force_unlock() on an RLock.
- * Otherwise one of rlock_kind()'s names ("lock", "fair", "read", "write",
- * "fenced", "spin", "nonreentrant", "nonreentrant_fair"): that kind's force unlock, as rlock_force_unlock() on
- * a handle of it ("read"/"write" delete only a lock in that mode).
- * Unlike rlock_force_unlock() it leaves any value that is not a hash
- * alone: RLOCK_EWRONGTYPE, with rlock_last_error() "not a lock (Redis type
- * <type>)" - semaphores and latches (strings) included. `found` (NULL, or
- * with struct_size set): what was read before the release, whenever the
- * read succeeded (type "none": there was nothing), to be freed with
- * rlock_info_free(). Returns 1 released, 0 nothing was locked (no key;
- * "read"/"write": not in that mode), or a negative error (RLOCK_EINVAL
- * also for an unknown kind). The read and the delete are two commands: a
- * value stored under the name in between is deleted all the same.
- */
-RLOCK_EXTERN int rlock_client_force_unlock(rlock_client *client,
-                                           const char *name,
-                                           const char *kind,
-                                           rlock_info *found);
-
-/*
- * Releases every hold `owner` has on `lock`, as the lock's kind releases
- * its last hold (message included): for a holder whose client is gone
- * (closed, crashed) and whose owner string ("<client-uuid>:<thread-id>",
- * as RLOCK_OWNER and rlock_info show it; for a write lock without
- * ":write") is known. Other holders keep theirs. Runs rlock's trim script
- * (docs/wire-protocol.md, "Trim") with a count of 0. Returns 1 released,
- * 0 `owner` held nothing, or a negative error: RLOCK_EINVAL for a NULL or
- * over-long owner, or a handle that is no lock (semaphore, latch).
- */
-RLOCK_EXTERN int rlock_force_unlock_holder(rlock *lock, const char *owner);
-
-/* ---- listing names (`rlock ls`) ---------------------------------------- *
- * Every name under which a lock, semaphore or latch (rlock's or Java
- * Redisson's) keeps a key, found with SCAN (never KEYS): on each master of
- * a cluster in turn, on the master through Sentinel. A key a kind keeps
- * beside its name (a fair lock's queue and deadlines, a fenced lock's
- * token, a permit-expirable semaphore's leases, a read lock's hold leases,
- * an unlock's request latch) counts as its name, so each name comes once
- * however many keys it has. Other keys come as their own names: read each
- * name with rlock_client_info() to tell a lock from a foreign value
- * (RLOCK_INFO_FOREIGN) or a name gone since (RLOCK_INFO_NONE). SCAN's own
- * guarantees hold: a name present for the whole scan is returned; one
- * created or deleted meanwhile may or may not be. */
-
-typedef struct rlock_scan rlock_scan;
-
-typedef struct rlock_scan_options {
-  size_t struct_size; /* rlock_scan_options_init() sets it */
-  /* The names to return, as a Redis glob (MATCH's syntax: * ? [abc] [^a]
-   * [a-z], a backslash escapes). NULL or "": every name. Matched against
-   * the name, not the key: "job*" finds the fenced lock job1 by its token
-   * key redisson_lock_token:{job1}. */
-  const char *pattern;
-  /* SCAN's COUNT, the keys the server looks at per round trip: each is
-   * that much work for the server, so a scan never blocks it. 1..100000;
-   * 0: 1000. */
-  int count;
-} rlock_scan_options;
-
-/* Zeroes `o` and sets struct_size to `size`; use rlock_scan_options_init(). */
-RLOCK_EXTERN void rlock_scan_options_init_size(rlock_scan_options *o,
-                                               size_t size);
-static inline void rlock_scan_options_init(rlock_scan_options *o) {
-  rlock_scan_options_init_size(o, sizeof(*o));
-}
-
-/*
- * Starts a scan of the names matching opts->pattern (opts NULL: every
- * name, COUNT 1000). Nothing is sent until rlock_scan_next(). Errors:
- * RLOCK_EINVAL (NULL client or out, a struct_size not set or larger than
- * this library's, count out of range), RLOCK_ECLOSED, RLOCK_ENOMEM.
- * Close the scan (rlock_scan_free()) before its client.
- */
-RLOCK_EXTERN int rlock_scan_new(rlock_client *client,
-                                 const rlock_scan_options *opts,
-                                 rlock_scan **out);
-
-/*
- * The next name (blocking; a SCAN round trip when the names of the last
- * one are used up): returns 1 with *name (NUL-terminated, valid until the
- * next call or the close) and *len (NULL ok), 0 when every master has
- * been scanned, or a negative error: the transport errors, RLOCK_ENOPERM
- * (the ACL denies SCAN), RLOCK_EPROTO, RLOCK_ECLUSTER (no slot map); the
- * last error names the master. Memory grows with the names returned (each
- * is remembered to return it once).
- */
-RLOCK_EXTERN int rlock_scan_next(rlock_scan *scan, const char **name,
-                                 size_t *len);
-
-/* Ends a scan and frees it. NULL is accepted. */
-RLOCK_EXTERN void rlock_scan_free(rlock_scan *scan);
-
-/*
- * Cancels a pending acquire from any thread: its callback fires with
- * RLOCK_ECANCELED (unless it already fired or fires first with its own
- * result - exactly once either way), and it leaves no hold or renewal behind.
- * Returns 0, or RLOCK_EINVAL when req is NULL or not an acquire,
- * RLOCK_ECLOSED when the client is closed.
- */
-RLOCK_EXTERN int rlock_req_cancel(rlock_req *req);
-
-/* Releases the caller's handle to an operation (it does not cancel it).
- * NULL is accepted. */
-RLOCK_EXTERN void rlock_req_free(rlock_req *req);
-
-/* ------------------------------------------------------------------------
- * Fencing (docs/fencing.md): the check call on a fenced lock, and the
+ * The check call on a fenced lock, and the
  * guard, the resource-side half of fencing for data kept in Redis. A
  * fenced lock's tokens (rlock_lock_fenced) grow with every acquisition and
  * never go backwards, even after the server lost the token key (they are
  * floored with the server's clock); a resource that refuses writes with a
  * token older than one it has seen stops a paused holder whose lease ran
  * out from overwriting the next holder's work.
- * ---------------------------------------------------------------------- */
+ * ===================================================================== */
 
 /* What rlock_check_token() answers. */
 typedef enum rlock_fence_state {
@@ -1749,8 +1544,8 @@ typedef enum rlock_fence_state {
  */
 RLOCK_EXTERN int rlock_check_token(rlock *lock, int64_t token);
 RLOCK_EXTERN int rlock_check_token_async(rlock *lock, int64_t token,
-                                          rlock_cb cb, void *data,
-                                          rlock_req **req);
+                                         rlock_cb cb, void *data,
+                                         rlock_req **req);
 
 /* A guard: a hash under its own name (fields "lock" and "token": the lock
  * it fences and the highest token that passed), kept beside the data it
@@ -1783,15 +1578,15 @@ typedef enum rlock_guard_op {
 } rlock_guard_op;
 
 typedef struct rlock_guarded_write {
-  size_t struct_size; /* rlock_guarded_write_init() */
+  size_t struct_size;    /* rlock_guarded_write_init() */
   const char *lock_name; /* the fenced lock the token is from */
   int64_t token;         /* >= 1 */
   rlock_guard_op op;
-  const char *key;       /* SET, HSET, INCRBY, DEL */
-  const char *field;     /* HSET */
-  const char *value;     /* SET, HSET */
-  int64_t delta;         /* INCRBY */
-  const char *script;    /* EVAL: the Lua body */
+  const char *key;         /* SET, HSET, INCRBY, DEL */
+  const char *field;       /* HSET */
+  const char *value;       /* SET, HSET */
+  int64_t delta;           /* INCRBY */
+  const char *script;      /* EVAL: the Lua body */
   const char *const *keys; /* EVAL: nkeys keys */
   size_t nkeys;
   const char *const *args; /* EVAL: nargs arguments */
@@ -1838,8 +1633,11 @@ RLOCK_EXTERN int rlock_guard_write_async(rlock_guard *guard,
                                          rlock_cb cb, void *data,
                                          rlock_req **req);
 
-/* ------------------------------------------------------------------------
- * Leader election (docs/election.md). Added in 0.2.0 (unreleased).
+/* ========================================================================
+ * Leader election
+ * (docs/election.md; docs/api.md, "Leader election")
+ *
+ * Added in 0.2.0 (unreleased).
  *
  * Candidates of one election name contend on the fenced lock of that name
  * (rlock_new_fenced: Redisson's getFencedLock), so a Java service that
@@ -1856,7 +1654,7 @@ RLOCK_EXTERN int rlock_guard_write_async(rlock_guard *guard,
  * (rlock_is_lease_guaranteed) ran out without a confirmed renewal (a server
  * that stopped answering, a process that was stopped): the candidate then
  * gives the lock up and stops reporting leadership before it learns more.
- * ---------------------------------------------------------------------- */
+ * ===================================================================== */
 
 typedef struct rlock_election rlock_election;
 typedef struct rlock_election_observer rlock_election_observer;
@@ -1881,8 +1679,8 @@ typedef struct rlock_election_observer rlock_election_observer;
  * after rlock_election_cancel; rlock_last_error() has the detail). After
  * WON it fires exactly once more when that term ends:
  * RLOCK_ELECTION_LOST or RLOCK_ELECTION_RESIGNED, with the term. */
-typedef void (*rlock_election_cb)(rlock_election *e, int status,
-                                  int64_t term, void *data);
+typedef void (*rlock_election_cb)(rlock_election *e, int status, int64_t term,
+                                  void *data);
 
 /* A candidate for leadership of `name` on `client`, with an owner id of
  * its own (rlock_owner_new): one campaign at a time per handle. Sends
@@ -1982,8 +1780,9 @@ static inline void rlock_election_state_init(rlock_election_state *s) {
  * error), or RLOCK_EINVAL (NULL argument, struct_size not set),
  * RLOCK_EKIND / RLOCK_EWRONGTYPE (the name is another kind of lock / not
  * a lock), the transport errors. */
-RLOCK_EXTERN int rlock_client_election_leader(rlock_client *client, const char *name,
-                                       rlock_election_state *out);
+RLOCK_EXTERN int rlock_client_election_leader(rlock_client *client,
+                                              const char *name,
+                                              rlock_election_state *out);
 
 /* Called on the loop thread with each new state, in order: at the start
  * (the state then, leader or not), then at every change of leader, term,
@@ -2000,14 +1799,293 @@ typedef void (*rlock_election_observe_cb)(const rlock_election_state *st,
  * acquire - are seen within it). Returns 0 with *out, or RLOCK_EINVAL,
  * RLOCK_ENAMETOOLONG, RLOCK_ECLOSED, RLOCK_ENOMEM, RLOCK_EDEADLK. */
 RLOCK_EXTERN int rlock_election_observer_new(rlock_client *client,
-                                        const char *name, int64_t poll_ms,
-                                        rlock_election_observe_cb cb,
-                                        void *data,
-                                        rlock_election_observer **out);
+                                             const char *name, int64_t poll_ms,
+                                             rlock_election_observe_cb cb,
+                                             void *data,
+                                             rlock_election_observer **out);
 /* Stops and frees an observer: no callback runs after this returns
  * (unless called on the loop thread, from its own callback: then none
  * after that callback). NULL is accepted. */
 RLOCK_EXTERN void rlock_election_observer_free(rlock_election_observer *o);
+
+/* ========================================================================
+ * Introspection and administration
+ * (docs/api.md, "Introspection" and "Who holds it")
+ * ===================================================================== */
+
+/* ---- introspection and administration (`rlock status`, `rlock unlock
+ * --force`) ------------------------------------------------------------- *
+ * What is stored under a name, whichever primitive (or program) put it
+ * there: read from the keys and channels Java Redisson and rlock use (docs/
+ * wire-protocol.md), in one atomic script on the node serving the name
+ * (Cluster: by its slot; Sentinel: the current master), so every number is
+ * of one moment. Reads only. */
+
+/* The kind the keys show. Redis stores some kinds alike, so some cannot be
+ * told apart: RLock and the spin lock have the same hash (LOCK); a fair
+ * lock nobody waits for has no queue keys (LOCK); a fenced lock is told by
+ * its token key, which outlives the lock (FENCED, locked or not); a
+ * semaphore's permits and a latch's count are the same string (COUNT); a
+ * permit-expirable semaphore with no permit taken has no lease zset
+ * (COUNT). */
+/* The registry of what the keys show: X(ID, value, name, words) for each
+ * rlock_info_kind - RLOCK_INFO_<ID> = value; name as `rlock status --json`
+ * and `rlock ls --json` write it ("kind"), words as they print it. */
+#define RLOCK_INFO_KIND_MAP(X)                                                 \
+  /* nothing under the name */                                                 \
+  X(NONE, 0, "none", "nothing")                                                \
+  /* a lock hash (RLock, spin lock, non-reentrant lock, idle fair lock) */     \
+  X(LOCK, 1, "lock", "lock")                                                   \
+  /* a lock hash and/or a fair lock's queue */                                 \
+  X(FAIR, 2, "fair", "fair lock")                                              \
+  /* a read/write lock's hash (see mode) */                                    \
+  X(RWLOCK, 3, "rwlock", "read/write lock")                                    \
+  /* a fenced lock's token (and its hash if held); an election's lock */       \
+  X(FENCED, 4, "fenced", "fenced lock")                                        \
+  /* an integer string: semaphore permits or a latch's count (see count) */    \
+  X(COUNT, 5, "count", "semaphore or latch")                                   \
+  /* the count and its lease zset */                                           \
+  X(PERMIT_SEMAPHORE, 6, "permit-semaphore", "permit-expirable semaphore")     \
+  /* not a primitive's: another Redis type (see type), a string that is not    \
+   * an integer, or a hash with a field no lock writes (a value that is not    \
+   * an integer, a mode that is neither "read" nor "write") */                 \
+  X(FOREIGN, 7, "foreign", "not a lock")                                       \
+  /* a FasterMultiLock group's hash: each value's field -> its holder (see     \
+   * holders: every field with its value, none a count); locked while a        \
+   * holder's expire_time has not passed (added in issue 34) */                \
+  X(FAST_MULTILOCK, 8, "fast-multilock", "FasterMultiLock group")
+
+typedef enum rlock_info_kind {
+#define RLOCK_INFO_KIND_ENUM_(id, value, name, words) RLOCK_INFO_##id = value,
+  RLOCK_INFO_KIND_MAP(RLOCK_INFO_KIND_ENUM_)
+#undef RLOCK_INFO_KIND_ENUM_
+} rlock_info_kind;
+
+/* rlock_info_entry.count of a hash field whose value is not an integer. */
+#define RLOCK_INFO_NOT_A_COUNT INT64_MIN
+/* rlock_info_entry.ttl_ms of a permit without lease, or of a queued waiter
+ * without deadline. */
+#define RLOCK_INFO_NO_EXPIRY INT64_MAX
+/* At most this many holders, queued waiters and permits are returned
+ * (each list's full length is in its *_total). */
+#define RLOCK_INFO_MAX_ENTRIES 1000
+
+/* One holder, queued waiter or taken permit. Strings are NUL-terminated
+ * (and may hold NUL bytes within their _len). */
+typedef struct rlock_info_entry {
+  /* holders: the hash field as stored, an owner string
+   * ("<client-uuid>:<thread-id>"; the writer's ends in ":write");
+   * queue: the waiting owner; permits: the id as 32 lowercase hex
+   * characters (the member as stored when it is not 16 bytes). */
+  const char *key;
+  size_t key_len;
+  /* holders: the field's value as stored; NULL otherwise. */
+  const char *value;
+  size_t value_len;
+  /* holders: the hold count (RLOCK_INFO_NOT_A_COUNT for a foreign field);
+   * 0 otherwise. */
+  int64_t count;
+  /* queue: ms until the waiter's deadline; permits: ms until its lease
+   * runs out; negative: passed (cleared at the next acquire by anyone);
+   * RLOCK_INFO_NO_EXPIRY: none. 0 for holders (see rlock_info.ttl_ms). */
+  int64_t ttl_ms;
+  /* holders of a read/write lock: 1 for the writer's field. */
+  int writer;
+} rlock_info_entry;
+
+/* What rlock_client_info() found. Set struct_size (rlock_info_init()) before
+ * the call: the struct may grow at its end in later versions, and only
+ * struct_size bytes are written, so a program built against an older
+ * rlock.h gets the fields it knows. The entries and strings live in one
+ * block the library allocates: valid until rlock_info_free(). */
+typedef struct rlock_info {
+  size_t struct_size;
+  void *mem_; /* the library's block; rlock_info_free() */
+  rlock_info_kind kind;
+  char type[16];  /* Redis's TYPE of the name: "none", "hash",
+                     "string", "list", ... */
+  int locked;     /* 1: a lock hash with at least one holder (a
+                     FasterMultiLock group: a hold not ended) */
+  int64_t ttl_ms; /* PTTL of the name: -2 no key, -1 no TTL */
+  /* Clients subscribed to the kind's channels: for hashes and missing
+   * names the lock and the read/write lock channel, for strings the
+   * semaphore's and the latch's (a fair lock's waiters have channels of
+   * their own: see queue). */
+  int64_t waiters;
+  /* A lock hash's "mode" field ("read" or "write" for a read/write lock);
+   * NULL when it has none. Not among the holders. */
+  const char *mode;
+  const rlock_info_entry *holders; /* the hash's fields */
+  size_t holders_n, holders_total;
+  const rlock_info_entry *queue; /* a fair lock's waiters, first first */
+  size_t queue_n, queue_total;
+  int64_t token; /* a fenced lock's latest token; -1: no token key */
+  int64_t count; /* COUNT / PERMIT_SEMAPHORE: the string's integer
+                    (available permits, or a latch's count); -1 else */
+  const rlock_info_entry *permits; /* taken permits, soonest expiry first */
+  size_t permits_n, permits_total;
+  int64_t server_ms; /* the server's clock (TIME) when it was read */
+} rlock_info;
+
+/* Zeroes `info` and sets struct_size to `size`; use rlock_info_init(). */
+RLOCK_EXTERN void rlock_info_init_size(rlock_info *info, size_t size);
+static inline void rlock_info_init(rlock_info *info) {
+  rlock_info_init_size(info, sizeof(*info));
+}
+
+/*
+ * Reads what is stored under `name` into *info (blocking; one round trip,
+ * re-sent after a timeout or lost connection as other queries are). 0 on
+ * success - also for a missing name (kind NONE, type "none") and for
+ * values that are no primitive's (kind FOREIGN: never RLOCK_EWRONGTYPE,
+ * nothing is changed); then release the result with rlock_info_free().
+ * Errors: RLOCK_EINVAL (NULL client or info, empty name, struct_size not
+ * set - too small to reach `kind` - or larger than this library's
+ * sizeof(rlock_info)), RLOCK_ENAMETOOLONG,
+ * RLOCK_ECLOSED, RLOCK_EDEADLK (on the loop thread), RLOCK_ENOPERM (the
+ * ACL user may not run the script - EVALSHA/EVAL - or one of its reads:
+ * TYPE, PTTL, HLEN, HGETALL, HSCAN, GET, LLEN, LRANGE, ZSCORE, ZCARD,
+ * ZRANGE, PUBSUB, TIME), the transport errors; on failure *info holds no
+ * block (rlock_info_free() is still safe). A struct still holding an
+ * unfreed result is overwritten (its block leaks).
+ */
+RLOCK_EXTERN int rlock_client_info(rlock_client *client, const char *name,
+                                   rlock_info *info);
+
+/* Frees the block of a result and clears its pointers (within
+ * struct_size). NULL, and a result already freed, are accepted. */
+RLOCK_EXTERN void rlock_info_free(rlock_info *info);
+
+/*
+ * Who holds it: the rlock client behind an owner string.
+ *
+ * A client opened without the client_name option names each of its
+ * connections "rlock/<client-id>/<pid>/<program>/<host>" at connect (CLIENT
+ * SETNAME, pipelined with the handshake: nothing per acquire; a refusal -
+ * an ACL without +client|setname, a service without CLIENT - is ignored).
+ * rlock_client_holder() finds that name with CLIENT LIST on the master (each
+ * master of a cluster in turn) and returns what it carries. Added in
+ * 0.1.0 (issue 35); set struct_size with rlock_holder_init().
+ */
+typedef struct rlock_holder {
+  size_t struct_size;
+  char host[72];        /* the holder's host name (gethostname), cut */
+  char program[40];     /* its program's short name, cut */
+  int64_t pid;          /* its process id */
+  int64_t connected_ms; /* how long its connection has been up (CLIENT
+                           LIST's age, whole seconds): an upper bound of
+                           how long it has held the lock - Redis keeps no
+                           acquire time (Redisson's layout) */
+  char addr[64];        /* its address as the server sees it, ip:port */
+} rlock_holder;
+
+#define rlock_holder_init(h) rlock_holder_init_size((h), sizeof(rlock_holder))
+RLOCK_EXTERN void rlock_holder_init_size(rlock_holder *h, size_t size);
+
+/*
+ * What the server knows of the client behind `owner` ("<client-id>:<thread>",
+ * as rlock_client_info() lists holders; a writer's ":write" may stay), asked
+ * on the server(s) serving `name`. 1: found, *h filled. 0: no connection
+ * there carries the name of an rlock client with that id - a Java client,
+ * a client opened with its own client_name, one whose name was changed
+ * since (CLIENT SETNAME on its connection), or one gone; rlock_last_error()
+ * says so. An owner that is not of that form is RLOCK_EINVAL. CLIENT LIST
+ * refused (an ACL without +client|list): RLOCK_ENOPERM with the server's
+ * text. Blocking; one CLIENT LIST per master asked.
+ */
+RLOCK_EXTERN int rlock_client_holder(rlock_client *client, const char *name,
+                                     const char *owner, rlock_holder *h);
+
+/*
+ * Kind-aware force unlock of `name`: deletes the lock whoever holds it
+ * with the release its own kind makes, so its waiters wake. `kind` NULL
+ * or "": the kind the keys show (rlock_client_info): a read/write lock is
+ * force-unlocked as one in its mode (message on its own channel), a fair
+ * lock tells the first waiter in its queue, anything else (RLock, fenced,
+ * spin, a hash with foreign fields) as rlock_force_unlock() on an RLock.
+ * Otherwise one of rlock_kind()'s names ("lock", "fair", "read", "write",
+ * "fenced", "spin", "nonreentrant", "nonreentrant_fair"): that kind's
+ * force unlock, as rlock_force_unlock() on a handle of it ("read"/"write"
+ * delete only a lock in that mode).
+ * Unlike rlock_force_unlock() it leaves any value that is not a hash
+ * alone: RLOCK_EWRONGTYPE, with rlock_last_error() "not a lock (Redis type
+ * <type>)" - semaphores and latches (strings) included. `found` (NULL, or
+ * with struct_size set): what was read before the release, whenever the
+ * read succeeded (type "none": there was nothing), to be freed with
+ * rlock_info_free(). Returns 1 released, 0 nothing was locked (no key;
+ * "read"/"write": not in that mode), or a negative error (RLOCK_EINVAL
+ * also for an unknown kind). The read and the delete are two commands: a
+ * value stored under the name in between is deleted all the same.
+ */
+RLOCK_EXTERN int rlock_client_force_unlock(rlock_client *client,
+                                           const char *name, const char *kind,
+                                           rlock_info *found);
+
+/* ========================================================================
+ * Listing names
+ * (docs/api.md, "Listing names")
+ * ===================================================================== */
+
+/* ---- listing names (`rlock ls`) ---------------------------------------- *
+ * Every name under which a lock, semaphore or latch (rlock's or Java
+ * Redisson's) keeps a key, found with SCAN (never KEYS): on each master of
+ * a cluster in turn, on the master through Sentinel. A key a kind keeps
+ * beside its name (a fair lock's queue and deadlines, a fenced lock's
+ * token, a permit-expirable semaphore's leases, a read lock's hold leases,
+ * an unlock's request latch) counts as its name, so each name comes once
+ * however many keys it has. Other keys come as their own names: read each
+ * name with rlock_client_info() to tell a lock from a foreign value
+ * (RLOCK_INFO_FOREIGN) or a name gone since (RLOCK_INFO_NONE). SCAN's own
+ * guarantees hold: a name present for the whole scan is returned; one
+ * created or deleted meanwhile may or may not be. */
+
+typedef struct rlock_scan rlock_scan;
+
+typedef struct rlock_scan_options {
+  size_t struct_size; /* rlock_scan_options_init() sets it */
+  /* The names to return, as a Redis glob (MATCH's syntax: * ? [abc] [^a]
+   * [a-z], a backslash escapes). NULL or "": every name. Matched against
+   * the name, not the key: "job*" finds the fenced lock job1 by its token
+   * key redisson_lock_token:{job1}. */
+  const char *pattern;
+  /* SCAN's COUNT, the keys the server looks at per round trip: each is
+   * that much work for the server, so a scan never blocks it. 1..100000;
+   * 0: 1000. */
+  int count;
+} rlock_scan_options;
+
+/* Zeroes `o` and sets struct_size to `size`; use rlock_scan_options_init(). */
+RLOCK_EXTERN void rlock_scan_options_init_size(rlock_scan_options *o,
+                                               size_t size);
+static inline void rlock_scan_options_init(rlock_scan_options *o) {
+  rlock_scan_options_init_size(o, sizeof(*o));
+}
+
+/*
+ * Starts a scan of the names matching opts->pattern (opts NULL: every
+ * name, COUNT 1000). Nothing is sent until rlock_scan_next(). Errors:
+ * RLOCK_EINVAL (NULL client or out, a struct_size not set or larger than
+ * this library's, count out of range), RLOCK_ECLOSED, RLOCK_ENOMEM.
+ * Close the scan (rlock_scan_free()) before its client.
+ */
+RLOCK_EXTERN int rlock_scan_new(rlock_client *client,
+                                const rlock_scan_options *opts,
+                                rlock_scan **out);
+
+/*
+ * The next name (blocking; a SCAN round trip when the names of the last
+ * one are used up): returns 1 with *name (NUL-terminated, valid until the
+ * next call or the close) and *len (NULL ok), 0 when every master has
+ * been scanned, or a negative error: the transport errors, RLOCK_ENOPERM
+ * (the ACL denies SCAN), RLOCK_EPROTO, RLOCK_ECLUSTER (no slot map); the
+ * last error names the master. Memory grows with the names returned (each
+ * is remembered to return it once).
+ */
+RLOCK_EXTERN int rlock_scan_next(rlock_scan *scan, const char **name,
+                                 size_t *len);
+
+/* Ends a scan and frees it. NULL is accepted. */
+RLOCK_EXTERN void rlock_scan_free(rlock_scan *scan);
 
 #ifdef __cplusplus
 }

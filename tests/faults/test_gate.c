@@ -134,6 +134,15 @@ static void warm_up(fixture *f) {
   cr_assert_eq(rt_exists(f->key), 0);
 }
 
+/* A transfer test's start: the client open (tweak: its options), the
+ * scripts cached, owner 1's field name in o1s. */
+static void xfer_open(fixture *f, const char *name,
+                      void (*tweak)(rlock_options *), char o1s[128]) {
+  fx_open_with(f, name, 0, false, tweak);
+  warm_up(f);
+  rt_owner(o1s, 128, f->c, f->o1);
+}
+
 /* Owner 1 holds; owner 2 of the same client asks for the lock: it sends no
  * try while owner 1 holds, and gets the lock with one try when owner 1's
  * unlock hands it over. Its wait still counts as contended. */
@@ -317,10 +326,8 @@ Test(gate, a_sibling_lease_bounds_the_local_wait) {
  * owner 2's acquire). */
 Test(gate, a_local_handoff_is_one_command) {
   fixture f;
-  fx_open(&f, "gate-xfer", 0, false);
-  warm_up(&f);
   char o1s[128];
-  rt_owner(o1s, sizeof o1s, f.c, f.o1);
+  xfer_open(&f, "gate-xfer", NULL, o1s);
   cr_assert_eq(rlock_lock_owner(f.l, f.o1, -1), 0);
   waiter w;
   waiter_init(&w);
@@ -451,10 +458,8 @@ static void assert_moved_to_o2(fixture *f, const char *o1s) {
  * did: the lock is moved once, to owner 2, and both calls say so. */
 Test(gate, a_transfer_whose_reply_is_late_moves_the_lock_once) {
   fixture f;
-  fx_open_with(&f, "gate-xlate", 0, false, short_timeouts);
-  warm_up(&f);
   char o1s[128];
-  rt_owner(o1s, sizeof o1s, f.c, f.o1);
+  xfer_open(&f, "gate-xlate", short_timeouts, o1s);
   for (int round = 0; round < 3; round++) {
     cr_assert_eq(rlock_lock_owner(f.l, f.o1, -1), 0);
     waiter w;
@@ -481,10 +486,8 @@ Test(gate, a_transfer_whose_reply_is_late_moves_the_lock_once) {
  * both sides, once, and owner 1 holds nothing. */
 Test(gate, a_transfer_whose_reply_is_lost_leaves_a_consistent_state) {
   fixture f;
-  fx_open_with(&f, "gate-xlost", 0, false, no_resend);
-  warm_up(&f);
   char o1s[128];
-  rt_owner(o1s, sizeof o1s, f.c, f.o1);
+  xfer_open(&f, "gate-xlost", no_resend, o1s);
   cr_assert_eq(rlock_lock_owner(f.l, f.o1, -1), 0);
   waiter w;
   waiter_init(&w);

@@ -423,9 +423,12 @@ typedef struct cmdcount {
 } cmdcount;
 
 /* Commands only rlock's scripts run (Redis 7 counts them in commandstats
- * too): RLock's, and the fair lock's queue and deadline commands and the
- * read/write lock's hash and timeout-key commands (phase K). */
+ * too): RLock's (the transfer's subscriber count included: the library
+ * never sends PUBSUB itself), and the fair lock's queue and deadline
+ * commands and the read/write lock's hash and timeout-key commands (phase
+ * K). */
 static const char *const script_internal[] = {
+    "pubsub|numsub", "pubsub|shardnumsub",
     "exists", "hexists", "hincrby", "pexpire", "pttl",   "get",
     "set",    "publish", "spublish", "hget",   "hset",   "hdel",
     "hlen",   "hgetall", "hkeys",   "incr",   "lpop",   "lrem",

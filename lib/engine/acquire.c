@@ -459,6 +459,66 @@ static void send_try(rlock__op *op) {
   arm_deadline(op);
 }
 
+/* ---- local transfer (release.c) ---- */
+
+/* wait_ms ran out while the release's transfer was on its way: not
+ * acquired. That release, still waiting for its reply, trims this owner
+ * if the lock was moved to it after all (release.c). */
+static void claim_deadline_fire(rlock__timed *t) {
+  rlock__op *op = RLOCK__CONTAINER_OF(t, rlock__op, timer);
+  if (op->state == RLOCK__ST_CMD)
+    rlock__op_finish(op, 0);
+}
+
+int64_t rlock__acquire_claim(rlock__op *op, rlock__xfer *x, int streak) {
+  rlock__engine *e = op->engine;
+  assert(op->state == RLOCK__ST_WAITING && op->u.acq.transfer == NULL);
+  rlock__chan_take(&op->waiter);
+  /* It counts in the local gate as a try on its way (a handoff's streak
+   * lets it through). */
+  op->u.acq.handoff_streak = streak;
+  bool parked = rlock__gate_park(op);
+  assert(!parked);
+  (void)parked;
+  op->u.acq.transfer = x;
+  op->u.acq.xfer_maybe = false;
+  op->state = RLOCK__ST_CMD;
+  op->u.acq.tried = true;
+  op->u.acq.tries++;
+  op->u.acq.try_sent_ms = rlock__now_ms();
+  if (op->wait_ms > 0) {
+    op->timer.fire = claim_deadline_fire;
+    rlock__timed_start(e->core, &op->timer, op->deadline);
+  }
+  return try_lease(op);
+}
+
+void rlock__acquire_claim_done(rlock__op *op, bool moved, int err) {
+  rlock__engine *e = op->engine;
+  assert(op->u.acq.transfer != NULL);
+  op->u.acq.transfer = NULL;
+  op->u.acq.xfer_maybe = false;
+  rlock__timed_stop(e->core, &op->timer);
+  rlock__gate *g = rlock__gate_try_done(op, false);
+  if (moved) {
+    op->u.acq.answered = true;
+    int rc = rlock__hold_add(e, op->lock, op->owner, op->lease_ms,
+                             op->u.acq.try_sent_ms, op->u.acq.handoff_streak);
+    rlock__op_finish(op, rc < 0 ? rc : 1);
+  } else if (err != 0) {
+    /* It may have been moved: trimmed back to what this owner knows (no
+     * hold), then it tries again while it has time. */
+    lost_acquire(op, err);
+  } else {
+    /* Not moved (the releasing owner still holds, or no longer did): the
+     * gate decides, as for a woken waiter. */
+    op->u.acq.answered = true;
+    op->u.acq.handoff_streak = 0;
+    send_try(op);
+  }
+  rlock__gate_settle(e, g);
+}
+
 /* ---- the waiter's callbacks (from the channel registry) ---- */
 
 static void waiter_retry(rlock__waiter *w) {
@@ -560,6 +620,14 @@ static void acquire_event(rlock__op *op, int result) {
 void rlock__acquire_finish(rlock__op *op, int result) {
   rlock__engine *e = op->engine;
   acquire_event(op, result);
+  /* A transfer to it still on its way: the release's reply decides what
+   * became of the lock, and trims this owner if it was moved here. */
+  if (op->u.acq.transfer != NULL) {
+    op->u.acq.transfer->to = NULL;
+    op->u.acq.transfer = NULL;
+    if (op->u.acq.xfer_maybe && result != 1)
+      rlock__suspect_add(e, op->lock, op->owner);
+  }
   /* A try still on its way no longer counts in the local gate. */
   rlock__gate_settle(e, rlock__gate_try_done(op, true));
   if (op->u.acq.tried && result != 1 && op->lock->prim->abandon != NULL &&

@@ -55,7 +55,11 @@ void rlock__handle_release(rlock *lock);
 
 /* What read_try / read_release answer besides errors. */
 enum { RLOCK__TRY_WAIT = 0, RLOCK__TRY_ACQUIRED = 1 };
-enum { RLOCK__REL_HELD = 0, RLOCK__REL_RELEASED = 1, RLOCK__REL_NOT_HELD = 2 };
+/* RLOCK__REL_YIELD (a transfer's only): released, and another client's
+ * waiters were told - this client holds its own tries back a moment
+ * (gate.c) so that one of them can take the lock. */
+enum { RLOCK__REL_HELD = 0, RLOCK__REL_RELEASED = 1, RLOCK__REL_NOT_HELD = 2,
+       RLOCK__REL_YIELD = 3 };
 
 /* The hold part of a descriptor: only kinds whose acquisition is a hold
  * (the locks) fill it. The engine records, renews, releases and repairs
@@ -79,6 +83,18 @@ typedef struct rlock__prim_hold {
   /* A release of an owner's last hold frees the lock for any one waiter:
    * a local waiter's try may follow it in the same write (release.c). */
   bool local_handoff;
+  /* Local handoff by transfer (release.c; needs local_handoff): sends ONE
+   * command that releases one hold of op->owner, as send_release does (the
+   * same latch, lease and latch TTL; its reply read by read_release), and
+   * when that was the owner's last hold, gives the lock to `to_owner` with
+   * a hold count of 1 and `to_lease_ms` - never free in between, so
+   * nothing is published - unless another client's waiters wait too:
+   * then it releases and publishes as the release does, answering
+   * RLOCK__REL_YIELD. RLOCK__REL_RELEASED means "moved to to_owner". NULL: the release and the waiter's try go as two commands
+   * in one write. */
+  rlock__cmd *(*transfer)(rlock__op *op, const char *latch, int64_t lease_ms,
+                          int64_t latch_ttl_ms, const char *to_owner,
+                          int64_t to_lease_ms, rlock__reply_cb cb);
   /* Appended to the owner id in every field this kind writes (the write
    * lock's ":write"); NULL: none. */
   const char *owner_suffix;
@@ -203,7 +219,24 @@ typedef struct rlock__acquire_state {
   bool woken;
   bool gate_bypass;
   uint64_t gate_epoch;
+  /* A release's transfer is moving the lock to this op (release.c): the
+   * op waits for that release's reply, which finishes it. xfer_maybe: the
+   * reply came and the lock may be this owner's (moved, or unknown) - if
+   * the op ends otherwise before it is told, its owner is trimmed. */
+  struct rlock__xfer *transfer;
+  bool xfer_maybe;
 } rlock__acquire_state;
+
+/* A transfer in flight (release.c): the acquire it moves the lock to
+ * (NULL once that op ended: cancelled, timed out, closed), its owner, and
+ * what the reply said. Shared by the release and the acquire, freed by
+ * the release once both are told. */
+typedef struct rlock__xfer {
+  rlock__op *to;
+  bool moved;
+  int err;
+  char owner[RLOCK__OWNER_MAX];
+} rlock__xfer;
 
 /* The engine's state of a release (release.c). */
 typedef struct rlock__release_state {
@@ -213,6 +246,7 @@ typedef struct rlock__release_state {
   uint64_t hold_gen;   /* the hold it counts as releasing, or 0 */
   int handoff_streak;  /* > 0 when it handed the lock off locally */
   int64_t held_since;  /* the hold's since_ms when it started (events) */
+  rlock__xfer *xfer;    /* its transfer in flight, malloc'd, or NULL */
 } rlock__release_state;
 
 /* One public call. A kind whose ops need state of their own embeds this as
@@ -303,6 +337,17 @@ extern const rlock__op_type rlock__op_acquire;
 extern const rlock__op_type rlock__op_release;
 /* The release's finish (release.c), for a type that wraps its start. */
 void rlock__release_finish(rlock__op *op, int result);
+
+/* Local transfer (acquire.c, driven by release.c): the sleeping acquire
+ * `to` is taken off its channel and waits for release `rel`'s reply
+ * instead of sending a try; returns the lease it takes the lock with. */
+int64_t rlock__acquire_claim(rlock__op *to, rlock__xfer *x, int streak);
+/* That reply came (or never will): `moved` - the lock is to's now (its
+ * hold is recorded and it finishes with 1); else to goes back to waiting
+ * (err: the transfer's outcome is unknown - its owner is trimmed, then it
+ * tries again). Called after the release finished, as when the release
+ * and the waiter's try were two commands. */
+void rlock__acquire_claim_done(rlock__op *to, bool moved, int err);
 
 /* The acquire's finish (acquire.c), for kinds whose acquire type has a
  * finish of its own to call first: an acquire that sent a try and ends
@@ -431,6 +476,10 @@ void rlock__gate_hold_gone(rlock__engine *e, rlock__hold *h);
 /* A release of lock after handoff_max local handoffs in a row, with
  * waiters here: no try of this client until its message wakes one. */
 void rlock__gate_yield(rlock__engine *e, const rlock *lock);
+/* A release of lock told another client's waiters (RLOCK__REL_YIELD): no
+ * try of this client for a moment (FOREIGN_HOLD_MS), whatever wakes its
+ * waiters, so that one of those can take the lock. */
+void rlock__gate_hold_back(rlock__engine *e, const rlock *lock);
 /* The command connection is back: parked waiters try at once. */
 void rlock__gates_reconnected(rlock__engine *e);
 void rlock__gates_free(rlock__engine *e);

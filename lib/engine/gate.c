@@ -31,7 +31,11 @@
  * (release.c): the gate then holds this client's tries back until the
  * release's message wakes a waiter here (at most YIELD_MAX_MS), so its
  * next try leaves when other clients' woken waiters' do, not with the
- * release's reply. Loop thread only. */
+ * release's reply. A transfer that found another client's waiter
+ * subscribed releases and publishes instead (RLOCK__REL_YIELD): the gate
+ * then holds this client's tries back until another client's release
+ * message comes or FOREIGN_HOLD_MS pass - its own message is no reason to
+ * try (docs/performance.md, "Fair share"). Loop thread only. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,11 +56,26 @@ struct rlock__gate {
    * passes), no try of this client goes out - one woken by the message
    * tries, as other clients' waiters do. 0: none. */
   int64_t yield_until;
+  /* A release told another client's waiters (rlock__gate_hold_back): no
+   * try of this client until then, whatever wakes its waiters - its own
+   * subscription hears the same message, and its loop thread would win
+   * the race every time. 0: none. */
+  int64_t hold_until;
+  /* The messages of this client's own yielding releases still to come
+   * while it holds back: they end nothing. A message beyond them is
+   * another client's release - the lock went round; the hold-back ends. */
+  int hold_own;
 };
 
 /* How long a yield waits for its message at most: the message comes with
  * the release's reply; this bounds a lost one. */
 #define YIELD_MAX_MS 50
+
+/* How long this client's tries wait after a release that told another
+ * client's waiters (docs/performance.md, "Fair share"): long enough for a
+ * woken waiter of another process - a Java thread included - to send its
+ * try, short against a lock's hold. */
+#define FOREIGN_HOLD_MS 3
 
 
 static bool gated(const rlock__prim *prim) {
@@ -139,7 +158,14 @@ bool rlock__gate_park(rlock__op *op) {
   bool yielding = g->yield_until > now;
   if (yielding && woken) /* the message came */
     g->yield_until = 0, yielding = false;
-  if (bypass || own || (h == NULL && g->trying == 0 && !yielding)) {
+  bool held = g->hold_until > now;
+  if (held && woken) {
+    if (g->hold_own > 0)
+      g->hold_own--; /* this client's own release message */
+    else
+      g->hold_until = 0, held = false; /* another client released */
+  }
+  if (bypass || own || (h == NULL && g->trying == 0 && !yielding && !held)) {
     g->trying++;
     op->u.acq.gate = g;
     return false;
@@ -152,6 +178,7 @@ bool rlock__gate_park(rlock__op *op) {
   if (h == NULL && woken)
     g->pending = true; /* this wake-up may have been for a release */
   int64_t until = h != NULL   ? guaranteed_until(h) + 1
+                  : held     ? g->hold_until
                   : yielding ? g->yield_until
                              : now + e->core->opts.command_timeout_ms;
   if (op->wait_ms > 0 && op->deadline < until)
@@ -197,6 +224,10 @@ void rlock__gate_settle(rlock__engine *e, rlock__gate *g) {
     g->pending = false; /* the message wakes the one that tries */
     return;
   }
+  if (g->hold_until > rlock__now_ms()) {
+    g->pending = false; /* parked waiters wake when the hold-back ends */
+    return;
+  }
   bool wake = g->pending && !e->core->closing;
   g->pending = false;
   /* Idle: nothing to remember (a parked waiter finds it again). */
@@ -235,6 +266,17 @@ void rlock__gate_yield(rlock__engine *e, const rlock *lock) {
   if (g == NULL)
     return;
   g->yield_until = rlock__now_ms() + YIELD_MAX_MS;
+}
+
+void rlock__gate_hold_back(rlock__engine *e, const rlock *lock) {
+  if (!gated(lock->prim))
+    return;
+  rlock__gate *g = gate_get(e, lock);
+  if (g == NULL)
+    return;
+  int64_t now = rlock__now_ms();
+  g->hold_own = g->hold_until > now ? g->hold_own + 1 : 1;
+  g->hold_until = now + FOREIGN_HOLD_MS;
 }
 
 void rlock__gates_reconnected(rlock__engine *e) {

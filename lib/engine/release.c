@@ -112,12 +112,47 @@ void rlock__latches_free(rlock__engine *e) {
 
 /* ---- release ---- */
 
+/* A transfer's reply came, or never will (x->err): x says what became of
+ * the lock. The acquire it was for is told after the release finished
+ * (transfer_end) - as when the release's reply came before the try's;
+ * until then, if it ends otherwise (a callback cancels it), its owner is
+ * trimmed when the lock may be its (xfer_maybe). With no acquire left,
+ * the owner is trimmed now. */
+static void transfer_outcome(rlock__op *op, rlock__xfer *x, bool moved,
+                             int err) {
+  x->moved = moved;
+  x->err = err;
+  if (x->to != NULL)
+    x->to->u.acq.xfer_maybe = moved || err != 0;
+  else if (moved || err != 0)
+    rlock__suspect_add(op->engine, op->lock, x->owner);
+}
+
+static void transfer_end(rlock__xfer *x) {
+  if (x->to != NULL)
+    rlock__acquire_claim_done(x->to, x->moved, x->err);
+  free(x);
+}
+
+static void release_answer(rlock__net *n, redisReply *reply, int err,
+                           rlock__op *op, rlock__xfer *x);
+
 static void release_reply(rlock__net *n, redisReply *reply, int err,
                           void *data) {
-  (void)n;
   rlock__op *op = data;
+  rlock__xfer *x = op->u.rel.xfer;
+  op->u.rel.xfer = NULL;
+  release_answer(n, reply, err, op, x); /* op may be gone after this */
+  if (x != NULL)
+    transfer_end(x);
+}
+
+static void release_answer(rlock__net *n, redisReply *reply, int err,
+                           rlock__op *op, rlock__xfer *x) {
   rlock__engine *e = op->engine;
   op->cmd = NULL;
+  if (x != NULL && rlock__transient(err))
+    transfer_outcome(op, x, false, err);
   /* (The hold stops counting as releasing when the op finishes.) */
   rlock__hold *h = rlock__hold_find(e, op->lock->name, op->owner);
   if (rlock__transient(err)) {
@@ -140,7 +175,24 @@ static void release_reply(rlock__net *n, redisReply *reply, int err,
   int got = err != 0 || reply->type == REDIS_REPLY_ERROR
                 ? RLOCK_ESERVER
                 : op->lock->prim->hold->read_release(op, reply);
-  if (op->u.rel.handoff_streak > 0 && got != RLOCK__REL_RELEASED)
+  bool yielded = got == RLOCK__REL_YIELD;
+  if (got == RLOCK__REL_YIELD) {
+    /* Released and published, not moved: another client waits. This
+     * client's tries wait a moment (gate.c), so that its waiter can take
+     * the lock - set before the waiter and the hold's end are told. */
+    rlock__gate_hold_back(e, op->lock);
+    got = RLOCK__REL_RELEASED;
+  }
+  if (x != NULL) {
+    bool moved = got == RLOCK__REL_RELEASED && !yielded;
+    if (moved && rlock__net_reply_unsynced(n))
+      /* Replica sync: no replica confirmed it, so the acquire half is
+       * undone as an acquire's would be (its owner trimmed, then it tries
+       * again). The release half stands, as a release's does. */
+      transfer_outcome(op, x, false, RLOCK_ENOREPLICA);
+    else
+      transfer_outcome(op, x, moved, err);
+  } else if (op->u.rel.handoff_streak > 0 && got != RLOCK__REL_RELEASED)
     /* Not released: no message will come for the handoff to absorb. */
     rlock__chan_unabsorb(e->net, op->lock->channel, op->lock->channel_len);
   if (rlock__op_failed(op, reply, err))
@@ -203,35 +255,53 @@ static void release_reply(rlock__net *n, redisReply *reply, int err,
 }
 
 /* Local handoff: this release ends the owner's last hold, so if another
- * owner of this client sleeps waiting for the lock, its try goes out now -
- * in the same write, right behind the release - instead of one round trip
- * later, when the release message has come back. The message is published
- * as always (other processes' waiters hear it); here it wakes nobody more,
- * since the woken waiter is already trying. After handoff_max handoffs in
- * a row the release goes the pub/sub way only, so that waiters of other
+ * owner of this client sleeps waiting for the lock, it gets the lock now
+ * instead of one round trip later, when the release message has come
+ * back. Returns that waiter, or NULL. After handoff_max handoffs in a row
+ * the release goes the pub/sub way only, so that waiters of other
  * processes are not starved. */
-static void hand_off(rlock__op *op, rlock__hold *h) {
+static rlock__op *handoff_waiter(rlock__op *op, rlock__hold *h) {
   rlock__engine *e = op->engine;
   rlock *lock = op->lock;
   int max = e->core->opts.handoff_max;
   if (!lock->prim->hold->local_handoff || max == 0)
-    return;
+    return NULL;
   rlock__waiter *w =
       rlock__chan_sleeper(e->net, lock->channel, lock->channel_len);
   if (w == NULL)
-    return;
+    return NULL;
   if (h->handoff_streak >= max) {
     /* The pub/sub way: this client's next try waits for the message, as
      * other clients' waiters do (gate.c). */
     rlock__gate_yield(e, lock);
-    return;
+    return NULL;
   }
   rlock__op *waiter = RLOCK__CONTAINER_OF(w, rlock__op, waiter);
   if (strcmp(waiter->owner, op->owner) == 0)
-    return;
-  op->u.rel.handoff_streak = h->handoff_streak + 1;
-  waiter->u.acq.handoff_streak = op->u.rel.handoff_streak;
-  rlock__chan_kick(w, e->core->opts.command_timeout_ms);
+    return NULL;
+  return waiter;
+}
+
+/* Whether the lock can be moved to `to` by the kind's transfer: an acquire
+ * of the same kind (the channel is shared by kinds over one hash), asleep,
+ * whose owner holds nothing here. */
+static bool can_transfer(const rlock__op *op, const rlock__op *to) {
+  const rlock__engine *e = op->engine;
+  return op->lock->prim->hold->transfer != NULL && to->type->acquires &&
+         to->lock->prim == op->lock->prim && to->wait_ms != 0 &&
+         to->state == RLOCK__ST_WAITING && to->u.acq.transfer == NULL &&
+         rlock__hold_find((rlock__engine *)e, to->lock->name, to->owner) ==
+             NULL;
+}
+
+/* The two-command handoff: the release goes first and the waiter's try
+ * follows in the same write. The message is published as always (other
+ * processes' waiters hear it); here it wakes nobody more, since the woken
+ * waiter is already trying. */
+static void kick(rlock__op *op, rlock__op *waiter, int streak) {
+  op->u.rel.handoff_streak = streak;
+  waiter->u.acq.handoff_streak = streak;
+  rlock__chan_kick(&waiter->waiter, op->engine->core->opts.command_timeout_ms);
 }
 
 static void start_release(rlock__op *op) {
@@ -272,14 +342,37 @@ static void start_release(rlock__op *op) {
    * release sets none): it may run before its reply comes (hold.c). */
   if (!lock->prim->hold->shared_expiry)
     rlock__hold_lease_sent(e, lock, op->owner, op->u.rel.sent_ms, lease);
+  rlock__op *to = h != NULL && h->count == 1 && h->releasing == 1
+                     ? handoff_waiter(op, h)
+                     : NULL;
+  int streak = h != NULL ? h->handoff_streak + 1 : 0;
+  if (to != NULL && can_transfer(op, to)) {
+    /* One command moves the lock to the waiter (docs/wire-protocol.md,
+     * "Transfer"); its reply completes both calls. */
+    rlock__xfer *x = op->u.rel.xfer = calloc(1, sizeof(*x));
+    if (x == NULL) {
+      rlock__op_finish(op, RLOCK_ENOMEM);
+      return;
+    }
+    op->u.rel.handoff_streak = streak;
+    x->to = to;
+    snprintf(x->owner, sizeof(x->owner), "%s", to->owner);
+    int64_t to_lease = rlock__acquire_claim(to, x, streak);
+    op->cmd = lock->prim->hold->transfer(op, op->u.rel.latch, lease,
+                                         latch_ttl, x->owner, to_lease,
+                                         release_reply);
+    if (op->cmd == NULL)
+      rlock__op_finish(op, RLOCK_ENOMEM);
+    return;
+  }
   op->cmd = lock->prim->hold->send_release(op, op->u.rel.latch, lease, latch_ttl,
                                      release_reply);
   if (op->cmd == NULL) {
     rlock__op_finish(op, RLOCK_ENOMEM);
     return;
   }
-  if (h != NULL && h->count == 1 && h->releasing == 1)
-    hand_off(op, h);
+  if (to != NULL)
+    kick(op, to, streak);
 }
 
 /* A release counts on its hold as "releasing" while it runs (hold.c
@@ -289,6 +382,14 @@ void rlock__release_finish(rlock__op *op, int result) {
   /* The one place a release's success is told (RELEASED): 1 freed the
    * lock, 0 left holds. */
   rlock__engine *e = op->engine;
+  /* Ended before its transfer's reply (close, out of memory): what became
+   * of the lock is unknown - the new owner is trimmed. */
+  if (op->u.rel.xfer != NULL) {
+    rlock__xfer *x = op->u.rel.xfer;
+    op->u.rel.xfer = NULL;
+    transfer_outcome(op, x, false, result < 0 ? result : RLOCK_ECONN);
+    transfer_end(x);
+  }
   if (result >= 0 && e->on_event != NULL) {
     rlock__event ev = {.pub = {.type = RLOCK_EVENT_RELEASED,
                                .kind = op->lock->prim->kind,

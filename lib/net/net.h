@@ -161,6 +161,10 @@ rlock__waiter *rlock__chan_sleeper(rlock__net *n, const char *channel,
  * the next message on its channel within absorb_ms wakes nobody: it is the
  * one of the release the waiter was woken for. */
 void rlock__chan_kick(rlock__waiter *w, int64_t absorb_ms);
+/* Takes that waiter out of its sleep without waking it (its retry does not
+ * run; it stays joined): its lock is being moved to it by a command of
+ * the release (a local transfer). */
+void rlock__chan_take(rlock__waiter *w);
 /* That release did not release (no message will come): forget one
  * absorbed message. */
 void rlock__chan_unabsorb(rlock__net *n, const char *channel, size_t len);

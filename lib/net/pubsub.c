@@ -350,6 +350,8 @@ void rlock__chan_kick(rlock__waiter *w, int64_t absorb_ms) {
   w->ops->retry(w);
 }
 
+void rlock__chan_take(rlock__waiter *w) { unwait(w); }
+
 void rlock__chan_unabsorb(rlock__net *n, const char *channel, size_t len) {
   rlock__chan *e = rlock__map_get(&n->chans, channel, len);
   if (e != NULL && e->absorb > 0)

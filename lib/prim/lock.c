@@ -19,6 +19,9 @@ static const rlock__script acquire_script = {
 static const rlock__script release_script = {
     "lock_release", RLOCK__LUA_LOCK_RELEASE_BODY, RLOCK__LUA_LOCK_RELEASE_SHA,
     false};
+static const rlock__script transfer_script = {
+    "lock_transfer", RLOCK__LUA_LOCK_TRANSFER_BODY,
+    RLOCK__LUA_LOCK_TRANSFER_SHA, false};
 static const rlock__script force_script = {
     "lock_force_unlock", RLOCK__LUA_LOCK_FORCE_UNLOCK_BODY,
     RLOCK__LUA_LOCK_FORCE_UNLOCK_SHA, false};
@@ -31,7 +34,7 @@ const rlock__script rlock__lock_trim_script = {
 
 static const rlock__script *const all_scripts[] = {
     &acquire_script, &release_script, &force_script, &rlock__lock_renew_script,
-    &rlock__lock_trim_script, NULL};
+    &rlock__lock_trim_script, &transfer_script, NULL};
 
 const rlock__script *const *rlock__lock_scripts(void) { return all_scripts; }
 
@@ -97,6 +100,32 @@ rlock__cmd *rlock__lock_send_release(rlock__op *op, const char *latch,
                                          lease_ms, latch_ttl_ms, cb);
 }
 
+/* The local transfer (lock_transfer.lua): the release's arguments and the
+ * new owner with its lease. Re-sent as the release is: the latch makes
+ * that safe. Its "2" (another client waits: released and published) is
+ * read as RLOCK__REL_YIELD. */
+static rlock__cmd *send_transfer(rlock__op *op, const char *latch,
+                                 int64_t lease_ms, int64_t latch_ttl_ms,
+                                 const char *to_owner, int64_t to_lease_ms,
+                                 rlock__reply_cb cb) {
+  rlock *lock = op->lock;
+  rlock__argv a = {0};
+  rlock__argv_str(&a, "3");
+  rlock__argv_mem(&a, lock->name, lock->name_len);
+  rlock__argv_str(&a, latch);
+  rlock__argv_mem(&a, lock->channel, lock->channel_len);
+  rlock__argv_int(&a, lease_ms);
+  rlock__argv_str(&a, op->owner);
+  rlock__argv_int(&a, latch_ttl_ms);
+  rlock__argv_str(&a, to_owner);
+  rlock__argv_int(&a, to_lease_ms);
+  rlock__argv_str(&a, rlock__engine_publish(op->engine));
+  rlock__argv_str(&a, "0");
+  return rlock__cmd_send(op->engine->net, &transfer_script, a.argc, a.argv,
+                         a.lens, op->engine->core->opts.retry_attempts, cb,
+                         op);
+}
+
 int rlock__lock_read_release(rlock__op *op, const redisReply *reply) {
   if (reply->type == REDIS_REPLY_NIL)
     return RLOCK__REL_NOT_HELD;
@@ -106,6 +135,14 @@ int rlock__lock_read_release(rlock__op *op, const redisReply *reply) {
     return RLOCK_EPROTO;
   }
   return reply->integer == 1 ? RLOCK__REL_RELEASED : RLOCK__REL_HELD;
+}
+
+/* RLock's, for the release and the transfer: the transfer's "2" (released
+ * and published: another client waits) is RLOCK__REL_YIELD. */
+static int read_release(rlock__op *op, const redisReply *reply) {
+  if (reply->type == REDIS_REPLY_INTEGER && reply->integer == 2)
+    return RLOCK__REL_YIELD;
+  return rlock__lock_read_release(op, reply);
 }
 
 /* "0": one holder released - wake one waiter. "1": wake all (a read/write
@@ -129,6 +166,18 @@ const rlock__prim_hold rlock__lock_hold = {
     .local_handoff = true,
     .local_gate = true};
 
+/* RLock's own: the lock's hold part with the local transfer (the fenced
+ * and non-reentrant locks share rlock__lock_hold, without it: a fenced
+ * acquisition takes a token, which a transfer would not). */
+static const rlock__prim_hold lock_hold = {
+    .send_release = rlock__lock_send_release,
+    .read_release = read_release,
+    .trim = &rlock__lock_trim_script,
+    .renew = &rlock__lock_renew_script,
+    .local_handoff = true,
+    .local_gate = true,
+    .transfer = send_transfer};
+
 const rlock__prim rlock__prim_lock = {
     .kind = "lock",
     .channel_prefix = RLOCK__LOCK_CHANNEL_PREFIX,
@@ -136,7 +185,7 @@ const rlock__prim rlock__prim_lock = {
     .read_try = rlock__lock_read_try,
     .on_message = rlock__lock_on_message,
     .ops = &rlock__lock_ops,
-    .hold = &rlock__lock_hold};
+    .hold = &lock_hold};
 
 /* ---- force unlock and queries ---- */
 

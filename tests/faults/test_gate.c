@@ -65,12 +65,15 @@ typedef struct fixture {
   uint64_t o1, o2;
 } fixture;
 
-static void fx_open(fixture *f, const char *name, int64_t watchdog_ms,
-                    bool write) {
+/* tweak (may be NULL) changes the options before the client opens. */
+static void fx_open_with(fixture *f, const char *name, int64_t watchdog_ms,
+                         bool write, void (*tweak)(rlock_options *)) {
   memset(f, 0, sizeof(*f));
   fk_options(&f->o, name);
   if (watchdog_ms > 0)
     f->o.watchdog_timeout_ms = watchdog_ms;
+  if (tweak != NULL)
+    tweak(&f->o);
   f->o.on_event = on_event;
   f->o.on_event_data = &f->s;
   int rc = rlock_client_new(&f->c, &f->o);
@@ -86,27 +89,58 @@ static void fx_open(fixture *f, const char *name, int64_t watchdog_ms,
   rt_owner(f->s.owner, sizeof f->s.owner, f->c, f->o2);
 }
 
+static void fx_open(fixture *f, const char *name, int64_t watchdog_ms,
+                    bool write) {
+  fx_open_with(f, name, watchdog_ms, write, NULL);
+}
+
 static void fx_close(fixture *f) {
   rlock_free(f->l);
   rlock_client_free(f->c);
 }
 
-static long long evalshas(void) {
+/* INFO commandstats calls of `cmd` (script-internal calls included). */
+static long long calls_of(const char *cmd) {
   redisReply *r = rt_cmd("INFO commandstats");
   cr_assert(r != NULL && r->type == REDIS_REPLY_STRING);
-  long long calls = 0;
-  const char *p = strstr(r->str, "cmdstat_evalsha:calls=");
-  if (p != NULL)
-    calls = atoll(p + strlen("cmdstat_evalsha:calls="));
-  p = strstr(r->str, "cmdstat_eval:calls=");
-  if (p != NULL)
-    calls += atoll(p + strlen("cmdstat_eval:calls="));
+  char needle[64];
+  snprintf(needle, sizeof needle, "cmdstat_%s:calls=", cmd);
+  const char *p = strstr(r->str, needle);
+  long long calls = p != NULL ? atoll(p + strlen(needle)) : 0;
   freeReplyObject(r);
   return calls;
 }
 
+static long long evalshas(void) {
+  return calls_of("evalsha") + calls_of("eval");
+}
+
 static bool lost_seen(void *arg) {
   return atomic_load(&((seen *)arg)->lost_at_ms) != 0;
+}
+
+/* One handoff from owner 1 to owner 2 and back to nobody, so that every
+ * script of the lock is cached on the server. */
+static void warm_up(fixture *f) {
+  cr_assert_eq(rlock_lock_owner(f->l, f->o1, -1), 0);
+  waiter w;
+  waiter_init(&w);
+  cr_assert_eq(rlock_lock_async(f->l, f->o2, -1, -1, waiter_cb, &w, NULL), 0);
+  rt_sleep_ms(100);
+  cr_assert_eq(rlock_unlock_owner(f->l, f->o1), 0);
+  rt_wait_until_what(waiter_done, &w, 5000, "the warm-up handoff");
+  cr_assert_eq(atomic_load(&w.status), 1);
+  cr_assert_eq(rlock_unlock_owner(f->l, f->o2), 0);
+  cr_assert_eq(rt_exists(f->key), 0);
+}
+
+/* A transfer test's start: the client open (tweak: its options), the
+ * scripts cached, owner 1's field name in o1s. */
+static void xfer_open(fixture *f, const char *name,
+                      void (*tweak)(rlock_options *), char o1s[128]) {
+  fx_open_with(f, name, 0, false, tweak);
+  warm_up(f);
+  rt_owner(o1s, 128, f->c, f->o1);
 }
 
 /* Owner 1 holds; owner 2 of the same client asks for the lock: it sends no
@@ -115,10 +149,12 @@ static bool lost_seen(void *arg) {
 Test(gate, a_sibling_waits_without_a_try) {
   fixture f;
   fx_open(&f, "gate-sib", 0, false);
-  /* The scripts loaded first: a release answered NOSCRIPT is re-sent
-   * after the handed-off try, which then misses. */
-  cr_assert_eq(rlock_lock_owner(f.l, f.o1, -1), 0);
-  cr_assert_eq(rlock_unlock_owner(f.l, f.o1), 0);
+  /* The scripts loaded first (one handoff): a first EVALSHA of a script
+   * meets NOSCRIPT and is sent again. */
+  warm_up(&f);
+  rlock_stats st0;
+  rlock_stats_init(&st0);
+  cr_assert_eq(rlock_client_stats(f.c, &st0), 0);
   cr_assert_eq(rlock_lock_owner(f.l, f.o1, -1), 0);
   long long before = evalshas();
   waiter w;
@@ -133,13 +169,13 @@ Test(gate, a_sibling_waits_without_a_try) {
   cr_assert_eq(atomic_load(&w.status), 1);
   cr_assert_eq(atomic_load(&f.s.attempts), 1, "attempts %d",
                atomic_load(&f.s.attempts));
-  /* the unlock and owner 2's one try */
-  cr_assert_eq(evalshas() - before, 2);
+  /* the unlock and owner 2's one try: one transfer (scripts loaded) */
+  cr_assert_eq(evalshas() - before, 1);
   rlock_stats st;
   rlock_stats_init(&st);
   cr_assert_eq(rlock_client_stats(f.c, &st), 0);
-  cr_assert_eq(st.acquisitions, 3);
-  cr_assert_eq(st.acquisitions_contended, 1);
+  cr_assert_eq(st.acquisitions - st0.acquisitions, 2);
+  cr_assert_eq(st.acquisitions_contended - st0.acquisitions_contended, 1);
   cr_assert_eq(rlock_unlock_owner(f.l, f.o2), 0);
   fx_close(&f);
 }
@@ -278,5 +314,288 @@ Test(gate, a_sibling_lease_bounds_the_local_wait) {
                 took);
   cr_assert_eq(rlock_unlock_owner(f.l, f.o2), 0);
   cr_assert_eq(rlock_unlock_owner(f.l, f.o1), RLOCK_ELOCKLOST);
+  fx_close(&f);
+}
+
+/* ---- the local transfer (issue 39): one command per local handoff ---- */
+
+/* Owner 1's unlock with owner 2 waiting moves the hold in ONE script: no
+ * release message, the hash goes from owner 1's field to owner 2's (count
+ * 1) with owner 2's lease, and both calls complete from its reply. Before
+ * the transfer it was two scripts (the release, with its PUBLISH, and
+ * owner 2's acquire). */
+Test(gate, a_local_handoff_is_one_command) {
+  fixture f;
+  char o1s[128];
+  xfer_open(&f, "gate-xfer", NULL, o1s);
+  cr_assert_eq(rlock_lock_owner(f.l, f.o1, -1), 0);
+  waiter w;
+  waiter_init(&w);
+  cr_assert_eq(rlock_lock_async(f.l, f.o2, -1, 4000, waiter_cb, &w, NULL), 0);
+  rt_sleep_ms(200);
+  cr_assert(!waiter_done(&w), "owner 2 got a lock owner 1 holds");
+  long long scripts = evalshas(), pubs = calls_of("publish");
+  rlock_stats st0;
+  rlock_stats_init(&st0);
+  cr_assert_eq(rlock_client_stats(f.c, &st0), 0);
+  cr_assert_eq(rlock_unlock_owner(f.l, f.o1), 0);
+  rt_wait_until_what(waiter_done, &w, 5000, "owner 2's acquire");
+  cr_assert_eq(atomic_load(&w.status), 1);
+  cr_assert_eq(evalshas() - scripts, 1,
+               "%lld scripts for one local handoff", evalshas() - scripts);
+  cr_assert_eq(calls_of("publish") - pubs, 0,
+               "a local handoff published a release message");
+  char *v2 = rt_hget(f.key, f.s.owner), *v1 = rt_hget(f.key, o1s);
+  cr_assert(v2 != NULL && strcmp(v2, "1") == 0, "owner 2's count: %s",
+            v2 ? v2 : "(nil)");
+  cr_assert_null(v1, "owner 1's field left: %s", v1);
+  free(v1);
+  free(v2);
+  cr_assert_eq(rt_hlen(f.key), 1);
+  long long pttl = rt_pttl(f.key);
+  cr_assert(pttl > 0 && pttl <= 4000, "PTTL %lld: not owner 2's 4 s lease",
+            pttl);
+  cr_assert_eq(atomic_load(&f.s.attempts), 1);
+  cr_assert_eq(rlock_hold_count_owner(f.l, f.o2), 1);
+  int64_t until = 0;
+  cr_assert_eq(rlock_is_lease_guaranteed_owner(f.l, f.o2, &until), 1);
+  rlock_stats st;
+  rlock_stats_init(&st);
+  cr_assert_eq(rlock_client_stats(f.c, &st), 0);
+  cr_assert_eq(st.acquisitions - st0.acquisitions, 1);
+  cr_assert_eq(st.releases - st0.releases, 1);
+  cr_assert_eq(rlock_unlock_owner(f.l, f.o2), 0);
+  cr_assert_eq(rt_exists(f.key), 0);
+  fx_close(&f);
+}
+
+#define XTHREADS 16
+#define XROUNDS 150
+
+typedef struct herd {
+  rlock *l;
+  atomic_int inside, overlaps, errors;
+  long counter; /* changed only under the lock */
+} herd;
+
+static void herd_worker(void *arg) {
+  herd *h = arg;
+  uint64_t me = rlock_owner_new();
+  for (int i = 0; i < XROUNDS; i++) {
+    if (rlock_lock_owner(h->l, me, -1) != 0) {
+      atomic_fetch_add(&h->errors, 1);
+      continue;
+    }
+    if (atomic_fetch_add(&h->inside, 1) != 0)
+      atomic_fetch_add(&h->overlaps, 1);
+    long c = h->counter;
+    if (i % 8 == 0)
+      rt_sleep_ms(0);
+    h->counter = c + 1;
+    atomic_fetch_sub(&h->inside, 1);
+    if (rlock_unlock_owner(h->l, me) != 0)
+      atomic_fetch_add(&h->errors, 1);
+  }
+}
+
+/* 16 threads of one client on one lock: the locks they hand over by
+ * transfer exclude each other as any hold does (no two inside, no lost
+ * update), and the transfers did happen (HSET runs only in the transfer
+ * and the trim). */
+Test(gate, transfers_exclude_across_sixteen_threads) {
+  fixture f;
+  fx_open(&f, "gate-xherd", 0, false);
+  warm_up(&f);
+  long long hsets = calls_of("hset");
+  static herd h;
+  memset(&h, 0, sizeof h);
+  h.l = f.l;
+  rt_thread t[XTHREADS];
+  for (int i = 0; i < XTHREADS; i++)
+    rt_thread_start(&t[i], herd_worker, &h);
+  for (int i = 0; i < XTHREADS; i++)
+    rt_thread_join(&t[i], 50000);
+  cr_assert_eq(atomic_load(&h.errors), 0);
+  cr_assert_eq(atomic_load(&h.overlaps), 0, "two threads held the lock");
+  cr_assert_eq(h.counter, (long)XTHREADS * XROUNDS);
+  cr_assert_gt(calls_of("hset") - hsets, 0, "no transfer happened");
+  cr_assert_eq(rt_exists(f.key), 0, "the lock is left held");
+  fx_close(&f);
+}
+
+static void short_timeouts(rlock_options *o) {
+  o->command_timeout_ms = 100;
+  o->retry_interval_ms = 400;
+  o->retry_attempts = 3;
+}
+
+static void no_resend(rlock_options *o) {
+  o->command_timeout_ms = 100;
+  o->retry_interval_ms = 100;
+  o->retry_attempts = 0;
+}
+
+/* After a transfer whose reply may have been lost: owner 2 holds the lock
+ * on the server and in the client (one field, count 1), owner 1 nothing;
+ * one unlock of owner 2 frees it. */
+static void assert_moved_to_o2(fixture *f, const char *o1s) {
+  char *v1 = rt_hget(f->key, o1s), *v2 = rt_hget(f->key, f->s.owner);
+  cr_assert_null(v1, "owner 1's field left: %s", v1);
+  cr_assert(v2 != NULL && strcmp(v2, "1") == 0,
+            "owner 2 got the lock but its count on the server is %s",
+            v2 ? v2 : "(nil)");
+  free(v1);
+  free(v2);
+  cr_assert_eq(rt_hlen(f->key), 1);
+  cr_assert_eq(rlock_hold_count_owner(f->l, f->o2), 1);
+  cr_assert_eq(rlock_unlock_owner(f->l, f->o2), 0, "%s", rlock_last_error());
+  cr_assert_eq(rt_exists(f->key), 0);
+}
+
+/* The transfer's first reply misses its deadline (writes paused 150 ms,
+ * command timeout 100 ms) but the transfer runs when the pause ends; the
+ * re-send 400 ms later finds the unlock latch and answers what the first
+ * did: the lock is moved once, to owner 2, and both calls say so. */
+Test(gate, a_transfer_whose_reply_is_late_moves_the_lock_once) {
+  fixture f;
+  char o1s[128];
+  xfer_open(&f, "gate-xlate", short_timeouts, o1s);
+  for (int round = 0; round < 3; round++) {
+    cr_assert_eq(rlock_lock_owner(f.l, f.o1, -1), 0);
+    waiter w;
+    waiter_init(&w);
+    cr_assert_eq(rlock_lock_async(f.l, f.o2, -1, -1, waiter_cb, &w, NULL), 0);
+    rt_sleep_ms(200);
+    rt_ok("OK", "CLIENT PAUSE 150 WRITE");
+    int rc = rlock_unlock_owner(f.l, f.o1);
+    cr_assert_eq(rc, 0, "round %d: unlock %s (%s)", round, rlock_err_name(rc),
+                 rlock_last_error());
+    rt_wait_until_what(waiter_done, &w, 5000, "owner 2's acquire");
+    cr_assert_eq(atomic_load(&w.status), 1, "round %d: %d", round,
+                 atomic_load(&w.status));
+    assert_moved_to_o2(&f, o1s);
+  }
+  fx_close(&f);
+}
+
+/* No re-send (retry_attempts 0): the transfer's reply is lost for good
+ * (writes paused past the command timeout) and it runs after all when the
+ * pause ends. Owner 1's unlock reports the transport error; owner 2 is
+ * not left believing what the server does not say: its field is trimmed
+ * back and it takes the lock afresh - in the end it holds the lock on
+ * both sides, once, and owner 1 holds nothing. */
+Test(gate, a_transfer_whose_reply_is_lost_leaves_a_consistent_state) {
+  fixture f;
+  char o1s[128];
+  xfer_open(&f, "gate-xlost", no_resend, o1s);
+  cr_assert_eq(rlock_lock_owner(f.l, f.o1, -1), 0);
+  waiter w;
+  waiter_init(&w);
+  /* A deadline: without one, an acquire rides out an outage only as long
+   * as an unlock re-sends (here: one command timeout), and the pause is
+   * longer. */
+  cr_assert_eq(rlock_lock_async(f.l, f.o2, 5000, -1, waiter_cb, &w, NULL), 0);
+  rt_sleep_ms(200);
+  rt_ok("OK", "CLIENT PAUSE 400 WRITE");
+  int rc = rlock_unlock_owner(f.l, f.o1);
+  cr_assert(rc == RLOCK_ETIMEDOUT || rc == RLOCK_ECONN,
+            "unlock whose reply was lost: %d %s", rc, rlock_err_name(rc));
+  rt_wait_until_what(waiter_done, &w, 5000 + SLACK_MS, "owner 2's acquire");
+  cr_assert_eq(atomic_load(&w.status), 1, "%d", atomic_load(&w.status));
+  rt_sleep_ms(300); /* any repair in flight has landed */
+  cr_assert_eq(rlock_hold_count_owner(f.l, f.o1), 0);
+  assert_moved_to_o2(&f, o1s);
+  fx_close(&f);
+}
+
+static bool key_gone(void *key) { return rt_exists(key) == 0; }
+
+/* Owner 2's acquire is cancelled while the transfer to it is on its way
+ * (writes paused): the transfer runs when the pause ends and gives the
+ * lock to an acquire that no longer exists - that hold is released (owner
+ * 2 trimmed), not left to its 30 s lease; owner 1's unlock succeeds. */
+Test(gate, a_waiter_cancelled_during_a_transfer_leaves_nothing_held) {
+  fixture f;
+  fx_open(&f, "gate-xcancel", 0, false);
+  warm_up(&f);
+  cr_assert_eq(rlock_lock_owner(f.l, f.o1, -1), 0);
+  waiter w, u;
+  waiter_init(&w);
+  waiter_init(&u);
+  rlock_req *req = NULL;
+  cr_assert_eq(rlock_lock_async(f.l, f.o2, -1, -1, waiter_cb, &w, &req), 0);
+  rt_sleep_ms(200);
+  rt_ok("OK", "CLIENT PAUSE 600 WRITE");
+  cr_assert_eq(rlock_unlock_async(f.l, f.o1, waiter_cb, &u, NULL), 0);
+  rt_sleep_ms(100); /* the transfer is on its way */
+  cr_assert_eq(rlock_req_cancel(req), 0);
+  rt_wait_until_what(waiter_done, &w, 2000, "the cancelled acquire");
+  cr_assert_eq(atomic_load(&w.status), RLOCK_ECANCELED, "%d",
+               atomic_load(&w.status));
+  rlock_req_free(req);
+  rt_wait_until_what(waiter_done, &u, 5000, "owner 1's unlock");
+  cr_assert_eq(atomic_load(&u.status), 0, "%d", atomic_load(&u.status));
+  rt_wait_until_what(key_gone, f.key, 3000, "the lock's release");
+  cr_assert_eq(rlock_hold_count_owner(f.l, f.o2), 0);
+  /* and the lock is free for anyone */
+  cr_assert_eq(rlock_try_lock_owner(f.l, f.o1, 0, -1), 1);
+  cr_assert_eq(rlock_unlock_owner(f.l, f.o1), 0);
+  fx_close(&f);
+}
+
+/* Another client waits for the lock too (a second subscriber on the
+ * channel): owner 1's unlock does not move the lock to its sibling; the
+ * transfer script releases and publishes as a release does, so the other
+ * client's waiter is woken and may take it (this client holds its own
+ * tries back a moment: docs/performance.md, "Fair share"). Both waiters
+ * get the lock, one after the other. */
+Test(gate, another_clients_waiter_turns_the_transfer_into_a_release) {
+  fixture f;
+  fx_open(&f, "gate-xforeign", 0, false);
+  warm_up(&f);
+  rlock_options o2;
+  fk_options(&o2, "gate-xforeign-2");
+  rlock_client *c2 = NULL;
+  cr_assert_eq(rlock_client_new(&c2, &o2), 0, "%s", rlock_last_error());
+  rlock *l2 = rt_lock(c2, f.key);
+  uint64_t other = rlock_owner_new();
+  cr_assert_eq(rlock_lock_owner(f.l, f.o1, -1), 0);
+  waiter w, x;
+  waiter_init(&w);
+  waiter_init(&x);
+  cr_assert_eq(rlock_lock_async(l2, other, 10000, -1, waiter_cb, &x, NULL), 0);
+  cr_assert_eq(rlock_lock_async(f.l, f.o2, 10000, -1, waiter_cb, &w, NULL), 0);
+  rt_sleep_ms(300);
+  char ch[160];
+  rt_lock_channel(ch, sizeof ch, f.key);
+  cr_assert_eq(rt_numsub(ch), 2);
+  long long pubs = calls_of("publish"), hsets = calls_of("hset");
+  cr_assert_eq(rlock_unlock_owner(f.l, f.o1), 0);
+  rt_sleep_ms(300);
+  cr_assert_eq(calls_of("publish") - pubs, 1,
+               "the unlock did not publish: the lock was moved locally "
+               "while another client waited");
+  cr_assert_eq(calls_of("hset") - hsets, 0, "the lock was transferred");
+  bool mine = waiter_done(&w), theirs = waiter_done(&x);
+  cr_assert(mine != theirs, "owner 2 %d, the other client %d: exactly one "
+            "holds the lock", mine, theirs);
+  cr_log_info("after the unlock: the %s got the lock",
+              theirs ? "other client's waiter" : "sibling");
+  if (theirs) {
+    cr_assert_eq(atomic_load(&x.status), 1);
+    cr_assert_eq(rlock_unlock_owner(l2, other), 0);
+    rt_wait_until_what(waiter_done, &w, 5000, "owner 2's acquire");
+    cr_assert_eq(atomic_load(&w.status), 1);
+    cr_assert_eq(rlock_unlock_owner(f.l, f.o2), 0);
+  } else {
+    cr_assert_eq(atomic_load(&w.status), 1);
+    cr_assert_eq(rlock_unlock_owner(f.l, f.o2), 0);
+    rt_wait_until_what(waiter_done, &x, 5000, "the other client's acquire");
+    cr_assert_eq(atomic_load(&x.status), 1);
+    cr_assert_eq(rlock_unlock_owner(l2, other), 0);
+  }
+  cr_assert_eq(rt_exists(f.key), 0);
+  rlock_free(l2);
+  rlock_client_free(c2);
   fx_close(&f);
 }

@@ -173,6 +173,61 @@ static void both_ways(const kind *k) {
   kfix_close(&f);
 }
 
+/* A local handoff (issue 39) beside a Java waiter: C's owner 1 holds, a
+ * Java lock() and C's owner 2 wait. With Java subscribed, owner 1's unlock
+ * does not move the lock to owner 2 (docs/wire-protocol.md, "Transfer"):
+ * it releases and publishes, and the C client holds its own tries back a
+ * moment so that Java's woken thread can take it (docs/performance.md,
+ * "Fair share"). Exactly one of the two gets the lock; the other gets it
+ * within the usual wake bound once the first unlocks. Without the Java
+ * waiter the same unlock moves the lock to owner 2 in one script (the
+ * faults suite's gate tests). */
+Test(locks, lock_java_waiter_beside_a_local_handoff) {
+  kfix f;
+  kfix_open(&f, &K_LOCK, "xfer");
+  rs_peer *p = f.p;
+  rlock *l = f.l;
+  char jowner[160];
+  rs_owner(p, "A", jowner, sizeof jowner);
+  cr_assert_eq(rlock_try_lock_owner(l, f.o1, 0, RS_LEASE_MS), 1);
+  rs_send(p, "A", "lock %s %d", f.jn, RS_LEASE_MS);
+  wait_waiting(&K_LOCK, f.name, jowner);
+  cwait w = {l, f.o2, 20000, RS_LEASE_MS};
+  rs_task t;
+  rs_task_start(&t, cwait_fn, &w);
+  rs_sleep_ms(RS_SETTLE_MS); /* owner 2 waits locally */
+  cr_assert_not(rs_task_done(&t), "owner 2 got a lock owner 1 holds");
+  int64_t t0 = rs_now_ms();
+  C_UNLOCK(rlock_unlock_owner(l, f.o1), 0);
+  bool java = false, c = false;
+  while (!java && !c && rs_now_ms() - t0 < RS_WAKE_BOUND_MS) {
+    java = rs_has_answer(p, "A", 2);
+    c = rs_task_done(&t);
+  }
+  cr_assert(java || c, "nobody got the lock within %d ms of the unlock",
+            RS_WAKE_BOUND_MS);
+  int64_t first = rs_now_ms() - t0;
+  rs_sleep_ms(200);
+  cr_assert(!(rs_has_answer(p, "A", 0) && rs_task_done(&t)),
+            "Java and C's owner 2 both hold the lock");
+  rs_report("lock: Java waiter beside a local handoff: %s got the lock %" PRId64
+            " ms after the unlock", java ? "Java" : "C's owner 2", first);
+  t0 = rs_now_ms();
+  if (java) {
+    rs_java_woke(p, "A", t0, NULL);
+    rs_call(p, "A", "unlock %s", f.jn);
+    rs_c_woke(&t, t0, 1);
+    C_UNLOCK(rlock_unlock_owner(l, f.o2), 0);
+  } else {
+    rs_c_woke(&t, t0, 1);
+    C_UNLOCK(rlock_unlock_owner(l, f.o2), 0);
+    rs_java_woke(p, "A", t0, NULL);
+    rs_call(p, "A", "unlock %s", f.jn);
+  }
+  cr_assert_eq(rlock_is_locked(l), 0);
+  kfix_close(&f);
+}
+
 /* The hash field Java's hold of `k` is counted in. */
 static void java_field(const kind *k, const char *owner, char *buf, size_t n) {
   snprintf(buf, n, "%s%s", owner, k->jprefix[0] == 'W' ? ":write" : "");

@@ -537,6 +537,16 @@ static void c_done(pair *w, const char *op) {
   compare(op, &w->j, &w->cc);
 }
 
+typedef struct cwait_arg {
+  rlock *l;
+  uint64_t owner;
+} cwait_arg;
+
+static int cwait_run(void *arg) {
+  cwait_arg *a = arg;
+  return rlock_try_lock_owner(a->l, a->owner, 10000, RS_LEASE_MS);
+}
+
 typedef struct wkind {
   const char *label, *jprefix, *cside;
   bool reentrant, wait_path;
@@ -657,6 +667,98 @@ WIRE_KIND(fenced, "fenced", "X/", "fenced", true, true)
 WIRE_KIND(spin, "spin", "S/", "spin", true, true)
 WIRE_KIND(nonreentrant, "nonreentrant", "N/", "nonreentrant", false, true)
 WIRE_KIND(nonreentrant_fair, "nonreentrant fair", "Q/", "nonreentrant_fair", false, true)
+
+/* Lines of s that start with `prefix` (and end with `suffix`, if given). */
+static int count_lines(const seq *s, const char *prefix, const char *suffix) {
+  int n = 0;
+  for (size_t i = 0; i < s->n; i++) {
+    size_t len = strlen(s->line[i]), sl = suffix ? strlen(suffix) : 0;
+    if (strncmp(s->line[i], prefix, strlen(prefix)) == 0 &&
+        (suffix == NULL || (len >= sl && strcmp(s->line[i] + len - sl, suffix) == 0)))
+      n++;
+  }
+  return n;
+}
+
+/* The lock's hash after a handover to `owner`: one field, `owner`'s, count
+ * 1, a TTL within the lease. */
+static void assert_handed_to(const char *who, const char *name, const char *owner) {
+  char *v = rs_str("HGET %s %s", name, owner);
+  cr_assert(v != NULL && strcmp(v, "1") == 0, "%s: the new holder's count is %s", who,
+            v ? v : "(nil)");
+  free(v);
+  cr_assert_eq(rs_int("HLEN %s", name), 1, "%s: more than one owner field", who);
+  long long pttl = rs_int("PTTL %s", name);
+  cr_assert(pttl > 0 && pttl <= RS_LEASE_MS, "%s: PTTL %lld", who, pttl);
+}
+
+/* Rule local-transfer (docs/wire-protocol.md, "Transfer"): a handover to a
+ * waiter of the same client. Java's unlock runs the release script (DEL,
+ * PUBLISH) and the woken thread's acquire follows; rlock's unlock is one
+ * script that moves the hold (HDEL, HSET 1, PEXPIRE, the latch SET) and
+ * publishes nothing - no other client is subscribed. What a Java observer
+ * sees afterwards is the same on both sides: one owner field, the new
+ * holder's, count 1, a TTL within its lease. The command streams are not
+ * compared line by line (Java has no such script); this states the
+ * difference instead. */
+Test(wire, local_transfer) {
+  pair *w = pair_new("wx");
+  rlock *l = rs_lock_kind(w->c, "lock", w->cname);
+  char jb[160], cb[160], chan[200];
+  rs_owner(w->p, "B", jb, sizeof jb);
+  uint64_t o2 = rlock_owner_new();
+  snprintf(cb, sizeof cb, "%s:%" PRIu64, rlock_client_id(w->c), o2);
+
+  /* Java: A holds, B waits, A unlocks */
+  rs_call(w->p, "A", "lock %s %d", w->jname, RS_LEASE_MS);
+  rs_send(w->p, "B", "lock %s %d", w->jname, RS_LEASE_MS);
+  snprintf(chan, sizeof chan, "redisson_lock__channel:{%s}", w->jname);
+  rs_wait_waiting(chan);
+  skip_both(w);
+  rs_call(w->p, "A", "unlock %s", w->jname);
+  rs_ok(w->p, "B", RS_REPLY_BOUND_MS);
+  rs_sleep_ms(200);
+  java_done(w);
+  static seq js; /* skip_both below takes into w->j again */
+  js = w->j;
+  assert_handed_to("Java", w->jname, jb);
+
+  /* rlock: owner 1 holds, owner 2 of the same client waits, owner 1 unlocks */
+  cr_assert_eq(rlock_try_lock_owner(l, w->o, 0, RS_LEASE_MS), 1);
+  cwait_arg cw = {l, o2};
+  rs_task t;
+  rs_task_start(&t, cwait_run, &cw);
+  snprintf(chan, sizeof chan, "redisson_lock__channel:{%s}", w->cname);
+  rs_wait_waiting(chan);
+  rs_sleep_ms(RS_SETTLE_MS);
+  skip_both(w);
+  take(w->m, &w->cs, &w->cc); /* drop the C side's set-up too */
+  cr_assert_eq(rlock_unlock_owner(l, w->o), 0);
+  cr_assert_eq(rs_task_join(&t, RS_REPLY_BOUND_MS), 1);
+  rs_sleep_ms(200);
+  take(w->m, &w->cs, &w->cc);
+  assert_handed_to("rlock", w->cname, cb);
+
+  int j_scripts = count_lines(&js, "EVAL ", NULL), c_scripts = count_lines(&w->cc, "EVAL ", NULL);
+  int j_pub = count_lines(&js, "[lua] PUBLISH ", NULL), c_pub = count_lines(&w->cc, "[lua] PUBLISH ", NULL);
+  if (j_scripts < 2 || j_pub != 1 || c_scripts != 1 || c_pub != 0 ||
+      count_lines(&w->cc, "[lua] HDEL <name> <owner>", NULL) != 1 ||
+      count_lines(&w->cc, "[lua] HSET <name> ", " 1") != 1 ||
+      count_lines(&w->cc, "[lua] PEXPIRE <name> ", NULL) != 1) {
+    fprintf(stderr, "  Java:\n");
+    show("J", &js);
+    fprintf(stderr, "  rlock:\n");
+    show("C", &w->cc);
+    cr_assert(false, "local-transfer: Java %d scripts / %d PUBLISH (want >= 2 / 1), rlock %d / %d "
+            "(want 1 / 0, with HDEL, HSET 1, PEXPIRE)", j_scripts, j_pub, c_scripts, c_pub);
+  }
+  rs_report("wire lock handover to the same client's waiter: Java %d scripts, %d PUBLISH; "
+            "rlock %d script, no PUBLISH (known: local-transfer)", j_scripts, j_pub, c_scripts);
+  rs_call(w->p, "B", "unlock %s", w->jname);
+  cr_assert_eq(rlock_unlock_owner(l, o2), 0);
+  rlock_free(l);
+  pair_free(w);
+}
 
 Test(wire, semaphore) {
   pair *w = pair_new("ws");

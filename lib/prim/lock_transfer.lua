@@ -1,0 +1,39 @@
+-- rlock's local transfer (docs/wire-protocol.md, "Transfer"), not a
+-- Redisson script: the release of an owner's last hold that moves the lock
+-- to another owner of the same client in one command, for a waiter of
+-- that client - unless another client waits too (a subscriber on the
+-- channel beyond this client's own): then it releases as the release
+-- script does, with its message, so that the other client's waiter can
+-- take the lock. The unlock request latch works as in the release script:
+-- a re-sent transfer answers what the first send did.
+-- KEYS[1] lock key, KEYS[2] unlock latch key, KEYS[3] lock channel;
+-- ARGV[1] lease ms to re-apply while still held, ARGV[2] releasing owner,
+-- ARGV[3] latch TTL ms, ARGV[4] the new owner, ARGV[5] the new owner's
+-- lease ms, ARGV[6] PUBLISH or SPUBLISH, ARGV[7] message "0".
+-- Reply: nil = not held by the releasing owner (nothing moved); 0 = still
+-- held by it (a re-entered hold: nothing moved); 1 = moved to the new
+-- owner; 2 = released and published (another client waits).
+--! include _acl_guard.lua
+local latch = redis.call('get', KEYS[2]);
+if latch ~= false then return tonumber(latch); end;
+if (redis.call('hexists', KEYS[1], ARGV[2]) == 0) then return nil; end;
+local numsub = ARGV[6] == 'SPUBLISH' and 'shardnumsub' or 'numsub';
+local d = denied({{'hincrby', KEYS[1], ARGV[2], '-1'}, {'pexpire', KEYS[1], ARGV[1]}, {'hdel', KEYS[1], ARGV[2]}, {'hset', KEYS[1], ARGV[4], '1'}, {'set', KEYS[2], '0', 'px', ARGV[3]}, {'pubsub', numsub, KEYS[3]}, {'del', KEYS[1]}, {ARGV[6], KEYS[3], ARGV[7]}});
+if d then return refuse(d); end;
+local counter = redis.call('hincrby', KEYS[1], ARGV[2], -1);
+if (counter > 0) then
+  redis.call('pexpire', KEYS[1], ARGV[1]);
+  redis.call('set', KEYS[2], 0, 'px', ARGV[3]);
+  return 0;
+end;
+if tonumber(redis.call('pubsub', numsub, KEYS[3])[2]) > 1 then
+  redis.call('del', KEYS[1]);
+  redis.call(ARGV[6], KEYS[3], ARGV[7]);
+  redis.call('set', KEYS[2], 2, 'px', ARGV[3]);
+  return 2;
+end;
+redis.call('hdel', KEYS[1], ARGV[2]);
+redis.call('hset', KEYS[1], ARGV[4], 1);
+redis.call('pexpire', KEYS[1], ARGV[5]);
+redis.call('set', KEYS[2], 1, 'px', ARGV[3]);
+return 1;

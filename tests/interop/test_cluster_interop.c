@@ -380,6 +380,15 @@ static void counter_main(void *arg) {
   redisFree(r);
 }
 
+/* Acquisitions of `c` that had to wait for another holder. */
+static uint64_t contended_of(rlock_client *c) {
+  rlock_stats st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  cr_assert_eq(rlock_client_stats(c, &st), 0);
+  return st.acquisitions_contended;
+}
+
 static void counter(peer_kind kind) {
   int m[RT_MAX_NODES];
   masters(m);
@@ -442,6 +451,15 @@ static void counter(peer_kind kind) {
                  COUNTER_RLOCK_THREADS, kind_name(kind), want, elapsed);
   cr_assert_eq(got, want, "lost updates: counter %lld, expected %lld", got,
                want);
+  /* Who incremented, in order. Redisson's locks are not fair: a client
+   * that unlocks and locks again at once usually beats the waiters its
+   * release message wakes, so each side runs in bursts, and how often the
+   * sides alternate is up to the scheduler (loaded CI runs saw 1 or 2
+   * handovers, a sanitizer build fewer). What the protocol does promise is
+   * checked: the exact counter above, both sides holding the lock in turn
+   * (at least one handover), and rlock's acquires having waited for a
+   * holder (its contended acquisitions; the peers count throughout: rlock
+   * starts once they have counted once). */
   redisReply *log = rt_node_cmd(port, "LRANGE %s:log 0 -1", key);
   cr_assert_eq(log->type, REDIS_REPLY_ARRAY);
   cr_assert_eq((long long)log->elements, want);
@@ -452,7 +470,12 @@ static void counter(peer_kind kind) {
       handovers++;
   freeReplyObject(log);
   interop_report("cluster counter: %zu handovers rlock<->peer", handovers);
-  cr_assert_geq(handovers, (size_t)4, "the sides hardly interleaved");
+  cr_assert_geq(handovers, (size_t)1,
+                "the lock never went between rlock and the peers");
+  uint64_t waited = contended_of(c1) + contended_of(c2);
+  interop_report("cluster counter: rlock's contended acquisitions: %" PRIu64,
+                 waited);
+  cr_assert_geq(waited, 1, "no rlock acquire waited for a holder");
   cr_assert_eq(owner_exists(name), 0, "the lock should be free at the end");
 
   for (int i = 0; i < 2; i++)

@@ -416,6 +416,15 @@ static void counter_main(void *arg) {
   }
 }
 
+/* Acquisitions of `c` that had to wait for another holder. */
+static uint64_t contended_of(rlock_client *c) {
+  rlock_stats st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  cr_assert_eq(rlock_client_stats(c, &st), 0);
+  return st.acquisitions_contended;
+}
+
 static bool counter_attempt(attempt *a, int node_peers, int java_peers) {
   char name[NAME_MAX_LEN], key[NAME_MAX_LEN];
   rt_key(name, sizeof name, "interop:counter-lock");
@@ -482,8 +491,15 @@ static bool counter_attempt(attempt *a, int node_peers, int java_peers) {
   SOFT_CHECK(a, got == want, "lost updates: counter %lld, expected %lld", got,
              want);
 
-  /* Who incremented, in order: the sides must really have interleaved
-   * (handovers between rlock and the peers), or nothing was contended. */
+  /* Who incremented, in order. Redisson's locks are not fair: a client
+   * that unlocks and locks again at once usually beats the waiters its
+   * release message wakes, so each side runs in bursts, and how often the
+   * sides alternate is up to the scheduler (loaded CI runs saw 1 or 2
+   * handovers, a sanitizer build fewer). What the protocol does promise is
+   * checked: the exact counter above, both sides holding the lock in turn
+   * (at least one handover), and rlock's acquires having waited for a
+   * holder (its contended acquisitions; the peers count throughout: rlock
+   * starts once they have counted once). */
   redisReply *log = rt_cmd("LRANGE %s:log 0 -1", key);
   cr_assert_eq(log->type, REDIS_REPLY_ARRAY);
   cr_assert_eq((long long)log->elements, want);
@@ -500,9 +516,11 @@ static bool counter_attempt(attempt *a, int node_peers, int java_peers) {
   freeReplyObject(log);
   interop_report("counter: %zu handovers rlock<->peer, %zu peer<->peer",
                  handovers, peer_handovers);
-  cr_assert_geq(handovers, (size_t)(2 * n_peers),
-                "rlock and the peers hardly interleaved (%zu handovers)",
-                handovers);
+  cr_assert_geq(handovers, (size_t)1,
+                "the lock never went between rlock and the peers");
+  uint64_t waited = contended_of(c1) + contended_of(c2);
+  interop_report("counter: rlock's contended acquisitions: %" PRIu64, waited);
+  cr_assert_geq(waited, 1, "no rlock acquire waited for a holder");
   cr_assert_eq(rt_exists(name), 0, "the lock should be free at the end");
 
   for (int i = 0; i < n_peers; i++)

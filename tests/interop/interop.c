@@ -925,3 +925,11 @@ void interop_assert_hget(const char *key, const char *field,
   cr_assert(same, "HGET %s %s: expected %s, got %s", key, field,
             expect ? expect : "(nil)", got_s);
 }
+
+uint64_t interop_contended(rlock_client *c) {
+  rlock_stats st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  cr_assert_eq(rlock_client_stats(c, &st), 0);
+  return st.acquisitions_contended;
+}

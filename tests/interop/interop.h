@@ -185,5 +185,8 @@ void interop_assert_hget(const char *key, const char *field,
 
 /* Prints a timing line to stderr, visible in `meson test -v`. */
 void interop_report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Acquisitions of client c that had to wait for another holder
+ * (rlock_stats.acquisitions_contended). */
+uint64_t interop_contended(rlock_client *c);
 
 #endif

@@ -380,14 +380,6 @@ static void counter_main(void *arg) {
   redisFree(r);
 }
 
-/* Acquisitions of `c` that had to wait for another holder. */
-static uint64_t contended_of(rlock_client *c) {
-  rlock_stats st;
-  memset(&st, 0, sizeof st);
-  st.struct_size = sizeof st;
-  cr_assert_eq(rlock_client_stats(c, &st), 0);
-  return st.acquisitions_contended;
-}
 
 static void counter(peer_kind kind) {
   int m[RT_MAX_NODES];
@@ -472,7 +464,7 @@ static void counter(peer_kind kind) {
   interop_report("cluster counter: %zu handovers rlock<->peer", handovers);
   cr_assert_geq(handovers, (size_t)1,
                 "the lock never went between rlock and the peers");
-  uint64_t waited = contended_of(c1) + contended_of(c2);
+  uint64_t waited = interop_contended(c1) + interop_contended(c2);
   interop_report("cluster counter: rlock's contended acquisitions: %" PRIu64,
                  waited);
   cr_assert_geq(waited, 1, "no rlock acquire waited for a holder");

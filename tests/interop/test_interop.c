@@ -416,14 +416,6 @@ static void counter_main(void *arg) {
   }
 }
 
-/* Acquisitions of `c` that had to wait for another holder. */
-static uint64_t contended_of(rlock_client *c) {
-  rlock_stats st;
-  memset(&st, 0, sizeof st);
-  st.struct_size = sizeof st;
-  cr_assert_eq(rlock_client_stats(c, &st), 0);
-  return st.acquisitions_contended;
-}
 
 static bool counter_attempt(attempt *a, int node_peers, int java_peers) {
   char name[NAME_MAX_LEN], key[NAME_MAX_LEN];
@@ -518,7 +510,7 @@ static bool counter_attempt(attempt *a, int node_peers, int java_peers) {
                  handovers, peer_handovers);
   cr_assert_geq(handovers, (size_t)1,
                 "the lock never went between rlock and the peers");
-  uint64_t waited = contended_of(c1) + contended_of(c2);
+  uint64_t waited = interop_contended(c1) + interop_contended(c2);
   interop_report("counter: rlock's contended acquisitions: %" PRIu64, waited);
   cr_assert_geq(waited, 1, "no rlock acquire waited for a holder");
   cr_assert_eq(rt_exists(name), 0, "the lock should be free at the end");

@@ -268,7 +268,8 @@ struct rlock_multilock_req {
   size_t expired;       /* lease trick: members of held[] done */
   bool restart;         /* after the release: start again, or finish */
   int result;           /* ... with this */
-  int last_err;         /* a transient member error of this round */
+  int last_err;         /* this round's transient error of a member that
+                         * has not answered during the call */
   char detail[256];
   rlock_cb cb;
   void *data;
@@ -276,7 +277,8 @@ struct rlock_multilock_req {
   bool canceled, done;
   rlock_req *cur;          /* the member acquire in flight */
   const rlock__core *cur_core;
-  size_t held[]; /* ml->n entries */
+  bool *answered; /* [i]: member i answered (taken or busy) in this call */
+  size_t held[];  /* ml->n entries, then the ml->n of answered */
 };
 
 static void req_release(rlock_multilock_req *r) {
@@ -382,6 +384,7 @@ static void after_release(rlock_multilock_req *r) {
   }
   r->pos = 0;
   r->fails_left = r->ml->n - r->ml->quorum;
+  r->last_err = 0; /* the call's result is the last round's */
   next(r);
 }
 
@@ -412,17 +415,24 @@ static bool transient(int err) {
 static void all_held(rlock_multilock_req *r);
 
 static void member_result(rlock_multilock_req *r, int status) {
+  if (status >= 0)
+    r->answered[r->pos] = true;
   if (status == 1) {
     r->held[r->nheld++] = r->pos++;
     next(r);
     return;
   }
-  if (status < 0) {
+  if (status < 0 && !transient(status)) {
     note(r, r->pos, status);
-    if (!transient(status)) {
-      release_then(r, false, status);
-      return;
-    }
+    release_then(r, false, status);
+    return;
+  }
+  /* A transient error is the call's result at the deadline only from a
+   * member that has not answered during the call: one that did is
+   * reachable, and its miss now is most likely the call's own deadline
+   * cutting its wait to a sliver (a 1 ms wait unanswered in 1 ms). */
+  if (status < 0 && !r->answered[r->pos]) {
+    note(r, r->pos, status);
     r->last_err = status;
   }
   /* RedLock (Java's order of checks): with a quorum held, a member missed
@@ -566,12 +576,14 @@ int rlock_multilock_lock_async(rlock_multilock *ml, uint64_t owner,
   int rc = check_ml(ml, lease_ms);
   if (rc != 0)
     return rc;
-  rlock_multilock_req *r = calloc(1, sizeof(*r) + ml->n * sizeof(size_t));
+  rlock_multilock_req *r =
+      calloc(1, sizeof(*r) + ml->n * (sizeof(size_t) + sizeof(bool)));
   if (r == NULL || uv_mutex_init(&r->mu) != 0) {
     free(r);
     rlock__set_last_error("out of memory");
     return RLOCK_ENOMEM;
   }
+  r->answered = (bool *)&r->held[ml->n];
   atomic_init(&r->refs, out != NULL ? 2 : 1);
   atomic_fetch_add(&ml->refs, 1);
   r->ml = ml;

@@ -11,7 +11,11 @@
  * sharded_pubsub 0 (auto) PUBSUB SHARDNUMSUB 0 is sent once, and a server
  * that knows it (Redis 7+) makes the client use SSUBSCRIBE/SPUBLISH, as
  * Java Redisson's AUTO mode does. A seed that is no cluster node fails
- * open with RLOCK_ECLUSTER. */
+ * open with RLOCK_ECLUSTER.
+ *
+ * The rest of the net layer reaches this file only through
+ * rlock__topology_cluster (net_int.h): where a command goes, what a MOVED,
+ * an ASK or a TRYAGAIN means, a lost connection. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +38,15 @@ struct rlock__cluster {
 };
 
 static void read_map(rlock__net *n);
+
+/* The node for host:port, found or made; a new one connects at once once
+ * the layer has started. */
+static rlock__node *node_at(rlock__net *n, const char *host, int port) {
+  rlock__node *node = rlock__node_get(n, host, port);
+  if (node != NULL && n->started && !n->core->closing)
+    rlock__conn_start_cmd(node);
+  return node;
+}
 
 /* ---- open ---- */
 
@@ -246,7 +259,7 @@ static void map_reply(rlock__net *n, redisReply *reply, int err, void *data) {
    * not served (commands for it meet CLUSTERDOWN somewhere and wait). */
   memset(c->slots, 0, sizeof(c->slots));
   for (int i = 0; i < nr; i++) {
-    rlock__node *node = rlock__node_get(n, r[i].host, r[i].port);
+    rlock__node *node = node_at(n, r[i].host, r[i].port);
     if (node == NULL)
       continue; /* out of memory: those slots stay unknown */
     node->replicas = r[i].replicas_online;
@@ -272,7 +285,7 @@ static void read_map(rlock__net *n) {
     return;
   rlock__node *node = pick(n);
   if (node == NULL)
-    return; /* the next connection up asks (rlock__cluster_progress) */
+    return; /* the next connection up asks (progress) */
   c->last_read = rlock__now_ms();
   const char *argv[2] = {"CLUSTER", c->use_slots ? "SLOTS" : "SHARDS"};
   size_t lens[2] = {7, strlen(argv[1])};
@@ -285,9 +298,10 @@ static void timer_fire(rlock__timed *t) {
   read_map(RLOCK__CONTAINER_OF(t, rlock__cluster, timer)->net);
 }
 
-/* ---- what the rest of the net layer calls ---- */
+/* ---- what the rest of the net layer asks (rlock__topology) ---- */
 
-rlock__node *rlock__cluster_node_of(rlock__net *n, int slot) {
+/* The node that serves `slot`, or NULL while the map is unknown. */
+static rlock__node *route(rlock__net *n, int slot) {
   rlock__cluster *c = n->cluster;
   if (c == NULL || !c->known)
     return NULL;
@@ -301,14 +315,9 @@ rlock__node *rlock__cluster_node_of(rlock__net *n, int slot) {
   return n->nodes;
 }
 
-size_t rlock__net_masters(rlock__net *n, rlock__node **out, size_t max) {
+static size_t masters(rlock__net *n, rlock__node **out, size_t max) {
   rlock__cluster *c = n->cluster;
-  if (c == NULL) {
-    if (max > 0)
-      out[0] = n->master;
-    return 1;
-  }
-  if (!c->known)
+  if (c == NULL || !c->known)
     return 0;
   /* A master's slots are mostly one range: compare with the ones seen. */
   size_t found = 0;
@@ -330,7 +339,8 @@ size_t rlock__net_masters(rlock__net *n, rlock__node **out, size_t max) {
   return found;
 }
 
-void rlock__cluster_refresh_soon(rlock__net *n) {
+/* Read the slot map again soon (a MOVED, a lost node, TRYAGAIN...). */
+static void refresh_soon(rlock__net *n) {
   rlock__cluster *c = n->cluster;
   if (c == NULL)
     return;
@@ -339,15 +349,66 @@ void rlock__cluster_refresh_soon(rlock__net *n) {
   schedule(n, at > now ? at : now);
 }
 
-void rlock__cluster_moved(rlock__net *n, int slot, rlock__node *node) {
+static void not_now(rlock__net *n, const redisReply *r) {
+  (void)r;
+  refresh_soon(n);
+}
+
+/* A MOVED said slot is served by node. */
+static void moved(rlock__net *n, int slot, rlock__node *node) {
   rlock__cluster *c = n->cluster;
   if (c == NULL || slot < 0 || slot >= RLOCK__SLOTS)
     return;
   c->slots[slot] = node;
-  rlock__cluster_refresh_soon(n);
+  refresh_soon(n);
 }
 
-void rlock__cluster_progress(rlock__node *node, int err, const char *detail) {
+/* MOVED: the slot is the named node's from now on (the map is read again
+ * soon for the rest); ASK: this one command goes there. */
+static int redirect(rlock__net *n, const redisReply *r,
+                    const rlock__node *answered, rlock__node **to) {
+  char host[RLOCK__HOST_MAX];
+  int slot = -1, port = 0;
+  int kind = rlock__parse_redirect(r->str, (size_t)r->len, &slot, host,
+                                   sizeof(host), &port);
+  if (kind == 0)
+    return 0;
+  if (host[0] == '\0') /* "the node you asked", by its address */
+    snprintf(host, sizeof(host), "%s", answered != NULL ? answered->host : "");
+  rlock__node *node = node_at(n, host, port);
+  if (node == NULL)
+    return -1;
+  if (kind == 1)
+    moved(n, slot, node);
+  *to = node;
+  return kind;
+}
+
+/* A channel's slot is served elsewhere (MOVED: there now), or is moving
+ * (TRYAGAIN...: once the map says where). */
+static int sub_refused(rlock__net *n, const redisReply *r) {
+  char host[RLOCK__HOST_MAX];
+  int slot, port;
+  if (rlock__parse_redirect(r->str, (size_t)r->len, &slot, host, sizeof(host),
+                            &port) == 1) {
+    rlock__node *to = node_at(n, host, port);
+    if (to != NULL) {
+      moved(n, slot, to);
+      return 1;
+    }
+  }
+  if (strncmp(r->str, "TRYAGAIN", 8) == 0 ||
+      strncmp(r->str, "CLUSTERDOWN", 11) == 0 ||
+      strncmp(r->str, "ASK", 3) == 0) {
+    refresh_soon(n);
+    return 2;
+  }
+  return 0;
+}
+
+/* A connection of node answered its handshake (err 0) or failed. */
+static void progress(rlock__conn *conn, int err, const char *detail) {
+  rlock__node *node = conn->node;
   rlock__net *n = node->net;
   rlock__cluster *c = n->cluster;
   if (err == 0) {
@@ -366,7 +427,8 @@ void rlock__cluster_progress(rlock__node *node, int err, const char *detail) {
   open_fail(n, err, detail);
 }
 
-int rlock__cluster_init(rlock__net *n) {
+static int setup(rlock__net *n, const rlock_options *o) {
+  (void)o;
   n->cluster = calloc(1, sizeof(*n->cluster));
   if (n->cluster == NULL) {
     rlock__set_last_error("out of memory");
@@ -388,12 +450,12 @@ int rlock__cluster_init(rlock__net *n) {
   return 0;
 }
 
-void rlock__cluster_start(rlock__net *n) {
+static void start(rlock__net *n) {
   for (rlock__node *node = n->nodes; node != NULL; node = node->next)
-    rlock__node_start(node);
+    rlock__conn_start_cmd(node);
 }
 
-void rlock__cluster_free(rlock__net *n) {
+static void cluster_free(rlock__net *n) {
   rlock__cluster *c = n->cluster;
   if (c == NULL)
     return;
@@ -403,3 +465,21 @@ void rlock__cluster_free(rlock__net *n) {
   free(c);
   n->cluster = NULL;
 }
+
+const rlock__topology rlock__topology_cluster = {
+    .name = "cluster",
+    .slot_routed = true,
+    .replicated = true,
+    .replicas_by_role = true,
+    .setup = setup,
+    .start = start,
+    .free = cluster_free,
+    .route = route,
+    .masters = masters,
+    .progress = progress,
+    .lost = refresh_soon,
+    .redirect = redirect,
+    .not_now = not_now,
+    .sub_refused = sub_refused,
+    .sub_dropped = refresh_soon,
+};

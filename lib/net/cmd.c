@@ -4,7 +4,9 @@
  * node each send goes to (the cluster slot, MOVED / ASK, TRYAGAIN and the
  * like within the deadline), the lists of records waiting for a connection
  * or a slot map, and replica sync (WAIT / WAITAOF behind a script). The
- * connection a record is sent on matches its replies (conn.c). */
+ * connection a record is sent on matches its replies (conn.c); where a
+ * send goes, and what a redirect or a "not now" means, the deployment
+ * says (rlock__topology). */
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,26 +158,18 @@ static void redo_fire(rlock__timed *t) {
  * command's deadline. true when handled. */
 static bool redirect(rlock__cmd *cmd, const redisReply *r) {
   rlock__net *n = cmd->net;
-  if (n->mode == RLOCK__URI_SINGLE || cmd->fixed != NULL ||
+  const rlock__topology *t = n->topo;
+  if (t->not_now == NULL || cmd->fixed != NULL ||
       cmd->redirects >= MAX_REDIRECTS)
     return false;
-  char host[RLOCK__HOST_MAX];
-  int slot = -1, port = 0;
-  int kind = rlock__parse_redirect(r->str, (size_t)r->len, &slot, host,
-                                   sizeof(host), &port);
-  if (kind != 0 && n->mode == RLOCK__URI_CLUSTER) {
-    if (host[0] == '\0') /* "the node you asked", by its address */
-      snprintf(host, sizeof(host), "%s",
-               cmd->sent_to != NULL ? cmd->sent_to->host : "");
-    rlock__node *node = rlock__node_get(n, host, port);
-    if (node == NULL)
-      return false;
+  rlock__node *to = NULL;
+  int kind = t->redirect != NULL ? t->redirect(n, r, cmd->sent_to, &to) : 0;
+  if (kind < 0)
+    return false;
+  if (kind > 0) {
     cmd->redirects++;
-    if (kind == 1) {
-      rlock__cluster_moved(n, slot, node);
-    } else {
-      cmd->ask = node;
-    }
+    if (kind == 2)
+      cmd->ask = to;
     rlock__cmd_send_now(cmd);
     return true;
   }
@@ -188,10 +182,7 @@ static bool redirect(rlock__cmd *cmd, const redisReply *r) {
   if (rlock__now_ms() + delay >= cmd->timer.at)
     return false; /* no time left: the error is the answer */
   cmd->redirects++;
-  if (n->mode == RLOCK__URI_CLUSTER)
-    rlock__cluster_refresh_soon(n);
-  else if (err_is(r, "READONLY"))
-    rlock__sentinel_requery(n);
+  t->not_now(n, r);
   cmd->redo.fire = redo_fire;
   rlock__timed_start(n->core, &cmd->redo, rlock__now_ms() + delay);
   return true;
@@ -231,7 +222,7 @@ void rlock__cmd_reply(rlock__cmd *cmd, redisReply *reply) {
   }
   if (reply->type == REDIS_REPLY_ERROR && redirect(cmd, reply))
     return;
-  if (reply->type == REDIS_REPLY_ERROR && n->mode != RLOCK__URI_CLUSTER &&
+  if (reply->type == REDIS_REPLY_ERROR && !n->topo->slot_routed &&
       !n->per_slot && err_is(reply, "CROSSSLOT")) {
     /* A proxy that let the probe pass refused a batch: it is a cluster
      * after all. This command fails (a renewal is tried again at the next
@@ -322,9 +313,7 @@ static rlock__node *route(rlock__cmd *cmd) {
     return cmd->fixed;
   if (cmd->ask != NULL)
     return cmd->ask;
-  if (n->mode != RLOCK__URI_CLUSTER)
-    return n->master;
-  return rlock__cluster_node_of(n, cmd->slot);
+  return n->topo->route(n, cmd->slot);
 }
 
 /* How many replicas replica sync's WAIT asks for on this master: every
@@ -527,7 +516,7 @@ rlock__cmd *rlock__cmd_send(rlock__net *n, const rlock__script *script,
   rlock__cmd *cmd = cmd_new(n, script, argc, argv, argvlen, retries, cb, data);
   if (cmd == NULL)
     return NULL;
-  if (n->mode == RLOCK__URI_CLUSTER) {
+  if (n->topo->slot_routed) {
     /* The slot of the first key: a script's KEYS[1] (every key of one
      * lock shares its tag), or a command's first argument. */
     if (script != NULL) {
@@ -539,7 +528,7 @@ rlock__cmd *rlock__cmd_send(rlock__net *n, const rlock__script *script,
   }
   /* Replica sync: scripts write (Java syncs its lock scripts the same
    * way); plain commands here are reads or latch clean-up. */
-  cmd->sync = script != NULL && n->mode != RLOCK__URI_SINGLE;
+  cmd->sync = script != NULL && n->topo->replicated;
   dispatch(cmd);
   return cmd;
 }
@@ -557,9 +546,13 @@ rlock__cmd *rlock__cmd_send_to(rlock__node *node, int argc, const char **argv,
 }
 
 int rlock__net_key_slot(const rlock__net *n, const char *key, size_t len) {
-  return n->mode == RLOCK__URI_CLUSTER || n->per_slot
-             ? rlock__key_slot(key, len)
-             : -1;
+  return n->topo->slot_routed || n->per_slot ? rlock__key_slot(key, len) : -1;
+}
+
+bool rlock__net_slots_agree(const rlock__net *n, const char *key, size_t klen,
+                            const char *channel, size_t clen) {
+  return !n->topo->slot_routed ||
+         rlock__key_slot(key, klen) == rlock__key_slot(channel, clen);
 }
 
 void rlock__cmds_send_pending(rlock__cmd **head, rlock__cmd **tail) {

@@ -1,6 +1,8 @@
 /* Connection life: the two connections of a node (commands, subscriber):
  * connect, handshake and capability probes, reconnect with back-off, drop.
- * Command records and their routing are cmd.c's; the nodes, node.c's.
+ * Command records and their routing are cmd.c's; the nodes, node.c's;
+ * what the deployment adds (Sentinel's ROLE check, the cluster's slots),
+ * the rlock__topology's, asked through its hooks.
  *
  * Each connection is a link (link.c: rlock's own libuv stream, TLS, hiredis
  * as codec). rlock matches every reply to its request itself: each
@@ -106,22 +108,10 @@ static void peer_name(const rlock__conn *conn, char *buf, size_t n) {
   rlock__node_addr(conn->node, buf, n);
 }
 
-/* A handshake's outcome: open hears of it (standalone and Sentinel), or
- * the cluster's discovery does (which tells open itself). */
+/* A handshake's outcome: the deployment tells open (a single server's
+ * two connections, Sentinel's master, or the cluster's discovery). */
 static void progress(rlock__conn *conn, int err, const char *detail) {
-  rlock__net *n = conn->net;
-  if (n->mode == RLOCK__URI_CLUSTER)
-    rlock__cluster_progress(conn->node, err, detail);
-  else if (n->mode == RLOCK__URI_SENTINEL && !n->opened &&
-           (err == RLOCK_ECONN || err == RLOCK_ETIMEDOUT))
-    return; /* a master that just died: the sentinels are asked again, and
-               open waits for the one they promote (within its bound) */
-  else
-    n->on_open_progress(n, err, detail);
-  if (err == 0 && n->master != NULL &&
-      n->master->cmd.state == RLOCK__CONN_UP &&
-      n->master->sub.state == RLOCK__CONN_UP)
-    n->opened = true;
+  conn->net->topo->progress(conn, err, detail);
 }
 
 /* A reply roughly as it looked on the wire: shortened, and with control
@@ -226,9 +216,9 @@ static void diag_up(const rlock__conn *conn) {
               "appendonly %s, cross-slot scripts %s",
               peer, cap_text(node->cap_setinfo), cap_text(node->cap_wait),
               cap_text(node->cap_waitaof), cap_text(node->aof_on),
-              n->mode == RLOCK__URI_CLUSTER ? "not probed (a cluster)"
-              : n->per_slot ? "refused (one slot per command)"
-                            : "accepted");
+              n->topo->slot_routed ? "not probed (a cluster)"
+              : n->per_slot        ? "refused (one slot per command)"
+                                   : "accepted");
 }
 
 /* ---- reconnect ---- */
@@ -314,13 +304,11 @@ static void conn_lost(rlock__conn *conn, int err, const char *detail) {
     return;
   }
   if (conn->is_sub)
-    rlock__chans_on_disconnect(conn->node);
+    n->sub_events->disconnect(conn->node);
   /* Where is the server now? A cluster's slot map, or the sentinels,
    * may know of a failover. */
-  if (n->mode == RLOCK__URI_CLUSTER)
-    rlock__cluster_refresh_soon(n);
-  else if (n->mode == RLOCK__URI_SENTINEL)
-    rlock__sentinel_requery(n);
+  if (n->topo->lost != NULL)
+    n->topo->lost(n);
   rlock__conn_schedule_reconnect(conn);
   if (rlock__diag_on(n->core))
     diag_lost(conn, was_up, err, detail);
@@ -408,9 +396,9 @@ static void conn_ready(rlock__conn *conn) {
     n->on_cmd_ready(n);
 }
 
-/* Sentinel: ROLE must say master. A former master that a failover
- * demoted is refused: its writes would fail (READONLY) or, worse, land on
- * a server the others no longer follow. */
+/* Sentinel (master_by_role): ROLE must say master. A former master that a
+ * failover demoted is refused: its writes would fail (READONLY) or, worse,
+ * land on a server the others no longer follow. */
 static void role_reply(rlock__conn *conn, const redisReply *reply) {
   int replicas = 0;
   int role = rlock__parse_role(reply, &replicas);
@@ -429,7 +417,7 @@ static void role_reply(rlock__conn *conn, const redisReply *reply) {
                      : "unexpected reply to ROLE from %s",
            peer);
   if (role == 0)
-    rlock__sentinel_requery(conn->net);
+    conn->net->topo->lost(conn->net);
 }
 
 static void hs_error(rlock__conn *conn, int kind, const redisReply *reply) {
@@ -736,11 +724,11 @@ static int probes_send(rlock__conn *conn) {
     const char *name[3] = {"CLIENT", "SETNAME", n->auto_name};
     rc = probe(conn, PROBE_NAME, 3, name);
   }
-  if (rc == 0 && !conn->is_sub && n->mode != RLOCK__URI_SINGLE &&
+  if (rc == 0 && !conn->is_sub && n->topo->replicated &&
       n->core->opts.replica_sync) {
     const char *w[4] = {"WAIT", "0", "0"};
     rc = probe(conn, PROBE_WAIT, 3, w);
-    if (rc == 0 && n->mode == RLOCK__URI_CLUSTER) {
+    if (rc == 0 && n->topo->replicas_by_role) {
       /* how many replicas this master has connected (node.h) */
       const char *role[1] = {"ROLE"};
       rc = probe(conn, PROBE_ROLE, 1, role);
@@ -762,8 +750,7 @@ static int probes_send(rlock__conn *conn) {
     const char *l[3] = {"SCRIPT", "LOAD", "return 1"};
     rc = probe(conn, PROBE_SCRIPT, 3, l);
   }
-  if (rc == 0 && !conn->is_sub && n->mode != RLOCK__URI_CLUSTER &&
-      !n->per_slot) {
+  if (rc == 0 && !conn->is_sub && !n->topo->slot_routed && !n->per_slot) {
     const char *e[5] = {"EVAL", crossslot_script, "2", "test1", "test2"};
     rc = probe(conn, PROBE_CROSSSLOT, 5, e);
   }
@@ -784,7 +771,7 @@ static void on_reply(rlock__conn *conn, redisReply *reply) {
   if (!exp_pop(conn, &e)) {
     if (conn->is_sub) {
       if (!n->core->closing)
-        rlock__chans_reply(conn->node, reply);
+        n->sub_events->reply(conn->node, reply);
       return;
     }
     char peer[100], what[96], detail[256];
@@ -876,7 +863,7 @@ int rlock__conn_start(rlock__conn *conn) {
     argv[2] = n->client_name;
     rc = handshake(conn, EXP_SETNAME, 3, argv);
   }
-  if (rc == 0 && n->mode == RLOCK__URI_SENTINEL) {
+  if (rc == 0 && n->topo->master_by_role) {
     argv[0] = "ROLE";
     rc = handshake(conn, EXP_ROLE, 1, argv);
   }
@@ -909,11 +896,55 @@ int rlock__conn_start(rlock__conn *conn) {
   }
 
   if (conn->is_sub) {
-    rlock__chans_on_connect(conn->node);
+    n->sub_events->connect(conn->node);
   } else {
     rlock__cmds_send_pending(&conn->pending_head, &conn->pending_tail);
   }
   return 0;
+}
+
+void rlock__conn_start_cmd(rlock__node *node) {
+  if (node->cmd.state == RLOCK__CONN_DOWN && node->cmd.link == NULL &&
+      !rlock__timed_active(&node->cmd.reconnect) && node->has_addr)
+    rlock__conn_start(&node->cmd);
+}
+
+void rlock__conn_want_sub(rlock__node *node) {
+  if (node->sub_started || !node->has_addr || node->net->core->closing)
+    return;
+  node->sub_started = true;
+  rlock__conn_start(&node->sub);
+}
+
+void rlock__conn_move(rlock__node *node, const char *host, int port) {
+  rlock__net *n = node->net;
+  bool had = node->has_addr;
+  if (had && node->port == port && strcmp(node->host, host) == 0)
+    return;
+  if (!had) {
+    snprintf(node->host, sizeof(node->host), "%s", host);
+    node->port = port;
+    node->has_addr = true;
+    rlock__conn_start(&node->cmd);
+    node->sub_started = true;
+    rlock__conn_start(&node->sub);
+    return;
+  }
+  /* Both connections go; each comes back at once (a timer: after this
+   * returns), on the new address - set after the drops, so that what they
+   * report (diagnostics) names the server that was left. */
+  rlock__conn *conns[2] = {&node->cmd, &node->sub};
+  for (int i = 0; i < 2; i++) {
+    rlock__conn *c = conns[i];
+    c->backoff_attempt = 0;
+    rlock__timed_stop(n->core, &c->reconnect);
+    if (c->link != NULL)
+      rlock__conn_drop(c, RLOCK_ECONN, "the master moved (sentinel)");
+    else if (i == 0 || node->sub_started)
+      rlock__conn_schedule_reconnect(c);
+  }
+  snprintf(node->host, sizeof(node->host), "%s", host);
+  node->port = port;
 }
 
 void rlock__conn_shutdown(rlock__conn *conn) {

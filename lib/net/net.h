@@ -173,10 +173,12 @@ void rlock__chan_wake_one(rlock__chan *ch);
 /* Wakes every sleeper (or keeps permits for every joined waiter). */
 void rlock__chan_wake_all(rlock__chan *ch);
 
-/* ---- the layer (node.c) ---- */
+/* ---- the layer (net.c) ---- */
 
 typedef struct rlock__cluster rlock__cluster;   /* cluster.c */
 typedef struct rlock__sentinel rlock__sentinel; /* sentinel.c */
+typedef struct rlock__topology rlock__topology; /* net_int.h */
+typedef struct rlock__sub_events rlock__sub_events; /* net_int.h */
 
 struct rlock__net {
   rlock__core *core;
@@ -186,7 +188,9 @@ struct rlock__net {
    * program and host), set as a probe - a refusal (ACL, a service without
    * CLIENT) is not an error. NULL: none. Set before the first connect. */
   const char *auto_name;
-  int mode;                /* RLOCK__URI_SINGLE / SENTINEL / CLUSTER */
+  /* The deployment: standalone, Sentinel or Cluster, chosen by the URI
+   * at init (net.c); the net layer's files ask it through its hooks. */
+  const rlock__topology *topo;
   rlock__node *nodes;      /* every node */
   rlock__node *master;     /* SINGLE, SENTINEL: the one node */
   rlock__cluster *cluster; /* CLUSTER: the slot map and its refresh */
@@ -216,6 +220,7 @@ struct rlock__net {
   rlock__tls_ctx *tls; /* rediss:// only */
   rlock__cmd *cmd_all; /* every live command record */
   rlock__map chans;    /* channel -> rlock__chan */
+  const rlock__sub_events *sub_events; /* pubsub.c's, for conn.c */
   uint64_t next_epoch;
   /* Hooks, set by the owner. */
   void *owner;
@@ -272,12 +277,8 @@ static inline const char *rlock__net_publish(const rlock__net *n) {
  * refuses them with CROSSSLOT, and a sharded message could not cross slots
  * anyway. Only the count-down latch's channel, which puts braces around a
  * braced name, can. Any thread after open. */
-static inline bool rlock__net_slots_agree(const rlock__net *n,
-                                          const char *key, size_t klen,
-                                          const char *channel, size_t clen) {
-  return n->mode != RLOCK__URI_CLUSTER ||
-         rlock__key_slot(key, klen) == rlock__key_slot(channel, clen);
-}
+bool rlock__net_slots_agree(const rlock__net *n, const char *key, size_t klen,
+                            const char *channel, size_t clen);
 
 void rlock__net_init(rlock__net *n, rlock__core *core, const rlock__uri *uri,
                      const char *client_name);

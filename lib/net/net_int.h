@@ -1,6 +1,17 @@
-/* Inside the net layer only: what its files (conn.c, cmd.c, node.c,
- * pubsub.c, cluster.c, sentinel.c) share with one another. Nothing outside
- * lib/net includes this header; the layers above see net.h. */
+/* Inside the net layer only: what its files (net.c, conn.c, cmd.c, node.c,
+ * pubsub.c, standalone.c, sentinel.c, cluster.c) share with one another.
+ * Nothing outside lib/net includes this header; the layers above see net.h.
+ *
+ * Each file calls only files after it in this order: net.c (the layer's
+ * life), cluster.c, sentinel.c, standalone.c (the deployments), pubsub.c,
+ * conn.c and cmd.c (the one pair that call each other: a connection hands
+ * each reply to its record, a record is sent on a connection), node.c,
+ * topo_parse.c, link.c, tls_*.c. What goes up does so through hooks: the
+ * deployment's rlock__topology (net.c picks it by the URI; conn.c, cmd.c
+ * and pubsub.c call through it and never ask which deployment it is) and
+ * the registry's rlock__sub_events (conn.c's subscriber connections).
+ * scripts/check-layers keeps it so (no call circle of more than two
+ * files). */
 #ifndef RLOCK_NET_INT_H
 #define RLOCK_NET_INT_H
 
@@ -92,6 +103,16 @@ void rlock__cmds_fail_all(rlock__net *n);
 /* Opens the connection and pipelines its handshake, then what waited for
  * it. 0, or RLOCK_ENOMEM (a reconnect is scheduled). */
 int rlock__conn_start(rlock__conn *conn);
+/* Starts the node's command connection unless it is up, on its way, or
+ * waiting for its reconnect (its address is known). */
+void rlock__conn_start_cmd(rlock__node *node);
+/* The node's subscriber connection, started on first use. */
+void rlock__conn_want_sub(rlock__node *node);
+/* The node's server is at host:port now (Sentinel names the master): a
+ * node without an address starts both connections there; one whose server
+ * moved drops both, and each comes back at once on the new address; what
+ * was in flight is failed as after a lost connection. */
+void rlock__conn_move(rlock__node *node, const char *host, int port);
 /* rlock lets go of the connection (protocol violation, failed handshake,
  * a moved master). `detail` must outlive the call only. */
 void rlock__conn_drop(rlock__conn *conn, int err, const char *detail);
@@ -130,48 +151,118 @@ bool rlock__reply_unknown_command(const redisReply *r);
 int rlock__sub_append(rlock__node *node, int argc, const char **argv,
                       const size_t *lens);
 
+/* What the subscriber connections tell the channel registry, which sits
+ * above conn.c and registers these at init (rlock__chans_init). */
+typedef struct rlock__sub_events {
+  /* The connection's handshake is on its way: what waits for it goes
+   * behind it. */
+  void (*connect)(rlock__node *node);
+  /* The connection is gone (not at close): every reply still to come on
+   * it with it. */
+  void (*disconnect)(rlock__node *node);
+  /* A reply after the handshake: a confirmation, a message or an error. */
+  void (*reply)(rlock__node *node, const redisReply *reply);
+} rlock__sub_events;
+
 /* ---- nodes (node.c) ---- */
 
-/* A node for host:port (found or made, connections started). NULL when
- * out of memory. */
+/* A new node: for host:port, or (host NULL) without an address until
+ * Sentinel names it; no connection started. NULL when out of memory. */
+rlock__node *rlock__node_new(rlock__net *n, const char *host, int port);
+/* The node for host:port: found, or made (no connection started). NULL
+ * when out of memory. */
 rlock__node *rlock__node_get(rlock__net *n, const char *host, int port);
-/* Starts the node's command connection (its address is known). */
-void rlock__node_start(rlock__node *node);
-/* The subscriber connection, started on first use. */
-void rlock__node_want_sub(rlock__node *node);
 /* "host:port", "[v6]:port" or the unix socket's path, cut to fit n. */
 void rlock__node_addr(const rlock__node *node, char *buf, size_t n);
-/* Sentinel: the master moved - both connections go and come back on the
- * new address; what was in flight is failed as after a lost connection. */
-void rlock__node_set_addr(rlock__node *node, const char *host, int port);
 
 /* ---- the channel registry (pubsub.c) ---- */
 
-/* For conn.c: the subscriber connection's events and replies. */
-void rlock__chans_on_connect(rlock__node *node);
-void rlock__chans_on_disconnect(rlock__node *node);
-void rlock__chans_reply(rlock__node *node, const redisReply *reply);
+/* Makes the registry empty and registers its rlock__sub_events. */
+void rlock__chans_init(rlock__net *n);
 void rlock__chans_free(rlock__net *n);
 /* Re-home channels after the slot map changed. */
 void rlock__chans_on_topology(rlock__net *n);
 
-/* ---- cluster (cluster.c) and Sentinel (sentinel.c) ---- */
+/* ---- deployments: standalone.c, sentinel.c, cluster.c ---- */
 
-/* Cluster: the node that serves `slot`, or NULL while unknown. */
-rlock__node *rlock__cluster_node_of(rlock__net *n, int slot);
-/* Cluster: read the slot map again soon (a MOVED, a lost node). */
-void rlock__cluster_refresh_soon(rlock__net *n);
-/* Cluster: a MOVED said slot is served by node. */
-void rlock__cluster_moved(rlock__net *n, int slot, rlock__node *node);
-/* A connection of node answered its handshake (err 0) or failed. */
-void rlock__cluster_progress(rlock__node *node, int err, const char *detail);
-int rlock__cluster_init(rlock__net *n);
-void rlock__cluster_start(rlock__net *n);
-void rlock__cluster_free(rlock__net *n);
-int rlock__sentinel_init(rlock__net *n, const rlock_options *o);
-void rlock__sentinel_start(rlock__net *n);
-/* Sentinel: the master's connection was lost or is no master: ask again. */
-void rlock__sentinel_requery(rlock__net *n);
-void rlock__sentinel_free(rlock__net *n);
+/* What a deployment adds to the connections, commands and channels, as
+ * hiredis's redisContextFuncs does for a context's transport: net.c picks
+ * one by the URI's form at init, and the rest of the layer asks it, never
+ * which deployment it is. Immutable; hooks marked "NULL ok" may be absent.
+ * Every hook runs on the loop thread. */
+typedef struct rlock__topology {
+  const char *name; /* "standalone", "sentinel", "cluster" */
+  /* Commands go to the master of their first key's slot, and multi-key
+   * commands keep to one slot each, from the start: no cross-slot probe,
+   * and a CROSSSLOT refusal is the caller's error, not a proxy's sign. */
+  bool slot_routed;
+  /* Its masters have replicas that a failover may promote: scripts are
+   * followed by replica sync (cmd.c), whose WAIT is probed at each
+   * command connection's handshake (conn.c). */
+  bool replicated;
+  /* Every handshake asks ROLE, and a server that answers it is not the
+   * master (a failover demoted it) is refused; `lost` is then called. */
+  bool master_by_role;
+  /* The command connection's handshake asks ROLE for the replicas the
+   * master has connected (node.h, replicas_role). */
+  bool replicas_by_role;
+
+  /* The layer's life (net.c). setup: the opening thread, before start; 0
+   * or RLOCK_ENOMEM with the last error set. start: the loop thread,
+   * connects. close: close begins (the subscriber connections go; links
+   * of its own go too), NULL ok. free: last, before the nodes go; also
+   * after a failed setup, NULL ok. */
+  int (*setup)(rlock__net *n, const rlock_options *o);
+  void (*start)(rlock__net *n);
+  void (*close)(rlock__net *n);
+  void (*free)(rlock__net *n);
+
+  /* The node a command (or a channel) on `slot` goes to now - slot -1:
+   * no key - or NULL while unknown (the command waits on the client's
+   * unrouted list until rlock__cmds_reroute). Every send asks it. */
+  rlock__node *(*route)(rlock__net *n, int slot);
+  /* rlock__net_masters (net.h). */
+  size_t (*masters)(rlock__net *n, rlock__node **out, size_t max);
+
+  /* A connection's handshake was answered (err 0) or failed: open hears
+   * of it as the deployment sees fit. */
+  void (*progress)(rlock__conn *conn, int err, const char *detail);
+  /* A connection was lost, or (master_by_role) its server is not the
+   * master: where the servers are may have changed. NULL ok. */
+  void (*lost)(rlock__net *n);
+
+  /* An error reply to a command sent to `answered` (NULL ok): 0 when it
+   * is no redirect; 1 a MOVED, followed (the slot's node is the named
+   * one now), 2 an ASK (*to: the node for the next send only), -1 a
+   * redirect that cannot be followed (out of memory: the error is the
+   * answer). NULL ok: never redirected. */
+  int (*redirect)(rlock__net *n, const redisReply *r,
+                  const rlock__node *answered, rlock__node **to);
+  /* A command was refused for now (TRYAGAIN, CLUSTERDOWN, READONLY,
+   * MASTERDOWN, LOADING: a failover or a migration under way) and goes
+   * again after a pause, within its deadline: read the deployment again
+   * as the error says. NULL: such an error is the answer (one server:
+   * waiting changes nothing). */
+  void (*not_now)(rlock__net *n, const redisReply *r);
+
+  /* The server refused a channel's SUBSCRIBE: 0 a refusal (its waiters
+   * fail with it), 1 the channel belongs elsewhere now (subscribe again at
+   * once: route says where), 2 not now (the deployment is read again, and
+   * rlock__chans_on_topology subscribes it). NULL ok: always 0. */
+  int (*sub_refused)(rlock__net *n, const redisReply *r);
+  /* The server dropped a subscription unasked (a sharded channel's slot
+   * moved): read the deployment again. NULL ok. */
+  void (*sub_dropped)(rlock__net *n);
+} rlock__topology;
+
+extern const rlock__topology rlock__topology_standalone;
+extern const rlock__topology rlock__topology_sentinel;
+extern const rlock__topology rlock__topology_cluster;
+
+/* standalone.c, shared with Sentinel (one master, at n->master). */
+int rlock__standalone_setup_master(rlock__net *n, const char *host, int port);
+rlock__node *rlock__standalone_route(rlock__net *n, int slot);
+size_t rlock__standalone_masters(rlock__net *n, rlock__node **out, size_t max);
+void rlock__standalone_progress(rlock__conn *conn, int err, const char *detail);
 
 #endif

@@ -9,7 +9,9 @@
  * capped at refs + 1: the waiter whose reply is still on its way has not
  * joined yet (refs may even be 0 while a subscription lingers), and one
  * wake-up is for one waiter, so one permit beyond the joined waiters is
- * enough and none is ever lost. */
+ * enough and none is ever lost. Where a channel is subscribed, and what a
+ * refused SUBSCRIBE means, the deployment says (rlock__topology); the
+ * subscriber connections (conn.c) call back through rlock__sub_events. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -142,13 +144,9 @@ static int send_sub_cmd(rlock__net *n, rlock__chan *e, bool subscribe) {
  * the master of the channel's slot (sharded pub/sub must be there; plain
  * pub/sub reaches every node, and the slot's master is as good as any). */
 static void home(rlock__net *n, rlock__chan *e) {
-  if (n->mode == RLOCK__URI_CLUSTER)
-    e->node = rlock__cluster_node_of(
-        n, rlock__key_slot(e->channel, e->channel_len));
-  else
-    e->node = n->master;
+  e->node = n->topo->route(n, rlock__key_slot(e->channel, e->channel_len));
   if (e->node != NULL)
-    rlock__node_want_sub(e->node);
+    rlock__conn_want_sub(e->node);
 }
 
 static void send_subscribe(rlock__net *n, rlock__chan *e) {
@@ -160,7 +158,7 @@ static void send_subscribe(rlock__net *n, rlock__chan *e) {
     if (e->state != CHAN_NONE)
       return;
   }
-  /* Without a connection, rlock__chans_on_connect subscribes later. */
+  /* Without a connection, chans_on_connect subscribes later. */
   e->state = send_sub_cmd(n, e, true) == 0 ? CHAN_SUBSCRIBING : CHAN_NONE;
 }
 
@@ -417,27 +415,13 @@ static void refused(rlock__net *n, rlock__chan *e, const redisReply *reply) {
   /* A cluster: the channel's slot is served elsewhere (MOVED), or is
    * moving (TRYAGAIN...): subscribe where it is now, once the map says so
    * - waiters keep their own deadlines meanwhile. */
-  char host[RLOCK__HOST_MAX];
-  int slot, port;
-  if (n->mode == RLOCK__URI_CLUSTER &&
-      rlock__parse_redirect(reply->str, (size_t)reply->len, &slot, host,
-                            sizeof(host), &port) == 1) {
-    rlock__node *to = rlock__node_get(n, host, port);
-    if (to != NULL) {
-      rlock__cluster_moved(n, slot, to);
-      e->state = CHAN_NONE;
-      e->missed = true;
-      send_subscribe(n, e);
-      return;
-    }
-  }
-  if (n->mode == RLOCK__URI_CLUSTER &&
-      (strncmp(reply->str, "TRYAGAIN", 8) == 0 ||
-       strncmp(reply->str, "CLUSTERDOWN", 11) == 0 ||
-       strncmp(reply->str, "ASK", 3) == 0)) {
+  int where = n->topo->sub_refused != NULL ? n->topo->sub_refused(n, reply) : 0;
+  if (where != 0) {
     e->state = CHAN_NONE;
     e->missed = true;
-    rlock__cluster_refresh_soon(n); /* rlock__chans_on_topology retries */
+    if (where == 1)
+      send_subscribe(n, e);
+    /* else rlock__chans_on_topology retries */
     return;
   }
   int err = rlock__reply_error(reply);
@@ -472,7 +456,7 @@ static bool kind_is(const redisReply *kind, const char *what) {
   return strcmp(k, what) == 0;
 }
 
-void rlock__chans_reply(rlock__node *node, const redisReply *reply) {
+static void chans_reply(rlock__node *node, const redisReply *reply) {
   rlock__net *n = node->net;
   if (reply->type == REDIS_REPLY_ERROR) {
     /* An error names no channel: it answers the oldest request. */
@@ -538,7 +522,8 @@ void rlock__chans_reply(rlock__node *node, const redisReply *reply) {
         entry_free(n, e);
         return;
       }
-      rlock__cluster_refresh_soon(n);
+      if (n->topo->sub_dropped != NULL)
+        n->topo->sub_dropped(n);
       wake_list(n, e);
     }
   }
@@ -551,7 +536,7 @@ static void diag_resubscribed(rlock__net *n, int count, const char *why) {
                 count, count == 1 ? "" : "s", why);
 }
 
-void rlock__chans_on_connect(rlock__node *nd) {
+static void chans_on_connect(rlock__node *nd) {
   rlock__net *n = nd->net;
   int again = 0;
   rlock__map_iter it;
@@ -599,7 +584,7 @@ void rlock__chans_on_topology(rlock__net *n) {
   diag_resubscribed(n, again, "after the slot map was read");
 }
 
-void rlock__chans_on_disconnect(rlock__node *nd) {
+static void chans_on_disconnect(rlock__node *nd) {
   rlock__net *n = nd->net;
   rlock__waiter *woken = NULL;
   req_clear(nd);
@@ -639,6 +624,14 @@ void rlock__chans_on_disconnect(rlock__node *nd) {
     w->next = NULL;
     w->ops->retry(w);
   }
+}
+
+static const rlock__sub_events sub_events = {chans_on_connect,
+                                             chans_on_disconnect, chans_reply};
+
+void rlock__chans_init(rlock__net *n) {
+  rlock__map_init(&n->chans);
+  n->sub_events = &sub_events;
 }
 
 void rlock__chans_free(rlock__net *n) {

@@ -14,7 +14,11 @@
  *
  * Open fails when every sentinel has been tried once without an answer:
  * with the last error (RLOCK_ECONN, RLOCK_EAUTH, ...) and, when the
- * sentinels answered but know no such master, a sentence naming it. */
+ * sentinels answered but know no such master, a sentence naming it.
+ *
+ * The master is a node as a single server's is (standalone.c); the rest
+ * of the net layer reaches this file only through rlock__topology_sentinel
+ * (net_int.h): a lost connection, a READONLY, a handshake's ROLE. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +50,7 @@ struct rlock__sentinel {
 };
 
 static void connect_next(rlock__sentinel *s);
+static void requery(rlock__net *n);
 
 static void peer(const rlock__sentinel *s, char *buf, size_t n) {
   const rlock__uri_addr *a = &s->net->uri->addrs[s->at];
@@ -112,7 +117,7 @@ static void on_master(rlock__sentinel *s, const char *host, int port,
                 m->has_addr ? "moved from " : "is at ", was,
                 m->has_addr ? " to " : "", to, how);
   }
-  rlock__node_set_addr(m, host, port);
+  rlock__conn_move(m, host, port);
 }
 
 static void handle(rlock__sentinel *s, int kind, const redisReply *r) {
@@ -205,7 +210,7 @@ static void link_reply(rlock__link *l, redisReply *r) {
     on_master(s, host, port, "+switch-master");
     /* The new master's replicas are another list: read it on a fresh
      * link (a subscribed one cannot ask). */
-    rlock__sentinel_requery(s->net);
+    requery(s->net);
   }
 }
 
@@ -283,7 +288,7 @@ static void role_reply(rlock__net *n, redisReply *reply, int err,
   if (err == 0 && rlock__parse_role(reply, &replicas) == 1)
     n->master->replicas = replicas;
   else if (err == 0)
-    rlock__sentinel_requery(n); /* no longer the master */
+    requery(n); /* no longer the master */
 }
 
 static void role_fire(rlock__timed *t) {
@@ -300,9 +305,10 @@ static void role_fire(rlock__timed *t) {
   s->role_cmd = rlock__cmd_send_to(n->master, 1, argv, lens, role_reply, NULL);
 }
 
-/* ---- what the rest of the net layer calls ---- */
+/* ---- what the rest of the net layer asks (rlock__topology) ---- */
 
-void rlock__sentinel_requery(rlock__net *n) {
+/* The master's connection was lost or is no master: ask again. */
+static void requery(rlock__net *n) {
   rlock__sentinel *s = n->sentinel;
   if (s == NULL || n->core->closing || rlock__timed_active(&s->retry))
     return;
@@ -311,11 +317,33 @@ void rlock__sentinel_requery(rlock__net *n) {
   rlock__timed_start(n->core, &s->retry, at > now ? at : now);
 }
 
+/* A demoted master's READONLY: the sentinels may know the new one. The
+ * other refusals (LOADING, MASTERDOWN...) only wait. */
+static void not_now(rlock__net *n, const redisReply *r) {
+  static const char readonly[] = "READONLY";
+  size_t k = sizeof(readonly) - 1;
+  if ((size_t)r->len >= k && memcmp(r->str, readonly, k) == 0 &&
+      ((size_t)r->len == k || r->str[k] == ' '))
+    requery(n);
+}
+
+/* Open waits for a master that just died: the sentinels are asked again,
+ * and open waits for the one they promote (within its bound). */
+static void progress(rlock__conn *conn, int err, const char *detail) {
+  if (!conn->net->opened && (err == RLOCK_ECONN || err == RLOCK_ETIMEDOUT))
+    return;
+  rlock__standalone_progress(conn, err, detail);
+}
+
 static char *dup_or_null(const char *v) {
   return v != NULL ? strdup(v) : NULL;
 }
 
-int rlock__sentinel_init(rlock__net *n, const rlock_options *o) {
+static int setup(rlock__net *n, const rlock_options *o) {
+  /* The master: its address from the sentinels. */
+  int rc = rlock__standalone_setup_master(n, NULL, 0);
+  if (rc != 0)
+    return rc;
   rlock__sentinel *s = calloc(1, sizeof(*s));
   if (s == NULL) {
     rlock__set_last_error("out of memory");
@@ -335,14 +363,15 @@ int rlock__sentinel_init(rlock__net *n, const rlock_options *o) {
   return 0;
 }
 
-void rlock__sentinel_start(rlock__net *n) {
+static void start(rlock__net *n) {
   rlock__sentinel *s = n->sentinel;
   connect_next(s);
   rlock__timed_start(n->core, &s->role,
                      rlock__now_ms() + n->core->opts.cluster_refresh_ms);
 }
 
-void rlock__sentinel_free(rlock__net *n) {
+/* At close (with the subscriber connections) and again at free. */
+static void sentinel_free(rlock__net *n) {
   rlock__sentinel *s = n->sentinel;
   if (s == NULL)
     return;
@@ -355,3 +384,18 @@ void rlock__sentinel_free(rlock__net *n) {
   free(s);
   n->sentinel = NULL;
 }
+
+const rlock__topology rlock__topology_sentinel = {
+    .name = "sentinel",
+    .replicated = true,
+    .master_by_role = true,
+    .setup = setup,
+    .start = start,
+    .close = sentinel_free,
+    .free = sentinel_free,
+    .route = rlock__standalone_route,
+    .masters = rlock__standalone_masters,
+    .progress = progress,
+    .lost = requery,
+    .not_now = not_now,
+};

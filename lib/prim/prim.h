@@ -6,12 +6,43 @@
  * each filling an rlock__prim descriptor that the engine drives, plus its
  * Lua scripts (<kind>_*.lua beside it, embedded at build time) and its
  * public API; and multilock.c, the MultiLock and the RedLock, which
- * compose member locks through their public calls (no descriptor).
+ * compose member locks through their public calls: their descriptors
+ * fill only `calls`, which the public lock calls dispatch to.
  * Internal. */
 #ifndef RLOCK_PRIM_H
 #define RLOCK_PRIM_H
 
 #include "engine.h"
+
+/* The lock calls of a kind that runs them itself (rlock__prim.calls: the
+ * MultiLock and the RedLock, multilock.c, over their members' handles).
+ * The public lock calls (lock.c) dispatch here, so a group is taken,
+ * tried, released, queried and cancelled through the same calls as any
+ * lock. Each sets the last error as the public call does. */
+typedef struct rlock__prim_calls {
+  /* rlock_lock_async: the request is an rlock_req (rlock__req_custom_new)
+   * that rlock_req_cancel() ends. */
+  int (*acquire_async)(rlock *lock, uint64_t owner, int64_t wait_ms,
+                       int64_t lease_ms, rlock_cb cb, void *data,
+                       rlock_req **req);
+  /* rlock_try_lock_owner: 1, 0 or an error. */
+  int (*acquire)(rlock *lock, uint64_t owner, int64_t wait_ms,
+                 int64_t lease_ms);
+  int (*release_async)(rlock *lock, uint64_t owner, rlock_cb cb, void *data,
+                       rlock_req **req);
+  int (*release)(rlock *lock, uint64_t owner);
+  int (*is_held_async)(rlock *lock, uint64_t owner, rlock_cb cb, void *data,
+                       rlock_req **req);
+  int (*is_held)(rlock *lock, uint64_t owner);
+  int (*lease_guaranteed)(rlock *lock, uint64_t owner, int64_t *until_ms);
+  /* The members, and how many must be held (*quorum). */
+  size_t (*members)(const rlock *lock, size_t *quorum);
+  /* The detail of every other lock call (RLOCK_EINVAL). */
+  const char *unsupported;
+} rlock__prim_calls;
+/* getMultiLock(RLock...) and getRedLock(RLock...) (multilock.c). */
+extern const rlock__prim rlock__prim_multilock;
+extern const rlock__prim rlock__prim_redlock;
 
 /* Redisson's RLock (getLock): channel "redisson_lock__channel:" + tag. */
 extern const rlock__prim rlock__prim_lock;

@@ -165,6 +165,10 @@ struct rlock__prim {
   /* Lets go of what a handle of rlock__handle_new_size holds beyond the
    * rlock, when its last reference goes (NULL: nothing). Any thread. */
   void (*handle_free)(rlock *lock);
+  /* rlock_free() of a handle of this kind: the kind lets go of the
+   * user's reference itself, e.g. after stopping on the loop thread what
+   * holds other references (NULL: it is released at once). Any thread. */
+  void (*user_free)(rlock *lock);
   /* ---- the hold part ----
    * NULL: an acquisition is not a hold (semaphore permits, a latch's
    * await): nothing is recorded, renewed, released or trimmed, and an

@@ -62,7 +62,9 @@ void rlock__handle_release(rlock *lock) {
 }
 
 void rlock_free(rlock *lock) {
-  if (lock != NULL)
+  if (lock != NULL && lock->prim->user_free != NULL)
+    lock->prim->user_free(lock);
+  else if (lock != NULL)
     rlock__handle_release(lock);
 }
 

@@ -812,8 +812,8 @@ RLOCK_EXTERN int rlock_new_spin(rlock_client *client, const char *name,
   X(NONREENTRANT_FAIR, "nonreentrant_fair", rlock_new_nonreentrant_fair)
 
 /* The handle's kind: one of RLOCK_KIND_MAP's names, or "multilock" /
- * "redlock" for a group (rlock_new_multilock, rlock_new_redlock); "" for
- * NULL. */
+ * "redlock" / "fast_multilock" for a group (rlock_new_multilock,
+ * rlock_new_redlock, rlock_new_fast_multilock); "" for NULL. */
 RLOCK_EXTERN const char *rlock_kind(const rlock *lock);
 
 /* Releases a handle (does not unlock). NULL is accepted. Async operations
@@ -1203,8 +1203,9 @@ RLOCK_EXTERN int rlock_new_multilock(rlock *const *members, size_t n,
  * RLOCK_ECLOSED (a member's client is closed), RLOCK_ENOMEM. */
 RLOCK_EXTERN int rlock_new_redlock(rlock *const *members, size_t n,
                                    rlock **lock);
-/* How many members a MultiLock or RedLock has; 1 for any other lock; 0 for
- * NULL or a handle that is not a lock. */
+/* How many members a MultiLock or RedLock has (a FasterMultiLock: its
+ * distinct values); 1 for any other lock; 0 for NULL or a handle that is
+ * not a lock. */
 RLOCK_EXTERN size_t rlock_member_count(const rlock *lock);
 /* How many members must be held: n for a MultiLock, n/2+1 for a RedLock;
  * 1 for any other lock; 0 for NULL or a handle that is not a lock. */
@@ -1219,14 +1220,41 @@ RLOCK_EXTERN size_t rlock_quorum(const rlock *lock);
  * wire-protocol.md, "The FasterMultiLock"). Shared with Java only when
  * Java encodes the values as UTF-8 strings (StringCodec): the field names
  * are hashes of the encoded bytes, and Java's default codec is Kryo.
+ * It is an `rlock *` (kind "fast_multilock", freed with rlock_free()),
+ * taken and released with the lock calls, sync and async:
+ *  - rlock_try_lock (and _owner, rlock_lock_async): every value within
+ *    wait_ms (0: one try; < 0: no limit) for lease_ms (> 0; < 0: watchdog
+ *    mode, see below; 0: RLOCK_EINVAL): 1 all taken (re-entered where the
+ *    owner held them), 0 not within wait_ms (none taken), or an error.
+ *    rlock_req_cancel() ends an async wait (RLOCK_ECANCELED, none taken).
+ *  - rlock_lock (and _owner): waits as long as it takes: 0 or an error.
+ *  - rlock_unlock (and _owner, rlock_unlock_async): one hold of every
+ *    value: 0 (every value freed, or some still held by a re-entry),
+ *    RLOCK_ENOTOWNER when a value is not held by the owner (nothing is
+ *    changed then), RLOCK_ELOCKLOST when the owner's watchdog found the
+ *    hold lost (any values still held are released all the same).
+ *    Publishes "0" on the group's channel when a value was freed. The
+ *    owner's watchdog stops when every value is freed, and keeps renewing
+ *    while some stay held.
+ *  - rlock_force_unlock (and _async): frees every value whoever holds it
+ *    (publishing "0"): the number of values that had a holder.
+ *  - rlock_is_locked (and _async): 1 if any value is held (a hold not
+ *    ended), else 0. rlock_is_held (and _owner, _async): 1 if the owner
+ *    holds every value, else 0.
+ *  - rlock_hold_count, rlock_remain_ttl, rlock_is_lease_guaranteed,
+ *    rlock_force_unlock_holder and the fenced calls: RLOCK_EINVAL with a
+ *    detail, nothing sent (its renewal is its own watchdog, below, which
+ *    keeps no lease guarantee).
+ *  - rlock_member_count / rlock_quorum: how many distinct values.
  * lease_ms < 0 is watchdog mode, as for rlock_try_lock(): the values are
  * taken for the client's watchdog_timeout_ms and renewed every third of it
  * (one renewal script per group and owner, Java's FastMultilockTask) until
  * the owner's last unlock, the handle's free or the client's close. A
  * renewal that finds the values no longer the owner's (expired, deleted,
  * force-unlocked) stops, calls on_lock_lost (name = the group, the owner
- * string) once, and the owner's next unlock returns RLOCK_ELOCKLOST. */
-typedef struct rlock_fast_multilock rlock_fast_multilock;
+ * string) once, and the owner's next unlock returns RLOCK_ELOCKLOST. That
+ * watchdog is the FasterMultiLock's own: its renewals emit no events and
+ * count in no stats. */
 #define RLOCK_FAST_MULTILOCK_FIELD_LEN 22
 
 /* The field name of a value: base64 (standard alphabet, no "==") of
@@ -1238,53 +1266,18 @@ RLOCK_EXTERN int rlock_fast_multilock_field_name(
     char out[RLOCK_FAST_MULTILOCK_FIELD_LEN + 1]);
 /* A handle for `values` (n >= 1; lens NULL: NUL-terminated strings, else
  * their byte lengths) of `group`; equal values count once. Sends nothing.
- * Errors as for rlock_new(), and RLOCK_EINVAL for n == 0 or a NULL value. */
-RLOCK_EXTERN int rlock_fast_multilock_new(rlock_client *client,
+ * Errors as for rlock_new(), and RLOCK_EINVAL for n == 0 or a NULL value.
+ * A FasterMultiLock cannot be a member of a MultiLock (RLOCK_EINVAL). */
+RLOCK_EXTERN int rlock_new_fast_multilock(rlock_client *client,
                                           const char *group,
                                           const char *const *values,
                                           const size_t *lens, size_t n,
-                                          rlock_fast_multilock **out);
-RLOCK_EXTERN void rlock_fast_multilock_free(rlock_fast_multilock *fml);
-/* How many distinct values; 0 for NULL. */
-RLOCK_EXTERN size_t rlock_fast_multilock_size(const rlock_fast_multilock *fml);
-/* Takes every value within wait_ms (0: one try; < 0: no limit) for
- * lease_ms (> 0; < 0: watchdog mode, see above; 0: RLOCK_EINVAL): 1 all
- * taken (re-entered where the owner held them), 0 not within wait_ms (none
- * taken), or an error. */
-RLOCK_EXTERN int rlock_fast_multilock_try_lock(rlock_fast_multilock *fml,
-                                               int64_t wait_ms,
-                                               int64_t lease_ms);
-RLOCK_EXTERN int rlock_fast_multilock_try_lock_owner(rlock_fast_multilock *fml,
-                                                     uint64_t owner,
-                                                     int64_t wait_ms,
-                                                     int64_t lease_ms);
-/* Waits as long as it takes: 0 or an error. */
-RLOCK_EXTERN int rlock_fast_multilock_lock(rlock_fast_multilock *fml,
-                                           int64_t lease_ms);
-/* Releases one hold of every value: 0 (every value freed, or some still
- * held by a re-entry), RLOCK_ENOTOWNER when a value is not held by the owner
- * (nothing is changed then), RLOCK_ELOCKLOST when the owner's watchdog
- * found the hold lost (any values still held are released all the same).
- * Publishes "0" on the group's channel when a value was freed. The
- * owner's watchdog stops when every value is freed, and keeps renewing
- * while some stay held. */
-RLOCK_EXTERN int rlock_fast_multilock_unlock(rlock_fast_multilock *fml);
-RLOCK_EXTERN int rlock_fast_multilock_unlock_owner(rlock_fast_multilock *fml,
-                                                   uint64_t owner);
+                                          rlock **lock);
 /* Java's renewal, on request: every value's hold by `owner` ends lease_ms
  * (> 0) from now. 1 renewed, 0 a value is not the owner's (or the group is
- * gone). */
-RLOCK_EXTERN int rlock_fast_multilock_renew_owner(rlock_fast_multilock *fml,
-                                                  uint64_t owner,
+ * gone); RLOCK_EINVAL for a handle of another kind. */
+RLOCK_EXTERN int rlock_fast_multilock_renew_owner(rlock *lock, uint64_t owner,
                                                   int64_t lease_ms);
-/* Frees every value whoever holds it (publishing "0"): the number of
- * values that had a holder. */
-RLOCK_EXTERN int rlock_fast_multilock_force_unlock(rlock_fast_multilock *fml);
-/* 1 if any value is held (a hold not ended), else 0. */
-RLOCK_EXTERN int rlock_fast_multilock_is_locked(rlock_fast_multilock *fml);
-/* 1 if `owner` holds every value, else 0. */
-RLOCK_EXTERN int rlock_fast_multilock_is_held_owner(rlock_fast_multilock *fml,
-                                                    uint64_t owner);
 
 /* ========================================================================
  * Semaphore

@@ -371,7 +371,7 @@ int rlock_unlock_owner(rlock *lock, uint64_t owner) {
 
 int rlock_is_held_owner(rlock *lock, uint64_t owner) {
   const rlock__prim_calls *own = own_calls(lock);
-  if (own != NULL)
+  if (own != NULL && own->is_held != NULL)
     return own->is_held(lock, owner);
   return lock == NULL ? rlock__bad_arg("lock is NULL")
                       : simple(lock, KIND_OP(lock, is_held), owner, NULL);
@@ -462,7 +462,7 @@ int rlock_is_lease_guaranteed_owner(rlock *lock, uint64_t owner,
   if (until_ms == NULL)
     return rlock__bad_arg("until_ms is NULL");
   const rlock__prim_calls *own = own_calls(lock);
-  if (own != NULL)
+  if (own != NULL && own->lease_guaranteed != NULL)
     return own->lease_guaranteed(lock, owner, until_ms);
   int rc = lock_handle(lock);
   if (rc != 0)
@@ -549,7 +549,7 @@ int rlock_is_locked_async(rlock *lock, rlock_cb cb, void *data,
 int rlock_is_held_async(rlock *lock, uint64_t owner, rlock_cb cb, void *data,
                         rlock_req **req) {
   const rlock__prim_calls *own = own_calls(lock);
-  if (own != NULL) {
+  if (own != NULL && own->is_held_async != NULL) {
     if (req != NULL)
       *req = NULL;
     return own->is_held_async(lock, owner, cb, data, req);

@@ -1117,7 +1117,9 @@ static void Handle_dealloc(HandleObject *self) {
     case H_LATCH:
       rlock_latch_free(self->h);
       break;
-    case H_FAST: rlock_fast_multilock_free(self->h); break;
+    case H_FAST:
+      rlock_free(self->h);
+      break;
     case H_MULTI: /* an rlock * too */
       rlock_free(self->h);
       break;
@@ -1303,8 +1305,8 @@ static PyObject *Client_fast_multilock(ClientObject *self, PyObject *args) {
   }
   if (!client_ok(self))
     goto done;
-  rlock_fast_multilock *fml = NULL;
-  int rc = rlock_fast_multilock_new(self->c, PyBytes_AS_STRING(gb), vals, lens,
+  rlock *fml = NULL;
+  int rc = rlock_new_fast_multilock(self->c, PyBytes_AS_STRING(gb), vals, lens,
                                     (size_t)n, &fml);
   if (rc < 0) {
     set_error(rc);
@@ -1312,7 +1314,7 @@ static PyObject *Client_fast_multilock(ClientObject *self, PyObject *args) {
   }
   HandleObject *o = PyObject_New(HandleObject, &Handle_Type);
   if (o == NULL) {
-    rlock_fast_multilock_free(fml);
+    rlock_free(fml);
     goto done;
   }
   o->htype = H_FAST;
@@ -1568,8 +1570,8 @@ static PyObject *fast_acquire(HandleObject *self, uint64_t owner,
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = owner ? rlock_fast_multilock_try_lock_owner(h, owner, slice, lease_ms)
-               : rlock_fast_multilock_try_lock(h, slice, lease_ms);
+    rc = owner ? rlock_try_lock_owner(h, owner, slice, lease_ms)
+               : rlock_try_lock(h, slice, lease_ms);
     Py_END_ALLOW_THREADS
     if (rc < 0)
       return set_error(rc);
@@ -1692,8 +1694,7 @@ static PyObject *Handle_release(HandleObject *self, PyObject *args) {
       rc = 1;
   } else if (self->htype == H_FAST) {
     Py_BEGIN_ALLOW_THREADS
-    rc = owner ? rlock_fast_multilock_unlock_owner(h, owner)
-               : rlock_fast_multilock_unlock(h);
+    rc = owner ? rlock_unlock_owner(h, owner) : rlock_unlock(h);
     Py_END_ALLOW_THREADS
     if (rc == 0)
       rc = 1;
@@ -1733,11 +1734,11 @@ static PyObject *Handle_query(HandleObject *self, PyObject *args) {
     uint64_t ow = owner ? owner : rlock_thread_id();
     Py_BEGIN_ALLOW_THREADS
     if (strcmp(what, "is_locked") == 0)
-      rc = rlock_fast_multilock_is_locked(h);
+      rc = rlock_is_locked(h);
     else if (strcmp(what, "is_held") == 0)
-      rc = rlock_fast_multilock_is_held_owner(h, ow);
+      rc = rlock_is_held_owner(h, ow);
     else if (strcmp(what, "force_unlock") == 0)
-      rc = rlock_fast_multilock_force_unlock(h);
+      rc = rlock_force_unlock(h);
     else
       known = 0;
     Py_END_ALLOW_THREADS

@@ -1644,13 +1644,13 @@ Test(kinds, fast_multilock_monitor) {
   rlock_client *c = rt_client(), *c2 = rt_client();
   interop_my_owner(me, sizeof me, c);
   const char *vals[2] = {"Jack_001", "Mary_002"};
-  rlock_fast_multilock *f = NULL, *f2 = NULL;
-  cr_assert_eq(rlock_fast_multilock_new(c, g, vals, NULL, 2, &f), 0);
-  cr_assert_eq(rlock_fast_multilock_new(c2, g, vals + 1, NULL, 1, &f2), 0);
+  rlock *f = NULL, *f2 = NULL;
+  cr_assert_eq(rlock_new_fast_multilock(c, g, vals, NULL, 2, &f), 0);
+  cr_assert_eq(rlock_new_fast_multilock(c2, g, vals + 1, NULL, 1, &f2), 0);
   monitor *mon = monitor_start();
-  cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, 30000), 1);
-  cr_assert_eq(rlock_fast_multilock_try_lock(f2, 100, 30000), 0);
-  cr_assert_eq(rlock_fast_multilock_unlock(f), 0);
+  cr_assert_eq(rlock_try_lock(f, 0, 30000), 1);
+  cr_assert_eq(rlock_try_lock(f2, 100, 30000), 0);
+  cr_assert_eq(rlock_unlock(f), 0);
   monitor_sync(mon);
 
   snprintf(needle, sizeof needle, "\"1\" \"%s\" \"30000\" \"", g);
@@ -1683,8 +1683,8 @@ Test(kinds, fast_multilock_monitor) {
   assert_monitor_has(mon, needle, "the waiter's SUBSCRIBE");
   interop_report("fast multilock MONITOR: %zu lines", monitor_count(mon));
   monitor_stop(mon);
-  rlock_fast_multilock_free(f);
-  rlock_fast_multilock_free(f2);
+  rlock_free(f);
+  rlock_free(f2);
   rlock_client_free(c2);
   rlock_client_free(c);
 }
@@ -1702,12 +1702,12 @@ Test(kinds, fast_multilock_watchdog_monitor) {
   rlock_client *c = rt_client_opts(&o);
   interop_my_owner(me, sizeof me, c);
   const char *vals[2] = {"Jack_001", "Mary_002"};
-  rlock_fast_multilock *f = NULL;
-  cr_assert_eq(rlock_fast_multilock_new(c, g, vals, NULL, 2, &f), 0);
+  rlock *f = NULL;
+  cr_assert_eq(rlock_new_fast_multilock(c, g, vals, NULL, 2, &f), 0);
   monitor *mon = monitor_start();
-  cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, -1), 1);
+  cr_assert_eq(rlock_try_lock(f, 0, -1), 1);
   rt_sleep_ms(1500);
-  cr_assert_eq(rlock_fast_multilock_unlock(f), 0);
+  cr_assert_eq(rlock_unlock(f), 0);
   monitor_sync(mon);
 
   snprintf(needle, sizeof needle, "\"1\" \"%s\" \"900\" \"", g);
@@ -1743,7 +1743,7 @@ Test(kinds, fast_multilock_watchdog_monitor) {
   assert_monitor_has(mon, needle, "the unlock re-applies the timeout");
   interop_report("fast multilock watchdog MONITOR: %d renewals", renewals);
   monitor_stop(mon);
-  rlock_fast_multilock_free(f);
+  rlock_free(f);
   rlock_client_free(c);
 }
 

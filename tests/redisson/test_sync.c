@@ -152,13 +152,13 @@ Test(sync, multilock_overlapping_counter) {
 /* ---- FasterMultiLock ---- */
 
 typedef struct cfml {
-  rlock_fast_multilock *f;
+  rlock *f;
   uint64_t owner;
 } cfml;
 
 static int cfml_fn(void *arg) {
   cfml *m = arg;
-  return rlock_fast_multilock_try_lock_owner(m->f, m->owner, 10000, RS_LEASE_MS);
+  return rlock_try_lock_owner(m->f, m->owner, 10000, RS_LEASE_MS);
 }
 
 Test(sync, faster_multilock_both_ways) {
@@ -169,19 +169,19 @@ Test(sync, faster_multilock_both_ways) {
   snprintf(jm, sizeof jm, "G/%s=Mary_002,Bob_003", group);
   snprintf(ch, sizeof ch, "redisson_lock__channel:{%s}", group);
   const char *vals[] = {"Jack_001", "Mary_002"};
-  rlock_fast_multilock *f;
-  cr_assert_eq(rlock_fast_multilock_new(c, group, vals, NULL, 2, &f), 0);
+  rlock *f;
+  cr_assert_eq(rlock_new_fast_multilock(c, group, vals, NULL, 2, &f), 0);
   uint64_t o1 = rlock_owner_new(), o2 = rlock_owner_new();
 
-  cr_assert_eq(rlock_fast_multilock_try_lock_owner(f, o1, 0, RS_LEASE_MS), 1);
+  cr_assert_eq(rlock_try_lock_owner(f, o1, 0, RS_LEASE_MS), 1);
   cr_assert_not(rs_call_bool(p, "A", "tryLock %s 200 %d", jm, RS_LEASE_MS),
                 "Java's FasterMultiLock got Mary_002 while rlock held it");
   rs_send(p, "A", "lock %s %d", jm, RS_LEASE_MS);
   int64_t t0 = rs_wait_waiting(ch);
-  cr_assert_eq(rlock_fast_multilock_unlock_owner(f, o1), 0);
+  cr_assert_eq(rlock_unlock_owner(f, o1), 0);
   int64_t c_to_j = rs_java_woke(p, "A", t0, NULL);
 
-  cr_assert_eq(rlock_fast_multilock_try_lock_owner(f, o2, 0, RS_LEASE_MS), 0,
+  cr_assert_eq(rlock_try_lock_owner(f, o2, 0, RS_LEASE_MS), 0,
                "rlock's FasterMultiLock got Mary_002 while Java held it");
   cfml m = {f, o2};
   rs_task t;
@@ -191,8 +191,8 @@ Test(sync, faster_multilock_both_ways) {
   int64_t j_to_c = rs_c_woke(&t, t0, 1);
   rs_report("FasterMultiLock: C unlock -> Java %" PRId64 " ms; Java unlock -> C %" PRId64 " ms",
             c_to_j, j_to_c);
-  cr_assert_eq(rlock_fast_multilock_unlock_owner(f, o2), 0);
-  rlock_fast_multilock_free(f);
+  cr_assert_eq(rlock_unlock_owner(f, o2), 0);
+  rlock_free(f);
   rlock_client_free(c);
   rs_close(p);
 }

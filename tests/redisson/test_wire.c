@@ -870,17 +870,17 @@ Test(wire, faster_multilock) {
   char jn[300];
   snprintf(jn, sizeof jn, "G/%s=Jack_001,Mary_002", w->jname);
   const char *vals[] = {"Jack_001", "Mary_002"};
-  rlock_fast_multilock *f;
-  cr_assert_eq(rlock_fast_multilock_new(w->c, w->cname, vals, NULL, 2, &f), 0);
+  rlock *f;
+  cr_assert_eq(rlock_new_fast_multilock(w->c, w->cname, vals, NULL, 2, &f), 0);
   skip_both(w);
   rs_call(w->p, "A", "tryLock %s 0 %d", jn, RS_LEASE_MS);
   java_done(w);
-  cr_assert_eq(rlock_fast_multilock_try_lock_owner(f, w->o, 0, RS_LEASE_MS), 1);
+  cr_assert_eq(rlock_try_lock_owner(f, w->o, 0, RS_LEASE_MS), 1);
   c_done(w, "FasterMultiLock tryLock(0, lease)");
   rs_call(w->p, "A", "unlock %s", jn);
   java_done(w);
-  cr_assert_eq(rlock_fast_multilock_unlock_owner(f, w->o), 0);
+  cr_assert_eq(rlock_unlock_owner(f, w->o), 0);
   c_done(w, "FasterMultiLock unlock");
-  rlock_fast_multilock_free(f);
+  rlock_free(f);
   pair_free(w);
 }

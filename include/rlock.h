@@ -1039,7 +1039,9 @@ RLOCK_EXTERN int64_t rlock_hold_count_owner(rlock *lock, uint64_t owner);
  *
  * When `req` is not NULL it receives a handle to the operation, for
  * rlock_req_cancel(); the caller then owns it and must release it with
- * rlock_req_free() (before or after the callback).
+ * rlock_req_free() (before or after the callback). A MultiLock's or
+ * RedLock's calls are rlock_reqs too; their callback fires on a member's
+ * client loop thread.
  * ===================================================================== */
 
 typedef struct rlock_req rlock_req;
@@ -1067,7 +1069,9 @@ RLOCK_EXTERN int rlock_remain_ttl_async(rlock *lock, rlock_cb cb, void *data,
 /*
  * Cancels a pending acquire from any thread: its callback fires with
  * RLOCK_ECANCELED (unless it already fired or fires first with its own
- * result - exactly once either way), and it leaves no hold or renewal behind.
+ * result - exactly once either way), and it leaves no hold or renewal behind
+ * (a MultiLock's: the member waited for is cancelled and every member taken
+ * is released before the callback).
  * Returns 0, or RLOCK_EINVAL when req is NULL or not an acquire,
  * RLOCK_ECLOSED when the client is closed.
  */

@@ -811,7 +811,9 @@ RLOCK_EXTERN int rlock_new_spin(rlock_client *client, const char *name,
   X(NONREENTRANT, "nonreentrant", rlock_new_nonreentrant)                      \
   X(NONREENTRANT_FAIR, "nonreentrant_fair", rlock_new_nonreentrant_fair)
 
-/* The handle's kind: one of RLOCK_KIND_MAP's names; "" for NULL. */
+/* The handle's kind: one of RLOCK_KIND_MAP's names, or "multilock" /
+ * "redlock" / "fast_multilock" for a group (rlock_new_multilock,
+ * rlock_new_redlock, rlock_new_fast_multilock); "" for NULL. */
 RLOCK_EXTERN const char *rlock_kind(const rlock *lock);
 
 /* Releases a handle (does not unlock). NULL is accepted. Async operations
@@ -820,7 +822,8 @@ RLOCK_EXTERN const char *rlock_kind(const rlock *lock);
  * handle once it is freed. */
 RLOCK_EXTERN void rlock_free(rlock *lock);
 
-/* The lock's name, as given to rlock_new(). */
+/* The lock's name, as given to rlock_new() (a MultiLock's: its members'
+ * names joined by ','). */
 RLOCK_EXTERN const char *rlock_name(const rlock *lock);
 
 /*
@@ -1036,7 +1039,9 @@ RLOCK_EXTERN int64_t rlock_hold_count_owner(rlock *lock, uint64_t owner);
  *
  * When `req` is not NULL it receives a handle to the operation, for
  * rlock_req_cancel(); the caller then owns it and must release it with
- * rlock_req_free() (before or after the callback).
+ * rlock_req_free() (before or after the callback). A MultiLock's or
+ * RedLock's calls are rlock_reqs too; their callback fires on a member's
+ * client loop thread.
  * ===================================================================== */
 
 typedef struct rlock_req rlock_req;
@@ -1064,7 +1069,9 @@ RLOCK_EXTERN int rlock_remain_ttl_async(rlock *lock, rlock_cb cb, void *data,
 /*
  * Cancels a pending acquire from any thread: its callback fires with
  * RLOCK_ECANCELED (unless it already fired or fires first with its own
- * result - exactly once either way), and it leaves no hold or renewal behind.
+ * result - exactly once either way), and it leaves no hold or renewal behind
+ * (a MultiLock's: the member waited for is cancelled and every member taken
+ * is released before the callback).
  * Returns 0, or RLOCK_EINVAL when req is NULL or not an acquire,
  * RLOCK_ECLOSED when the client is closed.
  */
@@ -1082,98 +1089,79 @@ RLOCK_EXTERN void rlock_req_free(rlock_req *req);
 /* ---- MultiLock (Redisson getMultiLock(RLock...)) ------------------------ *
  * Several locks of any kinds taken all-or-nothing by one owner, with
  * Java's RedissonMultiLock algorithm, so a MultiLock in C and one in Java
- * over the same names exclude each other (docs/multilock.md). It has no
- * keys of its own: each member takes, waits for and releases its lock as
- * that lock's own calls do (its wire protocol, channel, fair queue,
- * watchdog). Members are taken one after the other in the order given
- * (not sorted: as in Java, two MultiLocks over the same names in another
- * order avoid a deadlock only by their waits); each member may wait the
- * whole time that remains. When a member is not taken, every member taken
- * so far is released and the round starts again from the first member
- * while time remains. Members may be on different cluster slots, nodes
- * and clients. The same lock twice is taken twice, as in Java (an RLock
- * re-enters; a non-reentrant lock fails the call with RLOCK_EREENTRY). */
-typedef struct rlock_multilock rlock_multilock;
-typedef struct rlock_multilock_req rlock_multilock_req;
+ * over the same names exclude each other (docs/multilock.md). It is an
+ * `rlock *`, as Java's is an RLock: taken, tried, released and queried
+ * with the lock calls (rlock_lock, rlock_try_lock, rlock_unlock,
+ * rlock_is_held, rlock_is_lease_guaranteed, their _owner forms,
+ * rlock_lock_async / rlock_unlock_async / rlock_is_held_async with one
+ * rlock_req, cancelled with rlock_req_cancel and freed with
+ * rlock_req_free), and freed with rlock_free(). It has no keys of its own:
+ * each member takes, waits for and releases its lock as that lock's own
+ * calls do (its wire protocol, channel, fair queue, watchdog, events and
+ * stats). Members are taken one after the other in the order given (not
+ * sorted: as in Java, two MultiLocks over the same names in another order
+ * avoid a deadlock only by their waits); each member may wait the whole
+ * time that remains. When a member is not taken, every member taken so far
+ * is released and the round starts again from the first member while time
+ * remains. Members may be on different cluster slots, nodes and clients.
+ * The same lock twice is taken twice, as in Java (an RLock re-enters; a
+ * non-reentrant lock fails the call with RLOCK_EREENTRY).
+ * What the lock calls do on it:
+ *  - rlock_try_lock (and _owner, rlock_lock_async): 1 all held, 0 not all
+ *    within wait_ms (none held), or a negative error (none held). wait_ms
+ *    0: one try of each member (the first one not taken ends the call with
+ *    0); wait_ms < 0: as rlock_lock(). lease_ms < 0: each member is held
+ *    until unlocked (its watchdog renews it); lease_ms > 0: members are
+ *    taken with a lease of 2 x wait_ms (wait_ms 0: lease_ms), and once all
+ *    are held each member's keys get lease_ms (Java's way); 0:
+ *    RLOCK_EINVAL. A member's own error ends the call with that error
+ *    after the members taken are released (RLOCK_EREENTRY, RLOCK_EKIND,
+ *    RLOCK_ENOPERM, RLOCK_ECLOSED, ...), except the transient ones
+ *    (RLOCK_ETIMEDOUT, RLOCK_ECONN, RLOCK_ENOREPLICA, RLOCK_ECLUSTER),
+ *    which count as a member not taken, as Java counts any exception: the
+ *    round starts again, and at the deadline the call returns that error
+ *    instead of 0. Java quirk kept: the time left is checked after each
+ *    member, the last one included, so members all taken just after the
+ *    deadline are released and the call returns 0. rlock_req_cancel() of
+ *    the request, or rlock_client_interrupt() of the owner on a member's
+ *    client, ends the member's wait; the callback then fires with
+ *    RLOCK_ECANCELED after every member taken is released (a fair member
+ *    leaves its queue). The async callback fires on a member's client
+ *    loop thread. RLOCK_EDEADLK for a blocking call on a member's client
+ *    loop thread.
+ *  - rlock_lock (and _owner): rounds of try_lock(w, lease_ms) until one
+ *    succeeds (Java's lock()), w = n x 1500 ms without a lease, else
+ *    random in [lease/2, lease) when lease_ms <= n x 1500, else in
+ *    [n x 1500, lease). 0 or a negative error.
+ *  - rlock_unlock (and _owner, rlock_unlock_async): one hold of every
+ *    member released, in order: all are tried whatever one answers
+ *    (Java's sync unlock stops at the first failure). 0, or the first
+ *    member's error (RLOCK_ENOTOWNER: not held).
+ *  - rlock_is_held (and _owner, rlock_is_held_async): 1 if the owner
+ *    holds every member (Java's isHeldByThread), 0 if not, or the first
+ *    member's error.
+ *  - rlock_is_lease_guaranteed (and _owner): the earliest of the members'
+ *    guarantees (1 while it is ahead, 0 once passed), or the first
+ *    member's error (RLOCK_ENOTOWNER, RLOCK_ELOCKLOST, ...).
+ *  - rlock_is_locked, rlock_force_unlock, rlock_hold_count,
+ *    rlock_remain_ttl, rlock_force_unlock_holder, their _async forms and
+ *    the fenced calls: RLOCK_EINVAL with a detail, nothing sent (Java's
+ *    RedissonMultiLock throws UnsupportedOperationException for them; ask
+ *    the members).
+ *  - rlock_name: the members' names joined by ','; rlock_kind: "multilock"
+ *    ("redlock" for a RedLock).
+ */
 
 /* A MultiLock over members[0..n-1] (lock handles: rlock_new and the other
- * getters; the handles may be freed afterwards - the MultiLock keeps them
- * alive until rlock_multilock_free()). Sends nothing. Errors: RLOCK_EINVAL
- * (NULL members or out, n == 0, a NULL member, or a handle that is not a
- * lock: semaphore, latch), RLOCK_ECLOSED (a member's client is closed),
+ * constructors; the handles may be freed afterwards - the MultiLock keeps
+ * them alive until it is freed). Sends nothing. Errors, with nothing made:
+ * RLOCK_EINVAL (NULL members or out, n == 0, a NULL member, a handle that
+ * is not a lock: semaphore, latch; or a member that is itself a MultiLock
+ * or RedLock - Java takes one as a member, rlock refuses it: put the
+ * inner group's members in), RLOCK_ECLOSED (a member's client is closed),
  * RLOCK_ENOMEM. */
-RLOCK_EXTERN int rlock_multilock_new(rlock *const *members, size_t n,
-                                     rlock_multilock **out);
-/* Frees the MultiLock (does not unlock; an acquire still running keeps it
- * alive until its callback). NULL is accepted. */
-RLOCK_EXTERN void rlock_multilock_free(rlock_multilock *ml);
-/* How many members (n of rlock_multilock_new); 0 for NULL. */
-RLOCK_EXTERN size_t rlock_multilock_size(const rlock_multilock *ml);
-
-/*
- * Takes every member for the calling thread (the _owner forms: for
- * `owner`) within wait_ms: returns 1 all held, 0 not all within wait_ms
- * (none held), or a negative error (none held). wait_ms 0: one try of
- * each member (the first one not taken ends the call with 0); wait_ms < 0:
- * as rlock_multilock_lock(). lease_ms < 0: each member is held until
- * unlocked (its watchdog renews it); lease_ms > 0: members are taken with
- * a lease of 2 x wait_ms (wait_ms 0: lease_ms), and once all are held each
- * member's keys get lease_ms (Java's way); 0: RLOCK_EINVAL.
- * A member's own error ends the call with that error after the members
- * taken are released (RLOCK_EREENTRY, RLOCK_EKIND, RLOCK_ENOPERM,
- * RLOCK_ECLOSED, ...), except the transient ones (RLOCK_ETIMEDOUT,
- * RLOCK_ECONN, RLOCK_ENOREPLICA, RLOCK_ECLUSTER), which count as a member
- * not taken, as Java counts any exception: the round starts again, and
- * at the deadline the call returns that error instead of 0. Java quirk
- * kept: the time left is checked after each member, the last one
- * included, so members all taken just after the deadline are released
- * and the call returns 0. rlock_client_interrupt() of the owner ends a member's
- * wait and the call returns RLOCK_ECANCELED. RLOCK_EDEADLK on a member's
- * client loop thread.
- */
-RLOCK_EXTERN int rlock_multilock_try_lock(rlock_multilock *ml, int64_t wait_ms,
-                                          int64_t lease_ms);
-RLOCK_EXTERN int rlock_multilock_try_lock_owner(rlock_multilock *ml,
-                                                uint64_t owner, int64_t wait_ms,
-                                                int64_t lease_ms);
-/* Takes every member, however long it takes (Java's lock()): rounds of
- * rlock_multilock_try_lock(w, lease_ms) until one succeeds, w = n x 1500
- * ms without a lease, else random in [lease/2, lease) when lease_ms <=
- * n x 1500, else in [n x 1500, lease). 0 or a negative error. */
-RLOCK_EXTERN int rlock_multilock_lock(rlock_multilock *ml, int64_t lease_ms);
-RLOCK_EXTERN int rlock_multilock_lock_owner(rlock_multilock *ml, uint64_t owner,
-                                            int64_t lease_ms);
-/*
- * rlock_multilock_try_lock_owner with a callback (status 1/0/error; value
- * 0), exactly once, on a member's client loop thread; wait_ms < 0: rounds
- * until all are held, as rlock_multilock_lock (status 1). Callbacks must
- * not block. If the call returns an error the callback never fires. `req`
- * (NULL ok) receives a handle for rlock_multilock_req_cancel(), to free with
- * rlock_multilock_req_free().
- */
-RLOCK_EXTERN int rlock_multilock_lock_async(rlock_multilock *ml, uint64_t owner,
-                                            int64_t wait_ms, int64_t lease_ms,
-                                            rlock_cb cb, void *data,
-                                            rlock_multilock_req **req);
-/* Cancels a MultiLock acquire from any thread: its callback fires with
- * RLOCK_ECANCELED (unless it already fired or fires first with its own
- * result), after the member being waited for is cancelled (a fair
- * member leaves its queue) and every member taken is released. 0, or
- * RLOCK_EINVAL for NULL. */
-RLOCK_EXTERN int rlock_multilock_req_cancel(rlock_multilock_req *req);
-/* Releases the caller's handle (does not cancel). NULL is accepted. */
-RLOCK_EXTERN void rlock_multilock_req_free(rlock_multilock_req *req);
-/* Releases one hold of every member, in order, for the calling thread (or
- * `owner`): all are tried whatever one answers (Java's sync unlock stops
- * at the first failure). 0, or the first member's error
- * (RLOCK_ENOTOWNER: not held). */
-RLOCK_EXTERN int rlock_multilock_unlock(rlock_multilock *ml);
-RLOCK_EXTERN int rlock_multilock_unlock_owner(rlock_multilock *ml,
-                                              uint64_t owner);
-/* 1 if `owner` holds every member (Java's isHeldByThread), 0 if not, or
- * the first error. */
-RLOCK_EXTERN int rlock_multilock_is_held_owner(rlock_multilock *ml,
-                                               uint64_t owner);
+RLOCK_EXTERN int rlock_new_multilock(rlock *const *members, size_t n,
+                                     rlock **lock);
 
 /* ---- RedLock (Redisson getRedLock(RLock...)) ---------------------------- *
  * A MultiLock over locks on independent servers - one member per server,
@@ -1185,9 +1173,8 @@ RLOCK_EXTERN int rlock_multilock_is_held_owner(rlock_multilock *ml,
  * a miss, as a member held by another owner is); once a quorum is held a
  * miss ends the round a success (the members after it are not tried);
  * one miss more releases the members taken and starts the round again
- * from the first member while time remains. It is an rlock_multilock:
- * taken, tried, released, cancelled and freed with the rlock_multilock_*
- * calls above, which behave for it as follows.
+ * from the first member while time remains. It is an `rlock *` as the
+ * MultiLock is, and the lock calls behave for it as for a MultiLock but:
  *  - try_lock / lock / lock_async: 1 (or 0 for lock) with at least a
  *    quorum of members held; the members missed are not held. The
  *    member lease and the lease trick are the MultiLock's, applied to the
@@ -1198,10 +1185,13 @@ RLOCK_EXTERN int rlock_multilock_is_held_owner(rlock_multilock *ml,
  *    error (a server's error before RLOCK_ENOTOWNER), with how many were
  *    released in the detail. A stalled server makes it wait that
  *    client's command timeout (and retries) once.
- *  - is_held_by_owner: 1 when at least a quorum of members is held by
- *    `owner` (Java's RedLock asks all members, so a RedLock held by a
- *    quorum answers false there), 0 if not, or a member's error when
- *    fewer than a quorum answered 1.
+ *  - is_held: 1 when at least a quorum of members is held by the owner
+ *    (Java's RedLock asks all members, so a RedLock held by a quorum
+ *    answers false there), 0 if not, or a member's error when fewer than
+ *    a quorum answered 1.
+ *  - is_lease_guaranteed: the quorum-th latest of the members'
+ *    guarantees (the RedLock is held while a quorum is), or a member's
+ *    error when fewer than a quorum have one.
  * Members on a stopped server cost their client's command_timeout_ms when
  * tried without a wait (wait_ms 0); give the members' clients a command
  * timeout that suits the wait.
@@ -1209,17 +1199,21 @@ RLOCK_EXTERN int rlock_multilock_is_held_owner(rlock_multilock *ml,
 /* A RedLock over members[0..n-1] (n >= 1; quorum n/2+1). Sends nothing;
  * the handles may be freed afterwards. Errors, with nothing made:
  * RLOCK_EINVAL (NULL members or out, n == 0, a NULL member, a handle that
- * is not a lock, two members on the same client, or on clients whose URIs
- * name the same server: a host:port written alike, case aside - any of a
- * sentinel or cluster URI's - or the same unix socket; two names for one
- * host, such as localhost and 127.0.0.1, are not recognised, and Java
- * checks none of this), RLOCK_ECLOSED (a member's client is closed),
- * RLOCK_ENOMEM. A MultiLock cannot be a member (it is not an rlock *). */
-RLOCK_EXTERN int rlock_redlock_new(rlock *const *members, size_t n,
-                                   rlock_multilock **out);
+ * is not a lock, a MultiLock or RedLock as a member, two members on the
+ * same client, or on clients whose URIs name the same server: a host:port
+ * written alike, case aside - any of a sentinel or cluster URI's - or the
+ * same unix socket; two names for one host, such as localhost and
+ * 127.0.0.1, are not recognised, and Java checks none of this),
+ * RLOCK_ECLOSED (a member's client is closed), RLOCK_ENOMEM. */
+RLOCK_EXTERN int rlock_new_redlock(rlock *const *members, size_t n,
+                                   rlock **lock);
+/* How many members a MultiLock or RedLock has (a FasterMultiLock: its
+ * distinct values); 1 for any other lock; 0 for NULL or a handle that is
+ * not a lock. */
+RLOCK_EXTERN size_t rlock_member_count(const rlock *lock);
 /* How many members must be held: n for a MultiLock, n/2+1 for a RedLock;
- * 0 for NULL. */
-RLOCK_EXTERN size_t rlock_multilock_quorum(const rlock_multilock *ml);
+ * 1 for any other lock; 0 for NULL or a handle that is not a lock. */
+RLOCK_EXTERN size_t rlock_quorum(const rlock *lock);
 
 /* ---- FasterMultiLock (Redisson getMultiLock(group, values)) ------------ *
  * Values of one group locked all or none by one script call on one hash,
@@ -1230,14 +1224,41 @@ RLOCK_EXTERN size_t rlock_multilock_quorum(const rlock_multilock *ml);
  * wire-protocol.md, "The FasterMultiLock"). Shared with Java only when
  * Java encodes the values as UTF-8 strings (StringCodec): the field names
  * are hashes of the encoded bytes, and Java's default codec is Kryo.
+ * It is an `rlock *` (kind "fast_multilock", freed with rlock_free()),
+ * taken and released with the lock calls, sync and async:
+ *  - rlock_try_lock (and _owner, rlock_lock_async): every value within
+ *    wait_ms (0: one try; < 0: no limit) for lease_ms (> 0; < 0: watchdog
+ *    mode, see below; 0: RLOCK_EINVAL): 1 all taken (re-entered where the
+ *    owner held them), 0 not within wait_ms (none taken), or an error.
+ *    rlock_req_cancel() ends an async wait (RLOCK_ECANCELED, none taken).
+ *  - rlock_lock (and _owner): waits as long as it takes: 0 or an error.
+ *  - rlock_unlock (and _owner, rlock_unlock_async): one hold of every
+ *    value: 0 (every value freed, or some still held by a re-entry),
+ *    RLOCK_ENOTOWNER when a value is not held by the owner (nothing is
+ *    changed then), RLOCK_ELOCKLOST when the owner's watchdog found the
+ *    hold lost (any values still held are released all the same).
+ *    Publishes "0" on the group's channel when a value was freed. The
+ *    owner's watchdog stops when every value is freed, and keeps renewing
+ *    while some stay held.
+ *  - rlock_force_unlock (and _async): frees every value whoever holds it
+ *    (publishing "0"): the number of values that had a holder.
+ *  - rlock_is_locked (and _async): 1 if any value is held (a hold not
+ *    ended), else 0. rlock_is_held (and _owner, _async): 1 if the owner
+ *    holds every value, else 0.
+ *  - rlock_hold_count, rlock_remain_ttl, rlock_is_lease_guaranteed,
+ *    rlock_force_unlock_holder and the fenced calls: RLOCK_EINVAL with a
+ *    detail, nothing sent (its renewal is its own watchdog, below, which
+ *    keeps no lease guarantee).
+ *  - rlock_member_count / rlock_quorum: how many distinct values.
  * lease_ms < 0 is watchdog mode, as for rlock_try_lock(): the values are
  * taken for the client's watchdog_timeout_ms and renewed every third of it
  * (one renewal script per group and owner, Java's FastMultilockTask) until
  * the owner's last unlock, the handle's free or the client's close. A
  * renewal that finds the values no longer the owner's (expired, deleted,
  * force-unlocked) stops, calls on_lock_lost (name = the group, the owner
- * string) once, and the owner's next unlock returns RLOCK_ELOCKLOST. */
-typedef struct rlock_fast_multilock rlock_fast_multilock;
+ * string) once, and the owner's next unlock returns RLOCK_ELOCKLOST. That
+ * watchdog is the FasterMultiLock's own: its renewals emit no events and
+ * count in no stats. */
 #define RLOCK_FAST_MULTILOCK_FIELD_LEN 22
 
 /* The field name of a value: base64 (standard alphabet, no "==") of
@@ -1249,53 +1270,18 @@ RLOCK_EXTERN int rlock_fast_multilock_field_name(
     char out[RLOCK_FAST_MULTILOCK_FIELD_LEN + 1]);
 /* A handle for `values` (n >= 1; lens NULL: NUL-terminated strings, else
  * their byte lengths) of `group`; equal values count once. Sends nothing.
- * Errors as for rlock_new(), and RLOCK_EINVAL for n == 0 or a NULL value. */
-RLOCK_EXTERN int rlock_fast_multilock_new(rlock_client *client,
+ * Errors as for rlock_new(), and RLOCK_EINVAL for n == 0 or a NULL value.
+ * A FasterMultiLock cannot be a member of a MultiLock (RLOCK_EINVAL). */
+RLOCK_EXTERN int rlock_new_fast_multilock(rlock_client *client,
                                           const char *group,
                                           const char *const *values,
                                           const size_t *lens, size_t n,
-                                          rlock_fast_multilock **out);
-RLOCK_EXTERN void rlock_fast_multilock_free(rlock_fast_multilock *fml);
-/* How many distinct values; 0 for NULL. */
-RLOCK_EXTERN size_t rlock_fast_multilock_size(const rlock_fast_multilock *fml);
-/* Takes every value within wait_ms (0: one try; < 0: no limit) for
- * lease_ms (> 0; < 0: watchdog mode, see above; 0: RLOCK_EINVAL): 1 all
- * taken (re-entered where the owner held them), 0 not within wait_ms (none
- * taken), or an error. */
-RLOCK_EXTERN int rlock_fast_multilock_try_lock(rlock_fast_multilock *fml,
-                                               int64_t wait_ms,
-                                               int64_t lease_ms);
-RLOCK_EXTERN int rlock_fast_multilock_try_lock_owner(rlock_fast_multilock *fml,
-                                                     uint64_t owner,
-                                                     int64_t wait_ms,
-                                                     int64_t lease_ms);
-/* Waits as long as it takes: 0 or an error. */
-RLOCK_EXTERN int rlock_fast_multilock_lock(rlock_fast_multilock *fml,
-                                           int64_t lease_ms);
-/* Releases one hold of every value: 0 (every value freed, or some still
- * held by a re-entry), RLOCK_ENOTOWNER when a value is not held by the owner
- * (nothing is changed then), RLOCK_ELOCKLOST when the owner's watchdog
- * found the hold lost (any values still held are released all the same).
- * Publishes "0" on the group's channel when a value was freed. The
- * owner's watchdog stops when every value is freed, and keeps renewing
- * while some stay held. */
-RLOCK_EXTERN int rlock_fast_multilock_unlock(rlock_fast_multilock *fml);
-RLOCK_EXTERN int rlock_fast_multilock_unlock_owner(rlock_fast_multilock *fml,
-                                                   uint64_t owner);
+                                          rlock **lock);
 /* Java's renewal, on request: every value's hold by `owner` ends lease_ms
  * (> 0) from now. 1 renewed, 0 a value is not the owner's (or the group is
- * gone). */
-RLOCK_EXTERN int rlock_fast_multilock_renew_owner(rlock_fast_multilock *fml,
-                                                  uint64_t owner,
+ * gone); RLOCK_EINVAL for a handle of another kind. */
+RLOCK_EXTERN int rlock_fast_multilock_renew_owner(rlock *lock, uint64_t owner,
                                                   int64_t lease_ms);
-/* Frees every value whoever holds it (publishing "0"): the number of
- * values that had a holder. */
-RLOCK_EXTERN int rlock_fast_multilock_force_unlock(rlock_fast_multilock *fml);
-/* 1 if any value is held (a hold not ended), else 0. */
-RLOCK_EXTERN int rlock_fast_multilock_is_locked(rlock_fast_multilock *fml);
-/* 1 if `owner` holds every value, else 0. */
-RLOCK_EXTERN int rlock_fast_multilock_is_held_owner(rlock_fast_multilock *fml,
-                                                    uint64_t owner);
 
 /* ========================================================================
  * Semaphore

@@ -389,7 +389,7 @@ int cli_redlock_check(cli_run_opts *o, const char *uri_flag);
  * on each and makes the RedLock; *first receives the first client, which
  * the caller closes. 0, or the exit code with the failure printed. */
 int cli_redlock_open(const cli_run_opts *o, const rlock_options *base,
-                     rlock_client **first, rlock_multilock **rl);
+                     rlock_client **first, rlock **rl);
 /* Closes the other clients (after the RedLock is freed). */
 void cli_redlock_close(void);
 /* `rlock elect ...` / `rlock leader ...` (elect.c): argv starts at the

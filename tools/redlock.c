@@ -1,8 +1,8 @@
 /* `rlock --redlock URI,URI,... NAME -- COMMAND`: the lock NAME taken as a
- * RedLock (rlock_redlock_new, Redisson's getRedLock) over one client per
+ * RedLock (rlock_new_redlock, Redisson's getRedLock) over one client per
  * URI, held while COMMAND runs. run.c drives it as it drives a MultiLock
- * (the handle is an rlock_multilock); this file parses the list, checks
- * it, and opens and closes the clients. Public API only. */
+ * (the handle is an rlock * of kind "redlock"); this file parses the list,
+ * checks it, and opens and closes the clients. Public API only. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,7 +66,7 @@ int cli_redlock_check(cli_run_opts *o, const char *uri_flag) {
  * is exactly n/2+1 (all of them: one down of 2, two down of 5), else none
  * (fewer than n/2+1 reached, or seven servers or more with two or more
  * down but more than n/2+1 reached, a quorum no RedLock of m has). */
-static int make_lock(rlock **m, size_t reached, rlock_multilock **rl) {
+static int make_lock(rlock **m, size_t reached, rlock **rl) {
   size_t quorum = g_n / 2 + 1;
   if (reached < quorum) {
     cli_err("--redlock: %zu of %zu servers reached; a RedLock needs %zu",
@@ -75,9 +75,9 @@ static int make_lock(rlock **m, size_t reached, rlock_multilock **rl) {
   }
   int err;
   if (reached / 2 + 1 == quorum) {
-    err = rlock_redlock_new(m, reached, rl);
+    err = rlock_new_redlock(m, reached, rl);
   } else if (reached == quorum) {
-    err = rlock_multilock_new(m, reached, rl);
+    err = rlock_new_multilock(m, reached, rl);
   } else {
     cli_err("--redlock: %zu of %zu servers reached: no RedLock of %zu "
             "needs %zu of them; try again when more are up",
@@ -92,7 +92,7 @@ static int make_lock(rlock **m, size_t reached, rlock_multilock **rl) {
 }
 
 int cli_redlock_open(const cli_run_opts *o, const rlock_options *base,
-                     rlock_client **first, rlock_multilock **rl) {
+                     rlock_client **first, rlock **rl) {
   *first = NULL;
   *rl = NULL;
   g_clients = calloc(g_n, sizeof(rlock_client *));

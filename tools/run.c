@@ -121,7 +121,7 @@ typedef struct holder {
   rlock_client *client;
   rlock *lock;
   rlock_permit_semaphore *sem; /* --permits: instead of lock */
-  rlock_multilock *ml;         /* -m: instead of lock */
+  rlock *ml;                   /* -m: a MultiLock instead of lock */
   int64_t permits;             /* --permits N */
   int64_t take;                /* --take K (>= 1) */
   int64_t renew_ms;            /* --permits: update the lease this often
@@ -281,10 +281,9 @@ static int holder_try(holder *h, int64_t wait_ms, int64_t *token) {
   pthread_mutex_unlock(&h->mutex);
   if (closed)
     return RLOCK_ECLOSED;
-  return h->ml != NULL ? rlock_multilock_try_lock(h->ml, wait_ms, h->lease_ms)
-         : h->kind == CLI_KIND_FENCED
-             ? rlock_try_lock_fenced(h->lock, wait_ms, h->lease_ms, token)
-             : rlock_try_lock(h->lock, wait_ms, h->lease_ms);
+  if (h->ml == NULL && h->kind == CLI_KIND_FENCED)
+    return rlock_try_lock_fenced(h->lock, wait_ms, h->lease_ms, token);
+  return rlock_try_lock(h->ml != NULL ? h->ml : h->lock, wait_ms, h->lease_ms);
 }
 
 /* The acquire, within -w. NAME holding another kind of lock (RLOCK_EKIND:
@@ -345,7 +344,7 @@ static void *holder_main(void *arg) {
   while (!h->release_requested)
     pthread_cond_wait(&h->cond, &h->mutex);
   pthread_mutex_unlock(&h->mutex);
-  rc = h->ml != NULL ? rlock_multilock_unlock(h->ml) : rlock_unlock(h->lock);
+  rc = rlock_unlock(h->ml != NULL ? h->ml : h->lock);
   if (h->ml != NULL && rc == RLOCK_ENOTOWNER)
     rc = RLOCK_ELOCKLOST; /* a member expired or was deleted meanwhile */
   holder_set_detail(h, rc);
@@ -974,8 +973,7 @@ static int open_event_pipe(void) {
 }
 
 /* -m: a MultiLock over a handle of the kind for each name. */
-static int multi_get(rlock_client *client, const cli_run_opts *o,
-                     rlock_multilock **ml) {
+static int multi_get(rlock_client *client, const cli_run_opts *o, rlock **ml) {
   rlock **m = calloc(o->n_names, sizeof(rlock *));
   int rc = m == NULL ? RLOCK_ENOMEM : 0;
   size_t got = 0;
@@ -984,7 +982,7 @@ static int multi_get(rlock_client *client, const cli_run_opts *o,
     got += rc == 0;
   }
   if (rc == 0)
-    rc = rlock_multilock_new(m, o->n_names, ml);
+    rc = rlock_new_multilock(m, o->n_names, ml);
   for (size_t i = 0; i < got; i++)
     rlock_free(m[i]); /* the MultiLock keeps its own references */
   free(m);
@@ -1101,7 +1099,7 @@ int cli_run(const cli_run_opts *o) {
     pthread_join(r.h.thread, NULL);
   }
   rlock_free(r.h.lock);
-  rlock_multilock_free(r.h.ml);
+  rlock_free(r.h.ml);
   rlock_permit_semaphore_free(r.h.sem);
   rlock_client_free(r.client);
   cli_redlock_close();

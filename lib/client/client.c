@@ -396,8 +396,8 @@ int rlock_client_interrupt(rlock_client *c, uint64_t owner) {
 
 /* ---- lock handles ---- */
 
-static int get_handle(rlock_client *c, const char *name, rlock **out,
-                      const rlock__prim *prim) {
+static int get_handle_size(rlock_client *c, const char *name, rlock **out,
+                           const rlock__prim *prim, size_t size) {
   if (out == NULL || c == NULL || name == NULL || name[0] == '\0') {
     if (out != NULL)
       *out = NULL;
@@ -423,7 +423,7 @@ static int get_handle(rlock_client *c, const char *name, rlock **out,
     rlock__set_last_error("client is closed");
     return RLOCK_ECLOSED;
   }
-  int rc = rlock__handle_new(&c->engine, prim, name, len, out);
+  int rc = rlock__handle_new_size(&c->engine, prim, name, len, size, out);
   if (rc != 0) {
     rlock__set_last_error("out of memory");
     return rc;
@@ -443,6 +443,11 @@ static int get_handle(rlock_client *c, const char *name, rlock **out,
   }
   rlock__clear_last_error();
   return 0;
+}
+
+static int get_handle(rlock_client *c, const char *name, rlock **out,
+                      const rlock__prim *prim) {
+  return get_handle_size(c, name, out, prim, sizeof(rlock));
 }
 
 int rlock_new(rlock_client *c, const char *name, rlock **out) {
@@ -478,15 +483,26 @@ int rlock_guard_new(rlock_client *c, const char *name, rlock_guard **out) {
   return get_handle(c, name, (rlock **)out, &rlock__prim_guard);
 }
 
-int rlock_fast_multilock_new(rlock_client *c, const char *group,
+int rlock_new_fast_multilock(rlock_client *c, const char *group,
                              const char *const *values, const size_t *lens,
-                             size_t n, rlock_fast_multilock **out) {
+                             size_t n, rlock **out) {
   if (out == NULL)
     return rlock__bad_arg("out is NULL");
   *out = NULL;
+  size_t size = rlock__fast_multilock_size(n);
+  if (values == NULL || n == 0 || size == 0)
+    return rlock__bad_arg("a FasterMultiLock needs at least one value");
   rlock *h = NULL;
-  int rc = get_handle(c, group, &h, &rlock__prim_fast_multilock);
-  return rc != 0 ? rc : rlock__fast_multilock_wrap(h, values, lens, n, out);
+  int rc = get_handle_size(c, group, &h, &rlock__prim_fast_multilock, size);
+  if (rc == 0)
+    rc = rlock__fast_multilock_fill(h, values, lens, n);
+  if (rc != 0 && h != NULL) {
+    rlock__handle_release(h); /* no watchdog yet: the memory goes */
+    *out = NULL;
+  } else {
+    *out = h;
+  }
+  return rc;
 }
 
 int rlock_semaphore_new(rlock_client *c, const char *name,

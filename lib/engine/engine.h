@@ -48,6 +48,13 @@ struct rlock {
  * says). Takes a reference on the engine's core. 0 or RLOCK_ENOMEM. */
 int rlock__handle_new(rlock__engine *e, const rlock__prim *prim,
                       const char *name, size_t len, rlock **out);
+/* The same for a kind whose handle carries state of its own: `size` bytes
+ * (zeroed), a struct that starts with the rlock (as ops embed rlock__op);
+ * the descriptor's handle_free lets go of that state with the last
+ * reference. */
+int rlock__handle_new_size(rlock__engine *e, const rlock__prim *prim,
+                           const char *name, size_t len, size_t size,
+                           rlock **out);
 /* Drops a reference (the handle is freed with the last). Any thread. */
 void rlock__handle_release(rlock *lock);
 
@@ -150,6 +157,18 @@ struct rlock__prim {
   bool try_reads_only;
   /* The kind's own queries and force unlock (NULL entries: none). */
   const rlock__prim_ops *ops;
+  /* The lock calls, when the kind runs them itself instead of through
+   * the engine's acquire and release (a MultiLock, over other handles):
+   * the public lock calls (lib/prim/lock.c) dispatch to them. Opaque here:
+   * the engine never calls them. NULL: the engine's. */
+  const struct rlock__prim_calls *calls;
+  /* Lets go of what a handle of rlock__handle_new_size holds beyond the
+   * rlock, when its last reference goes (NULL: nothing). Any thread. */
+  void (*handle_free)(rlock *lock);
+  /* rlock_free() of a handle of this kind: the kind lets go of the
+   * user's reference itself, e.g. after stopping on the loop thread what
+   * holds other references (NULL: it is released at once). Any thread. */
+  void (*user_free)(rlock *lock);
   /* ---- the hold part ----
    * NULL: an acquisition is not a hold (semaphore permits, a latch's
    * await): nothing is recorded, renewed, released or trimmed, and an
@@ -327,6 +346,28 @@ int rlock__req_submit(rlock__op *op, rlock_req **out);
 int rlock__op_submit_async(rlock *lock, const rlock__op_type *type,
                            uint64_t owner, int64_t wait_ms, int64_t lease_ms,
                            rlock__async_cb cb, void *data, rlock_req **out);
+/* A request whose work a kind runs itself (a MultiLock's acquire, driven
+ * by its members' requests): an rlock_req like any other for the caller
+ * (rlock_req_cancel, rlock_req_free), its reference count kept here, its
+ * cancel and its state the kind's. */
+typedef struct rlock__req_impl {
+  /* rlock_req_cancel(): 0 or an error with the last error set; NULL: not
+   * an acquire (RLOCK_EINVAL). Any thread. */
+  int (*cancel)(void *state);
+  /* The last reference went: let go of what the state holds (the memory
+   * is freed here after it). Any thread. */
+  void (*destroy)(void *state);
+} rlock__req_impl;
+/* `size` bytes of the kind's state (zeroed, aligned as malloc's) in a new
+ * request with one reference, the kind's. NULL: out of memory (last error
+ * set). */
+void *rlock__req_custom_new(const rlock__req_impl *impl, size_t size);
+/* The request of that state, as the caller receives it. */
+rlock_req *rlock__req_custom_of(void *state);
+/* One reference more (the caller's, when it takes the request), one less
+ * (the last calls destroy and frees). Any thread. */
+void rlock__req_custom_ref(void *state);
+void rlock__req_custom_unref(void *state);
 /* Argument checks shared by the facades (set the last error). */
 int rlock__bad_arg(const char *what);
 int rlock__check_lease(int64_t lease_ms);

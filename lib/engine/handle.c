@@ -9,7 +9,14 @@
 
 int rlock__handle_new(rlock__engine *e, const rlock__prim *prim,
                       const char *name, size_t len, rlock **out) {
-  rlock *lock = calloc(1, sizeof(*lock));
+  return rlock__handle_new_size(e, prim, name, len, sizeof(rlock), out);
+}
+
+int rlock__handle_new_size(rlock__engine *e, const rlock__prim *prim,
+                           const char *name, size_t len, size_t size,
+                           rlock **out) {
+  assert(size >= sizeof(rlock));
+  rlock *lock = calloc(1, size);
   if (lock == NULL)
     return RLOCK_ENOMEM;
   lock->name = malloc(len + 1);
@@ -45,6 +52,8 @@ void rlock__handle_release(rlock *lock) {
   if (was != 1)
     return;
   rlock__core *core = lock->engine->core;
+  if (lock->prim->handle_free != NULL)
+    lock->prim->handle_free(lock);
   free(lock->name);
   free(lock->tag);
   free(lock->channel);
@@ -53,7 +62,9 @@ void rlock__handle_release(rlock *lock) {
 }
 
 void rlock_free(rlock *lock) {
-  if (lock != NULL)
+  if (lock != NULL && lock->prim->user_free != NULL)
+    lock->prim->user_free(lock);
+  else if (lock != NULL)
     rlock__handle_release(lock);
 }
 

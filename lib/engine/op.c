@@ -347,6 +347,9 @@ struct rlock_req {
   atomic_int refs;
   rlock__async_cb cb;
   void *data;
+  /* A kind's own request (rlock__req_custom_new): op[] holds its state,
+   * not an op. NULL: an op. */
+  const rlock__req_impl *impl;
   _Alignas(max_align_t) unsigned char op[];
 };
 
@@ -361,9 +364,37 @@ static void req_release(rlock_req *req) {
   assert(was >= 1);
   if (was != 1)
     return;
+  if (req->impl != NULL) {
+    req->impl->destroy(req->op);
+    free(req);
+    return;
+  }
   rlock *lock = req_op(req)->lock;
   free(req);
   rlock__handle_release(lock);
+}
+
+void *rlock__req_custom_new(const rlock__req_impl *impl, size_t size) {
+  rlock_req *req = calloc(1, sizeof(*req) + size);
+  if (req == NULL) {
+    rlock__set_last_error("out of memory");
+    return NULL;
+  }
+  atomic_init(&req->refs, 1);
+  req->impl = impl;
+  return req->op;
+}
+
+rlock_req *rlock__req_custom_of(void *state) {
+  return req_of((rlock__op *)state);
+}
+
+void rlock__req_custom_ref(void *state) {
+  atomic_fetch_add(&req_of((rlock__op *)state)->refs, 1);
+}
+
+void rlock__req_custom_unref(void *state) {
+  req_release(req_of((rlock__op *)state));
 }
 
 static void async_done(rlock__op *op) {
@@ -390,6 +421,7 @@ rlock__op *rlock__req_new(rlock *lock, const rlock__op_type *type,
   }
   memset(req->op, 0, op_size);
   atomic_init(&req->refs, 1);
+  req->impl = NULL;
   req->cb = cb;
   req->data = data;
   rlock__op *op = req_op(req);
@@ -447,6 +479,11 @@ static void cancel_done(rlock__op *op) {
 }
 
 int rlock_req_cancel(rlock_req *req) {
+  if (req != NULL && req->impl != NULL) {
+    if (req->impl->cancel == NULL)
+      return rlock__bad_arg("rlock_req_cancel takes an acquire request");
+    return req->impl->cancel(req->op);
+  }
   if (req == NULL || !req_op(req)->type->acquires)
     return rlock__bad_arg("rlock_req_cancel takes an acquire request");
   rlock__op *target = req_op(req);

@@ -10,14 +10,17 @@
  *
  * The acquire runs the engine's wait loop through this descriptor (its
  * wait part only: like the semaphores, an acquisition is not a hold the
- * engine records, renews or trims); the values' field names travel in the
- * op (fml_op embeds rlock__op). Release, renewal, force unlock and the
- * queries are ops of this file. Without a lease (lease_ms < 0) the values
- * are taken for the client's watchdog timeout and renewed by a watchdog of
- * this file (Java's FastMultilockTask): a long-running op per (handle,
- * owner) that sends the renewal script every watchdog_timeout/3 until the
- * owner's last release, the loss of the hold, the handle's free or the
- * client's close (which finishes every running op). */
+ * engine records, renews or trims); the values' field names live in the
+ * handle (rlock__handle_new_size), so its ops are plain rlock__ops. The
+ * public lock calls reach this file through the descriptor's `calls`
+ * (acquire and release: the watchdog) and `ops` (queries, force unlock).
+ * Release, renewal, force unlock and the queries are ops of this file.
+ * Without a lease (lease_ms < 0) the values are taken for the client's
+ * watchdog timeout and renewed by a watchdog of this file (Java's
+ * FastMultilockTask): a long-running op per (handle, owner) that sends the
+ * renewal script every watchdog_timeout/3 until the owner's last release, the
+ * loss of the hold, the handle's free or the client's close (which finishes
+ * every running op). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,48 +178,44 @@ int rlock_fast_multilock_field_name(const void *value, size_t len,
 /* ---- the handle ---- */
 
 typedef char fml_field[RLOCK_FAST_MULTILOCK_FIELD_LEN + 1];
-
 typedef struct fml_wd fml_wd;
 
-struct rlock_fast_multilock {
-  rlock *h;        /* the group's handle (this kind's descriptor) */
-  /* The user's reference and one per watchdog op: a watchdog may outlive
-   * rlock_fast_multilock_free() until the loop thread has stopped it. */
-  atomic_int refs;
-  fml_wd *wds;     /* loop thread: the running watchdogs, one per owner */
-  size_t n;        /* distinct values */
+/* The handle: an rlock of this kind (rlock__handle_new_size) with the
+ * values' field names. Its references: the user's, those of calls in
+ * flight, and one per watchdog op - a watchdog may outlive rlock_free()
+ * until the loop thread has stopped it (fml_user_free). */
+typedef struct fml {
+  rlock h;               /* first: the handle */
+  fml_wd *wds;           /* loop thread: the running watchdogs, one per owner */
+  size_t n;              /* distinct values */
   atomic_llong lease_ms; /* the last acquire's, re-applied by a release */
+  /* rlock_free() was called: a watchdog that starts after it (an async
+   * acquire that ends later) stops at once - the values end with their
+   * lease, as they would at the free. */
+  atomic_bool user_freed;
   fml_field fields[];
-};
+} fml;
 
-int rlock__fast_multilock_wrap(rlock *h, const char *const *values,
-                               const size_t *lens, size_t n,
-                               rlock_fast_multilock **out) {
-  if (values == NULL || n == 0 ||
-      n > (SIZE_MAX - sizeof(rlock_fast_multilock)) / sizeof(fml_field)) {
-    rlock__handle_release(h);
-    return rlock__bad_arg("a FasterMultiLock needs at least one value");
-  }
-  rlock_fast_multilock *f =
-      malloc(sizeof(*f) + n * sizeof(fml_field));
-  if (f == NULL) {
-    rlock__handle_release(h);
-    rlock__set_last_error("out of memory");
-    return RLOCK_ENOMEM;
-  }
-  f->h = h;
-  atomic_init(&f->refs, 1);
+static fml *fml_of_lock(rlock *lock) { return (fml *)lock; }
+
+size_t rlock__fast_multilock_size(size_t n) {
+  if (n > (SIZE_MAX - sizeof(fml)) / sizeof(fml_field))
+    return 0;
+  return sizeof(fml) + n * sizeof(fml_field);
+}
+
+int rlock__fast_multilock_fill(rlock *h, const char *const *values,
+                               const size_t *lens, size_t n) {
+  fml *f = fml_of_lock(h);
   f->wds = NULL;
   f->n = 0;
   atomic_init(&f->lease_ms, 30000);
+  atomic_init(&f->user_freed, false);
   for (size_t i = 0; i < n; i++) {
     fml_field name;
     if (values[i] == NULL ||
         rlock_fast_multilock_field_name(
-            values[i], lens != NULL ? lens[i] : strlen(values[i]), name) !=
-            0) {
-      free(f);
-      rlock__handle_release(h);
+            values[i], lens != NULL ? lens[i] : strlen(values[i]), name) != 0) {
       rlock__set_last_error("value %zu is NULL", i);
       return RLOCK_EINVAL;
     }
@@ -228,28 +227,11 @@ int rlock__fast_multilock_wrap(rlock *h, const char *const *values,
     if (!dup)
       memcpy(f->fields[f->n++], name, sizeof(name));
   }
-  *out = f;
   rlock__clear_last_error();
   return 0;
 }
 
-static void fml_unref(rlock_fast_multilock *f) {
-  if (atomic_fetch_sub(&f->refs, 1) != 1)
-    return;
-  rlock__handle_release(f->h);
-  free(f);
-}
-
-size_t rlock_fast_multilock_size(const rlock_fast_multilock *f) {
-  return f != NULL ? f->n : 0;
-}
-
 /* ---- ops: a command of fixed arguments, then the fields ---- */
-
-typedef struct fml_op {
-  rlock__op op; /* first: the engine's */
-  const rlock_fast_multilock *fml;
-} fml_op;
 
 #define FML_FIXED_MAX 10
 
@@ -258,7 +240,7 @@ typedef struct fml_op {
 static rlock__cmd *send_with_fields(rlock__op *op, const rlock__script *script,
                                     const rlock__argv *fixed, int retries,
                                     rlock__reply_cb cb, bool op_send) {
-  const rlock_fast_multilock *f = RLOCK__CONTAINER_OF(op, fml_op, op)->fml;
+  const fml *f = fml_of_lock(op->lock);
   size_t argc = (size_t)fixed->argc + f->n;
   const char **argv = malloc(argc * sizeof(*argv));
   size_t *lens = malloc(argc * sizeof(*lens));
@@ -358,7 +340,7 @@ static void int_reply(rlock__net *n, redisReply *reply, int err, void *data) {
  * release's reply resumes it when values stay held (re-entry). */
 
 struct fml_wd {
-  fml_op o; /* first: the op */
+  rlock__op op; /* first: the op */
   fml_wd *next;
   bool linked; /* on the handle's list (started) */
   bool lost;   /* a renewal found the hold gone */
@@ -367,22 +349,20 @@ struct fml_wd {
 static const rlock__op_type wd_type;
 
 static fml_wd *wd_of(rlock__op *op) {
-  return (fml_wd *)RLOCK__CONTAINER_OF(op, fml_op, op);
+  return RLOCK__CONTAINER_OF(op, fml_wd, op);
 }
 
-static rlock_fast_multilock *fml_of(rlock__op *op) {
-  return (rlock_fast_multilock *)RLOCK__CONTAINER_OF(op, fml_op, op)->fml;
-}
+static fml *fml_of(rlock__op *op) { return fml_of_lock(op->lock); }
 
-static fml_wd *wd_find(rlock_fast_multilock *f, const char *owner) {
+static fml_wd *wd_find(fml *f, const char *owner) {
   for (fml_wd *w = f->wds; w != NULL; w = w->next)
-    if (strcmp(w->o.op.owner, owner) == 0)
+    if (strcmp(w->op.owner, owner) == 0)
       return w;
   return NULL;
 }
 
 static void wd_arm(fml_wd *w) {
-  rlock__op *op = &w->o.op;
+  rlock__op *op = &w->op;
   int64_t period = op->engine->core->opts.watchdog_timeout_ms / 3;
   op->state = RLOCK__ST_WAITING;
   rlock__timed_start(op->engine->core, &op->timer,
@@ -391,7 +371,7 @@ static void wd_arm(fml_wd *w) {
 
 /* Stops renewing (loop thread): no timer, no command. */
 static void wd_pause(fml_wd *w) {
-  rlock__op *op = &w->o.op;
+  rlock__op *op = &w->op;
   rlock__cmd_abandon(op->cmd);
   op->cmd = NULL;
   rlock__timed_stop(op->engine->core, &op->timer);
@@ -441,7 +421,12 @@ static void wd_fire(rlock__timed *t) {
 
 static void wd_start(rlock__op *op) {
   fml_wd *w = wd_of(op);
-  rlock_fast_multilock *f = fml_of(op);
+  fml *f = fml_of(op);
+  if (atomic_load(&f->user_freed)) {
+    /* fml_user_free's stop may have run already: nothing would stop it */
+    rlock__op_finish(op, 0);
+    return;
+  }
   fml_wd *old = wd_find(f, op->owner);
   if (old != NULL && !old->lost) {
     /* A re-entry: the running watchdog renews every value already. */
@@ -449,7 +434,7 @@ static void wd_start(rlock__op *op) {
     return;
   }
   if (old != NULL) /* taken again after a loss: this one takes over */
-    rlock__op_finish(&old->o.op, 0);
+    rlock__op_finish(&old->op, 0);
   w->next = f->wds;
   f->wds = w;
   w->linked = true;
@@ -461,7 +446,7 @@ static void wd_start(rlock__op *op) {
  * leaves the list and lets go of the handle. */
 static void wd_done(rlock__op *op) {
   fml_wd *w = wd_of(op);
-  rlock_fast_multilock *f = fml_of(op);
+  fml *f = fml_of(op);
   if (w->linked) {
     fml_wd **p = &f->wds;
     while (*p != w)
@@ -469,7 +454,7 @@ static void wd_done(rlock__op *op) {
     *p = w->next;
   }
   free(w);
-  fml_unref(f);
+  rlock__handle_release(&f->h);
 }
 
 static const rlock__op_type wd_type = {.name = "fml_watchdog",
@@ -477,25 +462,24 @@ static const rlock__op_type wd_type = {.name = "fml_watchdog",
 
 /* A watchdog op for owner, not yet submitted (NULL: out of memory, last
  * error set). Any thread. */
-static fml_wd *wd_new(rlock_fast_multilock *f, uint64_t owner) {
+static fml_wd *wd_new(fml *f, uint64_t owner) {
   fml_wd *w = calloc(1, sizeof(*w));
   if (w == NULL) {
     rlock__set_last_error("out of memory");
     return NULL;
   }
-  rlock__op_init(&w->o.op, f->h, &wd_type, owner);
-  w->o.fml = f;
-  w->o.op.done = wd_done;
+  rlock__op_init(&w->op, &f->h, &wd_type, owner);
+  w->op.done = wd_done;
   return w;
 }
 
 /* Starts w on the loop thread after its owner took the values. When the
  * client is closed (or this is a forked child) nothing can renew: the
  * values end with their lease. */
-static void wd_submit(rlock_fast_multilock *f, fml_wd *w) {
-  atomic_fetch_add(&f->refs, 1);
-  if (rlock__core_submit(f->h->engine->core, &w->o.op.task) != 0) {
-    atomic_fetch_sub(&f->refs, 1);
+static void wd_submit(fml *f, fml_wd *w) {
+  atomic_fetch_add(&f->h.refs, 1);
+  if (rlock__core_submit(f->h.engine->core, &w->op.task) != 0) {
+    atomic_fetch_sub(&f->h.refs, 1);
     free(w);
   }
 }
@@ -505,43 +489,44 @@ static void wd_submit(rlock_fast_multilock *f, fml_wd *w) {
  * finishes them. */
 typedef struct fml_stop {
   rlock__task task;
-  rlock_fast_multilock *f;
+  fml *f;
 } fml_stop;
 
 static void stop_run(rlock__task *t) {
   fml_stop *s = RLOCK__CONTAINER_OF(t, fml_stop, task);
   while (s->f->wds != NULL) /* each finish unlinks it (wd_done) */
-    rlock__op_finish(&s->f->wds->o.op, 0);
-  fml_unref(s->f);
+    rlock__op_finish(&s->f->wds->op, 0);
+  rlock__handle_release(&s->f->h);
   free(s);
 }
 
 static void stop_reject(rlock__task *t, int err) {
   (void)err;
   fml_stop *s = RLOCK__CONTAINER_OF(t, fml_stop, task);
-  fml_unref(s->f);
+  rlock__handle_release(&s->f->h);
   free(s);
 }
 
-void rlock_fast_multilock_free(rlock_fast_multilock *f) {
-  if (f == NULL)
-    return;
-  /* Only this thread submits watchdogs: with no reference but the user's,
-   * none runs or will. */
-  if (atomic_load(&f->refs) > 1) {
+/* rlock_free() (the descriptor's user_free): stops the watchdogs first. */
+static void fml_user_free(rlock *lock) {
+  fml *f = fml_of_lock(lock);
+  atomic_store(&f->user_freed, true);
+  /* Only the user's calls submit watchdogs: with no reference but the
+   * user's, none runs or will. */
+  if (atomic_load(&f->h.refs) > 1) {
     fml_stop *s = malloc(sizeof(*s));
     if (s != NULL) {
       s->task.run = stop_run;
       s->task.reject = stop_reject;
       s->f = f;
-      if (rlock__core_submit(f->h->engine->core, &s->task) == 0)
+      if (rlock__core_submit(f->h.engine->core, &s->task) == 0)
         return;
       free(s);
     }
     /* Closed (the close finishes the watchdogs), forked, or out of memory
      * (they run until the unlock or the close): the last one frees. */
   }
-  fml_unref(f);
+  rlock__handle_release(&f->h);
 }
 
 /* The release's reply: a watchdog of the owner resumes while values stay
@@ -564,7 +549,7 @@ static void release_reply(rlock__net *n, redisReply *reply, int err,
     if (rc == 0 && !w->lost)
       wd_arm(w);
     else
-      rlock__op_finish(&w->o.op, 0);
+      rlock__op_finish(&w->op, 0);
   }
   rlock__op_finish(op, rc);
 }
@@ -573,7 +558,7 @@ static void release_reply(rlock__net *n, redisReply *reply, int err,
  * now, fields. Re-sent after a timeout: the latch answers a re-send. */
 static void start_release(rlock__op *op) {
   rlock *lock = op->lock;
-  const rlock_fast_multilock *f = RLOCK__CONTAINER_OF(op, fml_op, op)->fml;
+  fml *f = fml_of(op);
   uint8_t raw[16];
   char latch[RLOCK_NAME_MAX + 96];
   if (rlock__random_bytes(raw, sizeof(raw)) != 0) {
@@ -592,7 +577,7 @@ static void start_release(rlock__op *op) {
   rlock__argv_mem(&a, latch, len > 0 ? (size_t)len : 0);
   rlock__argv_str(&a, op->owner);
   rlock__argv_str(&a, "0");
-  rlock__argv_int(&a, (int64_t)atomic_load(&((rlock_fast_multilock *)f)->lease_ms));
+  rlock__argv_int(&a, (int64_t)atomic_load(&f->lease_ms));
   rlock__argv_str(&a, rlock__engine_publish(op->engine));
   /* the latch outlives every re-send of this release (Java's default) */
   rlock__argv_int(&a, (op->engine->core->opts.retry_attempts + 1) *
@@ -644,9 +629,132 @@ static const rlock__op_type is_locked_type = {.name = "fml_is_locked",
 static const rlock__op_type is_held_type = {.name = "fml_is_held",
                                             .start = start_is_held};
 
-/* No per-handle queries through the generic calls: a bare handle has no
- * values. */
-static const rlock__prim_ops no_ops = {0};
+/* ---- the lock calls (rlock__prim_calls: the watchdog starts after an
+ * acquire without a lease; the queries and force unlock are the ops) ---- */
+
+static int run(rlock *lock, const rlock__op_type *type, uint64_t owner,
+               int64_t wait_ms, int64_t lease_ms) {
+  rlock__op op;
+  rlock__op_init(&op, lock, type, owner);
+  if (type->acquires)
+    rlock__op_set_wait(&op, wait_ms, lease_ms);
+  else
+    op.lease_ms = lease_ms;
+  return rlock__op_run_sync(&op);
+}
+
+/* Before an acquire: the lease a release re-applies, and (watchdog mode)
+ * the watchdog to start once the values are taken - made first, so that
+ * starting it then cannot fail. 0 or RLOCK_ENOMEM. */
+static int before_acquire(fml *f, uint64_t owner, int64_t lease_ms,
+                          fml_wd **w) {
+  *w = NULL;
+  if (lease_ms < 0 && (*w = wd_new(f, owner)) == NULL)
+    return RLOCK_ENOMEM;
+  atomic_store(&f->lease_ms, lease_ms > 0
+                                 ? lease_ms
+                                 : f->h.engine->core->opts.watchdog_timeout_ms);
+  return 0;
+}
+
+static void after_acquire(fml *f, fml_wd *w, int rc) {
+  if (w != NULL && rc == 1)
+    wd_submit(f, w);
+  else
+    free(w);
+}
+
+/* The acquire: lease_ms > 0, or < 0 for the watchdog (the values taken for
+ * watchdog_timeout_ms and renewed). The lease given is what a release
+ * re-applies to values still held. */
+static int fml_acquire(rlock *lock, uint64_t owner, int64_t wait_ms,
+                       int64_t lease_ms) {
+  int rc = rlock__check_lease(lease_ms);
+  if (rc != 0)
+    return rc;
+  fml *f = fml_of_lock(lock);
+  fml_wd *w = NULL;
+  rc = before_acquire(f, owner, lease_ms, &w);
+  if (rc != 0)
+    return rc;
+  rc = run(lock, &rlock__op_acquire, owner, wait_ms, lease_ms);
+  after_acquire(f, w, rc);
+  return rc;
+}
+
+/* The async acquire: the engine's acquire op, whose callback starts the
+ * watchdog before the caller's (on the loop thread). */
+typedef struct fml_async {
+  fml *f;
+  fml_wd *w;
+  rlock_cb cb;
+  void *data;
+} fml_async;
+
+static void acquired_cb(int status, int64_t value, void *data) {
+  fml_async *a = data;
+  after_acquire(a->f, a->w, status);
+  if (a->cb != NULL)
+    a->cb(status, value, a->data);
+  free(a);
+}
+
+static int fml_acquire_async(rlock *lock, uint64_t owner, int64_t wait_ms,
+                             int64_t lease_ms, rlock_cb cb, void *data,
+                             rlock_req **req) {
+  int rc = rlock__check_lease(lease_ms);
+  if (rc != 0)
+    return rc;
+  fml_async *a = calloc(1, sizeof(*a));
+  if (a == NULL) {
+    rlock__set_last_error("out of memory");
+    return RLOCK_ENOMEM;
+  }
+  a->f = fml_of_lock(lock);
+  a->cb = cb;
+  a->data = data;
+  rc = before_acquire(a->f, owner, lease_ms, &a->w);
+  if (rc == 0)
+    rc = rlock__op_submit_async(lock, &rlock__op_acquire, owner, wait_ms,
+                                lease_ms, acquired_cb, a, req);
+  if (rc != 0) {
+    free(a->w);
+    free(a);
+  }
+  return rc;
+}
+
+static int fml_release(rlock *lock, uint64_t owner) {
+  return run(lock, &release_type, owner, 0, 0);
+}
+
+static int fml_release_async(rlock *lock, uint64_t owner, rlock_cb cb,
+                             void *data, rlock_req **req) {
+  return rlock__op_submit_async(lock, &release_type, owner, 0, 0, cb, data,
+                                req);
+}
+
+static size_t fml_members(const rlock *lock, size_t *quorum) {
+  *quorum = ((const fml *)lock)->n;
+  return *quorum;
+}
+
+static const rlock__prim_calls fml_calls = {
+    .acquire_async = fml_acquire_async,
+    .acquire = fml_acquire,
+    .release_async = fml_release_async,
+    .release = fml_release,
+    .members = fml_members,
+    /* is_held, is_locked and force_unlock: fml_ops */
+    .unsupported =
+        "a FasterMultiLock keeps no hold count or TTL of its own, and its "
+        "renewal is its own watchdog: hold_count, remain_ttl, "
+        "force_unlock_holder, is_lease_guaranteed and the fenced calls are "
+        "not supported"};
+
+static const rlock__prim_ops fml_ops = {.force_unlock = &force_type,
+                                        .is_locked = &is_locked_type,
+                                        .is_held = &is_held_type};
 
 const rlock__prim rlock__prim_fast_multilock = {
     .kind = "fast_multilock",
@@ -654,99 +762,25 @@ const rlock__prim rlock__prim_fast_multilock = {
     .send_try = send_try,
     .read_try = rlock__lock_read_try,
     .on_message = rlock__lock_on_message,
-    .ops = &no_ops};
+    .ops = &fml_ops,
+    .calls = &fml_calls,
+    .user_free = fml_user_free};
 
-/* ---- the public calls ---- */
+/* ---- the one call of its own ---- */
 
-static int run(rlock_fast_multilock *f, const rlock__op_type *type,
-               uint64_t owner, int64_t wait_ms, int64_t lease_ms) {
-  if (f == NULL)
-    return rlock__bad_arg("FasterMultiLock is NULL");
-  fml_op o;
-  memset(&o, 0, sizeof(o));
-  o.fml = f;
-  rlock__op_init(&o.op, f->h, type, owner);
-  if (type->acquires)
-    rlock__op_set_wait(&o.op, wait_ms, lease_ms);
-  else
-    o.op.lease_ms = lease_ms;
-  return rlock__op_run_sync(&o.op);
-}
-
-/* The renewal: a lease is required (lease_ms > 0). */
-static int run_leased(rlock_fast_multilock *f, const rlock__op_type *type,
-                      uint64_t owner, int64_t wait_ms, int64_t lease_ms) {
+int rlock_fast_multilock_renew_owner(rlock *lock, uint64_t owner,
+                                     int64_t lease_ms) {
+  if (lock == NULL || lock->prim != &rlock__prim_fast_multilock) {
+    rlock__set_last_error("%s is not a FasterMultiLock (use "
+                          "rlock_new_fast_multilock)",
+                          lock == NULL ? "lock" : lock->prim->kind);
+    return RLOCK_EINVAL;
+  }
   if (lease_ms < 0) {
     rlock__set_last_error("a FasterMultiLock renewal needs a lease "
                           "(lease_ms > 0)");
     return RLOCK_EINVAL;
   }
   int rc = rlock__check_lease(lease_ms);
-  if (rc != 0)
-    return rc;
-  return run(f, type, owner, wait_ms, lease_ms);
-}
-
-/* The acquire: lease_ms > 0, or < 0 for the watchdog (the values taken for
- * watchdog_timeout_ms and renewed). The lease given is what a release
- * re-applies to values still held. */
-int rlock_fast_multilock_try_lock_owner(rlock_fast_multilock *f,
-                                        uint64_t owner, int64_t wait_ms,
-                                        int64_t lease_ms) {
-  int rc = rlock__check_lease(lease_ms);
-  if (rc != 0)
-    return rc;
-  if (f == NULL)
-    return rlock__bad_arg("FasterMultiLock is NULL");
-  /* Made first: once the values are taken, starting it cannot fail. */
-  fml_wd *w = NULL;
-  if (lease_ms < 0 && (w = wd_new(f, owner)) == NULL)
-    return RLOCK_ENOMEM;
-  atomic_store(&f->lease_ms,
-               lease_ms > 0 ? lease_ms
-                            : f->h->engine->core->opts.watchdog_timeout_ms);
-  rc = run(f, &rlock__op_acquire, owner, wait_ms, lease_ms);
-  if (w != NULL && rc == 1)
-    wd_submit(f, w);
-  else
-    free(w);
-  return rc;
-}
-
-int rlock_fast_multilock_try_lock(rlock_fast_multilock *f, int64_t wait_ms,
-                                  int64_t lease_ms) {
-  return rlock_fast_multilock_try_lock_owner(f, rlock__thread_id(), wait_ms,
-                                             lease_ms);
-}
-
-int rlock_fast_multilock_lock(rlock_fast_multilock *f, int64_t lease_ms) {
-  int rc = rlock_fast_multilock_try_lock(f, -1, lease_ms);
-  return rc == 1 ? 0 : rc;
-}
-
-int rlock_fast_multilock_unlock_owner(rlock_fast_multilock *f,
-                                      uint64_t owner) {
-  return run(f, &release_type, owner, 0, 0);
-}
-
-int rlock_fast_multilock_unlock(rlock_fast_multilock *f) {
-  return rlock_fast_multilock_unlock_owner(f, rlock__thread_id());
-}
-
-int rlock_fast_multilock_renew_owner(rlock_fast_multilock *f, uint64_t owner,
-                                     int64_t lease_ms) {
-  return run_leased(f, &renew_type, owner, 0, lease_ms);
-}
-
-int rlock_fast_multilock_force_unlock(rlock_fast_multilock *f) {
-  return run(f, &force_type, 0, 0, 0);
-}
-
-int rlock_fast_multilock_is_locked(rlock_fast_multilock *f) {
-  return run(f, &is_locked_type, 0, 0, 0);
-}
-
-int rlock_fast_multilock_is_held_owner(rlock_fast_multilock *f,
-                                          uint64_t owner) {
-  return run(f, &is_held_type, owner, 0, 0);
+  return rc != 0 ? rc : run(lock, &renew_type, owner, 0, lease_ms);
 }

@@ -463,9 +463,12 @@ static const rlock__op_type owner_type = {.name = "force_unlock_owner",
 int rlock_force_unlock_holder(rlock *lock, const char *owner) {
   if (lock == NULL || owner == NULL || owner[0] == '\0')
     return rlock__bad_arg("lock and owner must be given");
-  if (lock->prim->hold == NULL)
-    return rlock__bad_arg("not a lock: semaphores and latches have no "
-                          "holders to release");
+  if (lock->prim->hold == NULL) {
+    /* semaphores and latches; a MultiLock's holders are its members' */
+    rlock__set_last_error("a %s has no holders of its own to release",
+                          lock->prim->kind);
+    return RLOCK_EINVAL;
+  }
   rlock__op op;
   rlock__op_init(&op, lock, &owner_type, 0);
   const char *suffix = lock->prim->hold->owner_suffix;

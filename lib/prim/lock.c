@@ -279,6 +279,10 @@ void rlock__query_reply(rlock__net *n, redisReply *reply, int err,
 static int lock_handle(rlock *lock) {
   if (lock == NULL)
     return rlock__bad_arg("lock is NULL");
+  if (lock->prim->calls != NULL) {
+    rlock__set_last_error("%s", lock->prim->calls->unsupported);
+    return RLOCK_EINVAL;
+  }
   if (lock->prim->hold == NULL) {
     rlock__set_last_error("a %s is not a lock: use the rlock_%s_* calls",
                           lock->prim->kind, lock->prim->kind);
@@ -303,8 +307,16 @@ int rlock__acquire(rlock *lock, uint64_t owner, int64_t wait_ms,
   return rc;
 }
 
+/* The kind's own lock calls (a MultiLock's), or NULL: the engine's. */
+static const rlock__prim_calls *own_calls(const rlock *lock) {
+  return lock != NULL ? lock->prim->calls : NULL;
+}
+
 static int acquire(rlock *lock, uint64_t owner, int64_t wait_ms,
                    int64_t lease_ms) {
+  const rlock__prim_calls *own = own_calls(lock);
+  if (own != NULL)
+    return own->acquire(lock, owner, wait_ms, lease_ms);
   int rc = lock_handle(lock);
   return rc != 0 ? rc : rlock__acquire(lock, owner, wait_ms, lease_ms, NULL);
 }
@@ -314,10 +326,12 @@ static int acquire(rlock *lock, uint64_t owner, int64_t wait_ms,
 static const rlock__op_type *kind_op(rlock *lock, size_t offset) {
   const rlock__prim_ops *ops = lock->prim->ops;
   const rlock__op_type *t =
-      ops == NULL ? NULL
-                  : *(const rlock__op_type *const *)((const char *)ops +
-                                                     offset);
-  if (t == NULL)
+      ops == NULL
+          ? NULL
+          : *(const rlock__op_type *const *)((const char *)ops + offset);
+  if (t == NULL && lock->prim->calls != NULL)
+    rlock__set_last_error("%s", lock->prim->calls->unsupported);
+  else if (t == NULL)
     rlock__set_last_error("not supported by a %s", lock->prim->kind);
   return t;
 }
@@ -348,12 +362,19 @@ int rlock_try_lock_owner(rlock *lock, uint64_t owner, int64_t wait_ms,
 }
 
 int rlock_unlock_owner(rlock *lock, uint64_t owner) {
+  const rlock__prim_calls *own = own_calls(lock);
+  if (own != NULL)
+    return own->release(lock, owner);
   int rc = lock_handle(lock);
   return rc != 0 ? rc : simple(lock, &rlock__op_release, owner, NULL);
 }
 
 int rlock_is_held_owner(rlock *lock, uint64_t owner) {
-  return lock == NULL ? rlock__bad_arg("lock is NULL") : simple(lock, KIND_OP(lock, is_held), owner, NULL);
+  const rlock__prim_calls *own = own_calls(lock);
+  if (own != NULL && own->is_held != NULL)
+    return own->is_held(lock, owner);
+  return lock == NULL ? rlock__bad_arg("lock is NULL")
+                      : simple(lock, KIND_OP(lock, is_held), owner, NULL);
 }
 
 int64_t rlock_hold_count_owner(rlock *lock, uint64_t owner) {
@@ -440,6 +461,9 @@ int rlock_is_lease_guaranteed_owner(rlock *lock, uint64_t owner,
                                  int64_t *until_ms) {
   if (until_ms == NULL)
     return rlock__bad_arg("until_ms is NULL");
+  const rlock__prim_calls *own = own_calls(lock);
+  if (own != NULL && own->lease_guaranteed != NULL)
+    return own->lease_guaranteed(lock, owner, until_ms);
   int rc = lock_handle(lock);
   if (rc != 0)
     return rc;
@@ -473,6 +497,9 @@ int rlock_lock_async(rlock *lock, uint64_t owner, int64_t wait_ms,
                      rlock_req **req) {
   if (req != NULL)
     *req = NULL;
+  const rlock__prim_calls *own = own_calls(lock);
+  if (own != NULL)
+    return own->acquire_async(lock, owner, wait_ms, lease_ms, cb, data, req);
   int rc = lock_handle(lock);
   if (rc != 0)
     return rc;
@@ -484,6 +511,9 @@ int rlock_unlock_async(rlock *lock, uint64_t owner, rlock_cb cb, void *data,
                        rlock_req **req) {
   if (req != NULL)
     *req = NULL;
+  const rlock__prim_calls *own = own_calls(lock);
+  if (own != NULL)
+    return own->release_async(lock, owner, cb, data, req);
   int rc = lock_handle(lock);
   if (rc != 0)
     return rc;
@@ -518,8 +548,14 @@ int rlock_is_locked_async(rlock *lock, rlock_cb cb, void *data,
 
 int rlock_is_held_async(rlock *lock, uint64_t owner, rlock_cb cb, void *data,
                         rlock_req **req) {
-  return async_kind(lock, offsetof(rlock__prim_ops, is_held), owner, cb,
-                    data, req);
+  const rlock__prim_calls *own = own_calls(lock);
+  if (own != NULL && own->is_held_async != NULL) {
+    if (req != NULL)
+      *req = NULL;
+    return own->is_held_async(lock, owner, cb, data, req);
+  }
+  return async_kind(lock, offsetof(rlock__prim_ops, is_held), owner, cb, data,
+                    req);
 }
 
 int rlock_hold_count_async(rlock *lock, uint64_t owner, rlock_cb cb,
@@ -532,4 +568,24 @@ int rlock_remain_ttl_async(rlock *lock, rlock_cb cb, void *data,
                            rlock_req **req) {
   return async_kind(lock, offsetof(rlock__prim_ops, remain_ttl), 0, cb, data,
                     req);
+}
+
+/* ---- groups ---- */
+
+size_t rlock_member_count(const rlock *lock) {
+  size_t quorum = 0;
+  const rlock__prim_calls *own = own_calls(lock);
+  if (own != NULL)
+    return own->members(lock, &quorum);
+  return lock != NULL && lock->prim->hold != NULL ? 1 : 0;
+}
+
+size_t rlock_quorum(const rlock *lock) {
+  size_t quorum = 0;
+  const rlock__prim_calls *own = own_calls(lock);
+  if (own != NULL) {
+    (void)own->members(lock, &quorum);
+    return quorum;
+  }
+  return lock != NULL && lock->prim->hold != NULL ? 1 : 0;
 }

@@ -12,14 +12,18 @@
  * member's keys once all are held, which is an op of this file
  * (multilock_expire.lua) run through the engine like any kind's query.
  * It is above the engine and beside the kinds it composes; nothing in
- * lib/engine, lib/net or lib/core knows of it.
+ * lib/engine, lib/net or lib/core knows of it. Its handle is an rlock
+ * whose descriptor fills only `calls` (prim.h): the public lock calls
+ * (lock.c) dispatch to the group's, and its async calls hand out an
+ * rlock_req of its own (rlock__req_custom_new) that rlock_req_cancel and
+ * rlock_req_free take like any other.
  *
  * The acquire is a state machine driven by the members' callbacks (on
  * their clients' loop threads; members may belong to different clients):
  * take member `at`; on success the next; on a failure release the members
  * taken (last first) and start again from the first while time remains.
  * Its mutex only guards the member request in flight against
- * rlock_multilock_req_cancel() from another thread.
+ * acq_cancel() from another thread.
  *
  * The RedLock (getRedLock; docs/multilock.md, "RedLock") is the same
  * machine with a quorum below n: Java's RedissonRedLock changes three
@@ -40,20 +44,26 @@ static const rlock__script expire_script = {
     "multilock_expire", RLOCK__LUA_MULTILOCK_EXPIRE_BODY,
     RLOCK__LUA_MULTILOCK_EXPIRE_SHA, false};
 
-struct rlock_multilock {
-  atomic_int refs; /* the user's + acquires running */
+/* The group handle: an rlock whose kind (rlock__prim_multilock or
+ * rlock__prim_redlock) runs the lock calls itself (group_calls). */
+typedef struct group {
+  rlock h; /* first: the handle the caller holds */
   size_t n;
   size_t quorum; /* members a round must take: n, or n/2+1 for a RedLock */
   rlock *m[];    /* each with a reference of ours */
-};
+} group;
 
-static void ml_release(rlock_multilock *ml) {
-  if (atomic_fetch_sub(&ml->refs, 1) != 1)
-    return;
-  for (size_t i = 0; i < ml->n; i++)
-    rlock__handle_release(ml->m[i]);
-  free(ml);
+static group *group_of(rlock *lock) { return (group *)lock; }
+
+static void group_free(rlock *lock) {
+  group *g = group_of(lock);
+  for (size_t i = 0; i < g->n; i++)
+    rlock__handle_release(g->m[i]);
 }
+
+static void group_hold(group *g) { atomic_fetch_add(&g->h.refs, 1); }
+
+static void group_release(group *g) { rlock__handle_release(&g->h); }
 
 static bool client_closed(const rlock *lock) {
   rlock__core *core = lock->engine->core;
@@ -75,6 +85,14 @@ static int check_members(rlock *const *members, size_t n, const char *what) {
       rlock__set_last_error("member %zu is NULL", i);
       return RLOCK_EINVAL;
     }
+    if (members[i]->prim->calls != NULL) {
+      /* Java takes a RedissonMultiLock as a member (it is an RLock); here
+       * the lease trick and the queries need the member's own keys. */
+      rlock__set_last_error("member %zu is a %s: a %s's members are single "
+                            "locks (put the inner group's members in it)",
+                            i, members[i]->prim->kind, what);
+      return RLOCK_EINVAL;
+    }
     if (members[i]->prim->hold == NULL) {
       rlock__set_last_error("member %zu (%s) is a %s, not a lock", i,
                             members[i]->name, members[i]->prim->kind);
@@ -86,38 +104,62 @@ static int check_members(rlock *const *members, size_t n, const char *what) {
       return RLOCK_ECLOSED;
     }
   }
-  if (n > (SIZE_MAX - sizeof(rlock_multilock)) / sizeof(rlock *))
+  if (n > (SIZE_MAX - sizeof(group)) / sizeof(rlock *))
     return rlock__bad_arg("too many members");
   return 0;
 }
 
-static int ml_new(rlock *const *members, size_t n, size_t quorum,
-                  rlock_multilock **out) {
-  rlock_multilock *ml = malloc(sizeof(*ml) + n * sizeof(rlock *));
-  if (ml == NULL) {
-    rlock__set_last_error("out of memory");
-    return RLOCK_ENOMEM;
+/* The handle, on member 0's engine, named after its members ("a,b,c"). */
+static int group_new(const rlock__prim *prim, rlock *const *members, size_t n,
+                     size_t quorum, rlock **out) {
+  size_t len = 0;
+  for (size_t i = 0; i < n; i++)
+    len += members[i]->name_len + 1;
+  char *name = calloc(1, len);
+  rlock *h = NULL;
+  int rc = RLOCK_ENOMEM;
+  if (name != NULL) {
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (i > 0)
+        name[at++] = ',';
+      memcpy(name + at, members[i]->name, members[i]->name_len);
+      at += members[i]->name_len;
+    }
+    rc = rlock__handle_new_size(members[0]->engine, prim, name, at,
+                                sizeof(group) + n * sizeof(rlock *), &h);
+    free(name);
   }
-  atomic_init(&ml->refs, 1);
-  ml->n = n;
-  ml->quorum = quorum;
+  if (rc != 0) {
+    rlock__set_last_error("out of memory");
+    return rc;
+  }
+  group *g = group_of(h);
+  g->n = n;
+  g->quorum = quorum;
   for (size_t i = 0; i < n; i++) {
-    ml->m[i] = members[i];
+    g->m[i] = members[i];
     atomic_fetch_add(&members[i]->refs, 1);
   }
   rlock__clear_last_error();
-  *out = ml;
+  *out = h;
   return 0;
 }
 
-int rlock_multilock_new(rlock *const *members, size_t n,
-                        rlock_multilock **out) {
+static const rlock__prim_calls group_calls;
+
+const rlock__prim rlock__prim_multilock = {
+    .kind = "multilock", .calls = &group_calls, .handle_free = group_free};
+const rlock__prim rlock__prim_redlock = {
+    .kind = "redlock", .calls = &group_calls, .handle_free = group_free};
+
+int rlock_new_multilock(rlock *const *members, size_t n, rlock **out) {
   if (out != NULL)
     *out = NULL;
   if (members == NULL || out == NULL)
     return rlock__bad_arg("members or out is NULL");
   int rc = check_members(members, n, "MultiLock");
-  return rc != 0 ? rc : ml_new(members, n, n, out);
+  return rc != 0 ? rc : group_new(&rlock__prim_multilock, members, n, n, out);
 }
 
 /* ---- RedLock: members on distinct servers ---- */
@@ -182,7 +224,7 @@ static int check_distinct_servers(rlock *const *members, size_t n) {
   return rc;
 }
 
-int rlock_redlock_new(rlock *const *members, size_t n, rlock_multilock **out) {
+int rlock_new_redlock(rlock *const *members, size_t n, rlock **out) {
   if (out != NULL)
     *out = NULL;
   if (members == NULL || out == NULL)
@@ -190,20 +232,14 @@ int rlock_redlock_new(rlock *const *members, size_t n, rlock_multilock **out) {
   int rc = check_members(members, n, "RedLock");
   if (rc == 0)
     rc = check_distinct_servers(members, n);
-  return rc != 0 ? rc : ml_new(members, n, n / 2 + 1, out);
+  return rc != 0 ? rc
+                 : group_new(&rlock__prim_redlock, members, n, n / 2 + 1, out);
 }
 
-size_t rlock_multilock_quorum(const rlock_multilock *ml) {
-  return ml != NULL ? ml->quorum : 0;
-}
-
-void rlock_multilock_free(rlock_multilock *ml) {
-  if (ml != NULL)
-    ml_release(ml);
-}
-
-size_t rlock_multilock_size(const rlock_multilock *ml) {
-  return ml != NULL ? ml->n : 0;
+static size_t group_members(const rlock *lock, size_t *quorum) {
+  const group *g = (const group *)lock;
+  *quorum = g->quorum;
+  return g->n;
 }
 
 /* ---- the lease trick: PEXPIRE of one member's keys ---- */
@@ -211,6 +247,20 @@ size_t rlock_multilock_size(const rlock_multilock *ml) {
 static bool is_fair(const rlock *lock) {
   return lock->prim == &rlock__prim_fair ||
          lock->prim == &rlock__prim_nonreentrant_fair;
+}
+
+/* The expire's reply: the guarantee follows what the server confirmed
+ * (or may still run, when no reply came), then the query's reading. */
+static void expire_reply(rlock__net *n, redisReply *reply, int err,
+                         void *data) {
+  rlock__op *op = data;
+  if (err == 0 && reply != NULL && reply->type == REDIS_REPLY_INTEGER &&
+      reply->integer == 1)
+    rlock__hold_lease_confirmed(op->engine, op->lock, op->owner, op->started_ms,
+                                op->lease_ms);
+  else if (rlock__transient(err))
+    rlock__hold_lease_lost(op->engine, op->lock, op->owner, op->lease_ms);
+  rlock__query_reply(n, reply, err, data);
 }
 
 /* KEYS the member's name (a fair lock's queue and deadline zset too, as
@@ -241,8 +291,12 @@ static void start_expire(rlock__op *op) {
   }
   rlock__argv_int(&a, op->lease_ms);
   rlock__argv_str(&a, "");
+  /* Lease safety: the member's expiry becomes the lease as soon as this
+   * runs (it may be shorter than the 2 x wait it was taken with). */
+  rlock__hold_lease_sent(op->engine, lock, op->owner, op->started_ms,
+                         op->lease_ms);
   rlock__op_send(op, &expire_script, a.argc, a.argv, a.lens,
-                 op->engine->core->opts.retry_attempts, rlock__query_reply);
+                 op->engine->core->opts.retry_attempts, expire_reply);
   free(queue); /* the command keeps copies */
   free(timeout);
 }
@@ -252,9 +306,11 @@ static const rlock__op_type expire_type = {.name = "multilock_expire",
 
 /* ---- the acquire ---- */
 
-struct rlock_multilock_req {
-  atomic_int refs; /* the machine's + the caller's */
-  rlock_multilock *ml;
+/* An acquire's state: a kind's own rlock_req (rlock__req_custom_new),
+ * with two references - the machine's and the caller's (when it took the
+ * request). */
+typedef struct acq {
+  group *ml; /* with a reference */
   uint64_t owner;
   int64_t lease_ms;     /* the caller's */
   int64_t wait_ms;      /* this round's (0: one try of each member) */
@@ -274,29 +330,32 @@ struct rlock_multilock_req {
   rlock_cb cb;
   void *data;
   uv_mutex_t mu; /* guards the four below */
+  bool mu_ok;
   bool canceled, done;
   rlock_req *cur;          /* the member acquire in flight */
   const rlock__core *cur_core;
   bool *answered; /* [i]: member i answered (taken or busy) in this call */
   size_t held[];  /* ml->n entries, then the ml->n of answered */
-};
+} acq;
 
-static void req_release(rlock_multilock_req *r) {
-  if (atomic_fetch_sub(&r->refs, 1) != 1)
-    return;
-  uv_mutex_destroy(&r->mu);
-  ml_release(r->ml);
-  free(r);
+static void acq_destroy(void *state) {
+  acq *r = state;
+  if (r->mu_ok)
+    uv_mutex_destroy(&r->mu);
+  if (r->ml != NULL)
+    group_release(r->ml);
 }
 
-static bool is_canceled(rlock_multilock_req *r) {
+static void req_release(acq *r) { rlock__req_custom_unref(r); }
+
+static bool is_canceled(acq *r) {
   uv_mutex_lock(&r->mu);
   bool c = r->canceled;
   uv_mutex_unlock(&r->mu);
   return c;
 }
 
-static void finish(rlock_multilock_req *r, int result) {
+static void finish(acq *r, int result) {
   uv_mutex_lock(&r->mu);
   r->done = true;
   uv_mutex_unlock(&r->mu);
@@ -310,26 +369,26 @@ static void finish(rlock_multilock_req *r, int result) {
   req_release(r);
 }
 
-static void note(rlock_multilock_req *r, size_t i, int err) {
+static void note(acq *r, size_t i, int err) {
   const char *why = rlock_last_error();
   snprintf(r->detail, sizeof(r->detail), "member %zu (%s): %s", i,
            r->ml->m[i]->name, why[0] ? why : rlock_strerror(err));
 }
 
-static void next(rlock_multilock_req *r);
-static void release_next(rlock_multilock_req *r);
+static void next(acq *r);
+static void release_next(acq *r);
 
 /* Releases the members held (last first, each with its kind's unlock;
  * errors ignored, as Java ignores them), then starts again (restart) or
  * finishes with `result`. */
-static void release_then(rlock_multilock_req *r, bool restart, int result) {
+static void release_then(acq *r, bool restart, int result) {
   r->restart = restart;
   r->result = result;
   release_next(r);
 }
 
 /* Java's lock(): the wait of a round, with n x 1500 ms as the base. */
-static int64_t round_wait(const rlock_multilock_req *r) {
+static int64_t round_wait(const acq *r) {
   int64_t base = (int64_t)r->ml->n * 1500, lo = base, hi = 0;
   if (r->lease_ms < 0)
     return base;
@@ -345,7 +404,7 @@ static int64_t round_wait(const rlock_multilock_req *r) {
   return lo > 0 ? lo : 1; /* never 0: a round of single tries would spin */
 }
 
-static void set_round(rlock_multilock_req *r, int64_t wait_ms) {
+static void set_round(acq *r, int64_t wait_ms) {
   r->wait_ms = wait_ms;
   r->deadline = rlock__now_ms() + wait_ms;
   /* Java's RedLock: each member may wait a share of the round's wait, at
@@ -364,7 +423,7 @@ static void set_round(rlock_multilock_req *r, int64_t wait_ms) {
   r->last_err = 0;
 }
 
-static void after_release(rlock_multilock_req *r) {
+static void after_release(acq *r) {
   if (!r->restart) {
     finish(r, r->result);
     return;
@@ -394,7 +453,7 @@ static void release_cb(int status, int64_t value, void *data) {
   release_next(data);
 }
 
-static void release_next(rlock_multilock_req *r) {
+static void release_next(acq *r) {
   while (r->nheld > 0) {
     r->nheld--;
     if (rlock_unlock_async(r->ml->m[r->held[r->nheld]], r->owner, release_cb,
@@ -412,9 +471,9 @@ static bool transient(int err) {
          err == RLOCK_ENOREPLICA || err == RLOCK_ECLUSTER;
 }
 
-static void all_held(rlock_multilock_req *r);
+static void all_held(acq *r);
 
-static void member_result(rlock_multilock_req *r, int status) {
+static void member_result(acq *r, int status) {
   if (status >= 0)
     r->answered[r->pos] = true;
   if (status == 1) {
@@ -459,7 +518,7 @@ static void member_result(rlock_multilock_req *r, int status) {
 
 static void member_cb(int status, int64_t value, void *data) {
   (void)value;
-  rlock_multilock_req *r = data;
+  acq *r = data;
   uv_mutex_lock(&r->mu);
   rlock_req *cur = r->cur;
   r->cur = NULL;
@@ -468,11 +527,11 @@ static void member_cb(int status, int64_t value, void *data) {
   member_result(r, status);
 }
 
-static void expire_next(rlock_multilock_req *r);
+static void expire_next(acq *r);
 
 static void expire_cb(int status, int64_t value, void *data) {
   (void)value;
-  rlock_multilock_req *r = data;
+  acq *r = data;
   if (status < 0) {
     note(r, r->held[r->expired], status);
     release_then(r, false, status);
@@ -484,7 +543,7 @@ static void expire_cb(int status, int64_t value, void *data) {
 
 /* Every member held with a lease of 2 x wait: each gets the lease asked
  * for (Java does it even when the members were taken with it). */
-static void expire_next(rlock_multilock_req *r) {
+static void expire_next(acq *r) {
   if (is_canceled(r)) {
     snprintf(r->detail, sizeof(r->detail), "MultiLock acquire canceled");
     release_then(r, false, RLOCK_ECANCELED);
@@ -512,7 +571,7 @@ static void expire_next(rlock_multilock_req *r) {
 
 /* The round has what it needs (every member, or a RedLock's quorum): the
  * lease trick when a lease was asked for, then success. */
-static void all_held(rlock_multilock_req *r) {
+static void all_held(acq *r) {
   if (r->lease_ms > 0) {
     r->expired = 0;
     expire_next(r);
@@ -523,7 +582,7 @@ static void all_held(rlock_multilock_req *r) {
 
 /* Starts the acquire of member r->pos: 0, or the call's own error (the
  * callback will not fire). */
-static int start_member(rlock_multilock_req *r, int64_t wait_ms) {
+static int start_member(acq *r, int64_t wait_ms) {
   rlock *m = r->ml->m[r->pos];
   uv_mutex_lock(&r->mu);
   int rc = rlock_lock_async(m, r->owner, wait_ms, r->member_lease, member_cb,
@@ -535,7 +594,7 @@ static int start_member(rlock_multilock_req *r, int64_t wait_ms) {
 }
 
 /* The step after a member was taken (or at a round's start). */
-static void next(rlock_multilock_req *r) {
+static void next(acq *r) {
   if (is_canceled(r)) {
     snprintf(r->detail, sizeof(r->detail), "MultiLock acquire canceled");
     release_then(r, false, RLOCK_ECANCELED);
@@ -562,30 +621,32 @@ static void next(rlock_multilock_req *r) {
     member_result(r, rc);
 }
 
-static int check_ml(const rlock_multilock *ml, int64_t lease_ms) {
-  if (ml == NULL)
-    return rlock__bad_arg("MultiLock is NULL");
-  return rlock__check_lease(lease_ms);
-}
+static int acq_cancel(void *state);
 
-int rlock_multilock_lock_async(rlock_multilock *ml, uint64_t owner,
-                               int64_t wait_ms, int64_t lease_ms, rlock_cb cb,
-                               void *data, rlock_multilock_req **out) {
+static const rlock__req_impl acq_impl = {.cancel = acq_cancel,
+                                         .destroy = acq_destroy};
+
+static int group_acquire_async(rlock *lock, uint64_t owner, int64_t wait_ms,
+                               int64_t lease_ms, rlock_cb cb, void *data,
+                               rlock_req **out) {
   if (out != NULL)
     *out = NULL;
-  int rc = check_ml(ml, lease_ms);
+  int rc = rlock__check_lease(lease_ms);
   if (rc != 0)
     return rc;
-  rlock_multilock_req *r =
-      calloc(1, sizeof(*r) + ml->n * (sizeof(size_t) + sizeof(bool)));
-  if (r == NULL || uv_mutex_init(&r->mu) != 0) {
-    free(r);
-    rlock__set_last_error("out of memory");
+  group *ml = group_of(lock);
+  acq *r = rlock__req_custom_new(
+      &acq_impl, sizeof(*r) + ml->n * (sizeof(size_t) + sizeof(bool)));
+  if (r == NULL)
     return RLOCK_ENOMEM;
+  if (uv_mutex_init(&r->mu) != 0) {
+    req_release(r); /* destroy undoes nothing: no mutex, no group */
+    rlock__set_last_error("no mutex");
+    return RLOCK_ESYS;
   }
+  r->mu_ok = true;
   r->answered = (bool *)&r->held[ml->n];
-  atomic_init(&r->refs, out != NULL ? 2 : 1);
-  atomic_fetch_add(&ml->refs, 1);
+  group_hold(ml);
   r->ml = ml;
   r->owner = owner;
   r->lease_ms = lease_ms;
@@ -594,27 +655,28 @@ int rlock_multilock_lock_async(rlock_multilock *ml, uint64_t owner,
   r->data = data;
   set_round(r, r->rounds ? round_wait(r) : wait_ms);
   r->fails_left = ml->n - ml->quorum;
+  if (out != NULL)
+    rlock__req_custom_ref(r);
   /* The first member from the caller's thread: its own error is the
    * call's (nothing is held yet, and the callback must not fire). */
   rc = start_member(r, r->member_wait);
   if (rc != 0) {
     char why[256];
     snprintf(why, sizeof(why), "%s", rlock_last_error());
-    uv_mutex_destroy(&r->mu);
-    ml_release(ml);
-    free(r);
+    if (out != NULL)
+      req_release(r);
+    req_release(r);
     rlock__set_last_error("member 0 (%s): %s", ml->m[0]->name, why);
     return rc;
   }
   if (out != NULL)
-    *out = r;
+    *out = rlock__req_custom_of(r);
   rlock__clear_last_error();
   return 0;
 }
 
-int rlock_multilock_req_cancel(rlock_multilock_req *r) {
-  if (r == NULL)
-    return rlock__bad_arg("MultiLock request is NULL");
+static int acq_cancel(void *state) {
+  acq *r = state;
   uv_mutex_lock(&r->mu);
   r->canceled = true;
   rlock_req *cur = r->done ? NULL : r->cur;
@@ -633,12 +695,216 @@ int rlock_multilock_req_cancel(rlock_multilock_req *r) {
   return 0;
 }
 
-void rlock_multilock_req_free(rlock_multilock_req *r) {
-  if (r != NULL)
-    req_release(r);
+/* ---- release and is_held: a call on every member ---- */
+
+/* The release (or the is_held question) of every member, as one request:
+ * a MultiLock's members one after the other, in order (as Java's sync
+ * unlock: the same lock twice is released twice, never at once); a
+ * RedLock's all at once (a stalled server costs its timeout once, not
+ * once per member). The answers are combined when the last has come. */
+typedef struct fan {
+  group *ml; /* with a reference */
+  uint64_t owner;
+  bool ask;      /* is_held, else the release */
+  bool in_order; /* one member after the other */
+  rlock_cb cb;
+  void *data;
+  uv_mutex_t mu;
+  bool mu_ok;
+  /* guarded by mu: answers still to come (a chain's: its last); the
+   * group's call is still starting its members; an answer came by a
+   * callback; every answer came while starting (the call's error) */
+  size_t left;
+  bool starting, called_back, deferred;
+  int *status;      /* [i]: member i's answer */
+  char (*why)[160]; /* [i]: its detail when an error */
+  char mem[];
+} fan;
+
+static void fan_destroy(void *state) {
+  fan *f = state;
+  if (f->mu_ok)
+    uv_mutex_destroy(&f->mu);
+  if (f->ml != NULL)
+    group_release(f->ml);
 }
 
-/* ---- the blocking calls ---- */
+static const rlock__req_impl fan_impl = {.destroy = fan_destroy};
+
+/* The result of the answers, with the last error set: a MultiLock's is
+ * the first member's (in order) that is not yes (0 or its error); a
+ * RedLock's is yes with a quorum of yes answers, else the first error
+ * (a release: a server's error before RLOCK_ENOTOWNER, the members it
+ * could not take), else no. */
+static int fan_result(fan *f) {
+  group *ml = f->ml;
+  size_t yes = 0, bad = SIZE_MAX, err = SIZE_MAX, telling = SIZE_MAX;
+  for (size_t i = 0; i < ml->n; i++) {
+    int st = f->status[i];
+    if (f->ask ? st == 1 : st >= 0) {
+      yes++;
+      continue;
+    }
+    if (bad == SIZE_MAX)
+      bad = i;
+    if (st < 0 && err == SIZE_MAX)
+      err = i;
+    if (st < 0 && st != RLOCK_ENOTOWNER && telling == SIZE_MAX)
+      telling = i;
+  }
+  int yes_rc = f->ask ? 1 : 0;
+  if (ml->quorum == ml->n) {
+    if (bad == SIZE_MAX || f->status[bad] >= 0) {
+      rlock__clear_last_error();
+      return bad == SIZE_MAX ? yes_rc : f->status[bad];
+    }
+    rlock__set_last_error("member %zu (%s): %s", bad, ml->m[bad]->name,
+                          f->why[bad]);
+    return f->status[bad];
+  }
+  if (yes >= ml->quorum || err == SIZE_MAX) {
+    rlock__clear_last_error();
+    return yes >= ml->quorum ? yes_rc : 0;
+  }
+  size_t pick = !f->ask && telling != SIZE_MAX ? telling : err;
+  rlock__set_last_error("member %zu (%s): %s (%zu of %zu members %s, %zu "
+                        "needed)",
+                        pick, ml->m[pick]->name, f->why[pick], yes, ml->n,
+                        f->ask ? "held" : "released", ml->quorum);
+  return f->status[pick];
+}
+
+static void fan_start(fan *f, size_t i);
+
+/* Member i answered: on its loop thread (called_back), or on the thread
+ * that started its call when that call failed at once. When every answer
+ * was such a failure during the group's call itself, that call returns
+ * the error and the callback never fires (fan_async). */
+static void fan_answer(fan *f, size_t i, int status, bool called_back) {
+  f->status[i] = status;
+  if (status < 0) {
+    const char *why = rlock_last_error();
+    snprintf(f->why[i], sizeof(f->why[i]), "%s",
+             why[0] ? why : rlock_strerror(status));
+  }
+  uv_mutex_lock(&f->mu);
+  f->called_back = f->called_back || called_back;
+  bool chain = f->in_order && i + 1 < f->ml->n;
+  bool last = !chain && --f->left == 0;
+  bool defer = last && f->starting && !f->called_back;
+  f->deferred = defer;
+  uv_mutex_unlock(&f->mu);
+  if (chain) {
+    fan_start(f, i + 1);
+    return;
+  }
+  if (!last || defer)
+    return;
+  int rc = fan_result(f);
+  if (f->cb != NULL)
+    f->cb(rc, 0, f->data);
+  rlock__req_custom_unref(f);
+}
+
+typedef struct fan_one {
+  fan *f;
+  size_t i;
+} fan_one;
+
+static fan_one *fan_slot(fan *f, size_t i);
+
+static void fan_cb(int status, int64_t value, void *data) {
+  (void)value;
+  fan_one *o = data;
+  fan_answer(o->f, o->i, status, true);
+}
+
+static void fan_start(fan *f, size_t i) {
+  rlock *m = f->ml->m[i];
+  fan_one *o = fan_slot(f, i);
+  int rc = f->ask ? rlock_is_held_async(m, f->owner, fan_cb, o, NULL)
+                  : rlock_unlock_async(m, f->owner, fan_cb, o, NULL);
+  if (rc != 0)
+    fan_answer(f, i, rc, false);
+}
+
+static fan_one *fan_slot(fan *f, size_t i) {
+  return (fan_one *)(void *)(f->mem) + i;
+}
+
+static int fan_async(rlock *lock, uint64_t owner, bool ask, rlock_cb cb,
+                     void *data, rlock_req **out) {
+  if (out != NULL)
+    *out = NULL;
+  group *ml = group_of(lock);
+  size_t n = ml->n;
+  fan *f = rlock__req_custom_new(
+      &fan_impl, sizeof(*f) + n * (sizeof(fan_one) + sizeof(int) + 160));
+  if (f == NULL)
+    return RLOCK_ENOMEM;
+  if (uv_mutex_init(&f->mu) != 0) {
+    rlock__req_custom_unref(f);
+    rlock__set_last_error("no mutex");
+    return RLOCK_ESYS;
+  }
+  f->mu_ok = true;
+  /* mem: the slots (pointers' alignment), then the statuses, then the
+   * details */
+  f->status = (int *)(void *)(f->mem + n * sizeof(fan_one));
+  f->why = (char(*)[160])(void *)(f->status + n);
+  group_hold(ml);
+  f->ml = ml;
+  f->owner = owner;
+  f->ask = ask;
+  f->in_order = ml->quorum == ml->n && !ask;
+  f->cb = cb;
+  f->data = data;
+  f->left = f->in_order ? 1 : n;
+  f->starting = true;
+  for (size_t i = 0; i < n; i++)
+    *fan_slot(f, i) = (fan_one){.f = f, .i = i};
+  /* The caller's reference first: a callback may come before the loop
+   * below ends. */
+  rlock__req_custom_ref(f);
+  if (f->in_order) {
+    fan_start(f, 0);
+  } else {
+    for (size_t i = 0; i < n; i++)
+      fan_start(f, i);
+  }
+  uv_mutex_lock(&f->mu);
+  f->starting = false;
+  bool deferred = f->deferred;
+  uv_mutex_unlock(&f->mu);
+  if (deferred) {
+    int rc = fan_result(f); /* every member failed at once: an error */
+    assert(rc < 0);
+    char why[256];
+    snprintf(why, sizeof(why), "%s", rlock_last_error());
+    rlock__req_custom_unref(f);
+    rlock__req_custom_unref(f);
+    rlock__set_last_error("%s", why);
+    return rc;
+  }
+  if (out != NULL)
+    *out = rlock__req_custom_of(f);
+  else
+    rlock__req_custom_unref(f);
+  rlock__clear_last_error();
+  return 0;
+}
+
+static int group_release_async(rlock *lock, uint64_t owner, rlock_cb cb,
+                               void *data, rlock_req **out) {
+  return fan_async(lock, owner, false, cb, data, out);
+}
+
+static int group_is_held_async(rlock *lock, uint64_t owner, rlock_cb cb,
+                               void *data, rlock_req **out) {
+  return fan_async(lock, owner, true, cb, data, out);
+}
+
+/* ---- the blocking calls: the async ones, waited for ---- */
 
 typedef struct sync_wait {
   uv_mutex_t mu;
@@ -659,7 +925,7 @@ static void sync_cb(int status, int64_t value, void *data) {
   uv_mutex_unlock(&w->mu);
 }
 
-static int on_a_loop_thread(const rlock_multilock *ml) {
+static int on_a_loop_thread(const group *ml) {
   for (size_t i = 0; i < ml->n; i++)
     if (rlock__core_on_loop_thread(ml->m[i]->engine->core)) {
       rlock__set_last_error("blocking rlock call made on a client's loop "
@@ -669,11 +935,13 @@ static int on_a_loop_thread(const rlock_multilock *ml) {
   return 0;
 }
 
-static int acquire_sync(rlock_multilock *ml, uint64_t owner, int64_t wait_ms,
-                        int64_t lease_ms) {
-  int rc = check_ml(ml, lease_ms);
-  if (rc == 0)
-    rc = on_a_loop_thread(ml);
+/* Runs an async call of the group (the acquire when `acquires`, else the
+ * release or the question) and waits for its callback. */
+static int run_sync(rlock *lock, uint64_t owner, int which, int64_t wait_ms,
+                    int64_t lease_ms) {
+  int rc = on_a_loop_thread(group_of(lock));
+  if (rc == 0 && which == 0)
+    rc = rlock__check_lease(lease_ms);
   if (rc != 0)
     return rc;
   sync_wait w = {.done = false};
@@ -682,8 +950,9 @@ static int acquire_sync(rlock_multilock *ml, uint64_t owner, int64_t wait_ms,
     rlock__set_last_error("no mutex or condition variable");
     return RLOCK_ESYS;
   }
-  rc = rlock_multilock_lock_async(ml, owner, wait_ms, lease_ms, sync_cb, &w,
-                                  NULL);
+  rc = which == 0 ? group_acquire_async(lock, owner, wait_ms, lease_ms, sync_cb,
+                                        &w, NULL)
+                  : fan_async(lock, owner, which == 2, sync_cb, &w, NULL);
   if (rc == 0) {
     uv_mutex_lock(&w.mu);
     while (!w.done)
@@ -700,159 +969,81 @@ static int acquire_sync(rlock_multilock *ml, uint64_t owner, int64_t wait_ms,
   return rc;
 }
 
-int rlock_multilock_try_lock_owner(rlock_multilock *ml, uint64_t owner,
-                                   int64_t wait_ms, int64_t lease_ms) {
-  return acquire_sync(ml, owner, wait_ms, lease_ms);
+static int group_acquire(rlock *lock, uint64_t owner, int64_t wait_ms,
+                         int64_t lease_ms) {
+  return run_sync(lock, owner, 0, wait_ms, lease_ms);
 }
 
-int rlock_multilock_try_lock(rlock_multilock *ml, int64_t wait_ms,
-                             int64_t lease_ms) {
-  return acquire_sync(ml, rlock__thread_id(), wait_ms, lease_ms);
+static int group_release_sync(rlock *lock, uint64_t owner) {
+  return run_sync(lock, owner, 1, 0, 0);
 }
 
-int rlock_multilock_lock_owner(rlock_multilock *ml, uint64_t owner,
-                               int64_t lease_ms) {
-  int rc = acquire_sync(ml, owner, -1, lease_ms);
-  return rc == 1 ? 0 : rc;
+static int group_is_held(rlock *lock, uint64_t owner) {
+  return run_sync(lock, owner, 2, 0, 0);
 }
 
-int rlock_multilock_lock(rlock_multilock *ml, int64_t lease_ms) {
-  return rlock_multilock_lock_owner(ml, rlock__thread_id(), lease_ms);
+/* ---- lease safety ---- */
+
+static int cmp_desc(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* A RedLock's unlock: every member's release at once (a stalled server
- * costs its timeout once, not once per member), then the answers. */
-typedef struct unlock_all {
-  uv_mutex_t mu;
-  uv_cond_t cv;
-  size_t left, released;
-  int first;
-  char why[256];
-} unlock_all;
-
-typedef struct unlock_one {
-  unlock_all *all;
-  size_t i;
-  const char *name;
-} unlock_one;
-
-static void unlock_one_done(unlock_one *o, int status) {
-  unlock_all *a = o->all;
-  const char *why = rlock_last_error();
-  uv_mutex_lock(&a->mu);
-  if (status >= 0) {
-    a->released++;
-  } else if (a->first == 0 || (a->first == RLOCK_ENOTOWNER &&
-                               status != RLOCK_ENOTOWNER)) {
-    /* The first error, though one that is not "not held" (the members a
-     * RedLock could not take) tells more. */
-    a->first = status;
-    snprintf(a->why, sizeof(a->why), "member %zu (%s): %s", o->i, o->name,
-             why[0] ? why : rlock_strerror(status));
-  }
-  if (--a->left == 0)
-    uv_cond_signal(&a->cv);
-  uv_mutex_unlock(&a->mu);
-}
-
-static void unlock_one_cb(int status, int64_t value, void *data) {
-  (void)value;
-  unlock_one_done(data, status);
-}
-
-static int redlock_unlock(rlock_multilock *ml, uint64_t owner) {
-  unlock_all a = {.left = ml->n};
-  unlock_one *ones = calloc(ml->n, sizeof(*ones));
-  if (ones == NULL) {
+/* A MultiLock is guaranteed until its first member's guarantee ends; a
+ * RedLock while a quorum of its members' are (the quorum-th latest). */
+static int group_lease_guaranteed(rlock *lock, uint64_t owner,
+                                  int64_t *until_ms) {
+  group *ml = group_of(lock);
+  int64_t *until = malloc(ml->n * sizeof(*until));
+  if (until == NULL) {
     rlock__set_last_error("out of memory");
     return RLOCK_ENOMEM;
   }
-  if (uv_mutex_init(&a.mu) != 0 ||
-      (uv_cond_init(&a.cv) != 0 && (uv_mutex_destroy(&a.mu), true))) {
-    free(ones);
-    rlock__set_last_error("no mutex or condition variable");
-    return RLOCK_ESYS;
-  }
-  for (size_t i = 0; i < ml->n; i++) {
-    ones[i] = (unlock_one){.all = &a, .i = i, .name = ml->m[i]->name};
-    int rc = rlock_unlock_async(ml->m[i], owner, unlock_one_cb, &ones[i],
-                                NULL);
-    if (rc != 0)
-      unlock_one_done(&ones[i], rc);
-  }
-  uv_mutex_lock(&a.mu);
-  while (a.left > 0)
-    uv_cond_wait(&a.cv, &a.mu);
-  uv_mutex_unlock(&a.mu);
-  uv_cond_destroy(&a.cv);
-  uv_mutex_destroy(&a.mu);
-  free(ones);
-  if (a.released >= ml->quorum || a.first == 0) {
-    rlock__clear_last_error();
-    return 0;
-  }
-  rlock__set_last_error("%s (%zu of %zu members released, %zu needed)", a.why,
-                        a.released, ml->n, ml->quorum);
-  return a.first;
-}
-
-int rlock_multilock_unlock_owner(rlock_multilock *ml, uint64_t owner) {
-  if (ml == NULL)
-    return rlock__bad_arg("MultiLock is NULL");
-  if (ml->quorum < ml->n) {
-    int rc = on_a_loop_thread(ml);
-    return rc != 0 ? rc : redlock_unlock(ml, owner);
-  }
+  size_t known = 0, pick = SIZE_MAX;
   int first = 0;
-  char why[256] = "";
+  char why[160] = "";
   for (size_t i = 0; i < ml->n; i++) {
-    int rc = rlock_unlock_owner(ml->m[i], owner);
-    if (rc < 0 && first == 0) {
+    int64_t u = 0;
+    int rc = rlock_is_lease_guaranteed_owner(ml->m[i], owner, &u);
+    if (rc >= 0) {
+      until[known++] = u;
+    } else if (pick == SIZE_MAX) {
+      pick = i;
       first = rc;
-      snprintf(why, sizeof(why), "member %zu (%s): %s", i, ml->m[i]->name,
-               rlock_last_error());
+      snprintf(why, sizeof(why), "%s", rlock_last_error());
     }
   }
-  if (first < 0)
-    rlock__set_last_error("%s", why);
-  else
+  int rc;
+  if (known >= ml->quorum) {
+    qsort(until, known, sizeof(*until), cmp_desc);
+    *until_ms = until[ml->quorum - 1];
+    rc = *until_ms > rlock__now_ms() ? 1 : 0;
     rlock__clear_last_error();
-  return first;
+  } else if (ml->quorum < ml->n) {
+    rlock__set_last_error("member %zu (%s): %s (%zu of %zu members with a "
+                          "guarantee, %zu needed)",
+                          pick, ml->m[pick]->name, why, known, ml->n,
+                          ml->quorum);
+    rc = first;
+  } else {
+    rlock__set_last_error("member %zu (%s): %s", pick, ml->m[pick]->name, why);
+    rc = first;
+  }
+  free(until);
+  return rc;
 }
 
-int rlock_multilock_unlock(rlock_multilock *ml) {
-  return rlock_multilock_unlock_owner(ml, rlock__thread_id());
-}
-
-int rlock_multilock_is_held_owner(rlock_multilock *ml, uint64_t owner) {
-  if (ml == NULL)
-    return rlock__bad_arg("MultiLock is NULL");
-  if (ml->quorum == ml->n) {
-    for (size_t i = 0; i < ml->n; i++) {
-      int rc = rlock_is_held_owner(ml->m[i], owner);
-      if (rc != 1)
-        return rc;
-    }
-    return 1;
-  }
-  /* A RedLock: held when a quorum of its members is. */
-  size_t held = 0;
-  int first = 0;
-  char why[256] = "";
-  for (size_t i = 0; i < ml->n && held < ml->quorum; i++) {
-    int rc = rlock_is_held_owner(ml->m[i], owner);
-    if (rc == 1) {
-      held++;
-    } else if (rc < 0 && first == 0) {
-      first = rc;
-      snprintf(why, sizeof(why), "member %zu (%s): %s", i, ml->m[i]->name,
-               rlock_last_error());
-    }
-  }
-  if (held >= ml->quorum || first == 0) {
-    rlock__clear_last_error();
-    return held >= ml->quorum ? 1 : 0;
-  }
-  rlock__set_last_error("%s", why);
-  return first;
-}
+static const rlock__prim_calls group_calls = {
+    .acquire_async = group_acquire_async,
+    .acquire = group_acquire,
+    .release_async = group_release_async,
+    .release = group_release_sync,
+    .is_held_async = group_is_held_async,
+    .is_held = group_is_held,
+    .lease_guaranteed = group_lease_guaranteed,
+    .members = group_members,
+    .unsupported =
+        "a MultiLock or RedLock has no lock of its own: is_locked, "
+        "force_unlock, hold_count and remain_ttl are not supported (Java's "
+        "RedissonMultiLock throws UnsupportedOperationException); ask its "
+        "members"};

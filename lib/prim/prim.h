@@ -6,12 +6,46 @@
  * each filling an rlock__prim descriptor that the engine drives, plus its
  * Lua scripts (<kind>_*.lua beside it, embedded at build time) and its
  * public API; and multilock.c, the MultiLock and the RedLock, which
- * compose member locks through their public calls (no descriptor).
+ * compose member locks through their public calls: their descriptors
+ * fill only `calls`, which the public lock calls dispatch to.
  * Internal. */
 #ifndef RLOCK_PRIM_H
 #define RLOCK_PRIM_H
 
 #include "engine.h"
+
+/* The lock calls of a kind that runs them itself (rlock__prim.calls: the
+ * MultiLock and the RedLock, multilock.c, over their members' handles; the
+ * FasterMultiLock, fastmultilock.c, whose watchdog is its own).
+ * The public lock calls (lock.c) dispatch here, so a group is taken,
+ * tried, released, queried and cancelled through the same calls as any
+ * lock. Each sets the last error as the public call does. */
+typedef struct rlock__prim_calls {
+  /* rlock_lock_async: the request is an rlock_req (rlock__req_custom_new)
+   * that rlock_req_cancel() ends. */
+  int (*acquire_async)(rlock *lock, uint64_t owner, int64_t wait_ms,
+                       int64_t lease_ms, rlock_cb cb, void *data,
+                       rlock_req **req);
+  /* rlock_try_lock_owner: 1, 0 or an error. */
+  int (*acquire)(rlock *lock, uint64_t owner, int64_t wait_ms,
+                 int64_t lease_ms);
+  int (*release_async)(rlock *lock, uint64_t owner, rlock_cb cb, void *data,
+                       rlock_req **req);
+  int (*release)(rlock *lock, uint64_t owner);
+  /* NULL: the kind's ops (rlock__prim.ops) answer is_held */
+  int (*is_held_async)(rlock *lock, uint64_t owner, rlock_cb cb, void *data,
+                       rlock_req **req);
+  int (*is_held)(rlock *lock, uint64_t owner);
+  /* NULL: not supported */
+  int (*lease_guaranteed)(rlock *lock, uint64_t owner, int64_t *until_ms);
+  /* The members, and how many must be held (*quorum). */
+  size_t (*members)(const rlock *lock, size_t *quorum);
+  /* The detail of every other lock call (RLOCK_EINVAL). */
+  const char *unsupported;
+} rlock__prim_calls;
+/* getMultiLock(RLock...) and getRedLock(RLock...) (multilock.c). */
+extern const rlock__prim rlock__prim_multilock;
+extern const rlock__prim rlock__prim_redlock;
 
 /* Redisson's RLock (getLock): channel "redisson_lock__channel:" + tag. */
 extern const rlock__prim rlock__prim_lock;
@@ -52,13 +86,14 @@ rlock__cmd *rlock__fair_abandon(rlock__op *op, rlock__reply_cb cb,
 extern const rlock__prim_ops rlock__fair_ops;
 extern const rlock__prim_hold rlock__fair_hold;
 /* getMultiLock(group, values) (fastmultilock.c): the group's hash, RLock's
- * channel; the values' field names travel in its ops. Wraps a handle of
- * this kind (taken over: released on failure) with the values: 0,
- * RLOCK_EINVAL (no value, a NULL value), RLOCK_ENOMEM. */
+ * channel; the values' field names live in its handle (made with
+ * rlock__handle_new_size of rlock__fast_multilock_size(n) bytes, 0 when n
+ * is too large, then filled: 0, or RLOCK_EINVAL for a NULL value). Its
+ * lock calls are its own (rlock__prim.calls: a watchdog of its own). */
 extern const rlock__prim rlock__prim_fast_multilock;
-int rlock__fast_multilock_wrap(rlock *h, const char *const *values,
-                               const size_t *lens, size_t n,
-                               rlock_fast_multilock **out);
+size_t rlock__fast_multilock_size(size_t n);
+int rlock__fast_multilock_fill(rlock *h, const char *const *values,
+                               const size_t *lens, size_t n);
 /* getSemaphore: channel "redisson_sc:" + tag. */
 extern const rlock__prim rlock__prim_semaphore;
 #define RLOCK__SEMAPHORE_CHANNEL_PREFIX "redisson_sc:"

@@ -1345,7 +1345,7 @@ __all__ += ["LeaderState", "Term", "Election", "ElectionObserver"]
 class RedLock(MultiLock):
     """getRedLock(locks...): a MultiLock held once a majority (n/2+1) of
     its members is, each member a lock of a client of another, independent
-    server (rlock_redlock_new). Same calls as MultiLock."""
+    server (rlock_new_redlock). Same calls as MultiLock."""
 
     __slots__ = ()
     _make = staticmethod(_rlock.redlock)

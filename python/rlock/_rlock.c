@@ -1114,9 +1114,15 @@ static void Handle_dealloc(HandleObject *self) {
     case H_LOCK: rlock_free(self->h); break;
     case H_SEM: rlock_semaphore_free(self->h); break;
     case H_PSEM: rlock_permit_semaphore_free(self->h); break;
-    case H_LATCH: rlock_latch_free(self->h); break;
-    case H_MULTI: rlock_multilock_free(self->h); break;
-    case H_FAST: rlock_fast_multilock_free(self->h); break;
+    case H_LATCH:
+      rlock_latch_free(self->h);
+      break;
+    case H_FAST:
+      rlock_free(self->h);
+      break;
+    case H_MULTI: /* an rlock * too */
+      rlock_free(self->h);
+      break;
     }
   }
   Py_XDECREF(self->client);
@@ -1191,7 +1197,7 @@ static PyObject *Client_handle(ClientObject *self, PyObject *args) {
 }
 
 /* multilock(handles); redlock(handles): a majority of independent
- * servers (rlock_redlock_new) */
+ * servers (rlock_new_redlock) */
 static PyObject *make_multilock(PyObject *arg, int red) {
   PyObject *seq = PySequence_Tuple(arg);
   if (seq == NULL)
@@ -1220,9 +1226,9 @@ static PyObject *make_multilock(PyObject *arg, int red) {
     }
     mem[i] = ((HandleObject *)o)->h;
   }
-  rlock_multilock *ml = NULL;
-  int rc = red ? rlock_redlock_new(mem, (size_t)n, &ml)
-               : rlock_multilock_new(mem, (size_t)n, &ml);
+  rlock *ml = NULL;
+  int rc = red ? rlock_new_redlock(mem, (size_t)n, &ml)
+               : rlock_new_multilock(mem, (size_t)n, &ml);
   free(mem);
   if (rc < 0) {
     Py_DECREF(seq);
@@ -1230,7 +1236,7 @@ static PyObject *make_multilock(PyObject *arg, int red) {
   }
   HandleObject *o = PyObject_New(HandleObject, &Handle_Type);
   if (o == NULL) {
-    rlock_multilock_free(ml);
+    rlock_free(ml);
     Py_DECREF(seq);
     return NULL;
   }
@@ -1299,8 +1305,8 @@ static PyObject *Client_fast_multilock(ClientObject *self, PyObject *args) {
   }
   if (!client_ok(self))
     goto done;
-  rlock_fast_multilock *fml = NULL;
-  int rc = rlock_fast_multilock_new(self->c, PyBytes_AS_STRING(gb), vals, lens,
+  rlock *fml = NULL;
+  int rc = rlock_new_fast_multilock(self->c, PyBytes_AS_STRING(gb), vals, lens,
                                     (size_t)n, &fml);
   if (rc < 0) {
     set_error(rc);
@@ -1308,7 +1314,7 @@ static PyObject *Client_fast_multilock(ClientObject *self, PyObject *args) {
   }
   HandleObject *o = PyObject_New(HandleObject, &Handle_Type);
   if (o == NULL) {
-    rlock_fast_multilock_free(fml);
+    rlock_free(fml);
     goto done;
   }
   o->htype = H_FAST;
@@ -1363,20 +1369,17 @@ static int is_main_thread(void) {
 typedef struct {
   PyObject_HEAD
   rlock_req *req;
-  rlock_multilock_req *mreq;
 } RequestObject;
 
 static PyTypeObject Request_Type;
 
 static void Request_dealloc(RequestObject *self) {
   rlock_req_free(self->req);
-  rlock_multilock_req_free(self->mreq);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyObject *Request_cancel(RequestObject *self, PyObject *noargs) {
-  int rc = self->req != NULL ? rlock_req_cancel(self->req)
-                             : rlock_multilock_req_cancel(self->mreq);
+  int rc = rlock_req_cancel(self->req);
   if (rc < 0 && rc != RLOCK_ECLOSED)
     return set_error(rc);
   Py_RETURN_NONE;
@@ -1401,6 +1404,7 @@ static int start_acquire(HandleObject *self, pend *p, uint64_t owner,
                          RequestObject *r) {
   switch (self->htype) {
   case H_LOCK:
+  case H_MULTI: /* a MultiLock is an rlock * */
     return rlock_lock_async(self->h, owner, wait_ms, lease_ms, on_done, p,
                             &r->req);
   case H_SEM:
@@ -1412,9 +1416,6 @@ static int start_acquire(HandleObject *self, pend *p, uint64_t owner,
                                                   p, &r->req);
   case H_LATCH:
     return rlock_latch_await_async(self->h, wait_ms, on_done, p, &r->req);
-  case H_MULTI:
-    return rlock_multilock_lock_async(self->h, owner, wait_ms, lease_ms,
-                                      on_done, p, &r->mreq);
   }
   return RLOCK_EINVAL;
 }
@@ -1434,7 +1435,6 @@ static PyObject *Handle_acquire_async(HandleObject *self, PyObject *args) {
   if (r == NULL)
     return NULL;
   r->req = NULL;
-  r->mreq = NULL;
   if (self->htype == H_PSEM && (n < 1 || n > RLOCK_PERMIT_IDS_MAX)) {
     Py_DECREF(r);
     set_error_detail(RLOCK_EINVAL, "permits must be 1..1024");
@@ -1481,6 +1481,7 @@ static void undo_acquire(HandleObject *self, uint64_t owner, int64_t n,
                          const item *it) {
   switch (self->htype) {
   case H_LOCK:
+  case H_MULTI:
     rlock_unlock_owner(self->h, owner);
     break;
   case H_SEM:
@@ -1490,9 +1491,6 @@ static void undo_acquire(HandleObject *self, uint64_t owner, int64_t n,
     for (int i = 0; i < it->nids; i++)
       rlock_permit_semaphore_release(
           self->h, it->ids + (size_t)i * (RLOCK_PERMIT_ID_LEN + 1));
-    break;
-  case H_MULTI:
-    rlock_multilock_unlock_owner(self->h, owner);
     break;
   }
 }
@@ -1535,14 +1533,10 @@ static item *interruptible_acquire(HandleObject *self, uint64_t owner,
       continue;
     if (!canceled && PyErr_CheckSignals() < 0) {
       canceled = 1;
-      if (r.req != NULL)
-        rlock_req_cancel(r.req);
-      else
-        rlock_multilock_req_cancel(r.mreq);
+      rlock_req_cancel(r.req);
     }
   }
   rlock_req_free(r.req);
-  rlock_multilock_req_free(r.mreq);
   queue_unref(q);
   if (canceled) {
     if (it->status == 1) {
@@ -1576,8 +1570,8 @@ static PyObject *fast_acquire(HandleObject *self, uint64_t owner,
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = owner ? rlock_fast_multilock_try_lock_owner(h, owner, slice, lease_ms)
-               : rlock_fast_multilock_try_lock(h, slice, lease_ms);
+    rc = owner ? rlock_try_lock_owner(h, owner, slice, lease_ms)
+               : rlock_try_lock(h, slice, lease_ms);
     Py_END_ALLOW_THREADS
     if (rc < 0)
       return set_error(rc);
@@ -1625,6 +1619,7 @@ static PyObject *Handle_acquire(HandleObject *self, PyObject *args) {
   Py_BEGIN_ALLOW_THREADS
   switch (self->htype) {
   case H_LOCK:
+  case H_MULTI:
     if (self->fenced)
       rc = owner ? rlock_try_lock_fenced_owner(h, owner, first_wait, lease_ms,
                                                &token)
@@ -1641,10 +1636,6 @@ static PyObject *Handle_acquire(HandleObject *self, PyObject *args) {
     break;
   case H_LATCH:
     rc = rlock_latch_await(h, first_wait);
-    break;
-  case H_MULTI:
-    rc = owner ? rlock_multilock_try_lock_owner(h, owner, first_wait, lease_ms)
-               : rlock_multilock_try_lock(h, first_wait, lease_ms);
     break;
   }
   Py_END_ALLOW_THREADS
@@ -1695,23 +1686,15 @@ static PyObject *Handle_release(HandleObject *self, PyObject *args) {
     return NULL;
   int rc;
   void *h = self->h;
-  if (self->htype == H_LOCK) {
+  if (self->htype == H_LOCK || self->htype == H_MULTI) {
     Py_BEGIN_ALLOW_THREADS
     rc = owner ? rlock_unlock_owner(h, owner) : rlock_unlock(h);
     Py_END_ALLOW_THREADS
     if (rc == 0)
       rc = 1;
-  } else if (self->htype == H_MULTI) {
-    Py_BEGIN_ALLOW_THREADS
-    rc = owner ? rlock_multilock_unlock_owner(h, owner)
-               : rlock_multilock_unlock(h);
-    Py_END_ALLOW_THREADS
-    if (rc == 0)
-      rc = 1;
   } else if (self->htype == H_FAST) {
     Py_BEGIN_ALLOW_THREADS
-    rc = owner ? rlock_fast_multilock_unlock_owner(h, owner)
-               : rlock_fast_multilock_unlock(h);
+    rc = owner ? rlock_unlock_owner(h, owner) : rlock_unlock(h);
     Py_END_ALLOW_THREADS
     if (rc == 0)
       rc = 1;
@@ -1741,7 +1724,7 @@ static PyObject *Handle_query(HandleObject *self, PyObject *args) {
   if (self->htype == H_MULTI && strcmp(what, "is_held") == 0) {
     uint64_t ow = owner ? owner : rlock_thread_id();
     Py_BEGIN_ALLOW_THREADS
-    rc = rlock_multilock_is_held_owner(h, ow);
+    rc = rlock_is_held_owner(h, ow);
     Py_END_ALLOW_THREADS
     if (rc < 0)
       return set_error((int)rc);
@@ -1751,11 +1734,11 @@ static PyObject *Handle_query(HandleObject *self, PyObject *args) {
     uint64_t ow = owner ? owner : rlock_thread_id();
     Py_BEGIN_ALLOW_THREADS
     if (strcmp(what, "is_locked") == 0)
-      rc = rlock_fast_multilock_is_locked(h);
+      rc = rlock_is_locked(h);
     else if (strcmp(what, "is_held") == 0)
-      rc = rlock_fast_multilock_is_held_owner(h, ow);
+      rc = rlock_is_held_owner(h, ow);
     else if (strcmp(what, "force_unlock") == 0)
-      rc = rlock_fast_multilock_force_unlock(h);
+      rc = rlock_force_unlock(h);
     else
       known = 0;
     Py_END_ALLOW_THREADS

@@ -1,4 +1,4 @@
-"""RedLock (getRedLock) from Python over rlock_redlock_new: three
+"""RedLock (getRedLock) from Python over rlock_new_redlock: three
 independent redis-servers, a majority of them held."""
 import asyncio
 

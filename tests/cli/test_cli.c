@@ -4393,9 +4393,9 @@ Test(cli, status_json_and_ls_json_describe_every_kind_alike) {
                1);
   /* a FasterMultiLock group with two values held */
   const char *values[] = {"v1", "v2"};
-  rlock_fast_multilock *fml = NULL;
-  cr_assert_eq(rlock_fast_multilock_new(c, n[12], values, NULL, 2, &fml), 0);
-  cr_assert_eq(rlock_fast_multilock_try_lock(fml, 0, 30000), 1);
+  rlock *fml = NULL;
+  cr_assert_eq(rlock_new_fast_multilock(c, n[12], values, NULL, 2, &fml), 0);
+  cr_assert_eq(rlock_try_lock(fml, 0, 30000), 1);
 
   char expect[2048] = "", path[PATH_LEN];
   cli_proc pr;
@@ -4454,8 +4454,8 @@ Test(cli, status_json_and_ls_json_describe_every_kind_alike) {
   cr_assert(strstr(out, path) != NULL, "%s", out);
   free(out);
   /* the group released */
-  cr_assert_eq(rlock_fast_multilock_unlock(fml), 0);
-  rlock_fast_multilock_free(fml);
+  cr_assert_eq(rlock_unlock(fml), 0);
+  rlock_free(fml);
 
   rlock_election_free(e);
   rlock_latch_free(latch);

@@ -26,7 +26,7 @@ typedef struct waiter {
   rlock_semaphore *sem;
   rlock_permit_semaphore *psem;
   rlock_latch *latch;
-  rlock_multilock *ml;
+  rlock *ml;
   int rc;
   int64_t took;
   char err[200];
@@ -51,7 +51,7 @@ static void wait_fn(void *p) {
     w->rc = rlock_latch_await(w->latch, 8000);
     break;
   case K_MULTI:
-    w->rc = rlock_multilock_try_lock(w->ml, 8000, 10000);
+    w->rc = rlock_try_lock(w->ml, 8000, 10000);
     break;
   }
   w->took = rt_now_ms() - t0;
@@ -117,7 +117,7 @@ Test(waiters, every_kind_rides_out_killed_connections) {
   rlock *wm[2] = {NULL, NULL};
   cr_assert_eq(rlock_new(c, m1, &wm[0]), 0);
   cr_assert_eq(rlock_new(c, m2, &wm[1]), 0);
-  cr_assert_eq(rlock_multilock_new(wm, 2, &w[K_MULTI].ml), 0);
+  cr_assert_eq(rlock_new_multilock(wm, 2, &w[K_MULTI].ml), 0);
   for (int k = 0; k < K_N; k++)
     rt_thread_start(&w[k].th, wait_fn, &w[k]);
   rt_sleep_ms(300);
@@ -161,7 +161,7 @@ Test(waiters, every_kind_rides_out_killed_connections) {
   rlock_semaphore_free(w[K_SEM].sem);
   rlock_permit_semaphore_free(w[K_PSEM].psem);
   rlock_latch_free(w[K_LATCH].latch);
-  rlock_multilock_free(w[K_MULTI].ml);
+  rlock_free(w[K_MULTI].ml);
   rlock_free(wm[0]);
   rlock_free(wm[1]);
   rlock_free(hl);

@@ -1035,9 +1035,9 @@ Test(info, fast_multilock_group_is_its_own_kind) {
   rt_key(key, sizeof key, "info:group");
   rt_key(fake, sizeof fake, "info:notgroup");
   const char *values[] = {"a", "b"};
-  rlock_fast_multilock *fml = NULL;
-  cr_assert_eq(rlock_fast_multilock_new(c, key, values, NULL, 2, &fml), 0);
-  cr_assert_eq(rlock_fast_multilock_try_lock(fml, 0, 20000), 1);
+  rlock *fml = NULL;
+  cr_assert_eq(rlock_new_fast_multilock(c, key, values, NULL, 2, &fml), 0);
+  cr_assert_eq(rlock_try_lock(fml, 0, 20000), 1);
   rlock_info info;
   get(c, key, &info);
   cr_assert_eq(info.kind, RLOCK_INFO_FAST_MULTILOCK);
@@ -1059,7 +1059,7 @@ Test(info, fast_multilock_group_is_its_own_kind) {
   get(c, fake, &info);
   cr_assert_eq(info.kind, RLOCK_INFO_FOREIGN);
   rlock_info_free(&info);
-  cr_assert_eq(rlock_fast_multilock_unlock(fml), 0);
-  rlock_fast_multilock_free(fml);
+  cr_assert_eq(rlock_unlock(fml), 0);
+  rlock_free(fml);
   rlock_client_free(c);
 }

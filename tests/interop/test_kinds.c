@@ -1487,7 +1487,7 @@ Test(kinds, rw_monitor) {
 /* ---- MultiLock (issue 29, items 2 and 5) ---- */
 
 typedef struct ml_counter {
-  rlock_multilock *ml;
+  rlock *ml;
   redisContext *redis;
   const char *key;
   int rounds;
@@ -1499,7 +1499,7 @@ typedef struct ml_counter {
 static void ml_counter_main(void *arg) {
   ml_counter *t = arg;
   for (int i = 0; i < t->rounds; i++) {
-    int rc = rlock_multilock_lock(t->ml, -1);
+    int rc = rlock_lock(t->ml, -1);
     if (rc != 0) {
       snprintf(t->error, sizeof t->error, "lock: %s", rlock_err_name(rc));
       return;
@@ -1510,7 +1510,7 @@ static void ml_counter_main(void *arg) {
                                                               : 0;
     freeReplyObject(r);
     freeReplyObject(redisCommand(t->redis, "SET %s %lld", t->key, v + 1));
-    rc = rlock_multilock_unlock(t->ml);
+    rc = rlock_unlock(t->ml);
     if (rc != 0) {
       snprintf(t->error, sizeof t->error, "unlock: %s", rlock_err_name(rc));
       return;
@@ -1533,23 +1533,23 @@ Test(kinds, multilock_c_and_java_exclude_each_other) {
   peer *p = peer_start(PEER_JAVA, 0);
   rlock_client *c = rt_client();
   rlock *m[2] = {rt_lock(c, a), rt_lock(c, b)};
-  rlock_multilock *ml = NULL;
-  cr_assert_eq(rlock_multilock_new(m, 2, &ml), 0);
+  rlock *ml = NULL;
+  cr_assert_eq(rlock_new_multilock(m, 2, &ml), 0);
 
-  cr_assert_eq(rlock_multilock_try_lock(ml, 0, LONG_LEASE_MS), 1);
+  cr_assert_eq(rlock_try_lock(ml, 0, LONG_LEASE_MS), 1);
   const char *ans = peer_call(p, "NOTACQUIRED", REPLY_BOUND_MS,
                               "mtrylock %s,%s 300 -1", b, c3);
   cr_assert_geq(atoll(ans), 290, "the peer gave up after %s ms", ans);
   cr_assert_eq(rt_exists(c3), 0, "the peer left a member held");
-  cr_assert_eq(rlock_multilock_unlock(ml), 0);
+  cr_assert_eq(rlock_unlock(ml), 0);
   peer_call(p, "ACQUIRED", REPLY_BOUND_MS, "mtrylock %s,%s 0 -1", b, c3);
-  cr_assert_eq(rlock_multilock_try_lock(ml, 300, -1), 0);
+  cr_assert_eq(rlock_try_lock(ml, 300, -1), 0);
   cr_assert_eq(rt_exists(a), 0, "rlock left a member held");
   /* rlock waits for b; the peer's unlock of both wakes it */
   peer_send(p, "munlock %s,%s", b, c3);
-  cr_assert_eq(rlock_multilock_try_lock(ml, 10000, -1), 1);
+  cr_assert_eq(rlock_try_lock(ml, 10000, -1), 1);
   peer_expect(p, "UNLOCKED", REPLY_BOUND_MS);
-  cr_assert_eq(rlock_multilock_unlock(ml), 0);
+  cr_assert_eq(rlock_unlock(ml), 0);
   cr_assert_eq(rt_exists(a) + rt_exists(b) + rt_exists(c3), 0);
 
   /* both count under their MultiLocks at once */
@@ -1574,7 +1574,7 @@ Test(kinds, multilock_c_and_java_exclude_each_other) {
   cr_assert_eq(rt_exists(a) + rt_exists(b) + rt_exists(c3), 0);
 
   peer_stop(p);
-  rlock_multilock_free(ml);
+  rlock_free(ml);
   rlock_free(m[0]);
   rlock_free(m[1]);
   rlock_client_free(c);
@@ -1594,13 +1594,13 @@ Test(kinds, multilock_monitor) {
   peer_owner(p, a, po, sizeof po);
   rlock_client *c = rt_client();
   rlock *m[2] = {rt_lock(c, a), kind_get(c, "fair", f)};
-  rlock_multilock *ml = NULL;
-  cr_assert_eq(rlock_multilock_new(m, 2, &ml), 0);
+  rlock *ml = NULL;
+  cr_assert_eq(rlock_new_multilock(m, 2, &ml), 0);
   interop_my_owner(me, sizeof me, c);
 
   monitor *mon = monitor_start();
-  cr_assert_eq(rlock_multilock_try_lock(ml, 1000, 9000), 1);
-  cr_assert_eq(rlock_multilock_unlock(ml), 0);
+  cr_assert_eq(rlock_try_lock(ml, 1000, 9000), 1);
+  cr_assert_eq(rlock_unlock(ml), 0);
   peer_call(p, "ACQUIRED", REPLY_BOUND_MS, "mtrylock %s 1000 9000", a);
   peer_call(p, "UNLOCKED", REPLY_BOUND_MS, "munlock %s", a);
   monitor_sync(mon);
@@ -1626,7 +1626,7 @@ Test(kinds, multilock_monitor) {
   interop_report("multilock MONITOR: %zu lines", monitor_count(mon));
   monitor_stop(mon);
   peer_stop(p);
-  rlock_multilock_free(ml);
+  rlock_free(ml);
   rlock_free(m[0]);
   rlock_free(m[1]);
   rlock_client_free(c);
@@ -1644,13 +1644,13 @@ Test(kinds, fast_multilock_monitor) {
   rlock_client *c = rt_client(), *c2 = rt_client();
   interop_my_owner(me, sizeof me, c);
   const char *vals[2] = {"Jack_001", "Mary_002"};
-  rlock_fast_multilock *f = NULL, *f2 = NULL;
-  cr_assert_eq(rlock_fast_multilock_new(c, g, vals, NULL, 2, &f), 0);
-  cr_assert_eq(rlock_fast_multilock_new(c2, g, vals + 1, NULL, 1, &f2), 0);
+  rlock *f = NULL, *f2 = NULL;
+  cr_assert_eq(rlock_new_fast_multilock(c, g, vals, NULL, 2, &f), 0);
+  cr_assert_eq(rlock_new_fast_multilock(c2, g, vals + 1, NULL, 1, &f2), 0);
   monitor *mon = monitor_start();
-  cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, 30000), 1);
-  cr_assert_eq(rlock_fast_multilock_try_lock(f2, 100, 30000), 0);
-  cr_assert_eq(rlock_fast_multilock_unlock(f), 0);
+  cr_assert_eq(rlock_try_lock(f, 0, 30000), 1);
+  cr_assert_eq(rlock_try_lock(f2, 100, 30000), 0);
+  cr_assert_eq(rlock_unlock(f), 0);
   monitor_sync(mon);
 
   snprintf(needle, sizeof needle, "\"1\" \"%s\" \"30000\" \"", g);
@@ -1683,8 +1683,8 @@ Test(kinds, fast_multilock_monitor) {
   assert_monitor_has(mon, needle, "the waiter's SUBSCRIBE");
   interop_report("fast multilock MONITOR: %zu lines", monitor_count(mon));
   monitor_stop(mon);
-  rlock_fast_multilock_free(f);
-  rlock_fast_multilock_free(f2);
+  rlock_free(f);
+  rlock_free(f2);
   rlock_client_free(c2);
   rlock_client_free(c);
 }
@@ -1702,12 +1702,12 @@ Test(kinds, fast_multilock_watchdog_monitor) {
   rlock_client *c = rt_client_opts(&o);
   interop_my_owner(me, sizeof me, c);
   const char *vals[2] = {"Jack_001", "Mary_002"};
-  rlock_fast_multilock *f = NULL;
-  cr_assert_eq(rlock_fast_multilock_new(c, g, vals, NULL, 2, &f), 0);
+  rlock *f = NULL;
+  cr_assert_eq(rlock_new_fast_multilock(c, g, vals, NULL, 2, &f), 0);
   monitor *mon = monitor_start();
-  cr_assert_eq(rlock_fast_multilock_try_lock(f, 0, -1), 1);
+  cr_assert_eq(rlock_try_lock(f, 0, -1), 1);
   rt_sleep_ms(1500);
-  cr_assert_eq(rlock_fast_multilock_unlock(f), 0);
+  cr_assert_eq(rlock_unlock(f), 0);
   monitor_sync(mon);
 
   snprintf(needle, sizeof needle, "\"1\" \"%s\" \"900\" \"", g);
@@ -1743,7 +1743,7 @@ Test(kinds, fast_multilock_watchdog_monitor) {
   assert_monitor_has(mon, needle, "the unlock re-applies the timeout");
   interop_report("fast multilock watchdog MONITOR: %d renewals", renewals);
   monitor_stop(mon);
-  rlock_fast_multilock_free(f);
+  rlock_free(f);
   rlock_client_free(c);
 }
 

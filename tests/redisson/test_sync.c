@@ -15,14 +15,14 @@ TestSuite(sync, .timeout = 60);
 /* ---- MultiLock over overlapping names ---- */
 
 typedef struct cml {
-  rlock_multilock *ml;
+  rlock *ml;
   uint64_t owner;
   int64_t wait_ms;
 } cml;
 
 static int cml_fn(void *arg) {
   cml *m = arg;
-  return rlock_multilock_try_lock_owner(m->ml, m->owner, m->wait_ms, RS_LEASE_MS);
+  return rlock_try_lock_owner(m->ml, m->owner, m->wait_ms, RS_LEASE_MS);
 }
 
 /* rlock's MultiLock over {a,b} and the Java spec of one over {b,c}. */
@@ -31,7 +31,7 @@ typedef struct mfix {
   rlock_client *c;
   char a[96], b[96], cc[96], jm[400];
   rlock *la, *lb;
-  rlock_multilock *ml;
+  rlock *ml;
 } mfix;
 
 static void mfix_open(mfix *f, const char *base) {
@@ -48,11 +48,11 @@ static void mfix_open(mfix *f, const char *base) {
   cr_assert_eq(rlock_new(f->c, f->a, &f->la), 0);
   cr_assert_eq(rlock_new(f->c, f->b, &f->lb), 0);
   rlock *members[] = {f->la, f->lb};
-  cr_assert_eq(rlock_multilock_new(members, 2, &f->ml), 0);
+  cr_assert_eq(rlock_new_multilock(members, 2, &f->ml), 0);
 }
 
 static void mfix_close(mfix *f) {
-  rlock_multilock_free(f->ml);
+  rlock_free(f->ml);
   rlock_free(f->la);
   rlock_free(f->lb);
   rlock_client_free(f->c);
@@ -65,22 +65,22 @@ Test(sync, multilock_overlapping_both_ways) {
   mfix f;
   mfix_open(&f, "m");
   rs_peer *p = f.p;
-  rlock_multilock *ml = f.ml;
+  rlock *ml = f.ml;
   const char *a = f.a, *b = f.b, *cc = f.cc, *jm = f.jm;
   char ch[256];
   uint64_t o1 = rlock_owner_new(), o2 = rlock_owner_new();
   snprintf(ch, sizeof ch, "redisson_lock__channel:{%s}", b);
 
-  cr_assert_eq(rlock_multilock_try_lock_owner(ml, o1, 0, RS_LEASE_MS), 1);
+  cr_assert_eq(rlock_try_lock_owner(ml, o1, 0, RS_LEASE_MS), 1);
   cr_assert_not(rs_call_bool(p, "A", "tryLock %s 300 %d", jm, RS_LEASE_MS),
                 "Java's MultiLock {b,c} got in while rlock's {a,b} held");
   cr_assert_eq(rs_int("EXISTS %s", cc), 0, "Java's failed try left c taken");
   rs_send(p, "A", "lock %s %d", jm, RS_LEASE_MS);
   int64_t t0 = rs_wait_waiting(ch);
-  cr_assert_eq(rlock_multilock_unlock_owner(ml, o1), 0);
+  cr_assert_eq(rlock_unlock_owner(ml, o1), 0);
   int64_t c_to_j = rs_java_woke(p, "A", t0, NULL);
 
-  cr_assert_eq(rlock_multilock_try_lock_owner(ml, o2, 0, RS_LEASE_MS), 0,
+  cr_assert_eq(rlock_try_lock_owner(ml, o2, 0, RS_LEASE_MS), 0,
                "rlock's MultiLock got in while Java's held");
   cr_assert_eq(rs_int("EXISTS %s", a), 0, "rlock's failed try left a taken");
   cml m = {ml, o2, 10000};
@@ -91,14 +91,14 @@ Test(sync, multilock_overlapping_both_ways) {
   int64_t j_to_c = rs_c_woke(&t, t0, 1);
   rs_report("MultiLock: C unlock -> Java lock() %" PRId64 " ms; Java unlock -> C %" PRId64 " ms",
             c_to_j, j_to_c);
-  cr_assert_eq(rlock_multilock_unlock_owner(ml, o2), 0);
+  cr_assert_eq(rlock_unlock_owner(ml, o2), 0);
   mfix_close(&f);
 }
 
 /* Both MultiLocks guard one unguarded counter: each side increments it
  * under its own MultiLock ({a,b} and {b,c}); no update is lost. */
 typedef struct mlc {
-  rlock_multilock *ml;
+  rlock *ml;
   int port;
   const char *key;
   int rounds;
@@ -111,13 +111,13 @@ static int mlc_fn(void *arg) {
     return -1;
   uint64_t owner = rlock_owner_new();
   for (int i = 0; i < m->rounds; i++) {
-    if (rlock_multilock_lock_owner(m->ml, owner, RS_LEASE_MS) != 0)
+    if (rlock_lock_owner(m->ml, owner, RS_LEASE_MS) != 0)
       return -2;
     redisReply *g = redisCommand(r, "GET %s", m->key);
     long long v = (g && g->type == REDIS_REPLY_STRING) ? atoll(g->str) : 0;
     freeReplyObject(g);
     freeReplyObject(redisCommand(r, "SET %s %lld", m->key, v + 1));
-    if (rlock_multilock_unlock_owner(m->ml, owner) != 0)
+    if (rlock_unlock_owner(m->ml, owner) != 0)
       return -3;
   }
   redisFree(r);
@@ -128,7 +128,7 @@ Test(sync, multilock_overlapping_counter) {
   mfix f;
   mfix_open(&f, "mc");
   rs_peer *p = f.p;
-  rlock_multilock *ml = f.ml;
+  rlock *ml = f.ml;
   const char *jm = f.jm;
   char key[96];
   rs_name(key, sizeof key, "mccount");
@@ -152,13 +152,13 @@ Test(sync, multilock_overlapping_counter) {
 /* ---- FasterMultiLock ---- */
 
 typedef struct cfml {
-  rlock_fast_multilock *f;
+  rlock *f;
   uint64_t owner;
 } cfml;
 
 static int cfml_fn(void *arg) {
   cfml *m = arg;
-  return rlock_fast_multilock_try_lock_owner(m->f, m->owner, 10000, RS_LEASE_MS);
+  return rlock_try_lock_owner(m->f, m->owner, 10000, RS_LEASE_MS);
 }
 
 Test(sync, faster_multilock_both_ways) {
@@ -169,19 +169,19 @@ Test(sync, faster_multilock_both_ways) {
   snprintf(jm, sizeof jm, "G/%s=Mary_002,Bob_003", group);
   snprintf(ch, sizeof ch, "redisson_lock__channel:{%s}", group);
   const char *vals[] = {"Jack_001", "Mary_002"};
-  rlock_fast_multilock *f;
-  cr_assert_eq(rlock_fast_multilock_new(c, group, vals, NULL, 2, &f), 0);
+  rlock *f;
+  cr_assert_eq(rlock_new_fast_multilock(c, group, vals, NULL, 2, &f), 0);
   uint64_t o1 = rlock_owner_new(), o2 = rlock_owner_new();
 
-  cr_assert_eq(rlock_fast_multilock_try_lock_owner(f, o1, 0, RS_LEASE_MS), 1);
+  cr_assert_eq(rlock_try_lock_owner(f, o1, 0, RS_LEASE_MS), 1);
   cr_assert_not(rs_call_bool(p, "A", "tryLock %s 200 %d", jm, RS_LEASE_MS),
                 "Java's FasterMultiLock got Mary_002 while rlock held it");
   rs_send(p, "A", "lock %s %d", jm, RS_LEASE_MS);
   int64_t t0 = rs_wait_waiting(ch);
-  cr_assert_eq(rlock_fast_multilock_unlock_owner(f, o1), 0);
+  cr_assert_eq(rlock_unlock_owner(f, o1), 0);
   int64_t c_to_j = rs_java_woke(p, "A", t0, NULL);
 
-  cr_assert_eq(rlock_fast_multilock_try_lock_owner(f, o2, 0, RS_LEASE_MS), 0,
+  cr_assert_eq(rlock_try_lock_owner(f, o2, 0, RS_LEASE_MS), 0,
                "rlock's FasterMultiLock got Mary_002 while Java held it");
   cfml m = {f, o2};
   rs_task t;
@@ -191,8 +191,8 @@ Test(sync, faster_multilock_both_ways) {
   int64_t j_to_c = rs_c_woke(&t, t0, 1);
   rs_report("FasterMultiLock: C unlock -> Java %" PRId64 " ms; Java unlock -> C %" PRId64 " ms",
             c_to_j, j_to_c);
-  cr_assert_eq(rlock_fast_multilock_unlock_owner(f, o2), 0);
-  rlock_fast_multilock_free(f);
+  cr_assert_eq(rlock_unlock_owner(f, o2), 0);
+  rlock_free(f);
   rlock_client_free(c);
   rs_close(p);
 }

@@ -1,4 +1,4 @@
-/* The RedLock (rlock_redlock_new; Redisson getRedLock(RLock...)): a
+/* The RedLock (rlock_new_redlock; Redisson getRedLock(RLock...)): a
  * MultiLock over one lock per independent redis-server, held by a
  * majority, with Java's per-member wait and failed-locks limit. Every test
  * runs 3 or 5 real servers: the harness's (server 0, never stopped) and
@@ -120,7 +120,7 @@ typedef struct side {
   size_t n;
   rlock_client *c[MAXS];
   rlock *m[MAXS];
-  rlock_multilock *rl;
+  rlock *rl;
 } side;
 
 static void side_open(side *d, servers *s, const char *name) {
@@ -130,14 +130,14 @@ static void side_open(side *d, servers *s, const char *name) {
     d->c[i] = member_client(s, i);
     cr_assert_eq(rlock_new(d->c[i], name, &d->m[i]), 0);
   }
-  int rc = rlock_redlock_new(d->m, d->n, &d->rl);
-  cr_assert_eq(rc, 0, "rlock_redlock_new: %s", rlock_last_error());
-  cr_assert_eq(rlock_multilock_size(d->rl), d->n);
-  cr_assert_eq(rlock_multilock_quorum(d->rl), d->n / 2 + 1);
+  int rc = rlock_new_redlock(d->m, d->n, &d->rl);
+  cr_assert_eq(rc, 0, "rlock_new_redlock: %s", rlock_last_error());
+  cr_assert_eq(rlock_member_count(d->rl), d->n);
+  cr_assert_eq(rlock_quorum(d->rl), d->n / 2 + 1);
 }
 
 static void side_close(side *d) {
-  rlock_multilock_free(d->rl);
+  rlock_free(d->rl);
   for (size_t i = 0; i < d->n; i++) {
     rlock_free(d->m[i]);
     rlock_client_free(d->c[i]);
@@ -168,7 +168,7 @@ static void minority_down(size_t n, size_t ndown, bool use_kill) {
   }
 
   int64_t t0 = rt_now_ms();
-  int rc = rlock_multilock_try_lock(a.rl, 3000, -1);
+  int rc = rlock_try_lock(a.rl, 3000, -1);
   int64_t took = rt_now_ms() - t0;
   cr_assert_eq(rc, 1, "A try_lock: %d %s", rc, rlock_last_error());
   cr_assert_lt(took, 3000 + 1500, "A took %lld ms", (long long)took);
@@ -184,13 +184,13 @@ static void minority_down(size_t n, size_t ndown, bool use_kill) {
     held++;
   }
   cr_assert_geq(held, n / 2 + 1);
-  cr_assert_eq(rlock_multilock_is_held_owner(a.rl, rlock_thread_id()), 1,
-               "%s", rlock_last_error());
+  cr_assert_eq(rlock_is_held_owner(a.rl, rlock_thread_id()), 1, "%s",
+               rlock_last_error());
 
   /* B: every live member is A's, so B misses a majority and gives up
    * within its wait, with nothing of its own left on a live server. */
   t0 = rt_now_ms();
-  rc = rlock_multilock_try_lock(b.rl, 1200, -1);
+  rc = rlock_try_lock(b.rl, 1200, -1);
   took = rt_now_ms() - t0;
   cr_assert(rc == 0 || rc == RLOCK_ETIMEDOUT || rc == RLOCK_ECONN,
             "B while A holds: %d %s", rc, rlock_last_error());
@@ -203,15 +203,15 @@ static void minority_down(size_t n, size_t ndown, bool use_kill) {
       cr_assert_eq(hlen_on(&s, i, name), 1, "server %zu", i);
     }
 
-  rc = rlock_multilock_unlock(a.rl);
+  rc = rlock_unlock(a.rl);
   cr_assert_eq(rc, 0, "A unlock: %d %s", rc, rlock_last_error());
   for (size_t i = 0; i < n; i++)
     if (!s.down[i])
       cr_assert_eq(hlen_on(&s, i, name), 0, "server %zu still held", i);
   /* Now B gets it. */
-  rc = rlock_multilock_try_lock(b.rl, 3000, -1);
+  rc = rlock_try_lock(b.rl, 3000, -1);
   cr_assert_eq(rc, 1, "B after A: %d %s", rc, rlock_last_error());
-  cr_assert_eq(rlock_multilock_unlock(b.rl), 0, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(b.rl), 0, "%s", rlock_last_error());
 
   if (!use_kill) {
     /* The tries that reached a stopped server run when it resumes: each
@@ -266,7 +266,7 @@ Test(redlock, busy_majority_with_a_wait_is_not_acquired_never_an_error) {
   for (int k = 0; k < 26; k++) {
     int64_t wait = 200 + k % 13;
     int64_t t0 = rt_now_ms();
-    int rc = rlock_multilock_try_lock(a.rl, wait, -1);
+    int rc = rlock_try_lock(a.rl, wait, -1);
     int64_t took = rt_now_ms() - t0;
     cr_assert_eq(rc, 0, "try %d, wait %lld: %d %s", k, (long long)wait, rc,
                  rlock_last_error());
@@ -295,7 +295,7 @@ static void majority_down(size_t n, size_t ndown, bool use_kill) {
   }
   const int64_t wait = 1500;
   int64_t t0 = rt_now_ms();
-  int rc = rlock_multilock_try_lock(a.rl, wait, -1);
+  int rc = rlock_try_lock(a.rl, wait, -1);
   int64_t took = rt_now_ms() - t0;
   cr_assert(rc == RLOCK_ETIMEDOUT || rc == RLOCK_ECONN,
             "with %zu of %zu down: %d %s", ndown, n, rc, rlock_last_error());
@@ -307,8 +307,7 @@ static void majority_down(size_t n, size_t ndown, bool use_kill) {
     if (!s.down[i])
       cr_assert_eq(hlen_on(&s, i, name), 0, "live server %zu holds %s", i,
                    name);
-  cr_assert_eq(rlock_multilock_is_held_owner(a.rl, rlock_thread_id()) == 1,
-               false);
+  cr_assert_eq(rlock_is_held_owner(a.rl, rlock_thread_id()) == 1, false);
   side_close(&a);
   servers_stop(&s);
 }
@@ -334,7 +333,7 @@ Test(redlock, one_member_held_elsewhere_is_a_tolerated_miss) {
   rlock *o = NULL;
   cr_assert_eq(rlock_new(other, name, &o), 0);
   cr_assert_eq(rlock_try_lock(o, 0, 20000), 1);
-  int rc = rlock_multilock_try_lock(a.rl, 0, -1); /* one try of each */
+  int rc = rlock_try_lock(a.rl, 0, -1); /* one try of each */
   cr_assert_eq(rc, 1, "%d %s", rc, rlock_last_error());
   char owner[160];
   owner_of(&a, 0, owner, sizeof owner);
@@ -345,23 +344,23 @@ Test(redlock, one_member_held_elsewhere_is_a_tolerated_miss) {
   }
   /* Unlock releases every member: the one not held answers
    * RLOCK_ENOTOWNER, which does not fail it (a quorum was released). */
-  cr_assert_eq(rlock_multilock_unlock(a.rl), 0, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(a.rl), 0, "%s", rlock_last_error());
   cr_assert_eq(hlen_on(&s, 1, name), 0);
   cr_assert_eq(hlen_on(&s, 2, name), 0);
   cr_assert_eq(hlen_on(&s, 0, name), 1); /* the other owner's, untouched */
   /* A second unlock: nothing held -> RLOCK_ENOTOWNER. */
-  cr_assert_eq(rlock_multilock_unlock(a.rl), RLOCK_ENOTOWNER);
+  cr_assert_eq(rlock_unlock(a.rl), RLOCK_ENOTOWNER);
   /* Two members held elsewhere: no quorum, one try each -> 0. */
   rlock_client *other2 = member_client(&s, 1);
   rlock *o2 = NULL;
   cr_assert_eq(rlock_new(other2, name, &o2), 0);
   cr_assert_eq(rlock_try_lock(o2, 0, 20000), 1);
-  rc = rlock_multilock_try_lock(a.rl, 0, -1);
+  rc = rlock_try_lock(a.rl, 0, -1);
   cr_assert_eq(rc, 0, "%d %s", rc, rlock_last_error());
   cr_assert_eq(hlen_on(&s, 2, name), 0, "member 2 left held");
   /* With a lease: the held members get it (Java's lease trick). */
   cr_assert_eq(rlock_unlock(o2), 0);
-  rc = rlock_multilock_try_lock(a.rl, 1000, 7000);
+  rc = rlock_try_lock(a.rl, 1000, 7000);
   cr_assert_eq(rc, 1, "%d %s", rc, rlock_last_error());
   for (size_t i = 1; i < 3; i++) {
     redisReply *r = redisCommand(s.ctx[i], "PTTL %s", name);
@@ -369,7 +368,7 @@ Test(redlock, one_member_held_elsewhere_is_a_tolerated_miss) {
               "server %zu PTTL %lld", i, r ? r->integer : -9);
     freeReplyObject(r);
   }
-  cr_assert_eq(rlock_multilock_unlock(a.rl), 0);
+  cr_assert_eq(rlock_unlock(a.rl), 0);
   rlock_free(o);
   rlock_free(o2);
   rlock_client_free(other);
@@ -389,15 +388,15 @@ Test(redlock, quorum_sizes) {
     cr_assert_eq(rlock_new(c[i], "q", &m[i]), 0);
   }
   for (size_t n = 1; n <= 5; n++) {
-    rlock_multilock *rl = NULL;
-    cr_assert_eq(rlock_redlock_new(m, n, &rl), 0, "%s", rlock_last_error());
-    cr_assert_eq(rlock_multilock_quorum(rl), n / 2 + 1);
-    rlock_multilock_free(rl);
-    cr_assert_eq(rlock_multilock_new(m, n, &rl), 0);
-    cr_assert_eq(rlock_multilock_quorum(rl), n);
-    rlock_multilock_free(rl);
+    rlock *rl = NULL;
+    cr_assert_eq(rlock_new_redlock(m, n, &rl), 0, "%s", rlock_last_error());
+    cr_assert_eq(rlock_quorum(rl), n / 2 + 1);
+    rlock_free(rl);
+    cr_assert_eq(rlock_new_multilock(m, n, &rl), 0);
+    cr_assert_eq(rlock_quorum(rl), n);
+    rlock_free(rl);
   }
-  cr_assert_eq(rlock_multilock_quorum(NULL), 0);
+  cr_assert_eq(rlock_quorum(NULL), 0);
   for (size_t i = 0; i < 5; i++) {
     rlock_free(m[i]);
     rlock_client_free(c[i]);
@@ -430,21 +429,19 @@ Test(redlock, async_wait_cancel_then_take) {
   side a, b;
   side_open(&a, &s, name);
   side_open(&b, &s, name);
-  cr_assert_eq(rlock_multilock_try_lock(a.rl, 0, -1), 1, "%s",
-               rlock_last_error());
+  cr_assert_eq(rlock_try_lock(a.rl, 0, -1), 1, "%s", rlock_last_error());
   uint64_t owner = rlock_owner_new();
   async_res r1 = {0};
-  rlock_multilock_req *req = NULL;
-  cr_assert_eq(rlock_multilock_lock_async(b.rl, owner, -1, -1, async_cb, &r1,
-                                          &req),
-               0, "%s", rlock_last_error());
+  rlock_req *req = NULL;
+  cr_assert_eq(rlock_lock_async(b.rl, owner, -1, -1, async_cb, &r1, &req), 0,
+               "%s", rlock_last_error());
   rt_sleep_ms(300);
   cr_assert(!atomic_load(&r1.done), "the wait ended early: %d",
             atomic_load(&r1.status));
-  cr_assert_eq(rlock_multilock_req_cancel(req), 0);
+  cr_assert_eq(rlock_req_cancel(req), 0);
   rt_wait_until_what(async_done, &r1, 5000, "the canceled RedLock's callback");
   cr_assert_eq(atomic_load(&r1.status), RLOCK_ECANCELED);
-  rlock_multilock_req_free(req);
+  rlock_req_free(req);
   for (size_t i = 0; i < 3; i++) {
     char ob[160];
     rt_owner(ob, sizeof ob, b.c[i], owner);
@@ -452,16 +449,13 @@ Test(redlock, async_wait_cancel_then_take) {
     cr_assert_eq(hlen_on(&s, i, name), 1);
   }
   async_res r2 = {0};
-  cr_assert_eq(rlock_multilock_lock_async(b.rl, owner, -1, -1, async_cb, &r2,
-                                          NULL),
-               0);
+  cr_assert_eq(rlock_lock_async(b.rl, owner, -1, -1, async_cb, &r2, NULL), 0);
   rt_sleep_ms(100);
-  cr_assert_eq(rlock_multilock_unlock(a.rl), 0, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(a.rl), 0, "%s", rlock_last_error());
   rt_wait_until_what(async_done, &r2, 8000, "the second wait");
   cr_assert_eq(atomic_load(&r2.status), 1, "%d", atomic_load(&r2.status));
-  cr_assert_eq(rlock_multilock_is_held_owner(b.rl, owner), 1);
-  cr_assert_eq(rlock_multilock_unlock_owner(b.rl, owner), 0, "%s",
-               rlock_last_error());
+  cr_assert_eq(rlock_is_held_owner(b.rl, owner), 1);
+  cr_assert_eq(rlock_unlock_owner(b.rl, owner), 0, "%s", rlock_last_error());
   for (size_t i = 0; i < 3; i++)
     cr_assert_eq(hlen_on(&s, i, name), 0);
   side_close(&a);
@@ -497,31 +491,61 @@ Test(redlock, bad_input) {
    * INFO itself counts one each). */
   long long before0 = total_commands(&s, 0), before1 = total_commands(&s, 1);
 
-  rlock_multilock *rl = (rlock_multilock *)1;
+  rlock *rl = (rlock *)1;
   rlock *none[1] = {NULL};
-  cr_assert_eq(rlock_redlock_new(none, 0, &rl), RLOCK_EINVAL);
+  cr_assert_eq(rlock_new_redlock(none, 0, &rl), RLOCK_EINVAL);
   cr_assert_null(rl);
   cr_assert(strstr(rlock_last_error(), "at least one member"), "%s",
             rlock_last_error());
-  cr_assert_eq(rlock_redlock_new(NULL, 1, &rl), RLOCK_EINVAL);
-  cr_assert_eq(rlock_redlock_new(none, 1, &rl), RLOCK_EINVAL);
+  cr_assert_eq(rlock_new_redlock(NULL, 1, &rl), RLOCK_EINVAL);
+  cr_assert_eq(rlock_new_redlock(none, 1, &rl), RLOCK_EINVAL);
   rlock *same_client[2] = {a, a2};
-  cr_assert_eq(rlock_redlock_new(same_client, 2, &rl), RLOCK_EINVAL);
+  cr_assert_eq(rlock_new_redlock(same_client, 2, &rl), RLOCK_EINVAL);
   cr_assert(strstr(rlock_last_error(), "same client"), "%s",
             rlock_last_error());
   rlock *same_server[3] = {a, b, a0b};
-  cr_assert_eq(rlock_redlock_new(same_server, 3, &rl), RLOCK_EINVAL);
+  cr_assert_eq(rlock_new_redlock(same_server, 3, &rl), RLOCK_EINVAL);
   cr_assert(strstr(rlock_last_error(), "same server"), "%s",
             rlock_last_error());
   cr_assert_null(rl);
   rlock *not_lock[2] = {a, (rlock *)sem};
-  cr_assert_eq(rlock_redlock_new(not_lock, 2, &rl), RLOCK_EINVAL);
-  cr_assert(strstr(rlock_last_error(), "not a lock"), "%s",
-            rlock_last_error());
+  cr_assert_eq(rlock_new_redlock(not_lock, 2, &rl), RLOCK_EINVAL);
+  cr_assert(strstr(rlock_last_error(), "not a lock"), "%s", rlock_last_error());
   /* The MultiLock accepts one client twice (Java's MultiLock does). */
-  cr_assert_eq(rlock_multilock_new(same_client, 2, &rl), 0);
-  rlock_multilock_free(rl);
-  cr_assert_eq(rlock_multilock_new(none, 0, &rl), RLOCK_EINVAL);
+  cr_assert_eq(rlock_new_multilock(same_client, 2, &rl), 0);
+  /* A group as a member of a RedLock or MultiLock: refused. */
+  rlock *nested[2] = {rl, b}, *rl2 = (rlock *)1;
+  cr_assert_eq(rlock_new_redlock(nested, 2, &rl2), RLOCK_EINVAL);
+  cr_assert(strstr(rlock_last_error(), "member 0 is a multilock"), "%s",
+            rlock_last_error());
+  cr_assert_null(rl2);
+  rlock_free(rl);
+  rlock *pair[2] = {a, b};
+  cr_assert_eq(rlock_new_redlock(pair, 2, &rl), 0);
+  cr_assert_str_eq(rlock_kind(rl), "redlock");
+  cr_assert_eq(rlock_member_count(rl), 2);
+  cr_assert_eq(rlock_quorum(rl), 2);
+  nested[0] = b;
+  nested[1] = rl;
+  cr_assert_eq(rlock_new_multilock(nested, 2, &rl2), RLOCK_EINVAL);
+  cr_assert(strstr(rlock_last_error(), "member 1 is a redlock"), "%s",
+            rlock_last_error());
+  /* The lock calls a RedLock cannot make: RLOCK_EINVAL, nothing sent. */
+  int64_t v = 0;
+  cr_assert_eq(rlock_is_locked(rl), RLOCK_EINVAL);
+  cr_assert(strstr(rlock_last_error(), "UnsupportedOperationException"), "%s",
+            rlock_last_error());
+  cr_assert_eq(rlock_force_unlock(rl), RLOCK_EINVAL);
+  cr_assert_eq(rlock_hold_count_owner(rl, 1), RLOCK_EINVAL);
+  cr_assert_eq(rlock_remain_ttl(rl, &v), RLOCK_EINVAL);
+  cr_assert_eq(rlock_fenced_token(rl, &v), RLOCK_EINVAL);
+  cr_assert_eq(rlock_try_lock(rl, 100, 0), RLOCK_EINVAL); /* lease 0 */
+  rlock_free(rl);
+  cr_assert_eq(rlock_new_multilock(none, 0, &rl), RLOCK_EINVAL);
+  /* The lock calls on a semaphore: RLOCK_EINVAL with a detail. */
+  cr_assert_eq(rlock_try_lock((rlock *)sem, 0, -1), RLOCK_EINVAL);
+  cr_assert(strstr(rlock_last_error(), "not a lock"), "%s", rlock_last_error());
+  cr_assert_eq(rlock_is_lease_guaranteed((rlock *)sem, &v), RLOCK_EINVAL);
 
   cr_assert_eq(total_commands(&s, 0), before0 + 1, "a check sent something");
   cr_assert_eq(total_commands(&s, 1), before1 + 1, "a check sent something");
@@ -529,10 +553,10 @@ Test(redlock, bad_input) {
   /* A member from a closed client: RLOCK_ECLOSED from both. */
   rlock_client_free(c1);
   rlock *closed[2] = {a, b};
-  cr_assert_eq(rlock_redlock_new(closed, 2, &rl), RLOCK_ECLOSED);
+  cr_assert_eq(rlock_new_redlock(closed, 2, &rl), RLOCK_ECLOSED);
   cr_assert(strstr(rlock_last_error(), "closed"), "%s", rlock_last_error());
   cr_assert_null(rl);
-  cr_assert_eq(rlock_multilock_new(closed, 2, &rl), RLOCK_ECLOSED);
+  cr_assert_eq(rlock_new_multilock(closed, 2, &rl), RLOCK_ECLOSED);
   cr_assert_null(rl);
 
   rlock_semaphore_free(sem);
@@ -683,18 +707,15 @@ Test(redlock, java_and_c_redlocks_exclude_each_other, .timeout = 180) {
   snprintf(cmd, sizeof cmd, "A: tryLock L/%s 0", name);
   cr_assert(strncmp(jpeer_call(&j, cmd), "true", 4) == 0);
   for (size_t i = 0; i < 3; i++)
-    cr_assert(field_on(&s, i, name, jowner[i]), "Java's hold on server %zu",
-              i);
-  cr_assert_eq(rlock_multilock_try_lock(c.rl, 300, -1), 0, "%s",
-               rlock_last_error());
+    cr_assert(field_on(&s, i, name, jowner[i]), "Java's hold on server %zu", i);
+  cr_assert_eq(rlock_try_lock(c.rl, 300, -1), 0, "%s", rlock_last_error());
   snprintf(cmd, sizeof cmd, "A: unlock L/%s", name);
   jpeer_call(&j, cmd);
   for (size_t i = 0; i < 3; i++)
     cr_assert_eq(hlen_on(&s, i, name), 0);
 
   /* C holds: Java's RedLock is refused. */
-  cr_assert_eq(rlock_multilock_try_lock(c.rl, 1000, -1), 1, "%s",
-               rlock_last_error());
+  cr_assert_eq(rlock_try_lock(c.rl, 1000, -1), 1, "%s", rlock_last_error());
   snprintf(cmd, sizeof cmd, "B: tryLock L/%s 300", name);
   cr_assert(strncmp(jpeer_call(&j, cmd), "false", 5) == 0);
   for (size_t i = 0; i < 3; i++) {
@@ -703,7 +724,7 @@ Test(redlock, java_and_c_redlocks_exclude_each_other, .timeout = 180) {
     cr_assert(field_on(&s, i, name, owner), "C's hold on server %zu", i);
     cr_assert_eq(hlen_on(&s, i, name), 1);
   }
-  cr_assert_eq(rlock_multilock_unlock(c.rl), 0, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(c.rl), 0, "%s", rlock_last_error());
 
   /* The same quorum on both sides: with server 0's lock held by a third
    * party, Java takes 2 of 3 and C is refused; then the other way. */
@@ -716,19 +737,17 @@ Test(redlock, java_and_c_redlocks_exclude_each_other, .timeout = 180) {
   cr_assert(!field_on(&s, 0, name, jowner[0]));
   cr_assert(field_on(&s, 1, name, jowner[1]));
   cr_assert(field_on(&s, 2, name, jowner[2]));
-  cr_assert_eq(rlock_multilock_try_lock(c.rl, 300, -1), 0, "%s",
-               rlock_last_error());
+  cr_assert_eq(rlock_try_lock(c.rl, 300, -1), 0, "%s", rlock_last_error());
   snprintf(cmd, sizeof cmd, "A: unlock L/%s", name);
   jpeer_call(&j, cmd); /* Java releases every member, server 0's fails */
   cr_assert_eq(hlen_on(&s, 0, name), 1); /* the third party's */
   cr_assert_eq(hlen_on(&s, 1, name), 0);
   cr_assert_eq(hlen_on(&s, 2, name), 0);
 
-  cr_assert_eq(rlock_multilock_try_lock(c.rl, 1000, -1), 1, "%s",
-               rlock_last_error());
+  cr_assert_eq(rlock_try_lock(c.rl, 1000, -1), 1, "%s", rlock_last_error());
   snprintf(cmd, sizeof cmd, "B: tryLock L/%s 300", name);
   cr_assert(strncmp(jpeer_call(&j, cmd), "false", 5) == 0);
-  cr_assert_eq(rlock_multilock_unlock(c.rl), 0, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(c.rl), 0, "%s", rlock_last_error());
   cr_assert_eq(hlen_on(&s, 1, name), 0);
   cr_assert_eq(hlen_on(&s, 2, name), 0);
   cr_assert_eq(rlock_unlock(t), 0);

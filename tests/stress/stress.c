@@ -1,6 +1,7 @@
 /*
  * Cross-thread stress of the async API, explicit owners, interrupts and
- * close, as a plain program (no Criterion: its sandbox cannot start under
+ * close (and of a MultiLock's async calls over two clients), as a plain
+ * program (no Criterion: its sandbox cannot start under
  * ThreadSanitizer), so CI can run it under TSan as well as plain and ASan.
  *
  * It starts its own redis-server ($REDIS_SERVER, else `redis-server` on
@@ -9,8 +10,9 @@
  * the line `N passed, M failed`; the exit status is 0 only if M == 0.
  *
  * STRESS_SCALE (a positive number, default 1, or 0.5 under TSan) scales
- * the iteration counts; STRESS_ONLY=name[,name...] runs only those. A scenario that overruns its time bound fails the
- * whole run at once (a hang must not eat the CI job).
+ * the iteration counts; STRESS_ONLY=name[,name...] runs only those. A scenario
+ * that overruns its time bound fails the whole run at once (a hang must not eat
+ * the CI job).
  *
  * Everything shared between threads is an atomic or behind a mutex, except
  * where the point is that rlock itself orders the accesses (the counter of
@@ -1456,6 +1458,97 @@ static void sc_open_close_cycles(void) {
 /* ===================================================================== */
 /* runner, with a watchdog against hangs                                  */
 
+/* ===================================================================== */
+/* 7. multilock_race: a MultiLock over two clients' locks, its async      */
+/*    acquires cancelled at random from other threads, its async unlocks  */
+
+#define ML_THREADS 4
+
+typedef struct ml_ctx {
+  rlock *ml;
+  int rounds;
+  atomic_int acquired, canceled;
+} ml_ctx;
+
+static void ml_once_cb(int status, int64_t value, void *data) {
+  (void)value;
+  once_hit(data, status);
+}
+
+static bool ml_called(void *arg) {
+  return atomic_load(&((once *)arg)->calls) > 0;
+}
+
+static void *ml_worker(void *arg) {
+  ml_ctx *cx = arg;
+  uint64_t owner = rlock_owner_new(), seed = owner * 2654435761u + 1;
+  for (int i = 0; i < cx->rounds && atomic_load(&fail_count) == 0; i++) {
+    once acq = {0}, rel = {0};
+    rlock_req *req = NULL;
+    int rc = rlock_lock_async(cx->ml, owner, 300, -1, ml_once_cb, &acq, &req);
+    if (rc != 0) {
+      failf("rlock_lock_async(MultiLock): %s", rlock_err_name(rc));
+      break;
+    }
+    if (rnd(&seed) % 2 == 0) {
+      sleep_us((int64_t)(rnd(&seed) % 3000));
+      if (rlock_req_cancel(req) != 0)
+        failf("rlock_req_cancel(MultiLock): %s", rlock_last_error());
+    }
+    if (!poll_until(ml_called, &acq, 10000)) {
+      failf("a MultiLock acquire never called back");
+      rlock_req_free(req);
+      break;
+    }
+    rlock_req_free(req);
+    int st = atomic_load(&acq.status);
+    if (st == 1) {
+      atomic_fetch_add(&cx->acquired, 1);
+      if (rlock_unlock_async(cx->ml, owner, ml_once_cb, &rel, NULL) != 0 ||
+          !poll_until(ml_called, &rel, 10000))
+        failf("the MultiLock's async unlock did not call back");
+      else if (atomic_load(&rel.status) != 0)
+        failf("MultiLock unlock: %s", rlock_err_name(atomic_load(&rel.status)));
+    } else if (st == RLOCK_ECANCELED) {
+      atomic_fetch_add(&cx->canceled, 1);
+    } else if (st != 0) {
+      failf("MultiLock acquire: %s", rlock_err_name(st));
+    }
+  }
+  return NULL;
+}
+
+static void sc_multilock_race(void) {
+  rlock_client *c1 = open_client(0), *c2 = open_client(0);
+  char k[3][96];
+  rlock *m[3] = {NULL, NULL, NULL}, *ml = NULL;
+  for (int i = 0; i < 3; i++) {
+    make_key(k[i], sizeof k[i], "ml");
+    m[i] = c1 != NULL && c2 != NULL ? get_lock(i == 1 ? c2 : c1, k[i]) : NULL;
+  }
+  if (m[0] != NULL && m[1] != NULL && m[2] != NULL &&
+      rlock_new_multilock(m, 3, &ml) != 0)
+    failf("rlock_new_multilock: %s", rlock_last_error());
+  for (int i = 0; i < 3; i++)
+    rlock_free(m[i]); /* the MultiLock keeps them */
+  if (ml != NULL) {
+    ml_ctx cx = {.ml = ml, .rounds = scaled(40)};
+    thread_set ts = {.n = 0};
+    for (int i = 0; i < ML_THREADS; i++)
+      spawn(&ts, ml_worker, &cx);
+    join_all(&ts);
+    printf("# multilock_race: %d acquired, %d canceled\n",
+           atomic_load(&cx.acquired), atomic_load(&cx.canceled));
+    if (atomic_load(&cx.acquired) == 0)
+      failf("no MultiLock acquire succeeded");
+    rlock_free(ml);
+  }
+  for (int i = 0; i < 3; i++)
+    check_clean(k[i]);
+  rlock_client_free(c1);
+  rlock_client_free(c2);
+}
+
 static pthread_mutex_t run_mutex = PTHREAD_MUTEX_INITIALIZER;
 static const char *run_name;
 static int64_t run_deadline; /* 0: nothing running */
@@ -1563,6 +1656,7 @@ int main(void) {
   run("ownership_transfer", sc_ownership_transfer, 120000);
   run("close_while_busy", sc_close_while_busy, 60000);
   run("open_close_cycles", sc_open_close_cycles, 120000);
+  run("multilock_race", sc_multilock_race, 120000);
   printf("# total %" PRId64 " ms\n", now_ms() - t0);
 
   pthread_mutex_lock(&run_mutex);

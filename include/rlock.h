@@ -1962,7 +1962,9 @@ typedef struct rlock_holder {
                            LIST's age, whole seconds): an upper bound of
                            how long it has held the lock - Redis keeps no
                            acquire time (Redisson's layout) */
-  char addr[64];        /* its address as the server sees it, ip:port */
+  char addr[64];        /* its address as the server sees it, ip:port
+                           (this and connected_ms: of its oldest connection
+                           there, the lowest CLIENT LIST id) */
 } rlock_holder;
 
 #define rlock_holder_init(h) rlock_holder_init_size((h), sizeof(rlock_holder))

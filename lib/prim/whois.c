@@ -3,6 +3,7 @@
  * masters from the slot map) until a connection named
  * "rlock/<client-id>/..." - the automatic name lib/client/client.c gives
  * its connections - is found. Read-only; no key is touched. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,31 +20,60 @@ typedef struct whois_op {
 
 static void send_next(rlock__op *op);
 
-/* The line of `text` (CLIENT LIST's reply) holding `prefix` as a field,
- * copied to out; false when none does. */
+/* The connection id of a CLIENT LIST line ("id=N ..." first), or
+ * UINT64_MAX when it has none. */
+static uint64_t line_id(const char *line, const char *eol) {
+  if (eol - line < 4 || memcmp(line, "id=", 3) != 0)
+    return UINT64_MAX;
+  uint64_t id = 0;
+  const char *p = line + 3;
+  for (; p < eol && *p >= '0' && *p <= '9'; p++) {
+    if (id > (UINT64_MAX - 9) / 10)
+      return UINT64_MAX;
+    id = id * 10 + (uint64_t)(*p - '0');
+  }
+  return p == line + 3 ? UINT64_MAX : id;
+}
+
+/* Of the lines of `text` (CLIENT LIST's reply) holding `prefix` as a
+ * field, the one with the lowest connection id - the client's oldest
+ * connection, so its age bounds the hold best - copied to out; false when
+ * none does. An rlock client has several connections with one name
+ * (commands, subscriptions), and the server's list is in no fixed order
+ * (Redis rotates it as its cron visits clients): the first match would
+ * name one connection now and another a moment later. */
 static bool find_line(const char *text, size_t len, const char *prefix,
                       char *out, size_t out_size) {
   size_t plen = strlen(prefix);
-  const char *end = text + len;
+  const char *end = text + len, *best = NULL, *best_eol = NULL;
+  uint64_t best_id = UINT64_MAX;
   for (const char *line = text; line < end;) {
     const char *eol = memchr(line, '\n', (size_t)(end - line));
     if (eol == NULL)
       eol = end;
     for (const char *p = line; p + plen <= eol; p++) {
       if ((p == line || p[-1] == ' ') && memcmp(p, prefix, plen) == 0) {
-        size_t n = (size_t)(eol - line);
-        if (n > 0 && line[n - 1] == '\r')
-          n--;
-        if (n >= out_size)
-          n = out_size - 1;
-        memcpy(out, line, n);
-        out[n] = '\0';
-        return true;
+        uint64_t id = line_id(line, eol);
+        if (best == NULL || id < best_id) {
+          best = line;
+          best_eol = eol;
+          best_id = id;
+        }
+        break;
       }
     }
     line = eol + 1;
   }
-  return false;
+  if (best == NULL)
+    return false;
+  size_t n = (size_t)(best_eol - best);
+  if (n > 0 && best[n - 1] == '\r')
+    n--;
+  if (n >= out_size)
+    n = out_size - 1;
+  memcpy(out, best, n);
+  out[n] = '\0';
+  return true;
 }
 
 static void whois_reply(rlock__net *n, redisReply *reply, int err,

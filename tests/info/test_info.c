@@ -1026,6 +1026,66 @@ Test(info, holder_get_finds_the_process_behind_an_owner) {
   rlock_client_free(c);
 }
 
+/* An rlock client has two connections with one name (commands and
+ * subscriptions), and the server's CLIENT LIST is in no fixed order: Redis
+ * rotates its client list as its cron visits clients: every 100 ms, when
+ * it has more than 5). rlock_client_holder names the oldest
+ * connection - the lowest id - every time, so `rlock status` and `rlock ls`
+ * a moment apart describe a holder alike. */
+Test(info, holder_get_names_the_oldest_connection_every_time) {
+  /* More than 5 clients, or each cron visit turns the list full circle */
+  redisContext *extra[6];
+  for (int i = 0; i < 6; i++) {
+    extra[i] = redisConnect("127.0.0.1", rt_port());
+    cr_assert(extra[i] != NULL && extra[i]->err == 0);
+  }
+  rlock_client *c = rt_client();
+  rlock *l = rt_lock(c, "info:who-oldest");
+  cr_assert_eq(rlock_lock(l, -1), 0);
+  char owner[96], want[64] = "", prefix[64];
+  rt_owner(owner, sizeof owner, c, rlock_thread_id());
+  snprintf(prefix, sizeof prefix, "name=rlock/%.*s/", RLOCK_ID_LEN, owner);
+  /* the test's view: the named connections, the one with the lowest id */
+  redisReply *r = rt_cmd("CLIENT LIST");
+  cr_assert(r != NULL && r->type == REDIS_REPLY_STRING);
+  long long best = -1;
+  int named = 0;
+  for (char *line = r->str; line != NULL && *line;) {
+    char *eol = strchr(line, '\n');
+    if (eol != NULL)
+      *eol = '\0';
+    if (strstr(line, prefix) != NULL) {
+      named++;
+      long long id = strtoll(line + 3, NULL, 10);
+      char *a = strstr(line, " addr=");
+      cr_assert_not_null(a);
+      if (best < 0 || id < best) {
+        best = id;
+        snprintf(want, sizeof want, "%.*s", (int)strcspn(a + 6, " "), a + 6);
+      }
+    }
+    line = eol != NULL ? eol + 1 : NULL;
+  }
+  freeReplyObject(r);
+  cr_assert_eq(named, 2, "the client's connections named %s: %d", prefix,
+               named);
+  /* 12 reads 60 ms apart: across several turns of the server's list */
+  for (int i = 0; i < 12; i++) {
+    rlock_holder h;
+    rlock_holder_init(&h);
+    cr_assert_eq(rlock_client_holder(c, "info:who-oldest", owner, &h), 1,
+                 "%s", rlock_last_error());
+    cr_assert_str_eq(h.addr, want, "read %d: %s, not the oldest %s", i,
+                     h.addr, want);
+    rt_sleep_ms(60);
+  }
+  cr_assert_eq(rlock_unlock(l), 0);
+  rlock_free(l);
+  rlock_client_free(c);
+  for (int i = 0; i < 6; i++)
+    redisFree(extra[i]);
+}
+
 /* A FasterMultiLock group's hash is a kind of its own (issue 34 item 4):
  * its fields as holders, none a count; locked while a hold has not ended.
  * A hash with an owner string but no expire_time beside it stays foreign. */

@@ -1073,10 +1073,10 @@ Test(info, holder_get_names_the_oldest_connection_every_time) {
   for (int i = 0; i < 12; i++) {
     rlock_holder h;
     rlock_holder_init(&h);
-    cr_assert_eq(rlock_client_holder(c, "info:who-oldest", owner, &h), 1,
-                 "%s", rlock_last_error());
-    cr_assert_str_eq(h.addr, want, "read %d: %s, not the oldest %s", i,
-                     h.addr, want);
+    cr_assert_eq(rlock_client_holder(c, "info:who-oldest", owner, &h), 1, "%s",
+                 rlock_last_error());
+    cr_assert_str_eq(h.addr, want, "read %d: %s, not the oldest %s", i, h.addr,
+                     want);
     rt_sleep_ms(60);
   }
   cr_assert_eq(rlock_unlock(l), 0);

@@ -422,7 +422,7 @@ int rlock_remain_ttl(rlock *lock, int64_t *ttl_ms) {
 /* Reads what the engine knows of op's hold (nothing is sent): the result,
  * with the guarantee in op->value. Loop thread. */
 static int lease_read(rlock__op *op) {
-  rlock__hold *h = rlock__hold_find(op->engine, op->lock->name, op->owner);
+  rlock__hold *h = rlock__hold_find(op->engine, op->lock, op->owner);
   if (h == NULL) {
     rlock__op_detail(op, "lock '%s' is not held by %s (this client knows "
                          "of no hold)", op->lock->name, op->owner);

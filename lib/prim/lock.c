@@ -465,8 +465,12 @@ int rlock_is_lease_guaranteed_owner(rlock *lock, uint64_t owner,
   if (own != NULL && own->lease_guaranteed != NULL)
     return own->lease_guaranteed(lock, owner, until_ms);
   int rc = lock_handle(lock);
-  if (rc != 0)
-    return rc;
+  return rc != 0 ? rc : rlock__lock_lease_guaranteed(lock, owner, until_ms);
+}
+
+int rlock__lock_lease_guaranteed(rlock *lock, uint64_t owner,
+                                 int64_t *until_ms) {
+  int rc;
   rlock__op op;
   rlock__op_init(&op, lock, &lease_type, owner);
   if (rlock__core_on_loop_thread(lock->engine->core)) {

@@ -1235,30 +1235,32 @@ RLOCK_EXTERN size_t rlock_quorum(const rlock *lock);
  *  - rlock_unlock (and _owner, rlock_unlock_async): one hold of every
  *    value: 0 (every value freed, or some still held by a re-entry),
  *    RLOCK_ENOTOWNER when a value is not held by the owner (nothing is
- *    changed then), RLOCK_ELOCKLOST when the owner's watchdog found the
- *    hold lost (any values still held are released all the same).
- *    Publishes "0" on the group's channel when a value was freed. The
- *    owner's watchdog stops when every value is freed, and keeps renewing
- *    while some stay held.
+ *    changed then), RLOCK_ELOCKLOST when the hold was lost (a renewal or
+ *    this unlock found it gone; any values still held are released all
+ *    the same). Publishes "0" on the group's channel when a value was
+ *    freed. Renewal stops with the handle's last hold of the owner.
  *  - rlock_force_unlock (and _async): frees every value whoever holds it
  *    (publishing "0"): the number of values that had a holder.
  *  - rlock_is_locked (and _async): 1 if any value is held (a hold not
  *    ended), else 0. rlock_is_held (and _owner, _async): 1 if the owner
  *    holds every value, else 0.
- *  - rlock_hold_count, rlock_remain_ttl, rlock_is_lease_guaranteed,
- *    rlock_force_unlock_holder and the fenced calls: RLOCK_EINVAL with a
- *    detail, nothing sent (its renewal is its own watchdog, below, which
- *    keeps no lease guarantee).
+ *  - rlock_is_lease_guaranteed (and _owner): as for a lock (the hold is
+ *    the library's, below).
+ *  - rlock_hold_count, rlock_remain_ttl, rlock_force_unlock_holder and
+ *    the fenced calls: RLOCK_EINVAL with a detail, nothing sent.
  *  - rlock_member_count / rlock_quorum: how many distinct values.
  * lease_ms < 0 is watchdog mode, as for rlock_try_lock(): the values are
  * taken for the client's watchdog_timeout_ms and renewed every third of it
- * (one renewal script per group and owner, Java's FastMultilockTask) until
- * the owner's last unlock, the handle's free or the client's close. A
- * renewal that finds the values no longer the owner's (expired, deleted,
- * force-unlocked) stops, calls on_lock_lost (name = the group, the owner
- * string) once, and the owner's next unlock returns RLOCK_ELOCKLOST. That
- * watchdog is the FasterMultiLock's own: its renewals emit no events and
- * count in no stats. */
+ * (Java's FastMultilockTask script) until the owner's last unlock, the
+ * handle's free or the client's close. The holds are the library's, as a
+ * lock's: one per (group, owner, handle) - two handles of one owner over
+ * overlapping values hold apart - renewed by the client's watchdog, with
+ * the same events (ACQUIRED, RELEASED, LOST, LEASE_AT_RISK, kind
+ * "fast_multilock", the group as the name), renewal stats and lease
+ * guarantee. A renewal that finds the values no longer the owner's
+ * (expired, deleted, force-unlocked) marks the hold lost (LOST,
+ * on_lock_lost with the group and the owner string), and the owner's next
+ * unlock through that handle returns RLOCK_ELOCKLOST. */
 #define RLOCK_FAST_MULTILOCK_FIELD_LEN 22
 
 /* The field name of a value: base64 (standard alphabet, no "==") of

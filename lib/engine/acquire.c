@@ -162,7 +162,7 @@ static void trim_reply(rlock__net *n, redisReply *reply, int err,
     return;
   }
   op->u.acq.answered = true;
-  rlock__hold_trimmed(e, op->lock->name, op->owner, reply->integer,
+  rlock__hold_trimmed(e, op->lock, op->owner, reply->integer,
                       op->u.acq.trim_want);
   if (has_time(op) && !op->u.acq.sync_refused)
     send_try(op);
@@ -172,7 +172,7 @@ static void trim_reply(rlock__net *n, redisReply *reply, int err,
 
 static void start_trim(rlock__op *op) {
   rlock__engine *e = op->engine;
-  op->u.acq.trim_want = rlock__hold_count_known(e, op->lock->name, op->owner);
+  op->u.acq.trim_want = rlock__hold_count_known(e, op->lock, op->owner);
   op->state = RLOCK__ST_CMD;
   op->cmd = rlock__trim_send(e, op->lock, op->owner, op->u.acq.trim_want,
                              trim_reply, op);
@@ -251,7 +251,8 @@ static void lost_acquire(rlock__op *op, int err) {
   if (op->u.acq.lost_err == 0)
     op->u.acq.lost_err = err;
   try_unknown(op);
-  if (op->lock->prim->hold == NULL) { /* no holds, nothing to trim */
+  if (op->lock->prim->hold == NULL || op->lock->prim->hold->trim == NULL) {
+    /* no holds, or no repair: nothing to trim */
     /* Ridden out when what the lost try did can be undone or did nothing;
      * else (the FasterMultiLock: a re-sent try could count its values
      * twice) the error ends the wait, as before. */

@@ -82,11 +82,22 @@ typedef struct rlock__prim_hold {
   int (*read_release)(rlock__op *op, const redisReply *reply);
   /* Sets an owner's hold count on the server back to `want` (KEYS lock,
    * channel; ARGV owner, want, publish command, "0"; replies the count it
-   * found). The engine's repair after lost replies. */
+   * found). The engine's repair after lost replies. NULL: no repair - an
+   * acquire whose reply was lost ends with the transport error, as for a
+   * kind without holds, and the hold expires with its lease. */
   const rlock__script *trim;
   /* Renews a batch of holds (KEYS locks; ARGV timeout, owners; replies an
    * array of 1/0). */
   const rlock__script *renew;
+  /* Instead of `renew`: the kind sends the renewal of one hold itself,
+   * from the handle that took it (what the handle carries beyond its name,
+   * e.g. fields of its own), to `timeout_ms`; the reply is an integer, 1
+   * renewed, 0 gone, as one element of `renew`'s array; data goes to cb.
+   * NULL return: out of memory (the next period tries again). With it, a
+   * hold is one per (name, owner, handle) and keeps a reference on its
+   * handle until it ends (hold.c): two handles on one name hold apart. */
+  rlock__cmd *(*send_renew)(rlock__engine *e, rlock *lock, const char *owner,
+                            int64_t timeout_ms, rlock__reply_cb cb, void *data);
   /* A release of an owner's last hold frees the lock for any one waiter:
    * a local waiter's try may follow it in the same write (release.c). */
   bool local_handoff;
@@ -399,11 +410,14 @@ void rlock__acquire_finish(rlock__op *op, int result);
 /* ---- what this client holds (hold.c) ---- */
 
 typedef struct rlock__hold {
-  char *key; /* name '\0' owner, the map key */
+  char *key; /* name '\0' owner (then '\0' handle for send_renew), the map
+                key */
   size_t key_len;
   const char *name; /* points into key */
   const char *owner;
   const rlock__prim *prim;
+  /* The handle that took it, a reference (kinds with send_renew); NULL. */
+  rlock *lock;
   int64_t count;          /* local hold count */
   int64_t watchdog_count; /* holds taken without a lease */
   int64_t lease_ms;       /* last explicit lease */
@@ -437,7 +451,9 @@ typedef struct rlock__hold {
   int64_t lost_lease;
 } rlock__hold;
 
-rlock__hold *rlock__hold_find(rlock__engine *e, const char *name,
+/* The hold owner has on lock's name (with send_renew: through that
+ * handle), or NULL. */
+rlock__hold *rlock__hold_find(rlock__engine *e, const rlock *lock,
                               const char *owner);
 /* Adds one hold; streak: the local handoffs in a row that led to it;
  * sent_ms: when the try that took it was sent (lease safety). */
@@ -448,12 +464,11 @@ int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
 void rlock__hold_lost(rlock__engine *e, rlock__hold *h, int by);
 void rlock__hold_drop(rlock__engine *e, rlock__hold *h);
 /* The count the client knows it has (0 when lost or unknown). */
-int64_t rlock__hold_count_known(rlock__engine *e, const char *name,
+int64_t rlock__hold_count_known(rlock__engine *e, const rlock *lock,
                                 const char *owner);
 /* After a trim that found `server_before` holds and asked for `want`. */
-void rlock__hold_trimmed(rlock__engine *e, const char *name,
-                         const char *owner, int64_t server_before,
-                         int64_t want);
+void rlock__hold_trimmed(rlock__engine *e, const rlock *lock, const char *owner,
+                         int64_t server_before, int64_t want);
 /* ---- lease safety (hold.c; docs/api.md, "Lease safety") ----
  * Times are rlock__now_ms() (CLOCK_MONOTONIC ms, rlock_now_ms()). */
 
@@ -492,6 +507,10 @@ void rlock__holds_check_risk(rlock__engine *e);
 /* One renewal round (engine.c's tick, every watchdog_timeout/3), unless the
  * last one is still retrying. */
 void rlock__holds_renew(rlock__engine *e);
+/* The holds taken through handle `lock` (kinds with send_renew) end
+ * without a release, no event: no longer renewed, they expire with their
+ * lease (the kind calls it when the user frees the handle). Loop thread. */
+void rlock__holds_end_of(rlock__engine *e, const rlock *lock);
 void rlock__holds_free(rlock__engine *e);
 
 /* ---- the local gate (gate.c) ----

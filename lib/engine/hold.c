@@ -19,25 +19,35 @@
  * missed period too many and its lock expires). */
 #define RENEW_OPEN 16
 
-/* Builds "name\0owner" into buf (or a malloc'd buffer when it does not
- * fit). Returns the key or NULL when out of memory. */
-static char *hold_key(char *buf, size_t cap, const char *name,
+/* Holds of a kind that renews them itself are one per handle. */
+static bool per_handle(const rlock__prim *prim) {
+  return prim->hold != NULL && prim->hold->send_renew != NULL;
+}
+
+/* Builds "name\0owner" (then "\0" and the handle's address, for a kind
+ * whose holds are one per handle) into buf (or a malloc'd buffer when it
+ * does not fit). Returns the key or NULL when out of memory. */
+static char *hold_key(char *buf, size_t cap, const rlock *lock,
                       const char *owner, size_t *len) {
-  size_t nl = strlen(name), ol = strlen(owner);
-  *len = nl + 1 + ol;
+  size_t nl = lock->name_len, ol = strlen(owner);
+  size_t hl = per_handle(lock->prim) ? 1 + sizeof(lock) : 0;
+  *len = nl + 1 + ol + hl;
   char *key = *len + 1 <= cap ? buf : malloc(*len + 1);
   if (key == NULL)
     return NULL;
-  memcpy(key, name, nl + 1);
+  memcpy(key, lock->name, nl + 1);
   memcpy(key + nl + 1, owner, ol + 1);
+  if (hl > 0)
+    memcpy(key + nl + 1 + ol + 1, &lock, sizeof(lock));
+  key[*len] = '\0';
   return key;
 }
 
-rlock__hold *rlock__hold_find(rlock__engine *e, const char *name,
+rlock__hold *rlock__hold_find(rlock__engine *e, const rlock *lock,
                               const char *owner) {
   char buf[512];
   size_t len;
-  char *key = hold_key(buf, sizeof(buf), name, owner, &len);
+  char *key = hold_key(buf, sizeof(buf), lock, owner, &len);
   if (key == NULL)
     return NULL;
   rlock__hold *h = rlock__map_get(&e->holds, key, len);
@@ -78,7 +88,7 @@ int64_t rlock__hold_guaranteed_until(const rlock__hold *h) {
 /* The hold the lease-safety hooks act on: a live one. */
 static rlock__hold *live_hold(rlock__engine *e, const rlock *lock,
                               const char *owner) {
-  rlock__hold *h = rlock__hold_find(e, lock->name, owner);
+  rlock__hold *h = rlock__hold_find(e, lock, owner);
   return h != NULL && !h->lost ? h : NULL;
 }
 
@@ -116,13 +126,13 @@ void rlock__hold_lease_confirmed(rlock__engine *e, const rlock *lock,
 
 int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
                     int64_t lease_ms, int64_t sent_ms, int streak) {
-  rlock__hold *h = rlock__hold_find(e, lock->name, owner);
+  rlock__hold *h = rlock__hold_find(e, lock, owner);
   bool fresh = h == NULL || h->lost;
   if (h == NULL) {
     h = calloc(1, sizeof(*h));
     if (h == NULL)
       return RLOCK_ENOMEM;
-    h->key = hold_key(NULL, 0, lock->name, owner, &h->key_len);
+    h->key = hold_key(NULL, 0, lock, owner, &h->key_len);
     if (h->key == NULL ||
         rlock__map_put(&e->holds, h->key, h->key_len, h) != 0) {
       free(h->key);
@@ -132,6 +142,11 @@ int rlock__hold_add(rlock__engine *e, const rlock *lock, const char *owner,
     h->name = h->key;
     h->owner = h->key + lock->name_len + 1;
     h->prim = lock->prim;
+    if (per_handle(lock->prim)) {
+      /* Renewed from this handle: it lives as long as the hold. */
+      h->lock = (rlock *)lock;
+      atomic_fetch_add(&h->lock->refs, 1);
+    }
     h->gen = ++e->next_hold_gen;
     h->since_ms = rlock__now_ms();
   } else if (h->lost) {
@@ -232,21 +247,22 @@ void rlock__holds_check_risk(rlock__engine *e) {
 void rlock__hold_drop(rlock__engine *e, rlock__hold *h) {
   rlock__gate_hold_gone(e, h);
   rlock__map_remove(&e->holds, h->key, h->key_len);
+  if (h->lock != NULL)
+    rlock__handle_release(h->lock);
   free(h->key);
   free(h);
 }
 
-int64_t rlock__hold_count_known(rlock__engine *e, const char *name,
+int64_t rlock__hold_count_known(rlock__engine *e, const rlock *lock,
                                 const char *owner) {
-  rlock__hold *h = rlock__hold_find(e, name, owner);
+  rlock__hold *h = rlock__hold_find(e, lock, owner);
   return (h != NULL && !h->lost) ? h->count : 0;
 }
 
-void rlock__hold_trimmed(rlock__engine *e, const char *name,
-                         const char *owner, int64_t server_before,
-                         int64_t want) {
+void rlock__hold_trimmed(rlock__engine *e, const rlock *lock, const char *owner,
+                         int64_t server_before, int64_t want) {
   int64_t now_held = server_before < want ? server_before : want;
-  rlock__hold *h = rlock__hold_find(e, name, owner);
+  rlock__hold *h = rlock__hold_find(e, lock, owner);
   if (h == NULL || h->count <= now_held)
     return;
   if (now_held == 0) {
@@ -265,6 +281,7 @@ typedef struct renew_batch {
   rlock__engine *engine;
   const rlock__script *script;
   int slot; /* the cluster slot of every key, or -1 (not a cluster) */
+  bool single; /* one hold, sent by the kind's send_renew: an integer reply */
   int64_t sent_ms; /* the round's start: no later than the send */
   int n;
   uint64_t sent_ns; /* when it was sent (round trip) */
@@ -294,7 +311,8 @@ static void diag_renew_failed(rlock__engine *e, const renew_batch *b,
                 "tries again every %lld ms",
                 b->n, b->n == 1 ? "" : "s", b->key[0], b->n > 1 ? ", ..." : "",
                 rlock_err_name(err), (long long)every);
-  else if (reply->type != REDIS_REPLY_ARRAY)
+  else if (reply->type != REDIS_REPLY_ARRAY &&
+           !(b->single && reply->type == REDIS_REPLY_INTEGER))
     rlock__diag(e->core, RLOCK_DIAG_WARN,
                 "renewal of %d lock%s ('%.200s'%s) failed: %.*s; the "
                 "watchdog tries again every %lld ms",
@@ -346,9 +364,22 @@ static void renew_reply(rlock__net *n, redisReply *reply, int err,
   rlock__event sum = {.pub = {.type = (rlock_event_type)RLOCK__EV_RENEWED},
                       .rtt_us = (int64_t)((uv_hrtime() - b->sent_ns) / 1000),
                       .headroom_ms = INT64_MAX};
-  int failed = err != 0                            ? err
+  /* The answers, one per hold: an array's elements, or send_renew's
+   * integer. */
+  redisReply *one[1] = {NULL};
+  redisReply **answers = NULL;
+  size_t nanswers = 0;
+  if (err == 0 && reply->type == REDIS_REPLY_ARRAY) {
+    answers = reply->element;
+    nanswers = reply->elements;
+  } else if (err == 0 && b->single && reply->type == REDIS_REPLY_INTEGER) {
+    one[0] = reply;
+    answers = one;
+    nanswers = 1;
+  }
+  int failed = err != 0                           ? err
                : reply->type == REDIS_REPLY_ERROR ? rlock__reply_error(reply)
-               : reply->type != REDIS_REPLY_ARRAY ? RLOCK_EPROTO
+               : answers == NULL                  ? RLOCK_EPROTO
                                                   : 0;
   /* (At close the commands in flight end with RLOCK_ECLOSED: no renewal
    * failed, the client stopped.) */
@@ -371,8 +402,8 @@ static void renew_reply(rlock__net *n, redisReply *reply, int err,
   if (failed == 0) {
     int64_t now = rlock__now_ms();
     bool unsynced = rlock__net_reply_unsynced(n);
-    for (size_t i = 0; i < reply->elements && i < (size_t)b->n; i++) {
-      const redisReply *r = reply->element[i];
+    for (size_t i = 0; i < nanswers && i < (size_t)b->n; i++) {
+      const redisReply *r = answers[i];
       if (r->type != REDIS_REPLY_INTEGER)
         continue;
       if (r->integer == 1)
@@ -501,6 +532,37 @@ static int batch_for(rlock__engine *e, renew_batch *open[RENEW_OPEN],
   return at;
 }
 
+/* A hold of a kind that renews from its handle (send_renew): a batch of
+ * one, its command the kind's. */
+static void renew_one(rlock__engine *e, rlock__hold *h) {
+  renew_batch *b = calloc(1, sizeof(*b));
+  if (b == NULL || (b->key[0] = malloc(h->key_len + 1)) == NULL) {
+    free(b);
+    return; /* out of memory: the next period */
+  }
+  memcpy(b->key[0], h->key, h->key_len + 1);
+  b->engine = e;
+  b->single = true;
+  b->slot = -1;
+  b->n = 1;
+  b->key_len[0] = h->key_len;
+  b->gen[0] = h->gen;
+  b->release_seq[0] = h->release_seq;
+  b->sent_ms = rlock__now_ms();
+  h->renew_cap = INT64_MAX; /* what is sent from now on runs after it */
+  b->sent_ns = uv_hrtime();
+  if (h->prim->hold->send_renew(e, h->lock, h->owner,
+                                e->core->opts.watchdog_timeout_ms, renew_reply,
+                                b) == NULL) {
+    batch_free(b);
+    return;
+  }
+  e->renew_inflight++;
+  rlock__event ev = {.pub = {.type = (rlock_event_type)RLOCK__EV_RENEW_SENT},
+                     .n = 1};
+  rlock__engine_emit(e, &ev);
+}
+
 static void renew_round(rlock__engine *e) {
   char timeout[24];
   snprintf(timeout, sizeof(timeout), "%" PRId64,
@@ -516,6 +578,10 @@ static void renew_round(rlock__engine *e) {
     rlock__hold *h = node->value;
     if (h->watchdog_count <= 0 || h->lost || h->releasing > 0)
       continue; /* an unlock in flight decides what is left to renew */
+    if (h->lock != NULL) {
+      renew_one(e, h);
+      continue;
+    }
     /* The renew script's key is the lock's name (the key's first part). */
     int slot = rlock__net_key_slot(e->net, h->name, strlen(h->name));
     int at = batch_for(e, open, h->prim->hold->renew, slot, timeout);
@@ -555,12 +621,31 @@ void rlock__holds_renew(rlock__engine *e) {
   renew_round(e);
 }
 
+void rlock__holds_end_of(rlock__engine *e, const rlock *lock) {
+  for (;;) {
+    rlock__hold *found = NULL;
+    rlock__map_iter it;
+    rlock__map_node *node;
+    rlock__map_iter_init(&it, &e->holds);
+    while (found == NULL && (node = rlock__map_next(&it)) != NULL) {
+      rlock__hold *h = node->value;
+      if (h->lock == lock)
+        found = h;
+    }
+    if (found == NULL)
+      return;
+    rlock__hold_drop(e, found); /* (not while iterating) */
+  }
+}
+
 void rlock__holds_free(rlock__engine *e) {
   rlock__map_iter it;
   rlock__map_node *node;
   rlock__map_iter_init(&it, &e->holds);
   while ((node = rlock__map_next(&it)) != NULL) {
     rlock__hold *h = node->value;
+    if (h->lock != NULL)
+      rlock__handle_release(h->lock);
     free(h->key);
     free(h);
   }

@@ -154,7 +154,7 @@ static void release_answer(rlock__net *n, redisReply *reply, int err,
   if (x != NULL && rlock__transient(err))
     transfer_outcome(op, x, false, err);
   /* (The hold stops counting as releasing when the op finishes.) */
-  rlock__hold *h = rlock__hold_find(e, op->lock->name, op->owner);
+  rlock__hold *h = rlock__hold_find(e, op->lock, op->owner);
   if (rlock__transient(err)) {
     /* Every re-send (same latch) went unanswered. The caller asked to give
      * up one hold, so the client now counts one fewer and trims the
@@ -290,8 +290,7 @@ static bool can_transfer(const rlock__op *op, const rlock__op *to) {
   return op->lock->prim->hold->transfer != NULL && to->type->acquires &&
          to->lock->prim == op->lock->prim && to->wait_ms != 0 &&
          to->state == RLOCK__ST_WAITING && to->u.acq.transfer == NULL &&
-         rlock__hold_find((rlock__engine *)e, to->lock->name, to->owner) ==
-             NULL;
+         rlock__hold_find((rlock__engine *)e, to->lock, to->owner) == NULL;
 }
 
 /* The two-command handoff: the release goes first and the waiter's try
@@ -322,7 +321,7 @@ static void start_release(rlock__op *op) {
   }
   snprintf(op->u.rel.latch, latch_len + 1, RLOCK__UNLOCK_LATCH_PREFIX "%s:%s",
            lock->tag, hex);
-  rlock__hold *h = rlock__hold_find(e, lock->name, op->owner);
+  rlock__hold *h = rlock__hold_find(e, lock, op->owner);
   if (h != NULL) {
     h->releasing++;
     h->release_seq++;
@@ -399,12 +398,11 @@ void rlock__release_finish(rlock__op *op, int result) {
     if (op->u.rel.hold_gen != 0)
       ev.pub.hold_ms = rlock__now_ms() - op->u.rel.held_since;
     if (result == 0)
-      ev.pub.hold_count =
-          rlock__hold_count_known(e, op->lock->name, op->owner);
+      ev.pub.hold_count = rlock__hold_count_known(e, op->lock, op->owner);
     rlock__engine_emit(e, &ev);
   }
   if (op->u.rel.hold_gen != 0) {
-    rlock__hold *h = rlock__hold_find(op->engine, op->lock->name, op->owner);
+    rlock__hold *h = rlock__hold_find(op->engine, op->lock, op->owner);
     if (h != NULL && h->gen == op->u.rel.hold_gen && h->releasing > 0)
       h->releasing--;
     op->u.rel.hold_gen = 0;

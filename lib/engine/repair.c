@@ -63,7 +63,7 @@ static void suspect_reply(rlock__net *n, redisReply *reply, int err,
   }
   if (err != 0 || reply->type != REDIS_REPLY_INTEGER)
     return; /* tried again on the next renewal tick or reconnect */
-  rlock__hold_trimmed(e, s->lock->name, s->owner, reply->integer, s->want);
+  rlock__hold_trimmed(e, s->lock, s->owner, reply->integer, s->want);
   if (s->again) { /* a command sent after that trim may have run too */
     s->again = false;
     rlock__suspects_run(e);
@@ -90,7 +90,7 @@ static int run(rlock__engine *e) {
     suspect *s = node->value;
     if (s->inflight || owner_busy(e, s))
       continue;
-    s->want = rlock__hold_count_known(e, s->lock->name, s->owner);
+    s->want = rlock__hold_count_known(e, s->lock, s->owner);
     if (rlock__trim_send(e, s->lock, s->owner, s->want, suspect_reply, s) !=
         NULL) {
       s->inflight = true;
@@ -130,8 +130,8 @@ int rlock__suspects_flush(rlock__engine *e) {
 
 void rlock__suspect_add(rlock__engine *e, const rlock *lock,
                         const char *owner) {
-  if (lock->prim->hold == NULL)
-    return; /* nothing to repair: the kind records no holds */
+  if (lock->prim->hold == NULL || lock->prim->hold->trim == NULL)
+    return; /* nothing to repair: no holds recorded, or no trim */
   size_t ol = strlen(owner);
   size_t key_len = lock->name_len + 1 + ol;
   char *key = malloc(key_len + 1);

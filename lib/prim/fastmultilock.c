@@ -8,19 +8,18 @@
  * RLock channel, with the script's reply (ms until the latest other hold
  * of one of the values ends) as the wake-up hint.
  *
- * The acquire runs the engine's wait loop through this descriptor (its
- * wait part only: like the semaphores, an acquisition is not a hold the
- * engine records, renews or trims); the values' field names live in the
- * handle (rlock__handle_new_size), so its ops are plain rlock__ops. The
+ * The acquire and the release are the engine's, driven by this
+ * descriptor: an acquisition is a hold the engine records, renews, and
+ * releases (events, stats, lease safety as for a lock). A hold is one per
+ * (group, owner, handle): the handle carries the values' field names, so
+ * the engine renews each hold from its handle through the hold part's
+ * send_renew (Java's FastMultilockTask script, every watchdog_timeout/3
+ * for the holds taken without a lease). Nothing is trimmed after a lost
+ * acquire reply (a re-sent try would count the values twice): the error
+ * ends the call and what it may have taken expires with its lease. The
  * public lock calls reach this file through the descriptor's `calls`
- * (acquire and release: the watchdog) and `ops` (queries, force unlock).
- * Release, renewal, force unlock and the queries are ops of this file.
- * Without a lease (lease_ms < 0) the values are taken for the client's
- * watchdog timeout and renewed by a watchdog of this file (Java's
- * FastMultilockTask): a long-running op per (handle, owner) that sends the
- * renewal script every watchdog_timeout/3 until the owner's last release, the
- * loss of the hold, the handle's free or the client's close (which finishes
- * every running op). */
+ * (acquire, release and lease guarantee: the engine's) and `ops`
+ * (queries, force unlock). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,25 +177,22 @@ int rlock_fast_multilock_field_name(const void *value, size_t len,
 /* ---- the handle ---- */
 
 typedef char fml_field[RLOCK_FAST_MULTILOCK_FIELD_LEN + 1];
-typedef struct fml_wd fml_wd;
 
 /* The handle: an rlock of this kind (rlock__handle_new_size) with the
  * values' field names. Its references: the user's, those of calls in
- * flight, and one per watchdog op - a watchdog may outlive rlock_free()
- * until the loop thread has stopped it (fml_user_free). */
+ * flight, and one per hold the engine records through it (the engine
+ * renews a hold from the handle that took it: send_renew). */
 typedef struct fml {
-  rlock h;               /* first: the handle */
-  fml_wd *wds;           /* loop thread: the running watchdogs, one per owner */
-  size_t n;              /* distinct values */
-  atomic_llong lease_ms; /* the last acquire's, re-applied by a release */
-  /* rlock_free() was called: a watchdog that starts after it (an async
-   * acquire that ends later) stops at once - the values end with their
-   * lease, as they would at the free. */
+  rlock h; /* first: the handle */
+  /* rlock_free() was called: a hold taken after it (an async acquire that
+   * ends later) ends at once - its values expire with their lease, as
+   * those held at the free do. */
   atomic_bool user_freed;
+  size_t n; /* distinct values */
   fml_field fields[];
 } fml;
 
-static fml *fml_of_lock(rlock *lock) { return (fml *)lock; }
+static const fml *fml_of_lock(const rlock *lock) { return (const fml *)lock; }
 
 size_t rlock__fast_multilock_size(size_t n) {
   if (n > (SIZE_MAX - sizeof(fml)) / sizeof(fml_field))
@@ -206,10 +202,8 @@ size_t rlock__fast_multilock_size(size_t n) {
 
 int rlock__fast_multilock_fill(rlock *h, const char *const *values,
                                const size_t *lens, size_t n) {
-  fml *f = fml_of_lock(h);
-  f->wds = NULL;
+  fml *f = (fml *)h;
   f->n = 0;
-  atomic_init(&f->lease_ms, 30000);
   atomic_init(&f->user_freed, false);
   for (size_t i = 0; i < n; i++) {
     fml_field name;
@@ -231,16 +225,17 @@ int rlock__fast_multilock_fill(rlock *h, const char *const *values,
   return 0;
 }
 
-/* ---- ops: a command of fixed arguments, then the fields ---- */
+/* ---- commands: fixed arguments, then the fields ---- */
 
-#define FML_FIXED_MAX 10
-
-/* Sends `script` with `fixed` (numkeys, keys, arguments) followed by the
- * fields; retries as given. */
-static rlock__cmd *send_with_fields(rlock__op *op, const rlock__script *script,
+/* Sends `script` on the handle's engine with `fixed` (numkeys, keys,
+ * arguments) followed by the fields; retries as given; data to cb. For an
+ * op (op != NULL) it is the op's command (rlock__op_send: an out of memory
+ * finishes the op). */
+static rlock__cmd *send_with_fields(const rlock *lock, rlock__op *op,
+                                    const rlock__script *script,
                                     const rlock__argv *fixed, int retries,
-                                    rlock__reply_cb cb, bool op_send) {
-  const fml *f = fml_of_lock(op->lock);
+                                    rlock__reply_cb cb, void *data) {
+  const fml *f = fml_of_lock(lock);
   size_t argc = (size_t)fixed->argc + f->n;
   const char **argv = malloc(argc * sizeof(*argv));
   size_t *lens = malloc(argc * sizeof(*lens));
@@ -254,14 +249,14 @@ static rlock__cmd *send_with_fields(rlock__op *op, const rlock__script *script,
       argv[(size_t)fixed->argc + i] = f->fields[i];
       lens[(size_t)fixed->argc + i] = RLOCK_FAST_MULTILOCK_FIELD_LEN;
     }
-    if (op_send) {
+    if (op != NULL) {
       rlock__op_send(op, script, (int)argc, argv, lens, retries, cb);
       cmd = op->cmd;
     } else {
-      cmd = rlock__cmd_send(op->engine->net, script, (int)argc, argv, lens,
-                            retries, cb, op);
+      cmd = rlock__cmd_send(lock->engine->net, script, (int)argc, argv, lens,
+                            retries, cb, data);
     }
-  } else if (op_send) {
+  } else if (op != NULL) {
     rlock__op_detail(op, "out of memory");
     rlock__op_finish(op, RLOCK_ENOMEM);
   }
@@ -272,31 +267,30 @@ static rlock__cmd *send_with_fields(rlock__op *op, const rlock__script *script,
 
 /* The shape of the acquire, the renewal and the queries: KEYS [H]; ARGV
  * `what` (a word, or the number `ms` when NULL), now, the owner (or ""),
- * the fields. Sent for op (op_send) or returned (the acquire's try). */
-static rlock__cmd *send_group(rlock__op *op, const rlock__script *script,
-                              const char *what, int64_t ms, bool with_owner,
-                              rlock__reply_cb cb, bool op_send, int retries) {
-  rlock__argv a = {0};
-  rlock__argv_str(&a, "1");
-  rlock__argv_mem(&a, op->lock->name, op->lock->name_len);
+ * the fields. */
+static void group_args(rlock__argv *a, const rlock *lock, const char *what,
+                       int64_t ms, const char *owner) {
+  rlock__argv_str(a, "1");
+  rlock__argv_mem(a, lock->name, lock->name_len);
   if (what != NULL)
-    rlock__argv_str(&a, what);
+    rlock__argv_str(a, what);
   else
-    rlock__argv_int(&a, ms);
-  rlock__argv_int(&a, rlock__wall_ms());
-  rlock__argv_str(&a, with_owner ? op->owner : "");
-  return send_with_fields(op, script, &a, retries, cb, op_send);
+    rlock__argv_int(a, ms);
+  rlock__argv_int(a, rlock__wall_ms());
+  rlock__argv_str(a, owner);
 }
 
 /* The acquire's try (Java's wait-loop form): lease, now, owner, fields. */
 static rlock__cmd *send_try(rlock__op *op, int64_t lease_ms,
                             rlock__reply_cb cb) {
+  rlock__argv a = {0};
+  group_args(&a, op->lock, NULL, lease_ms, op->owner);
   /* never re-sent (a second lock_count increment) */
-  return send_group(op, &acquire_script, NULL, lease_ms, true, cb, false, 0);
+  return send_with_fields(op->lock, NULL, &acquire_script, &a, 0, cb, op);
 }
 
-/* A reply of the release, force unlock, renewal and queries: its integer,
- * or an error with op's detail set. */
+/* A reply of the force unlock, renewal and queries: its integer, or an
+ * error with op's detail set. */
 static int int_result(rlock__op *op, const redisReply *reply, int err) {
   if (err != 0)
     return err;
@@ -323,273 +317,65 @@ static void int_reply(rlock__net *n, redisReply *reply, int err, void *data) {
   rlock__op_finish(op, int_result(op, reply, err));
 }
 
-/* ---- the watchdog (lease_ms < 0) ----
- * One op per (handle, owner), on the handle's list while it runs: armed
- * every watchdog_timeout/3, it sends the renewal script (lease = the
- * watchdog timeout; re-sent as any idempotent command). A renewal answered
- * 0 means the hold is gone (expired, deleted, taken over): the watchdog
- * stops renewing, says so (diagnostic, on_lock_lost with the group and
- * the owner) and stays on the list, idle, so that the owner's next unlock
- * answers RLOCK_ELOCKLOST. A transport or error reply only waits for the
- * next period (the lease is three periods long). The op finishes - and
- * leaves the list, dropping its reference on the handle - at the owner's
- * last release, at that unlock after a loss, at the handle's free (a task
- * on the loop thread) or when the client closes (the engine finishes
- * every running op). An unlock pauses it first (its renewal in flight is
- * abandoned: a "0" answered after the unlock ran is no loss) and the
- * release's reply resumes it when values stay held (re-entry). */
+/* ---- the hold part: the engine records, renews and releases the holds
+ * (one per (group, owner, handle): send_renew) ---- */
 
-struct fml_wd {
-  rlock__op op; /* first: the op */
-  fml_wd *next;
-  bool linked; /* on the handle's list (started) */
-  bool lost;   /* a renewal found the hold gone */
-};
-
-static const rlock__op_type wd_type;
-
-static fml_wd *wd_of(rlock__op *op) {
-  return RLOCK__CONTAINER_OF(op, fml_wd, op);
-}
-
-static fml *fml_of(rlock__op *op) { return fml_of_lock(op->lock); }
-
-static fml_wd *wd_find(fml *f, const char *owner) {
-  for (fml_wd *w = f->wds; w != NULL; w = w->next)
-    if (strcmp(w->op.owner, owner) == 0)
-      return w;
-  return NULL;
-}
-
-static void wd_arm(fml_wd *w) {
-  rlock__op *op = &w->op;
-  int64_t period = op->engine->core->opts.watchdog_timeout_ms / 3;
-  op->state = RLOCK__ST_WAITING;
-  rlock__timed_start(op->engine->core, &op->timer,
-                     rlock__now_ms() + (period > 0 ? period : 1));
-}
-
-/* Stops renewing (loop thread): no timer, no command. */
-static void wd_pause(fml_wd *w) {
-  rlock__op *op = &w->op;
-  rlock__cmd_abandon(op->cmd);
-  op->cmd = NULL;
-  rlock__timed_stop(op->engine->core, &op->timer);
-}
-
-static void wd_reply(rlock__net *n, redisReply *reply, int err, void *data) {
-  (void)n;
-  rlock__op *op = data;
-  fml_wd *w = wd_of(op);
-  rlock__core *core = op->engine->core;
-  op->cmd = NULL;
-  if (err == RLOCK_ECLOSED)
-    return; /* the close finishes the op */
-  if (err == 0 && reply->type == REDIS_REPLY_INTEGER && reply->integer == 0) {
-    w->lost = true;
-    op->state = RLOCK__ST_WAITING; /* idle until unlock, free or close */
-    rlock__diag(core, RLOCK_DIAG_ERROR,
-                "renewal found the FasterMultiLock '%.200s' no longer held "
-                "by %s: lock lost",
-                op->lock->name, op->owner);
-    const rlock_options *o = &core->opts;
-    if (o->on_lock_lost != NULL)
-      o->on_lock_lost(op->lock->name, op->owner, o->on_lock_lost_data);
-    return;
-  }
-  if (err != 0 || reply->type != REDIS_REPLY_INTEGER) {
-    int rc = int_result(op, reply, err);
-    rlock__diag(core, RLOCK_DIAG_WARN,
-                "renewal of the FasterMultiLock '%.200s' by %s failed (%s: "
-                "%s); trying again next period",
-                op->lock->name, op->owner, rlock_err_name(rc),
-                op->detail[0] != '\0' ? op->detail : rlock_strerror(rc));
-    op->detail[0] = '\0';
-  }
-  wd_arm(w);
-}
-
-static void wd_fire(rlock__timed *t) {
-  rlock__op *op = RLOCK__CONTAINER_OF(t, rlock__op, timer);
-  op->state = RLOCK__ST_CMD;
-  op->cmd = send_group(op, &renew_script, NULL,
-                       op->engine->core->opts.watchdog_timeout_ms, true,
-                       wd_reply, false, op->engine->core->opts.retry_attempts);
-  if (op->cmd == NULL) /* out of memory: the next period */
-    wd_arm(wd_of(op));
-}
-
-static void wd_start(rlock__op *op) {
-  fml_wd *w = wd_of(op);
-  fml *f = fml_of(op);
-  if (atomic_load(&f->user_freed)) {
-    /* fml_user_free's stop may have run already: nothing would stop it */
-    rlock__op_finish(op, 0);
-    return;
-  }
-  fml_wd *old = wd_find(f, op->owner);
-  if (old != NULL && !old->lost) {
-    /* A re-entry: the running watchdog renews every value already. */
-    rlock__op_finish(op, 0);
-    return;
-  }
-  if (old != NULL) /* taken again after a loss: this one takes over */
-    rlock__op_finish(&old->op, 0);
-  w->next = f->wds;
-  f->wds = w;
-  w->linked = true;
-  op->timer.fire = wd_fire;
-  wd_arm(w);
-}
-
-/* Completion, exactly once (finished, or rejected before it started):
- * leaves the list and lets go of the handle. */
-static void wd_done(rlock__op *op) {
-  fml_wd *w = wd_of(op);
-  fml *f = fml_of(op);
-  if (w->linked) {
-    fml_wd **p = &f->wds;
-    while (*p != w)
-      p = &(*p)->next;
-    *p = w->next;
-  }
-  free(w);
-  rlock__handle_release(&f->h);
-}
-
-static const rlock__op_type wd_type = {.name = "fml_watchdog",
-                                       .start = wd_start};
-
-/* A watchdog op for owner, not yet submitted (NULL: out of memory, last
- * error set). Any thread. */
-static fml_wd *wd_new(fml *f, uint64_t owner) {
-  fml_wd *w = calloc(1, sizeof(*w));
-  if (w == NULL) {
-    rlock__set_last_error("out of memory");
-    return NULL;
-  }
-  rlock__op_init(&w->op, &f->h, &wd_type, owner);
-  w->op.done = wd_done;
-  return w;
-}
-
-/* Starts w on the loop thread after its owner took the values. When the
- * client is closed (or this is a forked child) nothing can renew: the
- * values end with their lease. */
-static void wd_submit(fml *f, fml_wd *w) {
-  atomic_fetch_add(&f->h.refs, 1);
-  if (rlock__core_submit(f->h.engine->core, &w->op.task) != 0) {
-    atomic_fetch_sub(&f->h.refs, 1);
-    free(w);
-  }
-}
-
-/* The free's task: stops the handle's watchdogs on the loop thread, then
- * drops the user's reference. Rejected (the client closes): the close
- * finishes them. */
-typedef struct fml_stop {
-  rlock__task task;
-  fml *f;
-} fml_stop;
-
-static void stop_run(rlock__task *t) {
-  fml_stop *s = RLOCK__CONTAINER_OF(t, fml_stop, task);
-  while (s->f->wds != NULL) /* each finish unlinks it (wd_done) */
-    rlock__op_finish(&s->f->wds->op, 0);
-  rlock__handle_release(&s->f->h);
-  free(s);
-}
-
-static void stop_reject(rlock__task *t, int err) {
-  (void)err;
-  fml_stop *s = RLOCK__CONTAINER_OF(t, fml_stop, task);
-  rlock__handle_release(&s->f->h);
-  free(s);
-}
-
-/* rlock_free() (the descriptor's user_free): stops the watchdogs first. */
-static void fml_user_free(rlock *lock) {
-  fml *f = fml_of_lock(lock);
-  atomic_store(&f->user_freed, true);
-  /* Only the user's calls submit watchdogs: with no reference but the
-   * user's, none runs or will. */
-  if (atomic_load(&f->h.refs) > 1) {
-    fml_stop *s = malloc(sizeof(*s));
-    if (s != NULL) {
-      s->task.run = stop_run;
-      s->task.reject = stop_reject;
-      s->f = f;
-      if (rlock__core_submit(f->h.engine->core, &s->task) == 0)
-        return;
-      free(s);
-    }
-    /* Closed (the close finishes the watchdogs), forked, or out of memory
-     * (they run until the unlock or the close): the last one frees. */
-  }
-  rlock__handle_release(&f->h);
-}
-
-/* The release's reply: a watchdog of the owner resumes while values stay
- * held (0), else stops; after a loss the answer is RLOCK_ELOCKLOST. */
-static void release_reply(rlock__net *n, redisReply *reply, int err,
-                          void *data) {
-  (void)n;
-  rlock__op *op = data;
-  op->cmd = NULL;
-  int rc = int_result(op, reply, err);
-  fml_wd *w = wd_find(fml_of(op), op->owner);
-  if (w != NULL) {
-    if (w->lost) {
-      rlock__op_detail(op, "the FasterMultiLock '%s' was lost: a renewal "
-                           "found it no longer held by %s (it expired or "
-                           "was deleted)",
-                       op->lock->name, op->owner);
-      rc = RLOCK_ELOCKLOST;
-    }
-    if (rc == 0 && !w->lost)
-      wd_arm(w);
-    else
-      rlock__op_finish(&w->op, 0);
-  }
-  rlock__op_finish(op, rc);
+/* The renewal (Java's FastMultilockTask script): KEYS [H]; ARGV the
+ * watchdog timeout, now, owner, fields; 1 every field renewed, 0 gone.
+ * Re-sent as any idempotent command. */
+static rlock__cmd *send_renew(rlock__engine *e, rlock *lock, const char *owner,
+                              int64_t timeout_ms, rlock__reply_cb cb,
+                              void *data) {
+  rlock__argv a = {0};
+  group_args(&a, lock, NULL, timeout_ms, owner);
+  return send_with_fields(lock, NULL, &renew_script, &a,
+                          e->core->opts.retry_attempts, cb, data);
 }
 
 /* KEYS [H, channel, latch]; ARGV owner, "0", lease, publish, latch TTL,
  * now, fields. Re-sent after a timeout: the latch answers a re-send. */
-static void start_release(rlock__op *op) {
+static rlock__cmd *send_release(rlock__op *op, const char *latch,
+                                int64_t lease_ms, int64_t latch_ttl_ms,
+                                rlock__reply_cb cb) {
   rlock *lock = op->lock;
-  fml *f = fml_of(op);
-  uint8_t raw[16];
-  char latch[RLOCK_NAME_MAX + 96];
-  if (rlock__random_bytes(raw, sizeof(raw)) != 0) {
-    rlock__op_detail(op, "no random bytes for the unlock latch");
-    rlock__op_finish(op, RLOCK_ESYS);
-    return;
-  }
-  int len = snprintf(latch, sizeof(latch), RLOCK__UNLOCK_LATCH_PREFIX "%.*s:",
-                     (int)lock->tag_len, lock->tag);
-  for (int i = 0; i < 16 && len > 0 && (size_t)len + 3 < sizeof(latch); i++)
-    len += snprintf(latch + len, 3, "%02x", raw[i]);
   rlock__argv a = {0};
   rlock__argv_str(&a, "3");
   rlock__argv_mem(&a, lock->name, lock->name_len);
   rlock__argv_mem(&a, lock->channel, lock->channel_len);
-  rlock__argv_mem(&a, latch, len > 0 ? (size_t)len : 0);
+  rlock__argv_str(&a, latch);
   rlock__argv_str(&a, op->owner);
   rlock__argv_str(&a, "0");
-  rlock__argv_int(&a, (int64_t)atomic_load(&f->lease_ms));
+  rlock__argv_int(&a, lease_ms);
   rlock__argv_str(&a, rlock__engine_publish(op->engine));
-  /* the latch outlives every re-send of this release (Java's default) */
-  rlock__argv_int(&a, (op->engine->core->opts.retry_attempts + 1) *
-                          (op->engine->core->opts.command_timeout_ms +
-                           op->engine->core->opts.retry_interval_ms));
+  rlock__argv_int(&a, latch_ttl_ms);
   rlock__argv_int(&a, rlock__wall_ms());
-  fml_wd *w = wd_find(fml_of(op), op->owner);
-  if (w != NULL)
-    wd_pause(w);
-  send_with_fields(op, &release_script, &a,
-                   op->engine->core->opts.retry_attempts, release_reply, true);
+  return send_with_fields(lock, NULL, &release_script, &a,
+                          op->engine->core->opts.retry_attempts, cb, op);
 }
+
+/* nil: a value not held by the owner; 1: every value's last hold ended;
+ * 0: some value is still held by the owner - through this handle's own
+ * re-entry (its hold goes on), or through another handle of the owner
+ * whose values overlap (that handle's hold keeps them: this one ended). */
+static int read_release(rlock__op *op, const redisReply *reply) {
+  if (reply->type == REDIS_REPLY_NIL)
+    return RLOCK__REL_NOT_HELD;
+  if (reply->type != REDIS_REPLY_INTEGER) {
+    rlock__op_detail(op, "unexpected reply type %d", reply->type);
+    return RLOCK_EPROTO;
+  }
+  if (reply->integer == 1)
+    return RLOCK__REL_RELEASED;
+  return rlock__hold_count_known(op->engine, op->lock, op->owner) > 1
+             ? RLOCK__REL_HELD
+             : RLOCK__REL_RELEASED;
+}
+
+static const rlock__prim_hold fml_hold = {.send_release = send_release,
+                                          .read_release = read_release,
+                                          .send_renew = send_renew};
+
+/* ---- ops: force unlock, the explicit renewal and the queries ---- */
 
 static void start_force(rlock__op *op) {
   rlock__argv a = {0};
@@ -598,14 +384,16 @@ static void start_force(rlock__op *op) {
   rlock__argv_mem(&a, op->lock->channel, op->lock->channel_len);
   rlock__argv_str(&a, "0");
   rlock__argv_str(&a, rlock__engine_publish(op->engine));
-  send_with_fields(op, &force_script, &a,
-                   op->engine->core->opts.retry_attempts, int_reply, true);
+  send_with_fields(op->lock, op, &force_script, &a,
+                   op->engine->core->opts.retry_attempts, int_reply, op);
 }
 
 static void send_op(rlock__op *op, const rlock__script *script,
                     const char *what, int64_t ms, bool with_owner) {
-  send_group(op, script, what, ms, with_owner, int_reply, true,
-             op->engine->core->opts.retry_attempts);
+  rlock__argv a = {0};
+  group_args(&a, op->lock, what, ms, with_owner ? op->owner : "");
+  send_with_fields(op->lock, op, script, &a,
+                   op->engine->core->opts.retry_attempts, int_reply, op);
 }
 static void start_renew(rlock__op *op) {
   send_op(op, &renew_script, NULL, op->lease_ms, true);
@@ -617,9 +405,6 @@ static void start_is_held(rlock__op *op) {
   send_op(op, &query_script, "held", 0, true);
 }
 
-static const rlock__op_type release_type = {.name = "fml_release",
-                                            .start = start_release,
-                                            .zero_on_success = true};
 static const rlock__op_type force_type = {.name = "fml_force_unlock",
                                           .start = start_force};
 static const rlock__op_type renew_type = {.name = "fml_renew",
@@ -629,8 +414,9 @@ static const rlock__op_type is_locked_type = {.name = "fml_is_locked",
 static const rlock__op_type is_held_type = {.name = "fml_is_held",
                                             .start = start_is_held};
 
-/* ---- the lock calls (rlock__prim_calls: the watchdog starts after an
- * acquire without a lease; the queries and force unlock are the ops) ---- */
+/* ---- the lock calls (rlock__prim_calls): the engine's acquire and
+ * release, the engine's lease guarantee; the queries and force unlock are
+ * the ops ---- */
 
 static int run(rlock *lock, const rlock__op_type *type, uint64_t owner,
                int64_t wait_ms, int64_t lease_ms) {
@@ -643,57 +429,26 @@ static int run(rlock *lock, const rlock__op_type *type, uint64_t owner,
   return rlock__op_run_sync(&op);
 }
 
-/* Before an acquire: the lease a release re-applies, and (watchdog mode)
- * the watchdog to start once the values are taken - made first, so that
- * starting it then cannot fail. 0 or RLOCK_ENOMEM. */
-static int before_acquire(fml *f, uint64_t owner, int64_t lease_ms,
-                          fml_wd **w) {
-  *w = NULL;
-  if (lease_ms < 0 && (*w = wd_new(f, owner)) == NULL)
-    return RLOCK_ENOMEM;
-  atomic_store(&f->lease_ms, lease_ms > 0
-                                 ? lease_ms
-                                 : f->h.engine->core->opts.watchdog_timeout_ms);
-  return 0;
-}
-
-static void after_acquire(fml *f, fml_wd *w, int rc) {
-  if (w != NULL && rc == 1)
-    wd_submit(f, w);
-  else
-    free(w);
-}
-
 /* The acquire: lease_ms > 0, or < 0 for the watchdog (the values taken for
- * watchdog_timeout_ms and renewed). The lease given is what a release
- * re-applies to values still held. */
+ * watchdog_timeout_ms and renewed by the engine). */
 static int fml_acquire(rlock *lock, uint64_t owner, int64_t wait_ms,
                        int64_t lease_ms) {
   int rc = rlock__check_lease(lease_ms);
-  if (rc != 0)
-    return rc;
-  fml *f = fml_of_lock(lock);
-  fml_wd *w = NULL;
-  rc = before_acquire(f, owner, lease_ms, &w);
-  if (rc != 0)
-    return rc;
-  rc = run(lock, &rlock__op_acquire, owner, wait_ms, lease_ms);
-  after_acquire(f, w, rc);
-  return rc;
+  return rc != 0 ? rc : run(lock, &rlock__op_acquire, owner, wait_ms, lease_ms);
 }
 
-/* The async acquire: the engine's acquire op, whose callback starts the
- * watchdog before the caller's (on the loop thread). */
+/* The async acquire: the engine's acquire op, whose callback (loop
+ * thread) ends the hold at once when the handle was freed meanwhile. */
 typedef struct fml_async {
-  fml *f;
-  fml_wd *w;
+  rlock *lock;
   rlock_cb cb;
   void *data;
 } fml_async;
 
 static void acquired_cb(int status, int64_t value, void *data) {
   fml_async *a = data;
-  after_acquire(a->f, a->w, status);
+  if (status == 1 && atomic_load(&((fml *)a->lock)->user_freed))
+    rlock__holds_end_of(a->lock->engine, a->lock);
   if (a->cb != NULL)
     a->cb(status, value, a->data);
   free(a);
@@ -705,37 +460,75 @@ static int fml_acquire_async(rlock *lock, uint64_t owner, int64_t wait_ms,
   int rc = rlock__check_lease(lease_ms);
   if (rc != 0)
     return rc;
-  fml_async *a = calloc(1, sizeof(*a));
+  fml_async *a = malloc(sizeof(*a));
   if (a == NULL) {
     rlock__set_last_error("out of memory");
     return RLOCK_ENOMEM;
   }
-  a->f = fml_of_lock(lock);
-  a->cb = cb;
-  a->data = data;
-  rc = before_acquire(a->f, owner, lease_ms, &a->w);
-  if (rc == 0)
-    rc = rlock__op_submit_async(lock, &rlock__op_acquire, owner, wait_ms,
-                                lease_ms, acquired_cb, a, req);
-  if (rc != 0) {
-    free(a->w);
+  *a = (fml_async){.lock = lock, .cb = cb, .data = data};
+  rc = rlock__op_submit_async(lock, &rlock__op_acquire, owner, wait_ms,
+                              lease_ms, acquired_cb, a, req);
+  if (rc != 0)
     free(a);
-  }
   return rc;
 }
 
+/* The free's task: ends the handle's holds on the loop thread (their
+ * values are no longer renewed and expire with their lease, as when the
+ * watchdog was this file's), then drops the user's reference. Rejected
+ * (the client closes): the close ends them. */
+typedef struct fml_stop {
+  rlock__task task;
+  rlock *lock;
+} fml_stop;
+
+static void stop_run(rlock__task *t) {
+  fml_stop *s = RLOCK__CONTAINER_OF(t, fml_stop, task);
+  rlock__holds_end_of(s->lock->engine, s->lock);
+  rlock__handle_release(s->lock);
+  free(s);
+}
+
+static void stop_reject(rlock__task *t, int err) {
+  (void)err;
+  fml_stop *s = RLOCK__CONTAINER_OF(t, fml_stop, task);
+  rlock__handle_release(s->lock);
+  free(s);
+}
+
+/* rlock_free() (the descriptor's user_free). */
+static void fml_user_free(rlock *lock) {
+  atomic_store(&((fml *)lock)->user_freed, true);
+  /* Holds and calls in flight take references: with none but the
+   * user's, there is nothing to end. */
+  if (atomic_load(&lock->refs) > 1) {
+    fml_stop *s = malloc(sizeof(*s));
+    if (s != NULL) {
+      s->task.run = stop_run;
+      s->task.reject = stop_reject;
+      s->lock = lock;
+      if (rlock__core_submit(lock->engine->core, &s->task) == 0)
+        return;
+      free(s);
+    }
+    /* Closed (the close ends the holds), forked, or out of memory (they
+     * are renewed until the unlock or the close): the last one frees. */
+  }
+  rlock__handle_release(lock);
+}
+
 static int fml_release(rlock *lock, uint64_t owner) {
-  return run(lock, &release_type, owner, 0, 0);
+  return run(lock, &rlock__op_release, owner, 0, 0);
 }
 
 static int fml_release_async(rlock *lock, uint64_t owner, rlock_cb cb,
                              void *data, rlock_req **req) {
-  return rlock__op_submit_async(lock, &release_type, owner, 0, 0, cb, data,
+  return rlock__op_submit_async(lock, &rlock__op_release, owner, 0, 0, cb, data,
                                 req);
 }
 
 static size_t fml_members(const rlock *lock, size_t *quorum) {
-  *quorum = ((const fml *)lock)->n;
+  *quorum = fml_of_lock(lock)->n;
   return *quorum;
 }
 
@@ -744,13 +537,12 @@ static const rlock__prim_calls fml_calls = {
     .acquire = fml_acquire,
     .release_async = fml_release_async,
     .release = fml_release,
+    .lease_guaranteed = rlock__lock_lease_guaranteed,
     .members = fml_members,
     /* is_held, is_locked and force_unlock: fml_ops */
-    .unsupported =
-        "a FasterMultiLock keeps no hold count or TTL of its own, and its "
-        "renewal is its own watchdog: hold_count, remain_ttl, "
-        "force_unlock_holder, is_lease_guaranteed and the fenced calls are "
-        "not supported"};
+    .unsupported = "a FasterMultiLock keeps no hold count or TTL of its "
+                   "own: hold_count, remain_ttl, force_unlock_holder and "
+                   "the fenced calls are not supported"};
 
 static const rlock__prim_ops fml_ops = {.force_unlock = &force_type,
                                         .is_locked = &is_locked_type,
@@ -764,7 +556,8 @@ const rlock__prim rlock__prim_fast_multilock = {
     .on_message = rlock__lock_on_message,
     .ops = &fml_ops,
     .calls = &fml_calls,
-    .user_free = fml_user_free};
+    .user_free = fml_user_free,
+    .hold = &fml_hold};
 
 /* ---- the one call of its own ---- */
 

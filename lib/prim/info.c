@@ -463,6 +463,12 @@ static const rlock__op_type owner_type = {.name = "force_unlock_owner",
 int rlock_force_unlock_holder(rlock *lock, const char *owner) {
   if (lock == NULL || owner == NULL || owner[0] == '\0')
     return rlock__bad_arg("lock and owner must be given");
+  if (lock->prim->calls != NULL && lock->prim->hold != NULL &&
+      lock->prim->hold->trim == NULL) {
+    /* a kind of its own lock calls whose holds have no trim */
+    rlock__set_last_error("%s", lock->prim->calls->unsupported);
+    return RLOCK_EINVAL;
+  }
   if (lock->prim->hold == NULL) {
     /* semaphores and latches; a MultiLock's holders are its members' */
     rlock__set_last_error("a %s has no holders of its own to release",

@@ -422,7 +422,7 @@ int rlock_remain_ttl(rlock *lock, int64_t *ttl_ms) {
 /* Reads what the engine knows of op's hold (nothing is sent): the result,
  * with the guarantee in op->value. Loop thread. */
 static int lease_read(rlock__op *op) {
-  rlock__hold *h = rlock__hold_find(op->engine, op->lock->name, op->owner);
+  rlock__hold *h = rlock__hold_find(op->engine, op->lock, op->owner);
   if (h == NULL) {
     rlock__op_detail(op, "lock '%s' is not held by %s (this client knows "
                          "of no hold)", op->lock->name, op->owner);
@@ -465,8 +465,12 @@ int rlock_is_lease_guaranteed_owner(rlock *lock, uint64_t owner,
   if (own != NULL && own->lease_guaranteed != NULL)
     return own->lease_guaranteed(lock, owner, until_ms);
   int rc = lock_handle(lock);
-  if (rc != 0)
-    return rc;
+  return rc != 0 ? rc : rlock__lock_lease_guaranteed(lock, owner, until_ms);
+}
+
+int rlock__lock_lease_guaranteed(rlock *lock, uint64_t owner,
+                                 int64_t *until_ms) {
+  int rc;
   rlock__op op;
   rlock__op_init(&op, lock, &lease_type, owner);
   if (rlock__core_on_loop_thread(lock->engine->core)) {

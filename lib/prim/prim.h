@@ -16,7 +16,7 @@
 
 /* The lock calls of a kind that runs them itself (rlock__prim.calls: the
  * MultiLock and the RedLock, multilock.c, over their members' handles; the
- * FasterMultiLock, fastmultilock.c, whose watchdog is its own).
+ * FasterMultiLock, fastmultilock.c, whose values live in its handle).
  * The public lock calls (lock.c) dispatch here, so a group is taken,
  * tried, released, queried and cancelled through the same calls as any
  * lock. Each sets the last error as the public call does. */
@@ -89,7 +89,8 @@ extern const rlock__prim_hold rlock__fair_hold;
  * channel; the values' field names live in its handle (made with
  * rlock__handle_new_size of rlock__fast_multilock_size(n) bytes, 0 when n
  * is too large, then filled: 0, or RLOCK_EINVAL for a NULL value). Its
- * lock calls are its own (rlock__prim.calls: a watchdog of its own). */
+ * lock calls (rlock__prim.calls) run the engine's acquire and release; its
+ * holds are renewed from their handle (rlock__prim_hold.send_renew). */
 extern const rlock__prim rlock__prim_fast_multilock;
 size_t rlock__fast_multilock_size(size_t n);
 int rlock__fast_multilock_fill(rlock *h, const char *const *values,
@@ -185,6 +186,11 @@ extern const rlock__op_type rlock__q_remain_ttl;
 void rlock__query(rlock__op *op, const char *cmd, bool with_owner);
 void rlock__query_reply(rlock__net *n, redisReply *reply, int err,
                         void *data);
+/* rlock_is_lease_guaranteed_owner of a handle whose holds the engine
+ * records (what the engine knows; nothing is sent), for a kind with its
+ * own lock calls (rlock__prim_calls.lease_guaranteed). */
+int rlock__lock_lease_guaranteed(rlock *lock, uint64_t owner,
+                                 int64_t *until_ms);
 /* A blocking acquire; *value (when acquired and value != NULL) gets the
  * op's value (the fenced lock's token). */
 int rlock__acquire(rlock *lock, uint64_t owner, int64_t wait_ms,

@@ -195,6 +195,8 @@ Test(fastmultilock, java_bugs_not_repeated) {
   cr_assert_eq(rlock_is_held_owner(both2, me), 0);
   cr_assert_eq(rlock_force_unlock(both), 1, "one value had a holder");
   cr_assert_eq(rt_exists(g), 0);
+  /* as for a lock: the client's hold of Jack was lost */
+  cr_assert_eq(rlock_unlock(jack), RLOCK_ELOCKLOST);
   /* stale fields: the other owner's Jack hold ends (200 ms) while its Tom
    * keeps the hash alive */
   cr_assert_eq(rlock_try_lock_owner(tom, 9, 0, 20000), 1);
@@ -435,9 +437,12 @@ Test(fastmultilock, the_lock_calls_take_it_sync_and_async) {
   cr_assert(strstr(rlock_last_error(), "FasterMultiLock"), "%s",
             rlock_last_error());
   cr_assert_eq(rlock_remain_ttl(a, &v), RLOCK_EINVAL);
-  cr_assert_eq(rlock_is_lease_guaranteed_owner(a, 7, &v), RLOCK_EINVAL);
-  cr_assert(strstr(rlock_last_error(), "FasterMultiLock"), "%s",
-            rlock_last_error());
+  /* the engine's hold: guaranteed for about the watchdog timeout */
+  cr_assert_eq(rlock_is_lease_guaranteed_owner(a, 7, &v), 1, "%s",
+               rlock_last_error());
+  cr_assert(v > rlock_now_ms() && v <= rlock_now_ms() + 30000, "%lld",
+            (long long)v);
+  cr_assert_eq(rlock_is_lease_guaranteed_owner(a, 8, &v), RLOCK_ENOTOWNER);
   cr_assert_eq(rlock_force_unlock_holder(a, "x:1"), RLOCK_EINVAL);
   cr_assert_eq(rlock_lock_fenced(a, -1, &v), RLOCK_EINVAL);
   cr_assert_eq(rlock_is_held_owner(a, 7), 1, "nothing changed");
@@ -484,5 +489,97 @@ Test(fastmultilock, async_acquire_starts_the_watchdog) {
   cr_assert_eq(rt_exists(g), 0);
   cr_assert_eq(atomic_load(&seen.n), 0);
   rlock_free(f);
+  rlock_client_free(c);
+}
+
+/* The holds are the engine's (issue 34): the same events as a lock's
+ * (ACQUIRED, RELEASED; LOST when the group is deleted from outside), the
+ * renewals counted in the stats, the lease guarantee moved by them; two
+ * handles of one owner on overlapping values hold apart. */
+typedef struct fml_events {
+  atomic_int acquired, released, lost, at_risk;
+  char lost_name[96];
+} fml_events;
+
+static void on_fml_event(const rlock_event *ev, void *data) {
+  fml_events *r = data;
+  if (strcmp(ev->kind, "fast_multilock") != 0)
+    return;
+  if (ev->type == RLOCK_EVENT_ACQUIRED)
+    atomic_fetch_add(&r->acquired, 1);
+  else if (ev->type == RLOCK_EVENT_RELEASED)
+    atomic_fetch_add(&r->released, 1);
+  else if (ev->type == RLOCK_EVENT_LEASE_AT_RISK)
+    atomic_fetch_add(&r->at_risk, 1);
+  else if (ev->type == RLOCK_EVENT_LOST) {
+    snprintf(r->lost_name, sizeof r->lost_name, "%s", ev->name);
+    atomic_fetch_add(&r->lost, 1);
+  }
+}
+
+static bool fml_event_lost(void *arg) {
+  return atomic_load(&((fml_events *)arg)->lost) > 0;
+}
+
+static uint64_t renewals_confirmed(rlock_client *c) {
+  rlock_stats s;
+  rlock_stats_init(&s);
+  cr_assert_eq(rlock_client_stats(c, &s), 0);
+  return s.renewals_confirmed;
+}
+
+Test(fastmultilock, holds_are_the_engines_events_stats_lease) {
+  static fml_events r;
+  memset(&r, 0, sizeof r);
+  rlock_options o;
+  rlock_options_init(&o);
+  o.watchdog_timeout_ms = 900;
+  o.on_event = on_fml_event;
+  o.on_event_data = &r;
+  rlock_client *c = rt_client_opts(&o);
+  char g[64];
+  rt_key(g, sizeof g, "fmlev");
+  const char *jm[2] = {"Jack_001", "Mary_002"};
+  const char *mt[2] = {"Mary_002", "Tom_003"};
+  rlock *f = fml(c, g, jm, 2), *f2 = fml(c, g, mt, 2);
+  uint64_t me = rlock_thread_id();
+
+  /* held past the watchdog timeout: renewals counted, guarantee moves */
+  uint64_t before = renewals_confirmed(c);
+  cr_assert_eq(rlock_try_lock(f, 0, -1), 1, "%s", rlock_last_error());
+  int64_t v0 = 0, v1 = 0;
+  cr_assert_eq(rlock_is_lease_guaranteed(f, &v0), 1);
+  rt_sleep_ms(1500);
+  cr_assert(renewals_confirmed(c) >= before + 2, "renewals %llu -> %llu",
+            (unsigned long long)before,
+            (unsigned long long)renewals_confirmed(c));
+  cr_assert_eq(rlock_is_lease_guaranteed(f, &v1), 1, "%s", rlock_last_error());
+  cr_assert(v1 > v0, "guarantee did not move: %lld, %lld", (long long)v0,
+            (long long)v1);
+  cr_assert_eq(rt_pttl(g) > 0, 1, "the values expired");
+
+  /* a second handle of the same owner over an overlapping value: its own
+   * hold; releasing the first ends only the first's */
+  cr_assert_eq(rlock_try_lock(f2, 0, -1), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(f), 0);
+  cr_assert_eq(atomic_load(&r.released), 1);
+  cr_assert_eq(rlock_is_lease_guaranteed(f, &v1), RLOCK_ENOTOWNER);
+  rt_sleep_ms(1500); /* f2's renewals keep Mary and Tom, no loss */
+  cr_assert_eq(atomic_load(&r.lost), 0);
+  cr_assert_eq(rlock_is_held_owner(f2, me), 1);
+  cr_assert_eq(rlock_is_lease_guaranteed(f2, &v1), 1);
+
+  /* deleted from outside: LOST once, no guarantee, the unlock says so */
+  freeReplyObject(rt_cmd("DEL %s", g));
+  rt_wait_until(fml_event_lost, &r, 3000);
+  cr_assert_eq(atomic_load(&r.lost), 1);
+  cr_assert_str_eq(r.lost_name, g);
+  cr_assert_eq(rlock_is_lease_guaranteed(f2, &v1), RLOCK_ELOCKLOST);
+  cr_assert_eq(rlock_is_held_owner(f2, me), 0);
+  cr_assert_eq(rlock_unlock(f2), RLOCK_ELOCKLOST);
+  cr_assert_eq(atomic_load(&r.acquired), 2);
+  cr_assert_eq(atomic_load(&r.released), 1);
+  rlock_free(f);
+  rlock_free(f2);
   rlock_client_free(c);
 }

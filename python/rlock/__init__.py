@@ -697,8 +697,8 @@ class MultiLock(_Waitable):
 class FastMultiLock(_Waitable):
     """getMultiLock(group, values) (Redisson's FasterMultiLock). No async
     form in Python yet (the C library's rlock_lock_async takes it); on the
-    main thread a wait is made of
-    tries of at most 200 ms, so Ctrl-C works."""
+    main thread a wait is made of tries of at most 200 ms, so Ctrl-C
+    works."""
 
     __slots__ = ()
 

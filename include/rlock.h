@@ -1862,20 +1862,27 @@ typedef enum rlock_info_kind {
  * (and may hold NUL bytes within their _len). */
 typedef struct rlock_info_entry {
   /* holders: the hash field as stored, an owner string
-   * ("<client-uuid>:<thread-id>"; the writer's ends in ":write");
+   * ("<client-uuid>:<thread-id>"; the writer's ends in ":write"); a
+   * FasterMultiLock group's held value: its holder's owner string;
    * queue: the waiting owner; permits: the id as 32 lowercase hex
    * characters (the member as stored when it is not 16 bytes). */
   const char *key;
   size_t key_len;
-  /* holders: the field's value as stored; NULL otherwise. */
+  /* holders: the field's value as stored; a group's held value: the
+   * value's field name (rlock_fast_multilock_field_name()); NULL
+   * otherwise. */
   const char *value;
   size_t value_len;
-  /* holders: the hold count (RLOCK_INFO_NOT_A_COUNT for a foreign field);
-   * 0 otherwise. */
+  /* holders: the hold count (a group's held value: its lock_count);
+   * RLOCK_INFO_NOT_A_COUNT for a foreign field, and for a group's field
+   * that is no part of a hold (then key and value are as stored); 0
+   * otherwise. */
   int64_t count;
   /* queue: ms until the waiter's deadline; permits: ms until its lease
-   * runs out; negative: passed (cleared at the next acquire by anyone);
-   * RLOCK_INFO_NO_EXPIRY: none. 0 for holders (see rlock_info.ttl_ms). */
+   * runs out; a group's held value: ms until its holder's expire_time
+   * (against rlock_info.server_ms); negative: passed (cleared at the
+   * next acquire by anyone); RLOCK_INFO_NO_EXPIRY: none. 0 for other
+   * holders (see rlock_info.ttl_ms). */
   int64_t ttl_ms;
   /* holders of a read/write lock: 1 for the writer's field. */
   int writer;
@@ -1903,7 +1910,9 @@ typedef struct rlock_info {
   /* A lock hash's "mode" field ("read" or "write" for a read/write lock);
    * NULL when it has none. Not among the holders. */
   const char *mode;
-  const rlock_info_entry *holders; /* the hash's fields */
+  /* the hash's fields (a FasterMultiLock group: one per held value, each
+   * folding in its two integer fields, then fields outside a hold) */
+  const rlock_info_entry *holders;
   size_t holders_n, holders_total;
   const rlock_info_entry *queue; /* a fair lock's waiters, first first */
   size_t queue_n, queue_total;

@@ -105,8 +105,20 @@ static void print_human(const char *name, const rlock_info *info,
   if (info->kind == RLOCK_INFO_FAST_MULTILOCK) {
     printf(": %s (%s)%s\n", info->locked ? "locked" : "unlocked",
            cli_info_kind_words(info->kind), waiting);
-    for (size_t i = 0; i < info->holders_n; i++)
-      cli_field_text(&info->holders[i]);
+    for (size_t i = 0; i < info->holders_n; i++) {
+      const rlock_info_entry *h = &info->holders[i];
+      if (!counted(h)) {
+        cli_field_text(h);
+        continue;
+      }
+      cli_group_hold_text(h);
+      const cli_whois_entry *e = cli_whois_get(w, name, h->key, h->key_len);
+      if (e != NULL) {
+        fputs("    ", stdout);
+        cli_whois_text(stdout, e);
+        fputc('\n', stdout);
+      }
+    }
     return;
   }
   if (info->mode != NULL) {

@@ -362,6 +362,9 @@ bool cli_election_of(rlock_client *client, const char *name,
 /* Prints "  field F = V" (escaped) for a hash field that is no hold
  * count. */
 void cli_field_text(const rlock_info_entry *e);
+/* A FasterMultiLock group's held value (a counted holder): "  value field
+ * F: held by OWNER (count N, expires in N ms)". */
+void cli_group_hold_text(const rlock_info_entry *e);
 
 /* Writes the JSON object describing `name` (its fields: docs/cli.md,
  * "JSON"); election NULL: none. */

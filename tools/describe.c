@@ -68,6 +68,19 @@ void cli_field_text(const rlock_info_entry *e) {
   fputc('\n', stdout);
 }
 
+void cli_group_hold_text(const rlock_info_entry *e) {
+  fputs("  value field ", stdout);
+  cli_text_write(stdout, e->value, e->value_len);
+  fputs(": held by ", stdout);
+  cli_text_write(stdout, e->key, e->key_len);
+  printf(" (count %" PRId64, e->count);
+  if (e->ttl_ms >= 0)
+    printf(", expires in %" PRId64 " ms)\n", e->ttl_ms);
+  else
+    printf(", expired %" PRId64 " ms ago, cleared at the next acquire)\n",
+           -e->ttl_ms);
+}
+
 static void json_owner(const rlock_info_entry *e, bool writer) {
   size_t cl, tl;
   const char *t;
@@ -102,7 +115,7 @@ void cli_info_json(const char *name, size_t name_len, const rlock_info *info,
   else
     fputs("null", stdout);
   /* the hash's fields: holders with their count, a foreign field with its
-   * value */
+   * value; a FasterMultiLock group's held values with their owner */
   fputs(",\"holders\":[", stdout);
   for (size_t i = 0; i < info->holders_n; i++) {
     const rlock_info_entry *h = &info->holders[i];
@@ -116,6 +129,13 @@ void cli_info_json(const char *name, size_t name_len, const rlock_info *info,
       json_owner(h, h->writer);
       printf(",\"count\":%" PRId64 ",\"writer\":%s", h->count,
              h->writer ? "true" : "false");
+      /* a group's held value: its field, and ms until its holder's expiry
+       * (negative: passed) */
+      if (info->kind == RLOCK_INFO_FAST_MULTILOCK) {
+        fputs(",\"field\":", stdout);
+        cli_json_string(stdout, h->value, h->value_len);
+        printf(",\"ttl_ms\":%" PRId64, h->ttl_ms);
+      }
       const cli_whois_entry *e = cli_whois_get(w, name, h->key, h->key_len);
       if (e != NULL)
         cli_whois_json(stdout, e);

@@ -66,18 +66,20 @@ static void print_human(const char *name, size_t name_len,
   printf(", %" PRId64 " waiting\n", info->waiters);
   for (size_t i = 0; i < info->holders_n; i++) {
     const rlock_info_entry *h = &info->holders[i];
-    if (h->count == RLOCK_INFO_NOT_A_COUNT) { /* a group's field */
+    if (h->count == RLOCK_INFO_NOT_A_COUNT) { /* a foreign field */
       cli_field_text(h);
       continue;
     }
-    printf("  %s ", h->writer ? "writer" : info->mode != NULL ? "reader"
-                                                              : "holder");
-    human_owner(h, h->writer);
-    printf(", count %" PRId64 "\n", h->count);
-    const cli_whois_entry *e =
-        h->count != RLOCK_INFO_NOT_A_COUNT
-            ? cli_whois_get(w, name, h->key, h->key_len)
-            : NULL;
+    if (info->kind == RLOCK_INFO_FAST_MULTILOCK) {
+      cli_group_hold_text(h);
+    } else {
+      printf("  %s ", h->writer            ? "writer"
+                      : info->mode != NULL ? "reader"
+                                           : "holder");
+      human_owner(h, h->writer);
+      printf(", count %" PRId64 "\n", h->count);
+    }
+    const cli_whois_entry *e = cli_whois_get(w, name, h->key, h->key_len);
     if (e != NULL) {
       fputs("    ", stdout);
       cli_whois_text(stdout, e);

@@ -177,11 +177,68 @@ static bool fml_group(rlock_info_entry *h, size_t n, int64_t now_ms,
       return false;
     pair = true;
   }
-  if (!pair)
-    return false;
+  return pair;
+}
+
+/* The index of the group's integer field "<f>:<owner><suffix>" for the
+ * field entry f (key f, value owner), or n when there is none. */
+static size_t fml_side(const rlock_info_entry *h, size_t n,
+                       const rlock_info_entry *f, const char *suffix) {
+  size_t sl = strlen(suffix);
+  size_t want = f->key_len + 1 + f->value_len + sl;
+  for (size_t j = 0; j < n; j++) {
+    const rlock_info_entry *x = &h[j];
+    if (x->count != RLOCK_INFO_NOT_A_COUNT && x->key_len == want &&
+        memcmp(x->key, f->key, f->key_len) == 0 && x->key[f->key_len] == ':' &&
+        memcmp(x->key + f->key_len + 1, f->value, f->value_len) == 0 &&
+        memcmp(x->key + want - sl, suffix, sl) == 0)
+      return j;
+  }
+  return n;
+}
+
+/* A group's fields as holds (fml_group() true): each value field f ->
+ * owner with its f:<owner>:lock_count and f:<owner>:expire_time becomes one
+ * entry, key the owner, value f, count the lock_count, ttl_ms the
+ * expire_time less now_ms; those three fields are folded into it. Every
+ * other field stays as stored, marked RLOCK_INFO_NOT_A_COUNT. Returns the
+ * entries left (held values first, in field order). 0 or RLOCK_ENOMEM. */
+static int fml_holds(rlock_info_entry *h, size_t n, int64_t now_ms,
+                     size_t *left) {
+  unsigned char *used = calloc(n > 0 ? n : 1, 1);
+  rlock_info_entry *holds = calloc(n > 0 ? n : 1, sizeof *holds);
+  if (used == NULL || holds == NULL) {
+    free(used);
+    free(holds);
+    return RLOCK_ENOMEM;
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (h[i].count != RLOCK_INFO_NOT_A_COUNT)
+      continue;
+    size_t c = fml_side(h, n, &h[i], ":lock_count");
+    size_t x = fml_side(h, n, &h[i], ":expire_time");
+    if (c == n || x == n || used[c] || used[x])
+      continue;
+    used[i] = used[c] = used[x] = 1;
+    rlock_info_entry *e = &holds[k++];
+    e->key = h[i].value;
+    e->key_len = h[i].value_len;
+    e->value = h[i].key;
+    e->value_len = h[i].key_len;
+    e->count = h[c].count;
+    e->ttl_ms = h[x].count - now_ms;
+  }
   for (size_t i = 0; i < n; i++)
-    h[i].count = RLOCK_INFO_NOT_A_COUNT;
-  return true;
+    if (!used[i]) {
+      holds[k] = h[i];
+      holds[k++].count = RLOCK_INFO_NOT_A_COUNT;
+    }
+  memcpy(h, holds, k * sizeof *h);
+  free(used);
+  free(holds);
+  *left = k;
+  return 0;
 }
 
 static bool ends_with_write(const redisReply *f) {
@@ -314,6 +371,17 @@ static int fill(rlock_info *out, const redisReply *r) {
   bool group = hash && mode == NULL && foreign_field &&
                fml_group(h, nholders, out->server_ms, &group_live);
   out->locked = hash && (group ? group_live : !foreign_field && nholders > 0);
+  if (group) {
+    size_t left;
+    if (fml_holds(h, nholders, out->server_ms, &left) != 0)
+      return RLOCK_ENOMEM;
+    /* the fields folded into the held values (two each) left out */
+    size_t folded = nholders - left;
+    out->holders_total =
+        out->holders_total > folded ? out->holders_total - folded : 0;
+    out->holders_n = left;
+    out->holders = left > 0 ? h : NULL;
+  }
   const redisReply *subs = e[R_SUBS];
   out->waiters = string ? subs->element[2]->integer + subs->element[3]->integer
                         : subs->element[0]->integer + subs->element[1]->integer;

@@ -4395,7 +4395,8 @@ Test(cli, status_json_and_ls_json_describe_every_kind_alike) {
   const char *values[] = {"v1", "v2"};
   rlock *fml = NULL;
   cr_assert_eq(rlock_new_fast_multilock(c, n[12], values, NULL, 2, &fml), 0);
-  cr_assert_eq(rlock_try_lock(fml, 0, 30000), 1);
+  uint64_t me = rlock_owner_new();
+  cr_assert_eq(rlock_try_lock_owner(fml, me, 0, 30000), 1);
 
   char expect[2048] = "", path[PATH_LEN];
   cli_proc pr;
@@ -4443,18 +4444,41 @@ Test(cli, status_json_and_ls_json_describe_every_kind_alike) {
   char *checked = first_line_in("same.out");
   cr_assert_str_eq(checked, "13");
   free(checked);
-  /* the group in text: its fields, each with its holder */
+  /* the group in text: each value's field held by its owner, and who
+   * that is (this process), in status and in ls */
+  char field[RLOCK_FAST_MULTILOCK_FIELD_LEN + 1], owner[96];
+  cr_assert_eq(rlock_fast_multilock_field_name("v1", 2, field), 0);
+  rt_owner(owner, sizeof owner, c, me);
+  char held[256], who[64];
+  snprintf(held, sizeof held,
+           "\n  value field %s: held by %s (count 1, expires in ", field,
+           owner);
+  snprintf(who, sizeof who, " ms)\n    pid %d ", (int)getpid());
   cr_assert_eq(cli_run(&pr, ARGS("status", n[12])), 0);
   out = cli_out(&pr);
   snprintf(path, sizeof path, "%s: locked (FasterMultiLock group)", n[12]);
   cr_assert(strncmp(out, path, strlen(path)) == 0, "%s", out);
-  char field[RLOCK_FAST_MULTILOCK_FIELD_LEN + 1];
-  cr_assert_eq(rlock_fast_multilock_field_name("v1", 2, field), 0);
-  snprintf(path, sizeof path, "\n  field %s = ", field);
-  cr_assert(strstr(out, path) != NULL, "%s", out);
+  char *at = strstr(out, held);
+  cr_assert(at != NULL, "%s", out);
+  cr_assert(strstr(at, who) != NULL, "%s", out);
+  cr_assert(strstr(out, "\n  field ") == NULL, "%s", out);
+  free(out);
+  cr_assert_eq(cli_run(&pr, ARGS("ls", n[12])), 0);
+  out = cli_out(&pr);
+  at = strstr(out, held);
+  cr_assert(at != NULL, "%s", out);
+  cr_assert(strstr(at, who) != NULL, "%s", out);
+  free(out);
+  cr_assert_eq(cli_run(&pr, ARGS("status", "--json", n[12])), 0);
+  out = cli_out(&pr);
+  snprintf(held, sizeof held, "{\"owner\":\"%s\",\"client\":", owner);
+  cr_assert(strstr(out, held) != NULL, "%s", out);
+  snprintf(held, sizeof held,
+           ",\"count\":1,\"writer\":false,\"field\":\"%s\",\"ttl_ms\":", field);
+  cr_assert(strstr(out, held) != NULL, "%s", out);
   free(out);
   /* the group released */
-  cr_assert_eq(rlock_unlock(fml), 0);
+  cr_assert_eq(rlock_unlock_owner(fml, me), 0);
   rlock_free(fml);
 
   rlock_election_free(e);

@@ -1097,7 +1097,13 @@ Test(info, fast_multilock_group_is_its_own_kind) {
   const char *values[] = {"a", "b"};
   rlock *fml = NULL;
   cr_assert_eq(rlock_new_fast_multilock(c, key, values, NULL, 2, &fml), 0);
-  cr_assert_eq(rlock_try_lock(fml, 0, 20000), 1);
+  uint64_t me = rlock_owner_new();
+  cr_assert_eq(rlock_try_lock_owner(fml, me, 0, 20000), 1);
+  /* a stale field beside them (another owner's expiry): kept as stored */
+  char fa[RLOCK_FAST_MULTILOCK_FIELD_LEN + 1], fb[sizeof fa], owner[96];
+  cr_assert_eq(rlock_fast_multilock_field_name("a", 1, fa), 0);
+  cr_assert_eq(rlock_fast_multilock_field_name("b", 1, fb), 0);
+  cr_assert_eq(rt_int("HSET %s %s:gone:7:expire_time 5", key, fa), 1);
   rlock_info info;
   get(c, key, &info);
   cr_assert_eq(info.kind, RLOCK_INFO_FAST_MULTILOCK);
@@ -1105,21 +1111,44 @@ Test(info, fast_multilock_group_is_its_own_kind) {
   cr_assert_eq(info.locked, 1);
   cr_assert(info.ttl_ms > 0 && info.ttl_ms <= 20000, "ttl %lld",
             (long long)info.ttl_ms);
-  size_t owners = 0;
-  for (size_t i = 0; i < info.holders_n; i++) {
-    cr_assert_eq(info.holders[i].count, RLOCK_INFO_NOT_A_COUNT);
-    if (strstr(info.holders[i].key, ":expire_time") == NULL &&
-        strstr(info.holders[i].key, ":lock_count") == NULL)
-      owners++;
+  /* one hold per value: its owner, its field, count and expiry */
+  owner_of(owner, sizeof owner, c, me);
+  cr_assert_eq(info.holders_n, 3);
+  cr_assert_eq(info.holders_total, 3);
+  bool seen_a = false, seen_b = false;
+  for (size_t i = 0; i < 2; i++) {
+    const rlock_info_entry *h = &info.holders[i];
+    cr_assert_str_eq(h->key, owner);
+    cr_assert_eq(h->key_len, strlen(owner));
+    cr_assert_eq(h->value_len, RLOCK_FAST_MULTILOCK_FIELD_LEN);
+    seen_a |= strcmp(h->value, fa) == 0;
+    seen_b |= strcmp(h->value, fb) == 0;
+    cr_assert_eq(h->count, 1);
+    cr_assert(h->ttl_ms > 0 && h->ttl_ms <= 20000, "ttl %lld",
+              (long long)h->ttl_ms);
+    cr_assert_eq(h->writer, 0);
   }
-  cr_assert_eq(owners, 2, "one field per value");
+  cr_assert(seen_a && seen_b, "%s %s", info.holders[0].value,
+            info.holders[1].value);
+  char stale[128];
+  snprintf(stale, sizeof stale, "%s:gone:7:expire_time", fa);
+  cr_assert_str_eq(info.holders[2].key, stale);
+  cr_assert_str_eq(info.holders[2].value, "5");
+  cr_assert_eq(info.holders[2].count, RLOCK_INFO_NOT_A_COUNT);
   rlock_info_free(&info);
+  /* held twice: count 2 */
+  cr_assert_eq(rlock_try_lock_owner(fml, me, 0, 20000), 1);
+  get(c, key, &info);
+  cr_assert_eq(info.holders[0].count, 2);
+  cr_assert_eq(info.holders[1].count, 2);
+  rlock_info_free(&info);
+  cr_assert_eq(rlock_unlock_owner(fml, me), 0);
   /* an owner string without its expire_time: not a group */
   cr_assert_eq(rt_int("HSET %s f x:1 f:x:1:lock_count 1", fake), 2);
   get(c, fake, &info);
   cr_assert_eq(info.kind, RLOCK_INFO_FOREIGN);
   rlock_info_free(&info);
-  cr_assert_eq(rlock_unlock(fml), 0);
+  cr_assert_eq(rlock_unlock_owner(fml, me), 0);
   rlock_free(fml);
   rlock_client_free(c);
 }

@@ -56,10 +56,10 @@ extern "C" {
  * version, which the build checks them against). A program built against
  * it may run with a newer library of the same soname: rlock_version() says
  * which version is running. */
-#define RLOCK_VERSION_MAJOR 0
-#define RLOCK_VERSION_MINOR 1
+#define RLOCK_VERSION_MAJOR 1
+#define RLOCK_VERSION_MINOR 0
 #define RLOCK_VERSION_PATCH 0
-#define RLOCK_VERSION_STRING "0.1.0"
+#define RLOCK_VERSION_STRING "1.0.0"
 
 /* Longest lock name accepted, in bytes. Longer names give
  * RLOCK_ENAMETOOLONG. */
@@ -118,7 +118,7 @@ RLOCK_EXTERN const char *rlock_strerror(int err);
 /* Symbolic name of an error code, e.g. "RLOCK_ENOTOWNER"; never NULL. */
 RLOCK_EXTERN const char *rlock_err_name(int err);
 
-/* The running library's version, "MAJOR.MINOR.PATCH" (e.g. "0.1.0"): the
+/* The running library's version, "MAJOR.MINOR.PATCH" (e.g. "1.0.0"): the
  * RLOCK_VERSION_STRING it was built with, which may be newer than the
  * header a program was compiled against. Static; never NULL. Thread-safe. */
 RLOCK_EXTERN const char *rlock_version(void);
@@ -237,10 +237,10 @@ typedef enum rlock_event_type {
   /* A guarded write (rlock_guard_write) was refused because its fencing
    * token is older than one the guard has seen (RLOCK_ESTALE): kind
    * "guard", name the guard, error RLOCK_ESTALE, detail names the lock,
-   * the token refused and the highest seen. Added in 0.2.0 (unreleased). */
+   * the token refused and the highest seen. */
   RLOCK_EVENT_STALE = 9,
   /* Leader election (kind "election", the election's name, the
-   * candidate's owner): a campaign won, with term (added in 0.2.0). */
+   * candidate's owner): a campaign won, with term. */
   RLOCK_EVENT_ELECTED = 10,
   /* A term ended: cause RLOCK_ELECTION_LOST or RLOCK_ELECTION_RESIGNED;
    * term. Once per term won. */
@@ -284,7 +284,7 @@ typedef struct rlock_event {
   const char *host;        /* RECONNECTED, DISCONNECTED: the server;
                               else NULL */
   int port;
-  int64_t term; /* ELECTED, TERM_ENDED: the term (added in 0.2.0) */
+  int64_t term; /* ELECTED, TERM_ENDED: the term */
 } rlock_event;
 
 /* Whether an event from a possibly older library has `field`. */
@@ -301,7 +301,7 @@ typedef void (*rlock_event_cb)(const rlock_event *ev, void *data);
 
 /*
  * Stats (docs/api.md, "Stats"): counters and histograms of what a client
- * did since it was opened. Added in 0.2.0 (unreleased).
+ * did since it was opened.
  *
  * A histogram's buckets are log2 milliseconds: buckets[0] counts values
  * of 0 and 1 ms, buckets[i] (1 <= i < RLOCK_STATS_BUCKETS - 1) values v
@@ -374,8 +374,7 @@ typedef struct rlock_stats {
   /* RLOCK_EVENT_LEASE_AT_RISK, however many. */
   uint64_t lease_at_risk;
   /* Leader election (rlock_election_*): terms won (RLOCK_EVENT_ELECTED),
-   * and terms ended by a loss or a resign (RLOCK_EVENT_TERM_ENDED).
-   * Added in 0.2.0. */
+   * and terms ended by a loss or a resign (RLOCK_EVENT_TERM_ENDED). */
   uint64_t terms_won;
   uint64_t terms_lost;
   uint64_t terms_resigned;
@@ -430,7 +429,7 @@ RLOCK_EXTERN int rlock_stats_format_json(const rlock_stats *s, char *buf,
 /* Client options. Always fill with rlock_options_init() first, then set the
  * fields you need: the struct may grow in later versions, and fields are
  * only ever added at the end (each marked with the version that added it;
- * every field below is in 0.1.0, the first release). */
+ * every field below is in 1.0.0, the first release). */
 typedef struct rlock_options {
   /* Set to sizeof(rlock_options) by rlock_options_init(); do not change it.
    * rlock_client_new() reads only this many bytes, so a program built
@@ -556,8 +555,6 @@ typedef struct rlock_options {
    * Range 100..2^31-1. */
   int64_t cluster_refresh_ms;
 
-  /* ---- added in 0.2.0 (unreleased) ---- */
-
   /* Replica sync when the master has no replica connected. 0 (default,
    * safety first): the replicas the topology lists count too - Sentinel's
    * replica list (SENTINEL REPLICAS, whatever their flags: a replica that
@@ -601,8 +598,7 @@ typedef struct rlock_options {
    * renewals. NULL (default): silent, and no message is formatted. */
   rlock_diag_cb on_diag;
   void *on_diag_data;
-  /* Events (issue 28): see rlock_event_cb. Default NULL (none). Added in
-   * 0.2.0 (unreleased). */
+  /* Events (issue 28): see rlock_event_cb. Default NULL (none). */
   rlock_event_cb on_event;
   void *on_event_data;
   /* RLOCK_EVENT_LEASE_AT_RISK fires when what is left of a hold's
@@ -618,7 +614,7 @@ typedef struct rlock_options {
    * floored with the server's clock). 0 (default): no TTL, as Redisson.
    * Keep it 0 while Java clients use the name: Java's plain INCR on a lost
    * key starts again at 1, below every token handed out before. Range
-   * 0..2^31-1. Added in 0.2.0 (unreleased). */
+   * 0..2^31-1. */
   int64_t fenced_token_ttl_ms;
 } rlock_options;
 
@@ -685,7 +681,7 @@ RLOCK_EXTERN const char *rlock_client_id(const rlock_client *client);
 
 /* What the client's connections found out about the servers with the
  * capability probes sent inside each connection's handshake (see
- * docs/deployments.md, "Managed services"). Added in 0.2.0 (unreleased).
+ * docs/deployments.md, "Managed services").
  * Set struct_size (rlock_client_caps_init()) before the call: the struct
  * may grow at its end, and only struct_size bytes are written. */
 typedef struct rlock_client_caps {
@@ -1625,8 +1621,6 @@ RLOCK_EXTERN int rlock_guard_write_async(rlock_guard *guard,
  * Leader election
  * (docs/election.md; docs/api.md, "Leader election")
  *
- * Added in 0.2.0 (unreleased).
- *
  * Candidates of one election name contend on the fenced lock of that name
  * (rlock_new_fenced: Redisson's getFencedLock), so a Java service that
  * holds getFencedLock(name) is the leader too - with no value. The leader
@@ -1961,8 +1955,8 @@ RLOCK_EXTERN void rlock_info_free(rlock_info *info);
  * SETNAME, pipelined with the handshake: nothing per acquire; a refusal -
  * an ACL without +client|setname, a service without CLIENT - is ignored).
  * rlock_client_holder() finds that name with CLIENT LIST on the master (each
- * master of a cluster in turn) and returns what it carries. Added in
- * 0.1.0 (issue 35); set struct_size with rlock_holder_init().
+ * master of a cluster in turn) and returns what it carries. Set
+ * struct_size with rlock_holder_init().
  */
 typedef struct rlock_holder {
   size_t struct_size;

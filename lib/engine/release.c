@@ -254,12 +254,32 @@ static void release_answer(rlock__net *n, redisReply *reply, int err,
   rlock__op_finish(op, got == RLOCK__REL_RELEASED ? 1 : 0);
 }
 
+/* Whether the lock can be moved to `to` by the kind's transfer: an acquire
+ * of the same kind (the channel is shared by kinds over one hash), asleep,
+ * whose owner holds nothing here. */
+static bool can_transfer(const rlock__op *op, const rlock__op *to) {
+  const rlock__engine *e = op->engine;
+  return op->lock->prim->hold->transfer != NULL && to->type->acquires &&
+         to->lock->prim == op->lock->prim && to->wait_ms != 0 &&
+         to->state == RLOCK__ST_WAITING && to->u.acq.transfer == NULL &&
+         rlock__hold_find((rlock__engine *)e, to->lock, to->owner) == NULL;
+}
+
+/* How many transfers in a row a lock may see, per handoff_max: a transfer
+ * asks the server whether another client waits on the channel and, if
+ * one does, releases and publishes instead (docs/performance.md, "Fair
+ * share"), so its bound only covers the waiters that question cannot see
+ * (subscribed through another node of a cluster without sharded pub/sub,
+ * or through a replica). */
+#define TRANSFER_STREAK_FACTOR 16
+
 /* Local handoff: this release ends the owner's last hold, so if another
  * owner of this client sleeps waiting for the lock, it gets the lock now
  * instead of one round trip later, when the release message has come
- * back. Returns that waiter, or NULL. After handoff_max handoffs in a row
- * the release goes the pub/sub way only, so that waiters of other
- * processes are not starved. */
+ * back. Returns that waiter, or NULL. After handoff_max two-command
+ * handoffs in a row (TRANSFER_STREAK_FACTOR times as many transfers) the
+ * release goes the pub/sub way only, so that waiters of other processes
+ * are not starved. */
 static rlock__op *handoff_waiter(rlock__op *op, rlock__hold *h) {
   rlock__engine *e = op->engine;
   rlock *lock = op->lock;
@@ -270,27 +290,17 @@ static rlock__op *handoff_waiter(rlock__op *op, rlock__hold *h) {
       rlock__chan_sleeper(e->net, lock->channel, lock->channel_len);
   if (w == NULL)
     return NULL;
-  if (h->handoff_streak >= max) {
+  rlock__op *waiter = RLOCK__CONTAINER_OF(w, rlock__op, waiter);
+  bool other = strcmp(waiter->owner, op->owner) != 0;
+  int bound =
+      other && can_transfer(op, waiter) ? TRANSFER_STREAK_FACTOR * max : max;
+  if (h->handoff_streak >= bound) {
     /* The pub/sub way: this client's next try waits for the message, as
      * other clients' waiters do (gate.c). */
     rlock__gate_yield(e, lock);
     return NULL;
   }
-  rlock__op *waiter = RLOCK__CONTAINER_OF(w, rlock__op, waiter);
-  if (strcmp(waiter->owner, op->owner) == 0)
-    return NULL;
-  return waiter;
-}
-
-/* Whether the lock can be moved to `to` by the kind's transfer: an acquire
- * of the same kind (the channel is shared by kinds over one hash), asleep,
- * whose owner holds nothing here. */
-static bool can_transfer(const rlock__op *op, const rlock__op *to) {
-  const rlock__engine *e = op->engine;
-  return op->lock->prim->hold->transfer != NULL && to->type->acquires &&
-         to->lock->prim == op->lock->prim && to->wait_ms != 0 &&
-         to->state == RLOCK__ST_WAITING && to->u.acq.transfer == NULL &&
-         rlock__hold_find((rlock__engine *)e, to->lock, to->owner) == NULL;
+  return other ? waiter : NULL;
 }
 
 /* The two-command handoff: the release goes first and the waiter's try

@@ -6,6 +6,8 @@
 -- script does, with its message, so that the other client's waiter can
 -- take the lock. The unlock request latch works as in the release script:
 -- a re-sent transfer answers what the first send did.
+-- It reads before it writes, and asks the ACL guard only about the writes
+-- of the branch it takes (a move is the hot path of a local herd).
 -- KEYS[1] lock key, KEYS[2] unlock latch key, KEYS[3] lock channel;
 -- ARGV[1] lease ms to re-apply while still held, ARGV[2] releasing owner,
 -- ARGV[3] latch TTL ms, ARGV[4] the new owner, ARGV[5] the new owner's
@@ -16,22 +18,30 @@
 --! include _acl_guard.lua
 local latch = redis.call('get', KEYS[2]);
 if latch ~= false then return tonumber(latch); end;
-if (redis.call('hexists', KEYS[1], ARGV[2]) == 0) then return nil; end;
-local numsub = ARGV[6] == 'SPUBLISH' and 'shardnumsub' or 'numsub';
-local d = denied({{'hincrby', KEYS[1], ARGV[2], '-1'}, {'pexpire', KEYS[1], ARGV[1]}, {'hdel', KEYS[1], ARGV[2]}, {'hset', KEYS[1], ARGV[4], '1'}, {'set', KEYS[2], '0', 'px', ARGV[3]}, {'pubsub', numsub, KEYS[3]}, {'del', KEYS[1]}, {ARGV[6], KEYS[3], ARGV[7]}});
-if d then return refuse(d); end;
-local counter = redis.call('hincrby', KEYS[1], ARGV[2], -1);
-if (counter > 0) then
+local count = redis.call('hget', KEYS[1], ARGV[2]);
+if count == false then return nil; end;
+local d;
+if tonumber(count) > 1 then
+  d = denied({{'hincrby', KEYS[1], ARGV[2], '-1'}, {'pexpire', KEYS[1], ARGV[1]}, {'set', KEYS[2], '0', 'px', ARGV[3]}});
+  if d then return refuse(d); end;
+  redis.call('hincrby', KEYS[1], ARGV[2], -1);
   redis.call('pexpire', KEYS[1], ARGV[1]);
   redis.call('set', KEYS[2], 0, 'px', ARGV[3]);
   return 0;
 end;
+local numsub = ARGV[6] == 'SPUBLISH' and 'shardnumsub' or 'numsub';
+d = denied({{'pubsub', numsub, KEYS[3]}});
+if d then return refuse(d); end;
 if tonumber(redis.call('pubsub', numsub, KEYS[3])[2]) > 1 then
+  d = denied({{'del', KEYS[1]}, {ARGV[6], KEYS[3], ARGV[7]}, {'set', KEYS[2], '2', 'px', ARGV[3]}});
+  if d then return refuse(d); end;
   redis.call('del', KEYS[1]);
   redis.call(ARGV[6], KEYS[3], ARGV[7]);
   redis.call('set', KEYS[2], 2, 'px', ARGV[3]);
   return 2;
 end;
+d = denied({{'hdel', KEYS[1], ARGV[2]}, {'hset', KEYS[1], ARGV[4], '1'}, {'pexpire', KEYS[1], ARGV[5]}, {'set', KEYS[2], '1', 'px', ARGV[3]}});
+if d then return refuse(d); end;
 redis.call('hdel', KEYS[1], ARGV[2]);
 redis.call('hset', KEYS[1], ARGV[4], 1);
 redis.call('pexpire', KEYS[1], ARGV[5]);

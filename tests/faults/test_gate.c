@@ -423,6 +423,40 @@ Test(gate, transfers_exclude_across_sixteen_threads) {
   fx_close(&f);
 }
 
+static void handoff_max_2(rlock_options *o) { o->handoff_max = 2; }
+
+/* A transfer asks the server whether another client waits, so its streak
+ * is not cut at handoff_max (two-command handoffs are): with handoff_max 2
+ * the herd of 16 still moves the lock by transfer many times per release
+ * that goes the pub/sub way (before: two transfers, then one such
+ * release, so hsets were about twice the publishes). */
+Test(gate, a_streak_of_transfers_runs_past_handoff_max) {
+  fixture f;
+  char o1s[128];
+  xfer_open(&f, "gate-xstreak", handoff_max_2, o1s);
+  long long hsets = calls_of("hset"), pubs = calls_of("publish");
+  static herd h;
+  memset(&h, 0, sizeof h);
+  h.l = f.l;
+  rt_thread t[XTHREADS];
+  for (int i = 0; i < XTHREADS; i++)
+    rt_thread_start(&t[i], herd_worker, &h);
+  for (int i = 0; i < XTHREADS; i++)
+    rt_thread_join(&t[i], 50000);
+  cr_assert_eq(atomic_load(&h.errors), 0);
+  cr_assert_eq(atomic_load(&h.overlaps), 0, "two threads held the lock");
+  cr_assert_eq(h.counter, (long)XTHREADS * XROUNDS);
+  long long moved = calls_of("hset") - hsets;
+  long long published = calls_of("publish") - pubs;
+  cr_log_info("%lld transfers, %lld releases that published", moved, published);
+  cr_assert_geq(moved, 8 * published,
+                "%lld transfers, %lld releases that published: the streak "
+                "of transfers was cut short",
+                moved, published);
+  cr_assert_eq(rt_exists(f.key), 0, "the lock is left held");
+  fx_close(&f);
+}
+
 static void short_timeouts(rlock_options *o) {
   o->command_timeout_ms = 100;
   o->retry_interval_ms = 400;

@@ -523,8 +523,10 @@ typedef struct rlock_options {
    * instead of after the release message has come back (the message is
    * still published, as always). At most this many handoffs in a row per
    * lock; the next release then goes the pub/sub way only, so waiters in
-   * other processes (Java included) get their turn. 0 turns local handoff
-   * off. Default 3. Range 0..1000. */
+   * other processes (Java included) get their turn. A transfer (the lock
+   * kind's one-command handoff, which releases instead whenever another
+   * client's waiter is subscribed) may run 16 times this many in a row.
+   * 0 turns local handoff off. Default 3. Range 0..1000. */
   int handoff_max;
 
   /* redis+sentinel:// URIs: the user and password the sentinels ask for

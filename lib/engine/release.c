@@ -276,12 +276,15 @@ static bool can_transfer(const rlock__op *op, const rlock__op *to) {
 /* Local handoff: this release ends the owner's last hold, so if another
  * owner of this client sleeps waiting for the lock, it gets the lock now
  * instead of one round trip later, when the release message has come
- * back. Returns that waiter, or NULL. After handoff_max two-command
+ * back. Returns that waiter, or NULL; *transfer: the lock can be moved to
+ * it by the kind's transfer (can_transfer). After handoff_max two-command
  * handoffs in a row (TRANSFER_STREAK_FACTOR times as many transfers) the
  * release goes the pub/sub way only, so that waiters of other processes
  * are not starved. */
-static rlock__op *handoff_waiter(rlock__op *op, rlock__hold *h) {
+static rlock__op *handoff_waiter(rlock__op *op, rlock__hold *h,
+                                 bool *transfer) {
   rlock__engine *e = op->engine;
+  *transfer = false;
   rlock *lock = op->lock;
   int max = e->core->opts.handoff_max;
   if (!lock->prim->hold->local_handoff || max == 0)
@@ -291,16 +294,17 @@ static rlock__op *handoff_waiter(rlock__op *op, rlock__hold *h) {
   if (w == NULL)
     return NULL;
   rlock__op *waiter = RLOCK__CONTAINER_OF(w, rlock__op, waiter);
-  bool other = strcmp(waiter->owner, op->owner) != 0;
-  int bound =
-      other && can_transfer(op, waiter) ? TRANSFER_STREAK_FACTOR * max : max;
-  if (h->handoff_streak >= bound) {
+  if (strcmp(waiter->owner, op->owner) == 0)
+    waiter = NULL;
+  bool moves = waiter != NULL && can_transfer(op, waiter);
+  if (h->handoff_streak >= (moves ? TRANSFER_STREAK_FACTOR * max : max)) {
     /* The pub/sub way: this client's next try waits for the message, as
      * other clients' waiters do (gate.c). */
     rlock__gate_yield(e, lock);
     return NULL;
   }
-  return other ? waiter : NULL;
+  *transfer = moves;
+  return waiter;
 }
 
 /* The two-command handoff: the release goes first and the waiter's try
@@ -351,11 +355,12 @@ static void start_release(rlock__op *op) {
    * release sets none): it may run before its reply comes (hold.c). */
   if (!lock->prim->hold->shared_expiry)
     rlock__hold_lease_sent(e, lock, op->owner, op->u.rel.sent_ms, lease);
+  bool transfer = false;
   rlock__op *to = h != NULL && h->count == 1 && h->releasing == 1
-                     ? handoff_waiter(op, h)
-                     : NULL;
+                      ? handoff_waiter(op, h, &transfer)
+                      : NULL;
   int streak = h != NULL ? h->handoff_streak + 1 : 0;
-  if (to != NULL && can_transfer(op, to)) {
+  if (transfer) {
     /* One command moves the lock to the waiter (docs/wire-protocol.md,
      * "Transfer"); its reply completes both calls. */
     rlock__xfer *x = op->u.rel.xfer = calloc(1, sizeof(*x));

@@ -462,6 +462,33 @@ static void renew_reply(rlock__net *n, redisReply *reply, int err,
   }
 }
 
+/* Puts h into b (a copy of its key, its generation and release count).
+ * false: out of memory. */
+static bool batch_add(renew_batch *b, rlock__hold *h) {
+  b->key[b->n] = malloc(h->key_len + 1);
+  if (b->key[b->n] == NULL)
+    return false;
+  memcpy(b->key[b->n], h->key, h->key_len + 1);
+  b->key_len[b->n] = h->key_len;
+  b->gen[b->n] = h->gen;
+  b->release_seq[b->n] = h->release_seq;
+  h->renew_cap = INT64_MAX; /* what is sent from now on runs after it */
+  b->n++;
+  return true;
+}
+
+/* b's command went out (cmd), or could not (NULL: b is freed). */
+static void batch_sent(rlock__engine *e, renew_batch *b, rlock__cmd *cmd) {
+  if (cmd == NULL) {
+    batch_free(b);
+    return;
+  }
+  e->renew_inflight++;
+  rlock__event ev = {.pub = {.type = (rlock_event_type)RLOCK__EV_RENEW_SENT},
+                     .n = b->n};
+  rlock__engine_emit(e, &ev);
+}
+
 static void send_batch(rlock__engine *e, renew_batch *b, const char *timeout) {
   /* numkeys, keys..., timeout, owners... */
   const char *argv[2 + 2 * RENEW_BATCH];
@@ -483,17 +510,9 @@ static void send_batch(rlock__engine *e, renew_batch *b, const char *timeout) {
     lens[argc++] = strlen(owner);
   }
   b->sent_ns = uv_hrtime();
-  rlock__cmd *cmd = rlock__cmd_send(e->net, b->script, argc, argv, lens,
-                                    e->core->opts.retry_attempts,
-                                    renew_reply, b);
-  if (cmd == NULL) {
-    batch_free(b);
-    return;
-  }
-  e->renew_inflight++;
-  rlock__event ev = {.pub = {.type = (rlock_event_type)RLOCK__EV_RENEW_SENT},
-                     .n = b->n};
-  rlock__engine_emit(e, &ev);
+  batch_sent(e, b,
+             rlock__cmd_send(e->net, b->script, argc, argv, lens,
+                             e->core->opts.retry_attempts, renew_reply, b));
 }
 
 /* The index in open[] of the open batch for (script, slot), or of a new
@@ -536,31 +555,21 @@ static int batch_for(rlock__engine *e, renew_batch *open[RENEW_OPEN],
  * one, its command the kind's. */
 static void renew_one(rlock__engine *e, rlock__hold *h) {
   renew_batch *b = calloc(1, sizeof(*b));
-  if (b == NULL || (b->key[0] = malloc(h->key_len + 1)) == NULL) {
-    free(b);
+  if (b == NULL)
     return; /* out of memory: the next period */
-  }
-  memcpy(b->key[0], h->key, h->key_len + 1);
   b->engine = e;
   b->single = true;
   b->slot = -1;
-  b->n = 1;
-  b->key_len[0] = h->key_len;
-  b->gen[0] = h->gen;
-  b->release_seq[0] = h->release_seq;
   b->sent_ms = rlock__now_ms();
-  h->renew_cap = INT64_MAX; /* what is sent from now on runs after it */
-  b->sent_ns = uv_hrtime();
-  if (h->prim->hold->send_renew(e, h->lock, h->owner,
-                                e->core->opts.watchdog_timeout_ms, renew_reply,
-                                b) == NULL) {
-    batch_free(b);
+  if (!batch_add(b, h)) {
+    free(b);
     return;
   }
-  e->renew_inflight++;
-  rlock__event ev = {.pub = {.type = (rlock_event_type)RLOCK__EV_RENEW_SENT},
-                     .n = 1};
-  rlock__engine_emit(e, &ev);
+  b->sent_ns = uv_hrtime();
+  batch_sent(e, b,
+             h->prim->hold->send_renew(e, h->lock, h->owner,
+                                       e->core->opts.watchdog_timeout_ms,
+                                       renew_reply, b));
 }
 
 static void renew_round(rlock__engine *e) {
@@ -588,15 +597,9 @@ static void renew_round(rlock__engine *e) {
     if (at < 0)
       break; /* out of memory: what is batched still goes */
     renew_batch *b = open[at];
-    b->key[b->n] = malloc(h->key_len + 1);
-    if (b->key[b->n] == NULL)
+    if (!batch_add(b, h))
       break;
-    memcpy(b->key[b->n], h->key, h->key_len + 1);
-    b->key_len[b->n] = h->key_len;
-    b->gen[b->n] = h->gen;
-    b->release_seq[b->n] = h->release_seq;
-    h->renew_cap = INT64_MAX; /* what is sent from now on runs after it */
-    if (++b->n == RENEW_BATCH) {
+    if (b->n == RENEW_BATCH) {
       send_batch(e, b, timeout);
       open[at] = NULL;
     }

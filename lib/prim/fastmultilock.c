@@ -18,8 +18,8 @@
  * acquire reply (a re-sent try would count the values twice): the error
  * ends the call and what it may have taken expires with its lease. The
  * public lock calls reach this file through the descriptor's `calls`
- * (acquire, release and lease guarantee: the engine's) and `ops`
- * (queries, force unlock). */
+ * (the async acquire and the member count; the others are left to the
+ * engine) and `ops` (queries, force unlock). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -414,28 +414,9 @@ static const rlock__op_type is_locked_type = {.name = "fml_is_locked",
 static const rlock__op_type is_held_type = {.name = "fml_is_held",
                                             .start = start_is_held};
 
-/* ---- the lock calls (rlock__prim_calls): the engine's acquire and
- * release, the engine's lease guarantee; the queries and force unlock are
- * the ops ---- */
-
-static int run(rlock *lock, const rlock__op_type *type, uint64_t owner,
-               int64_t wait_ms, int64_t lease_ms) {
-  rlock__op op;
-  rlock__op_init(&op, lock, type, owner);
-  if (type->acquires)
-    rlock__op_set_wait(&op, wait_ms, lease_ms);
-  else
-    op.lease_ms = lease_ms;
-  return rlock__op_run_sync(&op);
-}
-
-/* The acquire: lease_ms > 0, or < 0 for the watchdog (the values taken for
- * watchdog_timeout_ms and renewed by the engine). */
-static int fml_acquire(rlock *lock, uint64_t owner, int64_t wait_ms,
-                       int64_t lease_ms) {
-  int rc = rlock__check_lease(lease_ms);
-  return rc != 0 ? rc : run(lock, &rlock__op_acquire, owner, wait_ms, lease_ms);
-}
+/* ---- the lock calls (rlock__prim_calls): the engine's (the calls left
+ * NULL), but for the async acquire; the queries and force unlock are the
+ * ops ---- */
 
 /* The async acquire: the engine's acquire op, whose callback (loop
  * thread) ends the hold at once when the handle was freed meanwhile. */
@@ -517,16 +498,6 @@ static void fml_user_free(rlock *lock) {
   rlock__handle_release(lock);
 }
 
-static int fml_release(rlock *lock, uint64_t owner) {
-  return run(lock, &rlock__op_release, owner, 0, 0);
-}
-
-static int fml_release_async(rlock *lock, uint64_t owner, rlock_cb cb,
-                             void *data, rlock_req **req) {
-  return rlock__op_submit_async(lock, &rlock__op_release, owner, 0, 0, cb, data,
-                                req);
-}
-
 static size_t fml_members(const rlock *lock, size_t *quorum) {
   *quorum = fml_of_lock(lock)->n;
   return *quorum;
@@ -534,10 +505,6 @@ static size_t fml_members(const rlock *lock, size_t *quorum) {
 
 static const rlock__prim_calls fml_calls = {
     .acquire_async = fml_acquire_async,
-    .acquire = fml_acquire,
-    .release_async = fml_release_async,
-    .release = fml_release,
-    .lease_guaranteed = rlock__lock_lease_guaranteed,
     .members = fml_members,
     /* is_held, is_locked and force_unlock: fml_ops */
     .unsupported = "a FasterMultiLock keeps no hold count or TTL of its "
@@ -575,5 +542,10 @@ int rlock_fast_multilock_renew_owner(rlock *lock, uint64_t owner,
     return RLOCK_EINVAL;
   }
   int rc = rlock__check_lease(lease_ms);
-  return rc != 0 ? rc : run(lock, &renew_type, owner, 0, lease_ms);
+  if (rc != 0)
+    return rc;
+  rlock__op op;
+  rlock__op_init(&op, lock, &renew_type, owner);
+  op.lease_ms = lease_ms;
+  return rlock__op_run_sync(&op);
 }

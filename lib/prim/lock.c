@@ -312,12 +312,19 @@ static const rlock__prim_calls *own_calls(const rlock *lock) {
   return lock != NULL ? lock->prim->calls : NULL;
 }
 
+/* Whether the engine's call may serve lock, its kind's own call being
+ * NULL (or the kind having none): 0, or an error with the last error set.
+ * A kind with own calls leaves NULL only what the engine does for it. */
+static int engine_serves(rlock *lock, const rlock__prim_calls *own) {
+  return own != NULL ? 0 : lock_handle(lock);
+}
+
 static int acquire(rlock *lock, uint64_t owner, int64_t wait_ms,
                    int64_t lease_ms) {
   const rlock__prim_calls *own = own_calls(lock);
-  if (own != NULL)
+  if (own != NULL && own->acquire != NULL)
     return own->acquire(lock, owner, wait_ms, lease_ms);
-  int rc = lock_handle(lock);
+  int rc = engine_serves(lock, own);
   return rc != 0 ? rc : rlock__acquire(lock, owner, wait_ms, lease_ms, NULL);
 }
 
@@ -363,9 +370,9 @@ int rlock_try_lock_owner(rlock *lock, uint64_t owner, int64_t wait_ms,
 
 int rlock_unlock_owner(rlock *lock, uint64_t owner) {
   const rlock__prim_calls *own = own_calls(lock);
-  if (own != NULL)
+  if (own != NULL && own->release != NULL)
     return own->release(lock, owner);
-  int rc = lock_handle(lock);
+  int rc = engine_serves(lock, own);
   return rc != 0 ? rc : simple(lock, &rlock__op_release, owner, NULL);
 }
 
@@ -464,13 +471,9 @@ int rlock_is_lease_guaranteed_owner(rlock *lock, uint64_t owner,
   const rlock__prim_calls *own = own_calls(lock);
   if (own != NULL && own->lease_guaranteed != NULL)
     return own->lease_guaranteed(lock, owner, until_ms);
-  int rc = lock_handle(lock);
-  return rc != 0 ? rc : rlock__lock_lease_guaranteed(lock, owner, until_ms);
-}
-
-int rlock__lock_lease_guaranteed(rlock *lock, uint64_t owner,
-                                 int64_t *until_ms) {
-  int rc;
+  int rc = engine_serves(lock, own);
+  if (rc != 0)
+    return rc;
   rlock__op op;
   rlock__op_init(&op, lock, &lease_type, owner);
   if (rlock__core_on_loop_thread(lock->engine->core)) {
@@ -502,9 +505,9 @@ int rlock_lock_async(rlock *lock, uint64_t owner, int64_t wait_ms,
   if (req != NULL)
     *req = NULL;
   const rlock__prim_calls *own = own_calls(lock);
-  if (own != NULL)
+  if (own != NULL && own->acquire_async != NULL)
     return own->acquire_async(lock, owner, wait_ms, lease_ms, cb, data, req);
-  int rc = lock_handle(lock);
+  int rc = engine_serves(lock, own);
   if (rc != 0)
     return rc;
   return rlock__op_submit_async(lock, &rlock__op_acquire, owner, wait_ms,
@@ -516,9 +519,9 @@ int rlock_unlock_async(rlock *lock, uint64_t owner, rlock_cb cb, void *data,
   if (req != NULL)
     *req = NULL;
   const rlock__prim_calls *own = own_calls(lock);
-  if (own != NULL)
+  if (own != NULL && own->release_async != NULL)
     return own->release_async(lock, owner, cb, data, req);
-  int rc = lock_handle(lock);
+  int rc = engine_serves(lock, own);
   if (rc != 0)
     return rc;
   return rlock__op_submit_async(lock, &rlock__op_release, owner, 0, 0, cb,

@@ -21,6 +21,8 @@
  * tried, released, queried and cancelled through the same calls as any
  * lock. Each sets the last error as the public call does. */
 typedef struct rlock__prim_calls {
+  /* A call left NULL is the engine's, as for a lock (the kind's holds are
+   * the engine's: rlock__prim.hold). */
   /* rlock_lock_async: the request is an rlock_req (rlock__req_custom_new)
    * that rlock_req_cancel() ends. */
   int (*acquire_async)(rlock *lock, uint64_t owner, int64_t wait_ms,
@@ -36,7 +38,6 @@ typedef struct rlock__prim_calls {
   int (*is_held_async)(rlock *lock, uint64_t owner, rlock_cb cb, void *data,
                        rlock_req **req);
   int (*is_held)(rlock *lock, uint64_t owner);
-  /* NULL: not supported */
   int (*lease_guaranteed)(rlock *lock, uint64_t owner, int64_t *until_ms);
   /* The members, and how many must be held (*quorum). */
   size_t (*members)(const rlock *lock, size_t *quorum);
@@ -184,13 +185,7 @@ extern const rlock__op_type rlock__q_is_held;
 extern const rlock__op_type rlock__q_hold_count;
 extern const rlock__op_type rlock__q_remain_ttl;
 void rlock__query(rlock__op *op, const char *cmd, bool with_owner);
-void rlock__query_reply(rlock__net *n, redisReply *reply, int err,
-                        void *data);
-/* rlock_is_lease_guaranteed_owner of a handle whose holds the engine
- * records (what the engine knows; nothing is sent), for a kind with its
- * own lock calls (rlock__prim_calls.lease_guaranteed). */
-int rlock__lock_lease_guaranteed(rlock *lock, uint64_t owner,
-                                 int64_t *until_ms);
+void rlock__query_reply(rlock__net *n, redisReply *reply, int err, void *data);
 /* A blocking acquire; *value (when acquired and value != NULL) gets the
  * op's value (the fenced lock's token). */
 int rlock__acquire(rlock *lock, uint64_t owner, int64_t wait_ms,

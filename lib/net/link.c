@@ -7,6 +7,7 @@
  * in flight, and frees itself when libuv has let go of all of them (close
  * callbacks come on a later loop turn, so the link's memory outlives any
  * callback of its own that is still on the stack). */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -545,28 +546,58 @@ size_t rlock__link_queued(const rlock__link *l) {
          (l->writing ? uv_stream_get_write_queue_size(&l->io.stream) : 0);
 }
 
+/* The decimal digits of n; 20 at most. */
+static size_t dec_len(size_t n) {
+  size_t d = 1;
+  while (n >= 10) {
+    n /= 10;
+    d++;
+  }
+  return d;
+}
+
+/* Writes c, the decimal n, CR LF at p; returns the end. */
+static char *put_header(char *p, char c, size_t n) {
+  size_t d = dec_len(n);
+  *p++ = c;
+  for (size_t i = d; i > 0; i--) {
+    p[i - 1] = (char)('0' + n % 10);
+    n /= 10;
+  }
+  p += d;
+  *p++ = '\r';
+  *p++ = '\n';
+  return p;
+}
+
 int rlock__link_send(rlock__link *l, int argc, const char **argv,
                      const size_t *lens) {
+  assert(argc > 0);
   if (l->closed)
     return RLOCK_ECONN;
-  char *cmd = NULL;
-  long long len = redisFormatCommandArgv(&cmd, argc, argv, lens);
-  if (len < 0 || cmd == NULL)
-    return RLOCK_ENOMEM;
+  /* The command in RESP, as hiredis's redisFormatCommandArgv writes it, but
+   * straight into the output (no copy, no printf on the loop thread). */
+  size_t len = 1 + dec_len((size_t)argc) + 2;
+  for (int i = 0; i < argc; i++)
+    len += 1 + dec_len(lens[i]) + 2 + lens[i] + 2;
   size_t queued = rlock__link_queued(l);
   bool joined = l->join_next;
   l->join_next = false;
-  if (!joined && queued > 0 && queued + (size_t)len > l->max_queue) {
-    redisFreeCommand(cmd);
+  if (!joined && queued > 0 && queued + len > l->max_queue)
     return RLOCK_EBACKLOG;
-  }
-  if (!buf_reserve(&l->out, (size_t)len)) {
-    redisFreeCommand(cmd);
+  if (!buf_reserve(&l->out, len))
     return RLOCK_ENOMEM;
+  char *p = put_header(l->out.p + l->out.len, '*', (size_t)argc);
+  for (int i = 0; i < argc; i++) {
+    p = put_header(p, '$', lens[i]);
+    if (lens[i] > 0)
+      memcpy(p, argv[i], lens[i]);
+    p += lens[i];
+    *p++ = '\r';
+    *p++ = '\n';
   }
-  memcpy(l->out.p + l->out.len, cmd, (size_t)len);
-  l->out.len += (size_t)len;
-  redisFreeCommand(cmd);
+  assert((size_t)(p - (l->out.p + l->out.len)) == len);
+  l->out.len += len;
   if (l->up)
     uv_prepare_start(&l->flush, flush_cb);
   return 0;
@@ -589,10 +620,11 @@ static void write_cb(uv_write_t *req, int status) {
     uv_prepare_start(&l->flush, flush_cb);
 }
 
-/* Hands what is queued to libuv in one write (which writes at once when
- * the socket takes it). One write at a time: what comes meanwhile goes
- * with the next. Called from the uv_prepare handle (once per loop turn,
- * with everything queued during the turn) and during the TLS handshake. */
+/* Hands what is queued to the socket in one write (what the socket does
+ * not take at once goes to libuv). One write at a time: what comes
+ * meanwhile goes with the next. Called from the uv_prepare handle (once per
+ * loop turn, with everything queued during the turn) and during the TLS
+ * handshake. */
 static void flush_output(rlock__link *l) {
   uv_prepare_stop(&l->flush);
   if (l->closed || l->writing)
@@ -629,6 +661,24 @@ static void flush_output(rlock__link *l) {
   uv_buf_t b;
   b.base = l->wire.p;
   b.len = l->wire.len;
+  /* Most writes fit the socket at once: written here, they need no
+   * request, no completion callback on a later loop turn and no change of
+   * the socket's poll interest (two system calls fewer per write). Only
+   * what the socket does not take waits for libuv. */
+  int n = uv_try_write(&l->io.stream, &b, 1);
+  if (n == (int)l->wire.len) {
+    l->wire.len = 0;
+    buf_trim(&l->wire);
+    return;
+  }
+  /* A failed write goes to libuv too, which tells it a loop turn later,
+   * as before: a TLS peer's alert that explains it (a client certificate
+   * required) is read first. */
+  if (n > 0) {
+    memmove(l->wire.p, l->wire.p + n, l->wire.len - (size_t)n);
+    l->wire.len -= (size_t)n;
+    b.len = l->wire.len;
+  }
   l->write_req.data = l;
   l->writing = true;
   int rc = uv_write(&l->write_req, &l->io.stream, &b, 1, write_cb);

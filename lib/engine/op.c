@@ -242,8 +242,24 @@ void rlock__op_init(rlock__op *op, rlock *lock, const rlock__op_type *type,
   op->owner_id = owner;
   const rlock__prim_hold *hold = lock->prim->hold;
   const char *suffix = hold != NULL ? hold->owner_suffix : NULL;
-  snprintf(op->owner, sizeof(op->owner), "%s:%" PRIu64 "%s",
-           lock->engine->client_id, owner, suffix != NULL ? suffix : "");
+  /* "<client id>:<owner><suffix>", as snprintf would write it (cut at the
+   * buffer's end), without printf on every call. */
+  char digits[20];
+  size_t nd = 0;
+  do {
+    digits[nd++] = (char)('0' + owner % 10);
+    owner /= 10;
+  } while (owner > 0);
+  char *p = op->owner, *end = op->owner + sizeof(op->owner) - 1;
+  for (const char *c = lock->engine->client_id; *c != '\0' && p < end; c++)
+    *p++ = *c;
+  if (p < end)
+    *p++ = ':';
+  while (nd > 0 && p < end)
+    *p++ = digits[--nd];
+  for (const char *c = suffix; c != NULL && *c != '\0' && p < end; c++)
+    *p++ = *c;
+  *p = '\0';
 }
 
 /* ---- argument checks ---- */

@@ -20,10 +20,19 @@ static uint64_t mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-static void latch_id(rlock__engine *e, char hex[33]) {
+static void put_hex64(char *p, uint64_t v) {
+  static const char digits[] = "0123456789abcdef";
+  for (int i = 15; i >= 0; i--) {
+    p[i] = digits[v & 15];
+    v >>= 4;
+  }
+}
+
+/* 32 lower-case hex digits (no NUL). */
+static void latch_id(rlock__engine *e, char hex[32]) {
   uint64_t n = ++e->latch_count;
-  snprintf(hex, 33, "%016" PRIx64 "%016" PRIx64, mix64(e->latch_seed[0] ^ n),
-           mix64(e->latch_seed[1] + n));
+  put_hex64(hex, mix64(e->latch_seed[0] ^ n));
+  put_hex64(hex + 16, mix64(e->latch_seed[1] + n));
 }
 
 /* Latches are deleted in batches - one UNLINK per 64 keys or per 100 ms
@@ -322,19 +331,20 @@ static void start_release(rlock__op *op) {
   rlock__engine *e = op->engine;
   assert(lock->prim->hold != NULL); /* the facade refuses other kinds */
   const rlock_options *o = &e->core->opts;
-  char hex[33];
-  latch_id(e, hex);
   /* redisson_unlock_latch:{name}:<32 hex>, a fresh request id per unlock
    * call; re-sends of this call reuse it. */
-  size_t latch_len =
-      sizeof(RLOCK__UNLOCK_LATCH_PREFIX) - 1 + lock->tag_len + 1 + 32;
-  op->u.rel.latch = malloc(latch_len + 1);
-  if (op->u.rel.latch == NULL) {
+  size_t prefix_len = sizeof(RLOCK__UNLOCK_LATCH_PREFIX) - 1;
+  size_t latch_len = prefix_len + lock->tag_len + 1 + 32;
+  char *latch = op->u.rel.latch = malloc(latch_len + 1);
+  if (latch == NULL) {
     rlock__op_finish(op, RLOCK_ENOMEM);
     return;
   }
-  snprintf(op->u.rel.latch, latch_len + 1, RLOCK__UNLOCK_LATCH_PREFIX "%s:%s",
-           lock->tag, hex);
+  memcpy(latch, RLOCK__UNLOCK_LATCH_PREFIX, prefix_len);
+  memcpy(latch + prefix_len, lock->tag, lock->tag_len);
+  latch[prefix_len + lock->tag_len] = ':';
+  latch_id(e, latch + prefix_len + lock->tag_len + 1);
+  latch[latch_len] = '\0';
   rlock__hold *h = rlock__hold_find(e, lock, op->owner);
   if (h != NULL) {
     h->releasing++;
@@ -370,7 +380,9 @@ static void start_release(rlock__op *op) {
     }
     op->u.rel.handoff_streak = streak;
     x->to = to;
-    snprintf(x->owner, sizeof(x->owner), "%s", to->owner);
+    size_t owner_len = strlen(to->owner);
+    assert(owner_len < sizeof(x->owner));
+    memcpy(x->owner, to->owner, owner_len + 1);
     int64_t to_lease = rlock__acquire_claim(to, x, streak);
     op->cmd = lock->prim->hold->transfer(op, op->u.rel.latch, lease,
                                          latch_ttl, x->owner, to_lease,

@@ -7,7 +7,9 @@
 -- take the lock. The unlock request latch works as in the release script:
 -- a re-sent transfer answers what the first send did.
 -- It reads before it writes, and asks the ACL guard only about the writes
--- of the branch it takes (a move is the hot path of a local herd).
+-- of the branch it takes (a move is the hot path of a local herd). The
+-- values it writes are strings: a Lua number is formatted with printf on
+-- every call.
 -- KEYS[1] lock key, KEYS[2] unlock latch key, KEYS[3] lock channel;
 -- ARGV[1] lease ms to re-apply while still held, ARGV[2] releasing owner,
 -- ARGV[3] latch TTL ms, ARGV[4] the new owner, ARGV[5] the new owner's
@@ -24,9 +26,9 @@ local d;
 if tonumber(count) > 1 then
   d = denied({{'hincrby', KEYS[1], ARGV[2], '-1'}, {'pexpire', KEYS[1], ARGV[1]}, {'set', KEYS[2], '0', 'px', ARGV[3]}});
   if d then return refuse(d); end;
-  redis.call('hincrby', KEYS[1], ARGV[2], -1);
+  redis.call('hincrby', KEYS[1], ARGV[2], '-1');
   redis.call('pexpire', KEYS[1], ARGV[1]);
-  redis.call('set', KEYS[2], 0, 'px', ARGV[3]);
+  redis.call('set', KEYS[2], '0', 'px', ARGV[3]);
   return 0;
 end;
 local numsub = ARGV[6] == 'SPUBLISH' and 'shardnumsub' or 'numsub';
@@ -37,13 +39,13 @@ if tonumber(redis.call('pubsub', numsub, KEYS[3])[2]) > 1 then
   if d then return refuse(d); end;
   redis.call('del', KEYS[1]);
   redis.call(ARGV[6], KEYS[3], ARGV[7]);
-  redis.call('set', KEYS[2], 2, 'px', ARGV[3]);
+  redis.call('set', KEYS[2], '2', 'px', ARGV[3]);
   return 2;
 end;
 d = denied({{'hdel', KEYS[1], ARGV[2]}, {'hset', KEYS[1], ARGV[4], '1'}, {'pexpire', KEYS[1], ARGV[5]}, {'set', KEYS[2], '1', 'px', ARGV[3]}});
 if d then return refuse(d); end;
 redis.call('hdel', KEYS[1], ARGV[2]);
-redis.call('hset', KEYS[1], ARGV[4], 1);
+redis.call('hset', KEYS[1], ARGV[4], '1');
 redis.call('pexpire', KEYS[1], ARGV[5]);
-redis.call('set', KEYS[2], 1, 'px', ARGV[3]);
+redis.call('set', KEYS[2], '1', 'px', ARGV[3]);
 return 1;

@@ -111,6 +111,8 @@ static const bench_script acquire_script = {RLOCK__LUA_LOCK_ACQUIRE_BODY,
                                             RLOCK__LUA_LOCK_ACQUIRE_SHA};
 static const bench_script release_script = {RLOCK__LUA_LOCK_RELEASE_BODY,
                                             RLOCK__LUA_LOCK_RELEASE_SHA};
+static const bench_script transfer_script = {RLOCK__LUA_LOCK_TRANSFER_BODY,
+                                             RLOCK__LUA_LOCK_TRANSFER_SHA};
 
 #define LEASE_MS 30000 /* S1-S4 leases (the baseline uses a short one) */
 #define MAX_THREADS 256
@@ -1674,8 +1676,63 @@ static void *s4_main(void *arg) {
 
 /* id "S4": the herd on the default client, with issue #13's targets;
  * "S4h0": the same on a client with handoff_max = 0 (no local handoff). */
+/* S4's wire floor: the command a local handoff sends (the transfer
+ * script, moving the lock from one owner to the next), replayed serially
+ * on one synchronous hiredis connection, each with its own latch as the
+ * library sends it. Nothing of a client's threads is in it: the rate a
+ * herd on one client would reach if the client cost nothing. Returns
+ * transfers/s. */
+static double wire_transfers(double seconds) {
+  const bench_script *acq = &acquire_script;
+  const bench_script *tr = &transfer_script;
+  freeReplyObject(mon_cmd("SCRIPT LOAD %s", acq->body));
+  freeReplyObject(mon_cmd("SCRIPT LOAD %s", tr->body));
+  char name[128], channel[192], latch[256], lease[16];
+  snprintf(name, sizeof(name), "%swire4", cfg.prefix);
+  snprintf(channel, sizeof(channel), "redisson_lock__channel:{%s}", name);
+  snprintf(lease, sizeof(lease), "%d", LEASE_MS);
+  const char *owners[2] = {"00000000-0000-4000-8000-000000000000:1",
+                           "00000000-0000-4000-8000-000000000000:2"};
+  freeReplyObject(mon_cmd("DEL %s", name));
+  redisReply *r =
+      mon_cmd("EVALSHA %s 1 %s %s %s", acq->sha, name, lease, owners[0]);
+  if (r->type != REDIS_REPLY_NIL)
+    die("wire4: acquire script did not acquire (reply type %d)", r->type);
+  freeReplyObject(r);
+  const char *argv[14] = {"EVALSHA", tr->sha,   "3",  name,    latch,
+                          channel,   lease,     NULL, "18000", NULL,
+                          lease,     "PUBLISH", "0"};
+  size_t len[14];
+  long n = 0;
+  int64_t start = now_ns(), end = start + (int64_t)(seconds * 1e9), t;
+  do {
+    snprintf(latch, sizeof(latch), "redisson_unlock_latch:{%s}:%032lx", name,
+             n);
+    argv[7] = owners[n & 1];
+    argv[9] = owners[(n + 1) & 1];
+    for (int i = 0; i < 13; i++)
+      len[i] = strlen(argv[i]);
+    redisAppendCommandArgv(mon, 13, argv, len);
+    if (redisGetReply(mon, (void **)&r) != REDIS_OK)
+      die("wire4: %s", mon->errstr);
+    if (r->type != REDIS_REPLY_INTEGER || r->integer != 1)
+      die("wire4: the transfer did not move the lock (reply type %d)", r->type);
+    freeReplyObject(r);
+    n++;
+    t = now_ns();
+  } while (t < end);
+  freeReplyObject(mon_cmd("DEL %s", name));
+  return (double)n / ((double)(t - start) / 1e9);
+}
+
 static void phase_s4(rlock_client *c, const char *id) {
   bool main_run = strcmp(id, "S4") == 0;
+  /* The wire floor is plain TCP on the monitoring connection: not in the
+   * TLS or cluster runs, and only beside the main herd. */
+  double floor_rate =
+      main_run && !tls_mode && !cluster_mode && kind_label == NULL
+          ? wire_transfers(cfg.seconds / 2)
+          : NAN;
   int n = cfg.herd_threads;
   s4_shared sh;
   memset(&sh, 0, sizeof(sh));
@@ -1747,6 +1804,10 @@ static void phase_s4(rlock_client *c, const char *id) {
     set_target(r, T_LE, 4.0, false);
   add_row(id, "  client CPU per acquisition (user+sys)", cpu_us, "us", NAN,
           "", NAN);
+  if (!isnan(floor_rate))
+    add_row(id, "  wire floor: its transfer, serially, sync hiredis",
+            floor_rate, "acq/s", (double)acq / secs, "the herd's acq/s",
+            (double)acq / secs / floor_rate);
   add_row(id, "  server-executed incl. in-script, per acq",
           (double)cc.all / (double)acq, "cmds", NAN, "", NAN);
   note("%s per acquisition: evalsha %.2f, eval %.3f, del (latch) %.2f, "

@@ -217,3 +217,53 @@ Test(map, binary_keys_with_nul_bytes) {
   cr_assert_eq(rlock__map_get(&m, "lock", 4), &slots[4], "prefix removed");
   rlock__map_destroy(&m);
 }
+
+/* The hash reads eight bytes at a time: keys that differ in one byte at
+ * any position of a word (the high ones included), or only in length,
+ * must still spread over the buckets - the index is the hash's low bits. */
+Test(map, keys_differing_in_one_byte_spread_over_buckets) {
+  for (size_t pos = 0; pos < 24; pos++) {
+    rlock__map m;
+    rlock__map_init(&m);
+    char key[32];
+    for (int i = 0; i < 256; i++) {
+      memset(key, 'k', sizeof(key));
+      key[pos] = (char)i;
+      cr_assert_eq(rlock__map_put(&m, key, 24, &slots[i]), 0);
+    }
+    size_t longest = 0, used = 0;
+    for (size_t b = 0; b < m.nbuckets; b++) {
+      size_t len = 0;
+      for (rlock__map_node *n = m.buckets[b]; n != NULL; n = n->next)
+        len++;
+      used += len > 0;
+      if (len > longest)
+        longest = len;
+    }
+    /* 256 keys in 512 buckets: a fair hash fills about 200 of them, with
+     * chains of 4 or 5 at most. */
+    cr_assert_geq(used, 150, "byte %zu: only %zu of %zu buckets used", pos,
+                  used, m.nbuckets);
+    cr_assert_leq(longest, 8, "byte %zu: a chain of %zu", pos, longest);
+    rlock__map_destroy(&m);
+  }
+  rlock__map m;
+  rlock__map_init(&m);
+  char key[300];
+  memset(key, 'k', sizeof(key));
+  for (int len = 1; len <= 256; len++)
+    cr_assert_eq(rlock__map_put(&m, key, (size_t)len, &slots[len]), 0);
+  for (int len = 1; len <= 256; len++)
+    cr_assert_eq(rlock__map_get(&m, key, (size_t)len), &slots[len]);
+  size_t longest = 0;
+  for (size_t b = 0; b < m.nbuckets; b++) {
+    size_t len = 0;
+    for (rlock__map_node *n = m.buckets[b]; n != NULL; n = n->next)
+      len++;
+    if (len > longest)
+      longest = len;
+  }
+  cr_assert_leq(longest, 8, "keys differing in length: a chain of %zu",
+                longest);
+  rlock__map_destroy(&m);
+}

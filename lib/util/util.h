@@ -152,8 +152,21 @@ static inline void rlock__argv_str(rlock__argv *a, const char *s) {
 }
 static inline void rlock__argv_int(rlock__argv *a, int64_t v) {
   assert(a->argc < RLOCK__ARGV_MAX);
-  int n = snprintf(a->num[a->argc], sizeof(a->num[0]), "%lld", (long long)v);
-  rlock__argv_mem(a, a->num[a->argc], (size_t)n);
+  /* As "%lld" writes it, without printf (several per command, on the loop
+   * thread). */
+  char tmp[20], *p = a->num[a->argc];
+  uint64_t u = v < 0 ? 0u - (uint64_t)v : (uint64_t)v;
+  size_t n = 0;
+  do {
+    tmp[n++] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u > 0);
+  if (v < 0)
+    *p++ = '-';
+  while (n > 0)
+    *p++ = tmp[--n];
+  *p = '\0';
+  rlock__argv_mem(a, a->num[a->argc], (size_t)(p - a->num[a->argc]));
 }
 
 /* ---- clock.c ---- */

@@ -12,7 +12,8 @@
  *       waits until the other thread sleeps on the channel: the pub/sub path;
  *       S3h0: S3 on a client with handoff_max 0, no local handoff);
  *   S4  herd: 64 threads on one lock, server commands per acquisition (S4h0:
- *       the same with handoff_max 0);
+ *       the same with handoff_max 0), and its wire floor: the herd's
+ *       transfer script replayed serially on one sync hiredis connection;
  *   K   S3 and S4 again on the fair lock (F3, F4) and on the write lock of
  *       a read/write lock (W3, W4), beside RLock's;
  *   M   semaphore acquire+release pairs at 1 and 8 threads (M1, M8), one

@@ -1,9 +1,9 @@
 /* One connection's byte stream (link.c): a libuv stream - TCP to each
  * address the host resolves to (uv_getaddrinfo: the loop never blocks on
- * DNS), or a unix socket - with TLS over it for rediss://, hiredis's
- * redisFormatCommandArgv to encode and its redisReader to parse. Output
- * is coalesced into one write per loop turn, into a queue bounded by
- * max_write_queue_bytes. Knows nothing of what the replies answer: conn.c
+ * DNS), or a unix socket - with TLS over it for rediss://, its own RESP
+ * encoder and hiredis's redisReader to parse. Output is coalesced into
+ * one write per loop turn (uv_try_write; libuv takes what the socket does
+ * not), into a queue bounded by max_write_queue_bytes. Knows nothing of what the replies answer: conn.c
  * matches them. Internal to the net layer; loop thread only. */
 #ifndef RLOCK_LINK_H
 #define RLOCK_LINK_H

@@ -248,11 +248,15 @@ Test(lease, watchdog_guarantee_advances_with_renewals) {
   int advances = 0, samples = 0;
   int64_t min_head = INT64_MAX;
   while (rlock_now_ms() - t0 < 3000) {
+    /* Judged by the time before the call: the library looked no earlier
+     * (this thread may be descheduled between the call and a later read). */
+    int64_t before = rlock_now_ms();
     int rc = rlock_is_lease_guaranteed(lock, &until);
     int64_t now = rlock_now_ms();
     cr_assert_eq(rc, 1, "sample %d: %d %s (%s)", samples, rc,
                  rlock_err_name(rc), rlock_last_error());
-    cr_assert_gt(until, now - 1);
+    cr_assert_gt(until, before, "sample %d: 1 for a time passed (guarantee %"
+                 PRId64 ", asked at %" PRId64 ")", samples, until, before);
     check_below_expiry("watchdog sample", key, until);
     cr_assert_geq(until, last, "the guarantee went back: %" PRId64
                   " -> %" PRId64, last, until);
@@ -277,8 +281,11 @@ Test(lease, watchdog_guarantee_advances_with_renewals) {
 
 /* ==== the server stops answering ==== */
 
+/* One call: it ran somewhere between `before` and `at`, and its answer is
+ * judged at whichever end is the harder test of it (a thread may be
+ * descheduled between any two lines, most of all under a sanitizer). */
 typedef struct sample {
-  int64_t at, until;
+  int64_t before, at, until;
   int rc;
 } sample;
 
@@ -288,6 +295,7 @@ static int sample_for(rlock *lock, int64_t ms, sample *s, int max) {
   int64_t end = rlock_now_ms() + ms;
   while (rlock_now_ms() < end && n < max) {
     s[n].until = 0;
+    s[n].before = rlock_now_ms();
     s[n].rc = rlock_is_lease_guaranteed(lock, &s[n].until);
     s[n].at = rlock_now_ms();
     n++;
@@ -310,11 +318,18 @@ static void check_stall(const char *what, const sample *s, int n,
     cr_assert_leq(s[i].until, exp, "%s: sample %d (at %" PRId64 "): "
                   "guarantee %" PRId64 " later than the expiry %" PRId64,
                   what, i, s[i].at, s[i].until, exp);
-    if (s[i].rc == 1)
-      cr_assert_gt(s[i].until, s[i].at - 1, "%s: 1 for a time passed",
-                   what);
-    else
+    /* 1 means "ahead of the clock when I looked", and the library looked
+     * no earlier than `before`; 0 means "not ahead", no later than `at`. */
+    if (s[i].rc == 1) {
+      cr_assert_gt(s[i].until, s[i].before, "%s: sample %d: 1 for a time "
+                   "passed (guarantee %" PRId64 ", asked at %" PRId64 ")",
+                   what, i, s[i].until, s[i].before);
+    } else {
+      cr_assert_leq(s[i].until, s[i].at, "%s: sample %d: 0 for a time "
+                    "still ahead (guarantee %" PRId64 ", answered by %"
+                    PRId64 ")", what, i, s[i].until, s[i].at);
       past++;
+    }
     lastu = s[i].until;
   }
   cr_assert_gt(past, 0, "%s: the guarantee never passed during the stall "

@@ -101,8 +101,9 @@ rlock__cmd *rlock__lock_send_release(rlock__op *op, const char *latch,
 }
 
 /* The local transfer (lock_transfer.lua): the release's arguments and the
- * new owner with its lease. Re-sent as the release is: the latch makes
- * that safe. Its "2" (another client waits: released and published) is
+ * new owner with its lease. Re-sent as the release is: the latch, or for a
+ * move the new owner's field, makes that safe (docs/wire-protocol.md,
+ * "Transfer"). Its "2" (another client waits: released and published) is
  * read as RLOCK__REL_YIELD. */
 static rlock__cmd *send_transfer(rlock__op *op, const char *latch,
                                  int64_t lease_ms, int64_t latch_ttl_ms,

@@ -4,8 +4,14 @@
 -- that client - unless another client waits too (a subscriber on the
 -- channel beyond this client's own): then it releases as the release
 -- script does, with its message, so that the other client's waiter can
--- take the lock. The unlock request latch works as in the release script:
--- a re-sent transfer answers what the first send did.
+-- take the lock. A re-sent transfer answers what the first send did: the
+-- unlock request latch records the branches that leave the releasing owner
+-- a field or delete the key, as in the release script; a move records
+-- nothing (a new key per handoff was a third of the script's cost), and
+-- a re-send that finds the releasing owner gone and the new owner holding
+-- once answers 1. On the client's one ordered command connection nothing
+-- else can have given the new owner that field: it waited for this very
+-- transfer and held nothing here.
 -- It reads before it writes, and asks the ACL guard only about the writes
 -- of the branch it takes (a move is the hot path of a local herd). The
 -- values it writes are strings: a Lua number is formatted with printf on
@@ -21,7 +27,10 @@
 local latch = redis.call('get', KEYS[2]);
 if latch ~= false then return tonumber(latch); end;
 local count = redis.call('hget', KEYS[1], ARGV[2]);
-if count == false then return nil; end;
+if count == false then
+  if redis.call('hget', KEYS[1], ARGV[4]) == '1' then return 1; end;
+  return nil;
+end;
 local d;
 if tonumber(count) > 1 then
   d = denied({{'hincrby', KEYS[1], ARGV[2], '-1'}, {'pexpire', KEYS[1], ARGV[1]}, {'set', KEYS[2], '0', 'px', ARGV[3]}});
@@ -42,10 +51,9 @@ if tonumber(redis.call('pubsub', numsub, KEYS[3])[2]) > 1 then
   redis.call('set', KEYS[2], '2', 'px', ARGV[3]);
   return 2;
 end;
-d = denied({{'hdel', KEYS[1], ARGV[2]}, {'hset', KEYS[1], ARGV[4], '1'}, {'pexpire', KEYS[1], ARGV[5]}, {'set', KEYS[2], '1', 'px', ARGV[3]}});
+d = denied({{'hdel', KEYS[1], ARGV[2]}, {'hset', KEYS[1], ARGV[4], '1'}, {'pexpire', KEYS[1], ARGV[5]}});
 if d then return refuse(d); end;
 redis.call('hdel', KEYS[1], ARGV[2]);
 redis.call('hset', KEYS[1], ARGV[4], '1');
 redis.call('pexpire', KEYS[1], ARGV[5]);
-redis.call('set', KEYS[2], '1', 'px', ARGV[3]);
 return 1;

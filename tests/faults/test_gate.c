@@ -484,8 +484,9 @@ static void assert_moved_to_o2(fixture *f, const char *o1s) {
 
 /* The transfer's first reply misses its deadline (writes paused 150 ms,
  * command timeout 100 ms) but the transfer runs when the pause ends; the
- * re-send 400 ms later finds the unlock latch and answers what the first
- * did: the lock is moved once, to owner 2, and both calls say so. */
+ * re-send 400 ms later finds owner 1 gone and owner 2 holding once (a move
+ * sets no latch) and answers what the first did: the lock is moved once,
+ * to owner 2, and both calls say so. */
 Test(gate, a_transfer_whose_reply_is_late_moves_the_lock_once) {
   fixture f;
   char o1s[128];

@@ -10,7 +10,11 @@
  *       threads with spin_us 0);
  *   S3  handoff: 2 threads ping-pong one lock (S3b: the same, but the holder
  *       waits until the other thread sleeps on the channel: the pub/sub path;
- *       S3h0: S3 on a client with handoff_max 0, no local handoff);
+ *       S3h0: S3 on a client with handoff_max 0, no local handoff); the
+ *       handoff is timed from the holder's unlock call to the waiter's lock
+ *       returning (as Java's benchmark times it; target <= 3 round trips)
+ *       and, as before, from the unlock's return (which a transfer's one
+ *       reply ends together with the waiter's wait: about 0 or below);
  *   S4  herd: 64 threads on one lock, server commands per acquisition (S4h0:
  *       the same with handoff_max 0), and its wire floor: the herd's
  *       transfer script replayed serially on one sync hiredis connection;
@@ -1461,6 +1465,7 @@ typedef struct s3_shared {
   uint64_t acquired;  /* acquisitions so far */
   uint64_t released;  /* the acquisition whose release time is t_release */
   int64_t t_release;  /* when rlock_unlock returned in its thread */
+  int64_t t_unlock;   /* when that rlock_unlock was called (Java's start) */
   int last_holder;    /* thread of the latest acquisition, -1 at first */
   int64_t hold_us;    /* extra hold once the other thread waits */
   bool stop;
@@ -1474,7 +1479,8 @@ typedef struct s3_worker {
   s3_shared *sh;
   long acquisitions;
   long negative; /* handoffs where B ran before A's clock read */
-  samples lat;
+  samples lat;      /* from A's unlock returning to B's lock returning */
+  samples lat_call; /* from A's unlock call to B's lock returning */
 } s3_worker;
 
 static void *s3_main(void *arg) {
@@ -1515,6 +1521,7 @@ static void *s3_main(void *arg) {
       if (d < 0)
         w->negative++;
       samples_push(&w->lat, d);
+      samples_push(&w->lat_call, t_acq - sh->t_unlock);
     }
     /* Hand off only to a thread that is already waiting for the lock. */
     while (!sh->entering[other] && !sh->stop)
@@ -1523,6 +1530,7 @@ static void *s3_main(void *arg) {
 
     if (sh->hold_us > 0)
       sleep_ns(sh->hold_us * 1000);
+    int64_t t_call = now_ns();
     int rc = rlock_unlock(sh->lock);
     int64_t t_rel = now_ns();
     check_rc(rc, "rlock_unlock (S3)");
@@ -1531,6 +1539,7 @@ static void *s3_main(void *arg) {
 
     pthread_mutex_lock(&sh->mu);
     sh->t_release = t_rel;
+    sh->t_unlock = t_call;
     sh->released = mine;
     pthread_cond_broadcast(&sh->cv);
     /* Strict alternation: lock again only after the other thread got it. */
@@ -1587,8 +1596,13 @@ static void phase_s3(rlock_client *c, const char *id, int64_t hold_us,
   samples lat = {0};
   samples_append(&lat, &w[0].lat);
   samples_append(&lat, &w[1].lat);
+  samples lat_call = {0};
+  samples_append(&lat_call, &w[0].lat_call);
+  samples_append(&lat_call, &w[1].lat_call);
   long negative = w[0].negative + w[1].negative;
   double p50 = samples_pct_us(&lat, 50), p99 = samples_pct_us(&lat, 99);
+  double c50 = samples_pct_us(&lat_call, 50);
+  double c99 = samples_pct_us(&lat_call, 99);
   cmdcount cc;
   cmdcount_diff(&cs0, &cs1, &cc);
   printf("%s%s: %ld acquisitions (%ld + %ld), %zu handoffs timed, counter "
@@ -1611,12 +1625,19 @@ static void phase_s3(rlock_client *c, const char *id, int64_t hold_us,
   add_row(id, metric, (double)acq / secs, "acq/s",
           base.have ? base.serial_rps : NAN, "serial ops/s",
           base.have ? (double)acq / secs / base.serial_rps : NAN);
-  row *r = add_row(id, "  handoff latency p50", p50, "us", rtt,
-                   "serial round trip", p50 / rtt);
-  if (strcmp(id, "S3") == 0) /* issue #4: handoff <= 3 round trips */
-    set_target(r, T_LE, 3.0, true);
+  add_row(id, "  handoff latency p50", p50, "us", rtt, "serial round trip",
+          p50 / rtt);
   add_row(id, "  handoff latency p99", p99, "us", rtt, "serial round trip",
           p99 / rtt);
+  /* From the holder's unlock call instead of its return: what Java's S3
+   * times (JavaBench stamps t0 before lock.unlock()), and the only start
+   * that sees a transfer's round trip, which ends both calls at once. */
+  row *r = add_row(id, "  handoff from the unlock call p50", c50, "us", rtt,
+                   "serial round trip", c50 / rtt);
+  if (strcmp(id, "S3") == 0) /* issue #4: handoff <= 3 round trips */
+    set_target(r, T_LE, 3.0, true);
+  add_row(id, "  handoff from the unlock call p99", c99, "us", rtt,
+          "serial round trip", c99 / rtt);
   add_row(id, "  client-sent commands per acquisition",
           (double)cc.total_top / (double)acq, "cmds", 2,
           "acquire + release script",
@@ -1631,9 +1652,12 @@ static void phase_s3(rlock_client *c, const char *id, int64_t hold_us,
        "%.2f, unsubscribe %.2f", id, (double)cc.evalsha / acq,
        (double)cc.eval / acq, (double)cc.del_top / acq,
        (double)cc.subscribe / acq, (double)cc.unsubscribe / acq);
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < 2; i++) {
     free(w[i].lat.v);
+    free(w[i].lat_call.v);
+  }
   free(lat.v);
+  free(lat_call.v);
   pthread_mutex_destroy(&sh.mu);
   pthread_cond_destroy(&sh.cv);
   rlock_free(sh.lock);

@@ -50,7 +50,10 @@ def rlock_figures(path):
         "S1 p50 / 2 serial p50": ratio("S1", "pair time p50"),
         "S2 8 threads pairs/s": v("S2", "distinct locks, 8 threads"),
         "S2 32 threads pairs/s": v("S2", "distinct locks, 32 threads"),
-        "S3 handoff p50 us": v("S3", "handoff latency p50"),
+        # from the holder's unlock call, as JavaBench times it (t0 before
+        # lock.unlock()); rlock-bench's "handoff latency" starts when the
+        # unlock returned, which a transfer's reply ends with the waiter's
+        "S3 handoff p50 us": v("S3", "handoff from the unlock call p50"),
         "S3 acq/s": v("S3", "handoff ping-pong, 2 threads"),
         "S4 acq/s": v("S4", "herd, 64 threads on one lock"),
         "S4 cmds/acq": v("S4", "client-sent commands per acquisition"),

@@ -324,6 +324,9 @@ void rlock__op_detail(rlock__op *op, const char *fmt, ...) RLOCK__PRINTF(2, 3);
 /* Finishes op with `result` exactly once: abandons its command, leaves its
  * channel, stops its timer, runs its completion. */
 void rlock__op_finish(rlock__op *op, int result);
+/* Whether op's completion wakes a blocking caller (rlock__op_run_sync)
+ * rather than calling a callback. */
+bool rlock__op_blocking(const rlock__op *op);
 /* A transport error or an error reply finishes op (true); else false. */
 bool rlock__op_failed(rlock__op *op, redisReply *reply, int err);
 /* Sends a command for op (state CMD); finishes it with RLOCK_ENOMEM when

@@ -297,6 +297,8 @@ static void sync_done(rlock__op *op) {
   rlock__wait_wake((rlock__wait *)op->data); /* op may be gone after this */
 }
 
+bool rlock__op_blocking(const rlock__op *op) { return op->done == sync_done; }
+
 /* Runs op on the loop thread and waits for it (spin, then park: park.c);
  * the result, with the last error set from its detail. */
 static int run_and_wait(rlock__engine *e, rlock__op *op) {

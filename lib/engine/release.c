@@ -146,14 +146,33 @@ static void transfer_end(rlock__xfer *x) {
 static void release_answer(rlock__net *n, redisReply *reply, int err,
                            rlock__op *op, rlock__xfer *x);
 
+/* Stands in for a transfer's release op's `done` while its reply is
+ * handled: the op stays (nobody has been told), and release_reply tells
+ * its caller once the acquire has been. */
+static void done_after_transfer(rlock__op *op) { (void)op; }
+
 static void release_reply(rlock__net *n, redisReply *reply, int err,
                           void *data) {
   rlock__op *op = data;
   rlock__xfer *x = op->u.rel.xfer;
   op->u.rel.xfer = NULL;
-  release_answer(n, reply, err, op, x); /* op may be gone after this */
-  if (x != NULL)
-    transfer_end(x);
+  if (x == NULL || !rlock__op_blocking(op)) {
+    release_answer(n, reply, err, op, x); /* op may be gone after this */
+    if (x != NULL)
+      transfer_end(x);
+    return;
+  }
+  /* A blocking unlock: the new holder is woken first, since the lock is
+   * its and the releasing thread's wake-up is off a herd's path (each
+   * costs a system call here); the two threads race once awake either
+   * way. Callbacks keep their order: the unlock's before the acquire's. */
+  void (*done)(rlock__op *) = op->done;
+  op->done = done_after_transfer;
+  release_answer(n, reply, err, op, x);
+  transfer_end(x);
+  op->done = done;
+  if (op->state == RLOCK__ST_DONE)
+    done(op); /* op may be gone after this */
 }
 
 static void release_answer(rlock__net *n, redisReply *reply, int err,

@@ -1479,7 +1479,7 @@ typedef struct s3_worker {
   s3_shared *sh;
   long acquisitions;
   long negative; /* handoffs where B ran before A's clock read */
-  samples lat;      /* from A's unlock returning to B's lock returning */
+  samples lat;   /* from A's unlock returning to B's lock returning */
   samples lat_call; /* from A's unlock call to B's lock returning */
 } s3_worker;
 

@@ -255,8 +255,10 @@ Test(lease, watchdog_guarantee_advances_with_renewals) {
     int64_t now = rlock_now_ms();
     cr_assert_eq(rc, 1, "sample %d: %d %s (%s)", samples, rc,
                  rlock_err_name(rc), rlock_last_error());
-    cr_assert_gt(until, before, "sample %d: 1 for a time passed (guarantee %"
-                 PRId64 ", asked at %" PRId64 ")", samples, until, before);
+    cr_assert_gt(until, before,
+                 "sample %d: 1 for a time passed (guarantee %" PRId64
+                 ", asked at %" PRId64 ")",
+                 samples, until, before);
     check_below_expiry("watchdog sample", key, until);
     cr_assert_geq(until, last, "the guarantee went back: %" PRId64
                   " -> %" PRId64, last, until);
@@ -321,13 +323,16 @@ static void check_stall(const char *what, const sample *s, int n,
     /* 1 means "ahead of the clock when I looked", and the library looked
      * no earlier than `before`; 0 means "not ahead", no later than `at`. */
     if (s[i].rc == 1) {
-      cr_assert_gt(s[i].until, s[i].before, "%s: sample %d: 1 for a time "
+      cr_assert_gt(s[i].until, s[i].before,
+                   "%s: sample %d: 1 for a time "
                    "passed (guarantee %" PRId64 ", asked at %" PRId64 ")",
                    what, i, s[i].until, s[i].before);
     } else {
-      cr_assert_leq(s[i].until, s[i].at, "%s: sample %d: 0 for a time "
-                    "still ahead (guarantee %" PRId64 ", answered by %"
-                    PRId64 ")", what, i, s[i].until, s[i].at);
+      cr_assert_leq(s[i].until, s[i].at,
+                    "%s: sample %d: 0 for a time "
+                    "still ahead (guarantee %" PRId64 ", answered by %" PRId64
+                    ")",
+                    what, i, s[i].until, s[i].at);
       past++;
     }
     lastu = s[i].until;

@@ -16,6 +16,10 @@ C benchmark), and the medians count.
   RSS (--rss N): N lock/unlock pairs on one thread, the process's RSS
       before and after
 
+Both sides take a fixed 30-s lease, as rlock-bench's S1-S4 do: redis-py's
+Lock(timeout=30) and rlock's lease=30.0 (--lease 0: rlock's watchdog,
+which renews on the loop thread and costs a timer per hold).
+
 Run it with the Python that has the package and redis-py, e.g. from a
 build dir configured with -Dpython=enabled (Debian's python3-redis):
 
@@ -28,6 +32,7 @@ no slower than redis-py's and within 1.3x of the C benchmark's S1 p50.
 """
 import argparse
 import csv
+import functools
 import os
 import shutil
 import socket
@@ -71,12 +76,15 @@ def start_server():
 class RlockSide:
     name = "rlock"
 
-    def __init__(self, port):
+    def __init__(self, port, lease):
         self.c = rlock.Client(f"redis://127.0.0.1:{port}")
+        self.lease = lease
 
     def lock(self, key):
         lk = self.c.lock(key)
-        return lk.acquire, lk.release
+        if self.lease is None:
+            return lk.acquire, lk.release
+        return functools.partial(lk.acquire, lease=self.lease), lk.release
 
     def close(self):
         self.c.close()
@@ -216,6 +224,10 @@ def main():
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--c-bench", help="rlock-bench binary (P1's C reference)")
     ap.add_argument("--rss", type=int, default=0, help="pairs for the RSS run (0: none)")
+    ap.add_argument("--lease", type=float, default=30.0,
+                    help="rlock's lease in seconds, 0 for the watchdog (default 30: "
+                         "redis-py's Lock(timeout=30) and rlock-bench's S1-S4 "
+                         "take a fixed 30-s lease too)")
     ap.add_argument("--p1-rounds", type=int, default=7,
                     help="alternating P1 rounds (rlock, redis-py, C S1 each round)")
     a = ap.parse_args()
@@ -224,9 +236,10 @@ def main():
     if port is None:
         proc, port, tmpdir = start_server()
     try:
-        sides = [RlockSide(port), RedisPySide(port)]
+        sides = [RlockSide(port, a.lease if a.lease > 0 else None), RedisPySide(port)]
         print(f"Python {sys.version.split()[0]} ({sys.executable}), rlock {rlock.library_version()}, "
-              f"redis-py {redis.__version__}, redis-server on :{port}")
+              f"redis-py {redis.__version__}, redis-server on :{port}; rlock's lease "
+              f"{'the watchdog' if a.lease <= 0 else f'{a.lease:g} s'}, redis-py's timeout 30 s")
         res = {}
         # alternate: each scenario runs for both before the next; P1
         # --p1-rounds times (7), beside the C benchmark's S1 each time: a

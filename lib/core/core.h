@@ -2,10 +2,10 @@
  * the timer heap, and the close sequence's skeleton. Internal.
  *
  * Threads: any thread may submit tasks (under queue_mutex) and read the
- * immutable fields (opts, pid). Everything else is owned by the loop
- * thread. The core knows nothing of connections or locks: its owner (the
- * client) registers hooks - what to do when the loop starts, when close is
- * asked for, when the last reference goes.
+ * immutable fields (opts, pid, fork_generation). Everything else is owned
+ * by the loop thread. The core knows nothing of connections or locks: its
+ * owner (the client) registers hooks - what to do when the loop starts,
+ * when close is asked for, when the last reference goes.
  */
 #ifndef RLOCK_CORE_H
 #define RLOCK_CORE_H
@@ -78,6 +78,7 @@ struct rlock__core {
   atomic_int refs; /* the client, its handles, the loop thread */
   rlock_options opts; /* validated; strings owned by the client */
   int pid;            /* the process that opened it */
+  unsigned fork_generation; /* forks seen in this process when opened */
 
   /* Hooks, set by the owner before rlock__core_start(). */
   void (*on_loop_start)(rlock__core *core); /* first thing on the thread */

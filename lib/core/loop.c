@@ -183,11 +183,32 @@ void rlock__timed_stop(rlock__core *core, rlock__timed *t) {
 
 /* ---- the task queue ---- */
 
+/* Bumped in every child of fork() (a pthread_atfork handler registered
+ * once, with the first client): a client remembers the value it was opened
+ * under, so the check on every call is one atomic read, not a getpid()
+ * system call (glibc does not cache the pid; two calls per lock+unlock). */
+static atomic_uint fork_generation;
+static atomic_bool fork_hook_failed;
+static pthread_once_t fork_hook_once = PTHREAD_ONCE_INIT;
+
+static void on_fork_child(void) { atomic_fetch_add(&fork_generation, 1); }
+
+static void fork_hook_install(void) {
+  /* Fails only without memory; getpid() stays the check's second half. */
+  if (pthread_atfork(NULL, NULL, on_fork_child) != 0)
+    atomic_store(&fork_hook_failed, true);
+}
+
 int rlock__core_fork_check(const rlock__core *core) {
   /* After fork() only the forking thread exists in the child: a task
    * queued there would never be served, and the queue's wake-up would go to
    * the parent's loop through the inherited eventfd. */
-  return getpid() == core->pid ? 0 : RLOCK_EFORK;
+  if (atomic_load_explicit(&fork_generation, memory_order_relaxed) !=
+      core->fork_generation)
+    return RLOCK_EFORK;
+  if (atomic_load_explicit(&fork_hook_failed, memory_order_relaxed))
+    return getpid() == core->pid ? 0 : RLOCK_EFORK;
+  return 0;
 }
 
 const char *rlock__core_submit_error(int rc) {
@@ -329,7 +350,9 @@ int rlock__core_init(rlock__core *core, const rlock_options *opts) {
   memset(core, 0, sizeof(*core));
   atomic_init(&core->refs, 1);
   core->opts = *opts;
+  pthread_once(&fork_hook_once, fork_hook_install);
   core->pid = (int)getpid();
+  core->fork_generation = atomic_load(&fork_generation);
   core->heap_timer_at = -1;
   int rc = uv_mutex_init(&core->queue_mutex);
   if (rc != 0) {

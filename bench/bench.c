@@ -32,10 +32,12 @@
  * also writes as CSV, with notes on where the CPU time went (client, its
  * loop thread, redis-server) per pair or acquisition; "client CPU per pair"
  * rows are user+sys of the whole process, so a speed-up bought with burnt
- * CPU shows. The S1off/S2off/S3h0/S4h0 variants run over plain TCP only,
- * in the same run as the rows they compare with. S3 and S4 check mutual
- * exclusion with a non-atomic counter and abort if it disagrees with the
- * number of acquisitions.
+ * CPU shows, and "client context switches" rows count the process's
+ * threads put to sleep and woken (getrusage), which a loaded machine
+ * moves far less than the times. The S1off/S2off/S3h0/S4h0 variants run over
+ * plain TCP only, in the same run as the rows they compare with. S3 and S4
+ * check mutual exclusion with a non-atomic counter and abort if it disagrees
+ * with the number of acquisitions.
  *
  * TLS: given the server's TLS port (--tls-port; bench/run starts the server
  * with one), B and S1-S4 run a second time over rediss:// (verified against
@@ -551,6 +553,7 @@ static int list_tids(pid_t *out, int cap) {
 typedef struct cpu_snap {
   int64_t t_ns;
   double client_s, loop_s, server_s;
+  long long csw; /* the process's context switches, voluntary or not */
   long long busy_ticks, total_ticks; /* whole machine, /proc/stat */
 } cpu_snap;
 
@@ -560,6 +563,7 @@ static void cpu_take(cpu_snap *s) {
   getrusage(RUSAGE_SELF, &ru);
   s->client_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
                 (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+  s->csw = (long long)ru.ru_nvcsw + (long long)ru.ru_nivcsw;
   s->loop_s = loop_tid > 0 ? thread_cpu_s(loop_tid) : NAN;
   s->server_s = server_cpu_s();
   s->busy_ticks = s->total_ticks = 0;
@@ -575,6 +579,17 @@ static void cpu_take(cpu_snap *s) {
     }
     fclose(f);
   }
+}
+
+/* The client's context switches per unit of work between two snapshots,
+ * as the last cpu_note or s2_run measured them: each is a thread that
+ * slept and was woken (or preempted), a count that moves far less with
+ * the machine's load than the time per unit does. */
+static double last_csw = NAN;
+
+static double csw_per(const cpu_snap *a, const cpu_snap *b, double units) {
+  last_csw = units > 0 ? (double)(b->csw - a->csw) / units : NAN;
+  return last_csw;
 }
 
 /* A note: CPU per unit of work, split by who spent it. */
@@ -595,6 +610,7 @@ static double cpu_note(const char *what, const cpu_snap *a,
        (b->loop_s - a->loop_s) / wall * 100,
        (b->server_s - a->server_s) * 1e6 / units,
        (b->server_s - a->server_s) / wall * 100, busy * 100, ncpu);
+  csw_per(a, b, units);
   return (b->client_s - a->client_s) * 1e6 / units;
 }
 
@@ -1325,6 +1341,7 @@ static double s2_run(rlock_client *c, const char *id, int nthreads,
   double secs = (double)(now_ns() - t0) / 1e9;
   cpu_take(&c1);
   *cpu_us = (c1.client_s - c0.client_s) * 1e6 / (double)pairs;
+  csw_per(&c0, &c1, (double)pairs);
   if (note_cpu) {
     char what[40];
     snprintf(what, sizeof(what), "%s (%d threads)", id, nthreads);
@@ -1350,6 +1367,8 @@ static void s2_spin_off(const double *on_rate, const int *counts,
             rate / cap);
     add_row("S2off", "  client CPU per pair (user+sys)", cpu, "us", NAN, "",
             NAN);
+    add_row("S2off", "  client context switches per pair", last_csw, "n", NAN,
+            "", NAN);
     printf("S2off: %2d threads: %.0f pairs/s\n", offs[k], rate);
     fflush(stdout);
     for (int i = 0; i < ncounts; i++) {
@@ -1404,6 +1423,8 @@ static void phase_s2(rlock_client *c) {
     if (counts[i] == 8) /* issues #4, #13: 8 threads >= 60 % of cap / 2 */
       set_target(r, T_GE, 0.6, true);
     add_row("S2", "  client CPU per pair (user+sys)", cpu, "us", NAN, "",
+            NAN);
+    add_row("S2", "  client context switches per pair", last_csw, "n", NAN, "",
             NAN);
     printf("%sS2: %2d threads: %.0f pairs/s\n", run_tag(), counts[i], rate);
     fflush(stdout);
@@ -1644,6 +1665,8 @@ static void phase_s3(rlock_client *c, const char *id, int64_t hold_us,
           (double)cc.total_top / (double)acq / 2);
   add_row(id, "  client CPU per acquisition (user+sys)", cpu_us, "us", NAN,
           "", NAN);
+  add_row(id, "  client context switches per acquisition", last_csw, "n", NAN,
+          "", NAN);
   note_lock_node(id, id);
   if (negative > 0)
     note("%s: %ld of %zu handoffs had B's acquire return before A's clock "
@@ -1828,6 +1851,8 @@ static void phase_s4(rlock_client *c, const char *id) {
   else if (lock_getter == rlock_new_write) /* issue #39: W4 <= 4 */
     set_target(r, T_LE, 4.0, false);
   add_row(id, "  client CPU per acquisition (user+sys)", cpu_us, "us", NAN,
+          "", NAN);
+  add_row(id, "  client context switches per acquisition", last_csw, "n", NAN,
           "", NAN);
   if (!isnan(floor_rate))
     add_row(id, "  wire floor: its transfer, serially, sync hiredis",

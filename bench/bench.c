@@ -587,9 +587,8 @@ static void cpu_take(cpu_snap *s) {
  * the machine's load than the time per unit does. */
 static double last_csw = NAN;
 
-static double csw_per(const cpu_snap *a, const cpu_snap *b, double units) {
+static void csw_per(const cpu_snap *a, const cpu_snap *b, double units) {
   last_csw = units > 0 ? (double)(b->csw - a->csw) / units : NAN;
-  return last_csw;
 }
 
 /* A note: CPU per unit of work, split by who spent it. */

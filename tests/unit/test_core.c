@@ -42,13 +42,18 @@ static void box_open(box *b) {
   cr_assert_eq(rlock__core_start(&b->core), 0);
 }
 
-static void box_close(box *b) {
-  rlock__core_request_close(&b->core);
+/* After rlock__core_request_close: the loop thread ends, then the core. */
+static void box_finish(box *b) {
   rlock__core_join(&b->core);
   rlock__core_unref(&b->core); /* the owner's reference: on_destroy */
   cr_assert_eq(sem_wait(&b->destroyed), 0);
   rlock__core_destroy(&b->core);
   sem_destroy(&b->destroyed);
+}
+
+static void box_close(box *b) {
+  rlock__core_request_close(&b->core);
+  box_finish(b);
 }
 
 /* Waits for s at most ms milliseconds: false when it timed out. */
@@ -201,11 +206,7 @@ Test(core, a_closed_core_refuses_tasks) {
   job j;
   job_init(&j, &b, &ran);
   cr_assert_eq(rlock__core_submit(&b.core, &j.task), RLOCK_ECLOSED);
-  rlock__core_join(&b.core);
-  rlock__core_unref(&b.core);
-  cr_assert_eq(sem_wait(&b.destroyed), 0);
-  rlock__core_destroy(&b.core);
-  sem_destroy(&b.destroyed);
+  box_finish(&b);
   sem_destroy(&j.done);
   cr_assert_eq(atomic_load(&ran), 0);
 }

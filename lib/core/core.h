@@ -59,9 +59,6 @@ const char *rlock__core_submit_error(int rc);
 void rlock__core_queue_each(rlock__core *core,
                             void (*fn)(rlock__task *t, void *arg), void *arg);
 bool rlock__core_on_loop_thread(const rlock__core *core);
-/* Loop thread: the loop is handling events (a reply came), so tasks
- * queued from now on run before it sleeps and need no wake-up. */
-void rlock__core_mark_busy(rlock__core *core);
 /* RLOCK_EFORK when called in a process forked from the one that opened the
  * client (its loop thread does not exist there), else 0. Any thread. */
 int rlock__core_fork_check(const rlock__core *core);
@@ -94,8 +91,6 @@ struct rlock__core {
   uv_thread_t thread;
   bool thread_started;
   uv_async_t wakeup;
-  uv_check_t drain_check;    /* runs what was queued during a busy turn */
-  uv_prepare_t idle_prepare; /* marks the loop idle before it polls */
   uv_timer_t heap_timer;
   int64_t heap_timer_at; /* when heap_timer is armed for, or -1 */
   uv_timer_t final_timer;
@@ -108,9 +103,6 @@ struct rlock__core {
   uv_mutex_t queue_mutex;
   rlock__task *queue_head, *queue_tail;
   bool closed; /* under queue_mutex: no more tasks accepted */
-  /* Set under queue_mutex by the loop just before it polls with an empty
-   * queue; the sender that clears it sends the wake-up. */
-  atomic_bool loop_idle;
 
   bool closing; /* loop thread: close has begun; timed events stop */
 

@@ -227,30 +227,19 @@ int rlock__core_submit(rlock__core *core, rlock__task *t) {
     uv_mutex_unlock(&core->queue_mutex);
     return RLOCK_ECLOSED;
   }
-  if (core->queue_head == NULL)
+  bool was_empty = core->queue_head == NULL;
+  if (was_empty)
     core->queue_head = t;
   else
     core->queue_tail->next = t;
   core->queue_tail = t;
-  /* Only a loop that is (about to be) asleep is woken: an awake one drains
-   * the queue before it sleeps again (drain_check_cb, idle_prepare_cb), so
-   * a call made while the loop handles replies costs no eventfd write, no
-   * extra epoll turn and no read. The first sender clears the flag; the
-   * others see the wake-up already on its way. Sent under the mutex: the
-   * loop thread closes the async handle only after it has seen `closed`
-   * under this mutex, so no sender can touch a closed handle. */
-  if (atomic_exchange_explicit(&core->loop_idle, false, memory_order_relaxed))
+  /* Sent under the mutex: the loop thread closes the async handle only
+   * after it has seen `closed` under this mutex, so no sender can touch a
+   * closed handle. A non-empty queue already has a wake-up on its way. */
+  if (was_empty)
     uv_async_send(&core->wakeup);
   uv_mutex_unlock(&core->queue_mutex);
   return 0;
-}
-
-void rlock__core_mark_busy(rlock__core *core) {
-  /* Loop thread only (not asserted: the loop may run before the thread
-   * that started it has recorded its id). The loop is running callbacks,
-   * so it passes drain_check_cb and idle_prepare_cb before it sleeps: a
-   * task queued from now on is seen there without a wake-up. */
-  atomic_store_explicit(&core->loop_idle, false, memory_order_relaxed);
 }
 
 void rlock__core_queue_each(rlock__core *core,
@@ -284,8 +273,6 @@ static void final_timer_cb(uv_timer_t *timer) {
   core->heap_len = 0;
   uv_close((uv_handle_t *)&core->heap_timer, close_handle_cb);
   uv_close((uv_handle_t *)&core->wakeup, close_handle_cb);
-  uv_close((uv_handle_t *)&core->drain_check, close_handle_cb);
-  uv_close((uv_handle_t *)&core->idle_prepare, close_handle_cb);
 }
 
 void rlock__core_final_in(rlock__core *core, int64_t delay_ms) {
@@ -297,7 +284,8 @@ void rlock__core_final_in(rlock__core *core, int64_t delay_ms) {
     uv_timer_start(&core->final_timer, final_timer_cb, (uint64_t)delay_ms, 0);
 }
 
-static void drain(rlock__core *core) {
+static void wakeup_cb(uv_async_t *async) {
+  rlock__core *core = async->data;
   uv_mutex_lock(&core->queue_mutex);
   rlock__task *t = core->queue_head;
   bool closed = core->closed;
@@ -315,33 +303,6 @@ static void drain(rlock__core *core) {
     core->closing = true;
     core->on_close(core);
   }
-}
-
-static void wakeup_cb(uv_async_t *async) {
-  rlock__core *core = async->data;
-  rlock__core_mark_busy(core);
-  drain(core);
-}
-
-/* After each turn's I/O: what was queued while the loop was busy (marked
- * so by rlock__core_mark_busy) runs here, and the commands it makes are
- * written by the links' flush in the next turn's prepare phase, before
- * the loop polls again. */
-static void drain_check_cb(uv_check_t *check) { drain(check->data); }
-
-/* Last thing before the loop polls: with the queue empty it may sleep,
- * and from now on a sender must wake it. A task that came after the check
- * phase cannot run here (the commands it would make are flushed by
- * prepare handles started before this one ran, so they would wait for the
- * poll), so the loop wakes itself up instead: the poll returns at once. */
-static void idle_prepare_cb(uv_prepare_t *prepare) {
-  rlock__core *core = prepare->data;
-  uv_mutex_lock(&core->queue_mutex);
-  if (core->queue_head == NULL)
-    atomic_store_explicit(&core->loop_idle, true, memory_order_relaxed);
-  else
-    uv_async_send(&core->wakeup);
-  uv_mutex_unlock(&core->queue_mutex);
 }
 
 void rlock__core_request_close(rlock__core *core) {
@@ -388,7 +349,6 @@ static void loop_main(void *arg) {
 int rlock__core_init(rlock__core *core, const rlock_options *opts) {
   memset(core, 0, sizeof(*core));
   atomic_init(&core->refs, 1);
-  atomic_init(&core->loop_idle, false);
   core->opts = *opts;
   pthread_once(&fork_hook_once, fork_hook_install);
   core->pid = (int)getpid();
@@ -470,12 +430,6 @@ int rlock__core_start(rlock__core *core) {
     return RLOCK_ESYS;
   }
   core->wakeup.data = core;
-  uv_check_init(&core->loop, &core->drain_check);
-  core->drain_check.data = core;
-  uv_check_start(&core->drain_check, drain_check_cb);
-  uv_prepare_init(&core->loop, &core->idle_prepare);
-  core->idle_prepare.data = core;
-  uv_prepare_start(&core->idle_prepare, idle_prepare_cb);
   uv_timer_init(&core->loop, &core->heap_timer);
   core->heap_timer.data = core;
   uv_timer_init(&core->loop, &core->final_timer);
@@ -485,8 +439,6 @@ int rlock__core_start(rlock__core *core) {
   if (rc != 0) {
     atomic_fetch_sub(&core->refs, 1);
     uv_close((uv_handle_t *)&core->wakeup, NULL);
-    uv_close((uv_handle_t *)&core->drain_check, NULL);
-    uv_close((uv_handle_t *)&core->idle_prepare, NULL);
     uv_close((uv_handle_t *)&core->heap_timer, NULL);
     uv_close((uv_handle_t *)&core->final_timer, NULL);
     uv_run(&core->loop, UV_RUN_DEFAULT);

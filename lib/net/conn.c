@@ -807,7 +807,6 @@ static void on_reply(rlock__conn *conn, redisReply *reply) {
 /* A reply on the link; any handler may drop the connection. */
 static void link_reply(rlock__link *l, redisReply *r) {
   rlock__conn *conn = rlock__link_data(l);
-  rlock__core_mark_busy(conn->net->core);
   on_reply(conn, r);
   if (conn->link == l && conn->draining && conn->exp_len == 0)
     rlock__conn_drop(conn, conn->hs_err, conn->hs_detail);

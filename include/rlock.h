@@ -195,7 +195,8 @@ typedef void (*rlock_diag_cb)(rlock_client *client, rlock_diag_level level,
 typedef enum rlock_event_type {
   /* An acquire call (lock, try_lock, semaphore or latch wait, async or
    * blocking) got what it asked for: kind, name, owner, wait_ms (from the
-   * start of the call on the loop thread to the server's yes), attempts
+   * call, in the calling thread, to the server's yes; a GAVE_UP's likewise,
+   * so one that timed out is never below the wait it was given), attempts
    * (tries sent). */
   RLOCK_EVENT_ACQUIRED = 1,
   /* An unlock of a lock kind (not semaphores) succeeded: hold_ms (since

@@ -598,7 +598,7 @@ static void acquire_event(rlock__op *op, int result) {
   rlock__event ev = {.pub = {.kind = op->lock->prim->kind,
                              .name = op->lock->name,
                              .owner = op->owner,
-                             .wait_ms = rlock__now_ms() - op->started_ms,
+                             .wait_ms = rlock__now_ms() - op->called_ms,
                              .attempts = op->u.acq.tries,
                              .detail = ""}};
   if (result == 1) {

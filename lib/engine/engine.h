@@ -294,7 +294,8 @@ struct rlock__op {
   int64_t wait_ms;   /* acquires: < 0 no deadline */
   int64_t lease_ms;  /* acquires: < 0 watchdog */
   int64_t deadline;  /* rlock__now_ms() based; valid when wait_ms > 0 */
-  int64_t started_ms; /* when it started on the loop thread (events) */
+  int64_t called_ms; /* when the call made it (its thread): events' wait */
+  int64_t started_ms; /* when it started on the loop thread */
   /* outcome */
   int result;
   int64_t value;

@@ -233,6 +233,9 @@ static void op_base(rlock__op *op, rlock__engine *e,
   op->wait_ms = -1;
   op->lease_ms = -1;
   op->waiter.ops = &no_waiting;
+  /* Before rlock__op_set_wait takes the deadline from the clock: an
+   * acquire's wait_ms (events) is never less than the wait it timed out. */
+  op->called_ms = rlock__now_ms();
 }
 
 void rlock__op_init(rlock__op *op, rlock *lock, const rlock__op_type *type,

@@ -233,8 +233,8 @@ static void op_base(rlock__op *op, rlock__engine *e,
   op->wait_ms = -1;
   op->lease_ms = -1;
   op->waiter.ops = &no_waiting;
-  /* Before rlock__op_set_wait takes the deadline from the clock: an
-   * acquire's wait_ms (events) is never less than the wait it timed out. */
+  /* The call's start: events' wait_ms, and an acquire's deadline
+   * (rlock__op_set_wait), so a timed-out wait_ms is never below the wait. */
   op->called_ms = rlock__now_ms();
 }
 
@@ -285,7 +285,7 @@ void rlock__op_set_wait(rlock__op *op, int64_t wait_ms, int64_t lease_ms) {
   op->wait_ms = (wait_ms > LEASE_MAX_MS) ? -1 : wait_ms;
   op->lease_ms = lease_ms;
   if (op->wait_ms > 0)
-    op->deadline = rlock__now_ms() + op->wait_ms;
+    op->deadline = op->called_ms + op->wait_ms;
 }
 
 /* ---- blocking facade ---- */

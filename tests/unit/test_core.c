@@ -1,10 +1,8 @@
 /* lib/core/loop.c alone: the task queue between any thread and the loop
- * thread. A sender wakes the loop only when it is asleep; a loop busy with
- * callbacks runs what was queued meanwhile before it sleeps again (the
- * check phase), and one that finds a task queued after that wakes itself
- * (the prepare phase). A lost wake-up there leaves a task queued with the
- * loop asleep: these tests would see it as a task not run within a
- * second. No server. */
+ * thread. The sender that finds the queue empty wakes the loop; the others
+ * rely on that wake-up, whether the loop was asleep or busy. A lost wake-up
+ * leaves a task queued with the loop asleep: these tests would see it as a
+ * task not run within a second. No server. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
@@ -126,8 +124,8 @@ static bool under_valgrind(void) {
 }
 
 /* Bursts of BURST jobs, waited for together: jobs queued while the loop
- * runs the first of a burst find it awake (no wake-up sent), the next
- * burst finds it asleep or about to be. */
+ * runs the first of a burst find it awake (no wake-up of their own), the
+ * next burst finds it asleep or about to be. */
 static void *send_bursts(void *arg) {
   sender *s = arg;
   job jobs[BURST];

@@ -82,42 +82,65 @@ def test_shared_counter_python_java_c(deployment, pc, name):
     assert int(r.get(key)) == 2 * ROUNDS + ROUNDS + c_rounds
 
 
+# How the wake-ups are judged (as tests/interop/interop.h does for C): every
+# timed release is of a lock with a 30 s TTL (the watchdog's) and a waiter
+# given 20 s, so a waiter that is not woken by the published message gets
+# the lock only after seconds. Each test times WAKE_ROUNDS handoffs: every
+# one must be under WAKE_BOUND (woken by the message), and their median
+# under WAKE_MEDIAN (milliseconds, not a poll), so one late scheduling of
+# a JVM thread on a loaded 2-core machine is reported, not failed.
+WAKE_ROUNDS = 5
+WAKE_BOUND = 1.5
+WAKE_MEDIAN = 0.25
+
+
+def judge_wakes(what, latencies):
+    ms = ", ".join(f"{x * 1000:.1f}" for x in latencies)
+    print(f"{what}: {ms} ms")
+    median = sorted(latencies)[len(latencies) // 2]
+    assert max(latencies) < WAKE_BOUND, f"{what}: {ms} ms (one was not woken by the message)"
+    assert median < WAKE_MEDIAN, f"{what}: {ms} ms (median {median * 1000:.1f} ms)"
+
+
 def test_java_unlock_wakes_a_python_waiter(deployment, pc, name):
     peer = deployment["peer"]
-    assert peer.call(f"lock {name}") == "OK"
-    got = []
+    latencies = []
+    for _ in range(WAKE_ROUNDS):
+        assert peer.call(f"lock {name}") == "OK"
+        got = []
 
-    def waiter():
-        ok = pc.lock(name).acquire(wait=20)
-        got.append((ok, time.monotonic()))
-        pc.lock(name).release()
-    t = threading.Thread(target=waiter)
-    t.start()
-    time.sleep(0.3)  # the waiter is subscribed and waiting
-    t0 = time.monotonic()
-    assert peer.call(f"unlock {name}") == "OK"
-    t.join(20)
-    ok, t_acq = got[0]
-    latency = t_acq - t0
-    print(f"Java unlock -> Python acquire: {latency * 1000:.1f} ms")
-    assert ok and latency < 0.25  # woken by the message; polling would not do this
+        def waiter():
+            ok = pc.lock(name).acquire(wait=20)
+            got.append((ok, time.monotonic()))
+            pc.lock(name).release()
+        t = threading.Thread(target=waiter)
+        t.start()
+        time.sleep(0.3)  # the waiter is subscribed and waiting
+        t0 = time.monotonic()
+        assert peer.call(f"unlock {name}") == "OK"
+        t.join(20)
+        ok, t_acq = got[0]
+        assert ok
+        latencies.append(t_acq - t0)
+    judge_wakes("Java unlock -> Python acquire", latencies)
 
 
 def test_python_unlock_wakes_a_java_waiter(deployment, pc, name):
     peer = deployment["peer"]
     lk = pc.lock(name)
-    lk.acquire()
-    peer.send(f"B: tryLock {name} 20000")
-    time.sleep(0.5)
-    t0 = time.monotonic()
-    lk.release()
-    ans = peer.answer(peer.next(30))
-    latency = time.monotonic() - t0
-    print(f"Python unlock -> Java acquire: {latency * 1000:.1f} ms")
-    assert ans == "B: OK true", ans
-    assert latency < 0.25
-    peer.send(f"B: unlock {name}")
-    assert peer.answer(peer.next(30)) == "B: OK"
+    latencies = []
+    for _ in range(WAKE_ROUNDS):
+        lk.acquire()
+        peer.send(f"B: tryLock {name} 20000")
+        time.sleep(0.3)  # the Java waiter is subscribed and waiting
+        t0 = time.monotonic()
+        lk.release()
+        ans = peer.answer(peer.next(30))
+        latencies.append(time.monotonic() - t0)
+        assert ans == "B: OK true", ans
+        peer.send(f"B: unlock {name}")
+        assert peer.answer(peer.next(30)) == "B: OK"
+    judge_wakes("Python unlock -> Java acquire", latencies)
 
 
 def test_fenced_tokens_interleave(deployment, pc, name):

@@ -104,6 +104,15 @@ FIGURES = [
 ]
 
 
+def read_steal(path):
+    """The steal % bench/run wrote for one round (nan if none)."""
+    try:
+        with open(path) as f:
+            return float(f.read().strip())
+    except (OSError, ValueError):
+        return float("nan")
+
+
 def fmt(x):
     if x != x:
         return "-"
@@ -150,6 +159,15 @@ def main():
             "S1 p50 / 2 serial p50", "   ".join(fmt(x) for x in s1),
             fmt(med), "pass" if med <= 1.1 else "MISS"))
         failed += med > 1.1
+    steal = [(read_steal("%s/r%d.steal" % (d, i)),
+              read_steal("%s/j%d.steal" % (d, i))) for i in range(1, rounds + 1)]
+    if any(x == x for pair in steal for x in pair):
+        print("%-24s %s" % ("host steal %", "   ".join(
+            "%s, %s" % (fmt(a), fmt(b)) for a, b in steal)))
+        worst = max((x for pair in steal for x in pair if x == x), default=0)
+        if worst > 5:
+            print("  (steal: CPU time the hypervisor gave other guests; a round "
+                  "with %.0f%% of it times the host more than the code)" % worst)
     print("%d target(s) missed (medians)" % failed)
 
 

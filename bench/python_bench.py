@@ -210,6 +210,45 @@ def c_s1_p50(bench_bin, port, seconds):
     return float("nan")
 
 
+def cpu_ticks():
+    """(steal, total) clock ticks of all CPUs from /proc/stat: steal is
+    time the hypervisor gave this VM's CPUs to other guests. On a shared VM
+    it rises with our own load, and a run with much of it measures the
+    host, not the code."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+        return v[7], sum(v)
+    except (OSError, ValueError, IndexError):
+        return 0, 0
+
+
+class Steal:
+    """Steal percentages per scenario, one per timed sub-run."""
+
+    def __init__(self):
+        self.by = {}
+
+    def run(self, scenario, fn, *args):
+        s0, t0 = cpu_ticks()
+        r = fn(*args)
+        s1, t1 = cpu_ticks()
+        self.by.setdefault(scenario, []).append(
+            100.0 * (s1 - s0) / (t1 - t0) if t1 > t0 else float("nan"))
+        return r
+
+    def report(self):
+        """One line per scenario and side: the steal % of each sub-run, in
+        the order of the runs printed above."""
+        print("host steal % per sub-run (CPU time the hypervisor gave other guests):")
+        for k, v in self.by.items():
+            print(f"  {k}: " + ", ".join(f"{x:.0f}" for x in v))
+        worst = max((max(v) for v in self.by.values() if v), default=0.0)
+        if worst > 5:
+            print(f"  steal reached {worst:.0f}% in a sub-run: such a run times the "
+                  "host more than the code; run again on a quieter machine")
+
+
 def rss_kb():
     with open("/proc/self/status") as f:
         for line in f:
@@ -241,6 +280,7 @@ def main():
               f"redis-py {redis.__version__}, redis-server on :{port}; rlock's lease "
               f"{'the watchdog' if a.lease <= 0 else f'{a.lease:g} s'}, redis-py's timeout 30 s")
         res = {}
+        steal = Steal()
         # alternate: each scenario runs for both before the next; P1
         # --p1-rounds times (7), beside the C benchmark's S1 each time: a
         # single run's p50 lands anywhere from about 55 to 115 us on a
@@ -250,9 +290,9 @@ def main():
         p1 = {"rlock": [], "redis-py": [], "C": []}
         for _ in range(max(1, a.p1_rounds)):
             for s in sides:
-                p1[s.name].append(p1_single(s, a.seconds))
+                p1[s.name].append(steal.run(f"P1 {s.name}", p1_single, s, a.seconds))
             if a.c_bench:
-                p1["C"].append(c_s1_p50(a.c_bench, port, a.seconds))
+                p1["C"].append(steal.run("P1 C", c_s1_p50, a.c_bench, port, a.seconds))
         for s in sides:
             res[(s.name, "P1")] = (statistics.median(x[0] for x in p1[s.name]),
                                    statistics.median(x[1] for x in p1[s.name]))
@@ -262,12 +302,14 @@ def main():
         runs = {}
         for _ in range(3):
             for s in sides:
-                runs.setdefault((s.name, "P2"), []).append(p2_distinct(s, a.seconds))
-        res[("rlock", "P3")] = p3_handoff(sides[0], 100)
-        res[("redis-py", "P3")] = p3_handoff(sides[1], 30)
+                runs.setdefault((s.name, "P2"), []).append(
+                    steal.run(f"P2 {s.name}", p2_distinct, s, a.seconds))
+        res[("rlock", "P3")] = steal.run("P3 rlock", p3_handoff, sides[0], 100)
+        res[("redis-py", "P3")] = steal.run("P3 redis-py", p3_handoff, sides[1], 30)
         for _ in range(3):
             for s in sides:
-                runs.setdefault((s.name, "P4"), []).append(p4_one_lock(s, a.seconds))
+                runs.setdefault((s.name, "P4"), []).append(
+                    steal.run(f"P4 {s.name}", p4_one_lock, s, a.seconds))
         for k, v in runs.items():
             res[k] = statistics.median(v)
             print(f"{k[1]} {k[0]} runs (/s):", [round(x) for x in v])
@@ -296,6 +338,7 @@ def main():
         for name, a1, a2, ratio, target, ok in rows:
             print(f"| {name} | {a1} | {a2} | {ratio} | {target} | {'pass' if ok else 'MISS'} |")
         print(f"\n(P1 pairs/s: rlock {p1rate:.0f}, redis-py {p1prate:.0f})")
+        steal.report()
         if a.rss:
             acq, rel = sides[0].lock("pb:rss")
             for _ in range(10000):

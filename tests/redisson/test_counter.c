@@ -18,6 +18,12 @@
 #define J_THREADS 2
 #define ROUNDS 100
 #define COUNT_BOUND_MS 60000
+/* The counters' JVMs take Redisson's default lease (its watchdog, 30 s),
+ * not the suite's short one (RS_WATCHDOG_MS, 2 s, for the expiry tests):
+ * with 2 s, a JVM stalled for about 1.3 s on a loaded machine let Java's
+ * hold expire under it, and its unlock answered IllegalMonitorState (one
+ * clean-clone CI run). The counters check exclusion, not expiry. */
+#define COUNTER_WATCHDOG_MS 30000
 
 /* What the C threads of one counter share. The last value a C thread
  * wrote is read and written only under the lock, so a value read under it
@@ -155,11 +161,15 @@ static int standalone_port(const char *key) {
 }
 
 Test(counter, standalone, .timeout = 120) {
-  rs_peer *p = rs_connect();
+  char target[16];
+  snprintf(target, sizeof target, "%d", rs_port());
+  rs_jvm *j = rs_jvm_start(target, COUNTER_WATCHDOG_MS);
+  rs_peer *p = rs_jvm_connect(j);
   rlock_client *c = rs_client(NULL, 0);
   counters("standalone", c, p, standalone_port);
   rlock_client_free(c);
   rs_close(p);
+  rs_jvm_stop(j);
 }
 
 static int cluster_port(const char *key) { return rt_cluster_key_owner(key); }
@@ -171,7 +181,7 @@ Test(topo, cluster_counter, .fini = rt_topo_stop_all, .timeout = 180) {
   char target[160];
   snprintf(target, sizeof target, "cluster:127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d",
            masters[0], masters[1], masters[2]);
-  rs_jvm *j = rs_jvm_start(target, RS_WATCHDOG_MS);
+  rs_jvm *j = rs_jvm_start(target, COUNTER_WATCHDOG_MS);
   rs_peer *p = rs_jvm_connect(j);
   rlock_client *c = rs_client(rt_cluster_uri(), 0);
   counters("cluster", c, p, cluster_port);
@@ -190,7 +200,7 @@ Test(topo, sentinel_counter, .fini = rt_topo_stop_all, .timeout = 180) {
   char target[200];
   snprintf(target, sizeof target, "sentinel:mymaster:127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d",
            rt_sentinel_port(0), rt_sentinel_port(1), rt_sentinel_port(2));
-  rs_jvm *j = rs_jvm_start(target, RS_WATCHDOG_MS);
+  rs_jvm *j = rs_jvm_start(target, COUNTER_WATCHDOG_MS);
   rs_peer *p = rs_jvm_connect(j);
   rlock_client *c = rs_client(rt_sentinel_uri(), 0);
   counters("sentinel", c, p, sentinel_port);

@@ -155,6 +155,20 @@ static void counters(const char *where, rlock_client *c, rs_peer *p,
   }
 }
 
+/* The counters on a JVM of their own against TARGET (a port,
+ * "cluster:..." or "sentinel:..."), with COUNTER_WATCHDOG_MS, and an rlock
+ * client on URI (NULL: the suite's server). */
+static void counters_on(const char *where, const char *target, const char *uri,
+                        int (*key_port)(const char *)) {
+  rs_jvm *j = rs_jvm_start(target, COUNTER_WATCHDOG_MS);
+  rs_peer *p = rs_jvm_connect(j);
+  rlock_client *c = rs_client(uri, 0);
+  counters(where, c, p, key_port);
+  rlock_client_free(c);
+  rs_close(p);
+  rs_jvm_stop(j);
+}
+
 static int standalone_port(const char *key) {
   (void)key;
   return rs_port();
@@ -163,13 +177,7 @@ static int standalone_port(const char *key) {
 Test(counter, standalone, .timeout = 120) {
   char target[16];
   snprintf(target, sizeof target, "%d", rs_port());
-  rs_jvm *j = rs_jvm_start(target, COUNTER_WATCHDOG_MS);
-  rs_peer *p = rs_jvm_connect(j);
-  rlock_client *c = rs_client(NULL, 0);
-  counters("standalone", c, p, standalone_port);
-  rlock_client_free(c);
-  rs_close(p);
-  rs_jvm_stop(j);
+  counters_on("standalone", target, NULL, standalone_port);
 }
 
 static int cluster_port(const char *key) { return rt_cluster_key_owner(key); }
@@ -181,13 +189,7 @@ Test(topo, cluster_counter, .fini = rt_topo_stop_all, .timeout = 180) {
   char target[160];
   snprintf(target, sizeof target, "cluster:127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d",
            masters[0], masters[1], masters[2]);
-  rs_jvm *j = rs_jvm_start(target, COUNTER_WATCHDOG_MS);
-  rs_peer *p = rs_jvm_connect(j);
-  rlock_client *c = rs_client(rt_cluster_uri(), 0);
-  counters("cluster", c, p, cluster_port);
-  rlock_client_free(c);
-  rs_close(p);
-  rs_jvm_stop(j);
+  counters_on("cluster", target, rt_cluster_uri(), cluster_port);
 }
 
 static int sentinel_port(const char *key) {
@@ -200,11 +202,5 @@ Test(topo, sentinel_counter, .fini = rt_topo_stop_all, .timeout = 180) {
   char target[200];
   snprintf(target, sizeof target, "sentinel:mymaster:127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d",
            rt_sentinel_port(0), rt_sentinel_port(1), rt_sentinel_port(2));
-  rs_jvm *j = rs_jvm_start(target, COUNTER_WATCHDOG_MS);
-  rs_peer *p = rs_jvm_connect(j);
-  rlock_client *c = rs_client(rt_sentinel_uri(), 0);
-  counters("sentinel", c, p, sentinel_port);
-  rlock_client_free(c);
-  rs_close(p);
-  rs_jvm_stop(j);
+  counters_on("sentinel", target, rt_sentinel_uri(), sentinel_port);
 }

@@ -7,6 +7,10 @@ S1-S4 and memory rlock, Java and their ratio per round, then the medians,
 with issue 39's targets (all in the same run, same server):
 S4 >= 3x Java, S2 >= 2.5x Java at 8 and 32 threads, S3 handoff p50 <= 0.2x
 Java's, S1 p50 <= 1.1 x two serial round trips (the wire's floor).
+Beside them, rlock's S4 wire floor per round (its transfer replayed
+serially on one synchronous connection, no client threads) and the
+herd's share of it: when S4 moves and its share does not, the machine
+moved, not the library.
 
   java_compare.py DIR ROUNDS
 """
@@ -57,6 +61,11 @@ def rlock_figures(path):
         "S3 acq/s": v("S3", "handoff ping-pong, 2 threads"),
         "S4 acq/s": v("S4", "herd, 64 threads on one lock"),
         "S4 cmds/acq": v("S4", "client-sent commands per acquisition"),
+        "S4 wire floor acq/s": v("S4", "wire floor: its transfer, serially, "
+                                 "sync hiredis"),
+        # the row's ratio: the herd's acq/s over the floor's
+        "S4 / its wire floor": ratio("S4", "wire floor: its transfer, "
+                                     "serially, sync hiredis"),
         "memory peak KiB": v("MEM", "client RSS, peak under S2 (up to 64 "
                              "threads)"),
     }
@@ -159,6 +168,12 @@ def main():
             "S1 p50 / 2 serial p50", "   ".join(fmt(x) for x in s1),
             fmt(med), "pass" if med <= 1.1 else "MISS"))
         failed += med > 1.1
+    for name in ("S4 wire floor acq/s", "S4 / its wire floor"):
+        xs = [a[name] for a in rl]
+        ok = [x for x in xs if x == x]
+        if ok:
+            print("%-24s %s   %s" % (name, "   ".join(fmt(x) for x in xs),
+                                     fmt(statistics.median(ok))))
     steal = [(read_steal("%s/r%d.steal" % (d, i)),
               read_steal("%s/j%d.steal" % (d, i))) for i in range(1, rounds + 1)]
     if any(x == x for pair in steal for x in pair):

@@ -905,6 +905,24 @@ void interop_wait_numsub(const char *channel, long long want,
   wait_numsub(channel, want, false, bound_ms);
 }
 
+long long interop_script_runs(const char *info) {
+  long long total = 0;
+  static const char *const rows[] = {"cmdstat_eval:", "cmdstat_evalsha:"};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    const char *at = strstr(info, rows[i]);
+    if (at == NULL)
+      continue;
+    const char *end = strchr(at, '\n');
+    const char *calls = strstr(at, "calls=");
+    const char *failed = strstr(at, "failed_calls=");
+    cr_assert(calls != NULL && failed != NULL && (end == NULL || failed < end),
+              "commandstats row: %.80s", at);
+    total += strtoll(calls + strlen("calls="), NULL, 10) -
+             strtoll(failed + strlen("failed_calls="), NULL, 10);
+  }
+  return total;
+}
+
 void interop_wait_shardnumsub(const char *channel, long long want,
                               int64_t bound_ms) {
   wait_numsub(channel, want, true, bound_ms);

@@ -182,6 +182,10 @@ void interop_my_owner(char *buf, size_t n, rlock_client *c);
 /* Asserts HGET key field == expect (NULL: nil). */
 void interop_assert_hget(const char *key, const char *field,
                          const char *expect);
+/* EVAL + EVALSHA calls run to the end in `info` (INFO commandstats text):
+ * calls less failed_calls. An EVALSHA answered NOSCRIPT counts as a call,
+ * and failed, so a try re-sent after NOSCRIPT counts once, not twice. */
+long long interop_script_runs(const char *info);
 
 /* Prints a timing line to stderr, visible in `meson test -v`. */
 void interop_report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

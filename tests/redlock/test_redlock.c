@@ -278,6 +278,69 @@ Test(redlock, busy_majority_with_a_wait_is_not_acquired_never_an_error) {
   servers_stop(&s);
 }
 
+/* Acquisitions so far on member i's client. */
+static uint64_t taken_on(side *d, size_t i) {
+  rlock_stats st;
+  rlock_stats_init(&st);
+  cr_assert_eq(rlock_client_stats(d->c[i], &st), 0);
+  return st.acquisitions;
+}
+
+/* A MultiLock (every member needed) whose first member is busy for most
+ * of the wait: the second member, on a stopped server, is first reached
+ * with what is left - less than its fair share (wait / 2) - and its
+ * silence is the deadline's, not evidence: 0 (not acquired). With the
+ * first member free, the second gets the whole wait, and its silence is
+ * the call's error. Both calls leave nothing on the live server. */
+Test(redlock, multilock_member_reached_late_is_not_judged_by_a_sliver) {
+  servers s;
+  servers_start(&s, 2);
+  char name[64];
+  rt_key(name, sizeof name, "multilock");
+  side a;
+  side_open(&a, &s, name);
+  rlock *ml = NULL;
+  cr_assert_eq(rlock_new_multilock(a.m, 2, &ml), 0, "%s", rlock_last_error());
+  /* Member 1's connection is up before its server stops. */
+  cr_assert_eq(rlock_try_lock(a.m[1], 0, 5000), 1, "%s", rlock_last_error());
+  cr_assert_eq(rlock_unlock(a.m[1]), 0);
+  freeze(&s, 1);
+
+  const int64_t wait = 1000;
+  redisReply *r = redisCommand(s.ctx[0], "HSET %s other:1 1", name);
+  cr_assert(r != NULL && r->type == REDIS_REPLY_INTEGER);
+  freeReplyObject(r);
+  r = redisCommand(s.ctx[0], "PEXPIRE %s 650", name);
+  cr_assert(r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+  freeReplyObject(r);
+  uint64_t before = taken_on(&a, 0);
+  int64_t t0 = rt_now_ms();
+  int rc = rlock_try_lock(ml, wait, -1);
+  int64_t took = rt_now_ms() - t0;
+  cr_log_info("member 1 reached late: %d after %lld ms", rc, (long long)took);
+  cr_assert_eq(taken_on(&a, 0), before + 1,
+               "member 0 was not taken within the wait (%lld ms): the "
+               "second member was never reached late", (long long)took);
+  cr_assert_eq(rc, 0, "%d %s", rc, rlock_last_error());
+  cr_assert_geq(took, wait - 50, "gave up after %lld ms", (long long)took);
+  cr_assert_eq(hlen_on(&s, 0, name), 0, "member 0 left held");
+
+  t0 = rt_now_ms();
+  rc = rlock_try_lock(ml, wait, -1);
+  took = rt_now_ms() - t0;
+  cr_assert(rc == RLOCK_ETIMEDOUT || rc == RLOCK_ECONN,
+            "member 1 silent through the whole wait: %d %s", rc,
+            rlock_last_error());
+  cr_assert(strstr(rlock_last_error(), "member 1") != NULL, "%s",
+            rlock_last_error());
+  cr_assert_geq(took, wait - 50, "gave up after %lld ms", (long long)took);
+  cr_assert_eq(hlen_on(&s, 0, name), 0, "member 0 left held");
+  thaw(&s, 1);
+  rlock_free(ml);
+  side_close(&a);
+  servers_stop(&s);
+}
+
 /* A majority down: the call fails within its wait (plus a member's
  * command timeout), and the live servers hold nothing afterwards. */
 static void majority_down(size_t n, size_t ndown, bool use_kill) {

@@ -1868,13 +1868,11 @@ static void tls_server_start(bool auth_clients) {
   if (!rlock__tls_available)
     cr_skip_test("this rlock is built without TLS (-Dtls)");
   make_certs();
-  int tls_port = rt_free_port();
-  char port_s[16], cert[PATH_LEN], key[PATH_LEN];
-  snprintf(port_s, sizeof port_s, "%d", tls_port);
+  char cert[PATH_LEN], key[PATH_LEN];
   path_in(cert, sizeof cert, "server.crt");
   path_in(key, sizeof key, "server.key");
   path_in(g_ca, sizeof g_ca, "ca.crt");
-  const char *args[] = {"--tls-port",       port_s,
+  const char *args[] = {"--tls-port",       RT_EXTRA_PORT,
                         "--tls-cert-file",  cert,
                         "--tls-key-file",   key,
                         "--tls-ca-cert-file", g_ca,
@@ -1882,7 +1880,8 @@ static void tls_server_start(bool auth_clients) {
                         NULL};
   rt_server_start_args(args);
   cr_assert(setenv("REDIS_URL", rt_uri(), 1) == 0);
-  snprintf(g_tls_uri, sizeof g_tls_uri, "rediss://127.0.0.1:%d", tls_port);
+  snprintf(g_tls_uri, sizeof g_tls_uri, "rediss://127.0.0.1:%d",
+           rt_extra_port());
 }
 
 /* Runs rlock to completion and asserts its exit code, showing its stderr

@@ -68,6 +68,7 @@ static struct {
   pid_t pid;     /* server pid, 0 when none was started */
   bool running;  /* started and not yet reaped */
   int port;
+  int extra_port; /* RT_EXTRA_PORT's, 0: none */
   char dir[PATH_MAX];
   char uri[64];
   char *auth_user;
@@ -338,14 +339,27 @@ void rt_server_start_args(const char *const *extra) {
   }
   bool debug_opt = true;
   char why[4096] = "no attempt made";
+  const char *args[RT_MAX_EXTRA + 1];
+  char extra_port_s[16] = "";
+  bool wants_extra = false;
+  for (size_t i = 0; i < n_extra; i++) {
+    bool token = strcmp(extra[i], RT_EXTRA_PORT) == 0;
+    wants_extra = wants_extra || token;
+    args[i] = token ? extra_port_s : extra[i];
+  }
+  args[n_extra] = NULL;
   for (int attempt = 0; attempt < RT_START_ATTEMPTS; attempt++) {
-    int port = rt_free_port();
-    if (port <= 0) {
+    int port = rt_free_port(), extra_port = 0;
+    do /* never the same as port */
+      extra_port = rt_free_port();
+    while (extra_port == port && port > 0);
+    if (port <= 0 || extra_port <= 0) {
       snprintf(why, sizeof why, "no free port: %s", strerror(errno));
       break;
     }
+    snprintf(extra_port_s, sizeof extra_port_s, "%d", extra_port);
     pid_t pid = rt_spawn_redis(port, g_srv.dir, debug_opt,
-                               renamed_extra(extra), why, sizeof why);
+                               renamed_extra(args), why, sizeof why);
     if (pid < 0)
       break;
 
@@ -355,6 +369,7 @@ void rt_server_start_args(const char *const *extra) {
       g_srv.pid = pid;
       g_srv.running = true;
       g_srv.port = port;
+      g_srv.extra_port = wants_extra ? extra_port : 0;
       snprintf(g_srv.uri, sizeof g_srv.uri, "redis://127.0.0.1:%d", port);
       if (rt_renamed()) {
         /* The server really is one without the admin commands. */
@@ -378,15 +393,21 @@ void rt_server_start_args(const char *const *extra) {
                port, RT_START_BOUND_MS, log);
       break;
     }
-    if (st == FOREIGN)
-      continue; /* port taken by another test's server: new port */
+    if (st == FOREIGN) { /* port taken by another test's server: new port */
+      snprintf(why, sizeof why, "port %d answered by another server", port);
+      continue;
+    }
     if (debug_opt && strstr(log, "enable-debug-command")) {
       debug_opt = false; /* redis < 7: option unknown */
       attempt--;
       continue;
     }
-    if (strstr(log, "already in use") || strstr(log, "Could not create"))
-      continue; /* lost the port race: new port */
+    if (strstr(log, "already in use") || strstr(log, "Could not create")) {
+      /* lost the port race: new ports */
+      snprintf(why, sizeof why, "ports %d and %d: %.1024s", port, extra_port,
+               log);
+      continue;
+    }
     snprintf(why, sizeof why,
              "%.256s exited at startup (%s %d; 127 = exec failed); log:\n%s",
              bin, WIFEXITED(status) ? "status" : "signal",
@@ -427,6 +448,8 @@ void rt_server_stop(void) {
 }
 
 const char *rt_uri(void) { return g_srv.uri; }
+int rt_extra_port(void) { return g_srv.running ? g_srv.extra_port : 0; }
+
 int rt_port(void) { return g_srv.port; }
 pid_t rt_server_pid(void) { return g_srv.pid; }
 const char *rt_server_dir(void) { return g_srv.dir; }

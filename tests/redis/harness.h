@@ -43,6 +43,13 @@ void rt_server_start(void);
  * .init, then the test's). */
 void rt_server_start_args(const char *const *extra);
 
+/* An extra argument that stands for a second port of the server's own (a
+ * TLS port): each start attempt replaces it with a fresh free port, so a
+ * port another server took meanwhile is not tried again and again. The
+ * port of the running server's: rt_extra_port() (0: none). */
+#define RT_EXTRA_PORT "@rt-extra-port@"
+int rt_extra_port(void);
+
 /* SIGTERM, bounded wait, SIGKILL; removes the directory. Safe to call when
  * the server was never started or was already killed. */
 void rt_server_stop(void);

@@ -104,29 +104,33 @@ static void make_certs(void) {
   make_cert("selfsigned", NULL, "v3_server", 2, 6);
 }
 
-/* (Re)starts the harness's server with a TLS port serving `cert`. */
+/* (Re)starts the harness's server with a TLS port serving `cert`: a fresh
+ * one the first time (g_tls_port 0), then the same, which g_uri names. */
 static void tls_server(const char *cert, bool auth_clients) {
   static char port_s[16], crt[300], key[300], ca[300];
   snprintf(port_s, sizeof port_s, "%d", g_tls_port);
   snprintf(crt, sizeof crt, "%s/%s.crt", g_dir, cert);
   snprintf(key, sizeof key, "%s/%s.key", g_dir, cert);
   path_of(ca, sizeof ca, "ca.crt");
-  const char *args[] = {"--tls-port",         port_s,
+  const char *args[] = {"--tls-port",
+                        g_tls_port == 0 ? RT_EXTRA_PORT : port_s,
                         "--tls-cert-file",    crt,
                         "--tls-key-file",     key,
                         "--tls-ca-cert-file", ca,
                         "--tls-auth-clients", auth_clients ? "yes" : "no",
                         NULL};
   rt_server_start_args(args);
+  if (g_tls_port == 0)
+    g_tls_port = rt_extra_port();
 }
 
 static void suite_init(void) {
   cr_assert(rlock__tls_available,
             "this rlock is built without TLS: the tls suite needs -Dtls");
   make_certs();
-  g_tls_port = rt_free_port();
-  snprintf(g_uri, sizeof g_uri, "rediss://127.0.0.1:%d", g_tls_port);
+  g_tls_port = 0;
   tls_server("server", false);
+  snprintf(g_uri, sizeof g_uri, "rediss://127.0.0.1:%d", g_tls_port);
   /* A first client warms up what libuv and OpenSSL keep for the process
    * (libuv's signal pipe, OpenSSL's tables), so that counting descriptors
    * and threads later counts rlock's own. */

@@ -631,6 +631,11 @@ static void cluster_spawn(proc *p) {
                         /* a replica's first sync starts at once, not after
                          * the 5 s Redis waits for more replicas to join */
                         "--repl-diskless-sync-delay", "0",
+                        /* a replica's offset stays 0 after syncing with an
+                         * empty master until the master's first ping down
+                         * the link (10 s by default), and CLUSTER SLOTS
+                         * leaves a replica at offset 0 out */
+                        "--repl-ping-replica-period", "1",
                         NULL};
   size_t a = 0;
   while (argv[a])

@@ -119,6 +119,21 @@ static inline int tc_count_dir(const char *what) {
   return n - (strcmp(what, "fd") == 0 ? 1 : 0); /* the DIR's own fd */
 }
 
+/* tc_count_dir(what) once it is back to `want`, or after bound_ms: a
+ * thread joined a moment ago (pthread_join returns when the thread clears
+ * its id, before the kernel drops it from /proc/self/task) may still be
+ * listed for a while on a loaded machine. */
+static inline int tc_count_dir_back(const char *what, int want,
+                                    int64_t bound_ms) {
+  int64_t deadline = rt_now_ms() + bound_ms;
+  int n = tc_count_dir(what);
+  while (n != want && rt_now_ms() < deadline) {
+    rt_sleep_ms(10);
+    n = tc_count_dir(what);
+  }
+  return n;
+}
+
 /* "fd -> target" of every open fd, space-separated, into buf. */
 static inline void tc_list_fds(char *buf, size_t n) {
   DIR *d = opendir("/proc/self/fd");

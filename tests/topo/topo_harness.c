@@ -1297,8 +1297,16 @@ const char *rt_sentinel_uri(void) {
 }
 
 int rt_sentinel_reported_master(int i) {
-  redisReply *r = rt_node_try_cmd(T.sen[i].port,
-                                  "SENTINEL GET-MASTER-ADDR-BY-NAME mymaster");
+  /* No answer within a try's 1 s is not a report: ask again, for up to
+   * 5 s (a clean-clone CI run, every suite at once: a sentinel slower than
+   * 1 s made a test read -1 and then, in its message, the right port). */
+  int64_t deadline = rt_topo_now_ms() + 5000;
+  redisReply *r = NULL;
+  while ((r = rt_node_try_cmd(T.sen[i].port,
+                              "SENTINEL GET-MASTER-ADDR-BY-NAME mymaster")) ==
+             NULL &&
+         rt_topo_now_ms() < deadline)
+    rt_topo_sleep_ms(50);
   int port = -1;
   if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
     port = atoi(r->element[1]->str);

@@ -212,7 +212,10 @@ def test_c_candidate_seen_by_python(server, name):
     proc = subprocess.Popen([cli_path(), "elect", "-u", server.uri, "--value",
                              "from-c", name, "--", "sleep", "2"])
     try:
-        st = wait_for(lambda: (lambda s: s if s.has_leader else None)(c.leader(name)))
+        # the C side wins the lock, then writes its value: an observer may
+        # see the leader without a value in between (docs/election.md)
+        st = wait_for(lambda: (lambda s: s if s.has_leader and s.value is not None
+                               else None)(c.leader(name)))
         assert st.value == b"from-c" and st.term > 0
         e = c.election(name)
         with pytest.raises(rlock.AcquireTimeout):

@@ -350,10 +350,9 @@ void rt_server_start_args(const char *const *extra) {
   args[n_extra] = NULL;
   for (int attempt = 0; attempt < RT_START_ATTEMPTS; attempt++) {
     int port = rt_free_port(), extra_port = 0;
-    do /* never the same as port */
-      extra_port = rt_free_port();
-    while (extra_port == port && port > 0);
-    if (port <= 0 || extra_port <= 0) {
+    while (wants_extra && port > 0 && (extra_port == 0 || extra_port == port))
+      extra_port = rt_free_port(); /* never the same as port */
+    if (port <= 0 || extra_port < 0) {
       snprintf(why, sizeof why, "no free port: %s", strerror(errno));
       break;
     }
@@ -369,7 +368,7 @@ void rt_server_start_args(const char *const *extra) {
       g_srv.pid = pid;
       g_srv.running = true;
       g_srv.port = port;
-      g_srv.extra_port = wants_extra ? extra_port : 0;
+      g_srv.extra_port = extra_port;
       snprintf(g_srv.uri, sizeof g_srv.uri, "redis://127.0.0.1:%d", port);
       if (rt_renamed()) {
         /* The server really is one without the admin commands. */
@@ -404,8 +403,8 @@ void rt_server_start_args(const char *const *extra) {
     }
     if (strstr(log, "already in use") || strstr(log, "Could not create")) {
       /* lost the port race: new ports */
-      snprintf(why, sizeof why, "ports %d and %d: %.1024s", port, extra_port,
-               log);
+      snprintf(why, sizeof why, "port %d (extra port %d): %.1024s", port,
+               extra_port, log);
       continue;
     }
     snprintf(why, sizeof why,
@@ -448,9 +447,8 @@ void rt_server_stop(void) {
 }
 
 const char *rt_uri(void) { return g_srv.uri; }
-int rt_extra_port(void) { return g_srv.running ? g_srv.extra_port : 0; }
-
 int rt_port(void) { return g_srv.port; }
+int rt_extra_port(void) { return g_srv.running ? g_srv.extra_port : 0; }
 pid_t rt_server_pid(void) { return g_srv.pid; }
 const char *rt_server_dir(void) { return g_srv.dir; }
 
